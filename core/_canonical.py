@@ -1,0 +1,149 @@
+"""Canonical JSON: the exact bytes every budget in sandrail measures.
+
+The output agrees with RFC 8785 (JSON Canonicalization Scheme) for the values
+tool results hold: ``None``, ``bool``, integers within IEEE-754's exact range,
+finite floats, ``str``, lists/tuples, and dicts with string keys.
+
+Strategy: a small recursive walk over containers, with every string escaped by
+the C implementation of :func:`json.encoder.encode_basestring` (which applies
+exactly RFC 8785's escaping rules: ``\\"``, ``\\\\``, the five short control
+escapes and ``\\u00xx`` for the other control characters, everything else as
+UTF-8). Results have a few dozen nodes but strings of up to megabytes, so the
+cost lives in C.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from json.encoder import encode_basestring
+from typing import Any, Final
+
+__all__ = ["CanonicalJSONError", "canonical_json", "canonical_size", "escaped_size"]
+
+_MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+_escape: Any = encode_basestring
+
+
+class CanonicalJSONError(ValueError):
+    """A value has no canonical JSON form (bad key, unsafe number, lone surrogate, ...)."""
+
+
+def canonical_json(value: object) -> bytes:
+    """Return the RFC 8785 canonical JSON encoding of ``value`` as UTF-8 bytes.
+
+    Raises :class:`CanonicalJSONError` for values JSON cannot carry exactly:
+    non-string keys, integers beyond +/-(2**53 - 1), NaN and infinities,
+    strings holding lone surrogates, and any other type.
+    """
+    parts: list[str] = []
+    _encode(value, parts.append)
+    try:
+        return "".join(parts).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalJSONError(
+            f"text holds a lone surrogate at character {exc.start}; JSON text must be valid Unicode"
+        ) from None
+
+
+def canonical_size(value: object) -> int:
+    """Byte length of :func:`canonical_json` of ``value``."""
+    return len(canonical_json(value))
+
+
+def escaped_size(text: str) -> int:
+    """Bytes ``text`` occupies inside a canonical JSON string, quotes excluded."""
+    escaped: str = _escape(text)
+    if escaped.isascii():
+        return len(escaped) - 2
+    return len(escaped.encode("utf-8", "surrogatepass")) - 2
+
+
+def _encode(value: object, emit: Any) -> None:
+    # `bool` before `int`: True is an int in Python.
+    if isinstance(value, str):
+        emit(_escape(value))
+    elif value is None:
+        emit("null")
+    elif value is True:
+        emit("true")
+    elif value is False:
+        emit("false")
+    elif isinstance(value, int):
+        if -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER:
+            emit(int.__repr__(value))
+        else:
+            raise CanonicalJSONError(f"integer {value} is outside JSON's exact range (+/-2**53-1)")
+    elif isinstance(value, Mapping):
+        _encode_object(value, emit)
+    elif isinstance(value, float):
+        emit(_format_float(value))
+    elif isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+        emit("[")
+        first = True
+        for item in value:
+            if not first:
+                emit(",")
+            first = False
+            _encode(item, emit)
+        emit("]")
+    else:
+        raise CanonicalJSONError(f"{type(value).__name__} has no JSON form")
+
+
+def _encode_object(value: Mapping[Any, Any], emit: Any) -> None:
+    keys = list(value)
+    for key in keys:
+        if not isinstance(key, str):
+            raise CanonicalJSONError(f"object key {key!r} is not a string")
+    # RFC 8785 orders keys by UTF-16 code units. Python orders by code point;
+    # the two agree unless a key holds a character beyond the BMP, which is
+    # rare enough to take the slow path only then.
+    if all(key.isascii() for key in keys):
+        keys.sort()
+    else:
+        keys.sort(key=lambda key: key.encode("utf-16-be", "surrogatepass"))
+    emit("{")
+    first = True
+    for key in keys:
+        if not first:
+            emit(",")
+        first = False
+        emit(_escape(key))
+        emit(":")
+        _encode(value[key], emit)
+    emit("}")
+
+
+def _format_float(value: float) -> str:
+    """ECMAScript Number::toString, as RFC 8785 section 3.2.2.3 requires."""
+    if math.isnan(value) or math.isinf(value):
+        raise CanonicalJSONError(f"{value} has no JSON form")
+    if value == 0:
+        return "0"
+    if value < 0:
+        return "-" + _format_float(-value)
+    # repr gives the shortest digits that round-trip, as ECMAScript does.
+    mantissa, _, exp_text = repr(value).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    if fraction == "0":
+        fraction = ""
+    digits = (whole + fraction).lstrip("0")
+    # The decimal point sits `point` digits into `digits`.
+    exponent10 = int(exp_text) if exp_text else 0
+    if whole == "0":
+        point = exponent10 - (len(fraction) - len(fraction.lstrip("0")))
+    else:
+        point = len(whole) + exponent10
+    digits = digits.rstrip("0") or "0"
+    if len(digits) <= point <= 21:
+        return digits + "0" * (point - len(digits))
+    if 0 < point <= 21:
+        return digits[:point] + "." + digits[point:]
+    if -6 < point <= 0:
+        return "0." + "0" * -point + digits
+    exponent = point - 1
+    sign = "+" if exponent >= 0 else "-"
+    rest = "." + digits[1:] if len(digits) > 1 else ""
+    return f"{digits[0]}{rest}e{sign}{abs(exponent)}"

@@ -1,0 +1,438 @@
+"""Effects: what a tool program asks the world to do, as plain data.
+
+A tool program (see :mod:`sandrail.core._programs`) is a generator that yields
+an :data:`Effect`, receives that effect's outcome, and finally returns a
+:class:`~sandrail.core.ToolResult`. Interpreters turn effects into outcomes;
+when an effect fails they raise :class:`EffectFailure`, which the driver
+throws into the program. Every effect is frozen, slotted, keyword-only and
+compared by value, so a recording can be matched step by step.
+
+Two families:
+
+- **harness effects** (:class:`Authorize`, :class:`CheckAuthority`,
+  :class:`ResolveOwned`, :class:`RememberOwned`, :class:`WriteArtifact`) are
+  answered by the port from the harness's callbacks and stores;
+- **sandbox effects** (:class:`Inspect`, :class:`Ensure`, :class:`Publish`,
+  :class:`Start`, :class:`Wait`, :class:`Read`, :class:`Cancel`) are answered
+  by a backend: the simulator, E2B, or a replayer.
+
+Effects hold requests, never policy: budgets and other derived values stay in
+the core so they are not part of the replay contract.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Literal
+
+import attrs
+
+from ._results import ArtifactRef
+
+__all__ = [
+    "HARNESS_EFFECTS",
+    "SANDBOX_EFFECTS",
+    "TERMINAL_STATUSES",
+    "Allow",
+    "ApprovalRequired",
+    "AuthorityReport",
+    "Authorize",
+    "Cancel",
+    "CancelRequested",
+    "CheckAuthority",
+    "CommandState",
+    "CommandStatus",
+    "Delivery",
+    "Deny",
+    "Effect",
+    "EffectFailure",
+    "Ensure",
+    "FatalInterpreterError",
+    "HarnessEffect",
+    "Inspect",
+    "Outcome",
+    "OutputChunk",
+    "OwnedCommand",
+    "PolicyDecision",
+    "Publish",
+    "Published",
+    "Read",
+    "RememberOwned",
+    "ResolveOwned",
+    "SandboxEffect",
+    "SandboxPhase",
+    "SandboxReady",
+    "SandboxState",
+    "Start",
+    "StartRefused",
+    "Started",
+    "Wait",
+    "WriteArtifact",
+]
+
+# ---------------------------------------------------------------------------
+# Outcomes (nouns)
+
+CommandStatus = Literal["running", "exited", "timed_out", "canceled", "unknown"]
+"""What the sandbox knows about a command. ``unknown``: the sandbox could not tell."""
+
+TERMINAL_STATUSES: frozenset[str] = frozenset({"exited", "timed_out", "canceled"})
+
+SandboxPhase = Literal["absent", "creating", "ready", "closing", "closed", "unknown"]
+
+
+@attrs.frozen(kw_only=True)
+class Allow:
+    """Policy allows the call."""
+
+
+@attrs.frozen(kw_only=True)
+class ApprovalRequired:
+    """Policy wants a human decision first; ``interaction_id`` tracks it."""
+
+    interaction_id: str
+
+
+@attrs.frozen(kw_only=True)
+class Deny:
+    """Policy refuses the call."""
+
+    reason: str = ""
+
+
+PolicyDecision = Allow | ApprovalRequired | Deny
+
+
+@attrs.frozen(kw_only=True)
+class AuthorityReport:
+    """One guard observation: is the call aborted, has the request drifted,
+    does the caller still hold its authority?"""
+
+    aborted: bool
+    drifted: bool
+    authority_held: bool
+
+
+@attrs.frozen(kw_only=True)
+class OwnedCommand:
+    """A command this session launched: its operation key and, when known,
+    the sandbox it runs in."""
+
+    task_id: str
+    operation_key: str
+    sandbox_id: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SandboxState:
+    """What :class:`Inspect` found. ``sandbox_id`` is ``None`` when absent."""
+
+    sandbox_id: str | None
+    phase: SandboxPhase
+
+
+@attrs.frozen(kw_only=True)
+class SandboxReady:
+    """The sandbox :class:`Ensure` found or created."""
+
+    sandbox_id: str
+
+
+@attrs.frozen(kw_only=True)
+class Published:
+    """The snippet file is in place (newly written or already identical)."""
+
+    path: str
+
+
+@attrs.frozen(kw_only=True)
+class CommandState:
+    """A command's state as last observed in the sandbox.
+
+    ``exit_code`` is set only when the sandbox observed one. ``stdout_bytes``
+    and ``stderr_bytes`` are the retained output sizes so far.
+    """
+
+    status: CommandStatus
+    exit_code: int | None = None
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Started:
+    """:class:`Start` reached the sandbox. ``first_launch`` is false when the
+    task was already claimed with the same request digest: nothing new ran
+    (C2), and ``state`` is that first launch's state."""
+
+    task_id: str
+    first_launch: bool
+    state: CommandState
+
+
+@attrs.frozen(kw_only=True)
+class StartRefused:
+    """:class:`Start` reached the sandbox and launched nothing.
+
+    ``reason`` is ``"conflict"`` when the task id was claimed with another
+    request digest (C3), ``"stale_fence"`` when a higher execution fence was
+    already seen in this sandbox (C10), ``"publish_conflict"`` when the
+    snippet path holds other source.
+    """
+
+    reason: Literal["conflict", "stale_fence", "publish_conflict"]
+
+
+@attrs.frozen(kw_only=True)
+class OutputChunk:
+    """Bytes read from both streams starting at the given cursors.
+
+    Text never ends inside a UTF-8 character; the next cursors point just past
+    what was returned. ``more`` is true when either stream holds bytes beyond
+    the next cursor at the time of the read.
+    """
+
+    stdout: str
+    stderr: str
+    next_stdout_cursor: int
+    next_stderr_cursor: int
+    more: bool
+    state: CommandState
+
+
+@attrs.frozen(kw_only=True)
+class CancelRequested:
+    """The cancel request reached the sandbox; ``state`` is what was observed
+    right after (a request is not proof that the command is gone)."""
+
+    state: CommandState
+
+
+# ---------------------------------------------------------------------------
+# Failures
+
+
+class Delivery(enum.Enum):
+    """Whether a failed request may have reached the sandbox."""
+
+    NOT_SENT = "not_sent"
+    MAYBE_SENT = "maybe_sent"
+
+
+class EffectFailure(Exception):
+    """An effect could not produce an outcome.
+
+    Interpreters raise this (and only this) for expected failures; the driver
+    throws it into the program. ``delivery`` says whether the request may
+    have reached the sandbox; the core alone decides what that means for the
+    result (C5, C6). ``aborted`` marks a failure caused by the harness's abort
+    signal.
+    """
+
+    def __init__(self, delivery: Delivery, detail: str, *, aborted: bool = False) -> None:
+        super().__init__(f"{delivery.value}: {detail}")
+        self.delivery = delivery
+        self.detail = detail
+        self.aborted = aborted
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EffectFailure):
+            return NotImplemented
+        return (self.delivery, self.detail, self.aborted) == (
+            other.delivery,
+            other.detail,
+            other.aborted,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.delivery, self.detail, self.aborted))
+
+    def __repr__(self) -> str:
+        return f"EffectFailure({self.delivery.value!r}, {self.detail!r}, aborted={self.aborted})"
+
+
+class FatalInterpreterError(Exception):
+    """An interpreter error that must reach the caller instead of becoming a
+    result: a replay divergence is a failing test, not a tool outcome. Every
+    other exception an interpreter raises is turned into an
+    :class:`EffectFailure` (``maybe_sent``) by the port."""
+
+
+# ---------------------------------------------------------------------------
+# Harness effects (verbs)
+
+
+@attrs.frozen(kw_only=True)
+class Authorize:
+    """Ask the harness policy about this call. Outcome: :data:`PolicyDecision`."""
+
+    tool: str
+    call_id: str
+
+
+@attrs.frozen(kw_only=True)
+class CheckAuthority:
+    """Guard check. Outcome: :class:`AuthorityReport`.
+
+    ``request_digest`` is the digest of the request as first seen; a live
+    request whose digest differs has drifted (C9).
+    """
+
+    request_digest: str
+
+
+@attrs.frozen(kw_only=True)
+class ResolveOwned:
+    """Find a command this session owns. Outcome: :class:`OwnedCommand`, or
+    ``None`` when the session owns no such command (C4)."""
+
+    task_id: str
+
+
+@attrs.frozen(kw_only=True)
+class RememberOwned:
+    """Record, before its launch is requested, that this session owns a
+    command, so it can be reconciled even if the launch's answer is lost.
+    Outcome: ``None``."""
+
+    task_id: str
+    operation_key: str
+    sandbox_id: str
+
+
+@attrs.frozen(kw_only=True)
+class WriteArtifact:
+    """Store a full, uncut result (C15). Outcome: :class:`ArtifactRef`.
+
+    ``content`` is the canonical JSON text of the result content.
+    """
+
+    key: str
+    content: str
+    media_type: str = "application/json"
+
+
+# ---------------------------------------------------------------------------
+# Sandbox effects (verbs)
+
+
+@attrs.frozen(kw_only=True)
+class Inspect:
+    """Look up this session's sandbox without creating it.
+    Outcome: :class:`SandboxState`. Not a side effect."""
+
+    session_id: str
+    owner_key: str
+
+
+@attrs.frozen(kw_only=True)
+class Ensure:
+    """Find this session's sandbox or create it (idempotent per session and
+    owner). Outcome: :class:`SandboxReady`. A side effect (C5)."""
+
+    session_id: str
+    owner_key: str
+
+
+@attrs.frozen(kw_only=True)
+class Publish:
+    """Write a snippet to ``path`` with mode 0600, unless the same source is
+    already there (C16). Outcome: :class:`Published`, or
+    :class:`StartRefused` (``publish_conflict``) when other source is there.
+    A side effect."""
+
+    sandbox_id: str
+    task_id: str
+    path: str
+    source: str
+
+
+@attrs.frozen(kw_only=True)
+class Start:
+    """Launch ``command`` as task ``task_id``, at most once ever (C2).
+
+    The sandbox claims the task id atomically. A claim with the same
+    ``request_digest`` means this is a retry: nothing runs and the first
+    launch's state comes back. A claim with another digest, or a ``fence``
+    below the highest seen in the sandbox, launches nothing.
+    Outcome: :class:`Started` or :class:`StartRefused`. A side effect.
+
+    ``env`` values reach the command through a private file, never the
+    process environment or any output (C17). ``timeout_seconds`` is enforced
+    inside the sandbox.
+    """
+
+    sandbox_id: str
+    task_id: str
+    request_digest: str
+    command: str
+    cwd: str | None
+    env: Mapping[str, str] | None
+    timeout_seconds: int
+    fence: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Wait:
+    """Block until the command ends or ``timeout_seconds`` pass, whichever is
+    first, and report its state. Event-driven: returns as soon as the command
+    ends; an abort interrupts it at once (as an aborted
+    :class:`EffectFailure`). Never changes the command's own deadline.
+    Outcome: :class:`CommandState`. Not a side effect."""
+
+    sandbox_id: str
+    task_id: str
+    timeout_seconds: float
+
+
+@attrs.frozen(kw_only=True)
+class Read:
+    """Read both streams from byte cursors, at most ``max_bytes`` each.
+    Re-reading an old cursor returns the same bytes.
+    Outcome: :class:`OutputChunk`. Not a side effect."""
+
+    sandbox_id: str
+    task_id: str
+    stdout_cursor: int
+    stderr_cursor: int
+    max_bytes: int
+
+
+@attrs.frozen(kw_only=True)
+class Cancel:
+    """Request the end of the command's whole process group (C18).
+    Outcome: :class:`CancelRequested`. A side effect."""
+
+    sandbox_id: str
+    task_id: str
+
+
+HarnessEffect = Authorize | CheckAuthority | ResolveOwned | RememberOwned | WriteArtifact
+SandboxEffect = Inspect | Ensure | Publish | Start | Wait | Read | Cancel
+Effect = HarnessEffect | SandboxEffect
+
+HARNESS_EFFECTS: tuple[type, ...] = (
+    Authorize,
+    CheckAuthority,
+    ResolveOwned,
+    RememberOwned,
+    WriteArtifact,
+)
+SANDBOX_EFFECTS: tuple[type, ...] = (Inspect, Ensure, Publish, Start, Wait, Read, Cancel)
+
+Outcome = (
+    PolicyDecision
+    | AuthorityReport
+    | OwnedCommand
+    | SandboxState
+    | SandboxReady
+    | Published
+    | Started
+    | StartRefused
+    | CommandState
+    | OutputChunk
+    | CancelRequested
+    | ArtifactRef
+    | None
+)

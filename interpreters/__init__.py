@@ -1,0 +1,1 @@
+"""sandrail.interpreters: everything that touches the world."""

@@ -1,0 +1,56 @@
+"""The stock abort signal a harness hands to a port with each request."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+__all__ = ["CancelToken"]
+
+
+class CancelToken:
+    """A one-way abort signal, safe to fire from any thread.
+
+    ``cancel()`` sets it for good and runs the registered callbacks once
+    (a callback registered after the fact runs at once). Ports check it
+    before and after every external step (C11), and waits wake on it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._callbacks: dict[int, Callable[[], object]] = {}
+        self._next = 0
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            if self._cancelled:
+                return
+            self._cancelled = True
+            callbacks = list(self._callbacks.values())
+            self._callbacks.clear()
+        for callback in callbacks:
+            callback()
+
+    def add_callback(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Run ``callback`` when the token fires; returns a function that unregisters it."""
+        with self._lock:
+            if not self._cancelled:
+                key = self._next
+                self._next += 1
+                self._callbacks[key] = callback
+
+                def remove() -> None:
+                    with self._lock:
+                        self._callbacks.pop(key, None)
+
+                return remove
+        callback()
+        return lambda: None
+
+    def __repr__(self) -> str:
+        return f"CancelToken(cancelled={self._cancelled})"
