@@ -1,0 +1,500 @@
+"""Tool definitions: names, JSON Schema parameters, metadata and limits (DESIGN §2).
+
+The two tool sets follow the reference port: the command tools
+(``sandbox_status``, ``run_command``, ``read_command_output``,
+``stop_command``) and the code tool (``run_code`` for a native owner,
+``sandbox_run_code`` for an agent owner). Limits and defaults are module
+constants so the programs that enforce them and the schemas that announce
+them cannot drift apart.
+
+A request carries the definition it was made from; :func:`definitions_equal`
+decides whether that is still ours (a stale or edited definition is refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+import attrs
+
+from ._canonical import canonical_json
+
+__all__ = [
+    "CODE_TOOL_NAMES",
+    "COMMAND_TOOL_NAMES",
+    "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
+    "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
+    "DEFAULT_LANGUAGE",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "LANGUAGES",
+    "LANGUAGE_ALIASES",
+    "MAX_CURSOR",
+    "MAX_TIMEOUT_SECONDS",
+    "MAX_WAIT_SECONDS",
+    "MIN_MAX_OUTPUT_BYTES",
+    "MIN_READ_MAX_BYTES",
+    "OWNED_COMMAND_LAUNCH",
+    "PERMISSION_CANCEL",
+    "PERMISSION_EXECUTE",
+    "READ_MAX_BYTES",
+    "RETAINED_OUTPUT_LIMIT",
+    "SAFE_READ",
+    "SANDBOX_ID_PATTERN",
+    "TASK_ID_PATTERN",
+    "TOOL_NAMES",
+    "ToolDefinition",
+    "code_tool_definitions",
+    "command_tool_definitions",
+    "definitions_equal",
+    "resolve_language",
+]
+
+# Limits (DESIGN §2; the reference port's values).
+MAX_TIMEOUT_SECONDS: Final = 86_400
+DEFAULT_FOREGROUND_TIMEOUT_SECONDS: Final = 300
+DEFAULT_BACKGROUND_TIMEOUT_SECONDS: Final = 300
+DEFAULT_MAX_OUTPUT_BYTES: Final = 24_000
+MIN_MAX_OUTPUT_BYTES: Final = 256
+READ_MAX_BYTES: Final = 65_536
+MIN_READ_MAX_BYTES: Final = 4
+MAX_WAIT_SECONDS: Final = 600
+MAX_CURSOR: Final = 2**53 - 1
+RETAINED_OUTPUT_LIMIT: Final = 16 * 1024 * 1024
+TASK_ID_PATTERN: Final = r"^[a-f0-9]{64}$"
+SANDBOX_ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,128}$"
+
+# Metadata values.
+PERMISSION_EXECUTE: Final = "sandbox:execute"
+PERMISSION_CANCEL: Final = "sandbox:cancel"
+SAFE_READ: Final = "safe-read/v1"
+OWNED_COMMAND_LAUNCH: Final = "owned-command-launch/v1"
+
+COMMAND_TOOL_NAMES: Final = ("sandbox_status", "run_command", "read_command_output", "stop_command")
+CODE_TOOL_NAMES: Final = ("run_code", "sandbox_run_code")
+TOOL_NAMES: Final = COMMAND_TOOL_NAMES + CODE_TOOL_NAMES
+
+DEFAULT_LANGUAGE: Final = "python"
+LANGUAGES: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
+    {
+        # canonical name -> (snippet file suffix, runner program)
+        "python": (".py", "python"),
+        "javascript": (".js", "node"),
+        "bash": (".sh", "bash"),
+    }
+)
+LANGUAGE_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "py": "python",
+        "python3": "python",
+        "js": "javascript",
+        "node": "javascript",
+        "nodejs": "javascript",
+        "sh": "bash",
+        "shell": "bash",
+    }
+)
+
+# Deadline slack the harness gives a call beyond the command's own timeout.
+_CALL_SLACK_MS: Final = 20_000
+_STATUS_TIMEOUT_MS: Final = 10_000
+_STOP_TIMEOUT_MS: Final = 10_000
+_READ_TIMEOUT_MS: Final = (MAX_WAIT_SECONDS + 10) * 1000
+
+
+def resolve_language(value: object) -> str | None:
+    """The canonical language a ``run_code`` ``language`` argument names.
+
+    ``None`` and ``""`` mean the default (``python``). Otherwise the value is
+    trimmed, lowercased and looked up in :data:`LANGUAGES` and
+    :data:`LANGUAGE_ALIASES`. Returns ``None`` for an unsupported language
+    (the program answers ``unsupported_language``) and for a non-string;
+    never raises.
+    """
+    if value is None or value == "":
+        return DEFAULT_LANGUAGE
+    if not isinstance(value, str):
+        return None
+    selected = value.strip().lower()
+    selected = LANGUAGE_ALIASES.get(selected, selected)
+    return selected if selected in LANGUAGES else None
+
+
+# --- frozen JSON ------------------------------------------------------------
+
+
+def _freeze(value: object) -> Any:
+    """A read-only deep copy of JSON data: mappings become read-only views of
+    fresh dicts, arrays become tuples. Raises TypeError for non-JSON values."""
+    if isinstance(value, Mapping):
+        frozen: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"schema key {key!r} is not a string")
+            frozen[key] = _freeze(item)
+        return MappingProxyType(frozen)
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(item) for item in value)
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+def _thaw(value: Any) -> Any:
+    """Plain, fresh JSON data (dicts and lists) from :func:`_freeze`'s output."""
+    if isinstance(value, Mapping):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(item) for item in value]
+    return value
+
+
+def _check_parameters(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    if (
+        not isinstance(value, Mapping)
+        or value.get("type") != "object"
+        or value.get("additionalProperties") is not False
+    ):
+        raise ValueError('parameters must be an object schema with "additionalProperties": false')
+
+
+def _check_positive_int(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive integer, got {value!r}")
+
+
+def _check_exact_bool(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not bool:
+        raise TypeError(f"{attribute.name} must be a bool, got {type(value).__name__}")
+
+
+def _to_str_tuple(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError("permissions must be a list of strings")
+    if not all(isinstance(item, str) for item in value):
+        raise TypeError("permissions must be a list of strings")
+    return tuple(value)
+
+
+_str = attrs.validators.instance_of(str)
+_optional_str = attrs.validators.optional(_str)
+
+
+@attrs.frozen(kw_only=True, cache_hash=True)
+class ToolDefinition:
+    """One tool as the model sees it, plus what the harness needs to schedule it.
+
+    ``parameters`` is a JSON Schema (Draft 2020-12) for the call's arguments,
+    always an object schema with ``additionalProperties: false``. It is stored
+    as a read-only deep copy (mappings are ``MappingProxyType`` views, arrays
+    are tuples); :meth:`to_dict` returns a fresh plain copy. Two definitions
+    are equal when all fields are equal and their parameters are the same JSON
+    (compared by canonical form, so ``true`` never equals ``1``).
+
+    Construction raises ``TypeError``/``ValueError`` for malformed fields.
+    """
+
+    name: str = attrs.field(validator=_str)
+    description: str = attrs.field(validator=_str)
+    parameters: Mapping[str, Any] = attrs.field(
+        converter=_freeze, validator=_check_parameters, eq=canonical_json
+    )
+    read_only: bool = attrs.field(validator=_check_exact_bool)
+    concurrent_safe: bool = attrs.field(validator=_check_exact_bool)
+    permissions: tuple[str, ...] = attrs.field(converter=_to_str_tuple)
+    timeout_ms: int = attrs.field(validator=_check_positive_int)
+    recovery_policy: str | None = attrs.field(default=None, validator=_optional_str)
+    background_command_policy: str | None = attrs.field(default=None, validator=_optional_str)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A fresh plain JSON object (snake_case keys; unset policies omitted)."""
+        result: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": _thaw(self.parameters),
+            "read_only": self.read_only,
+            "concurrent_safe": self.concurrent_safe,
+            "permissions": list(self.permissions),
+            "timeout_ms": self.timeout_ms,
+        }
+        if self.recovery_policy is not None:
+            result["recovery_policy"] = self.recovery_policy
+        if self.background_command_policy is not None:
+            result["background_command_policy"] = self.background_command_policy
+        return result
+
+    @classmethod
+    def from_dict(cls, data: object) -> ToolDefinition:
+        """The definition :meth:`to_dict` wrote. Raises ``ValueError`` for
+        anything else: a missing or unknown key, or a malformed value."""
+        if not isinstance(data, Mapping):
+            raise ValueError("a tool definition must be a JSON object")
+        fields = {field.name for field in attrs.fields(cls)}
+        unknown = sorted(str(key) for key in data if key not in fields)
+        if unknown:
+            raise ValueError(f"unknown tool definition keys: {', '.join(unknown)}")
+        try:
+            return cls(**{str(key): value for key, value in data.items()})
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise ValueError(f"malformed tool definition: {exc}") from None
+
+
+def definitions_equal(supplied: object, ours: ToolDefinition) -> bool:
+    """Whether a request's definition (a :class:`ToolDefinition` or its dict
+    form) is exactly ``ours``: their canonical JSON forms are equal.
+
+    Never raises: anything that has no canonical JSON form, or that fails
+    while being read, is simply not equal.
+    """
+    try:
+        if isinstance(supplied, ToolDefinition):
+            supplied = supplied.to_dict()
+        elif not isinstance(supplied, Mapping):
+            return False
+        return canonical_json(supplied) == canonical_json(ours.to_dict())
+    # Junk from a harness may fail in any way while it is read (a custom
+    # mapping, a cycle); every such failure just means "not our definition".
+    except Exception:
+        return False
+
+
+# --- the schemas --------------------------------------------------------------
+
+
+def _nullable(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}], "description": description}
+
+
+def _seconds(description: str) -> dict[str, Any]:
+    return _nullable({"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECONDS}, description)
+
+
+def _env(description: str) -> dict[str, Any]:
+    return _nullable({"type": "object", "additionalProperties": {"type": "string"}}, description)
+
+
+def _task_id(description: str) -> dict[str, Any]:
+    return {"type": "string", "pattern": TASK_ID_PATTERN, "description": description}
+
+
+def _cursor(stream: str) -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": MAX_CURSOR,
+        "default": 0,
+        "description": f"Byte offset into {stream} to read from; pass back the "
+        f"{stream}_cursor of the previous read to get only new output.",
+    }
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _check_foreground(foreground_timeout_seconds: int) -> None:
+    if (
+        type(foreground_timeout_seconds) is not int
+        or not 1 <= foreground_timeout_seconds <= MAX_TIMEOUT_SECONDS
+    ):
+        raise ValueError(
+            "foreground_timeout_seconds must be an integer from 1 to "
+            f"{MAX_TIMEOUT_SECONDS}, got {foreground_timeout_seconds!r}"
+        )
+
+
+def _read_only(
+    name: str, description: str, parameters: dict[str, Any], timeout_ms: int
+) -> ToolDefinition:
+    return ToolDefinition(
+        name=name,
+        description=description,
+        parameters=parameters,
+        read_only=True,
+        concurrent_safe=True,
+        permissions=(),
+        timeout_ms=timeout_ms,
+        recovery_policy=SAFE_READ,
+    )
+
+
+def _mutating(
+    name: str,
+    description: str,
+    parameters: dict[str, Any],
+    timeout_ms: int,
+    *,
+    permission: str,
+    background_command_policy: str | None = None,
+) -> ToolDefinition:
+    return ToolDefinition(
+        name=name,
+        description=description,
+        parameters=parameters,
+        read_only=False,
+        concurrent_safe=False,
+        permissions=(permission,),
+        timeout_ms=timeout_ms,
+        background_command_policy=background_command_policy,
+    )
+
+
+def command_tool_definitions(
+    foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
+) -> tuple[ToolDefinition, ...]:
+    """The four command tools, in this order: ``sandbox_status``,
+    ``run_command``, ``read_command_output``, ``stop_command``.
+
+    ``foreground_timeout_seconds`` is the longest a foreground ``run_command``
+    may run (and its default). Raises ``ValueError`` unless it is an integer
+    from 1 to :data:`MAX_TIMEOUT_SECONDS`.
+    """
+    _check_foreground(foreground_timeout_seconds)
+    limit = foreground_timeout_seconds
+    sandbox_status = _read_only(
+        "sandbox_status",
+        "Show which remote E2B sandbox this session's commands run in and what that "
+        "boundary means. Looks only; never creates a sandbox.",
+        _object({}, []),
+        _STATUS_TIMEOUT_MS,
+    )
+    run_command = _mutating(
+        "run_command",
+        "Run one shell command in this session's remote E2B sandbox, never on the "
+        "host machine. By default it waits for the command and returns its output. "
+        "With background=true it returns a task_id at once: follow the output with "
+        "read_command_output and end the command with stop_command. If the outcome "
+        "is reported as uncertain, the command is never started a second time; "
+        "check it with read_command_output on the returned task_id.",
+        _object(
+            {
+                "command": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The shell command line to run (bash syntax).",
+                },
+                "cwd": _nullable(
+                    {"type": "string"},
+                    "Working directory inside the sandbox (a remote path, not one on "
+                    "the host); null means the sandbox's default directory.",
+                ),
+                "timeout": _seconds(
+                    "Seconds a foreground command may run before it is stopped; null "
+                    f"means {limit}, and longer values are lowered to {limit}."
+                ),
+                "env": _env(
+                    "Extra environment variables for this command only, as name to "
+                    "value; values are never echoed back."
+                ),
+                "background": {
+                    "type": "boolean",
+                    "default": False,
+                    "description": "Start the command and return its task_id without "
+                    "waiting for it to finish.",
+                },
+                "background_timeout": _seconds(
+                    "Seconds a background command may run before it is stopped; only "
+                    "allowed with background=true; null means the port's default."
+                ),
+            },
+            ["command"],
+        ),
+        foreground_timeout_seconds * 1000 + _CALL_SLACK_MS,
+        permission=PERMISSION_EXECUTE,
+        background_command_policy=OWNED_COMMAND_LAUNCH,
+    )
+    read_command_output = _read_only(
+        "read_command_output",
+        "Read the status and new output of a command this session started, from "
+        "byte cursors into its stdout and stderr. Reading changes nothing and can be "
+        "repeated with the same cursors. Waiting does not extend the command's "
+        "deadline, and this tool never starts a sandbox or a command.",
+        _object(
+            {
+                "task_id": _task_id("The task_id run_command returned."),
+                "stdout_cursor": _cursor("stdout"),
+                "stderr_cursor": _cursor("stderr"),
+                "max_bytes": {
+                    "type": "integer",
+                    "minimum": MIN_READ_MAX_BYTES,
+                    "maximum": READ_MAX_BYTES,
+                    "default": READ_MAX_BYTES,
+                    "description": "Most bytes of each stream to return in this read.",
+                },
+                "wait_seconds": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_WAIT_SECONDS,
+                    "default": 0,
+                    "description": "Seconds to wait for the command to finish before "
+                    "reading; 0 reads at once.",
+                },
+            },
+            ["task_id"],
+        ),
+        _READ_TIMEOUT_MS,
+    )
+    stop_command = _mutating(
+        "stop_command",
+        "Ask a command this session started to stop, with all the processes it "
+        "spawned. A stop request is not proof that it ended: confirm the final status "
+        "with read_command_output.",
+        _object({"task_id": _task_id("The task_id run_command returned.")}, ["task_id"]),
+        _STOP_TIMEOUT_MS,
+        permission=PERMISSION_CANCEL,
+    )
+    return (sandbox_status, run_command, read_command_output, stop_command)
+
+
+def code_tool_definitions(
+    foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
+    *,
+    agent_owner: bool = False,
+) -> tuple[ToolDefinition, ...]:
+    """The code tool: ``(run_code,)`` for a native owner, ``(sandbox_run_code,)``
+    for an agent owner. Raises ``ValueError`` for a foreground timeout outside
+    1..:data:`MAX_TIMEOUT_SECONDS`."""
+    _check_foreground(foreground_timeout_seconds)
+    limit = foreground_timeout_seconds
+    aliases = ", ".join(f"{alias} ({name})" for alias, name in LANGUAGE_ALIASES.items())
+    run_code = _mutating(
+        "sandbox_run_code" if agent_owner else "run_code",
+        "Run a Python, JavaScript or Bash snippet in this session's remote E2B sandbox, "
+        "never on the host machine, and return its output. The snippet is saved to a "
+        "private file in the sandbox and run from there. If the outcome is reported as "
+        "uncertain, the snippet is never run a second time; reconcile the original "
+        "task first.",
+        _object(
+            {
+                "code": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The source code of the snippet.",
+                },
+                "language": {
+                    "type": "string",
+                    "default": DEFAULT_LANGUAGE,
+                    "description": f"One of {', '.join(LANGUAGES)}; also accepted: "
+                    f"{aliases}. Not case-sensitive.",
+                },
+                "timeout": _seconds(
+                    f"Seconds the snippet may run before it is stopped; null means "
+                    f"{limit}, and longer values are lowered to {limit}."
+                ),
+                "env": _env(
+                    "Extra environment variables for this snippet only, as name to "
+                    "value; values are never echoed back."
+                ),
+            },
+            ["code"],
+        ),
+        foreground_timeout_seconds * 1000 + _CALL_SLACK_MS,
+        permission=PERMISSION_EXECUTE,
+    )
+    return (run_code,)

@@ -1,0 +1,509 @@
+"""Checking a call's arguments against its tool's JSON Schema, and the
+``e2b_command_arguments_invalid`` content that reports what is wrong.
+
+Strategy: arguments arrive from a model through a harness, so they may be
+anything at all. :func:`check_arguments` first walks them once, without
+recursion, into a plain copy that holds only exact JSON types (``dict``,
+``list``, ``str``, ``int``, ``float``, ``bool``, ``None``); whatever is not
+JSON data (a custom object, NaN, a lone surrogate, a non-text key, a cycle or
+absurd nesting) becomes a problem of its own and an opaque stand-in in the
+copy. Only that copy reaches ``jsonschema``, whose errors are then turned into
+plain-words reasons. So the schema check never meets a ``repr`` that raises,
+never recurses deeply, and never quotes a value back: a reason names the
+field and what it must be, never what it held (environment values stay out
+of results, C17).
+
+Number semantics follow JSON Schema: ``1.0`` counts as the integer 1 (JSON
+has one number type, and the reference port cannot tell them apart), while
+``true``/``false`` are never integers. Programs that read an integer argument
+convert it with ``int()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from ._canonical import canonical_size, escaped_size
+from ._definitions import MIN_MAX_OUTPUT_BYTES, SANDBOX_ID_PATTERN, TASK_ID_PATTERN, ToolDefinition
+from ._results import ErrorCode
+
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "MAX_ARGUMENT_VALUES",
+    "ArgumentProblem",
+    "arguments_rejection",
+    "check_arguments",
+]
+
+MAX_ARGUMENT_DEPTH: Final = 64
+"""Containers nested deeper than this are reported, not inspected."""
+MAX_ARGUMENT_VALUES: Final = 100_000
+"""Arguments holding more JSON values than this are refused as a whole."""
+
+ROOT: Final = "arguments"
+_INSTRUCTION: Final = "Nothing ran. Fix the listed arguments and call again."
+# Longest field or reason text (in canonical bytes) kept once content must shrink.
+_TEXT_LIMIT: Final = 256
+_ENTRY_OVERHEAD: Final = len('{"field":"","reason":""}')
+
+_PATTERN_MEANINGS: Final = {
+    TASK_ID_PATTERN: "64 lowercase hex characters",
+    SANDBOX_ID_PATTERN: "1 to 128 letters, digits, '_' or '-'",
+}
+
+
+@attrs.frozen
+class ArgumentProblem:
+    """One thing wrong with a call's arguments.
+
+    ``path`` names the field, e.g. ``arguments.env.HOME``, ``arguments.x[0]``,
+    or ``arguments`` for the whole object; ``reason`` says in plain words what
+    it must be. Neither ever quotes a value.
+    """
+
+    path: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"field": self.path, "reason": self.reason}
+
+
+def check_arguments(definition: ToolDefinition, arguments: object) -> tuple[ArgumentProblem, ...]:
+    """Every problem with ``arguments`` for ``definition``, sorted by path then
+    reason; an empty tuple means they are valid.
+
+    Never raises for any ``arguments``. (A ``definition`` whose parameters are
+    not a valid JSON Schema raises ``jsonschema.SchemaError``: that is a bug in
+    the definition, not in the call.)
+    """
+    validator = _validator_for(definition)
+    walked = _to_plain_json(arguments)
+    if isinstance(walked, ArgumentProblem):
+        return (walked,)
+    plain, found = walked
+    for error in validator.iter_errors(plain):
+        found.update(_explain(error, validator))
+    return tuple(sorted(found, key=lambda problem: (problem.path, problem.reason)))
+
+
+def arguments_rejection(
+    problems: Iterable[ArgumentProblem], max_output_bytes: int
+) -> dict[str, Any]:
+    """The ``error`` content for invalid arguments, within ``max_output_bytes``.
+
+    Shape: ``ok: false``, ``error_type: "e2b_command_arguments_invalid"``,
+    ``executed: false``, ``problems`` (a list of ``{field, reason}``) and a
+    one-line ``instruction``. When everything does not fit, long texts are cut
+    (head and tail kept, with a marker naming the bytes left out), the
+    problems that still do not fit are dropped from the end and counted in
+    ``problems_omitted``. The first problem stays if it fits at all; if not
+    even it does, the bare three-key content is returned. The canonical JSON
+    of the result is always at most ``max_output_bytes`` (C12).
+
+    Raises ``ValueError`` if ``max_output_bytes`` is below
+    :data:`~sandrail.core._definitions.MIN_MAX_OUTPUT_BYTES`.
+    """
+    if type(max_output_bytes) is not int or max_output_bytes < MIN_MAX_OUTPUT_BYTES:
+        raise ValueError(
+            f"max_output_bytes must be an integer of at least {MIN_MAX_OUTPUT_BYTES}, "
+            f"got {max_output_bytes!r}"
+        )
+    bare: dict[str, Any] = {
+        "ok": False,
+        "error_type": ErrorCode.ARGUMENTS_INVALID.value,
+        "executed": False,
+    }
+    listed = list(problems)
+    layout = _Layout(bare | {"problems": [], "instruction": _INSTRUCTION}, len(listed))
+    # Strategy: measure before building. Problem texts can be megabytes each
+    # (a field name is whatever key the model sent), so sizes are summed entry
+    # by entry and the walk stops as soon as the budget is spent.
+    whole = _longest_prefix(layout, listed, max_output_bytes, cap=False)
+    if len(whole) == len(listed):
+        content = layout.content(whole)
+    else:
+        content = _fit_problems(layout, listed, max_output_bytes) or bare
+    # The arithmetic above is exact; this last measure makes C12 hold even if it were not.
+    return content if canonical_size(content) <= max_output_bytes else bare
+
+
+# --- walking arbitrary input into plain JSON ---------------------------------------
+
+
+class _NotJSON:
+    """Stands in for a value already reported; the schema check skips it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<not JSON>"
+
+
+_NOT_JSON: Final = _NotJSON()
+
+_Path = tuple[str | int, ...]
+
+
+class _TooManyValuesError(Exception):
+    pass
+
+
+def _to_plain_json(
+    arguments: object,
+) -> tuple[dict[str, Any], set[ArgumentProblem]] | ArgumentProblem:
+    """A plain copy of ``arguments`` and the problems found on the way, or the
+    single problem that stops the check (not an object, far too many values)."""
+    if not issubclass(type(arguments), Mapping):
+        return ArgumentProblem(ROOT, "must be a JSON object")
+    walker = _Walker()
+    try:
+        root = walker.run(arguments)
+    except _TooManyValuesError:
+        return ArgumentProblem(ROOT, f"must hold at most {MAX_ARGUMENT_VALUES} values in all")
+    if not isinstance(root, dict):
+        return ArgumentProblem(ROOT, "must be a JSON object")
+    return root, walker.problems
+
+
+class _Walker:
+    """Iterative copy of JSON-like data: each node's plain value is stored into
+    its parent's slot; bad nodes become :data:`_NOT_JSON` plus a problem."""
+
+    def __init__(self) -> None:
+        self.problems: set[ArgumentProblem] = set()
+        self._count = 0
+
+    def run(self, value: object) -> object:
+        holder: list[object] = [None]
+        stack: list[tuple[object, _Path, Any, str | int]] = [(value, (), holder, 0)]
+        while stack:
+            node, path, parent, slot = stack.pop()
+            self._count += 1
+            if self._count > MAX_ARGUMENT_VALUES:
+                raise _TooManyValuesError
+            try:
+                parent[slot] = self._plain(node, path, stack)
+            except Exception:
+                # A custom object may fail in any way while it is read.
+                parent[slot] = self._bad(path, "must be JSON data")
+        return holder[0]
+
+    def _bad(self, path: _Path, reason: str) -> _NotJSON:
+        self.problems.add(ArgumentProblem(_format_path(path), reason))
+        return _NOT_JSON
+
+    def _plain(
+        self, node: Any, path: _Path, stack: list[tuple[object, _Path, Any, str | int]]
+    ) -> object:
+        # Types are read with `type()` and copied with the base class's own
+        # methods, so a subclass's overrides never run on the way to the copy.
+        kind = type(node)
+        if node is None or node is True or node is False:
+            return node
+        if issubclass(kind, str):
+            text = str.__str__(node)
+            if not _is_unicode(text):
+                return self._bad(path, "must be valid Unicode text (holds a lone surrogate)")
+            return text
+        if issubclass(kind, int):
+            return int.__int__(node)
+        if issubclass(kind, float):
+            number = float.__float__(node)
+            if not math.isfinite(number):
+                return self._bad(path, "must be JSON data (a finite number)")
+            return number
+        is_object = issubclass(kind, Mapping)
+        if not is_object and not issubclass(kind, (list, tuple)):
+            return self._bad(path, "must be JSON data")
+        if len(path) >= MAX_ARGUMENT_DEPTH:
+            return self._bad(path, f"must be nested at most {MAX_ARGUMENT_DEPTH} levels deep")
+        # Read the whole container before scheduling any child, so a container
+        # that fails half-way leaves no orphans behind.
+        children: list[tuple[str | int, object]]
+        copy: dict[str, Any] | list[Any]
+        if is_object:
+            children = []
+            for key, item in list(node.items()):
+                if not issubclass(type(key), str):
+                    self._bad(
+                        path, f"must be JSON data (keys must be text, not {type(key).__name__})"
+                    )
+                    continue
+                children.append((str.__str__(key), item))
+            copy = {str(name): None for name, _ in children}
+        else:
+            children = list(enumerate(list(node)))
+            copy = [None] * len(children)
+        for name, item in children:
+            child = (*path, name)
+            if isinstance(name, str) and not _is_unicode(name):
+                self._bad(child, "must be valid Unicode text (holds a lone surrogate)")
+            stack.append((item, child, copy, name))
+        return copy
+
+
+def _is_unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _printable(text: str) -> str:
+    """``text`` with any lone surrogate spelled out as ``\\udxxx``."""
+    if _is_unicode(text):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _format_path(path: Iterable[str | int]) -> str:
+    parts = [ROOT]
+    for part in path:
+        parts.append(f"[{part}]" if isinstance(part, int) else f".{part}")
+    return _printable("".join(parts))
+
+
+# --- turning jsonschema errors into plain words ------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _validator_for(definition: ToolDefinition) -> Any:
+    """Built once per definition and reused for every call."""
+    schema = definition.to_dict()["parameters"]
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+_DESCRIBED_BY_SCHEMA: Final = frozenset(
+    {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "enum", "const"}
+)
+
+
+def _explain(error: ValidationError, validator: Any) -> Iterator[ArgumentProblem]:
+    if isinstance(error.instance, _NotJSON):
+        return  # reported while walking
+    path = tuple(error.absolute_path)
+    # jsonschema types these as "maybe unset"; for a yielded error they are set.
+    schema: Any = error.schema
+    instance: Any = error.instance
+    value: Any = error.validator_value
+    kind = error.validator
+    if kind == "required":
+        for name in value:
+            if name not in instance:
+                yield ArgumentProblem(_format_path((*path, name)), "is required")
+    elif kind == "additionalProperties":
+        allowed = schema.get("properties", {})
+        for name in instance:
+            if name not in allowed:
+                yield ArgumentProblem(_format_path((*path, name)), "is not an allowed field")
+    elif kind in ("anyOf", "oneOf"):
+        yield from _explain_alternatives(error, validator, path)
+    elif kind in _DESCRIBED_BY_SCHEMA:
+        yield ArgumentProblem(_format_path(path), "must be " + _describe(schema))
+    elif kind == "minLength":
+        least = value
+        reason = "must not be empty" if least == 1 else f"must be at least {least} characters long"
+        yield ArgumentProblem(_format_path(path), reason)
+    elif kind == "maxLength":
+        yield ArgumentProblem(_format_path(path), f"must be at most {value} characters long")
+    elif kind == "pattern":
+        yield ArgumentProblem(_format_path(path), "must match " + _pattern(value))
+    else:
+        yield ArgumentProblem(_format_path(path), f"does not meet the schema's {kind} rule")
+
+
+def _explain_alternatives(
+    error: ValidationError, validator: Any, path: _Path
+) -> Iterator[ArgumentProblem]:
+    """For ``anyOf`` (nullable fields): if the value has the type one branch
+    wants, say what is wrong with it under that branch; else list the branches."""
+    branches: Any = error.validator_value
+    schema: Any = error.schema
+    index = next(
+        (
+            index
+            for index, branch in enumerate(branches)
+            if isinstance(branch.get("type"), str)
+            and validator.is_type(error.instance, branch["type"])
+        ),
+        None,
+    )
+    inner = [sub for sub in error.context or () if sub.relative_schema_path[0] == index]
+    if inner:
+        for sub in inner:
+            yield from _explain(sub, validator)
+        return
+    yield ArgumentProblem(_format_path(path), "must be " + _describe(schema))
+
+
+def _describe(schema: Mapping[str, Any]) -> str:
+    """What a value must be under a (simple) schema, in plain words."""
+    if "anyOf" in schema:
+        return ", or ".join(_describe(branch) for branch in schema["anyOf"])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return ", or ".join(_describe({**schema, "type": one}) for one in kind)
+    if kind in ("integer", "number"):
+        noun = "an integer" if kind == "integer" else "a number"
+        least, most = schema.get("minimum"), schema.get("maximum")
+        if least is not None and most is not None:
+            return f"{noun} from {least} to {most}"
+        if least is not None:
+            return f"{noun} of at least {least}"
+        if most is not None:
+            return f"{noun} of at most {most}"
+        return noun
+    if kind == "string":
+        if "pattern" in schema:
+            return "a string matching " + _pattern(schema["pattern"])
+        return "a non-empty string" if schema.get("minLength", 0) >= 1 else "a string"
+    if kind == "object":
+        values = schema.get("additionalProperties")
+        if isinstance(values, Mapping):
+            return f"a JSON object whose every value is {_describe(values)}"
+        return "a JSON object"
+    if kind in _NOUNS:
+        return _NOUNS[kind]
+    if "enum" in schema:
+        return "one of " + ", ".join(str(option) for option in schema["enum"])
+    if "const" in schema:
+        return f"exactly {schema['const']}"
+    return "a value the schema allows"
+
+
+_NOUNS: Final = {"boolean": "true or false", "null": "null", "array": "an array"}
+
+
+def _pattern(pattern: str) -> str:
+    meaning = _PATTERN_MEANINGS.get(pattern)
+    return f"{pattern} ({meaning})" if meaning else pattern
+
+
+# --- fitting the rejection into a budget --------------------------------------------
+
+
+def _entry(field: str, reason: str) -> dict[str, str]:
+    return {"field": field, "reason": reason}
+
+
+class _Layout:
+    """Exact canonical sizes of the rejection content around its problem list."""
+
+    def __init__(self, frame: dict[str, Any], count: int) -> None:
+        self.frame = frame
+        self.count = count
+        self.frame_size = canonical_size(frame)
+        # `,"problems_omitted":0`; each further digit of the count adds a byte.
+        self.omitted_size = canonical_size(frame | {"problems_omitted": 0}) - self.frame_size - 1
+
+    def total(self, kept: int, entries_size: int) -> int:
+        omitted = self.count - kept
+        commas = max(kept - 1, 0)
+        extra = self.omitted_size + len(str(omitted)) if omitted else 0
+        return self.frame_size + entries_size + commas + extra
+
+    def content(self, kept: list[dict[str, str]]) -> dict[str, Any]:
+        content = self.frame | {"problems": kept}
+        if len(kept) < self.count:
+            content["problems_omitted"] = self.count - len(kept)
+        return content
+
+
+def _longest_prefix(
+    layout: _Layout, problems: Sequence[ArgumentProblem], budget: int, *, cap: bool
+) -> list[dict[str, str]]:
+    """The longest prefix of ``problems`` that fits (texts cut to
+    :data:`_TEXT_LIMIT` if ``cap``)."""
+    kept: list[dict[str, str]] = []
+    used = 0
+    for problem in problems:
+        field, reason = _printable(problem.path), _printable(problem.reason)
+        if cap:
+            field, reason = _capped(field), _capped(reason)
+        size = _ENTRY_OVERHEAD + escaped_size(field) + escaped_size(reason)
+        if layout.total(len(kept) + 1, used + size) > budget:
+            break
+        kept.append(_entry(field, reason))
+        used += size
+    return kept
+
+
+def _fit_problems(
+    layout: _Layout, problems: Sequence[ArgumentProblem], budget: int
+) -> dict[str, Any] | None:
+    """The longest prefix with texts capped, or else the first problem cut to
+    the room left; ``None`` if not even that fits."""
+    kept = _longest_prefix(layout, problems, budget, cap=True)
+    if not kept:
+        first = problems[0]
+        pair = (_printable(first.path), _printable(first.reason))
+        entry = _cut_first(pair, budget - layout.total(1, _ENTRY_OVERHEAD))
+        if entry is None:
+            return None
+        kept = [entry]
+    return layout.content(kept)
+
+
+def _cut_first(pair: tuple[str, str], room: int) -> dict[str, str] | None:
+    """The first problem with its texts cut to share ``room`` bytes."""
+    field, reason = pair
+    reason_size = escaped_size(reason)
+    field_room = min(escaped_size(field), max(room // 2, room - reason_size))
+    short_field = _shorten(field, field_room)
+    if short_field is None:
+        return None
+    short_reason = _shorten(reason, room - escaped_size(short_field))
+    if short_reason is None:
+        return None
+    return _entry(short_field, short_reason)
+
+
+def _shorten(text: str, limit: int) -> str | None:
+    """``text`` if it fits ``limit`` canonical bytes; else its head and tail
+    around a marker naming how many UTF-8 bytes were left out; ``None`` if not
+    even the marker fits. The result is always valid Unicode."""
+    if escaped_size(text) <= limit:
+        return text
+    size = len(text.encode("utf-8"))
+    room = limit - escaped_size(_marker(size))
+    if room < 0:
+        return None
+    head = _take(text, room - room // 2, from_end=False)
+    tail = _take(text, room // 2, from_end=True)
+    cut = size - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
+    return head + _marker(cut) + tail
+
+
+def _capped(text: str) -> str:
+    # _TEXT_LIMIT is far above any marker's size, so this never gives up.
+    return _shorten(text, _TEXT_LIMIT) or ""
+
+
+def _marker(cut: int) -> str:
+    return f"…[{cut} bytes cut]…"
+
+
+def _take(text: str, room: int, *, from_end: bool) -> str:
+    """The longest head (or tail) of ``text`` within ``room`` canonical bytes."""
+    if room <= 0:
+        return ""
+    # Each character costs at least one byte, so at most `room` are looked at.
+    window = text[-room:] if from_end else text[:room]
+    if escaped_size(window) <= room:
+        return window
+    chars = reversed(window) if from_end else iter(window)
+    sizes = itertools.accumulate(escaped_size(char) for char in chars)
+    count = sum(1 for _ in itertools.takewhile(lambda size: size <= room, sizes))
+    return window[len(window) - count :] if from_end else window[:count]

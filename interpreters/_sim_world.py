@@ -1,0 +1,143 @@
+"""The simulator's world: sandboxes, their files, and launched tasks.
+
+Strategy: a task never runs "in the background". Its whole life is a function
+of the virtual clock: it starts at ``started_at`` and ends at the earliest of
+its natural exit, its in-sandbox deadline and the moment it was killed. Its
+state and visible output at any instant are computed from that, so advancing
+the clock needs no scheduler and re-reading the past gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import attrs
+
+from sandrail.core._effects import CommandState, CommandStatus, Start
+
+from ._sim_scripts import Script, Stream
+
+__all__ = [
+    "CANCELED_EXIT_CODE",
+    "TIMED_OUT_EXIT_CODE",
+    "SandboxFile",
+    "SimSandbox",
+    "SimTask",
+    "read_utf8",
+]
+
+TIMED_OUT_EXIT_CODE = 124
+"""Exit code of a command killed at its in-sandbox deadline (as ``timeout(1)``)."""
+
+CANCELED_EXIT_CODE = 143
+"""Exit code of a canceled command (128 + SIGTERM)."""
+
+Kill = Literal["canceled", "unknown"]
+
+
+@attrs.frozen(kw_only=True)
+class SandboxFile:
+    """A file in a simulated sandbox."""
+
+    source: str
+    mode: int
+
+
+@attrs.define(kw_only=True)
+class SimTask:
+    """One launched command: the request that launched it and its script."""
+
+    request: Start
+    script: Script
+    started_at: float
+    killed_at: float | None = None
+    killed_as: Kill | None = None
+
+    def ending(self) -> tuple[float, CommandStatus, int | None]:
+        """When the task ends (``inf``: not yet known), how, and its exit code."""
+        if self.killed_at is not None and self.killed_as is not None:
+            code = CANCELED_EXIT_CODE if self.killed_as == "canceled" else None
+            return self.killed_at, self.killed_as, code
+        natural = (
+            math.inf if self.script.exit_code is None else self.started_at + self.script.duration
+        )
+        deadline = self.started_at + self.request.timeout_seconds
+        if natural <= deadline:
+            return natural, "exited", self.script.exit_code
+        return deadline, "timed_out", TIMED_OUT_EXIT_CODE
+
+    def running(self, now: float) -> bool:
+        return now < self.ending()[0]
+
+    def output(self, now: float, stream: Stream) -> bytes:
+        """Everything ``stream`` holds at ``now``, as UTF-8."""
+        until = min(now, self.ending()[0])
+        return "".join(
+            chunk.text
+            for chunk in self.script.chunks
+            if chunk.stream == stream and self.started_at + chunk.offset <= until
+        ).encode("utf-8")
+
+    def state(self, now: float) -> CommandState:
+        end, status, code = self.ending()
+        sizes = {
+            "stdout_bytes": len(self.output(now, "stdout")),
+            "stderr_bytes": len(self.output(now, "stderr")),
+        }
+        if now < end:
+            return CommandState(status="running", **sizes)
+        return CommandState(status=status, exit_code=code, **sizes)
+
+    def live_processes(self, now: float) -> int:
+        """The command and its children while it runs; nothing once it ended."""
+        return 1 + self.script.children if self.running(now) else 0
+
+    def kill(self, now: float, how: Kill) -> None:
+        """End the whole process group now, if it still runs."""
+        if self.running(now):
+            self.killed_at = now
+            self.killed_as = how
+
+
+@attrs.define(kw_only=True)
+class SimSandbox:
+    """One simulated sandbox. ``highest_fence`` is the highest execution fence
+    any launch carried here (C10)."""
+
+    sandbox_id: str
+    files: dict[str, SandboxFile] = attrs.field(factory=dict)
+    tasks: dict[str, SimTask] = attrs.field(factory=dict)
+    highest_fence: int | None = None
+    dead: bool = False
+
+    def die(self, now: float) -> None:
+        """Kill the sandbox: every running task ends with status ``unknown``."""
+        self.dead = True
+        for task in self.tasks.values():
+            task.kill(now, "unknown")
+
+
+def _continuation(byte: int) -> bool:
+    return byte & 0xC0 == 0x80
+
+
+def read_utf8(data: bytes, cursor: int, max_bytes: int) -> tuple[str, int]:
+    """Read at most ``max_bytes`` of valid UTF-8 ``data`` from ``cursor``.
+
+    Returns the text and the cursor just past it. The text never ends inside
+    a character: the read backs off to the last boundary (``max_bytes >= 4``
+    guarantees a character always fits). A cursor inside a character is moved
+    forward to the next boundary first, so the text is always an exact slice
+    of the output (the partial character is skipped, never replaced). A
+    cursor at or past the end reads nothing and stays where it is.
+    """
+    if cursor >= len(data):
+        return "", cursor
+    start = cursor
+    while start < len(data) and _continuation(data[start]):
+        start += 1
+    end = min(start + max_bytes, len(data))
+    while end < len(data) and _continuation(data[end]):
+        end -= 1
+    return data[start:end].decode("utf-8"), end

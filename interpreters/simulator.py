@@ -1,0 +1,527 @@
+"""An in-memory E2B: sandboxes, task claims, scripted processes, a virtual clock,
+and fault plans (DESIGN §6).
+
+:class:`Simulator` is a plain synchronous interpreter: call it with a sandbox
+effect, get that effect's outcome, or an :class:`EffectFailure` saying whether
+the request may have reached the sandbox. It never reads the real clock and
+never sleeps. Harness effects (``Authorize``, ``CheckAuthority``, ...) are the
+port's to answer; given one, the simulator raises :class:`TypeError`.
+
+Alongside, it keeps the ground truth tests judge results by: how many times
+each task really launched (:attr:`Simulator.launches`), which processes are
+alive, every effect received and every effect really applied.
+
+Semantics
+---------
+
+- **Time.** ``clock`` starts at 0.0. Every effect but ``Wait`` takes
+  ``latency`` (0.001 s) on arrival. ``Wait`` advances the clock to the
+  command's end or ``timeout_seconds``, whichever is first, and wakes at once
+  (an aborted failure) when the harness's cancel token has fired while the
+  command still runs. :meth:`Simulator.advance` lets time pass between calls.
+- **Sandboxes.** ``Ensure`` is idempotent per ``(session_id, owner_key)`` and
+  names sandboxes ``sbx-1``, ``sbx-2``, ... in creation order. ``Inspect``
+  reports ``absent``, ``ready``, or ``closed`` (the sandbox died). An effect
+  naming an unknown sandbox fails ``NOT_SENT`` (``sandbox <id> not found``).
+- **Publish** writes the source with mode 0600; the same source again is
+  ``Published`` again, other source is ``StartRefused("publish_conflict")``.
+- **Start** checks the fence first (C10): a fence below the highest seen in
+  the sandbox is ``StartRefused("stale_fence")``; otherwise it becomes the
+  highest (even when the claim then refuses). Then the claim (C2, C3): a new
+  task id launches (``launches[task_id] += 1``); a claimed one with the same
+  digest is ``Started(first_launch=False)`` with the first launch's state now;
+  another digest is ``StartRefused("conflict")``. Env values stay in the task:
+  no outcome, detail or exception carries them (C17).
+- **Scripts.** A launch runs ``scripts[command]``; failing that, the
+  ``scripts`` entry for the source of a file published in that sandbox whose
+  path appears in the command (a snippet run); failing that, ``default``
+  (a :class:`Script`, or a function of the command; by default
+  :func:`emulate`, see there for the few commands it knows).
+- **Ends.** Past ``timeout_seconds`` a command's group is killed: status
+  ``timed_out``, exit code 124. ``Cancel`` kills the group of a running
+  command (``canceled``, 143) and answers ``CancelRequested`` with the state
+  right after; children die with their leader (C18). A task id the sandbox
+  never launched reads as status ``unknown`` (``Wait``, ``Read``, ``Cancel``).
+- **Reads** return up to ``max_bytes`` (at least 4) per stream from the
+  cursors, never ending inside a UTF-8 character; a cursor inside a character
+  moves forward to the next boundary (the text is always an exact slice);
+  a cursor past the end reads nothing and stays. The same cursor always reads
+  the same text.
+
+Fault table
+-----------
+
+Each :class:`Fault` strikes one occurrence of one effect type. "Applied" means
+the sandbox really did what the effect asks. ``when`` is ignored where the
+kind fixes the order.
+
+===================  ====================  ======================================
+kind                 applied?              then
+===================  ====================  ======================================
+NOT_DELIVERED        never                 ``NOT_SENT "connect failed"``
+RESPONSE_LOST        always                ``MAYBE_SENT "response lost"``
+DELIVERED_LATE       later: held, then     ``MAYBE_SENT "request timed out"``;
+                     applied in order by   a late Start obeys the claim, digest
+                     :meth:`deliver_held`  and fence rules like any other
+                     or at the start of
+                     the next effect
+                     (``late_delivery``)
+HANG                 iff ``when="after"``  the clock jumps to arrival + timeout
+                                           (Wait: its own, others
+                                           ``hang_seconds``, 30 s), then
+                                           ``MAYBE_SENT "timed out waiting for
+                                           the sandbox"``; if the harness token
+                                           has fired, no jump and
+                                           ``MAYBE_SENT "aborted"`` (aborted)
+ABORT                iff ``when="after"``  ``harness.cancel_token.cancel()``,
+                                           ``MAYBE_SENT "aborted"`` (aborted)
+AUTHORITY_LOST       always; returns its   ``harness.authority_held = False``
+                     outcome               before or after applying
+REQUEST_MUTATED      always; returns its   ``harness.mutate_request()`` before
+                     outcome               or after applying
+MALFORMED_RESPONSE   always                ``MAYBE_SENT "malformed response"``
+SANDBOX_DIES         iff ``when="after"``  the sandbox the effect addresses (for
+                                           Inspect/Ensure: the session's, if
+                                           any) dies, then ``MAYBE_SENT
+                                           "sandbox not found"``
+===================  ====================  ======================================
+
+A dead sandbox's running tasks end with status ``unknown`` and no exit code
+(ground truth only: their output can no longer be read). Every later effect
+on it fails ``NOT_SENT "sandbox <id> is gone"``, ``Ensure`` for its session
+included (the session's idempotency key stays bound to the dead sandbox, so a
+new sandbox can never relaunch its tasks: C2); ``Inspect`` reports it
+``closed``. A failure raised while applying the effect (an unknown sandbox,
+say) wins over the fault's own failure.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Literal, assert_never
+
+from sandrail.core._effects import (
+    Allow,
+    Authorize,
+    Cancel,
+    CancelRequested,
+    CheckAuthority,
+    CommandState,
+    Delivery,
+    Effect,
+    EffectFailure,
+    Ensure,
+    Inspect,
+    Outcome,
+    OutputChunk,
+    PolicyDecision,
+    Publish,
+    Published,
+    Read,
+    RememberOwned,
+    ResolveOwned,
+    SandboxEffect,
+    SandboxPhase,
+    SandboxReady,
+    SandboxState,
+    Start,
+    Started,
+    StartRefused,
+    Wait,
+    WriteArtifact,
+)
+from sandrail.core._requests import ToolRequest
+
+from ._cancel import CancelToken
+from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan
+from ._sim_scripts import Chunk, Script, Stream, emulate
+from ._sim_world import SandboxFile, SimSandbox, SimTask, read_utf8
+
+__all__ = [
+    "SANDBOX_EFFECT_NAMES",
+    "Chunk",
+    "Fault",
+    "FaultKind",
+    "FaultPlan",
+    "LateDelivery",
+    "SandboxFile",
+    "Script",
+    "SimulatedHarness",
+    "Simulator",
+    "emulate",
+]
+
+_SNIPPET_MODE = 0o600
+_MIN_READ_BYTES = 4  # one UTF-8 character always fits
+_UNKNOWN = CommandState(status="unknown")
+
+LateDelivery = Literal["next_effect", "manual"]
+
+
+class SimulatedHarness:
+    """A harness whose abort, authority and request drift a fault plan can
+    flip.
+
+    Wire it into a port: ``authorize=harness.authorize``,
+    ``assert_authority=harness.assert_authority``, and each request's
+    ``cancel=harness.cancel_token`` (a new token after :meth:`reset`).
+    """
+
+    def __init__(self, *, decision: PolicyDecision | None = None) -> None:
+        self.decision: PolicyDecision = Allow() if decision is None else decision
+        self.cancel_token = CancelToken()
+        self.authority_held = True
+        self.drifted = False
+        self.last_request: ToolRequest | None = None
+
+    def authorize(self, request: ToolRequest) -> PolicyDecision:
+        """Remember ``request`` (for :meth:`mutate_request`) and answer ``decision``."""
+        self.last_request = request
+        return self.decision
+
+    def assert_authority(self, request: ToolRequest) -> bool:
+        """Whether the caller still holds its authority."""
+        return self.authority_held
+
+    def mutate_request(self) -> None:
+        """Change the live request so the port sees drift (C9).
+
+        Sets ``drifted``; if the last request ``authorize`` saw has a ``dict``
+        of arguments, also adds the key ``"__drift__"`` to it, so a digest of
+        the live request changes. Other mappings are left alone: a port can
+        consult ``drifted``.
+        """
+        self.drifted = True
+        request = self.last_request
+        if request is not None and isinstance(request.call.arguments, dict):
+            request.call.arguments["__drift__"] = True
+
+    def reset(self) -> None:
+        """Start a new call: a fresh cancel token, authority held, no drift."""
+        self.cancel_token = CancelToken()
+        self.authority_held = True
+        self.drifted = False
+        self.last_request = None
+
+
+class Simulator:
+    """An in-memory E2B backend driven by a virtual clock (see the module doc).
+
+    ``scripts`` maps a command string, or a snippet's source, to its
+    :class:`Script`; ``default`` answers every other command. ``plan`` is the
+    fault plan of the run; ``harness`` the :class:`SimulatedHarness` its
+    faults act on (a fresh one if omitted). ``late_delivery`` chooses when
+    held requests arrive: at the start of the next effect received
+    (``"next_effect"``) or only on :meth:`deliver_held` (``"manual"``).
+    """
+
+    def __init__(
+        self,
+        *,
+        scripts: Mapping[str, Script] | None = None,
+        default: Script | Callable[[str], Script] = emulate,
+        plan: FaultPlan | None = None,
+        harness: SimulatedHarness | None = None,
+        late_delivery: LateDelivery = "next_effect",
+        latency: float = 0.001,
+        hang_seconds: float = 30.0,
+    ) -> None:
+        self.scripts: Mapping[str, Script] = dict(scripts or {})
+        self.default = default
+        self.plan = FaultPlan() if plan is None else plan
+        self.harness = SimulatedHarness() if harness is None else harness
+        self.late_delivery: LateDelivery = late_delivery
+        self.latency = latency
+        self.hang_seconds = hang_seconds
+        self.clock = 0.0
+        self.effects_seen: list[SandboxEffect] = []
+        """Every sandbox effect received, in order, failed ones included."""
+        self.applied: list[SandboxEffect] = []
+        """Every effect the sandbox really acted on, in order (held ones when delivered)."""
+        self.held: list[SandboxEffect] = []
+        """Requests delivered late that have not arrived yet."""
+        self.late_deliveries: list[tuple[SandboxEffect, Outcome | EffectFailure]] = []
+        """Held requests once delivered, with what applying them gave."""
+        self.faults_fired: list[Fault] = []
+        self._launches: Counter[str] = Counter()
+        self._received: Counter[str] = Counter()
+        self._sandboxes: dict[str, SimSandbox] = {}
+        self._sessions: dict[tuple[str, str], str] = {}
+        self._ids = itertools.count(1)
+
+    # -- ground truth ------------------------------------------------------
+
+    @property
+    def launches(self) -> Mapping[str, int]:
+        """Real launches per task id, ever, across sandboxes."""
+        return MappingProxyType(self._launches)
+
+    def live_processes(self, task_id: str) -> int:
+        """Processes of the task still alive now (its leader and children)."""
+        return sum(
+            box.tasks[task_id].live_processes(self.clock)
+            for box in self._sandboxes.values()
+            if task_id in box.tasks
+        )
+
+    def task_state(self, sandbox_id: str, task_id: str) -> CommandState | None:
+        """The task's true state now, or ``None`` if it never launched there."""
+        box = self._sandboxes.get(sandbox_id)
+        task = None if box is None else box.tasks.get(task_id)
+        return None if task is None else task.state(self.clock)
+
+    def files(self, sandbox_id: str) -> Mapping[str, SandboxFile]:
+        """The files published in a sandbox (empty for an unknown one)."""
+        box = self._sandboxes.get(sandbox_id)
+        return MappingProxyType({} if box is None else box.files)
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` of virtual time pass."""
+        if seconds < 0:
+            raise ValueError("time does not run backwards")
+        self.clock += seconds
+
+    def deliver_held(self) -> list[Outcome | EffectFailure]:
+        """Apply every held request now, in order; return what each gave."""
+        results: list[Outcome | EffectFailure] = []
+        while self.held:
+            effect = self.held.pop(0)
+            result: Outcome | EffectFailure
+            try:
+                result = self._apply(effect)
+            except EffectFailure as failure:
+                result = failure
+            self.late_deliveries.append((effect, result))
+            results.append(result)
+        return results
+
+    # -- the interpreter -----------------------------------------------------
+
+    def __call__(self, effect: Effect) -> Outcome:
+        """Answer one sandbox effect, or raise :class:`EffectFailure`.
+
+        Raises :class:`TypeError` for harness effects and non-effects.
+        """
+        if isinstance(
+            effect, Authorize | CheckAuthority | ResolveOwned | RememberOwned | WriteArtifact
+        ):
+            raise TypeError(f"{type(effect).__name__} is a harness effect: the port answers it")
+        if not isinstance(effect, Inspect | Ensure | Publish | Start | Wait | Read | Cancel):
+            raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
+        if self.late_delivery == "next_effect":
+            self.deliver_held()
+        self.effects_seen.append(effect)
+        if not isinstance(effect, Wait):
+            self.clock += self.latency
+        name = type(effect).__name__
+        fault = self.plan.lookup(name, self._received[name])
+        self._received[name] += 1
+        if fault is None:
+            return self._apply(effect)
+        self.faults_fired.append(fault)
+        return self._strike(effect, fault)
+
+    def _strike(self, effect: SandboxEffect, fault: Fault) -> Outcome:
+        after = fault.when == "after"
+        harness = self.harness
+        match fault.kind:
+            case FaultKind.NOT_DELIVERED:
+                raise EffectFailure(Delivery.NOT_SENT, "connect failed")
+            case FaultKind.RESPONSE_LOST:
+                self._apply(effect)
+                raise EffectFailure(Delivery.MAYBE_SENT, "response lost")
+            case FaultKind.MALFORMED_RESPONSE:
+                self._apply(effect)
+                raise EffectFailure(Delivery.MAYBE_SENT, "malformed response")
+            case FaultKind.DELIVERED_LATE:
+                self.held.append(effect)
+                raise EffectFailure(Delivery.MAYBE_SENT, "request timed out")
+            case FaultKind.HANG:
+                timeout = effect.timeout_seconds if isinstance(effect, Wait) else self.hang_seconds
+                until = self.clock + timeout
+                if after:
+                    self._apply(effect)
+                if harness.cancel_token.cancelled:
+                    raise _aborted()
+                self.clock = max(self.clock, until)
+                raise EffectFailure(Delivery.MAYBE_SENT, "timed out waiting for the sandbox")
+            case FaultKind.ABORT:
+                if after:
+                    self._apply(effect)
+                harness.cancel_token.cancel()
+                raise _aborted()
+            case FaultKind.AUTHORITY_LOST | FaultKind.REQUEST_MUTATED:
+                flip = (
+                    harness.mutate_request
+                    if fault.kind is FaultKind.REQUEST_MUTATED
+                    else self._lose_authority
+                )
+                if not after:
+                    flip()
+                outcome = self._apply(effect)
+                if after:
+                    flip()
+                return outcome
+            case FaultKind.SANDBOX_DIES:
+                if after:
+                    self._apply(effect)
+                box = self._addressed(effect)
+                if box is not None:
+                    box.die(self.clock)
+                raise EffectFailure(Delivery.MAYBE_SENT, "sandbox not found")
+            case _:  # pragma: no cover
+                assert_never(fault.kind)
+
+    def _lose_authority(self) -> None:
+        self.harness.authority_held = False
+
+    def _addressed(self, effect: SandboxEffect) -> SimSandbox | None:
+        if isinstance(effect, Inspect | Ensure):
+            sandbox_id = self._sessions.get((effect.session_id, effect.owner_key))
+            return None if sandbox_id is None else self._sandboxes[sandbox_id]
+        return self._sandboxes.get(effect.sandbox_id)
+
+    # -- applying effects --------------------------------------------------------
+
+    def _apply(self, effect: SandboxEffect) -> Outcome:
+        """Do what ``effect`` asks, now; record it as applied."""
+        outcome: Outcome
+        match effect:
+            case Inspect():
+                outcome = self._inspect(effect)
+            case Ensure():
+                outcome = self._ensure(effect)
+            case Publish():
+                outcome = self._publish(effect)
+            case Start():
+                outcome = self._start(effect)
+            case Wait():
+                outcome = self._wait(effect)
+            case Read():
+                outcome = self._read(effect)
+            case Cancel():
+                outcome = self._cancel(effect)
+            case _:  # pragma: no cover
+                assert_never(effect)
+        self.applied.append(effect)
+        return outcome
+
+    def _box(self, sandbox_id: str) -> SimSandbox:
+        box = self._sandboxes.get(sandbox_id)
+        if box is None:
+            raise EffectFailure(Delivery.NOT_SENT, f"sandbox {sandbox_id} not found")
+        if box.dead:
+            raise EffectFailure(Delivery.NOT_SENT, f"sandbox {sandbox_id} is gone")
+        return box
+
+    def _inspect(self, effect: Inspect) -> SandboxState:
+        sandbox_id = self._sessions.get((effect.session_id, effect.owner_key))
+        if sandbox_id is None:
+            return SandboxState(sandbox_id=None, phase="absent")
+        phase: SandboxPhase = "closed" if self._sandboxes[sandbox_id].dead else "ready"
+        return SandboxState(sandbox_id=sandbox_id, phase=phase)
+
+    def _ensure(self, effect: Ensure) -> SandboxReady:
+        key = (effect.session_id, effect.owner_key)
+        sandbox_id = self._sessions.get(key)
+        if sandbox_id is None:
+            sandbox_id = f"sbx-{next(self._ids)}"
+            self._sessions[key] = sandbox_id
+            self._sandboxes[sandbox_id] = SimSandbox(sandbox_id=sandbox_id)
+        return SandboxReady(sandbox_id=self._box(sandbox_id).sandbox_id)
+
+    def _publish(self, effect: Publish) -> Published | StartRefused:
+        box = self._box(effect.sandbox_id)
+        existing = box.files.get(effect.path)
+        if existing is None:
+            box.files[effect.path] = SandboxFile(source=effect.source, mode=_SNIPPET_MODE)
+        elif existing.source != effect.source:
+            return StartRefused(reason="publish_conflict")
+        return Published(path=effect.path)
+
+    def _start(self, effect: Start) -> Started | StartRefused:
+        box = self._box(effect.sandbox_id)
+        if effect.fence is not None:
+            if box.highest_fence is not None and effect.fence < box.highest_fence:
+                return StartRefused(reason="stale_fence")
+            box.highest_fence = effect.fence
+        task = box.tasks.get(effect.task_id)
+        if task is not None:
+            if task.request.request_digest != effect.request_digest:
+                return StartRefused(reason="conflict")
+            return Started(task_id=effect.task_id, first_launch=False, state=task.state(self.clock))
+        task = SimTask(
+            request=effect, script=self._script_for(box, effect.command), started_at=self.clock
+        )
+        box.tasks[effect.task_id] = task
+        self._launches[effect.task_id] += 1
+        return Started(task_id=effect.task_id, first_launch=True, state=task.state(self.clock))
+
+    def _script_for(self, box: SimSandbox, command: str) -> Script:
+        script = self.scripts.get(command)
+        if script is not None:
+            return script
+        for path, file in box.files.items():
+            if path in command and file.source in self.scripts:
+                return self.scripts[file.source]
+        return self.default if isinstance(self.default, Script) else self.default(command)
+
+    def _task(self, sandbox_id: str, task_id: str) -> SimTask | None:
+        return self._box(sandbox_id).tasks.get(task_id)
+
+    def _wait(self, effect: Wait) -> CommandState:
+        task = self._task(effect.sandbox_id, effect.task_id)
+        if task is None:
+            return _UNKNOWN
+        if task.running(self.clock) and self.harness.cancel_token.cancelled:
+            raise _aborted()
+        until = min(task.ending()[0], self.clock + effect.timeout_seconds)
+        self.clock = max(self.clock, until)
+        return task.state(self.clock)
+
+    def _read(self, effect: Read) -> OutputChunk:
+        if effect.max_bytes < _MIN_READ_BYTES:
+            raise ValueError(f"max_bytes must be at least {_MIN_READ_BYTES}")
+        if effect.stdout_cursor < 0 or effect.stderr_cursor < 0:
+            raise ValueError("cursors must be >= 0")
+        task = self._task(effect.sandbox_id, effect.task_id)
+        if task is None:
+            return OutputChunk(
+                stdout="",
+                stderr="",
+                next_stdout_cursor=effect.stdout_cursor,
+                next_stderr_cursor=effect.stderr_cursor,
+                more=False,
+                state=_UNKNOWN,
+            )
+        stdout, next_stdout, more_stdout = self._slice(task, "stdout", effect.stdout_cursor, effect)
+        stderr, next_stderr, more_stderr = self._slice(task, "stderr", effect.stderr_cursor, effect)
+        return OutputChunk(
+            stdout=stdout,
+            stderr=stderr,
+            next_stdout_cursor=next_stdout,
+            next_stderr_cursor=next_stderr,
+            more=more_stdout or more_stderr,
+            state=task.state(self.clock),
+        )
+
+    def _slice(
+        self, task: SimTask, stream: Stream, cursor: int, effect: Read
+    ) -> tuple[str, int, bool]:
+        data = task.output(self.clock, stream)
+        text, next_cursor = read_utf8(data, cursor, effect.max_bytes)
+        return text, next_cursor, len(data) > next_cursor
+
+    def _cancel(self, effect: Cancel) -> CancelRequested:
+        task = self._task(effect.sandbox_id, effect.task_id)
+        if task is None:
+            return CancelRequested(state=_UNKNOWN)
+        task.kill(self.clock, "canceled")
+        return CancelRequested(state=task.state(self.clock))
+
+
+def _aborted() -> EffectFailure:
+    return EffectFailure(Delivery.MAYBE_SENT, "aborted", aborted=True)

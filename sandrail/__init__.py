@@ -1,0 +1,80 @@
+"""sandrail: safe command and code tools for AI agents in E2B sandboxes.
+
+A pure core (``sandrail.core``) decides; interpreters (``sandrail.interpreters``)
+touch the world. Harnesses build a port and execute requests::
+
+    import sandrail
+    from sandrail.interpreters.simulator import Simulator
+
+    port = sandrail.command_tools(
+        backend=Simulator(),
+        session_id="session-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+"""
+
+from sandrail._port import ALLOW, ArtifactStore, ToolPort, code_tools, command_tools
+from sandrail.core import (
+    RUNTIME_ARTIFACTS,
+    AgentCommandRef,
+    AgentIdentity,
+    AgentOwner,
+    Allow,
+    ApprovalRequired,
+    ArtifactRef,
+    BackgroundCommandRef,
+    BudgetError,
+    Deny,
+    ErrorCode,
+    NativeCommandRef,
+    NativeIdentity,
+    NativeOwner,
+    OwnedCommand,
+    ToolCall,
+    ToolDefinition,
+    ToolRequest,
+    ToolResult,
+    canonical_json,
+    fit_to_budget,
+    task_id,
+)
+from sandrail.interpreters._cancel import CancelToken
+from sandrail.interpreters.artifacts import DirectoryArtifactStore, MemoryArtifactStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALLOW",
+    "RUNTIME_ARTIFACTS",
+    "AgentCommandRef",
+    "AgentIdentity",
+    "AgentOwner",
+    "Allow",
+    "ApprovalRequired",
+    "ArtifactRef",
+    "ArtifactStore",
+    "BackgroundCommandRef",
+    "BudgetError",
+    "CancelToken",
+    "Deny",
+    "DirectoryArtifactStore",
+    "ErrorCode",
+    "MemoryArtifactStore",
+    "NativeCommandRef",
+    "NativeIdentity",
+    "NativeOwner",
+    "OwnedCommand",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolPort",
+    "ToolRequest",
+    "ToolResult",
+    "__version__",
+    "canonical_json",
+    "code_tools",
+    "command_tools",
+    "fit_to_budget",
+    "task_id",
+]

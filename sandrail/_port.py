@@ -1,0 +1,575 @@
+"""The port a harness embeds: ``command_tools(...)`` and ``code_tools(...)``.
+
+A port binds one session and one owner to a backend (any interpreter of the
+sandbox effects) and the harness's callbacks. ``execute`` / ``execute_sync``
+run one request through the pure tool program and return a
+:class:`~sandrail.core.ToolResult` for every input: a malformed request, a
+callback that raises or an interpreter bug all become results. The only
+exception that passes through is a
+:class:`~sandrail.core.FatalInterpreterError` (a replay divergence).
+
+Strategy: the port answers the harness effects itself (policy, authority,
+ownership ledger, artifacts) and passes sandbox effects to the backend. It
+converts every unexpected exception into an ``EffectFailure`` in exactly one
+place, :meth:`_Call.interpret`, and watches which side effects it dispatched
+so that even a crash of the core reports ``uncertain`` rather than guessing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeAlias, cast
+
+from sandrail.core import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    MAX_TIMEOUT_SECONDS,
+    MIN_MAX_OUTPUT_BYTES,
+    SANDBOX_EFFECTS,
+    AgentOwner,
+    Allow,
+    ApprovalRequired,
+    ArtifactRef,
+    AuthorityReport,
+    Authorize,
+    Cancel,
+    CheckAuthority,
+    Delivery,
+    Deny,
+    Effect,
+    EffectFailure,
+    Ensure,
+    ErrorCode,
+    FatalInterpreterError,
+    NativeOwner,
+    OwnedCommand,
+    Owner,
+    PolicyDecision,
+    PortSettings,
+    Publish,
+    RememberOwned,
+    ResolveOwned,
+    Start,
+    ToolDefinition,
+    ToolRequest,
+    ToolResult,
+    WriteArtifact,
+    canonical_json,
+    code_tool_definitions,
+    command_tool_definitions,
+    crash_result,
+    error_result,
+    request_digest,
+    tool_program,
+)
+from sandrail.interpreters._drivers import drive, drive_async
+
+__all__ = [
+    "ALLOW",
+    "ArtifactStore",
+    "AuthorizeCallback",
+    "ToolPort",
+    "code_tools",
+    "command_tools",
+]
+
+ALLOW = Allow()
+"""The policy decision that lets a call go ahead."""
+
+AuthorizeCallback: TypeAlias = Callable[[ToolRequest], PolicyDecision | Awaitable[PolicyDecision]]
+AuthorityCallback: TypeAlias = Callable[[ToolRequest], bool]
+ResolveOwnedCallback: TypeAlias = Callable[[ToolRequest, str], OwnedCommand | None]
+
+_SIDE_EFFECTS = (Ensure, Publish, Start, Cancel)
+
+
+class ArtifactStore(Protocol):
+    """Where full results go when a budget cuts them (C15)."""
+
+    def write(self, key: str, content: str, media_type: str) -> ArtifactRef:
+        """Store ``content`` and return a short reference to it."""
+        ...
+
+
+class ToolPort:
+    """Tools bound to one session, one owner and one backend.
+
+    Build it with :func:`command_tools` or :func:`code_tools`.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: PortSettings,
+        backend: Callable[[Any], Any],
+        authorize: AuthorizeCallback,
+        assert_authority: AuthorityCallback,
+        resolve_owned_command: ResolveOwnedCallback | None,
+        artifacts: ArtifactStore | None,
+    ) -> None:
+        self._settings = settings
+        self._backend = backend
+        self._authorize = authorize
+        self._assert_authority = assert_authority
+        self._resolve_owned = resolve_owned_command
+        self._artifacts = artifacts
+        self._ledger: dict[str, OwnedCommand] = {}
+        self._ledger_lock = threading.Lock()
+
+    @property
+    def definitions(self) -> tuple[ToolDefinition, ...]:
+        """The tool definitions to offer the model; requests must carry one of these."""
+        return self._settings.definitions
+
+    @property
+    def settings(self) -> PortSettings:
+        return self._settings
+
+    def definition(self, name: str) -> ToolDefinition:
+        """The definition of tool ``name``; ``KeyError`` if this port has none."""
+        found = self._settings.definition(name)
+        if found is None:
+            raise KeyError(f"this port has no tool named {name!r}")
+        return found
+
+    @property
+    def owned_commands(self) -> Mapping[str, OwnedCommand]:
+        """The default ledger: commands this port launched, by task id (C4)."""
+        with self._ledger_lock:
+            return dict(self._ledger)
+
+    def execute_sync(self, request: ToolRequest) -> ToolResult:
+        """Run one call to its result, blocking. Never raises (see module doc).
+
+        With an asynchronous backend (``backend.asynchronous`` true) this runs
+        :meth:`execute` on a private event loop; it refuses to do so inside a
+        running loop, where ``await port.execute(...)`` is the right call.
+        """
+        if getattr(self._backend, "asynchronous", False):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return asyncio.run(self.execute(request))
+            return error_result(
+                ErrorCode.SYNC_CONTRACT_INVALID,
+                instruction="execute_sync was called inside an event loop; await execute().",
+            )
+        call = _Call(self, request, asynchronous=False)
+        try:
+            result = drive(tool_program(request, self._settings), call.interpret)
+        except FatalInterpreterError:
+            raise
+        except Exception:
+            result = call.crashed()
+        return call.finish(result)
+
+    async def execute(self, request: ToolRequest) -> ToolResult:
+        """Run one call to its result. Never raises (see module doc)."""
+        call = _Call(self, request, asynchronous=True)
+        try:
+            result = await drive_async(tool_program(request, self._settings), call.interpret_async)
+        except FatalInterpreterError:
+            raise
+        except Exception:
+            result = call.crashed()
+        return call.finish(result)
+
+
+class _Call:
+    """The port's side of one call: answers harness effects, forwards sandbox
+    effects, and converts every unexpected exception into an EffectFailure.
+
+    A backend that defines ``open_call(request, answer_harness)`` (a recorder
+    or a replayer) sees every effect of the call, harness effects included:
+    it gets an interpreter for this call back from ``open_call`` and answers
+    harness effects by calling ``answer_harness`` (or from a recording). If
+    that interpreter has ``finish(result)``, it is called with the result.
+    """
+
+    def __init__(self, port: ToolPort, request: ToolRequest, *, asynchronous: bool) -> None:
+        self.port = port
+        self.request = request
+        self.dispatched = False
+        self.sandbox_id: str | None = None
+        self.task_id: str | None = None
+        open_call = getattr(port._backend, "open_call", None)
+        answer = self.answer_harness_async if asynchronous else self.answer_harness
+        self.layered: Callable[[Effect], Any] | None = (
+            open_call(request, answer) if callable(open_call) else None
+        )
+
+    def crashed(self) -> ToolResult:
+        return crash_result(
+            self.request,
+            self.port.settings,
+            dispatched=self.dispatched,
+            sandbox_id=self.sandbox_id,
+            task=self.task_id,
+        )
+
+    def finish(self, result: ToolResult) -> ToolResult:
+        finish = getattr(self.layered, "finish", None)
+        if callable(finish):
+            finish(result)
+        return result
+
+    def _note(self, effect: Effect) -> None:
+        if isinstance(effect, _SIDE_EFFECTS):
+            self.dispatched = True
+        sandbox_id = getattr(effect, "sandbox_id", None)
+        if isinstance(sandbox_id, str):
+            self.sandbox_id = sandbox_id
+        task = getattr(effect, "task_id", None)
+        if isinstance(task, str) and isinstance(effect, (Start, Publish)):
+            self.task_id = task
+
+    # -- sync ------------------------------------------------------------------
+
+    def interpret(self, effect: Effect) -> Any:
+        self._note(effect)
+        try:
+            if self.layered is not None:
+                return self.layered(effect)
+            if isinstance(effect, SANDBOX_EFFECTS):
+                return self.port._backend(effect)
+            return self.answer_harness(effect)
+        except (EffectFailure, FatalInterpreterError):
+            raise
+        except Exception as exc:
+            raise _unexpected(effect, exc) from exc
+
+    def answer_harness(self, effect: Effect) -> Any:
+        """Answer one harness effect from the harness's callbacks (sync mode)."""
+        try:
+            if isinstance(effect, Authorize):
+                decision = self.port._authorize(self.request)
+                if inspect.isawaitable(decision):
+                    _discard(decision)
+                    raise EffectFailure(
+                        Delivery.NOT_SENT, "authorize is asynchronous; use await port.execute()"
+                    )
+                return _policy(decision)
+            return self._harness(effect)
+        except EffectFailure:
+            raise
+        except Exception as exc:
+            raise _unexpected(effect, exc) from exc
+
+    # -- async -----------------------------------------------------------------
+
+    async def interpret_async(self, effect: Effect) -> Any:
+        self._note(effect)
+        try:
+            if self.layered is not None:
+                if isinstance(effect, SANDBOX_EFFECTS):
+                    return await self._abortable(self.layered, effect)
+                outcome = self.layered(effect)
+                return (await outcome) if inspect.isawaitable(outcome) else outcome
+            if isinstance(effect, SANDBOX_EFFECTS):
+                return await self._abortable(self.port._backend, effect)
+            return await self.answer_harness_async(effect)
+        except (EffectFailure, FatalInterpreterError):
+            raise
+        except Exception as exc:
+            raise _unexpected(effect, exc) from exc
+
+    async def answer_harness_async(self, effect: Effect) -> Any:
+        """Answer one harness effect from the harness's callbacks (async mode)."""
+        try:
+            if isinstance(effect, Authorize):
+                decision = self.port._authorize(self.request)
+                if inspect.isawaitable(decision):
+                    decision = await self._abortable(lambda _: decision, effect)
+                return _policy(decision)
+            return self._harness(effect)
+        except EffectFailure:
+            raise
+        except Exception as exc:
+            raise _unexpected(effect, exc) from exc
+
+    async def _abortable(self, run: Callable[[Any], Any], effect: Effect) -> Any:
+        """Await ``run(effect)``, waking at once if the request is aborted (C11)."""
+        outcome = run(effect)
+        if not inspect.isawaitable(outcome):
+            return outcome
+        token = self.request.cancel
+        add_callback = getattr(token, "add_callback", None)
+        if add_callback is None:
+            return await outcome
+        loop = asyncio.get_running_loop()
+        aborted = loop.create_future()
+
+        def settle() -> None:
+            if not aborted.done():
+                aborted.set_result(None)
+
+        def fire() -> None:
+            loop.call_soon_threadsafe(settle)
+
+        remove = add_callback(fire)
+        work = asyncio.ensure_future(outcome)
+        try:
+            done, _ = await asyncio.wait({work, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            if work in done:
+                return work.result()
+            work.cancel()
+            raise EffectFailure(Delivery.MAYBE_SENT, "aborted by the harness", aborted=True)
+        finally:
+            remove()
+            if not aborted.done():
+                aborted.cancel()
+
+    # -- harness effects ---------------------------------------------------------
+
+    def _harness(self, effect: Effect) -> Any:
+        port = self.port
+        if isinstance(effect, CheckAuthority):
+            return self._check(effect)
+        if isinstance(effect, ResolveOwned):
+            if port._resolve_owned is not None:
+                owned = port._resolve_owned(self.request, effect.task_id)
+                return owned if isinstance(owned, OwnedCommand) else None
+            with port._ledger_lock:
+                return port._ledger.get(effect.task_id)
+        if isinstance(effect, RememberOwned):
+            record = OwnedCommand(
+                task_id=effect.task_id,
+                operation_key=effect.operation_key,
+                sandbox_id=effect.sandbox_id,
+            )
+            with port._ledger_lock:
+                port._ledger.setdefault(effect.task_id, record)
+            return None
+        if isinstance(effect, WriteArtifact):
+            if port._artifacts is None:
+                raise EffectFailure(Delivery.NOT_SENT, "no artifact store")
+            ref = port._artifacts.write(effect.key, effect.content, effect.media_type)
+            if not isinstance(ref, ArtifactRef):
+                raise EffectFailure(Delivery.NOT_SENT, "artifact store returned no ArtifactRef")
+            return ref
+        raise TypeError(f"not an effect: {effect!r}")
+
+    def _check(self, effect: CheckAuthority) -> AuthorityReport:
+        """One guard observation; any doubt counts against the call (fail closed)."""
+        token = self.request.cancel
+        aborted = bool(getattr(token, "cancelled", False))
+        try:
+            drifted = request_digest(self.request) != effect.request_digest
+        except Exception:
+            drifted = True
+        verdict: object
+        try:
+            # Typed as bool, but a harness may hand back anything: trust only True.
+            verdict = cast(object, self.port._assert_authority(self.request))
+        except Exception:
+            verdict = False
+        if inspect.isawaitable(verdict):
+            # assert_authority must be synchronous and fast; a coroutine proves nothing.
+            _discard(verdict)
+            verdict = False
+        return AuthorityReport(aborted=aborted, drifted=drifted, authority_held=verdict is True)
+
+
+def _policy(decision: object) -> PolicyDecision:
+    if isinstance(decision, (Allow, ApprovalRequired, Deny)):
+        return decision
+    return Deny(reason="The harness policy returned an unrecognised decision.")
+
+
+def _discard(awaitable: object) -> None:
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()
+
+
+def _unexpected(effect: Effect, exc: Exception) -> EffectFailure:
+    """Exceptions nobody classified: a side-effect request may have left."""
+    delivery = Delivery.NOT_SENT if isinstance(effect, Authorize) else Delivery.MAYBE_SENT
+    return EffectFailure(delivery, f"{type(effect).__name__} raised {type(exc).__name__}")
+
+
+# ---------------------------------------------------------------------------
+# Construction
+
+
+def command_tools(
+    *,
+    backend: Callable[[Any], Any],
+    session_id: str,
+    owner: Owner,
+    authorize: AuthorizeCallback,
+    assert_authority: AuthorityCallback,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    artifacts: ArtifactStore | None = None,
+    resolve_owned_command: ResolveOwnedCallback | None = None,
+    foreground_timeout_seconds: int = 300,
+    background_timeout_seconds: int = 300,
+    allow_internet_access: bool = False,
+) -> ToolPort:
+    """The command tools: ``sandbox_status``, ``run_command``,
+    ``read_command_output`` and ``stop_command``.
+
+    - ``backend``: the interpreter of sandbox effects (``Simulator()``,
+      ``E2BBackend(...)``, a ``Replayer``, or a ``Recorder`` around one).
+    - ``authorize(request)``: ``ALLOW``, ``ApprovalRequired(...)`` or
+      ``Deny(...)``; may be async (then use ``await port.execute``).
+    - ``assert_authority(request)``: ``True`` while the caller holds its
+      lease; synchronous and fast, asked before and after every step.
+    - ``resolve_owned_command(request, task_id)``: optional durable ownership
+      lookup; by default the port's own ledger of what it launched.
+    - ``artifacts``: optional store for results cut to fit the budget.
+
+    Raises ``TypeError`` or ``ValueError`` at once for a port that could not
+    work (a missing callback, a budget below 256 bytes, a timeout out of
+    range); after construction, ``execute`` never raises.
+    """
+    definitions = command_tool_definitions(
+        _timeout("foreground_timeout_seconds", foreground_timeout_seconds)
+    )
+    return _build(
+        definitions,
+        "sandrail.command-tools/v1",
+        backend=backend,
+        session_id=session_id,
+        owner=owner,
+        authorize=authorize,
+        assert_authority=assert_authority,
+        max_output_bytes=max_output_bytes,
+        artifacts=artifacts,
+        resolve_owned_command=resolve_owned_command,
+        foreground_timeout_seconds=foreground_timeout_seconds,
+        background_timeout_seconds=background_timeout_seconds,
+        allow_internet_access=allow_internet_access,
+    )
+
+
+def code_tools(
+    *,
+    backend: Callable[[Any], Any],
+    session_id: str,
+    owner: Owner,
+    authorize: AuthorizeCallback,
+    assert_authority: AuthorityCallback,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    artifacts: ArtifactStore | None = None,
+    resolve_owned_command: ResolveOwnedCallback | None = None,
+    foreground_timeout_seconds: int = 300,
+    background_timeout_seconds: int = 300,
+    allow_internet_access: bool = False,
+) -> ToolPort:
+    """The snippet tool: ``run_code`` for a native owner, ``sandbox_run_code``
+    for an agent owner. Same arguments and rules as :func:`command_tools`."""
+    definitions = code_tool_definitions(
+        _timeout("foreground_timeout_seconds", foreground_timeout_seconds),
+        agent_owner=isinstance(owner, AgentOwner),
+    )
+    return _build(
+        definitions,
+        "sandrail.code-tools/v1",
+        backend=backend,
+        session_id=session_id,
+        owner=owner,
+        authorize=authorize,
+        assert_authority=assert_authority,
+        max_output_bytes=max_output_bytes,
+        artifacts=artifacts,
+        resolve_owned_command=resolve_owned_command,
+        foreground_timeout_seconds=foreground_timeout_seconds,
+        background_timeout_seconds=background_timeout_seconds,
+        allow_internet_access=allow_internet_access,
+    )
+
+
+def _timeout(name: str, value: object) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 < value <= MAX_TIMEOUT_SECONDS
+    ):
+        raise ValueError(
+            f"{name} must be an integer from 1 to {MAX_TIMEOUT_SECONDS}, got {value!r}"
+        )
+    return value
+
+
+def _build(
+    definitions: tuple[ToolDefinition, ...],
+    contract: str,
+    *,
+    backend: Callable[[Any], Any],
+    session_id: str,
+    owner: Owner,
+    authorize: AuthorizeCallback,
+    assert_authority: AuthorityCallback,
+    max_output_bytes: int,
+    artifacts: ArtifactStore | None,
+    resolve_owned_command: ResolveOwnedCallback | None,
+    foreground_timeout_seconds: int,
+    background_timeout_seconds: int,
+    allow_internet_access: bool,
+) -> ToolPort:
+    if not callable(backend):
+        raise TypeError("backend must be an interpreter: a callable from effect to outcome")
+    if not isinstance(session_id, str) or not session_id.strip():
+        raise ValueError("session_id must be a non-blank string")
+    if isinstance(owner, NativeOwner):
+        if not isinstance(owner.scope, Mapping):
+            raise TypeError("NativeOwner.scope must be a JSON object (a mapping)")
+        try:
+            canonical_json(owner.scope)
+        except ValueError as exc:
+            raise ValueError(f"NativeOwner.scope must be JSON data: {exc}") from None
+    elif isinstance(owner, AgentOwner):
+        if not isinstance(owner.agent_id, str) or not owner.agent_id.strip():
+            raise ValueError("AgentOwner.agent_id must be a non-blank string")
+    else:
+        raise TypeError(
+            "owner must be sandrail.NativeOwner(scope=...) or sandrail.AgentOwner(agent_id=...)"
+        )
+    if not callable(authorize):
+        raise TypeError("authorize must be a callable: request -> ALLOW | ApprovalRequired | Deny")
+    if not callable(assert_authority):
+        raise TypeError("assert_authority must be a callable: request -> bool")
+    if resolve_owned_command is not None and not callable(resolve_owned_command):
+        raise TypeError(
+            "resolve_owned_command must be None or a callable: "
+            "(request, task_id) -> OwnedCommand | None"
+        )
+    if artifacts is not None and not callable(getattr(artifacts, "write", None)):
+        raise TypeError(
+            "artifacts must be None or have write(key, content, media_type) -> ArtifactRef"
+        )
+    if (
+        isinstance(max_output_bytes, bool)
+        or not isinstance(max_output_bytes, int)
+        or max_output_bytes < MIN_MAX_OUTPUT_BYTES
+    ):
+        raise ValueError(
+            f"max_output_bytes must be an integer of at least {MIN_MAX_OUTPUT_BYTES}, "
+            f"got {max_output_bytes!r}"
+        )
+    if not isinstance(allow_internet_access, bool):
+        raise TypeError("allow_internet_access must be a bool")
+    settings = PortSettings(
+        session_id=session_id,
+        owner=owner,
+        definitions=definitions,
+        contract=contract,
+        max_output_bytes=max_output_bytes,
+        foreground_timeout_seconds=foreground_timeout_seconds,
+        background_timeout_seconds=_timeout(
+            "background_timeout_seconds", background_timeout_seconds
+        ),
+        allow_internet_access=allow_internet_access,
+        artifacts_enabled=artifacts is not None,
+    )
+    return ToolPort(
+        settings=settings,
+        backend=backend,
+        authorize=authorize,
+        assert_authority=assert_authority,
+        resolve_owned_command=resolve_owned_command,
+        artifacts=artifacts,
+    )

@@ -1,0 +1,181 @@
+"""The ``sandrail`` command line.
+
+Each command builds a port on a backend (the embedded simulator unless told
+otherwise), runs one tool call through it, and prints the tool result as JSON.
+Exit status: 0 for ``ok``, 1 for ``error``, 2 for bad usage, 3 for
+``uncertain``, 4 for ``approval_required``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+import sandrail
+from sandrail.core import ToolResult
+
+__all__ = ["main"]
+
+_EXIT = {"ok": 0, "error": 1, "uncertain": 3, "approval_required": 4}
+_SESSION = "cli-session"
+_AGENT = "cli-agent"
+
+
+def _backend(name: str) -> Any:
+    if name == "simulator":
+        from sandrail.interpreters.simulator import Simulator
+
+        return Simulator()
+    raise click.UsageError(f"unknown backend {name!r}")  # pragma: no cover - click.Choice guards
+
+
+def _emit(result: ToolResult, indent: int | None) -> None:
+    click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
+    sys.exit(_EXIT[result.status])
+
+
+def _request(port: sandrail.ToolPort, name: str, arguments: dict[str, Any], key: str) -> Any:
+    return sandrail.ToolRequest(
+        call=sandrail.ToolCall(name=name, call_id="cli-call-1", arguments=arguments),
+        operation_key=key,
+        session_id=_SESSION,
+        definition=port.definition(name),
+        identity=sandrail.AgentIdentity(agent_id=_AGENT),
+    )
+
+
+def _parse_env(pairs: Sequence[str]) -> dict[str, str] | None:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected NAME=VALUE, got {pair!r}", param_hint="--env")
+        env[name] = value
+    return env or None
+
+
+_backend_option = click.option(
+    "--backend",
+    type=click.Choice(["simulator"]),
+    default="simulator",
+    show_default=True,
+    help="Where commands run. The simulator is in-memory and needs no account.",
+)
+_budget_option = click.option(
+    "--max-output-bytes",
+    type=click.IntRange(min=256),
+    default=24_000,
+    show_default=True,
+    help="Byte budget for the result's canonical JSON.",
+)
+_key_option = click.option(
+    "--operation-key",
+    default="cli-op-1",
+    show_default=True,
+    help="Idempotency key: a retry with the same key never launches twice.",
+)
+_indent_option = click.option(
+    "--indent", type=click.IntRange(min=0), default=2, show_default=True, help="JSON indent."
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(sandrail.__version__, prog_name="sandrail")
+def main() -> None:
+    """Run shell commands and code snippets in sandboxes, safely.
+
+    Every command prints the tool result as JSON. Exit status: 0 ok, 1 error,
+    3 uncertain, 4 approval required.
+    """
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@click.option("--background", is_flag=True, help="Start it and return its task id at once.")
+@click.option("--timeout", type=click.IntRange(1, 86_400), help="Seconds before it is ended.")
+@click.option("--cwd", help="Working directory inside the sandbox.")
+@click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE", help="Repeatable.")
+@_backend_option
+@_budget_option
+@_key_option
+@_indent_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(
+    background: bool,
+    timeout: int | None,
+    cwd: str | None,
+    env_pairs: tuple[str, ...],
+    backend: str,
+    max_output_bytes: int,
+    operation_key: str,
+    indent: int,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND with run_command. Put -- before it: sandrail run -- ls -la"""
+    arguments: dict[str, Any] = {"command": " ".join(command)}
+    if background:
+        arguments["background"] = True
+        if timeout is not None:
+            arguments["background_timeout"] = timeout
+    elif timeout is not None:
+        arguments["timeout"] = timeout
+    if cwd is not None:
+        arguments["cwd"] = cwd
+    env = _parse_env(env_pairs)
+    if env is not None:
+        arguments["env"] = env
+    port = sandrail.command_tools(
+        backend=_backend(backend),
+        session_id=_SESSION,
+        owner=sandrail.AgentOwner(agent_id=_AGENT),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        max_output_bytes=max_output_bytes,
+    )
+    _emit(port.execute_sync(_request(port, "run_command", arguments, operation_key)), indent)
+
+
+@main.command()
+@click.option(
+    "--language",
+    "-l",
+    default="python",
+    show_default=True,
+    help="python, javascript or bash (aliases: py, python3, js, node, nodejs, sh, shell).",
+)
+@click.option("--timeout", type=click.IntRange(1, 86_400), help="Seconds before it is ended.")
+@_backend_option
+@_budget_option
+@_key_option
+@_indent_option
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
+def code(
+    language: str,
+    timeout: int | None,
+    backend: str,
+    max_output_bytes: int,
+    operation_key: str,
+    indent: int,
+    file: Path,
+) -> None:
+    """Run the snippet in FILE (- for standard input) with sandbox_run_code."""
+    try:
+        source = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {file}: {exc}", param_hint="FILE") from None
+    arguments: dict[str, Any] = {"code": source, "language": language}
+    if timeout is not None:
+        arguments["timeout"] = timeout
+    port = sandrail.code_tools(
+        backend=_backend(backend),
+        session_id=_SESSION,
+        owner=sandrail.AgentOwner(agent_id=_AGENT),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        max_output_bytes=max_output_bytes,
+    )
+    _emit(port.execute_sync(_request(port, "sandbox_run_code", arguments, operation_key)), indent)
