@@ -1,0 +1,367 @@
+"""The tool programs driven directly, with some effects answered by a script.
+
+The simulator answers every sandbox effect the script leaves alone; the
+script replaces chosen answers with wrong shapes, failures or edge values, to
+prove that no answer, however odd, makes a program guess: it reports
+``uncertain`` after dispatch, ``error`` before it, and never raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import sandrail
+from sandrail.core import (
+    RETAINED_OUTPUT_LIMIT,
+    Allow,
+    ArtifactRef,
+    AuthorityReport,
+    Authorize,
+    Cancel,
+    CheckAuthority,
+    CommandState,
+    Delivery,
+    Effect,
+    EffectFailure,
+    Ensure,
+    ErrorCode,
+    Inspect,
+    OutputChunk,
+    OwnedCommand,
+    PortSettings,
+    Publish,
+    Read,
+    RememberOwned,
+    ResolveOwned,
+    SandboxState,
+    Start,
+    Started,
+    ToolResult,
+    Wait,
+    WriteArtifact,
+    bound_result,
+    code_tool_definitions,
+    command_tool_definitions,
+    crash_result,
+    request_digest,
+    tool_program,
+)
+from sandrail.interpreters._drivers import drive
+from sandrail.interpreters.simulator import Script, Simulator
+
+OWNER = sandrail.AgentOwner(agent_id="agent-1")
+IDENTITY = sandrail.AgentIdentity(agent_id="agent-1")
+TASK = sandrail.task_id("s", OWNER, "op-1")
+FAIL_MAYBE = EffectFailure(Delivery.MAYBE_SENT, "lost")
+FAIL_NOT_SENT = EffectFailure(Delivery.NOT_SENT, "refused")
+ABORTED = EffectFailure(Delivery.MAYBE_SENT, "aborted", aborted=True)
+
+Answer = Callable[[Effect], Any]
+_PASS = object()
+
+
+def settings(*, code: bool = False, artifacts: bool = False, budget: int = 24_000) -> PortSettings:
+    definitions = code_tool_definitions(agent_owner=True) if code else command_tool_definitions()
+    return PortSettings(
+        session_id="s",
+        owner=OWNER,
+        definitions=definitions,
+        contract="test",
+        max_output_bytes=budget,
+        artifacts_enabled=artifacts,
+    )
+
+
+def request(settings: PortSettings, name: str, arguments: dict[str, Any]) -> sandrail.ToolRequest:
+    definition = next(d for d in settings.definitions if d.name == name)
+    return sandrail.ToolRequest(
+        call=sandrail.ToolCall(name=name, call_id="c1", arguments=arguments),
+        operation_key="op-1",
+        session_id="s",
+        definition=definition,
+        identity=IDENTITY,
+    )
+
+
+def run(
+    name: str,
+    arguments: dict[str, Any],
+    overrides: dict[type, Any] | None = None,
+    *,
+    sim: Simulator | None = None,
+    owned: OwnedCommand | None = None,
+    **settings_options: Any,
+) -> ToolResult:
+    """Drive one program; an override is a value, an EffectFailure, or a function."""
+    port_settings = settings(**settings_options)
+    sim = sim or Simulator(scripts={"x": Script.prints("out\n")})
+    live = request(port_settings, name, arguments)
+    digest = request_digest(live)
+    overrides = overrides or {}
+
+    def interpret(effect: Effect) -> Any:
+        override = overrides.get(type(effect), _PASS)
+        if override is not _PASS:
+            answer = override(effect) if callable(override) else override
+            if isinstance(answer, EffectFailure):
+                raise answer
+            return answer
+        if isinstance(effect, Authorize):
+            return Allow()
+        if isinstance(effect, CheckAuthority):
+            return AuthorityReport(
+                aborted=False, drifted=effect.request_digest != digest, authority_held=True
+            )
+        if isinstance(effect, ResolveOwned):
+            return owned
+        if isinstance(effect, RememberOwned):
+            return None
+        if isinstance(effect, WriteArtifact):
+            return ArtifactRef(uri="artifact://0123", size_bytes=len(effect.content))
+        return sim(effect)
+
+    return drive(tool_program(live, port_settings), interpret)
+
+
+def launched_background(sim: Simulator) -> OwnedCommand:
+    run("run_command", {"command": "serve", "background": True}, sim=sim)
+    return OwnedCommand(task_id=TASK, operation_key="op-1", sandbox_id="sbx-1")
+
+
+# ---------------------------------------------------------------------------
+# Wrong shapes after dispatch are uncertain (C6); before it, errors (C5)
+
+
+@pytest.mark.parametrize("effect", [Ensure, Start, Wait, Read])
+def test_c6_an_unexpected_answer_after_dispatch_is_uncertain(effect: type) -> None:
+    result = run("run_command", {"command": "x"}, {effect: "garbage"})
+    assert result.status == "uncertain"
+    assert result.content["operation_key"] == "op-1"
+
+
+def test_c6_an_unexpected_publish_answer_is_uncertain() -> None:
+    result = run("sandbox_run_code", {"code": "print(1)"}, {Publish: None}, code=True)
+    assert result.status == "uncertain"
+
+
+def test_c6_a_start_answer_for_another_task_is_uncertain() -> None:
+    other = Started(task_id="0" * 64, first_launch=True, state=CommandState(status="running"))
+    result = run("run_command", {"command": "x"}, {Start: other})
+    assert result.status == "uncertain"
+    assert result.content["task_id"] == TASK
+
+
+@pytest.mark.parametrize("effect", [Inspect])
+def test_c5_an_unexpected_status_answer_is_an_error(effect: type) -> None:
+    result = run("sandbox_status", {}, {effect: 42})
+    assert result.status == "error"
+    assert result.content["error_type"] == ErrorCode.READ_FAILED.value
+
+
+def test_c5_a_failed_status_inspection_is_an_error() -> None:
+    result = run("sandbox_status", {}, {Inspect: FAIL_MAYBE})
+    assert (result.status, result.content["error_type"]) == ("error", ErrorCode.READ_FAILED.value)
+
+
+def test_c6_a_foreground_command_canceled_without_an_exit_code_is_uncertain() -> None:
+    state = CommandState(status="canceled", exit_code=None)
+    result = run("run_command", {"command": "x"}, {Wait: state})
+    assert result.status == "uncertain"
+    assert result.content["observed_result"] == "canceled"
+
+
+def test_c6_a_wait_failure_after_start_is_uncertain_and_an_abort_says_so() -> None:
+    assert run("run_command", {"command": "x"}, {Wait: FAIL_NOT_SENT}).status == "uncertain"
+    aborted = run("run_command", {"command": "x"}, {Wait: ABORTED})
+    assert aborted.content["error_type"] == ErrorCode.ABORTED.value
+
+
+def test_c11_an_ensure_aborted_in_flight_is_uncertain() -> None:
+    result = run("run_command", {"command": "x"}, {Ensure: ABORTED})
+    assert result.status == "uncertain"
+    assert result.content["error_type"] == ErrorCode.ABORTED.value
+
+
+def test_c11_an_abort_while_authorizing_is_canceled() -> None:
+    result = run("run_command", {"command": "x"}, {Authorize: ABORTED})
+    assert (result.status, result.content["error_type"]) == ("error", ErrorCode.CANCELED.value)
+
+
+def test_c5_remembering_ownership_failing_after_ensure_is_uncertain() -> None:
+    result = run("run_command", {"command": "x"}, {RememberOwned: FAIL_NOT_SENT})
+    assert result.status == "uncertain"
+
+
+# ---------------------------------------------------------------------------
+# Reads
+
+
+def test_read_output_is_gathered_across_pages_up_to_the_retention_limit() -> None:
+    huge = RETAINED_OUTPUT_LIMIT // 2 + 10
+
+    def page(effect: Read) -> OutputChunk:
+        return OutputChunk(
+            stdout="a" * min(effect.max_bytes, huge),
+            stderr="",
+            next_stdout_cursor=effect.stdout_cursor + min(effect.max_bytes, huge),
+            next_stderr_cursor=0,
+            more=True,
+            state=CommandState(status="exited", exit_code=0),
+        )
+
+    result = run("run_command", {"command": "x"}, {Read: page})
+    assert result.status == "ok"
+    assert result.content["retention_limited"] is True
+    assert result.content["output_budget"] == {"truncated": True}
+
+
+def test_c6_a_read_whose_cursors_stall_is_uncertain() -> None:
+    stalled = OutputChunk(
+        stdout="",
+        stderr="",
+        next_stdout_cursor=0,
+        next_stderr_cursor=0,
+        more=True,
+        state=CommandState(status="exited", exit_code=0),
+    )
+    assert run("run_command", {"command": "x"}, {Read: stalled}).status == "uncertain"
+
+
+def test_read_of_an_owned_task_without_a_known_sandbox_inspects_first() -> None:
+    sim = Simulator(scripts={"serve": Script.hangs("up\n")})
+    launched_background(sim)
+    owned = OwnedCommand(task_id=TASK, operation_key="op-1", sandbox_id=None)
+    page = run("read_command_output", {"task_id": TASK}, sim=sim, owned=owned)
+    assert (page.status, page.content["stdout"]) == ("ok", "up\n")
+    nothing = SandboxState(sandbox_id=None, phase="absent")
+    missing = run("read_command_output", {"task_id": TASK}, {Inspect: nothing}, owned=owned)
+    assert missing.content["error_type"] == ErrorCode.TASK_NOT_FOUND.value
+    failed = run("read_command_output", {"task_id": TASK}, {Inspect: FAIL_MAYBE}, owned=owned)
+    assert failed.content["error_type"] == ErrorCode.READ_FAILED.value
+
+
+def test_c4_a_resolver_that_fails_means_not_owned() -> None:
+    result = run("read_command_output", {"task_id": TASK}, {ResolveOwned: FAIL_NOT_SENT})
+    assert result.content["error_type"] == ErrorCode.NOT_OWNED.value
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "code"),
+    [
+        ("garbage", "error", ErrorCode.READ_FAILED),
+        (FAIL_MAYBE, "error", ErrorCode.READ_FAILED),
+        (ABORTED, "error", ErrorCode.CANCELED),
+    ],
+)
+def test_c5_reads_change_nothing_so_their_failures_are_errors(
+    answer: Any, status: str, code: ErrorCode
+) -> None:
+    sim = Simulator(scripts={"serve": Script.hangs()})
+    owned = launched_background(sim)
+    result = run("read_command_output", {"task_id": TASK}, {Read: answer}, sim=sim, owned=owned)
+    assert (result.status, result.content["error_type"]) == (status, code.value)
+    waited = run(
+        "read_command_output",
+        {"task_id": TASK, "wait_seconds": 5},
+        {Wait: answer if isinstance(answer, EffectFailure) else FAIL_NOT_SENT},
+        sim=sim,
+        owned=owned,
+    )
+    assert waited.status == "error"
+
+
+def test_c6_a_read_that_cannot_tell_the_state_is_uncertain() -> None:
+    sim = Simulator(scripts={"serve": Script.hangs()})
+    owned = launched_background(sim)
+    unknown = OutputChunk(
+        stdout="",
+        stderr="",
+        next_stdout_cursor=0,
+        next_stderr_cursor=0,
+        more=False,
+        state=CommandState(status="unknown"),
+    )
+    result = run("read_command_output", {"task_id": TASK}, {Read: unknown}, sim=sim, owned=owned)
+    assert result.status == "uncertain"
+    assert result.content["task_id"] == TASK
+
+
+@pytest.mark.parametrize("answer", ["garbage", None])
+def test_c6_a_stop_with_an_unexpected_answer_is_uncertain(answer: Any) -> None:
+    sim = Simulator(scripts={"serve": Script.hangs()})
+    owned = launched_background(sim)
+    result = run("stop_command", {"task_id": TASK}, {Cancel: answer}, sim=sim, owned=owned)
+    assert result.status == "uncertain"
+
+
+def test_c6_a_stop_that_observes_an_unknown_state_is_uncertain() -> None:
+    sim = Simulator(scripts={"serve": Script.hangs()})
+    owned = launched_background(sim)
+    from sandrail.core import CancelRequested
+
+    answer = CancelRequested(state=CommandState(status="unknown"))
+    result = run("stop_command", {"task_id": TASK}, {Cancel: answer}, sim=sim, owned=owned)
+    assert result.status == "uncertain"
+
+
+# ---------------------------------------------------------------------------
+# Budget edges (C12, C15)
+
+
+def test_c15_an_artifact_uri_too_long_to_promise_is_left_out() -> None:
+    sim = Simulator(scripts={"x": Script.prints("y" * 50_000)})
+    long_ref = ArtifactRef(uri="artifact://" + "9" * 400, size_bytes=1)
+    result = run(
+        "run_command", {"command": "x"}, {WriteArtifact: long_ref}, sim=sim, artifacts=True
+    )
+    assert result.status == "ok"
+    assert result.content["output_budget"] == {"truncated": True}
+    assert result.artifact_refs == ()
+
+
+def test_c9_authority_lost_while_storing_the_artifact_is_uncertain() -> None:
+    sim = Simulator(scripts={"x": Script.prints("y" * 50_000)})
+    checks = iter(range(100))
+
+    def check(effect: CheckAuthority) -> AuthorityReport:
+        # Held for every guard up to the one right after the artifact write.
+        return AuthorityReport(aborted=False, drifted=False, authority_held=next(checks) < 6)
+
+    result = run("run_command", {"command": "x"}, {CheckAuthority: check}, sim=sim, artifacts=True)
+    assert result.status == "uncertain"
+    assert result.content["error_type"] == ErrorCode.AUTHORITY_LOST.value
+
+
+def test_c12_bound_result_cuts_what_the_harness_supplied_and_falls_back_to_the_bare_code() -> None:
+    long = ToolResult(
+        status="error",
+        content={
+            "ok": False,
+            "error_type": "policy_denied",
+            "executed": False,
+            "instruction": "x" * 999,
+        },
+    )
+    assert len(sandrail.canonical_json(bound_result(long, 256).content)) <= 256
+    fixed_too_big = ToolResult(
+        status="error",
+        content={"ok": False, "error_type": "policy_denied", "executed": False, "who": "y" * 999},
+    )
+    bare = bound_result(fixed_too_big, 256)
+    assert bare.content == {"ok": False, "error_type": "policy_denied", "executed": False}
+
+
+def test_crash_results_are_errors_before_dispatch_and_uncertain_after() -> None:
+    port_settings = settings()
+    live = request(port_settings, "run_command", {"command": "x"})
+    before = crash_result(live, port_settings, dispatched=False, sandbox_id=None, task=None)
+    assert (before.status, before.content["executed"]) == ("error", False)
+    after = crash_result(live, port_settings, dispatched=True, sandbox_id="sbx-1", task=TASK)
+    assert after.status == "uncertain"
+    assert (after.content["sandbox_id"], after.content["task_id"]) == ("sbx-1", TASK)
+    garbled = crash_result("junk", port_settings, dispatched=True, sandbox_id=None, task=None)
+    assert garbled.status == "uncertain"
+    assert garbled.content["error_type"] == ErrorCode.INTERNAL.value
