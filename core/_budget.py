@@ -196,7 +196,7 @@ def fit_to_budget(content: Mapping[str, Any], max_output_bytes: int) -> dict[str
     for key, cut in cuts.items():
         cut.start(allowances[key])
         spare -= cut.used()
-    spare = _fill(cuts, spare)
+    _fill(cuts, spare)
 
     for key in emptied:
         result[key] = ""
@@ -260,14 +260,14 @@ def _water_fill(sizes: Mapping[str, int | None], room: int) -> tuple[list[str], 
         if size is None or size * sharing > left:
             share, extra = divmod(left, sharing)
             cut = order[index:]
-            return wholes, {key: share + int(rank < extra) for rank, key in enumerate(cut)}
+            return wholes, {name: share + int(rank < extra) for rank, name in enumerate(cut)}
         wholes.append(key)
         left -= size
     return wholes, {}
 
 
-def _fill(cuts: Mapping[str, _Cut], spare: int) -> int:
-    """Hand ``spare`` bytes to the cut fields until no boundary can take more; return the rest."""
+def _fill(cuts: Mapping[str, _Cut], spare: int) -> None:
+    """Hand ``spare`` bytes to the cut fields until no boundary can take more."""
     progress = True
     while progress:
         progress = False
@@ -282,7 +282,6 @@ def _fill(cuts: Mapping[str, _Cut], spare: int) -> int:
             gained = cut.grow(spare)
             spare -= gained
             progress = progress or gained > 0
-    return spare
 
 
 def _utf8_len(text: str) -> int:

@@ -61,35 +61,53 @@ def escaped_size(text: str) -> int:
 
 
 def _encode(value: object, emit: Any) -> None:
-    # `bool` before `int`: True is an int in Python.
-    if isinstance(value, str):
+    # Exact types first (the common case, and cheaper than ABC checks);
+    # `bool` before `int`, since True is an int in Python.
+    kind = type(value)
+    if kind is str:
         emit(_escape(value))
+    elif kind is dict:
+        _encode_object(value, emit)  # type: ignore[arg-type]
     elif value is None:
         emit("null")
     elif value is True:
         emit("true")
     elif value is False:
         emit("false")
+    elif kind is int:
+        _encode_int(value, emit)  # type: ignore[arg-type]
+    elif kind is list or kind is tuple:
+        _encode_array(value, emit)  # type: ignore[arg-type]
+    elif isinstance(value, str):
+        emit(_escape(value))
     elif isinstance(value, int):
-        if -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER:
-            emit(int.__repr__(value))
-        else:
-            raise CanonicalJSONError(f"integer {value} is outside JSON's exact range (+/-2**53-1)")
+        _encode_int(value, emit)
     elif isinstance(value, Mapping):
         _encode_object(value, emit)
     elif isinstance(value, float):
         emit(_format_float(value))
     elif isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
-        emit("[")
-        first = True
-        for item in value:
-            if not first:
-                emit(",")
-            first = False
-            _encode(item, emit)
-        emit("]")
+        _encode_array(value, emit)
     else:
         raise CanonicalJSONError(f"{type(value).__name__} has no JSON form")
+
+
+def _encode_int(value: int, emit: Any) -> None:
+    if -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER:
+        emit(int.__repr__(value))
+    else:
+        raise CanonicalJSONError(f"integer {value} is outside JSON's exact range (+/-2**53-1)")
+
+
+def _encode_array(value: Sequence[Any], emit: Any) -> None:
+    emit("[")
+    first = True
+    for item in value:
+        if not first:
+            emit(",")
+        first = False
+        _encode(item, emit)
+    emit("]")
 
 
 def _encode_object(value: Mapping[Any, Any], emit: Any) -> None:
@@ -100,7 +118,7 @@ def _encode_object(value: Mapping[Any, Any], emit: Any) -> None:
     # RFC 8785 orders keys by UTF-16 code units. Python orders by code point;
     # the two agree unless a key holds a character beyond the BMP, which is
     # rare enough to take the slow path only then.
-    if all(key.isascii() for key in keys):
+    if "".join(keys).isascii():
         keys.sort()
     else:
         keys.sort(key=lambda key: key.encode("utf-16-be", "surrogatepass"))

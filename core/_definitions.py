@@ -13,6 +13,8 @@ decides whether that is still ours (a stale or edited definition is refused).
 
 from __future__ import annotations
 
+import hashlib
+
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -206,6 +208,15 @@ class ToolDefinition:
     timeout_ms: int = attrs.field(validator=_check_positive_int)
     recovery_policy: str | None = attrs.field(default=None, validator=_optional_str)
     background_command_policy: str | None = attrs.field(default=None, validator=_optional_str)
+    canonical: bytes = attrs.field(init=False, eq=False, repr=False)
+    """The canonical JSON of :meth:`to_dict`, computed once."""
+    digest: str = attrs.field(init=False, eq=False, repr=False)
+    """SHA-256 of :attr:`canonical`, in hex."""
+
+    def __attrs_post_init__(self) -> None:
+        canonical = canonical_json(self.to_dict())
+        object.__setattr__(self, "canonical", canonical)
+        object.__setattr__(self, "digest", hashlib.sha256(canonical).hexdigest())
 
     def to_dict(self) -> dict[str, Any]:
         """A fresh plain JSON object (snake_case keys; unset policies omitted)."""
@@ -247,12 +258,14 @@ def definitions_equal(supplied: object, ours: ToolDefinition) -> bool:
     Never raises: anything that has no canonical JSON form, or that fails
     while being read, is simply not equal.
     """
+    if supplied is ours:
+        return True
     try:
         if isinstance(supplied, ToolDefinition):
-            supplied = supplied.to_dict()
-        elif not isinstance(supplied, Mapping):
+            return supplied.canonical == ours.canonical
+        if not isinstance(supplied, Mapping):
             return False
-        return canonical_json(supplied) == canonical_json(ours.to_dict())
+        return canonical_json(supplied) == ours.canonical
     # Junk from a harness may fail in any way while it is read (a custom
     # mapping, a cycle); every such failure just means "not our definition".
     except Exception:

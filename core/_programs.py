@@ -20,6 +20,7 @@ its :class:`Phase`; before dispatch a failure is an ``error`` with
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Generator, Mapping
@@ -148,26 +149,31 @@ def owner_key(owner: Owner) -> str:
 def request_digest(request: ToolRequest) -> str:
     """Digest of everything in a request but its abort signal (drift check, C9).
 
-    Raises :class:`CanonicalJSONError` (or ``AttributeError``) for a request
-    that has no JSON form; a port treats that as drift.
+    Only ever compared with a digest of the same request in the same process,
+    so it uses Python's C JSON encoder (sorted keys) rather than the slower
+    canonical form. The port's own definition objects are immutable and
+    stand for themselves. Raises ``TypeError`` or ``ValueError`` (or
+    ``AttributeError``) for a request with no JSON form; a port treats that
+    as drift.
     """
     definition = request.definition
     if isinstance(definition, ToolDefinition):
-        definition = definition.to_dict()
+        definition = "sha256:" + definition.digest
     identity = request.identity
-    body = {
-        "call": {
-            "name": request.call.name,
-            "call_id": request.call.call_id,
-            "arguments": request.call.arguments,
-        },
-        "operation_key": request.operation_key,
-        "session_id": request.session_id,
-        "definition": definition,
-        "identity": None if identity is None else identity.locator(),
-        "result_governance": request.result_governance,
-    }
-    return hashlib.sha256(canonical_json(body)).hexdigest()
+    body = (
+        request.call.name,
+        request.call.call_id,
+        request.call.arguments,
+        request.operation_key,
+        request.session_id,
+        definition,
+        None if identity is None else identity.locator(),
+        request.result_governance,
+    )
+    text = json.dumps(
+        body, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 _LAUNCH_DEFAULTS: Final[Mapping[str, Any]] = {
@@ -318,7 +324,7 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
     arguments = call.arguments
     try:
         digest = request_digest(request)
-    except (CanonicalJSONError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         digest = ""  # arguments without a JSON form: validation refuses them next
     return _Snapshot(
         tool=name,
@@ -389,34 +395,86 @@ def admission_size(snap: _Snapshot, settings: PortSettings) -> int:
     ``ok`` result with its largest legal numbers and a cut-output note. Only
     shrinkable text can give way later, so a call whose fixed part cannot fit
     is refused before any side effect.
+
+    Strategy: a result's fixed part is its locator plus fields that do not
+    depend on who asked. The size of a JSON object is the sum of its parts'
+    sizes (keys are distinct), so the identity-free remainder of each result
+    shape is measured once per tool and cached; a call then costs one
+    measurement of its own locator.
     """
+    sizes = []
+    for with_sandbox, overhead in _fixed_overheads(
+        snap.tool, settings.contract, settings.allow_internet_access
+    ):
+        if with_sandbox is None:
+            sizes.append(overhead)
+        else:
+            sandbox_id = _LONGEST_SANDBOX_ID if with_sandbox else None
+            locator = snap.locator(sandbox_id, _LONGEST_TASK_ID)
+            sizes.append(len(canonical_json(locator)) - 1 + overhead)
+    return max(sizes)
+
+
+@functools.lru_cache(maxsize=64)
+def _fixed_overheads(
+    tool: str, contract: str, allow_internet_access: bool
+) -> tuple[tuple[bool | None, int], ...]:
+    """For each result shape of ``tool``: whether its locator names the
+    sandbox (``None``: it has no locator), and the size of its fixed part
+    less its locator (plus one, for the brace the two share)."""
+    snap = _Snapshot(
+        tool=tool,
+        call_id="",
+        operation_key="",
+        session_id="",
+        identity=AgentIdentity(agent_id=""),
+        arguments={},
+        digest="",
+        governed=False,
+    )
+    settings = PortSettings(
+        session_id="",
+        owner=AgentOwner(agent_id=""),
+        definitions=(),
+        contract=contract,
+        allow_internet_access=allow_internet_access,
+    )
     sandbox_id, task = _LONGEST_SANDBOX_ID, _LONGEST_TASK_ID
-    candidates = [
-        _uncertain_content(snap, reason, "timed_out", sandbox_id, task)
-        for reason in _UNCERTAIN_REASONS
-    ]
     worst = _worst_state()
     note = _output_budget_note(
         ArtifactRef(uri="u" * _ARTIFACT_URI_MAX, size_bytes=_MAX_SAFE_INTEGER)
     )
-    if snap.tool in ("run_command", "run_code", "sandbox_run_code"):
-        language = max(LANGUAGES, key=len) if snap.tool != "run_command" else None
-        candidates.append(
-            _launch_content(snap, settings, sandbox_id, task, worst, "", language, True)
-            | {"stdout": "", "stderr": "", "output_budget": note, "retention_limited": True}
+    reason = max(_UNCERTAIN_REASONS, key=lambda code: len(code.value))
+    shapes: list[tuple[bool | None, dict[str, Any]]] = [
+        (True, _uncertain_content(snap, reason, "timed_out", sandbox_id, task))
+    ]
+    if tool in ("run_command", "run_code", "sandbox_run_code"):
+        language = max(LANGUAGES, key=len) if tool != "run_command" else None
+        launch = _launch_content(snap, settings, sandbox_id, task, worst, "", language, True)
+        launch.update(
+            stdout="",
+            stderr="",
+            output_budget=note,
+            retention_limited=True,
+            timeout_seconds=MAX_TIMEOUT_SECONDS,
         )
-    elif snap.tool == "read_command_output":
-        candidates.append(
-            _read_content(snap, task, worst, "", "", _MAX_SAFE_INTEGER, _MAX_SAFE_INTEGER, True)
-            | {"output_budget": note}
-        )
-    elif snap.tool == "stop_command":
-        candidates.append(_stop_content(snap, sandbox_id, task, worst))
+        shapes.append((True, launch))
+    elif tool == "read_command_output":
+        read = _read_content(snap, task, worst, "", "", _MAX_SAFE_INTEGER, _MAX_SAFE_INTEGER, True)
+        shapes.append((False, read | {"output_budget": note}))
+    elif tool == "stop_command":
+        shapes.append((True, _stop_content(snap, sandbox_id, task, worst)))
     else:
-        candidates.append(
-            _status_content(settings, SandboxState(sandbox_id=sandbox_id, phase="closing"))
-        )
-    return max(fixed_size(content) for content in candidates)
+        status = _status_content(settings, SandboxState(sandbox_id=sandbox_id, phase="closing"))
+        shapes.append((None, status))
+    overheads: list[tuple[bool | None, int]] = []
+    for with_sandbox, content in shapes:
+        size = fixed_size(content)
+        if with_sandbox is not None:
+            locator = snap.locator(sandbox_id if with_sandbox else None, task)
+            size -= len(canonical_json(locator)) - 1
+        overheads.append((with_sandbox, size))
+    return tuple(overheads)
 
 
 def _launch_content(
@@ -612,6 +670,8 @@ def tool_program(request: object, settings: PortSettings) -> Program:
     named tool. Always returns a :class:`ToolResult` whose content fits the
     budget unless the runtime governs results (C12)."""
     result = yield from _tool_program(request, settings)
+    if result.status in ("ok", "uncertain"):
+        return result  # already fitted by _Call.finish / _Call.uncertain
     if getattr(request, "result_governance", None) == RUNTIME_ARTIFACTS:
         return result
     return bound_result(result, settings.max_output_bytes)

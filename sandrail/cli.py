@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 import sandrail
+from sandrail._replay_cli import replay
 from sandrail.core import ToolResult
 
 __all__ = ["main"]
@@ -179,3 +180,6 @@ def code(
         max_output_bytes=max_output_bytes,
     )
     _emit(port.execute_sync(_request(port, "sandbox_run_code", arguments, operation_key)), indent)
+
+
+main.add_command(replay)

@@ -1,0 +1,646 @@
+"""The cassette format: one JSON object a line, written by the recorder and
+read back by the replayer.
+
+Four kinds of line, each an object with a ``kind``:
+
+- ``header`` (the first line, exactly once): format name and ``version``,
+  the sandrail version, the tool set, the owner, the session and the port
+  settings that change decisions;
+- ``call``: a request the port received, numbered from 1;
+- ``step``: one effect of a call and what answered it, either ``outcome``
+  (a value, ``null`` included) or ``failure`` (a typed
+  :class:`~sandrail.core.EffectFailure`); ``step`` numbers run over the whole
+  recording;
+- ``result``: the call's final :class:`~sandrail.core.ToolResult`.
+
+Effects, outcomes, owners and identities go through one cattrs converter with
+tagged unions (the tag is the class name under ``"type"``); text stays text.
+
+Strategy for redaction (C17): a cassette must hold no environment value and
+no secret the caller named, yet replay must still match value by value. So
+the same :class:`CallRedaction` is applied to what is written and, at replay,
+to what the live core asks: environment values become the marker where they
+are passed (request arguments, ``Start.env``); secrets (named ones, and env
+values of :data:`MIN_SCRUBBED_LENGTH` characters or more) are cut out of every
+other string (output that echoes them, artifacts). Digests the core computes
+over secret-bearing arguments are swapped for the digests of the redacted
+request: a replay of the redacted request computes exactly those, and a
+digest of a weak secret is itself a leak.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+from cattrs import Converter
+from cattrs.errors import BaseValidationError
+from cattrs.strategies import configure_tagged_union
+
+from sandrail.core import (
+    AgentIdentity,
+    Allow,
+    ApprovalRequired,
+    ArtifactRef,
+    AuthorityReport,
+    CancelRequested,
+    CanonicalJSONError,
+    CommandState,
+    Delivery,
+    Deny,
+    Effect,
+    EffectFailure,
+    NativeIdentity,
+    Outcome,
+    OutputChunk,
+    OwnedCommand,
+    Owner,
+    OwnerIdentity,
+    PortSettings,
+    Published,
+    SandboxReady,
+    SandboxState,
+    Started,
+    StartRefused,
+    ToolCall,
+    ToolDefinition,
+    ToolRequest,
+    ToolResult,
+    definitions_equal,
+    launch_digest,
+    request_digest,
+)
+
+__all__ = [
+    "FORMAT",
+    "MARKER",
+    "MIN_SCRUBBED_LENGTH",
+    "VERSION",
+    "CallRedaction",
+    "Cassette",
+    "CassetteError",
+    "RecordedCall",
+    "RecordedStep",
+    "decode_effect",
+    "decode_failure",
+    "decode_outcome",
+    "decode_owner",
+    "decode_request",
+    "dump_line",
+    "encode_effect",
+    "encode_failure",
+    "encode_outcome",
+    "encode_request",
+    "header_line",
+    "load_cassette",
+    "normalize",
+    "parse_cassette",
+    "result_data",
+]
+
+FORMAT = "sandrail-cassette"
+VERSION = 1
+MARKER = "<redacted>"
+MIN_SCRUBBED_LENGTH = 8
+"""Env values this long or longer are also cut out of every other string;
+shorter ones (``1``, ``true``) would match text by chance. Named secrets are
+cut out whatever their length."""
+
+ToolSet = Literal["command", "code"]
+_CONTRACT_TOOLS: Mapping[str, ToolSet] = {
+    "sandrail.command-tools/v1": "command",
+    "sandrail.code-tools/v1": "code",
+}
+
+_OutcomeValue = (
+    Allow
+    | ApprovalRequired
+    | Deny
+    | AuthorityReport
+    | OwnedCommand
+    | SandboxState
+    | SandboxReady
+    | Published
+    | Started
+    | StartRefused
+    | CommandState
+    | OutputChunk
+    | CancelRequested
+    | ArtifactRef
+)
+
+
+class CassetteError(ValueError):
+    """A cassette that cannot be read: truncated, corrupt, or from a future
+    format version. The message names the file and line."""
+
+
+# ---------------------------------------------------------------------------
+# The converter
+
+
+def _strict(kind: type, name: str) -> Any:
+    def structure(value: Any, _: type) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {name}, got a boolean")
+        if kind is float and isinstance(value, int):
+            return float(value)
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {name}, got {type(value).__name__}")
+        return value
+
+    return structure
+
+
+def _make_converter() -> Converter:
+    converter = Converter(forbid_extra_keys=True)
+    converter.register_structure_hook(str, _strict(str, "a string"))
+    converter.register_structure_hook(int, _strict(int, "an integer"))
+    converter.register_structure_hook(float, _strict(float, "a number"))
+    converter.register_structure_hook(bool, _strict(bool, "a boolean"))
+    for union in (Effect, _OutcomeValue, Owner, OwnerIdentity):
+        configure_tagged_union(union, converter, tag_name="type")
+    return converter
+
+
+_converter = _make_converter()
+
+
+def _tag_first(data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": data.pop("type"), **data}
+
+
+def encode_effect(effect: Effect) -> dict[str, Any]:
+    """An effect as JSON data: ``{"type": "Start", ...fields}``."""
+    return _tag_first(_converter.unstructure(effect, Effect))
+
+
+def decode_effect(data: Any) -> Effect:
+    """The effect :func:`encode_effect` wrote; ``ValueError`` for anything else."""
+    return _decode(data, Effect, "effect")  # type: ignore[no-any-return]
+
+
+def encode_outcome(outcome: Outcome) -> dict[str, Any] | None:
+    """An outcome as JSON data; ``None`` stays ``None``."""
+    if outcome is None:
+        return None
+    return _tag_first(_converter.unstructure(outcome, _OutcomeValue))
+
+
+def decode_outcome(data: Any) -> Outcome:
+    """The outcome :func:`encode_outcome` wrote; ``ValueError`` for anything else."""
+    if data is None:
+        return None
+    return _decode(data, _OutcomeValue, "outcome")  # type: ignore[no-any-return]
+
+
+def encode_failure(failure: EffectFailure) -> dict[str, Any]:
+    return {
+        "delivery": failure.delivery.value,
+        "detail": failure.detail,
+        "aborted": failure.aborted,
+    }
+
+
+def decode_failure(data: Any) -> EffectFailure:
+    """The failure :func:`encode_failure` wrote; ``ValueError`` for anything else."""
+    if not isinstance(data, dict) or set(data) != {"delivery", "detail", "aborted"}:
+        raise ValueError("a failure needs exactly: delivery, detail, aborted")
+    delivery, detail, aborted = data["delivery"], data["detail"], data["aborted"]
+    if delivery not in {d.value for d in Delivery}:
+        raise ValueError(f"unknown delivery {delivery!r}")
+    if not isinstance(detail, str) or not isinstance(aborted, bool):
+        raise ValueError("failure detail must be a string and aborted a boolean")
+    return EffectFailure(Delivery(delivery), detail, aborted=aborted)
+
+
+def _decode(data: Any, union: Any, what: str) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"the {what} is not a JSON object")
+    tag = data.get("type")
+    try:
+        return _converter.structure(data, union)
+    except KeyError:
+        raise ValueError(f"unknown {what} type {tag!r}") from None
+    except (BaseValidationError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed {what} {tag!r}: {_reason(exc)}") from None
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, BaseValidationError) and exc.exceptions:
+        return _reason(exc.exceptions[0])
+    return str(exc) or type(exc).__name__
+
+
+# ---------------------------------------------------------------------------
+# JSON lines
+
+
+def normalize(data: Any) -> Any:
+    """``data`` as it reads back from a cassette line (tuples become lists...)."""
+    return json.loads(json.dumps(data))
+
+
+def dump_line(data: Mapping[str, Any]) -> str:
+    """One cassette line (no newline): readable UTF-8 text where possible.
+
+    Text that is not valid Unicode (lone surrogates) is written with JSON
+    escapes instead, so every line stays valid UTF-8 and reads back exactly.
+    NaN and infinities are refused (``ValueError``): JSON has no such numbers.
+    """
+    line = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(data, ensure_ascii=True, allow_nan=False)
+    return line
+
+
+def header_line(settings: PortSettings, sandrail_version: str) -> dict[str, Any]:
+    """The header a recording of a port with ``settings`` starts with."""
+    tools = _CONTRACT_TOOLS.get(settings.contract)
+    if tools is None:
+        raise ValueError(f"unknown tool contract {settings.contract!r}")
+    return {
+        "kind": "header",
+        "format": FORMAT,
+        "version": VERSION,
+        "sandrail_version": sandrail_version,
+        "tools": tools,
+        "contract": settings.contract,
+        "session_id": settings.session_id,
+        "owner": _tag_first(_converter.unstructure(settings.owner, Owner)),
+        "settings": {
+            "max_output_bytes": settings.max_output_bytes,
+            "foreground_timeout_seconds": settings.foreground_timeout_seconds,
+            "background_timeout_seconds": settings.background_timeout_seconds,
+            "allow_internet_access": settings.allow_internet_access,
+            "artifacts_enabled": settings.artifacts_enabled,
+        },
+        "redaction": MARKER,
+    }
+
+
+def encode_request(request: ToolRequest, settings: PortSettings | None) -> dict[str, Any]:
+    """A request as JSON data. The definition is written as
+    ``"definition_from_port": true`` when it is the port's own (the common
+    case), else in full; the cancel token only as ``cancellable``."""
+    call = request.call
+    data: dict[str, Any] = {
+        "call": {
+            "name": _jsonable(getattr(call, "name", None)),
+            "call_id": _jsonable(getattr(call, "call_id", None)),
+            "arguments": _jsonable(getattr(call, "arguments", None)),
+        },
+        "operation_key": _jsonable(request.operation_key),
+        "session_id": _jsonable(request.session_id),
+    }
+    ours = None if settings is None else settings.definition(str(data["call"]["name"]))
+    if ours is not None and definitions_equal(request.definition, ours):
+        data["definition_from_port"] = True
+    elif isinstance(request.definition, ToolDefinition):
+        data["definition"] = request.definition.to_dict()
+    else:
+        data["definition"] = _jsonable(request.definition)
+    identity = request.identity
+    if isinstance(identity, NativeIdentity | AgentIdentity):
+        data["identity"] = _tag_first(_converter.unstructure(identity, OwnerIdentity))
+    else:
+        data["identity"] = _jsonable(identity)
+    data["cancellable"] = request.cancel is not None
+    data["result_governance"] = _jsonable(request.result_governance)
+    return normalize(data)  # type: ignore[no-any-return]
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` if it has a JSON form, else a marker naming its type (the
+    core refuses such requests anyway; the marker keeps the line writable)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return f"<unserializable {type(value).__name__}>"
+    return value
+
+
+def decode_request(data: Mapping[str, Any], definitions: Iterable[ToolDefinition]) -> ToolRequest:
+    """Rebuild a recorded request; ``definitions`` are the replaying port's.
+
+    The cancel token, when there was one, is a fresh one that never fires:
+    every abort the recording saw comes back through its outcomes.
+    """
+    from sandrail.interpreters._cancel import CancelToken
+
+    call = data["call"]
+    definition: Any = data.get("definition")
+    if data.get("definition_from_port"):
+        definition = next((d for d in definitions if d.name == call["name"]), None)
+    identity: Any = data["identity"]
+    if isinstance(identity, dict) and "type" in identity:
+        identity = _decode(identity, OwnerIdentity, "identity")
+    return ToolRequest(
+        call=ToolCall(name=call["name"], call_id=call["call_id"], arguments=call["arguments"]),
+        operation_key=data["operation_key"],
+        session_id=data["session_id"],
+        definition=definition,
+        identity=identity,
+        cancel=CancelToken() if data["cancellable"] else None,
+        result_governance=data["result_governance"],
+    )
+
+
+def decode_owner(data: Any) -> Owner:
+    return _decode(data, Owner, "owner")  # type: ignore[no-any-return]
+
+
+# ---------------------------------------------------------------------------
+# Redaction
+
+
+@attrs.frozen
+class CallRedaction:
+    """What to cut out of everything one call writes (see the module doc)."""
+
+    secrets: tuple[str, ...]
+    """Substrings replaced by :data:`MARKER`, longest first."""
+    digests: Mapping[str, str]
+    """Digests of the real request mapped to those of the redacted one."""
+    request: ToolRequest
+    """The request with its secrets redacted: what a replay runs."""
+
+    @classmethod
+    def of(cls, request: ToolRequest, named: Iterable[str]) -> CallRedaction:
+        found = {secret for secret in named if secret}
+        arguments = getattr(request.call, "arguments", None)
+        env = arguments.get("env") if isinstance(arguments, Mapping) else None
+        if isinstance(env, Mapping):
+            found.update(
+                value
+                for value in env.values()
+                if isinstance(value, str) and len(value) >= MIN_SCRUBBED_LENGTH
+            )
+        found.discard(MARKER)
+        bare = cls(tuple(sorted(found, key=lambda s: (-len(s), s))), {}, request)
+        if not isinstance(arguments, Mapping) or (not found and not isinstance(env, Mapping)):
+            return bare
+        clean_arguments = bare.scrub(dict(arguments), env_slot=False)
+        if isinstance(env, Mapping):
+            clean_arguments["env"] = _redact_env(env)
+        redacted = attrs.evolve(request, call=attrs.evolve(request.call, arguments=clean_arguments))
+        digests: dict[str, str] = {}
+        try:
+            digests[request_digest(request)] = request_digest(redacted)
+            tool = request.call.name
+            digests[launch_digest(tool, arguments)] = launch_digest(tool, clean_arguments)
+        except (CanonicalJSONError, AttributeError, TypeError, ValueError):
+            pass  # no JSON form: the core refuses the request before any digest matters
+        digests = {k: v for k, v in digests.items() if k != v}
+        return cls(bare.secrets, digests, redacted)
+
+    def scrub(self, data: Any, *, env_slot: bool) -> Any:
+        """``data`` (JSON data) with digests swapped and secrets cut out;
+        with ``env_slot``, ``data`` is an effect whose ``env`` values all go."""
+        if env_slot and isinstance(data, dict) and isinstance(data.get("env"), dict):
+            data = {**data, "env": _redact_env(data["env"])}
+        return self._scrub(data)
+
+    def _scrub(self, data: Any) -> Any:
+        if isinstance(data, str):
+            data = self.digests.get(data, data)
+            for secret in self.secrets:
+                data = data.replace(secret, MARKER)
+            return data
+        if isinstance(data, dict):
+            return {self._scrub(key): self._scrub(value) for key, value in data.items()}
+        if isinstance(data, list | tuple):
+            return [self._scrub(item) for item in data]
+        return data
+
+
+def _redact_env(env: Mapping[Any, Any]) -> dict[Any, Any]:
+    return dict.fromkeys(env, MARKER)
+
+
+# ---------------------------------------------------------------------------
+# Reading
+
+
+@attrs.frozen(kw_only=True)
+class RecordedStep:
+    """One effect and its answer, as recorded."""
+
+    step: int
+    line: int
+    effect: dict[str, Any]
+    outcome: dict[str, Any] | None
+    failure: dict[str, Any] | None
+
+    def answer(self) -> Outcome:
+        """The recorded outcome; raises the recorded :class:`EffectFailure`."""
+        if self.failure is not None:
+            raise decode_failure(self.failure)
+        return decode_outcome(self.outcome)
+
+
+@attrs.define(kw_only=True)
+class RecordedCall:
+    """One request with its steps and result, as recorded."""
+
+    number: int
+    line: int
+    request: dict[str, Any]
+    steps: list[RecordedStep] = attrs.field(factory=list)
+    result: dict[str, Any] | None = None
+
+    def describe(self) -> str:
+        call = self.request.get("call", {})
+        return (
+            f"call {self.number}: {call.get('name')!s} call_id={call.get('call_id')!r} "
+            f"operation_key={self.request.get('operation_key')!r}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class Cassette:
+    """A parsed recording. Build it with :func:`load_cassette`."""
+
+    source: str
+    header: Mapping[str, Any]
+    calls: tuple[RecordedCall, ...]
+
+    @property
+    def tools(self) -> ToolSet:
+        return self.header["tools"]  # type: ignore[no-any-return]
+
+    @property
+    def owner(self) -> Owner:
+        return decode_owner(self.header["owner"])
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self.header["settings"]  # type: ignore[no-any-return]
+
+    @property
+    def step_count(self) -> int:
+        return sum(len(call.steps) for call in self.calls)
+
+
+def load_cassette(path: str | os.PathLike[str]) -> Cassette:
+    """Read and check a cassette file; :class:`CassetteError` names the line
+    of the first problem (unreadable file, bad JSON, truncation, a future
+    version, a malformed effect or outcome)."""
+    source = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CassetteError(f"{source}: cannot read the file: {exc.strerror or exc}") from None
+    return parse_cassette(data, source=source)
+
+
+_SETTINGS_KEYS = {
+    "max_output_bytes": int,
+    "foreground_timeout_seconds": int,
+    "background_timeout_seconds": int,
+    "allow_internet_access": bool,
+    "artifacts_enabled": bool,
+}
+
+
+def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
+    """Parse cassette bytes (see :func:`load_cassette`)."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines and lines[-1] != b"":
+        raise CassetteError(
+            f"{source}:{len(lines)}: the last line has no newline: the file is truncated"
+        )
+    if not lines:
+        raise CassetteError(f"{source}: the file is empty: not a sandrail cassette")
+
+    def fail(number: int, message: str) -> CassetteError:
+        return CassetteError(f"{source}:{number}: {message}")
+
+    records: list[tuple[int, dict[str, Any]]] = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise fail(number, "not UTF-8 text: the file is corrupt") from None
+        except json.JSONDecodeError as exc:
+            raise fail(number, f"not valid JSON ({exc.msg}): the file is corrupt") from None
+        if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+            raise fail(number, 'not a cassette record (a JSON object with a "kind")')
+        records.append((number, record))
+
+    header = _check_header(records[0][1], lambda message: fail(1, message))
+    calls: dict[int, RecordedCall] = {}
+    last_step = 0
+    for number, record in records[1:]:
+        kind = record["kind"]
+        try:
+            call_number = record["call"]
+            if kind == "call":
+                if call_number != len(calls) + 1:
+                    raise ValueError(f"expected call {len(calls) + 1}, found call {call_number}")
+                _check_request(record["request"])
+                calls[call_number] = RecordedCall(
+                    number=call_number, line=number, request=record["request"]
+                )
+                continue
+            call = calls.get(call_number) if isinstance(call_number, int) else None
+            if call is None:
+                raise ValueError(f"call {call_number!r} has no request line before it")
+            if call.result is not None:
+                raise ValueError(f"call {call_number} already has its result")
+            if kind == "step":
+                if record["step"] != last_step + 1:
+                    raise ValueError(f"expected step {last_step + 1}, found {record['step']!r}")
+                last_step += 1
+                call.steps.append(_check_step(record, number))
+            elif kind == "result":
+                if not isinstance(record["result"], dict):
+                    raise ValueError("the result is not a JSON object")
+                call.result = record["result"]
+            else:
+                raise ValueError(f"unknown record kind {kind!r}")
+        except KeyError as exc:
+            raise fail(number, f"{kind} record without {exc.args[0]!r}") from None
+        except ValueError as exc:
+            raise fail(number, str(exc)) from None
+    for call in calls.values():
+        if call.result is None:
+            raise fail(
+                len(lines),
+                f"the recording ends before the result of {call.describe()}, whose request is "
+                f"on line {call.line}: the file is truncated",
+            )
+    return Cassette(source=source, header=header, calls=tuple(calls.values()))
+
+
+def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:
+    if record.get("kind") != "header" or record.get("format") != FORMAT:
+        raise fail(f"not a sandrail cassette (the first line is no {FORMAT} header)")
+    version = record.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise fail(f"invalid format version {version!r}")
+    if version > VERSION:
+        raise fail(
+            f"cassette format version {version} is newer than this sandrail reads "
+            f"(version {VERSION}); upgrade sandrail to replay it"
+        )
+    if record.get("tools") not in ("command", "code"):
+        raise fail(f"unknown tool set {record.get('tools')!r}")
+    if not isinstance(record.get("session_id"), str):
+        raise fail("the header has no session_id")
+    try:
+        decode_owner(record.get("owner"))
+    except ValueError as exc:
+        raise fail(f"bad owner: {exc}") from None
+    settings = record.get("settings")
+    if not isinstance(settings, dict) or set(settings) != set(_SETTINGS_KEYS):
+        raise fail(f"settings must hold exactly: {', '.join(sorted(_SETTINGS_KEYS))}")
+    for key, kind in _SETTINGS_KEYS.items():
+        value = settings[key]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise fail(f"setting {key} must be {kind.__name__}, got {value!r}")
+    return record
+
+
+def _check_request(request: Any) -> None:
+    if not isinstance(request, dict):
+        raise ValueError("the request is not a JSON object")
+    call = request.get("call")
+    if not isinstance(call, dict) or not {"name", "call_id", "arguments"} <= set(call):
+        raise ValueError("the request has no call with name, call_id and arguments")
+    for key in ("operation_key", "session_id", "identity", "cancellable", "result_governance"):
+        if key not in request:
+            raise ValueError(f"the request has no {key!r}")
+    if "definition" not in request and request.get("definition_from_port") is not True:
+        raise ValueError("the request has no definition")
+
+
+def _check_step(record: dict[str, Any], line: int) -> RecordedStep:
+    decode_effect(record["effect"])
+    has_outcome, has_failure = "outcome" in record, "failure" in record
+    if has_outcome == has_failure:
+        raise ValueError('a step needs exactly one of "outcome" and "failure"')
+    if has_failure:
+        decode_failure(record["failure"])
+    else:
+        decode_outcome(record["outcome"])
+    return RecordedStep(
+        step=record["step"],
+        line=line,
+        effect=record["effect"],
+        outcome=record.get("outcome"),
+        failure=record.get("failure"),
+    )
+
+
+def result_data(result: ToolResult) -> dict[str, Any]:
+    """A result as JSON data, as a cassette holds it."""
+    return normalize(result.to_dict())  # type: ignore[no-any-return]

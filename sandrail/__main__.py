@@ -1,0 +1,5 @@
+"""``python -m sandrail``: the command line."""
+
+from sandrail.cli import main
+
+main()
