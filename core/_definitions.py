@@ -14,7 +14,6 @@ decides whether that is still ours (a stale or edited definition is refused).
 from __future__ import annotations
 
 import hashlib
-
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
