@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Generator, Mapping
 from typing import Any, Final
 
@@ -82,7 +83,7 @@ from ._results import (
     ToolResult,
     error_result,
 )
-from ._validation import arguments_rejection, check_arguments
+from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [
     "WAIT_GRACE_SECONDS",
@@ -749,7 +750,7 @@ def _tool_program(request: object, settings: PortSettings) -> Program:
     # Work from a private copy: the harness may still mutate its request,
     # which the guard reports as drift instead of this program seeing it.
     snap = attrs.evolve(snap, arguments=json.loads(canonical_json(snap.arguments)))
-    refused = _tool_refusal(snap)
+    refused = _tool_refusal(snap, settings)
     if refused is not None:
         return refused
     call = _Call(snap, settings)
@@ -788,9 +789,19 @@ def _tool_program(request: object, settings: PortSettings) -> Program:
     return (yield from _launch(call))
 
 
-def _tool_refusal(snap: _Snapshot) -> ToolResult | None:
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_ENV_ENTRY_BYTES: Final = 131_072
+"""Linux refuses to exec with an environment string (NAME=VALUE) this long."""
+
+
+def _tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:
     """Argument rules JSON Schema cannot say, checked before anything runs."""
     args = snap.arguments
+    problems = _process_problems(args)
+    if problems:
+        return ToolResult(
+            status="error", content=arguments_rejection(problems, settings.max_output_bytes)
+        )
     if snap.tool == "run_command":
         if not args["command"].strip():
             return _refuse(ErrorCode.COMMAND_REQUIRED, "command must not be blank.")
@@ -808,6 +819,32 @@ def _tool_refusal(snap: _Snapshot) -> ToolResult | None:
             "language must be one of: " + ", ".join(sorted(LANGUAGES)) + ".",
         )
     return None
+
+
+def _process_problems(args: Mapping[str, Any]) -> list[ArgumentProblem]:
+    """What no process can be started with: a NUL byte in its command, working
+    directory or environment, an environment name a shell cannot hold, or an
+    environment entry longer than the kernel accepts. Refused here, before any
+    side effect, instead of failing in the sandbox after it."""
+    problems = [
+        ArgumentProblem(path=f"arguments.{field}", reason="must not contain a NUL character")
+        for field in ("command", "cwd")
+        if isinstance(args.get(field), str) and "\x00" in args[field]
+    ]
+    for name, value in sorted((args.get("env") or {}).items()):
+        path = f"arguments.env.{name}"
+        if not _ENV_NAME.fullmatch(name):
+            reason = (
+                "must be a shell variable name: letters, digits and _, not starting with a digit"
+            )
+            problems.append(ArgumentProblem(path=path, reason=reason))
+        if "\x00" in value:
+            problems.append(ArgumentProblem(path=path, reason="must not contain a NUL character"))
+        elif len(name.encode("utf-8")) + 1 + len(value.encode("utf-8")) >= _MAX_ENV_ENTRY_BYTES:
+            problems.append(
+                ArgumentProblem(path=path, reason="must be under 128 KiB together with its name")
+            )
+    return problems
 
 
 def _sandbox_status(call: _Call) -> Generator[Effect, Any, ToolResult]:

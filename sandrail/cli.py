@@ -8,8 +8,11 @@ Exit status: 0 for ``ok``, 1 for ``error``, 2 for bad usage, 3 for
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import sys
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,6 @@ from sandrail.core import ToolResult
 __all__ = ["main"]
 
 _EXIT = {"ok": 0, "error": 1, "uncertain": 3, "approval_required": 4}
-_SESSION = "cli-session"
 _AGENT = "cli-agent"
 
 
@@ -32,7 +34,17 @@ def _backend(name: str) -> Any:
         from sandrail.interpreters.simulator import Simulator
 
         return Simulator()
-    raise click.UsageError(f"unknown backend {name!r}")  # pragma: no cover - click.Choice guards
+    api_key = os.environ.get("E2B_API_KEY", "").strip()
+    if not api_key:
+        raise click.UsageError(
+            "--backend e2b needs an E2B API key: set E2B_API_KEY "
+            "(or use --backend simulator, which needs no account)."
+        )
+    if importlib.util.find_spec("e2b") is None:
+        raise click.UsageError("--backend e2b needs the e2b SDK: pip install 'sandrail[e2b]'.")
+    from sandrail.interpreters.e2b import E2BBackend
+
+    return E2BBackend(api_key=api_key)
 
 
 def _emit(result: ToolResult, indent: int | None) -> None:
@@ -40,11 +52,13 @@ def _emit(result: ToolResult, indent: int | None) -> None:
     sys.exit(_EXIT[result.status])
 
 
-def _request(port: sandrail.ToolPort, name: str, arguments: dict[str, Any], key: str) -> Any:
+def _request(port: sandrail.ToolPort, name: str, arguments: dict[str, Any], key: str | None) -> Any:
     return sandrail.ToolRequest(
-        call=sandrail.ToolCall(name=name, call_id="cli-call-1", arguments=arguments),
-        operation_key=key,
-        session_id=_SESSION,
+        call=sandrail.ToolCall(
+            name=name, call_id=f"cli-{uuid.uuid4().hex[:12]}", arguments=arguments
+        ),
+        operation_key=key if key is not None else f"cli-{uuid.uuid4().hex}",
+        session_id=port.settings.session_id,
         definition=port.definition(name),
         identity=sandrail.AgentIdentity(agent_id=_AGENT),
     )
@@ -62,10 +76,11 @@ def _parse_env(pairs: Sequence[str]) -> dict[str, str] | None:
 
 _backend_option = click.option(
     "--backend",
-    type=click.Choice(["simulator"]),
+    type=click.Choice(["simulator", "e2b"]),
     default="simulator",
     show_default=True,
-    help="Where commands run. The simulator is in-memory and needs no account.",
+    help="Where commands run: the in-memory simulator (no account needed) or E2B "
+    "(needs E2B_API_KEY and the e2b extra).",
 )
 _budget_option = click.option(
     "--max-output-bytes",
@@ -76,9 +91,16 @@ _budget_option = click.option(
 )
 _key_option = click.option(
     "--operation-key",
-    default="cli-op-1",
+    default=None,
+    help="Idempotency key: a retry with the same key never launches twice and "
+    "returns the first launch's result. Default: a new key for each invocation.",
+)
+_session_option = click.option(
+    "--session",
+    "session_id",
+    default="cli-session",
     show_default=True,
-    help="Idempotency key: a retry with the same key never launches twice.",
+    help="Session id: task ids and the sandbox are scoped to it.",
 )
 _indent_option = click.option(
     "--indent", type=click.IntRange(min=0), default=2, show_default=True, help="JSON indent."
@@ -103,6 +125,7 @@ def main() -> None:
 @_backend_option
 @_budget_option
 @_key_option
+@_session_option
 @_indent_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
@@ -112,7 +135,8 @@ def run(
     env_pairs: tuple[str, ...],
     backend: str,
     max_output_bytes: int,
-    operation_key: str,
+    operation_key: str | None,
+    session_id: str,
     indent: int,
     command: tuple[str, ...],
 ) -> None:
@@ -131,7 +155,7 @@ def run(
         arguments["env"] = env
     port = sandrail.command_tools(
         backend=_backend(backend),
-        session_id=_SESSION,
+        session_id=session_id,
         owner=sandrail.AgentOwner(agent_id=_AGENT),
         authorize=lambda request: sandrail.ALLOW,
         assert_authority=lambda request: True,
@@ -152,6 +176,7 @@ def run(
 @_backend_option
 @_budget_option
 @_key_option
+@_session_option
 @_indent_option
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 def code(
@@ -159,7 +184,8 @@ def code(
     timeout: int | None,
     backend: str,
     max_output_bytes: int,
-    operation_key: str,
+    operation_key: str | None,
+    session_id: str,
     indent: int,
     file: Path,
 ) -> None:
@@ -173,7 +199,7 @@ def code(
         arguments["timeout"] = timeout
     port = sandrail.code_tools(
         backend=_backend(backend),
-        session_id=_SESSION,
+        session_id=session_id,
         owner=sandrail.AgentOwner(agent_id=_AGENT),
         authorize=lambda request: sandrail.ALLOW,
         assert_authority=lambda request: True,

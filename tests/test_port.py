@@ -903,3 +903,26 @@ def test_fit_to_budget_is_exported_for_harnesses() -> None:
     content = {"ok": True, "stdout": "x" * 1000}
     assert len(sandrail.canonical_json(fit_to_budget(content, 300))) <= 300
     assert CommandState(status="running").exit_code is None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field", "reason"),
+    [
+        ({"command": "echo a\x00b"}, "arguments.command", "NUL"),
+        ({"command": "pwd", "cwd": "/tmp\x00"}, "arguments.cwd", "NUL"),
+        ({"command": "env", "env": {"1BAD": "x"}}, "arguments.env.1BAD", "shell variable name"),
+        ({"command": "env", "env": {"A-B": "x"}}, "arguments.env.A-B", "shell variable name"),
+        ({"command": "env", "env": {"OK": "a\x00"}}, "arguments.env.OK", "NUL"),
+        ({"command": "env", "env": {"BIG": "é" * 70_000}}, "arguments.env.BIG", "128 KiB"),
+    ],
+)
+def test_c5_c16_values_no_process_can_start_with_are_refused_before_any_side_effect(
+    arguments: dict[str, Any], field: str, reason: str
+) -> None:
+    rig = Rig()
+    result = rig.run("run_command", arguments)
+    assert_error_nothing_ran(result, ErrorCode.ARGUMENTS_INVALID)
+    (problem,) = result.content["problems"]
+    assert problem["field"] == field
+    assert reason in problem["reason"]
+    assert rig.sim.effects_seen == []

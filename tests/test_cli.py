@@ -1,0 +1,94 @@
+"""The command line on the simulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sandrail.cli import main
+
+
+def invoke(
+    *args: str, input: str | None = None, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), input=input, env=env)
+    return result.exit_code, result.output
+
+
+def test_run_prints_the_tool_result_as_json() -> None:
+    code, out = invoke("run", "--", "echo", "hello", "world")
+    assert code == 0
+    result = json.loads(out)
+    assert result["status"] == "ok"
+    assert result["content"]["stdout"] == "hello world\n"
+
+
+def test_run_background_returns_a_task_ref() -> None:
+    code, out = invoke("run", "--background", "--indent", "0", "--", "sleep", "5")
+    assert code == 0
+    result = json.loads(out)
+    assert result["content"]["status"] == "running"
+    assert result["background_command_ref"]["task_id"] == result["content"]["task_id"]
+
+
+def test_c2_the_same_operation_key_names_the_same_task() -> None:
+    first = json.loads(invoke("run", "--operation-key", "k1", "--", "true")[1])
+    second = json.loads(invoke("run", "--operation-key", "k1", "--", "true")[1])
+    assert first["content"]["task_id"] == second["content"]["task_id"]
+    other = json.loads(invoke("run", "--", "true")[1])
+    assert other["content"]["task_id"] != first["content"]["task_id"]
+
+
+def test_exit_status_follows_the_result_status() -> None:
+    code, out = invoke("run", "--env", "1BAD=x", "--", "env")
+    assert code == 1
+    assert json.loads(out)["content"]["error_type"] == "e2b_command_arguments_invalid"
+
+
+def test_bad_env_syntax_is_a_usage_error() -> None:
+    code, out = invoke("run", "--env", "NOEQUALS", "--", "env")
+    assert code == 2
+    assert "expected NAME=VALUE" in out
+
+
+def test_code_runs_a_file_and_stdin(tmp_path: Path) -> None:
+    snippet = tmp_path / "s.py"
+    snippet.write_text("print('hi')\n", encoding="utf-8")
+    code, out = invoke("code", str(snippet))
+    assert code == 0
+    assert json.loads(out)["content"]["language"] == "python"
+    code, out = invoke("code", "--language", "sh", "-", input="echo hi\n")
+    assert code == 0
+    assert json.loads(out)["content"]["language"] == "bash"
+
+
+def test_code_with_an_unsupported_language_is_an_error(tmp_path: Path) -> None:
+    snippet = tmp_path / "s.rb"
+    snippet.write_text("puts 1\n", encoding="utf-8")
+    code, out = invoke("code", "--language", "ruby", str(snippet))
+    assert code == 1
+    assert json.loads(out)["content"]["error_type"] == "unsupported_language"
+
+
+def test_code_with_a_missing_file_is_a_clear_usage_error(tmp_path: Path) -> None:
+    code, out = invoke("code", str(tmp_path / "nope.py"))
+    assert code == 2
+    assert "cannot read" in out
+
+
+@pytest.mark.parametrize("command", ["run", "code"])
+def test_e2b_backend_without_a_key_says_what_is_missing(command: str) -> None:
+    args = ["--backend", "e2b", "--", "true"] if command == "run" else ["--backend", "e2b", "-"]
+    code, out = invoke(command, *args, input="", env={"E2B_API_KEY": ""})
+    assert code == 2
+    assert "E2B_API_KEY" in out
+
+
+def test_help_reads_well() -> None:
+    code, out = invoke("--help")
+    assert code == 0
+    for command in ("run", "code", "replay"):
+        assert command in out
