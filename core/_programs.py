@@ -134,6 +134,11 @@ class PortSettings:
     background_timeout_seconds: int = 300
     allow_internet_access: bool = False
     artifacts_enabled: bool = False
+    owner_key: str = attrs.field(init=False, eq=False, repr=False)
+    """:func:`owner_key` of ``owner``, computed once."""
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "owner_key", owner_key(self.owner))
 
     def definition(self, name: str) -> ToolDefinition | None:
         for definition in self.definitions:
@@ -171,10 +176,13 @@ def request_digest(request: ToolRequest) -> str:
         None if identity is None else identity.locator(),
         request.result_governance,
     )
-    text = json.dumps(
-        body, sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
-    )
+    text = _DIGEST_ENCODER.encode(body)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_DIGEST_ENCODER = json.JSONEncoder(
+    sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+)
 
 
 _LAUNCH_DEFAULTS: Final[Mapping[str, Any]] = {
@@ -404,15 +412,18 @@ def admission_size(snap: _Snapshot, settings: PortSettings) -> int:
     measurement of its own locator.
     """
     sizes = []
+    locator_sizes: dict[bool, int] = {}
     for with_sandbox, overhead in _fixed_overheads(
         snap.tool, settings.contract, settings.allow_internet_access
     ):
         if with_sandbox is None:
             sizes.append(overhead)
-        else:
+            continue
+        if with_sandbox not in locator_sizes:
             sandbox_id = _LONGEST_SANDBOX_ID if with_sandbox else None
             locator = snap.locator(sandbox_id, _LONGEST_TASK_ID)
-            sizes.append(len(canonical_json(locator)) - 1 + overhead)
+            locator_sizes[with_sandbox] = len(canonical_json(locator))
+        sizes.append(locator_sizes[with_sandbox] - 1 + overhead)
     return max(sizes)
 
 
@@ -749,7 +760,7 @@ def _tool_program(request: object, settings: PortSettings) -> Program:
         )
     # Work from a private copy: the harness may still mutate its request,
     # which the guard reports as drift instead of this program seeing it.
-    snap = attrs.evolve(snap, arguments=json.loads(canonical_json(snap.arguments)))
+    snap = attrs.evolve(snap, arguments=json.loads(_DIGEST_ENCODER.encode(snap.arguments)))
     refused = _tool_refusal(snap, settings)
     if refused is not None:
         return refused
@@ -850,7 +861,7 @@ def _process_problems(args: Mapping[str, Any]) -> list[ArgumentProblem]:
 def _sandbox_status(call: _Call) -> Generator[Effect, Any, ToolResult]:
     snap, settings = call.snap, call.settings
     try:
-        state = yield Inspect(session_id=snap.session_id, owner_key=owner_key(settings.owner))
+        state = yield Inspect(session_id=snap.session_id, owner_key=settings.owner_key)
     except EffectFailure as failure:
         return call.failed(failure, side_effect=False)
     if not isinstance(state, SandboxState):
@@ -864,9 +875,7 @@ def _owned_command(call: _Call) -> Generator[Effect, Any, ToolResult]:
     snap, settings = call.snap, call.settings
     args = snap.arguments
     wanted: str = args["task_id"]
-    stop = yield from call.guard()
-    if stop is not None:
-        return stop
+    # The guard after Authorize also stands before this first step.
     try:
         owned = yield ResolveOwned(task_id=wanted)
     except EffectFailure:
@@ -882,7 +891,7 @@ def _owned_command(call: _Call) -> Generator[Effect, Any, ToolResult]:
     sandbox_id = owned.sandbox_id
     if sandbox_id is None:
         try:
-            state = yield Inspect(session_id=snap.session_id, owner_key=owner_key(settings.owner))
+            state = yield Inspect(session_id=snap.session_id, owner_key=settings.owner_key)
         except EffectFailure as failure:
             return call.failed(failure, side_effect=False)
         sandbox_id = state.sandbox_id if isinstance(state, SandboxState) else None
@@ -971,11 +980,10 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         path = ""
         command = args["command"]
 
-    stop = yield from call.guard()
-    if stop is not None:
-        return stop
+    # The guard after Authorize also stands before Ensure: nothing external
+    # happened in between.
     try:
-        ready = yield Ensure(session_id=snap.session_id, owner_key=owner_key(settings.owner))
+        ready = yield Ensure(session_id=snap.session_id, owner_key=settings.owner_key)
     except EffectFailure as failure:
         return call.failed(failure, side_effect=True)
     call.phase = Phase.AFTER_DISPATCH

@@ -352,13 +352,11 @@ class _Call:
         raise TypeError(f"not an effect: {effect!r}")
 
     def _check(self, effect: CheckAuthority) -> AuthorityReport:
-        """One guard observation; any doubt counts against the call (fail closed)."""
-        token = self.request.cancel
-        aborted = bool(getattr(token, "cancelled", False))
-        try:
-            drifted = request_digest(self.request) != effect.request_digest
-        except Exception:
-            drifted = True
+        """One guard observation; any doubt counts against the call (fail closed).
+
+        The authority callback runs first: it is itself an external boundary,
+        so abort and drift are read after it returns (C9, C11).
+        """
         verdict: object
         try:
             # Typed as bool, but a harness may hand back anything: trust only True.
@@ -369,6 +367,11 @@ class _Call:
             # assert_authority must be synchronous and fast; a coroutine proves nothing.
             _discard(verdict)
             verdict = False
+        aborted = bool(getattr(self.request.cancel, "cancelled", False))
+        try:
+            drifted = request_digest(self.request) != effect.request_digest
+        except Exception:
+            drifted = True
         return AuthorityReport(aborted=aborted, drifted=drifted, authority_held=verdict is True)
 
 

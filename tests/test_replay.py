@@ -345,7 +345,7 @@ def test_a_call_that_ends_early_is_caught(tmp_path: Path) -> None:
         replay_file(path)
     message = str(caught.value)
     assert "the call ended, but the recording expects more effects" in message
-    assert "expected: CheckAuthority(" in message
+    assert "expected: Ensure(" in message
 
 
 def _live_port(cassette_path: Path, replayer: Replayer) -> sandrail.ToolPort:
