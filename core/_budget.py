@@ -131,7 +131,12 @@ def fixed_size(content: Mapping[str, Any]) -> int:
     return len(canonical_json(emptied))
 
 
-def fit_to_budget(content: Mapping[str, Any], max_output_bytes: int) -> dict[str, Any]:
+def fit_to_budget(
+    content: Mapping[str, Any],
+    max_output_bytes: int,
+    *,
+    utf8_lengths: Mapping[str, int] | None = None,
+) -> dict[str, Any]:
     """Return a new dict like ``content`` whose canonical JSON is at most ``max_output_bytes``.
 
     Contract (C12, C13):
@@ -161,7 +166,11 @@ def fit_to_budget(content: Mapping[str, Any], max_output_bytes: int) -> dict[str
     survive into the result.
 
     Cost: independent of the length of a cut ASCII string; one C encoding pass
-    over a cut non-ASCII string to count its UTF-8 bytes.
+    over a cut non-ASCII string to count its UTF-8 bytes, unless
+    ``utf8_lengths`` gives it: a caller that already knows a field's UTF-8
+    length (a reader knows how many bytes it read) may pass it, and must pass
+    it right, since the marker states it. A length that cannot be right (below
+    the character count or above four bytes a character) raises ``ValueError``.
     """
     fixed = fixed_size(content)
     if fixed > max_output_bytes:
@@ -179,7 +188,12 @@ def fit_to_budget(content: Mapping[str, Any], max_output_bytes: int) -> dict[str
     if len(known) == len(sizes) and sum(known) <= room:
         return result
 
-    candidates = {key: _Cut(text, sizes[key]) for key, text in texts.items()}
+    lengths = utf8_lengths or {}
+    for key, length in lengths.items():
+        text = texts.get(key)
+        if text is not None and not len(text) <= length <= 4 * len(text):
+            raise ValueError(f"utf8_lengths[{key!r}] = {length} cannot be the length of that text")
+    candidates = {key: _Cut(text, sizes[key], lengths.get(key)) for key, text in texts.items()}
     emptied: set[str] = set()
     while True:
         wholes, allowances = _water_fill(
@@ -311,10 +325,10 @@ class _Cut:
         "whole",
     )
 
-    def __init__(self, text: str, size: int | None) -> None:
+    def __init__(self, text: str, size: int | None, total_bytes: int | None = None) -> None:
         self.text = text
         self.size = size
-        self.total_bytes = _utf8_len(text)
+        self.total_bytes = _utf8_len(text) if total_bytes is None else total_bytes
         self.whole = False
         self.head = self.head_size = self.head_bytes = 0
         self.tail = self.tail_size = self.tail_bytes = 0

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 import attrs
 
-from ._budget import BudgetError, fit_to_budget, fixed_size
+from ._budget import SHRINKABLE_FIELDS, BudgetError, fit_to_budget, fixed_size
 from ._canonical import CanonicalJSONError, canonical_json
 from ._definitions import (
     LANGUAGES,
@@ -632,27 +632,34 @@ class _Call:
             return _refuse(verdict.code, "Nothing ran. Check the harness's authority and retry.")
         return self.uncertain(verdict.reason)
 
-    def finish(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
+    def finish(
+        self, result: ToolResult, utf8_lengths: Mapping[str, int] | None = None
+    ) -> Generator[Effect, Any, ToolResult]:
         """Guard, then fit the content to the budget; when text must be cut
-        and an artifact store exists, keep the full content there (C12, C15)."""
+        and an artifact store exists, keep the full content there (C12, C15).
+
+        ``utf8_lengths`` are the byte lengths of output fields, known from the
+        read cursors, which spares the budget a pass over huge text.
+        """
         stop = yield from self.guard()
         if stop is not None:
             return stop
-        content = dict(result.content)
         if self.snap.governed:
             return result
+        content = dict(result.content)
+        budget = self.settings.max_output_bytes
         try:
-            body = canonical_json(content)
-        except CanonicalJSONError:
+            fitted = fit_to_budget(content, budget, utf8_lengths=utf8_lengths)
+        except (BudgetError, CanonicalJSONError):
             return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
-        if len(body) <= self.settings.max_output_bytes:
-            return result
+        if all(fitted.get(key) is content.get(key) for key in SHRINKABLE_FIELDS):
+            return result  # nothing was cut
         artifact: ArtifactRef | None = None
         if self.settings.artifacts_enabled:
             try:
                 stored = yield WriteArtifact(
                     key=f"{self.snap.operation_key}:{self.snap.call_id}:output",
-                    content=body.decode("utf-8"),
+                    content=canonical_json(content).decode("utf-8"),
                 )
             except EffectFailure:
                 stored = None
@@ -663,7 +670,7 @@ class _Call:
                 return stop
         content["output_budget"] = _output_budget_note(artifact)
         try:
-            fitted = fit_to_budget(content, self.settings.max_output_bytes)
+            fitted = fit_to_budget(content, budget, utf8_lengths=utf8_lengths)
         except BudgetError:
             return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
         return attrs.evolve(
@@ -1074,10 +1081,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     collected = yield from _read_all(call, ready.sandbox_id, wanted)
     if isinstance(collected, ToolResult):
         return collected
-    stdout, stderr, final, limited = collected
-    stop = yield from call.guard()
-    if stop is not None:
-        return stop
+    stdout, stderr, final, limited, lengths = collected
     content = _launch_content(
         snap, settings, ready.sandbox_id, wanted, final, command, language, deduplicated
     )
@@ -1085,22 +1089,31 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     content["stderr"] = stderr
     if limited:
         content["retention_limited"] = True
-    return (yield from call.finish(ToolResult(status="ok", content=content)))
+    return (yield from call.finish(ToolResult(status="ok", content=content), lengths))
+
+
+_Collected = tuple[str, str, CommandState, bool, dict[str, int]]
 
 
 def _read_all(
     call: _Call, sandbox_id: str, wanted: str
-) -> Generator[Effect, Any, tuple[str, str, CommandState, bool] | ToolResult]:
+) -> Generator[Effect, Any, _Collected | ToolResult]:
     """Read all retained output of an ended command through byte cursors, at
-    most :data:`RETAINED_OUTPUT_LIMIT` bytes in all."""
+    most :data:`RETAINED_OUTPUT_LIMIT` bytes in all.
+
+    Returns stdout, stderr, the last state, whether the retention limit cut
+    the reading short, and each stream's UTF-8 length (its final cursor:
+    every read starts where the previous one ended, on a character boundary).
+    """
     stdout: list[str] = []
     stderr: list[str] = []
     cursors = [0, 0]
     final = CommandState(status="unknown")
     while True:
         room = RETAINED_OUTPUT_LIMIT - cursors[0] - cursors[1]
+        lengths = {"stdout": cursors[0], "stderr": cursors[1]}
         if room <= 0:
-            return "".join(stdout), "".join(stderr), final, True
+            return "".join(stdout), "".join(stderr), final, True, lengths
         try:
             chunk = yield Read(
                 sandbox_id=sandbox_id,
@@ -1119,7 +1132,8 @@ def _read_all(
         advanced = (chunk.next_stdout_cursor, chunk.next_stderr_cursor) != tuple(cursors)
         cursors = [chunk.next_stdout_cursor, chunk.next_stderr_cursor]
         if not chunk.more:
-            return "".join(stdout), "".join(stderr), final, False
+            lengths = {"stdout": cursors[0], "stderr": cursors[1]}
+            return "".join(stdout), "".join(stderr), final, False, lengths
         if not advanced:
             return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
 

@@ -324,13 +324,24 @@ def test_c15_an_artifact_uri_too_long_to_promise_is_left_out() -> None:
 
 def test_c9_authority_lost_while_storing_the_artifact_is_uncertain() -> None:
     sim = Simulator(scripts={"x": Script.prints("y" * 50_000)})
-    checks = iter(range(100))
+    lost = False
+
+    def store(effect: WriteArtifact) -> ArtifactRef:
+        nonlocal lost
+        lost = True  # the lease lapses while the artifact is written
+        return ArtifactRef(uri="artifact://0123", size_bytes=len(effect.content))
 
     def check(effect: CheckAuthority) -> AuthorityReport:
-        # Held for every guard up to the one right after the artifact write.
-        return AuthorityReport(aborted=False, drifted=False, authority_held=next(checks) < 6)
+        return AuthorityReport(aborted=False, drifted=False, authority_held=not lost)
 
-    result = run("run_command", {"command": "x"}, {CheckAuthority: check}, sim=sim, artifacts=True)
+    result = run(
+        "run_command",
+        {"command": "x"},
+        {CheckAuthority: check, WriteArtifact: store},
+        sim=sim,
+        artifacts=True,
+    )
+    assert lost
     assert result.status == "uncertain"
     assert result.content["error_type"] == ErrorCode.AUTHORITY_LOST.value
 
