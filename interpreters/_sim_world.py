@@ -53,6 +53,9 @@ class SimTask:
     started_at: float
     killed_at: float | None = None
     killed_as: Kill | None = None
+    _encoded: dict[str, list[tuple[float, bytes]]] = attrs.field(
+        factory=dict, init=False, repr=False, eq=False
+    )
 
     def ending(self) -> tuple[float, CommandStatus, int | None]:
         """When the task ends (``inf``: not yet known), how, and its exit code."""
@@ -72,22 +75,30 @@ class SimTask:
 
     def output(self, now: float, stream: Stream) -> bytes:
         """Everything ``stream`` holds at ``now``, as UTF-8."""
-        until = min(now, self.ending()[0])
-        return "".join(
-            chunk.text
-            for chunk in self.script.chunks
-            if chunk.stream == stream and self.started_at + chunk.offset <= until
-        ).encode("utf-8")
+        return b"".join(self._visible(now, stream))
 
     def state(self, now: float) -> CommandState:
         end, status, code = self.ending()
         sizes = {
-            "stdout_bytes": len(self.output(now, "stdout")),
-            "stderr_bytes": len(self.output(now, "stderr")),
+            "stdout_bytes": sum(map(len, self._visible(now, "stdout"))),
+            "stderr_bytes": sum(map(len, self._visible(now, "stderr"))),
         }
         if now < end:
             return CommandState(status="running", **sizes)
         return CommandState(status=status, exit_code=code, **sizes)
+
+    def _visible(self, now: float, stream: Stream) -> list[bytes]:
+        # Chunks are encoded once per task: a 16 MiB output is not re-encoded
+        # on every state query or read.
+        if not self._encoded:
+            for name in ("stdout", "stderr"):
+                self._encoded[name] = [
+                    (self.started_at + chunk.offset, chunk.text.encode("utf-8"))
+                    for chunk in self.script.chunks
+                    if chunk.stream == name
+                ]
+        until = min(now, self.ending()[0])
+        return [data for at, data in self._encoded[stream] if at <= until]
 
     def live_processes(self, now: float) -> int:
         """The command and its children while it runs; nothing once it ended."""
@@ -140,4 +151,4 @@ def read_utf8(data: bytes, cursor: int, max_bytes: int) -> tuple[str, int]:
     end = min(start + max_bytes, len(data))
     while end < len(data) and _continuation(data[end]):
         end -= 1
-    return data[start:end].decode("utf-8"), end
+    return str(memoryview(data)[start:end], "utf-8"), end
