@@ -1012,7 +1012,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         except EffectFailure as failure:
             return call.failed(failure, side_effect=True)
         if isinstance(published, StartRefused):
-            return _conflict(published)
+            return (yield from _refused(call, published))
         if not isinstance(published, Published):
             return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
         stop = yield from call.guard()
@@ -1040,7 +1040,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     except EffectFailure as failure:
         return call.failed(failure, side_effect=True)
     if isinstance(started, StartRefused):
-        return _conflict(started)
+        return (yield from _refused(call, started))
     if not isinstance(started, Started) or started.task_id != wanted:
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
     deduplicated = not started.first_launch
@@ -1136,6 +1136,16 @@ def _read_all(
             return "".join(stdout), "".join(stderr), final, False, lengths
         if not advanced:
             return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+
+
+def _refused(call: _Call, refused: StartRefused) -> Generator[Effect, Any, ToolResult]:
+    """The sandbox refused the launch: nothing ran. Still a step like any
+    other: the guard after it comes first (C9), so authority lost or drift
+    during the refused request is reported as uncertain, not as an error."""
+    stop = yield from call.guard()
+    if stop is not None:
+        return stop
+    return _conflict(refused)
 
 
 def _conflict(refused: StartRefused) -> ToolResult:

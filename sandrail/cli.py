@@ -21,6 +21,7 @@ import click
 
 import sandrail
 from sandrail._replay_cli import replay
+from sandrail._simulate_cli import simulate
 from sandrail.core import ToolResult
 
 __all__ = ["main"]
@@ -209,3 +210,4 @@ def code(
 
 
 main.add_command(replay)
+main.add_command(simulate)

@@ -1,0 +1,239 @@
+"""The checker: each call judged against the simulator's ground truth.
+
+Every check names the contract line of DESIGN §4 it enforces and returns the
+violations it found (never raises), so a campaign can count them per line.
+:func:`judge` runs them all once a plan has ended and every held request has
+been delivered (C5 must hold even then).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import attrs
+
+from sandrail.core import ErrorCode, StartRefused, canonical_json
+
+from ._world import LAUNCH_TOOLS, SECRET, CallRecord, World
+
+__all__ = ["CHECKS", "CONTRACT_LINES", "Violation", "judge"]
+
+CONTRACT_LINES = (
+    "C2",
+    "C3",
+    "C4",
+    "C5",
+    "C6",
+    "C7",
+    "C9",
+    "C10",
+    "C11",
+    "C12",
+    "C13",
+    "C14",
+    "C17",
+)
+"""The lines the checker judges, in table order."""
+
+
+@attrs.frozen
+class Violation:
+    """One broken contract line: which, at which call, and what was seen."""
+
+    line: str
+    call: int | None
+    message: str
+
+
+Check = Callable[[World, CallRecord], Iterable[Violation]]
+
+
+def _locator(record: CallRecord) -> dict[str, object]:
+    request = record.request
+    assert request.identity is not None
+    locator = request.identity.locator()
+    locator.update(
+        session_id=request.session_id,
+        operation_key=request.operation_key,
+        call_id=request.call.call_id,
+    )
+    return locator
+
+
+def _content(record: CallRecord) -> dict[str, object]:
+    assert record.result is not None
+    return dict(record.result.content)
+
+
+def check_c2_one_launch(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C2: a call launches at most once, and only the task its key derives."""
+    total = sum(record.launched.values())
+    if total > 1:
+        yield Violation("C2", record.number, f"one call launched {total} times")
+    stray = set(record.launched) - ({record.task} if record.tool in LAUNCH_TOOLS else set())
+    if stray:
+        yield Violation(
+            "C2", record.number, f"launched task(s) its operation key does not derive: {stray}"
+        )
+
+
+def check_c3_conflict(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C3: same key, other arguments: never ok, nothing launched; once the
+    sandbox refused the claim, ``error`` ``operation_conflict`` (unless the
+    harness lost authority, drifted or aborted meanwhile: C9 and C11 rule)."""
+    if not record.conflict:
+        return
+    assert record.result is not None
+    if record.result.status == "ok" or record.launched:
+        yield Violation("C3", record.number, f"conflict gave {record.result.status}, launched")
+        return
+    refused = any(
+        isinstance(answer, StartRefused) and answer.reason in ("conflict", "publish_conflict")
+        for _, answer in record.effects
+    )
+    code = _content(record).get("error_type")
+    flipped = record.aborted or record.drifted or record.authority_lost  # C9/C11 decide then
+    if refused and not flipped and code != ErrorCode.OPERATION_CONFLICT.value:
+        yield Violation("C3", record.number, f"the sandbox refused the claim, yet {code!r}")
+
+
+def check_c4_foreign_task(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C4: read/stop of a task this session never launched: error, no sandbox call."""
+    if not record.foreign:
+        return
+    assert record.result is not None
+    if record.result.status != "error" or record.effects:
+        yield Violation(
+            "C4",
+            record.number,
+            f"another session's task: {record.result.status} after "
+            f"{len(record.effects)} sandbox effect(s)",
+        )
+
+
+def check_c5_error_ran_nothing(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C5: an error says executed false and launched nothing, held requests included."""
+    assert record.result is not None
+    if record.result.status != "error":
+        return
+    content = _content(record)
+    if content.get("executed") is not False:
+        yield Violation("C5", record.number, "error without executed: false")
+    if record.launched:
+        yield Violation("C5", record.number, f"error, yet launched {dict(record.launched)}")
+
+
+def check_c6_uncertain_locator(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C6: uncertain carries the full locator and never executed: false."""
+    assert record.result is not None
+    if record.result.status != "uncertain":
+        return
+    content = _content(record)
+    missing = [key for key in _locator(record) if key not in content]
+    if missing:
+        yield Violation("C6", record.number, f"uncertain without locator fields {missing}")
+    if "executed" in content and content["executed"] is not True:
+        yield Violation("C6", record.number, "uncertain says executed: false")
+    if "task_id" in content and record.task is not None and content["task_id"] != record.task:
+        yield Violation("C6", record.number, "uncertain names another task")
+
+
+def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C7: ok for a launch means exactly one launch happened."""
+    assert record.result is not None
+    if record.result.status != "ok" or record.tool not in LAUNCH_TOOLS or record.task is None:
+        return
+    count = world.sim.launches.get(record.task, 0)
+    if count != 1:
+        yield Violation("C7", record.number, f"ok, but the task launched {count} times")
+
+
+def check_c9_c11_authority(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C9, C11: lost authority, drift or abort seen during a call: after a
+    dispatch ``uncertain``, before it ``error``."""
+    if record.concurrent or not (record.aborted or record.drifted or record.authority_lost):
+        return
+    assert record.result is not None
+    line = "C11" if record.aborted else "C9"
+    wanted = "uncertain" if record.dispatched else "error"
+    if record.result.status != wanted:
+        seen = "abort" if record.aborted else ("drift" if record.drifted else "authority lost")
+        when = "after" if record.dispatched else "before"
+        yield Violation(
+            line, record.number, f"{seen} {when} dispatch gave {record.result.status}, not {wanted}"
+        )
+
+
+def check_c12_budget(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C12: the canonical JSON of the content fits the budget."""
+    size = len(canonical_json(_content(record)))
+    if size > record.budget:
+        yield Violation("C12", record.number, f"{size} bytes > budget {record.budget}")
+
+
+def check_c13_identity_intact(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C13: every identity field a result carries is byte-identical to the request."""
+    content = _content(record)
+    for key, value in _locator(record).items():
+        if key in content and canonical_json(content[key]) != canonical_json(value):
+            yield Violation("C13", record.number, f"identity field {key} changed")
+
+
+def check_c14_admission(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C14: an identity too big for the budget is refused before any effect."""
+    if not record.oversized:
+        return
+    content = _content(record)
+    assert record.result is not None
+    refused = (
+        record.result.status == "error"
+        and content.get("error_type") == ErrorCode.BUDGET_BELOW_MINIMUM_IDENTITY.value
+    )
+    if not refused or record.effects:
+        yield Violation(
+            "C14",
+            record.number,
+            f"oversized identity: {record.result.status} after {len(record.effects)} effect(s)",
+        )
+
+
+def check_c17_env_secret(world: World, record: CallRecord) -> Iterable[Violation]:
+    """C17: environment values never appear in results."""
+    if SECRET in canonical_json(_content(record)).decode("utf-8"):
+        yield Violation("C17", record.number, "an environment value appears in the result")
+
+
+CHECKS: tuple[Check, ...] = (
+    check_c2_one_launch,
+    check_c3_conflict,
+    check_c4_foreign_task,
+    check_c5_error_ran_nothing,
+    check_c6_uncertain_locator,
+    check_c7_ok_launch,
+    check_c9_c11_authority,
+    check_c12_budget,
+    check_c13_identity_intact,
+    check_c14_admission,
+    check_c17_env_secret,
+)
+
+
+def judge(world: World) -> list[Violation]:
+    """Every violation in ``world``, after delivering what is still held."""
+    world.deliver_held()
+    found: list[Violation] = []
+    twice = {task: n for task, n in world.sim.launches.items() if n > 1}
+    if twice:
+        found.append(Violation("C2", None, f"tasks launched more than once: {twice}"))
+    for record, fence, mark in world.stale_launches:
+        number = None if record is None else record.number
+        found.append(Violation("C10", number, f"fence {fence} launched after fence {mark}"))
+    for record in world.calls:
+        if record.result is None:
+            continue
+        for check in CHECKS:
+            found.extend(check(world, record))
+    for path in world.recordings:
+        if path.exists() and SECRET in path.read_text(encoding="utf-8"):
+            found.append(Violation("C17", None, f"an environment value is in {path}"))
+    return found

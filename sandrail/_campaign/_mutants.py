@@ -1,0 +1,236 @@
+"""Deliberately broken variants of the core the checks must catch.
+
+Each mutant patches private names of :mod:`sandrail.core._programs` for the
+length of a ``with`` block and restores them after. A mutant that no check
+catches means the campaign cannot see that kind of bug: a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import Any
+from unittest import mock
+
+import attrs
+
+from sandrail.core import (
+    BudgetError,
+    Delivery,
+    Effect,
+    EffectFailure,
+    ErrorCode,
+    OwnedCommand,
+    ResolveOwned,
+    Start,
+    ToolResult,
+    error_result,
+)
+from sandrail.core import _programs as programs
+from sandrail.core._budget import fit_to_budget as real_fit_to_budget
+from sandrail.core._guard import Continue, Observation, Phase, Verdict
+from sandrail.core._guard import decide as real_decide
+from sandrail.core._identity import task_id as derive_task_id
+
+__all__ = ["MUTANTS", "Mutant"]
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_Program = Generator[Effect, Any, ToolResult]
+
+
+@attrs.frozen
+class Mutant:
+    """A named broken core: ``expected`` is the contract line that must catch it."""
+
+    name: str
+    description: str
+    expected: str
+    patch: Callable[[], contextlib.AbstractContextManager[None]]
+
+
+def _proxy(
+    inner: _Program,
+    answer: Callable[[Effect], tuple[bool, Any]],
+    after_failure: Callable[[Effect], Iterator[Effect]],
+) -> _Program:
+    """Drive ``inner`` as a driver would, except that ``answer`` may answer an
+    effect itself (``(True, outcome)``) and ``after_failure`` may yield more
+    effects before a failure is thrown back in."""
+    try:
+        effect = next(inner)
+        while True:
+            handled, outcome = answer(effect)
+            if not handled:
+                try:
+                    outcome = yield effect
+                except EffectFailure as failure:
+                    for extra in after_failure(effect):
+                        with contextlib.suppress(EffectFailure):
+                            yield extra
+                    effect = inner.throw(failure)
+                    continue
+            effect = inner.send(outcome)
+    except StopIteration as stop:
+        result: ToolResult = stop.value
+        return result
+    finally:
+        inner.close()
+
+
+def _unanswered(effect: Effect) -> tuple[bool, Any]:
+    return False, None
+
+
+def _nothing_more(effect: Effect) -> Iterator[Effect]:
+    return iter(())
+
+
+@contextlib.contextmanager
+def _relaunch_after_uncertain() -> Iterator[None]:
+    """(a) After a failed Start, start the command again under a new task id."""
+    real = programs._launch
+
+    def relaunch(effect: Effect) -> Iterator[Effect]:
+        if isinstance(effect, Start):
+            other = hashlib.sha256(effect.task_id.encode()).hexdigest()
+            yield attrs.evolve(effect, task_id=other)
+
+    def launch(call: Any) -> _Program:
+        return _proxy(real(call), _unanswered, relaunch)
+
+    with mock.patch.object(programs, "_launch", launch):
+        yield
+
+
+@contextlib.contextmanager
+def _maybe_sent_is_not_executed() -> Iterator[None]:
+    """(b) A failure that may have reached the sandbox is reported as nothing ran."""
+    real = programs._Call.failed
+
+    def failed(self: Any, failure: EffectFailure, *, side_effect: bool) -> ToolResult:
+        if failure.delivery is Delivery.MAYBE_SENT and not failure.aborted:
+            return error_result(ErrorCode.SANDBOX_UNAVAILABLE, instruction="Nothing ran.")
+        return real(self, failure, side_effect=side_effect)
+
+    with mock.patch.object(programs._Call, "failed", failed):
+        yield
+
+
+@contextlib.contextmanager
+def _skip_post_dispatch_authority() -> Iterator[None]:
+    """(c) Once something was dispatched, stop asking about authority and drift."""
+    real = real_decide
+
+    def decide(phase: Phase, observation: Observation) -> Verdict:
+        if phase is Phase.AFTER_DISPATCH and observation is not Observation.ABORTED:
+            return Continue()
+        return real(phase, observation)
+
+    with mock.patch.object(programs, "decide", decide):
+        yield
+
+
+@contextlib.contextmanager
+def _truncate_identity() -> Iterator[None]:
+    """(d) Admit every identity, and cut identity fields when nothing else fits."""
+    real = real_fit_to_budget
+
+    def fit(content: Mapping[str, Any], max_output_bytes: int, **options: Any) -> dict[str, Any]:
+        cut = dict(content)
+        while True:
+            try:
+                return real(cut, max_output_bytes, **options)
+            except BudgetError:
+                texts = [key for key, value in cut.items() if isinstance(value, str)]
+                longest = max(texts, key=lambda key: len(cut[key]))
+                if len(cut[longest]) < 2:
+                    raise
+                cut[longest] = cut[longest][: len(cut[longest]) // 2]
+
+    def admission_size(snap: Any, settings: Any) -> int:
+        return 0
+
+    with (
+        mock.patch.object(programs, "admission_size", admission_size),
+        mock.patch.object(programs, "fit_to_budget", fit),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def _ignore_fence() -> Iterator[None]:
+    """(e) Send every Start without its execution fence."""
+
+    def start(**fields: Any) -> Start:
+        fields["fence"] = None
+        return Start(**fields)
+
+    with mock.patch.object(programs, "Start", start):
+        yield
+
+
+@contextlib.contextmanager
+def _skip_ownership() -> Iterator[None]:
+    """(f) Read or stop any task id asked for, whoever launched it."""
+    real_owned = programs._owned_command
+    real_task_id = derive_task_id
+
+    def claim(effect: Effect) -> tuple[bool, Any]:
+        if isinstance(effect, ResolveOwned):
+            owned = OwnedCommand(
+                task_id=effect.task_id, operation_key=effect.task_id, sandbox_id=None
+            )
+            return True, owned
+        return False, None
+
+    def task_id(session_id: str, owner: Any, operation_key: str) -> str:
+        # The derivation check passes for any task id used as its own key.
+        if _HEX64.fullmatch(operation_key):
+            return operation_key
+        return real_task_id(session_id, owner, operation_key)
+
+    def owned_command(call: Any) -> _Program:
+        return _proxy(real_owned(call), claim, _nothing_more)
+
+    with (
+        mock.patch.object(programs, "_owned_command", owned_command),
+        mock.patch.object(programs, "task_id", task_id),
+    ):
+        yield
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "relaunch_after_uncertain",
+        "on a failed Start, start again under another task id",
+        "C2",
+        _relaunch_after_uncertain,
+    ),
+    Mutant(
+        "maybe_sent_not_executed",
+        "a failure that may have reached the sandbox becomes error, executed false",
+        "C5",
+        _maybe_sent_is_not_executed,
+    ),
+    Mutant(
+        "skip_post_dispatch_authority",
+        "no authority or drift check after the first dispatch",
+        "C9",
+        _skip_post_dispatch_authority,
+    ),
+    Mutant(
+        "truncate_identity",
+        "admit any identity and cut identity fields to fit",
+        "C14",
+        _truncate_identity,
+    ),
+    Mutant("ignore_fence", "every Start goes out with fence=None", "C10", _ignore_fence),
+    Mutant(
+        "skip_ownership_check",
+        "read or stop any task id, another session's included",
+        "C4",
+        _skip_ownership,
+    ),
+)
