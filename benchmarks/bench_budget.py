@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
+from benchmarks._common import row
 from sandrail.core._budget import SHRINKABLE_FIELDS, fit_to_budget
 from sandrail.core._canonical import canonical_json
 
@@ -100,12 +101,12 @@ def run(quick: bool) -> list[dict[str, Any]]:
         base_use, use = _size(theirs) / BUDGET, _size(ours) / BUDGET
         baseline, candidate = "halving (ref)", "water-fill"
         rows += [
-            _row(benchmark, baseline, "time best", base_best * 1e3, "ms", None),
-            _row(benchmark, baseline, "time median", base_median * 1e3, "ms", None),
-            _row(benchmark, baseline, "utilisation", base_use * 100, "%", None),
-            _row(benchmark, candidate, "time best", best * 1e3, "ms", base_best / best),
-            _row(benchmark, candidate, "time median", median * 1e3, "ms", base_median / median),
-            _row(benchmark, candidate, "utilisation", use * 100, "%", use / base_use),
+            row(benchmark, baseline, "time best", base_best * 1e3, "ms", None),
+            row(benchmark, baseline, "time median", base_median * 1e3, "ms", None),
+            row(benchmark, baseline, "utilisation", base_use * 100, "%", None),
+            row(benchmark, candidate, "time best", best * 1e3, "ms", base_best / best),
+            row(benchmark, candidate, "time median", median * 1e3, "ms", base_median / median),
+            row(benchmark, candidate, "utilisation", use * 100, "%", use / base_use),
         ]
         if mixed:
             # What the port does: the reader knows each stream's byte length
@@ -117,20 +118,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
             best, median = _time(known, 30 if quick else 300)
             candidate = "water-fill, lengths known"
             rows += [
-                _row(benchmark, candidate, "time best", best * 1e3, "ms", base_best / best),
-                _row(benchmark, candidate, "time median", median * 1e3, "ms", base_median / median),
+                row(benchmark, candidate, "time best", best * 1e3, "ms", base_best / best),
+                row(benchmark, candidate, "time median", median * 1e3, "ms", base_median / median),
             ]
     return rows
-
-
-def _row(
-    benchmark: str, variant: str, metric: str, value: float, unit: str, ratio: float | None
-) -> dict[str, Any]:
-    return {
-        "benchmark": benchmark,
-        "variant": variant,
-        "metric": metric,
-        "value": value,
-        "unit": unit,
-        "ratio_vs_baseline": ratio,
-    }

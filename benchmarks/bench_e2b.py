@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import sandrail
+from benchmarks._common import row
 from sandrail.interpreters.e2b import E2BBackend
 from tests.e2b_standin import StandInSDK
 
@@ -95,47 +96,30 @@ async def _measure(rounds: int) -> dict[str, float]:
 
 def run(quick: bool) -> list[dict[str, Any]]:
     figures = asyncio.run(_measure(3 if quick else 10))
+    trips, latency = "SDK round trips", "exit → result latency"
     return [
-        _row(
-            "SDK round trips",
+        row(
+            trips,
             "foreground run_command, warm sandbox",
+            "count",
             figures["foreground_trips"],
-            None,
             "trips",
         ),
-        _row("SDK round trips", "read_command_output", figures["read_trips"], None, "trips"),
-        _row(
-            "exit → result latency",
-            "50 ms polling loop (baseline)",
-            figures["polled_ms"],
-            None,
-            "ms",
-        ),
-        _row(
-            "exit → result latency",
-            "in-sandbox wait (sandrail)",
-            figures["ours_ms"],
-            figures["polled_ms"] / figures["ours_ms"],
-            "ms",
-        ),
-        _row(
-            "SDK round trips",
-            "50 ms polling loop, per command (0.3 s)",
+        row(trips, "read_command_output", "count", figures["read_trips"], "trips"),
+        row(
+            trips,
+            "50 ms polling loop, per 0.3 s command",
+            "count",
             figures["polled_trips"],
-            None,
             "trips",
+        ),
+        row(latency, "50 ms polling loop (baseline)", "median", figures["polled_ms"], "ms"),
+        row(
+            latency,
+            "in-sandbox wait (sandrail)",
+            "median",
+            figures["ours_ms"],
+            "ms",
+            figures["polled_ms"] / figures["ours_ms"],
         ),
     ]
-
-
-def _row(
-    benchmark: str, variant: str, value: float, ratio: float | None, unit: str
-) -> dict[str, Any]:
-    return {
-        "benchmark": benchmark,
-        "variant": variant,
-        "metric": "median" if unit == "ms" else "count",
-        "value": value,
-        "unit": unit,
-        "ratio_vs_baseline": ratio,
-    }

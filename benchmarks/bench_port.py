@@ -19,6 +19,7 @@ import tracemalloc
 from typing import Any
 
 import sandrail
+from benchmarks._common import row
 from sandrail.core import Ensure, Read, Start, Wait
 from sandrail.interpreters.simulator import Script, Simulator
 
@@ -145,16 +146,13 @@ def run(quick: bool) -> list[dict[str, Any]]:
     _port_rate(200, "warm")
     port_rate = max(_port_rate(count, f"r{n}") for n in range(repeats))
     sim_rate = max(_simulator_rate(count) for _ in range(repeats))
+    bench = "run_command throughput"
     rows = [
-        _row("run_command throughput", "simulator alone (floor)", "calls/s", sim_rate, None),
-        _row(
-            "run_command throughput",
-            "port + core + simulator",
-            "calls/s",
-            port_rate,
-            port_rate / sim_rate,
+        row(bench, "simulator alone (floor)", "calls/s", sim_rate, "calls/s"),
+        row(
+            bench, "port + core + simulator", "calls/s", port_rate, "calls/s", port_rate / sim_rate
         ),
-        _row("run_command throughput", "goal", "calls/s", 20_000.0, port_rate / 20_000),
+        row(bench, "goal", "calls/s", 20_000.0, "calls/s", port_rate / 20_000),
     ]
     output_bytes = 16 * _MIB
     for ascii_only in (True, False):
@@ -162,27 +160,9 @@ def run(quick: bool) -> list[dict[str, Any]]:
         best = min(_big_run(ascii_only, trace=False)[0] for _ in range(1 if quick else 3))
         _, peak = _big_run(ascii_only, trace=True)
         rows += [
-            _row(benchmark, "output size (baseline)", "bytes", output_bytes, None, "B"),
-            _row(benchmark, "port + core", "time", best * 1e3, None, "ms"),
-            _row(benchmark, "port + core", "peak extra memory", float(peak), None, "B"),
-            _row(benchmark, "port + core", "peak / output", peak / output_bytes, None, "×"),
+            row(benchmark, "output size (baseline)", "bytes", output_bytes, "B"),
+            row(benchmark, "port + core", "time", best * 1e3, "ms"),
+            row(benchmark, "port + core", "peak extra memory", float(peak), "B"),
+            row(benchmark, "port + core", "peak / output", peak / output_bytes, "×"),
         ]
     return rows
-
-
-def _row(
-    benchmark: str,
-    variant: str,
-    metric: str,
-    value: float,
-    ratio: float | None,
-    unit: str = "calls/s",
-) -> dict[str, Any]:
-    return {
-        "benchmark": benchmark,
-        "variant": variant,
-        "metric": metric,
-        "value": value,
-        "unit": unit,
-        "ratio_vs_baseline": ratio,
-    }

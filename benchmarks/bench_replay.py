@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import sandrail
+from benchmarks._common import row
 from sandrail.interpreters.replay import Recorder, load_cassette, replay_file
 from sandrail.interpreters.simulator import Script, Simulator
 
@@ -84,33 +85,17 @@ def run(quick: bool) -> list[dict[str, Any]]:
         size = path.stat().st_size
 
     live_rate, replay_rate = effects / live, effects / replayed
+    bench = f"session of {calls} calls"
     return [
-        _row(f"session of {calls} calls", "simulator, live", "effects/s", live_rate, None),
-        _row(
-            f"session of {calls} calls",
+        row(bench, "simulator, live", "effects/s", live_rate, "effects/s"),
+        row(
+            bench,
             "replay from cassette",
             "effects/s",
             replay_rate,
+            "effects/s",
             replay_rate / live_rate,
         ),
-        _row(f"session of {calls} calls", "cassette", "size", size / 1024, None, "KiB"),
-        _row(f"session of {calls} calls", "cassette", "effects", effects, None, "effects"),
+        row(bench, "cassette", "size", size / 1024, "KiB"),
+        row(bench, "cassette", "effects", effects, "effects"),
     ]
-
-
-def _row(
-    benchmark: str,
-    variant: str,
-    metric: str,
-    value: float,
-    ratio: float | None,
-    unit: str = "effects/s",
-) -> dict[str, Any]:
-    return {
-        "benchmark": benchmark,
-        "variant": variant,
-        "metric": metric,
-        "value": value,
-        "unit": unit,
-        "ratio_vs_baseline": ratio,
-    }

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,21 @@ def _backend(name: str) -> Any:
     from sandrail.interpreters.e2b import E2BBackend
 
     return E2BBackend(api_key=api_key)
+
+
+def _port(
+    factory: Callable[..., sandrail.ToolPort], backend: str, session_id: str, budget: int
+) -> sandrail.ToolPort:
+    """A port for one command-line call: this process is the harness, so
+    policy allows the call and the caller holds its authority."""
+    return factory(
+        backend=_backend(backend),
+        session_id=session_id,
+        owner=sandrail.AgentOwner(agent_id=_AGENT),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        max_output_bytes=budget,
+    )
 
 
 def _emit(result: ToolResult, indent: int | None) -> None:
@@ -154,14 +169,7 @@ def run(
     env = _parse_env(env_pairs)
     if env is not None:
         arguments["env"] = env
-    port = sandrail.command_tools(
-        backend=_backend(backend),
-        session_id=session_id,
-        owner=sandrail.AgentOwner(agent_id=_AGENT),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-        max_output_bytes=max_output_bytes,
-    )
+    port = _port(sandrail.command_tools, backend, session_id, max_output_bytes)
     _emit(port.execute_sync(_request(port, "run_command", arguments, operation_key)), indent)
 
 
@@ -198,14 +206,7 @@ def code(
     arguments: dict[str, Any] = {"code": source, "language": language}
     if timeout is not None:
         arguments["timeout"] = timeout
-    port = sandrail.code_tools(
-        backend=_backend(backend),
-        session_id=session_id,
-        owner=sandrail.AgentOwner(agent_id=_AGENT),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-        max_output_bytes=max_output_bytes,
-    )
+    port = _port(sandrail.code_tools, backend, session_id, max_output_bytes)
     _emit(port.execute_sync(_request(port, "sandbox_run_code", arguments, operation_key)), indent)
 
 
