@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import enum
+import math
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from sandrail.core._budget import SHRINKABLE_FIELDS, fixed_size
+from sandrail.core._definitions import (
+    MAX_TIMEOUT_SECONDS,
+    ToolDefinition,
+    code_tool_definitions,
+    command_tool_definitions,
+)
+from sandrail.core._validation import ArgumentProblem
 
 MAX_SAFE = 2**53 - 1
 
@@ -60,3 +73,351 @@ def fault_plans(max_faults: int = 4, max_occurrence: int = 6) -> st.SearchStrate
     return st.lists(faults, max_size=max_faults, unique_by=lambda f: (f.effect, f.occurrence)).map(
         lambda fs: FaultPlan(tuple(fs))
     )
+
+
+# ---------------------------------------------------------------------------
+# Budget: result contents and the text they carry
+
+# Canonical JSON rejects lone surrogates, so no text holds one.
+_any_char = st.characters(codec="utf-8")
+multibyte_chars = st.sampled_from("éßЖ中文日本語한국어€∑😀🎉🚀𝄞")
+_escape_char = st.sampled_from('"\\\n\r\t\b\f\x00\x01\x1f\x7f/ a')
+_log_char = st.sampled_from("abcdefghij0123456789 :=-_/.[]\n")
+
+_piece = st.one_of(
+    st.text(_any_char, min_size=1, max_size=40),
+    st.text(multibyte_chars, min_size=1, max_size=20),
+    st.text(_escape_char, min_size=1, max_size=20),
+    st.text(_log_char, min_size=1, max_size=80),
+)
+
+
+def _repeat(head: str, piece: str, times: int, tail: str) -> str:
+    return head + piece * times + tail
+
+
+small_texts = st.one_of(
+    st.text(_any_char, max_size=30),
+    st.text(multibyte_chars, max_size=40),
+    st.text(_escape_char, max_size=40),
+    st.builds(_repeat, st.text(_log_char, max_size=40), _piece, st.integers(0, 8), st.just("")),
+)
+"""Text from empty to a few hundred bytes: tiny, multi-byte, escape-heavy, log-like."""
+
+_ends = st.text(_any_char, max_size=12) | st.text(_escape_char, max_size=12)
+huge_texts = st.builds(_repeat, _ends, _piece, st.integers(100, 6000), _ends)
+"""Text of up to a few hundred thousand characters, made cheaply by repetition."""
+
+presentation_texts = st.one_of(small_texts, huge_texts)
+
+result_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(_any_char, max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(_any_char, max_size=8), children, max_size=4)
+    ),
+    max_leaves=8,
+)
+"""Any JSON value a result's fixed part may hold."""
+
+_fixed_keys = st.text(_any_char, max_size=12).filter(lambda key: key not in SHRINKABLE_FIELDS)
+
+
+@st.composite
+def contents(draw: st.DrawFn) -> dict[str, Any]:
+    """A result content: shrinkable text fields, sometimes non-text values under
+    shrinkable names, and any number of fixed fields."""
+    content: dict[str, Any] = draw(st.dictionaries(_fixed_keys, result_json_values, max_size=4))
+    for key in SHRINKABLE_FIELDS:
+        value = draw(
+            st.one_of(
+                st.just(None),
+                presentation_texts,
+                presentation_texts,
+                result_json_values.filter(bool),
+            )
+        )
+        if value is not None:
+            content[key] = value
+    return content
+
+
+@st.composite
+def contents_and_budgets(draw: st.DrawFn) -> tuple[dict[str, Any], int]:
+    """A content and a budget: anywhere from 256 up, or near its fixed size."""
+    content = draw(contents())
+    fixed = fixed_size(content)
+    budget = draw(
+        st.one_of(
+            st.integers(256, 60_000),
+            st.integers(max(0, fixed - 3), fixed + 120),
+            st.integers(fixed, fixed + 2_000),
+        )
+    )
+    return content, budget
+
+
+sandbox_ids = st.text(
+    st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789"), min_size=1, max_size=128
+)
+
+
+@st.composite
+def locators(draw: st.DrawFn) -> dict[str, Any]:
+    """The identity part of an uncertain result: owner identity, session, operation, call."""
+    identity: dict[str, Any]
+    if draw(st.booleans()):
+        identity = {"agent_id": draw(st.text(_any_char, min_size=1, max_size=64))}
+    else:
+        identity = {
+            "scope": draw(
+                st.dictionaries(st.text(_any_char, max_size=8), result_json_values, max_size=3)
+            ),
+            "run_id": draw(st.text(_any_char, max_size=40)),
+            "turn_id": draw(st.text(_any_char, max_size=40)),
+            "build_id": draw(st.text(_any_char, max_size=40)),
+            "task_chain_id": draw(st.text(_any_char, max_size=40)),
+            "parent_run_id": draw(st.none() | st.text(_any_char, max_size=40)),
+            "execution_fence": draw(st.integers(0, 2**53 - 1)),
+        }
+    return {
+        **identity,
+        "session_id": draw(st.text(_any_char, min_size=1, max_size=64)),
+        "operation_key": draw(st.text(_any_char, min_size=1, max_size=128)),
+        "call_id": draw(st.text(_any_char, min_size=1, max_size=64)),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Tool definitions and arguments
+
+foreground_timeouts = st.integers(min_value=1, max_value=MAX_TIMEOUT_SECONDS)
+
+
+@st.composite
+def tool_definitions(draw: st.DrawFn) -> ToolDefinition:
+    """Any of our definitions, for any foreground timeout and owner mode."""
+    foreground = draw(foreground_timeouts)
+    every = command_tool_definitions(foreground) + code_tool_definitions(
+        foreground, agent_owner=draw(st.booleans())
+    )
+    return draw(st.sampled_from(every))
+
+
+# Junk of every kind, for the equality check that must never raise.
+
+
+class Raising:
+    """An object that fails however it is compared, hashed or read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq")
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hash")
+
+
+class UnreadableDict(dict[str, Any]):
+    def items(self) -> Any:
+        raise RuntimeError("items")
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("iter")
+
+
+junk_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(st.characters(exclude_categories=()))
+)
+junk_odd_values = (
+    st.builds(object)
+    | st.builds(Raising)
+    | st.sampled_from(
+        [UnreadableDict(a=1), b"bytes", frozenset({1, 2}), 1j, math.nan, math.inf, 10**400]
+    )
+)
+junk = st.recursive(
+    junk_scalars | junk_odd_values,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(max_size=8) | st.integers(), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+# Arguments, valid and not, for argument validation.
+
+DEFINITIONS: dict[str, ToolDefinition] = {
+    definition.name: definition
+    for definition in command_tool_definitions()
+    + code_tool_definitions()
+    + code_tool_definitions(agent_owner=True)
+}
+DEFINITIONS_WITH_FIELDS = [
+    d for d in DEFINITIONS.values() if d.to_dict()["parameters"]["properties"]
+]
+
+
+def from_schema(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    """Values valid under one of our (simple) property schemas."""
+    if "anyOf" in schema:
+        return st.one_of([from_schema(branch) for branch in schema["anyOf"]])
+    kind = schema["type"]
+    if kind == "integer":
+        return st.integers(schema.get("minimum"), schema.get("maximum"))
+    if kind == "string":
+        if "pattern" in schema:
+            return st.from_regex(schema["pattern"], fullmatch=True)
+        return st.text(min_size=schema.get("minLength", 0))
+    if kind == "object":
+        return st.dictionaries(st.text(), from_schema(schema["additionalProperties"]), max_size=4)
+    if kind == "boolean":
+        return st.booleans()
+    assert kind == "null"
+    return st.none()
+
+
+@st.composite
+def valid_arguments(draw: st.DrawFn, definition: ToolDefinition) -> dict[str, Any]:
+    """Arguments built from the definition's own schema: every required field,
+    any subset of the optional ones."""
+    schema = definition.to_dict()["parameters"]
+    arguments = {}
+    for name, field in schema["properties"].items():
+        if name in schema["required"] or draw(st.booleans()):
+            arguments[name] = draw(from_schema(field))
+    return arguments
+
+
+argument_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@st.composite
+def one_bad_field(draw: st.DrawFn) -> tuple[ToolDefinition, dict[str, Any], str]:
+    """Valid arguments with exactly one field replaced by a value its schema refuses."""
+    definition = draw(st.sampled_from(DEFINITIONS_WITH_FIELDS))
+    arguments = draw(valid_arguments(definition))
+    properties = definition.to_dict()["parameters"]["properties"]
+    name = draw(st.sampled_from(sorted(properties)))
+    field = Draft202012Validator(properties[name])
+    arguments[name] = draw(argument_json_values.filter(lambda value: not field.is_valid(value)))
+    return definition, arguments, name
+
+
+class Hostile:
+    """Fails however it is looked at."""
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq")
+
+    def __hash__(self) -> int:
+        raise RuntimeError("hash")
+
+
+class HostileStr(str):
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+    def strip(self, chars: str | None = None) -> str:
+        raise RuntimeError("strip")
+
+
+class HostileInt(int):
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+
+class UnreadableMapping(Mapping[str, Any]):
+    def __getitem__(self, key: str) -> Any:
+        raise RuntimeError("getitem")
+
+    def __iter__(self) -> Iterator[str]:
+        raise RuntimeError("iter")
+
+    def __len__(self) -> int:
+        return 1
+
+
+class LyingList(list[Any]):
+    def __len__(self) -> int:
+        return 10**6
+
+
+class Color(enum.IntEnum):
+    RED = 5
+
+
+def _odd_argument_values() -> st.SearchStrategy[Any]:
+    return (
+        st.builds(Hostile)
+        | st.builds(HostileStr, st.just("x"))
+        | st.builds(HostileInt, st.just(3))
+        | st.sampled_from(
+            [
+                object,
+                b"bytes",
+                frozenset({1}),
+                1j,
+                math.nan,
+                -math.inf,
+                10**400,
+                UnreadableMapping(),
+                LyingList([1, 2]),
+                Color.RED,
+                "\ud800",
+            ]
+        )
+    )
+
+
+anything = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(st.characters(exclude_categories=()))
+    | _odd_argument_values(),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.tuples(children, children)
+        | st.dictionaries(
+            st.text(st.characters(exclude_categories=()), max_size=8) | st.integers() | st.none(),
+            children,
+            max_size=4,
+        )
+    ),
+    max_leaves=25,
+)
+
+problems_lists = st.lists(
+    st.builds(
+        ArgumentProblem,
+        st.text(st.characters(exclude_categories=()), max_size=600)
+        | st.text(max_size=3).map(lambda t: t * 5000),
+        st.text(st.characters(exclude_categories=()), max_size=400),
+    ),
+    max_size=80,
+)

@@ -23,117 +23,14 @@ from sandrail.core._budget import (
     parse_omissions,
 )
 from sandrail.core._canonical import canonical_json, escaped_size
-
-# ---------------------------------------------------------------------------
-# Strategies (to move into tests/strategies.py)
-# ---------------------------------------------------------------------------
-
-# Canonical JSON rejects lone surrogates, so no text holds one.
-_any_char = st.characters(codec="utf-8")
-_multibyte_char = st.sampled_from("éßЖ中文日本語한국어€∑😀🎉🚀𝄞")
-_escape_char = st.sampled_from('"\\\n\r\t\b\f\x00\x01\x1f\x7f/ a')
-_log_char = st.sampled_from("abcdefghij0123456789 :=-_/.[]\n")
-
-_piece = st.one_of(
-    st.text(_any_char, min_size=1, max_size=40),
-    st.text(_multibyte_char, min_size=1, max_size=20),
-    st.text(_escape_char, min_size=1, max_size=20),
-    st.text(_log_char, min_size=1, max_size=80),
+from tests.strategies import (
+    contents,
+    contents_and_budgets,
+    huge_texts,
+    locators,
+    multibyte_chars,
+    sandbox_ids,
 )
-
-
-def _repeat(head: str, piece: str, times: int, tail: str) -> str:
-    return head + piece * times + tail
-
-
-small_texts = st.one_of(
-    st.text(_any_char, max_size=30),
-    st.text(_multibyte_char, max_size=40),
-    st.text(_escape_char, max_size=40),
-    st.builds(_repeat, st.text(_log_char, max_size=40), _piece, st.integers(0, 8), st.just("")),
-)
-"""Text from empty to a few hundred bytes: tiny, multi-byte, escape-heavy, log-like."""
-
-_ends = st.text(_any_char, max_size=12) | st.text(_escape_char, max_size=12)
-huge_texts = st.builds(_repeat, _ends, _piece, st.integers(100, 6000), _ends)
-"""Text of up to a few hundred thousand characters, made cheaply by repetition."""
-
-presentation_texts = st.one_of(small_texts, huge_texts)
-
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**53) + 1, 2**53 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(_any_char, max_size=20),
-    lambda children: (
-        st.lists(children, max_size=4)
-        | st.dictionaries(st.text(_any_char, max_size=8), children, max_size=4)
-    ),
-    max_leaves=8,
-)
-"""Any JSON value a result's fixed part may hold."""
-
-_fixed_keys = st.text(_any_char, max_size=12).filter(lambda key: key not in SHRINKABLE_FIELDS)
-
-
-@st.composite
-def contents(draw: st.DrawFn) -> dict[str, Any]:
-    """A result content: shrinkable text fields, sometimes non-text values under
-    shrinkable names, and any number of fixed fields."""
-    content: dict[str, Any] = draw(st.dictionaries(_fixed_keys, json_values, max_size=4))
-    for key in SHRINKABLE_FIELDS:
-        value = draw(
-            st.one_of(
-                st.just(None), presentation_texts, presentation_texts, json_values.filter(bool)
-            )
-        )
-        if value is not None:
-            content[key] = value
-    return content
-
-
-@st.composite
-def contents_and_budgets(draw: st.DrawFn) -> tuple[dict[str, Any], int]:
-    """A content and a budget: anywhere from 256 up, or near its fixed size."""
-    content = draw(contents())
-    fixed = fixed_size(content)
-    budget = draw(
-        st.one_of(
-            st.integers(256, 60_000),
-            st.integers(max(0, fixed - 3), fixed + 120),
-            st.integers(fixed, fixed + 2_000),
-        )
-    )
-    return content, budget
-
-
-_ids = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789"), min_size=1, max_size=128)
-
-
-@st.composite
-def locators(draw: st.DrawFn) -> dict[str, Any]:
-    """The identity part of an uncertain result: owner identity, session, operation, call."""
-    identity: dict[str, Any]
-    if draw(st.booleans()):
-        identity = {"agent_id": draw(st.text(_any_char, min_size=1, max_size=64))}
-    else:
-        identity = {
-            "scope": draw(st.dictionaries(st.text(_any_char, max_size=8), json_values, max_size=3)),
-            "run_id": draw(st.text(_any_char, max_size=40)),
-            "turn_id": draw(st.text(_any_char, max_size=40)),
-            "build_id": draw(st.text(_any_char, max_size=40)),
-            "task_chain_id": draw(st.text(_any_char, max_size=40)),
-            "parent_run_id": draw(st.none() | st.text(_any_char, max_size=40)),
-            "execution_fence": draw(st.integers(0, 2**53 - 1)),
-        }
-    return {
-        **identity,
-        "session_id": draw(st.text(_any_char, min_size=1, max_size=64)),
-        "operation_key": draw(st.text(_any_char, min_size=1, max_size=128)),
-        "call_id": draw(st.text(_any_char, min_size=1, max_size=64)),
-    }
-
 
 # ---------------------------------------------------------------------------
 # Reading a fitted result back
@@ -370,7 +267,7 @@ def test_c13_field_cut_just_beyond_its_allowance_is_kept_whole_from_leftovers() 
 
 @given(
     content=st.fixed_dictionaries(
-        {"stdout": st.text(_multibyte_char, min_size=1, max_size=80), "stderr": huge_texts}
+        {"stdout": st.text(multibyte_chars, min_size=1, max_size=80), "stderr": huge_texts}
     ),
     budget=st.integers(60, 300),
 )
@@ -405,7 +302,7 @@ def test_c13_marker_round_trips_and_costs_28_bytes_plus_digits(omitted: int) -> 
     locators(),
     st.sampled_from(DEFAULT_UNCERTAIN_REASON_CODES),
     st.none() | st.sampled_from(DEFAULT_OBSERVED_RESULTS),
-    st.none() | _ids,
+    st.none() | sandbox_ids,
     st.none() | st.text(st.sampled_from("0123456789abcdef"), min_size=64, max_size=64),
 )
 def test_c14_minimal_uncertain_size_bounds_every_uncertain_content(

@@ -4,7 +4,6 @@ round trips and the request-definition equality check."""
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,65 +32,7 @@ from sandrail.core._definitions import (
     definitions_equal,
     resolve_language,
 )
-
-# --- strategies (to move to tests/strategies.py) --------------------------------------
-
-foreground_timeouts = st.integers(min_value=1, max_value=MAX_TIMEOUT_SECONDS)
-
-
-@st.composite
-def tool_definitions(draw: st.DrawFn) -> ToolDefinition:
-    """Any of our definitions, for any foreground timeout and owner mode."""
-    foreground = draw(foreground_timeouts)
-    every = command_tool_definitions(foreground) + code_tool_definitions(
-        foreground, agent_owner=draw(st.booleans())
-    )
-    return draw(st.sampled_from(every))
-
-
-class _Raising:
-    """An object that fails however it is compared, hashed or read."""
-
-    def __str__(self) -> str:
-        raise RuntimeError("str")
-
-    def __eq__(self, other: object) -> bool:
-        raise RuntimeError("eq")
-
-    def __hash__(self) -> int:
-        raise RuntimeError("hash")
-
-
-class _BrokenMapping(dict[str, Any]):
-    def items(self) -> Any:
-        raise RuntimeError("items")
-
-    def __iter__(self) -> Iterator[str]:
-        raise RuntimeError("iter")
-
-
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats()
-    | st.text(st.characters(exclude_categories=()))
-)
-odd_values = (
-    st.builds(object)
-    | st.builds(_Raising)
-    | st.sampled_from(
-        [_BrokenMapping(a=1), b"bytes", frozenset({1, 2}), 1j, math.nan, math.inf, 10**400]
-    )
-)
-junk = st.recursive(
-    json_scalars | odd_values,
-    lambda children: (
-        st.lists(children, max_size=4)
-        | st.dictionaries(st.text(max_size=8) | st.integers(), children, max_size=4)
-    ),
-    max_leaves=20,
-)
+from tests.strategies import Raising, UnreadableDict, foreground_timeouts, junk, tool_definitions
 
 
 def _leaf_paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -375,9 +316,9 @@ def test_definitions_equal_survives_hostile_mappings() -> None:
     definition = command_tool_definitions()[0]
     looped: dict[str, Any] = definition.to_dict()
     looped["parameters"]["self"] = looped
-    assert not definitions_equal(_BrokenMapping(definition.to_dict()), definition)
+    assert not definitions_equal(UnreadableDict(definition.to_dict()), definition)
     assert not definitions_equal(looped, definition)
-    assert not definitions_equal({**definition.to_dict(), "name": _Raising()}, definition)
+    assert not definitions_equal({**definition.to_dict(), "name": Raising()}, definition)
 
 
 # --- languages ---------------------------------------------------------------------------

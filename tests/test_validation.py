@@ -4,23 +4,18 @@ C17: values never echo back)."""
 
 from __future__ import annotations
 
-import enum
 import math
 import re
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from jsonschema import Draft202012Validator
 
 from sandrail.core._canonical import canonical_json, canonical_size
 from sandrail.core._definitions import (
     MIN_MAX_OUTPUT_BYTES,
     ToolDefinition,
-    code_tool_definitions,
-    command_tool_definitions,
 )
 from sandrail.core._results import ErrorCode
 from sandrail.core._validation import (
@@ -34,169 +29,17 @@ from sandrail.core._validation import (
     arguments_rejection,
     check_arguments,
 )
-
-# --- strategies (to move to tests/strategies.py) --------------------------------------
-
-DEFINITIONS: dict[str, ToolDefinition] = {
-    definition.name: definition
-    for definition in command_tool_definitions()
-    + code_tool_definitions()
-    + code_tool_definitions(agent_owner=True)
-}
-WITH_FIELDS = [d for d in DEFINITIONS.values() if d.to_dict()["parameters"]["properties"]]
-
-
-def from_schema(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
-    """Values valid under one of our (simple) property schemas."""
-    if "anyOf" in schema:
-        return st.one_of([from_schema(branch) for branch in schema["anyOf"]])
-    kind = schema["type"]
-    if kind == "integer":
-        return st.integers(schema.get("minimum"), schema.get("maximum"))
-    if kind == "string":
-        if "pattern" in schema:
-            return st.from_regex(schema["pattern"], fullmatch=True)
-        return st.text(min_size=schema.get("minLength", 0))
-    if kind == "object":
-        return st.dictionaries(st.text(), from_schema(schema["additionalProperties"]), max_size=4)
-    if kind == "boolean":
-        return st.booleans()
-    assert kind == "null"
-    return st.none()
-
-
-@st.composite
-def valid_arguments(draw: st.DrawFn, definition: ToolDefinition) -> dict[str, Any]:
-    """Arguments built from the definition's own schema: every required field,
-    any subset of the optional ones."""
-    schema = definition.to_dict()["parameters"]
-    arguments = {}
-    for name, field in schema["properties"].items():
-        if name in schema["required"] or draw(st.booleans()):
-            arguments[name] = draw(from_schema(field))
-    return arguments
-
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
-    ),
-    max_leaves=8,
-)
-
-
-@st.composite
-def one_bad_field(draw: st.DrawFn) -> tuple[ToolDefinition, dict[str, Any], str]:
-    """Valid arguments with exactly one field replaced by a value its schema refuses."""
-    definition = draw(st.sampled_from(WITH_FIELDS))
-    arguments = draw(valid_arguments(definition))
-    properties = definition.to_dict()["parameters"]["properties"]
-    name = draw(st.sampled_from(sorted(properties)))
-    field = Draft202012Validator(properties[name])
-    arguments[name] = draw(json_values.filter(lambda value: not field.is_valid(value)))
-    return definition, arguments, name
-
-
-class _Hostile:
-    """Fails however it is looked at."""
-
-    def __repr__(self) -> str:
-        raise RuntimeError("repr")
-
-    def __str__(self) -> str:
-        raise RuntimeError("str")
-
-    def __eq__(self, other: object) -> bool:
-        raise RuntimeError("eq")
-
-    def __hash__(self) -> int:
-        raise RuntimeError("hash")
-
-
-class _HostileStr(str):
-    def __repr__(self) -> str:
-        raise RuntimeError("repr")
-
-    def strip(self, chars: str | None = None) -> str:
-        raise RuntimeError("strip")
-
-
-class _HostileInt(int):
-    def __repr__(self) -> str:
-        raise RuntimeError("repr")
-
-
-class _BrokenMapping(Mapping[str, Any]):
-    def __getitem__(self, key: str) -> Any:
-        raise RuntimeError("getitem")
-
-    def __iter__(self) -> Iterator[str]:
-        raise RuntimeError("iter")
-
-    def __len__(self) -> int:
-        return 1
-
-
-class _LyingList(list[Any]):
-    def __len__(self) -> int:
-        return 10**6
-
-
-class _Color(enum.IntEnum):
-    RED = 5
-
-
-def _odd_values() -> st.SearchStrategy[Any]:
-    return (
-        st.builds(_Hostile)
-        | st.builds(_HostileStr, st.just("x"))
-        | st.builds(_HostileInt, st.just(3))
-        | st.sampled_from(
-            [
-                object,
-                b"bytes",
-                frozenset({1}),
-                1j,
-                math.nan,
-                -math.inf,
-                10**400,
-                _BrokenMapping(),
-                _LyingList([1, 2]),
-                _Color.RED,
-                "\ud800",
-            ]
-        )
-    )
-
-
-anything = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats()
-    | st.text(st.characters(exclude_categories=()))
-    | _odd_values(),
-    lambda children: (
-        st.lists(children, max_size=4)
-        | st.tuples(children, children)
-        | st.dictionaries(
-            st.text(st.characters(exclude_categories=()), max_size=8) | st.integers() | st.none(),
-            children,
-            max_size=4,
-        )
-    ),
-    max_leaves=25,
-)
-
-problems_lists = st.lists(
-    st.builds(
-        ArgumentProblem,
-        st.text(st.characters(exclude_categories=()), max_size=600)
-        | st.text(max_size=3).map(lambda t: t * 5000),
-        st.text(st.characters(exclude_categories=()), max_size=400),
-    ),
-    max_size=80,
+from tests.strategies import (
+    DEFINITIONS,
+    Color,
+    Hostile,
+    HostileStr,
+    LyingList,
+    UnreadableMapping,
+    anything,
+    one_bad_field,
+    problems_lists,
+    valid_arguments,
 )
 
 
@@ -253,9 +96,9 @@ def test_mappings_and_subclasses_are_read_as_their_plain_json() -> None:
     from types import MappingProxyType
 
     run = DEFINITIONS["run_command"]
-    arguments = MappingProxyType({"command": _HostileStr("ls"), "timeout": _Color.RED})
+    arguments = MappingProxyType({"command": HostileStr("ls"), "timeout": Color.RED})
     assert check_arguments(run, arguments) == ()
-    assert check_arguments(run, {"command": "x", "env": None, "cwd": _HostileStr("/")}) == ()
+    assert check_arguments(run, {"command": "x", "env": None, "cwd": HostileStr("/")}) == ()
 
 
 # --- each kind of invalid input --------------------------------------------------------
@@ -393,7 +236,7 @@ def test_each_kind_of_invalid_input_names_its_field(
     assert [(p.path, p.reason) for p in problems] == expected
 
 
-@pytest.mark.parametrize("arguments", [None, [], ["command"], "echo hi", 3, 2.5, True, _Hostile()])
+@pytest.mark.parametrize("arguments", [None, [], ["command"], "echo hi", 3, 2.5, True, Hostile()])
 def test_non_object_arguments_are_one_root_problem(arguments: Any) -> None:
     for definition in DEFINITIONS.values():
         assert check_arguments(definition, arguments) == (
@@ -402,7 +245,7 @@ def test_non_object_arguments_are_one_root_problem(arguments: Any) -> None:
 
 
 def test_a_mapping_that_cannot_be_read_is_not_a_json_object() -> None:
-    assert check_arguments(DEFINITIONS["sandbox_status"], _BrokenMapping()) == (
+    assert check_arguments(DEFINITIONS["sandbox_status"], UnreadableMapping()) == (
         ArgumentProblem("arguments", "must be a JSON object"),
     )
 
@@ -431,8 +274,8 @@ def test_values_that_are_not_json_data_are_reported_where_they_are() -> None:
         code,
         {
             "code": "x",
-            "env": {"A": object(), "B": math.nan, "C": _Hostile(), "D": _BrokenMapping()},
-            "timeout": _LyingList([1]),
+            "env": {"A": object(), "B": math.nan, "C": Hostile(), "D": UnreadableMapping()},
+            "timeout": LyingList([1]),
             1: "one",
         },
     )
