@@ -926,3 +926,29 @@ def test_c5_c16_values_no_process_can_start_with_are_refused_before_any_side_eff
     assert problem["field"] == field
     assert reason in problem["reason"]
     assert rig.sim.effects_seen == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_c17_env_values_never_appear_in_any_result(mode: Mode) -> None:
+    """sandrail itself never writes an env value into a result: not on
+    success, not in a refusal, not in an uncertain locator. (What a command
+    chooses to print is its own output.)"""
+    secret = "s3cr3t-" + "value-" * 3
+    rig = Rig(mode=mode, scripts={"deploy": Script.hangs("deploying\n")})
+    env = {"TOKEN": secret, "OTHER": secret[::-1]}
+    results = [
+        rig.run("run_command", {"command": "deploy", "env": env, "background": True}),
+        rig.run("run_command", {"command": "deploy", "env": env}, key="fg", call_id="c2"),
+        rig.run("read_command_output", {"task_id": rig.task_id()}, key="read"),
+        rig.run("stop_command", {"task_id": rig.task_id()}, key="stop"),
+        rig.run("run_command", {"command": "deploy", "env": env | {"1BAD": secret}}, key="bad"),
+        rig.run("run_command", {"command": "deploy", "env": {"TOKEN": 7}}, key="bad2"),
+    ]
+    faulty = Rig(mode=mode, plan=fault("Start", FaultKind.RESPONSE_LOST))
+    results.append(faulty.run("run_command", {"command": "deploy", "env": env}))
+    statuses = {result.status for result in results}
+    assert statuses == {"ok", "error", "uncertain"}
+    for result in results:
+        text = json.dumps(result.to_dict(), ensure_ascii=False)
+        assert secret not in text
+        assert secret[::-1] not in text
