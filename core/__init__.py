@@ -102,6 +102,7 @@ from ._programs import (
     launch_digest,
     owner_key,
     request_digest,
+    snapshot_request,
     tool_program,
 )
 from ._requests import RUNTIME_ARTIFACTS, CancelToken, ToolCall, ToolRequest
@@ -221,6 +222,7 @@ __all__ = [
     "owner_key",
     "request_digest",
     "resolve_language",
+    "snapshot_request",
     "task_id",
     "tool_program",
 ]

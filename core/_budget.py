@@ -56,14 +56,7 @@ DEFAULT_UNCERTAIN_REASON_CODES: Final = (
 )
 """The ``error_type`` values an ``uncertain`` result can carry."""
 
-DEFAULT_OBSERVED_RESULTS: Final = (
-    "completed",
-    "failed",
-    "timed_out",
-    "killed",
-    "canceled",
-    "output_limit",
-)
+DEFAULT_OBSERVED_RESULTS: Final = ("exited", "timed_out", "canceled")
 """Terminal command states an ``uncertain`` result may report as ``observed_result``."""
 
 _MARKER_FORMAT: Final = "\n[... {} bytes omitted ...]\n"

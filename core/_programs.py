@@ -95,6 +95,7 @@ __all__ = [
     "launch_digest",
     "owner_key",
     "request_digest",
+    "snapshot_request",
     "tool_program",
 ]
 
@@ -185,6 +186,10 @@ _DIGEST_ENCODER = json.JSONEncoder(
 )
 
 
+_INTEGER_ARGUMENTS: Final = frozenset(
+    {"timeout", "background_timeout", "stdout_cursor", "stderr_cursor", "max_bytes", "wait_seconds"}
+)
+
 _LAUNCH_DEFAULTS: Final[Mapping[str, Any]] = {
     "run_command": {
         "cwd": None,
@@ -240,8 +245,36 @@ def _refuse(code: ErrorCode, instruction: str, **extra: Any) -> ToolResult:
     return error_result(code, instruction=instruction, **extra)
 
 
+def _fits(content: Mapping[str, Any], max_output_bytes: int) -> bool:
+    try:
+        return len(canonical_json(content)) <= max_output_bytes
+    except CanonicalJSONError:
+        return False
+
+
 def _nonblank(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip())
+
+
+def _text(value: object) -> bool:
+    """A non-blank string that JSON can carry (no lone surrogates)."""
+    if not _nonblank(value):
+        return False
+    assert isinstance(value, str)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _reads_as_bool(token: object) -> bool:
+    """Whether an abort token's ``cancelled`` reads as a bool (reading it may
+    run harness code, which may fail: then it does not)."""
+    try:
+        return isinstance(token.cancelled, bool)  # type: ignore[attr-defined]
+    except Exception:
+        return False
 
 
 def _check_identity(identity: object, owner: Owner) -> ToolResult | None:
@@ -290,16 +323,17 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
         not isinstance(request, ToolRequest)
         or not isinstance(call, ToolCall)
         or not isinstance(name, str)
-        or not isinstance(call_id, str)
-        or not call_id.strip()
+        or not _text(call_id)
     ):
         return _refuse(
             ErrorCode.REQUEST_UNBOUND,
-            "Pass a ToolRequest whose call has a string name and a non-blank call_id.",
+            "Pass a ToolRequest whose call has a string name and a non-blank call_id "
+            "of valid Unicode text.",
         )
-    if not _nonblank(request.operation_key):
+    if not _text(request.operation_key):
         return _refuse(
-            ErrorCode.OPERATION_KEY_REQUIRED, "operation_key must be a non-blank string."
+            ErrorCode.OPERATION_KEY_REQUIRED,
+            "operation_key must be a non-blank string of valid Unicode text.",
         )
     definition = settings.definition(name)
     if definition is None:
@@ -313,9 +347,7 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
             ErrorCode.DEFINITION_UNBOUND,
             "The request's tool definition differs from this port's; use port.definitions.",
         )
-    if request.cancel is not None and not isinstance(
-        getattr(request.cancel, "cancelled", None), bool
-    ):
+    if request.cancel is not None and not _reads_as_bool(request.cancel):
         return _refuse(
             ErrorCode.SIGNAL_UNBOUND, "cancel must be None or a token with a bool `cancelled`."
         )
@@ -329,18 +361,25 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
             ErrorCode.REQUEST_INVALID,
             f"result_governance must be None or {RUNTIME_ARTIFACTS!r}.",
         )
-    assert isinstance(request.identity, (NativeIdentity, AgentIdentity))
+    identity = request.identity
+    assert isinstance(identity, (NativeIdentity, AgentIdentity))
+    if isinstance(identity, NativeIdentity):
+        # The snapshot's own copy: a harness that mutates its scope mid-call
+        # is reported as drift, while every locator keeps the scope it began
+        # with (C13).
+        identity = attrs.evolve(identity, scope=json.loads(canonical_json(identity.scope)))
     arguments = call.arguments
     try:
         digest = request_digest(request)
     except (ValueError, AttributeError, TypeError, RecursionError):
         digest = ""  # arguments without a JSON form: validation refuses them next
+    assert isinstance(call_id, str)
     return _Snapshot(
         tool=name,
         call_id=call_id,
         operation_key=request.operation_key,
         session_id=request.session_id,
-        identity=request.identity,
+        identity=identity,
         arguments=arguments if isinstance(arguments, Mapping) else {},
         digest=digest,
         governed=request.result_governance == RUNTIME_ARTIFACTS,
@@ -632,14 +671,9 @@ class _Call:
             return _refuse(verdict.code, "Nothing ran. Check the harness's authority and retry.")
         return self.uncertain(verdict.reason)
 
-    def finish(
-        self, result: ToolResult, utf8_lengths: Mapping[str, int] | None = None
-    ) -> Generator[Effect, Any, ToolResult]:
+    def finish(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
         """Guard, then fit the content to the budget; when text must be cut
         and an artifact store exists, keep the full content there (C12, C15).
-
-        ``utf8_lengths`` are the byte lengths of output fields, known from the
-        read cursors, which spares the budget a pass over huge text.
         """
         stop = yield from self.guard()
         if stop is not None:
@@ -649,7 +683,7 @@ class _Call:
         content = dict(result.content)
         budget = self.settings.max_output_bytes
         try:
-            fitted = fit_to_budget(content, budget, utf8_lengths=utf8_lengths)
+            fitted = fit_to_budget(content, budget)
         except (BudgetError, CanonicalJSONError):
             return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
         if all(fitted.get(key) is content.get(key) for key in SHRINKABLE_FIELDS):
@@ -670,7 +704,7 @@ class _Call:
                 return stop
         content["output_budget"] = _output_budget_note(artifact)
         try:
-            fitted = fit_to_budget(content, budget, utf8_lengths=utf8_lengths)
+            fitted = fit_to_budget(content, budget)
         except BudgetError:
             return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
         return attrs.evolve(
@@ -713,8 +747,19 @@ def bound_result(result: ToolResult, max_output_bytes: int) -> ToolResult:
         return attrs.evolve(result, content=bare)
 
 
+def snapshot_request(request: object, settings: PortSettings) -> _Snapshot | None:
+    """The request as a program will see it (identity copied), or ``None``
+    when the request is malformed. Never raises: a port takes this before
+    running a call, so that :func:`crash_result` has a locator to report."""
+    try:
+        checked = _check_request(request, settings)
+    except Exception:
+        return None
+    return None if isinstance(checked, ToolResult) else checked
+
+
 def crash_result(
-    request: object,
+    snap: _Snapshot | None,
     settings: PortSettings,
     *,
     dispatched: bool,
@@ -724,26 +769,27 @@ def crash_result(
     """The result of a call whose program or interpreter broke unexpectedly.
 
     Nothing dispatched: ``error``, executed false. Otherwise ``uncertain``
-    with as much of the locator as the request itself proves (C6).
+    with the locator of ``snap`` (from :func:`snapshot_request`, taken before
+    the call ran) and whatever sandbox and task ids were seen (C6).
     """
     if not dispatched:
         return error_result(
             ErrorCode.INTERNAL, instruction="sandrail failed before anything ran; nothing ran."
         )
-    checked = _check_request(request, settings)
-    if isinstance(checked, ToolResult):
-        content: dict[str, Any] = {
-            "ok": False,
-            "error_type": ErrorCode.INTERNAL.value,
-            "evidence_incomplete": True,
-        }
-        return bound_result(
-            ToolResult(status="uncertain", content=content), settings.max_output_bytes
-        )
-    call = _Call(checked, settings)
-    call.sandbox_id, call.task_id = sandbox_id, task
-    call.phase = Phase.AFTER_DISPATCH
-    return call.uncertain(ErrorCode.INTERNAL)
+    if snap is not None:
+        call = _Call(snap, settings)
+        call.sandbox_id, call.task_id = sandbox_id, task
+        call.phase = Phase.AFTER_DISPATCH
+        try:
+            return call.uncertain(ErrorCode.INTERNAL)
+        except (BudgetError, CanonicalJSONError):
+            pass
+    content: dict[str, Any] = {
+        "ok": False,
+        "error_type": ErrorCode.INTERNAL.value,
+        "evidence_incomplete": True,
+    }
+    return bound_result(ToolResult(status="uncertain", content=content), settings.max_output_bytes)
 
 
 def _tool_program(request: object, settings: PortSettings) -> Program:
@@ -767,7 +813,12 @@ def _tool_program(request: object, settings: PortSettings) -> Program:
         )
     # Work from a private copy: the harness may still mutate its request,
     # which the guard reports as drift instead of this program seeing it.
-    snap = attrs.evolve(snap, arguments=json.loads(_DIGEST_ENCODER.encode(snap.arguments)))
+    arguments = json.loads(_DIGEST_ENCODER.encode(snap.arguments))
+    for name in _INTEGER_ARGUMENTS & arguments.keys():
+        if isinstance(arguments[name], float):
+            # JSON Schema's "integer" admits 5.0; from here on it is 5.
+            arguments[name] = int(arguments[name])
+    snap = attrs.evolve(snap, arguments=arguments)
     refused = _tool_refusal(snap, settings)
     if refused is not None:
         return refused
@@ -786,15 +837,20 @@ def _tool_program(request: object, settings: PortSettings) -> Program:
     if stop is not None:
         return stop
     if isinstance(decision, ApprovalRequired) and isinstance(decision.interaction_id, str):
-        # C8: passed through unchanged (bound_result keeps it within budget).
-        return ToolResult(
-            status="approval_required",
-            content={
-                "ok": False,
-                "approval_required": True,
-                "executed": False,
-                "interaction_id": decision.interaction_id,
-            },
+        # C8: passed through unchanged, or not at all: an interaction id is
+        # an identity the harness needs whole, so one too long for the budget
+        # (C12) is a harness error rather than a cut.
+        content = {
+            "ok": False,
+            "approval_required": True,
+            "executed": False,
+            "interaction_id": decision.interaction_id,
+        }
+        if snap.governed or _fits(content, settings.max_output_bytes):
+            return ToolResult(status="approval_required", content=content)
+        return _refuse(
+            ErrorCode.HARNESS_CALLBACK_FAILED,
+            "The policy asked for approval with an interaction id too long for the budget.",
         )
     if not isinstance(decision, Allow):
         reason = decision.reason if isinstance(decision, Deny) else ""
@@ -987,8 +1043,10 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         path = ""
         command = args["command"]
 
-    # The guard after Authorize also stands before Ensure: nothing external
-    # happened in between.
+    # The task id is known before anything is sent: an uncertain Ensure
+    # already names it. The guard after Authorize also stands before Ensure:
+    # nothing external happened in between.
+    call.task_id = wanted
     try:
         ready = yield Ensure(session_id=snap.session_id, owner_key=settings.owner_key)
     except EffectFailure as failure:
@@ -997,7 +1055,6 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     if not isinstance(ready, SandboxReady):
         return call.uncertain(ErrorCode.SANDBOX_OUTCOME_UNKNOWN)
     call.sandbox_id = ready.sandbox_id
-    call.task_id = wanted
     if background:
         call.background_ref = _background_ref(snap, wanted)
     stop = yield from call.guard()
@@ -1078,10 +1135,10 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         # Timed out or canceled, and nobody saw how it ended.
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
 
-    collected = yield from _read_all(call, ready.sandbox_id, wanted)
+    collected = yield from _read_all(call, ready.sandbox_id, wanted, state)
     if isinstance(collected, ToolResult):
         return collected
-    stdout, stderr, final, limited, lengths = collected
+    stdout, stderr, final, limited = collected
     content = _launch_content(
         snap, settings, ready.sandbox_id, wanted, final, command, language, deduplicated
     )
@@ -1089,38 +1146,43 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     content["stderr"] = stderr
     if limited:
         content["retention_limited"] = True
-    return (yield from call.finish(ToolResult(status="ok", content=content), lengths))
+    return (yield from call.finish(ToolResult(status="ok", content=content)))
 
 
-_Collected = tuple[str, str, CommandState, bool, dict[str, int]]
+_Collected = tuple[str, str, CommandState, bool]
+_MIN_READ_BYTES: Final = 4
+"""A read must be able to return one whole UTF-8 character."""
 
 
 def _read_all(
-    call: _Call, sandbox_id: str, wanted: str
+    call: _Call, sandbox_id: str, wanted: str, ended: CommandState
 ) -> Generator[Effect, Any, _Collected | ToolResult]:
     """Read all retained output of an ended command through byte cursors, at
-    most :data:`RETAINED_OUTPUT_LIMIT` bytes in all.
+    most :data:`RETAINED_OUTPUT_LIMIT` bytes for both streams together.
 
-    Returns stdout, stderr, the last state, whether the retention limit cut
-    the reading short, and each stream's UTF-8 length (its final cursor:
-    every read starts where the previous one ended, on a character boundary).
+    Returns stdout, stderr, the last state, and whether the limit cut the
+    reading short. ``Read.max_bytes`` bounds each stream, so each read asks
+    for the most per stream that keeps the total within the room left, given
+    the sizes the ended command reported (one read usually does). Between
+    reads the guard runs, as around any external step (C9).
     """
     stdout: list[str] = []
     stderr: list[str] = []
-    cursors = [0, 0]
-    final = CommandState(status="unknown")
+    cursors = (0, 0)
+    final = ended
     while True:
         room = RETAINED_OUTPUT_LIMIT - cursors[0] - cursors[1]
-        lengths = {"stdout": cursors[0], "stderr": cursors[1]}
-        if room <= 0:
-            return "".join(stdout), "".join(stderr), final, True, lengths
+        left = (final.stdout_bytes - cursors[0], final.stderr_bytes - cursors[1])
+        if room < 2 * _MIN_READ_BYTES:
+            return "".join(stdout), "".join(stderr), final, True
+        per_stream = max(_per_stream(room, left), _MIN_READ_BYTES)
         try:
             chunk = yield Read(
                 sandbox_id=sandbox_id,
                 task_id=wanted,
                 stdout_cursor=cursors[0],
                 stderr_cursor=cursors[1],
-                max_bytes=room,
+                max_bytes=per_stream,
             )
         except EffectFailure as failure:
             return call.failed(failure, side_effect=False)
@@ -1129,13 +1191,28 @@ def _read_all(
         final = chunk.state
         stdout.append(chunk.stdout)
         stderr.append(chunk.stderr)
-        advanced = (chunk.next_stdout_cursor, chunk.next_stderr_cursor) != tuple(cursors)
-        cursors = [chunk.next_stdout_cursor, chunk.next_stderr_cursor]
+        advanced = (chunk.next_stdout_cursor, chunk.next_stderr_cursor) != cursors
+        cursors = (chunk.next_stdout_cursor, chunk.next_stderr_cursor)
         if not chunk.more:
-            lengths = {"stdout": cursors[0], "stderr": cursors[1]}
-            return "".join(stdout), "".join(stderr), final, False, lengths
+            return "".join(stdout), "".join(stderr), final, False
         if not advanced:
             return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+        stop = yield from call.guard()
+        if stop is not None:
+            return stop
+
+
+def _per_stream(room: int, left: tuple[int, int]) -> int:
+    """The largest per-stream read whose two streams fit in ``room`` bytes,
+    given how many bytes each stream has ``left`` (unknown sizes: half each)."""
+    low, high = sorted(max(size, 0) for size in left)
+    if high == 0:
+        return room // 2
+    if low + high <= room:
+        return high
+    if 2 * low >= room:
+        return room // 2
+    return room - low
 
 
 def _refused(call: _Call, refused: StartRefused) -> Generator[Effect, Any, ToolResult]:

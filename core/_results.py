@@ -71,7 +71,6 @@ class ErrorCode(StrEnum):
     EVIDENCE_INCOMPLETE = "e2b_command_evidence_incomplete"
     SANDBOX_UNAVAILABLE = "e2b_sandbox_unavailable"
     READ_FAILED = "e2b_command_read_failed"
-    RETAINED_OUTPUT_TOO_LARGE = "e2b_command_retained_output_too_large"
     INTERNAL = "e2b_command_error"
 
 

@@ -92,6 +92,7 @@ __all__ = [
     "DivergenceError",
     "Entry",
     "Recorder",
+    "RecorderNotAttachedError",
     "ReplayReport",
     "Replayer",
     "ResultEntry",
@@ -145,6 +146,11 @@ class DivergenceError(FatalInterpreterError):
 
 # ---------------------------------------------------------------------------
 # Recording
+
+
+class RecorderNotAttachedError(FatalInterpreterError, RuntimeError):
+    """A recorder was used before :meth:`Recorder.attach`: a setup mistake the
+    port lets through rather than report as a tool outcome."""
 
 
 class Recorder:
@@ -205,7 +211,7 @@ class Recorder:
         redaction = CallRedaction.of(request, self._secrets)
         with self._lock:
             if self._settings is None:
-                raise RuntimeError(
+                raise RecorderNotAttachedError(
                     "attach the recorder to its port first: port = recorder.attach(port)"
                 )
             self._calls += 1

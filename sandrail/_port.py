@@ -62,6 +62,7 @@ from sandrail.core import (
     crash_result,
     error_result,
     request_digest,
+    snapshot_request,
     tool_program,
 )
 from sandrail.interpreters._drivers import drive, drive_async
@@ -158,6 +159,7 @@ class ToolPort:
             )
         call = _Call(self, request, asynchronous=False)
         try:
+            call.open()
             result = drive(tool_program(request, self._settings), call.interpret)
         except FatalInterpreterError:
             raise
@@ -169,6 +171,7 @@ class ToolPort:
         """Run one call to its result. Never raises (see module doc)."""
         call = _Call(self, request, asynchronous=True)
         try:
+            call.open()
             result = await drive_async(tool_program(request, self._settings), call.interpret_async)
         except FatalInterpreterError:
             raise
@@ -182,27 +185,35 @@ class _Call:
     effects, and converts every unexpected exception into an EffectFailure.
 
     A backend that defines ``open_call(request, answer_harness)`` (a recorder
-    or a replayer) sees every effect of the call, harness effects included:
-    it gets an interpreter for this call back from ``open_call`` and answers
-    harness effects by calling ``answer_harness`` (or from a recording). If
-    that interpreter has ``finish(result)``, it is called with the result.
+    or a replayer) sees every effect of a well-formed call, harness effects
+    included: it gets an interpreter for this call back from ``open_call``
+    and answers harness effects by calling ``answer_harness`` (or from a
+    recording). If that interpreter has ``finish(result)``, it is called with
+    the result. A malformed request is refused by the core without any effect,
+    so it never reaches such a backend.
     """
 
     def __init__(self, port: ToolPort, request: ToolRequest, *, asynchronous: bool) -> None:
         self.port = port
         self.request = request
+        self.asynchronous = asynchronous
         self.dispatched = False
         self.sandbox_id: str | None = None
         self.task_id: str | None = None
-        open_call = getattr(port._backend, "open_call", None)
-        answer = self.answer_harness_async if asynchronous else self.answer_harness
-        self.layered: Callable[[Effect], Any] | None = (
-            open_call(request, answer) if callable(open_call) else None
-        )
+        self.layered: Callable[[Effect], Any] | None = None
+        # Taken before anything runs, so that even a crash can report the
+        # locator the request had when it arrived (C6).
+        self.snapshot = snapshot_request(request, port.settings)
+
+    def open(self) -> None:
+        open_call = getattr(self.port._backend, "open_call", None)
+        if callable(open_call) and self.snapshot is not None:
+            answer = self.answer_harness_async if self.asynchronous else self.answer_harness
+            self.layered = open_call(self.request, answer)
 
     def crashed(self) -> ToolResult:
         return crash_result(
-            self.request,
+            self.snapshot,
             self.port.settings,
             dispatched=self.dispatched,
             sandbox_id=self.sandbox_id,
@@ -212,7 +223,14 @@ class _Call:
     def finish(self, result: ToolResult) -> ToolResult:
         finish = getattr(self.layered, "finish", None)
         if callable(finish):
-            finish(result)
+            try:
+                finish(result)
+            except FatalInterpreterError:
+                raise
+            except Exception:
+                # The result is true whatever the recorder makes of it; a
+                # recorder that cannot write must report that itself.
+                pass
         return result
 
     def _note(self, effect: Effect) -> None:
@@ -367,7 +385,10 @@ class _Call:
             # assert_authority must be synchronous and fast; a coroutine proves nothing.
             _discard(verdict)
             verdict = False
-        aborted = bool(getattr(self.request.cancel, "cancelled", False))
+        try:
+            aborted = bool(getattr(self.request.cancel, "cancelled", False))
+        except Exception:
+            aborted = True  # a token that cannot be read may have fired
         try:
             drifted = request_digest(self.request) != effect.request_digest
         except Exception:

@@ -329,7 +329,7 @@ def test_c14_minimal_uncertain_content_fits_exactly_its_size(locator: dict[str, 
     size = minimal_uncertain_size(locator)
     assert len(canonical_json(content)) == size
     assert content["error_type"] == "e2b_command_evidence_incomplete"
-    assert content["observed_result"] == "output_limit"
+    assert content["observed_result"] == "timed_out"
     assert fit_to_budget(content, size) == content
     with pytest.raises(BudgetError):
         fit_to_budget(content, size - 1)
@@ -344,5 +344,5 @@ def test_c14_reason_codes_and_observed_results_can_be_widened() -> None:
         observed_results=(observed,),
     )
     widened = len(reason) - len("e2b_command_evidence_incomplete")
-    widened += len(observed) - len("output_limit")
+    widened += len(observed) - len("timed_out")
     assert longer == minimal_uncertain_size(locator) + widened

@@ -47,6 +47,7 @@ from sandrail.core import (
     command_tool_definitions,
     crash_result,
     request_digest,
+    snapshot_request,
     tool_program,
 )
 from sandrail.interpreters._drivers import drive
@@ -368,11 +369,181 @@ def test_c12_bound_result_cuts_what_the_harness_supplied_and_falls_back_to_the_b
 def test_crash_results_are_errors_before_dispatch_and_uncertain_after() -> None:
     port_settings = settings()
     live = request(port_settings, "run_command", {"command": "x"})
-    before = crash_result(live, port_settings, dispatched=False, sandbox_id=None, task=None)
+    snap = snapshot_request(live, port_settings)
+    assert snap is not None
+    before = crash_result(snap, port_settings, dispatched=False, sandbox_id=None, task=None)
     assert (before.status, before.content["executed"]) == ("error", False)
-    after = crash_result(live, port_settings, dispatched=True, sandbox_id="sbx-1", task=TASK)
+    after = crash_result(snap, port_settings, dispatched=True, sandbox_id="sbx-1", task=TASK)
     assert after.status == "uncertain"
     assert (after.content["sandbox_id"], after.content["task_id"]) == ("sbx-1", TASK)
-    garbled = crash_result("junk", port_settings, dispatched=True, sandbox_id=None, task=None)
+    assert after.content["operation_key"] == "op-1"
+    assert snapshot_request("junk", port_settings) is None
+    garbled = crash_result(None, port_settings, dispatched=True, sandbox_id=None, task=None)
     assert garbled.status == "uncertain"
     assert garbled.content["error_type"] == ErrorCode.INTERNAL.value
+
+
+# ---------------------------------------------------------------------------
+# Regressions from review
+
+
+def test_c13_a_scope_mutated_mid_call_is_drift_and_the_locator_keeps_the_original() -> None:
+    scope = {"tenant": "acme"}
+    owner = sandrail.NativeOwner(scope={"tenant": "acme"})
+    sim = Simulator(scripts={"x": Script.prints("1")})
+
+    def mutate_after_start(effect: Effect) -> Any:
+        outcome = sim(effect)
+        if isinstance(effect, Start):
+            scope["tenant"] = "evil" * 10_000  # the harness's own dict
+        return outcome
+
+    port = sandrail.command_tools(
+        backend=mutate_after_start,
+        session_id="s",
+        owner=owner,
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        max_output_bytes=2_000,
+    )
+    identity = sandrail.NativeIdentity(
+        scope=scope,
+        run_id="r",
+        turn_id="t",
+        build_id="b",
+        task_chain_id="c",
+        parent_run_id=None,
+        execution_fence=1,
+    )
+    live = sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "x"}),
+        operation_key="op-1",
+        session_id="s",
+        definition=port.definition("run_command"),
+        identity=identity,
+    )
+    result = port.execute_sync(live)
+    assert result.status == "uncertain"
+    assert result.content["error_type"] == ErrorCode.REQUEST_DRIFTED.value
+    assert result.content["scope"] == {"tenant": "acme"}
+    assert result.content["task_id"] == sandrail.task_id("s", owner, "op-1")
+
+
+def test_execute_never_raises_when_the_cancel_token_breaks_after_launch() -> None:
+    sim = Simulator(scripts={"x": Script.prints("1")})
+    broken = False
+
+    class Token:
+        @property
+        def cancelled(self) -> bool:
+            if broken:
+                raise RuntimeError("token backend went away")
+            return False
+
+    def backend(effect: Effect) -> Any:
+        nonlocal broken
+        outcome = sim(effect)
+        broken = broken or isinstance(effect, Start)
+        return outcome
+
+    port = sandrail.command_tools(
+        backend=backend,
+        session_id="s",
+        owner=OWNER,
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    live = sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "x"}),
+        operation_key="op-1",
+        session_id="s",
+        definition=port.definition("run_command"),
+        identity=IDENTITY,
+        cancel=Token(),
+    )
+    result = port.execute_sync(live)
+    assert result.status == "uncertain"  # an unreadable token may have fired (C11)
+    assert result.content["error_type"] == ErrorCode.ABORTED.value
+
+
+def test_whole_number_floats_are_integers_from_validation_on() -> None:
+    sim = Simulator(scripts={"x": Script.hangs("abc")})
+    result = run("run_command", {"command": "x", "timeout": 5.0}, sim=sim)
+    assert (result.status, result.content["status"]) == ("ok", "timed_out")
+    (start,) = [e for e in sim.applied if isinstance(e, Start)]
+    assert type(start.timeout_seconds) is int
+    again = run("run_command", {"command": "x", "timeout": 5}, sim=sim)
+    assert again.content["deduplicated"] is True  # 5.0 and 5 are one launch (C3)
+    owned = OwnedCommand(task_id=TASK, operation_key="op-1", sandbox_id="sbx-1")
+    page = run(
+        "read_command_output",
+        {"task_id": TASK, "stdout_cursor": 1.0, "max_bytes": 4.0},
+        sim=sim,
+        owned=owned,
+    )
+    assert (page.status, page.content["stdout"]) == ("ok", "bc")
+
+
+def test_integer_arguments_list_matches_the_schemas() -> None:
+    from sandrail.core._programs import _INTEGER_ARGUMENTS
+
+    def integer(schema: Any) -> bool:
+        options = schema.get("anyOf", [schema])
+        return any(option.get("type") == "integer" for option in options)
+
+    named = {
+        name
+        for definition in command_tool_definitions() + code_tool_definitions()
+        for name, schema in definition.parameters["properties"].items()
+        if integer(schema)
+    }
+    assert named == _INTEGER_ARGUMENTS
+
+
+def test_retention_limit_bounds_both_streams_together() -> None:
+    big = "o" * (RETAINED_OUTPUT_LIMIT * 5 // 8)
+    sim = Simulator(scripts={"x": Script.prints(big, stderr=big.replace("o", "e"))})
+    result = run("run_command", {"command": "x"}, sim=sim, budget=24_000)
+    assert result.status == "ok"
+    assert result.content["retention_limited"] is True
+    reads = [e for e in sim.applied if isinstance(e, Read)]
+    assert all(2 * e.max_bytes <= RETAINED_OUTPUT_LIMIT for e in reads)
+
+
+def test_c12_c8_an_interaction_id_too_long_for_the_budget_is_a_harness_error() -> None:
+    from sandrail.core import ApprovalRequired
+
+    long_id = ApprovalRequired(interaction_id="i" * 5_000)
+    result = run("run_command", {"command": "x"}, {Authorize: long_id}, budget=1_000)
+    assert (result.status, result.content["error_type"]) == (
+        "error",
+        ErrorCode.HARNESS_CALLBACK_FAILED.value,
+    )
+    short = run(
+        "run_command", {"command": "x"}, {Authorize: ApprovalRequired(interaction_id="i-1")}
+    )
+    assert (short.status, short.content["interaction_id"]) == ("approval_required", "i-1")
+
+
+def test_c6_an_uncertain_ensure_already_names_the_task() -> None:
+    result = run("run_command", {"command": "x"}, {Ensure: FAIL_MAYBE})
+    assert result.status == "uncertain"
+    assert result.content["task_id"] == TASK
+
+
+def test_operation_keys_and_call_ids_must_be_valid_unicode() -> None:
+    port_settings = settings()
+    definition = port_settings.definitions[1]
+    for key, call_id, code in (
+        ("op-\ud800", "c1", ErrorCode.OPERATION_KEY_REQUIRED),
+        ("op-1", "c\udfff", ErrorCode.REQUEST_UNBOUND),
+    ):
+        live = sandrail.ToolRequest(
+            call=sandrail.ToolCall(name="run_command", call_id=call_id, arguments={"command": "x"}),
+            operation_key=key,
+            session_id="s",
+            definition=definition,
+            identity=IDENTITY,
+        )
+        result = drive(tool_program(live, port_settings), lambda effect: None)
+        assert result.content["error_type"] == code.value

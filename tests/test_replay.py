@@ -534,8 +534,15 @@ def test_a_recorder_needs_its_port_attached_first() -> None:
         authorize=lambda request: sandrail.ALLOW,
         assert_authority=lambda request: True,
     )
+    request = ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c", arguments={"command": "echo"}),
+        operation_key="k",
+        session_id="s",
+        definition=port.definition("run_command"),
+        identity=sandrail.AgentIdentity(agent_id="a"),
+    )
     with pytest.raises(RuntimeError, match=r"recorder.attach\(port\)"):
-        port.execute_sync(_request(port, "echo hi", call_id="c", key="k"))
+        port.execute_sync(request)
     recorder.attach(port)
     with pytest.raises(RuntimeError, match="already records"):
         recorder.attach(port)
