@@ -864,6 +864,7 @@ def _tool_program(request: object, settings: PortSettings) -> Program:
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SHELL_RESERVED: Final = frozenset({"BASHOPTS", "SHELLOPTS"})
 _MAX_ENV_ENTRY_BYTES: Final = 131_072
 """Linux refuses to exec with an environment string (NAME=VALUE) this long."""
 
@@ -897,8 +898,8 @@ def _tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:
 
 def _process_problems(args: Mapping[str, Any]) -> list[ArgumentProblem]:
     """What no process can be started with: a NUL byte in its command, working
-    directory or environment, an environment name a shell cannot hold, or an
-    environment entry longer than the kernel accepts. Refused here, before any
+    directory or environment, an environment name a shell cannot hold or
+    reserves, or an environment entry longer than the kernel accepts. Refused here, before any
     side effect, instead of failing in the sandbox after it."""
     problems = [
         ArgumentProblem(path=f"arguments.{field}", reason="must not contain a NUL character")
@@ -911,6 +912,11 @@ def _process_problems(args: Mapping[str, Any]) -> list[ArgumentProblem]:
             reason = (
                 "must be a shell variable name: letters, digits and _, not starting with a digit"
             )
+            problems.append(ArgumentProblem(path=path, reason=reason))
+        elif name.startswith("BASH_") or name in _SHELL_RESERVED:
+            # bash acts on these as it starts, and some echo their value in
+            # an error message, which would put it in the output (C17).
+            reason = "is reserved by the shell (BASH_*, BASHOPTS, SHELLOPTS) and cannot be set"
             problems.append(ArgumentProblem(path=path, reason=reason))
         if "\x00" in value:
             problems.append(ArgumentProblem(path=path, reason="must not contain a NUL character"))

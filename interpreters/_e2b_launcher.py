@@ -11,8 +11,11 @@ it outlives the ``commands.run`` that started it and the harness) runs the
 command in a fresh process group under an in-sandbox deadline, sends stdout
 and stderr to files and writes the exit status atomically (write, then
 ``mv``). Environment values reach the command through a 0600 file that the
-command's shell loads and deletes (C17); they never travel in ``envs`` or
-argv.
+supervising shell reads and deletes before anything else (C17); they never
+travel in ``envs`` or argv, and staged requests whose start never came are
+deleted by any start ten minutes later. Stop and the deadline end the
+command's process group, its session (a process that moved to a group of
+its own stays in the session) and its leader.
 
 The only values sandrail puts into shell text are the validated task id
 (64 hex), a nonce and integers; the launcher validates them again. Command,
@@ -66,6 +69,21 @@ unlock() { flock -u 9; exec 9>&-; }
 
 size_of() { if [ -f "$1" ]; then stat -c %s -- "$1"; else echo 0; fi; }
 
+forget_stale() { # staged requests whose start never came (they may hold env
+  # values: C17); young ones may belong to a start still on its way
+  find "$INBOX" -mindepth 1 -maxdepth 1 -mmin +10 -exec rm -rf -- {} + 2>/dev/null
+  return 0
+}
+
+end_all() { # <signal> <leader pid>: its process group, its session (processes
+  # that moved to a group of their own stay in it), and the leader itself
+  # (before it has made its own group, a group kill finds nothing)
+  kill "-$1" -- "-$2" 2>/dev/null
+  pkill "-$1" -s "$2" 2>/dev/null
+  kill "-$1" -- "$2" 2>/dev/null
+  return 0
+}
+
 status_of() { # prints "<status> <code>"
   local dir=$TASKS/$1 status code pid
   if [ ! -d "$dir" ]; then echo "unknown -"; return; fi
@@ -108,7 +126,7 @@ do_start() { # <task> <nonce>
     [[ $fence =~ ^[0-9]{1,18}$ ]] || { rm -rf -- "$req"; fail bad-fence; }
     highest=$(cat -- "$ROOT/fence" 2>/dev/null || true)
     if [[ $highest =~ ^[0-9]{1,18}$ ]] && (( fence < highest )); then
-      rm -rf -- "$req"; echo "refused stale_fence"; return
+      rm -rf -- "$req"; forget_stale; echo "refused stale_fence"; return
     fi
     printf '%s\n' "$fence" > "$ROOT/fence.tmp" && mv -f -- "$ROOT/fence.tmp" "$ROOT/fence"
   fi
@@ -117,6 +135,7 @@ do_start() { # <task> <nonce>
       if [ -e "$req/$f" ]; then mv -- "$req/$f" "$dir/$f"; fi
     done
     rm -rf -- "$req"
+    forget_stale
     if [ -f "$dir/env" ]; then chmod 600 -- "$dir/env"; fi
     : > "$dir/stdout"; : > "$dir/stderr"
     setsid bash "$0" supervise "$task" </dev/null >/dev/null 2>&1 9>&- &
@@ -127,6 +146,7 @@ do_start() { # <task> <nonce>
     theirs=$(cat -- "$dir/digest" 2>/dev/null || true)
     ours=$(cat -- "$req/digest")
     rm -rf -- "$req"
+    forget_stale
     unlock
     if [ -z "$theirs" ] || [ "$theirs" != "$ours" ]; then echo "refused conflict"; return; fi
     echo "started 0"
@@ -135,19 +155,26 @@ do_start() { # <task> <nonce>
 }
 
 do_supervise() { # <task>; runs detached, as its own session leader
-  local dir=$TASKS/$1 limit pid dog code status
+  local dir=$TASKS/$1 limit pid dog code status setsid_bin
   limit=$(<"$dir/timeout")
   [[ $limit =~ ^[0-9]{1,9}$ ]] || limit=1
+  setsid_bin=$(command -v setsid)
   (
+    # The env file is read and deleted before anything can fail, and the
+    # tools this shell runs after exporting are named by absolute path: the
+    # command's env (a PATH, say) cannot stop the file from being deleted.
+    entries=()
+    if [ -f "$dir/env" ]; then
+      while IFS= read -r -d '' entry; do entries+=("$entry"); done < "$dir/env"
+      rm -f -- "$dir/env"
+    fi
     if [ -f "$dir/cwd" ]; then
       IFS= read -r -d '' cwd < "$dir/cwd" || true
       cd -- "$cwd" || exit 1
     fi
-    if [ -f "$dir/env" ]; then
-      while IFS= read -r -d '' entry; do export "$entry"; done < "$dir/env"
-      rm -f -- "$dir/env"
-    fi
-    exec setsid bash -- "$dir/command"
+    if [ -e "$dir/canceled" ]; then exit 143; fi
+    for entry in "${entries[@]}"; do export "$entry" 2>/dev/null; done
+    exec "$setsid_bin" "$BASH" -- "$dir/command"
   ) </dev/null >"$dir/stdout" 2>"$dir/stderr" &
   pid=$!
   echo "$pid" > "$dir/pgid"
@@ -155,15 +182,15 @@ do_supervise() { # <task>; runs detached, as its own session leader
     exec 8<> <(:)
     read -r -t "$limit" -u 8 _ || true
     [ -e "$dir/canceled" ] || : > "$dir/deadline"
-    kill -TERM -- "-$pid" 2>/dev/null
+    end_all TERM "$pid"
     read -r -t 2 -u 8 _ || true
-    kill -KILL -- "-$pid" 2>/dev/null
+    end_all KILL "$pid"
   ) &
   dog=$!
-  if [ -e "$dir/canceled" ]; then kill -TERM -- "-$pid" 2>/dev/null; fi
+  if [ -e "$dir/canceled" ]; then end_all TERM "$pid"; fi
   wait "$pid"; code=$?
   kill -- "$dog" 2>/dev/null
-  kill -KILL -- "-$pid" 2>/dev/null
+  end_all KILL "$pid"
   if [ -e "$dir/canceled" ]; then status=canceled; code=143
   elif [ -e "$dir/deadline" ]; then status=timed_out; code=124
   else status=exited
@@ -190,10 +217,10 @@ do_cancel() { # <task>
     pg=$(cat -- "$dir/pgid" 2>/dev/null || true)
     if [[ $pg =~ ^[0-9]+$ ]]; then
       exec 8<> <(:)
-      kill -TERM -- "-$pg" 2>/dev/null
+      end_all TERM "$pg"
       rounds=40
       while [ ! -f "$dir/exit" ] && (( rounds-- > 0 )); do read -r -t 0.05 -u 8 _ || true; done
-      kill -KILL -- "-$pg" 2>/dev/null
+      end_all KILL "$pg"
       rounds=40
       while [ ! -f "$dir/exit" ] && (( rounds-- > 0 )); do read -r -t 0.05 -u 8 _ || true; done
     fi

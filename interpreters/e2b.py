@@ -2,8 +2,8 @@
 
 :class:`E2BBackend` is an asynchronous interpreter (``asynchronous = True``):
 ``await backend(effect)`` returns the effect's outcome or raises
-:class:`~sandrail.core.EffectFailure`. Tested with ``e2b>=2.0,<3`` (2.63.0);
-the SDK is imported lazily, only when no ``sdk`` is injected.
+:class:`~sandrail.core.EffectFailure`. Pinned to ``e2b>=2.63,<3`` (tested with
+2.63.0); the SDK is imported lazily, only when no ``sdk`` is injected.
 
 Strategy: E2B has no idempotency key for commands, so the sandbox itself is
 the ledger. A small bash launcher (:mod:`._e2b_launcher`), uploaded once per
@@ -19,6 +19,20 @@ most every ``refresh`` seconds), ``Start`` 2 (write the staged request, run
 ``start``), ``Wait`` 1 (it also brings back the first output chunk of an
 ended command), ``Read`` 1, or 0 when the ended command's whole output came
 back with the wait. A foreground ``run_command`` is therefore 3.
+
+Known limits
+------------
+
+- The ledger lives in ``/tmp/sandrail`` inside the sandbox, owned by the same
+  user as the model's commands. A command that deletes it (``rm -rf /tmp/*``)
+  deletes the claims too, and a later retry of an operation key whose claim
+  is gone launches again. Keeping the ledger in a directory the command's
+  user cannot write (the launcher as root, the command dropped to ``user``)
+  would close this; it is not done yet.
+- A process that starts a session of its own (``setsid``) leaves the
+  command's process group and session, so stop and the deadline cannot reach
+  it. Processes that only change their process group are reached through
+  the session.
 
 Failure classification
 ----------------------

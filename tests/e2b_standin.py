@@ -35,6 +35,7 @@ import itertools
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -179,14 +180,18 @@ class StandInSDK:
 
 
 def _kill_all(folder: Path) -> None:
-    """Kill every supervisor and command group the launcher recorded."""
+    """Kill every supervisor and command the launcher recorded: their process
+    groups and their sessions (a process may leave its group, not its
+    session), so no test leaves processes behind."""
     for name in ("pgid", "supervisor"):
         for record in folder.glob(f"tmp/sandrail/tasks/*/{name}"):
             try:
                 pid = int(record.read_text().strip())
-                os.killpg(pid, signal.SIGKILL)
             except (ValueError, OSError):
-                pass
+                continue
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            subprocess.run(["pkill", "-KILL", "-s", str(pid)], check=False, capture_output=True)
 
 
 class _Paginator:

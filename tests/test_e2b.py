@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import inspect
+import os
 import socket
 import subprocess
 import time
@@ -757,3 +758,70 @@ def test_the_command_line_example_works_through_the_port(backend: E2BBackend) ->
     result = port.execute_sync(_request(port, "run_command", "op-1", command="echo hi >&2; exit 4"))
     assert result.status == "ok"
     assert (result.content["stderr"], result.content["exit_code"]) == ("hi\n", 4)
+
+
+def test_c17_the_env_file_is_gone_even_when_cwd_or_path_break_the_start(
+    sdk: StandInSDK, backend: E2BBackend
+) -> None:
+    sandbox_id = ensure(backend)
+    secret = "s3cr3t-value-for-cleanup"
+    missing = finished(backend, sandbox_id, "true", env={"TOKEN": secret}, cwd="/no/such/dir")
+    assert missing.state.status == "exited"
+    no_path = finished(
+        backend, sandbox_id, "echo hi", env={"TOKEN": secret, "PATH": "/nowhere"}, task=OTHER
+    )
+    assert no_path.stdout == "hi\n"  # echo is a builtin; the launcher's own tools still ran
+    for task in (TASK, OTHER):
+        folder = sdk.path(sandbox_id, f"/tmp/sandrail/tasks/{task}")
+        assert not (folder / "env").exists()
+        assert all(secret not in p.read_text(errors="replace") for p in folder.iterdir())
+
+
+def test_c17_a_staged_request_whose_start_never_came_is_deleted_later(
+    sdk: StandInSDK, backend: E2BBackend
+) -> None:
+    sandbox_id = ensure(backend)
+    secret = "s3cr3t-value-staged"
+    sdk.faults.append(Fault(method="commands.run", kind="drop", word="start"))
+    with pytest.raises(EffectFailure):
+        start(backend, sandbox_id, "true", env={"TOKEN": secret})
+    inbox = sdk.path(sandbox_id, "/tmp/sandrail/inbox")
+    (staged,) = inbox.iterdir()  # the staged request, secret included, is still there
+    start(backend, sandbox_id, "true", env={"TOKEN": secret}, task=OTHER)
+    assert staged.exists()  # young: it may be a start still on its way
+    old = time.time() - 11 * 60
+    os.utime(staged, (old, old))
+    start(backend, sandbox_id, "true", env={"TOKEN": secret}, task="c" * 64)
+    assert not any(inbox.iterdir())
+
+
+def test_c18_stop_ends_processes_that_left_the_group_but_not_the_session(
+    sdk: StandInSDK, backend: E2BBackend
+) -> None:
+    sandbox_id = ensure(backend)
+    command = (
+        "python3 -c 'import subprocess, time; "
+        'p = subprocess.Popen(["sleep", "300"], process_group=0); '
+        'open("pids", "w").write(str(p.pid)); time.sleep(300)\''
+    )
+    start(backend, sandbox_id, command)
+    home = sdk.home(sandbox_id)
+    assert _eventually(lambda: (home / "pids").exists() and (home / "pids").read_text() != "")
+    pid = int((home / "pids").read_text())
+    assert _alive(pid)
+    run(backend(Cancel(sandbox_id=sandbox_id, task_id=TASK)))
+    assert _eventually(lambda: not _alive(pid))
+
+
+def test_c18_a_stop_right_after_start_never_lets_the_command_finish(
+    sdk: StandInSDK, backend: E2BBackend
+) -> None:
+    sandbox_id = ensure(backend)
+    big = {f"V{i}": "x" * 60_000 for i in range(8)}  # a slow env load widens the race
+    for round_ in range(3):
+        task = f"{round_:064x}"
+        start(backend, sandbox_id, "sleep 1; echo ran", task=task, env=big)
+        run(backend(Cancel(sandbox_id=sandbox_id, task_id=task)))
+        state = wait(backend, sandbox_id, task)
+        assert (state.status, state.exit_code) == ("canceled", 143)
+        assert read(backend, sandbox_id, task).stdout == ""

@@ -913,6 +913,12 @@ def test_fit_to_budget_is_exported_for_harnesses() -> None:
         ({"command": "env", "env": {"1BAD": "x"}}, "arguments.env.1BAD", "shell variable name"),
         ({"command": "env", "env": {"A-B": "x"}}, "arguments.env.A-B", "shell variable name"),
         ({"command": "env", "env": {"OK": "a\x00"}}, "arguments.env.OK", "NUL"),
+        (
+            {"command": "env", "env": {"BASH_XTRACEFD": "1"}},
+            "arguments.env.BASH_XTRACEFD",
+            "reserved",
+        ),
+        ({"command": "env", "env": {"SHELLOPTS": "x"}}, "arguments.env.SHELLOPTS", "reserved"),
         ({"command": "env", "env": {"BIG": "é" * 70_000}}, "arguments.env.BIG", "128 KiB"),
     ],
 )
