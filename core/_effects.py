@@ -122,6 +122,8 @@ class OwnedCommand:
     task_id: str
     operation_key: str
     sandbox_id: str | None = None
+    launched: bool = False
+    """True once a start of this task was answered (the sandbox holds its claim)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -178,10 +180,12 @@ class StartRefused:
     ``reason`` is ``"conflict"`` when the task id was claimed with another
     request digest (C3), ``"stale_fence"`` when a higher execution fence was
     already seen in this sandbox (C10), ``"publish_conflict"`` when the
-    snippet path holds other source.
+    snippet path holds other source, ``"claim_lost"`` when the start
+    expected a claim (``Start.expect_claim``) and the sandbox has none: its
+    ledger was lost, and launching again would launch twice (C2).
     """
 
-    reason: Literal["conflict", "stale_fence", "publish_conflict"]
+    reason: Literal["conflict", "stale_fence", "publish_conflict", "claim_lost"]
 
 
 @attrs.frozen(kw_only=True)
@@ -293,12 +297,13 @@ class ResolveOwned:
 @attrs.frozen(kw_only=True)
 class RememberOwned:
     """Record, before its launch is requested, that this session owns a
-    command, so it can be reconciled even if the launch's answer is lost.
-    Outcome: ``None``."""
+    command, so it can be reconciled even if the launch's answer is lost;
+    and again with ``launched`` once a start was answered. Outcome: ``None``."""
 
     task_id: str
     operation_key: str
     sandbox_id: str
+    launched: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -360,7 +365,9 @@ class Start:
 
     ``env`` values reach the command through a private file, never the
     process environment or any output (C17). ``timeout_seconds`` is enforced
-    inside the sandbox.
+    inside the sandbox. ``expect_claim`` is true when this session already
+    saw the task launched: then a sandbox without its claim launches nothing
+    (``StartRefused("claim_lost")``).
     """
 
     sandbox_id: str
@@ -371,6 +378,7 @@ class Start:
     env: Mapping[str, str] | None
     timeout_seconds: int
     fence: int | None = None
+    expect_claim: bool = False
 
 
 @attrs.frozen(kw_only=True)

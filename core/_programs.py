@@ -20,6 +20,7 @@ its :class:`Phase`; before dispatch a failure is an ``error`` with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -1082,6 +1083,14 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         if stop is not None:
             return stop
 
+    # Has this session seen the task launched before? Then its claim must
+    # still be in the sandbox: one that is gone (a command wiped the ledger)
+    # must not turn a retry into a second launch (C2).
+    try:
+        known = yield ResolveOwned(task_id=wanted)
+    except EffectFailure:
+        known = None
+    expect_claim = isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched
     try:
         yield RememberOwned(
             task_id=wanted, operation_key=snap.operation_key, sandbox_id=ready.sandbox_id
@@ -1099,6 +1108,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
             env=args.get("env"),
             timeout_seconds=timeout_seconds,
             fence=fence,
+            expect_claim=expect_claim,
         )
     except EffectFailure as failure:
         return call.failed(failure, side_effect=True)
@@ -1106,6 +1116,13 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         return (yield from _refused(call, started))
     if not isinstance(started, Started) or started.task_id != wanted:
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+    with contextlib.suppress(EffectFailure):  # bookkeeping: the launch stands
+        yield RememberOwned(
+            task_id=wanted,
+            operation_key=snap.operation_key,
+            sandbox_id=ready.sandbox_id,
+            launched=True,
+        )
     deduplicated = not started.first_launch
     stop = yield from call.guard()
     if stop is not None:
@@ -1228,6 +1245,9 @@ def _refused(call: _Call, refused: StartRefused) -> Generator[Effect, Any, ToolR
     stop = yield from call.guard()
     if stop is not None:
         return stop
+    if refused.reason == "claim_lost":
+        # It launched before and its record is gone: what it did is unknown.
+        return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
     return _conflict(refused)
 
 

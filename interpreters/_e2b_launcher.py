@@ -28,6 +28,7 @@ the script never names an absolute path itself.
 Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
 
     start <task> <nonce>              -> "started 1|0" + state | "refused <reason>"
+                                         (conflict, stale_fence, claim_lost)
     wait <task> <millis> <max>        -> read of cursors 0 0 once ended or timed out
     read <task> <out> <err> <max>     -> state, "out <b64>", "err <b64>", "size <o> <e>"
     cancel <task>                     -> state after TERM (then KILL) of the group
@@ -129,6 +130,11 @@ do_start() { # <task> <nonce>
       rm -rf -- "$req"; forget_stale; echo "refused stale_fence"; return
     fi
     printf '%s\n' "$fence" > "$ROOT/fence.tmp" && mv -f -- "$ROOT/fence.tmp" "$ROOT/fence"
+  fi
+  if [ ! -d "$dir" ] && [ -e "$req/expect" ]; then
+    # The harness saw this task launched; no claim means the ledger was
+    # lost, and launching now would launch twice.
+    rm -rf -- "$req"; unlock; echo "refused claim_lost"; return
   fi
   if mkdir -- "$dir" 2>/dev/null; then
     for f in digest command timeout cwd env; do

@@ -24,11 +24,14 @@ Known limits
 ------------
 
 - The ledger lives in ``/tmp/sandrail`` inside the sandbox, owned by the same
-  user as the model's commands. A command that deletes it (``rm -rf /tmp/*``)
-  deletes the claims too, and a later retry of an operation key whose claim
-  is gone launches again. Keeping the ledger in a directory the command's
-  user cannot write (the launcher as root, the command dropped to ``user``)
-  would close this; it is not done yet.
+  user as the model's commands, so a command can delete it (``rm -rf
+  /tmp/*``). A port that saw a task launch sends ``expect_claim`` on a retry,
+  and a sandbox without the claim then launches nothing (``claim_lost``,
+  reported ``uncertain``). A harness restarted with the default in-memory
+  ledger no longer knows, so there a wiped ledger can let a retry launch
+  again; a durable ``resolve_owned_command`` that keeps ``launched`` closes
+  that, and so would a ledger the command's user cannot write (launcher as
+  root, command dropped to ``user``), which is not done yet.
 - A process that starts a session of its own (``setsid``) leaves the
   command's process group and session, so stop and the deadline cannot reach
   it. Processes that only change their process group are reached through
@@ -733,7 +736,8 @@ class E2BBackend:
         answer = await self._decisive(box, f"start {effect.task_id} {nonce}", "Start")
         lines = answer.strip().split("\n")
         head = lines[0].split(" ")
-        if head[0] == "refused" and len(head) == 2 and head[1] in ("conflict", "stale_fence"):
+        reasons = ("conflict", "stale_fence", "claim_lost")
+        if head[0] == "refused" and len(head) == 2 and head[1] in reasons:
             return StartRefused(reason=head[1])  # type: ignore[arg-type]
         if head[0] != "started" or len(head) != 2 or head[1] not in ("0", "1") or len(lines) < 2:
             raise _Malformed("bad start answer")
@@ -755,6 +759,8 @@ class E2BBackend:
         ]
         if effect.fence is not None:
             files.append(("fence", _shell_int(effect.fence).encode()))
+        if effect.expect_claim:
+            files.append(("expect", b"1"))
         if effect.cwd is not None:
             if "\0" in effect.cwd:
                 raise EffectFailure(Delivery.NOT_SENT, "Start: cwd contains a NUL character")

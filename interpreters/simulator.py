@@ -453,6 +453,8 @@ class Simulator:
             if task.request.request_digest != effect.request_digest:
                 return StartRefused(reason="conflict")
             return Started(task_id=effect.task_id, first_launch=False, state=task.state(self.clock))
+        if effect.expect_claim:
+            return StartRefused(reason="claim_lost")
         task = SimTask(
             request=effect, script=self._script_for(box, effect.command), started_at=self.clock
         )

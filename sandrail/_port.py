@@ -352,13 +352,15 @@ class _Call:
             with port._ledger_lock:
                 return port._ledger.get(effect.task_id)
         if isinstance(effect, RememberOwned):
-            record = OwnedCommand(
-                task_id=effect.task_id,
-                operation_key=effect.operation_key,
-                sandbox_id=effect.sandbox_id,
-            )
             with port._ledger_lock:
-                port._ledger.setdefault(effect.task_id, record)
+                known = port._ledger.get(effect.task_id)
+                if known is None or (effect.launched and not known.launched):
+                    port._ledger[effect.task_id] = OwnedCommand(
+                        task_id=effect.task_id,
+                        operation_key=effect.operation_key,
+                        sandbox_id=effect.sandbox_id,
+                        launched=effect.launched or (known is not None and known.launched),
+                    )
             return None
         if isinstance(effect, WriteArtifact):
             if port._artifacts is None:

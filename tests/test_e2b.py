@@ -825,3 +825,22 @@ def test_c18_a_stop_right_after_start_never_lets_the_command_finish(
         state = wait(backend, sandbox_id, task)
         assert (state.status, state.exit_code) == ("canceled", 143)
         assert read(backend, sandbox_id, task).stdout == ""
+
+
+def test_c2_a_command_that_wipes_the_ledger_cannot_make_a_retry_launch_twice(
+    sdk: StandInSDK, backend: E2BBackend
+) -> None:
+    """The review's scenario: op-1 launches, a later command deletes
+    /tmp/sandrail, op-1 is retried. The port remembers op-1 launched, so the
+    sandbox without its claim launches nothing and the retry is uncertain."""
+    port = _port(backend)
+    first = port.execute_sync(_request(port, "run_command", "op-1", command="echo x >> count"))
+    assert (first.status, first.content["deduplicated"]) == ("ok", False)
+    ledger = sdk.path(first.content["sandbox_id"], "/tmp/sandrail")
+    port.execute_sync(_request(port, "run_command", "op-2", command="rm -rf /tmp/sandrail"))
+    assert not (ledger / "tasks").exists()
+    for _ in range(2):  # the first retry may find the launcher gone and reinstall it
+        retry = port.execute_sync(_request(port, "run_command", "op-1", command="echo x >> count"))
+    assert retry.status == "uncertain"
+    assert retry.content["task_id"] == first.content["task_id"]
+    assert (sdk.home(first.content["sandbox_id"]) / "count").read_text() == "x\n"

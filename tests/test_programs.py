@@ -547,3 +547,29 @@ def test_operation_keys_and_call_ids_must_be_valid_unicode() -> None:
         )
         result = drive(tool_program(live, port_settings), lambda effect: None)
         assert result.content["error_type"] == code.value
+
+
+def test_c2_a_start_that_finds_its_claim_lost_is_uncertain_and_launches_nothing() -> None:
+    from sandrail.core import StartRefused
+
+    lost = StartRefused(reason="claim_lost")
+    result = run("run_command", {"command": "x"}, {Start: lost})
+    assert result.status == "uncertain"
+    assert result.content["task_id"] == TASK
+
+
+def test_c2_the_port_expects_the_claim_of_a_task_it_saw_launch() -> None:
+    sim = Simulator(scripts={"x": Script.prints("1")})
+    port = sandrail.command_tools(
+        backend=sim,
+        session_id="s",
+        owner=OWNER,
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    live = request(port.settings, "run_command", {"command": "x"})
+    assert port.execute_sync(live).status == "ok"
+    assert port.owned_commands[TASK].launched
+    assert port.execute_sync(live).content["deduplicated"] is True
+    starts = [e for e in sim.applied if isinstance(e, Start)]
+    assert [e.expect_claim for e in starts] == [False, True]
