@@ -291,8 +291,17 @@ def _fill(cuts: Mapping[str, _Cut], spare: int) -> None:
             progress = progress or gained > 0
 
 
+_UTF8_CHUNK: Final = 1 << 20
+
+
 def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    if text.isascii():
+        return len(text)
+    # In slices, so that a huge text is never held a second time as bytes.
+    return sum(
+        len(text[start : start + _UTF8_CHUNK].encode("utf-8", "surrogatepass"))
+        for start in range(0, len(text), _UTF8_CHUNK)
+    )
 
 
 def _marker_size(omitted_bytes: int) -> int:

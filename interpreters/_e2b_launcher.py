@@ -30,6 +30,7 @@ Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
     start <task> <nonce>              -> "started 1|0" + state | "refused <reason>"
                                          (conflict, stale_fence, claim_lost)
     wait <task> <millis> <max>        -> read of cursors 0 0 once ended or timed out
+                                         (blocks on the supervisor's lock: no polling)
     read <task> <out> <err> <max>     -> state, "out <b64>", "err <b64>", "size <o> <e>"
     cancel <task>                     -> state after TERM (then KILL) of the group
     publish <task> <nonce> <ext>      -> "published" | "refused publish_conflict"
@@ -144,8 +145,13 @@ do_start() { # <task> <nonce>
     forget_stale
     if [ -f "$dir/env" ]; then chmod 600 -- "$dir/env"; fi
     : > "$dir/stdout"; : > "$dir/stderr"
+    # The supervisor holds an exclusive lock on `alive` for its whole life
+    # (it inherits fd 7 and no process of the command does), so a waiter
+    # wakes the moment it exits: an event, not a poll.
+    exec 7>"$dir/alive"; flock -x 7
     setsid bash "$0" supervise "$task" </dev/null >/dev/null 2>&1 9>&- &
     echo "$!" > "$dir/supervisor"
+    exec 7>&-
     unlock
     echo "started 1"
   else
@@ -181,7 +187,7 @@ do_supervise() { # <task>; runs detached, as its own session leader
     if [ -e "$dir/canceled" ]; then exit 143; fi
     for entry in "${entries[@]}"; do export "$entry" 2>/dev/null; done
     exec "$setsid_bin" "$BASH" -- "$dir/command"
-  ) </dev/null >"$dir/stdout" 2>"$dir/stderr" &
+  ) </dev/null >"$dir/stdout" 2>"$dir/stderr" 7>&- &
   pid=$!
   echo "$pid" > "$dir/pgid"
   (
@@ -191,7 +197,7 @@ do_supervise() { # <task>; runs detached, as its own session leader
     end_all TERM "$pid"
     read -r -t 2 -u 8 _ || true
     end_all KILL "$pid"
-  ) &
+  ) 7>&- &
   dog=$!
   if [ -e "$dir/canceled" ]; then end_all TERM "$pid"; fi
   wait "$pid"; code=$?
@@ -206,7 +212,12 @@ do_supervise() { # <task>; runs detached, as its own session leader
 
 do_wait() { # <task> <millis> <max>
   local dir=$TASKS/$1 rounds=$(( $2 / 50 ))
-  if [ -d "$dir" ]; then
+  if [ -f "$dir/alive" ]; then
+    # Wakes when the supervisor exits (it writes `exit` first) or at the time.
+    flock -s -w "$(( $2 / 1000 )).$(printf '%03d' $(( $2 % 1000 )))" "$dir/alive" true \
+      2>/dev/null
+  elif [ -d "$dir" ]; then
+    # A task started by an older launcher: no lock to wait on.
     exec 8<> <(:)
     while [ ! -f "$dir/exit" ] && (( rounds-- > 0 )); do
       case $(status_of "$1") in running*) ;; *) break ;; esac
