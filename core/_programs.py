@@ -719,11 +719,17 @@ class _Call:
 # Programs
 
 
-def tool_program(request: object, settings: PortSettings) -> Program:
+def tool_program(
+    request: object, settings: PortSettings, snapshot: _Snapshot | None = None
+) -> Program:
     """The program for one request: refuses malformed requests, then runs the
     named tool. Always returns a :class:`ToolResult` whose content fits the
-    budget unless the runtime governs results (C12)."""
-    result = yield from _tool_program(request, settings)
+    budget unless the runtime governs results (C12).
+
+    ``snapshot`` is :func:`snapshot_request` of this request, when the caller
+    already took it (the port does, before running the call).
+    """
+    result = yield from _tool_program(request, settings, snapshot)
     if result.status in ("ok", "uncertain"):
         return result  # already fitted by _Call.finish / _Call.uncertain
     if getattr(request, "result_governance", None) == RUNTIME_ARTIFACTS:
@@ -793,8 +799,8 @@ def crash_result(
     return bound_result(ToolResult(status="uncertain", content=content), settings.max_output_bytes)
 
 
-def _tool_program(request: object, settings: PortSettings) -> Program:
-    checked = _check_request(request, settings)
+def _tool_program(request: object, settings: PortSettings, snapshot: _Snapshot | None) -> Program:
+    checked = snapshot if snapshot is not None else _check_request(request, settings)
     if isinstance(checked, ToolResult):
         return checked
     snap = checked

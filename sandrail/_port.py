@@ -160,7 +160,7 @@ class ToolPort:
         call = _Call(self, request, asynchronous=False)
         try:
             call.open()
-            result = drive(tool_program(request, self._settings), call.interpret)
+            result = drive(tool_program(request, self._settings, call.snapshot), call.interpret)
         except FatalInterpreterError:
             raise
         except Exception:
@@ -172,7 +172,9 @@ class ToolPort:
         call = _Call(self, request, asynchronous=True)
         try:
             call.open()
-            result = await drive_async(tool_program(request, self._settings), call.interpret_async)
+            result = await drive_async(
+                tool_program(request, self._settings, call.snapshot), call.interpret_async
+            )
         except FatalInterpreterError:
             raise
         except Exception:
