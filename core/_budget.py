@@ -291,7 +291,7 @@ def _fill(cuts: Mapping[str, _Cut], spare: int) -> None:
             progress = progress or gained > 0
 
 
-_UTF8_CHUNK: Final = 1 << 20
+_UTF8_CHUNK: Final = 1 << 18
 
 
 def _utf8_len(text: str) -> int:
