@@ -1,9 +1,10 @@
 """The ``sandrail`` command line.
 
-Each command builds a port on a backend (the embedded simulator unless told
-otherwise), runs one tool call through it, and prints the tool result as JSON.
-Exit status: 0 for ``ok``, 1 for ``error``, 2 for bad usage, 3 for
-``uncertain``, 4 for ``approval_required``.
+``run`` and ``code`` build a port on a backend (the embedded simulator unless
+told otherwise), run one tool call through it, and print the tool result as
+JSON. Exit status: 0 for ``ok``, 1 for ``error``, 2 for bad usage, 3 for
+``uncertain``, 4 for ``approval_required``. ``simulate`` and ``replay`` live
+in their own modules and document their own exit status.
 """
 
 from __future__ import annotations
@@ -128,8 +129,9 @@ _indent_option = click.option(
 def main() -> None:
     """Run shell commands and code snippets in sandboxes, safely.
 
-    Every command prints the tool result as JSON. Exit status: 0 ok, 1 error,
-    3 uncertain, 4 approval required.
+    `run` and `code` print the tool result as JSON (exit status 0 ok, 1 error,
+    3 uncertain, 4 approval required). `simulate` runs the fault campaign on
+    the embedded simulator; `replay` re-runs a recording through the core.
     """
 
 
