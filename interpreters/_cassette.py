@@ -412,6 +412,10 @@ class CallRedaction:
             data = self.digests.get(data, data)
             for secret in self.secrets:
                 data = data.replace(secret, MARKER)
+                # Inside JSON text (an artifact's content) the secret is escaped.
+                escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
+                if escaped != secret:
+                    data = data.replace(escaped, MARKER)
             return data
         if isinstance(data, dict):
             return {self._scrub(key): self._scrub(value) for key, value in data.items()}
@@ -594,6 +598,10 @@ def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:
         )
     if record.get("tools") not in ("command", "code"):
         raise fail(f"unknown tool set {record.get('tools')!r}")
+    if _CONTRACT_TOOLS.get(record.get("contract")) != record.get("tools"):  # type: ignore[arg-type]
+        raise fail(
+            f"unknown tool contract {record.get('contract')!r} for tool set {record.get('tools')!r}"
+        )
     if not isinstance(record.get("session_id"), str):
         raise fail("the header has no session_id")
     try:

@@ -176,4 +176,4 @@ def simulate(
             )
         console.print(render(report))
         _print_failures(report)
-    sys.exit(0 if report.passed and not no_mutants else 1)
+    sys.exit(0 if report.passed else 1)

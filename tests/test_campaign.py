@@ -148,3 +148,23 @@ def test_a_violation_prints_its_plan_and_replay_command(tmp_path: Path) -> None:
     assert "minimal failing plan" in output
     assert "sandrail replay" in output
     assert any(tmp_path.rglob("*.jsonl"))
+
+
+def test_c6_an_error_after_a_stop_that_may_have_arrived_is_caught() -> None:
+    """The review's case: a Cancel whose answer was lost may have killed the
+    command; under the maybe_sent_not_executed mutant the stop reports an
+    error, and the C6 check says so (no launch is involved, so C5 cannot)."""
+    workload = next(w for w in workloads("agent") if w.name == "run_command background")
+    plan = FaultPlan((Fault(effect="Cancel", kind=FaultKind.RESPONSE_LOST),))
+    assert run_workload(workload, plan).violations == ()
+    with _mutant("maybe_sent_not_executed"):
+        lines = {v.line for v in run_workload(workload, plan).violations}
+    assert "C6" in lines
+
+
+def test_a_run_without_mutants_does_not_pass() -> None:
+    """A campaign that never showed its checks can fail proves nothing:
+    --no-mutants reports passed false and exits 1."""
+    result = CliRunner().invoke(main, ["simulate", "--no-mutants", "--schedules", "1", "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.output)["passed"] is False

@@ -568,8 +568,21 @@ def test_a_recorder_needs_its_port_attached_first() -> None:
             lambda data: data.replace(b'"type": "Allow"', b'"type": "Maybe"', 1),
             r":3: unknown outcome type 'Maybe'",
         ),
+        (
+            lambda data: data.replace(b'"contract": ', b'"contract_was": ', 1),
+            r":1: unknown tool contract None",
+        ),
     ],
-    ids=["truncated", "corrupt", "future", "empty", "no-header", "binary", "bad-outcome"],
+    ids=[
+        "truncated",
+        "corrupt",
+        "future",
+        "empty",
+        "no-header",
+        "binary",
+        "bad-outcome",
+        "no-contract",
+    ],
 )
 def test_unreadable_cassettes_name_the_line(damage: Callable[[bytes], bytes], message: str) -> None:
     data = damage((GOLDEN / "foreground.jsonl").read_bytes())
@@ -645,3 +658,22 @@ def test_text_that_is_not_unicode_still_makes_a_valid_utf8_line() -> None:
         state=CommandState(status="running"),
     )
     assert decode_outcome(_through_line(encode_outcome(chunk))) == chunk
+
+
+def test_c17_a_secret_with_json_escapes_leaves_no_trace_in_an_artifact(tmp_path: Path) -> None:
+    """The artifact's content is JSON text, where a secret holding quotes or
+    backslashes appears escaped; the recorder finds that form too."""
+    from sandrail.interpreters.simulator import Script
+
+    secret = 'pa"ss\\w0rd-ünï-xyz'
+    output = "A" * 3000 + " token=" + secret + " " + "B" * 3000 + "\n"
+    path = tmp_path / "escaped.jsonl"
+    session = golden.Session(
+        path, scripts={"dump": Script.prints(output)}, max_output_bytes=2000, artifacts=True
+    )
+    session.run("run_command", {"command": "dump", "env": {"TOKEN": secret}}, key="op-1")
+    session.close()
+    raw = path.read_bytes().decode("utf-8")
+    assert "WriteArtifact" in raw
+    for form in (secret, json.dumps(secret, ensure_ascii=False)[1:-1]):
+        assert form not in raw

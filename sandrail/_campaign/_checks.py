@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable
 
 import attrs
 
-from sandrail.core import ErrorCode, StartRefused, canonical_json
+from sandrail.core import Delivery, EffectFailure, ErrorCode, StartRefused, canonical_json
 
-from ._world import LAUNCH_TOOLS, SECRET, CallRecord, World
+from ._world import _SIDE_EFFECTS, LAUNCH_TOOLS, SECRET, CallRecord, World
 
 __all__ = ["CHECKS", "CONTRACT_LINES", "Violation", "judge"]
 
@@ -138,6 +138,29 @@ def check_c6_uncertain_locator(world: World, record: CallRecord) -> Iterable[Vio
         yield Violation("C6", record.number, "uncertain names another task")
 
 
+def check_c6_unknown_side_effect_is_uncertain(
+    world: World, record: CallRecord
+) -> Iterable[Violation]:
+    """C6: a side effect (ensure, publish, start, cancel) whose request may
+    have reached the sandbox without an answer makes the call uncertain,
+    never an error that says nothing ran."""
+    assert record.result is not None
+    if record.result.status != "error":
+        return
+    for effect, answer in record.effects:
+        if (
+            isinstance(effect, _SIDE_EFFECTS)
+            and isinstance(answer, EffectFailure)
+            and answer.delivery is Delivery.MAYBE_SENT
+        ):
+            yield Violation(
+                "C6",
+                record.number,
+                f"error after a {type(effect).__name__} that may have reached the sandbox",
+            )
+            return
+
+
 def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:
     """C7: ok for a launch means exactly one launch happened."""
     assert record.result is not None
@@ -209,6 +232,7 @@ CHECKS: tuple[Check, ...] = (
     check_c4_foreign_task,
     check_c5_error_ran_nothing,
     check_c6_uncertain_locator,
+    check_c6_unknown_side_effect_is_uncertain,
     check_c7_ok_launch,
     check_c9_c11_authority,
     check_c12_budget,

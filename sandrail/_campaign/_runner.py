@@ -99,7 +99,10 @@ class CampaignReport:
 
     @property
     def passed(self) -> bool:
-        return not sum(self.violations.values()) and all(m.caught for m in self.mutants)
+        """No violation, and mutants ran and every one was caught (a run
+        without mutants cannot pass: it has not shown the checks can fail)."""
+        caught = bool(self.mutants) and all(m.caught for m in self.mutants)
+        return not sum(self.violations.values()) and caught
 
     def to_json(self) -> dict[str, Any]:
         return {
