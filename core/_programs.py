@@ -87,6 +87,8 @@ from ._results import (
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [
+    "MIN_REDACTED_LENGTH",
+    "REDACTED",
     "WAIT_GRACE_SECONDS",
     "PortSettings",
     "Program",
@@ -95,6 +97,7 @@ __all__ = [
     "crash_result",
     "launch_digest",
     "owner_key",
+    "redaction_secrets",
     "request_digest",
     "snapshot_request",
     "tool_program",
@@ -185,6 +188,32 @@ def request_digest(request: ToolRequest) -> str:
 _DIGEST_ENCODER = json.JSONEncoder(
     sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
 )
+
+
+REDACTED: Final = "<redacted>"
+"""What an environment value a command printed is replaced by in results (C17)."""
+
+MIN_REDACTED_LENGTH: Final = 8
+"""Environment values shorter than this are not searched for in output: a
+short value (``1``, ``true``) would mask ordinary text."""
+
+
+def redaction_secrets(env: object) -> frozenset[str]:
+    """The values of an ``env`` argument that output is searched for (C17)."""
+    if not isinstance(env, Mapping):
+        return frozenset()
+    return frozenset(
+        value
+        for value in env.values()
+        if isinstance(value, str) and len(value) >= MIN_REDACTED_LENGTH and value != REDACTED
+    )
+
+
+def _mask(text: str, secrets: frozenset[str]) -> str:
+    for secret in sorted(secrets, key=lambda value: (-len(value), value)):
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
 
 
 _INTEGER_ARGUMENTS: Final = frozenset(
@@ -608,9 +637,12 @@ class _Call:
     """The state one tool call carries between steps: what is known of its
     locator and whether a side effect may have been dispatched."""
 
-    def __init__(self, snap: _Snapshot, settings: PortSettings) -> None:
+    def __init__(
+        self, snap: _Snapshot, settings: PortSettings, secrets: frozenset[str] = frozenset()
+    ) -> None:
         self.snap = snap
         self.settings = settings
+        self.secrets = secrets | redaction_secrets(snap.arguments.get("env"))
         self.phase = Phase.BEFORE_DISPATCH
         self.sandbox_id: str | None = None
         self.task_id: str | None = None
@@ -679,9 +711,17 @@ class _Call:
         stop = yield from self.guard()
         if stop is not None:
             return stop
+        content = dict(result.content)
+        if self.secrets:
+            # A command may print an env value it was given; the model must
+            # not see it (C17). Masked before the budget measures anything.
+            for key in ("stdout", "stderr"):
+                if isinstance(content.get(key), str):
+                    content[key] = _mask(content[key], self.secrets)
+            result = attrs.evolve(result, content=content)
+            content = dict(content)
         if self.snap.governed:
             return result
-        content = dict(result.content)
         budget = self.settings.max_output_bytes
         try:
             fitted = fit_to_budget(content, budget)
@@ -720,16 +760,22 @@ class _Call:
 
 
 def tool_program(
-    request: object, settings: PortSettings, snapshot: _Snapshot | None = None
+    request: object,
+    settings: PortSettings,
+    snapshot: _Snapshot | None = None,
+    secrets: frozenset[str] = frozenset(),
 ) -> Program:
     """The program for one request: refuses malformed requests, then runs the
     named tool. Always returns a :class:`ToolResult` whose content fits the
     budget unless the runtime governs results (C12).
 
     ``snapshot`` is :func:`snapshot_request` of this request, when the caller
-    already took it (the port does, before running the call).
+    already took it (the port does, before running the call). ``secrets`` are
+    env values this session passed to earlier commands: output that prints
+    one shows :data:`REDACTED` instead (C17); this call's own env values are
+    added by the program.
     """
-    result = yield from _tool_program(request, settings, snapshot)
+    result = yield from _tool_program(request, settings, snapshot, secrets)
     if result.status in ("ok", "uncertain"):
         return result  # already fitted by _Call.finish / _Call.uncertain
     if getattr(request, "result_governance", None) == RUNTIME_ARTIFACTS:
@@ -799,7 +845,9 @@ def crash_result(
     return bound_result(ToolResult(status="uncertain", content=content), settings.max_output_bytes)
 
 
-def _tool_program(request: object, settings: PortSettings, snapshot: _Snapshot | None) -> Program:
+def _tool_program(
+    request: object, settings: PortSettings, snapshot: _Snapshot | None, secrets: frozenset[str]
+) -> Program:
     checked = snapshot if snapshot is not None else _check_request(request, settings)
     if isinstance(checked, ToolResult):
         return checked
@@ -829,7 +877,7 @@ def _tool_program(request: object, settings: PortSettings, snapshot: _Snapshot |
     refused = _tool_refusal(snap, settings)
     if refused is not None:
         return refused
-    call = _Call(snap, settings)
+    call = _Call(snap, settings, secrets)
 
     try:
         decision = yield Authorize(tool=snap.tool, call_id=snap.call_id)

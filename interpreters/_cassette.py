@@ -42,6 +42,8 @@ from cattrs.errors import BaseValidationError
 from cattrs.strategies import configure_tagged_union
 
 from sandrail.core import (
+    MIN_REDACTED_LENGTH,
+    REDACTED,
     AgentIdentity,
     Allow,
     ApprovalRequired,
@@ -104,8 +106,8 @@ __all__ = [
 
 FORMAT = "sandrail-cassette"
 VERSION = 1
-MARKER = "<redacted>"
-MIN_SCRUBBED_LENGTH = 8
+MARKER = REDACTED
+MIN_SCRUBBED_LENGTH = MIN_REDACTED_LENGTH
 """Env values this long or longer are also cut out of every other string;
 shorter ones (``1``, ``true``) would match text by chance. Named secrets are
 cut out whatever their length."""

@@ -57,6 +57,7 @@ from sandrail.core import (
     ToolResult,
     code_tool_definitions,
     command_tool_definitions,
+    redaction_secrets,
 )
 
 from ._cassette import (
@@ -181,6 +182,7 @@ class Recorder:
             self._stream = sink
             self._owns_stream = False
         self._secrets = tuple(secrets)
+        self._seen_env: set[str] = set()
         self._settings: PortSettings | None = None
         self._lock = threading.Lock()
         self._calls = 0
@@ -208,7 +210,11 @@ class Recorder:
         self, request: ToolRequest, answer_harness: Callable[[Effect], Any]
     ) -> _RecordingCall:
         """Start recording one call (the port calls this; see ``_port._Call``)."""
-        redaction = CallRedaction.of(request, self._secrets)
+        with self._lock:
+            # Env values earlier calls passed are secrets for this call too:
+            # a later read may print them (C17).
+            named = (*self._secrets, *sorted(self._seen_env))
+        redaction = CallRedaction.of(request, named)
         with self._lock:
             if self._settings is None:
                 raise RecorderNotAttachedError(
@@ -287,6 +293,9 @@ class _RecordingCall:
 
     def __call__(self, effect: Effect) -> Any:
         self._settle_abandoned()
+        if isinstance(effect, Start) and effect.env:
+            with self._recorder._lock:
+                self._recorder._seen_env.update(redaction_secrets(effect.env))
         answer = (
             self._answer_harness if isinstance(effect, HARNESS_EFFECTS) else self._recorder.inner
         )

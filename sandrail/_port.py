@@ -61,6 +61,7 @@ from sandrail.core import (
     command_tool_definitions,
     crash_result,
     error_result,
+    redaction_secrets,
     request_digest,
     snapshot_request,
     tool_program,
@@ -118,6 +119,9 @@ class ToolPort:
         self._artifacts = artifacts
         self._ledger: dict[str, OwnedCommand] = {}
         self._ledger_lock = threading.Lock()
+        # Env values this port passed to commands, masked in later output
+        # (C17). Kept in memory only: never in an effect or a recording.
+        self._secrets: frozenset[str] = frozenset()
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
@@ -160,7 +164,10 @@ class ToolPort:
         call = _Call(self, request, asynchronous=False)
         try:
             call.open()
-            result = drive(tool_program(request, self._settings, call.snapshot), call.interpret)
+            result = drive(
+                tool_program(request, self._settings, call.snapshot, self._secrets),
+                call.interpret,
+            )
         except FatalInterpreterError:
             raise
         except Exception:
@@ -173,7 +180,8 @@ class ToolPort:
         try:
             call.open()
             result = await drive_async(
-                tool_program(request, self._settings, call.snapshot), call.interpret_async
+                tool_program(request, self._settings, call.snapshot, self._secrets),
+                call.interpret_async,
             )
         except FatalInterpreterError:
             raise
@@ -238,6 +246,11 @@ class _Call:
     def _note(self, effect: Effect) -> None:
         if isinstance(effect, _SIDE_EFFECTS):
             self.dispatched = True
+        if isinstance(effect, Start) and effect.env:
+            found = redaction_secrets(effect.env)
+            if not found <= self.port._secrets:
+                with self.port._ledger_lock:
+                    self.port._secrets = self.port._secrets | found
         sandbox_id = getattr(effect, "sandbox_id", None)
         if isinstance(sandbox_id, str):
             self.sandbox_id = sandbox_id

@@ -958,3 +958,29 @@ def test_c17_env_values_never_appear_in_any_result(mode: Mode) -> None:
         text = json.dumps(result.to_dict(), ensure_ascii=False)
         assert secret not in text
         assert secret[::-1] not in text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_c17_env_values_a_command_prints_are_masked_in_results(mode: Mode) -> None:
+    """A command that prints an env value it was given: its result, and later
+    reads of its output through the same port, show ``<redacted>`` instead."""
+    secret = "tok-" + "9" * 20
+    rig = Rig(
+        mode=mode,
+        scripts={
+            "deploy": Script.prints(f"using {secret}\n", stderr=f"{secret}!\n"),
+            "daemon": Script.hangs(f"daemon {secret}\n"),
+            "short": Script.prints("value 1234567\n"),
+        },
+    )
+    env = {"TOKEN": secret, "PIN": "1234567"}  # a 7-character value is not searched for
+    result = rig.run("run_command", {"command": "deploy", "env": env})
+    assert (result.content["stdout"], result.content["stderr"]) == (
+        "using <redacted>\n",
+        "<redacted>!\n",
+    )
+    rig.run("run_command", {"command": "daemon", "env": env, "background": True}, key="bg")
+    page = rig.run("read_command_output", {"task_id": rig.task_id("bg")}, key="read")
+    assert page.content["stdout"] == "daemon <redacted>\n"
+    short = rig.run("run_command", {"command": "short", "env": env}, key="short")
+    assert short.content["stdout"] == "value 1234567\n"

@@ -160,6 +160,13 @@ def _truncate_identity() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _show_env_values() -> Iterator[None]:
+    """(g) Leave env values a command printed in its output."""
+    with mock.patch.object(programs, "_mask", lambda text, secrets: text):
+        yield
+
+
+@contextlib.contextmanager
 def _ignore_fence() -> Iterator[None]:
     """(e) Send every Start without its execution fence."""
 
@@ -227,6 +234,12 @@ MUTANTS: tuple[Mutant, ...] = (
         _truncate_identity,
     ),
     Mutant("ignore_fence", "every Start goes out with fence=None", "C10", _ignore_fence),
+    Mutant(
+        "show_env_values",
+        "output that prints an env value is shown unmasked",
+        "C17",
+        _show_env_values,
+    ),
     Mutant(
         "skip_ownership_check",
         "read or stop any task id, another session's included",

@@ -86,8 +86,13 @@ def workloads(mode: Mode) -> tuple[Workload, ...]:
     the same key (reconciliation), lets held requests arrive, then probes the
     contract lines that need a second call."""
     code_tool = "sandbox_run_code" if mode == "agent" else "run_code"
-    foreground = {"command": "build", "timeout": 30, "env": {"API_TOKEN": SECRET}}
-    background = {"command": "serve", "background": True, "background_timeout": 60}
+    foreground = {"command": "build-token", "timeout": 30, "env": {"API_TOKEN": SECRET}}
+    background = {
+        "command": "serve-token",
+        "background": True,
+        "background_timeout": 60,
+        "env": {"API_TOKEN": SECRET},
+    }
     deliver = Step(action="deliver", label="held requests arrive")
     found: list[Workload] = [
         Workload(

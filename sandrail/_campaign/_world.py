@@ -69,6 +69,12 @@ LAUNCH_TOOLS = frozenset({"run_command", "run_code", "sandbox_run_code"})
 SCRIPTS: Mapping[str, Script] = {
     "build": Script.prints("compiled unit\n" * 200, stderr="warning\n", exit_code=0, duration=2),
     "serve": Script.hangs("listening\n", children=2),
+    # These two print the env value they are launched with (only ever with
+    # it): their results and later reads must show it masked (C17).
+    "build-token": Script.prints(
+        "compiled unit\n" * 200 + f"deploying with {SECRET}\n", exit_code=0, duration=2
+    ),
+    "serve-token": Script.hangs(f"listening, token {SECRET}\n", children=2),
     "print(1)": Script.prints("1\n"),
     "print(2)": Script.prints("2\n"),
 }
