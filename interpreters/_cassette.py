@@ -476,6 +476,9 @@ class Cassette:
     source: str
     header: Mapping[str, Any]
     calls: tuple[RecordedCall, ...]
+    complete: bool = True
+    """Whether the recording ends with the line its recorder writes on close.
+    Without it, the file may have been cut short between two calls."""
 
     @property
     def tools(self) -> ToolSet:
@@ -545,8 +548,20 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
     header = _check_header(records[0][1], lambda message: fail(1, message))
     calls: dict[int, RecordedCall] = {}
     last_step = 0
+    complete = False
     for number, record in records[1:]:
         kind = record["kind"]
+        if complete:
+            raise fail(number, "a line after the end line")
+        if kind == "end":
+            if record.get("calls") != len(calls):
+                raise fail(
+                    number,
+                    f"the end line counts {record.get('calls')!r} calls, the file holds "
+                    f"{len(calls)}: the file is corrupt",
+                )
+            complete = True
+            continue
         try:
             call_number = record["call"]
             if kind == "call":
@@ -584,7 +599,7 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
                 f"the recording ends before the result of {call.describe()}, whose request is "
                 f"on line {call.line}: the file is truncated",
             )
-    return Cassette(source=source, header=header, calls=tuple(calls.values()))
+    return Cassette(source=source, header=header, calls=tuple(calls.values()), complete=complete)
 
 
 def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:

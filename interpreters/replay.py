@@ -183,6 +183,7 @@ class Recorder:
             self._owns_stream = False
         self._secrets = tuple(secrets)
         self._seen_env: set[str] = set()
+        self._closed = False
         self._settings: PortSettings | None = None
         self._lock = threading.Lock()
         self._calls = 0
@@ -229,7 +230,15 @@ class Recorder:
         return _RecordingCall(self, number, redaction, answer_harness)
 
     def close(self) -> None:
-        """Flush, and close the file if the recorder opened it."""
+        """Write the end line (it counts the calls, so a replay can tell a
+        complete recording from one cut short), flush, and close the file if
+        the recorder opened it. Closing twice does nothing more."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._settings is not None:
+                self._write({"kind": "end", "calls": self._calls})
         self._stream.flush()
         if self._owns_stream:
             self._stream.close()
@@ -396,6 +405,8 @@ class ReplayReport:
     source: str
     header: Mapping[str, Any]
     transcript: tuple[Entry, ...]
+    complete: bool = True
+    """False when the recording has no end line: it may have been cut short."""
 
     @property
     def calls(self) -> int:
@@ -438,7 +449,10 @@ class Replayer:
     def report(self) -> ReplayReport:
         """The replay so far."""
         return ReplayReport(
-            source=self.cassette.source, header=self.cassette.header, transcript=self.transcript
+            source=self.cassette.source,
+            header=self.cassette.header,
+            transcript=self.transcript,
+            complete=self.cassette.complete,
         )
 
     def open_call(

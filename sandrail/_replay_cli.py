@@ -115,3 +115,8 @@ def replay(file: Path, quiet: bool) -> None:
         f"OK: {report.calls} calls and {report.steps} effects replayed; every effect and "
         "every result matched the recording."
     )
+    if not report.complete:
+        click.echo(
+            "warning: the recording has no end line: its recorder was not closed, or the "
+            "file was cut short after the last call shown."
+        )

@@ -388,8 +388,9 @@ def test_a_recording_not_fully_consumed_is_an_error() -> None:
         port.execute_sync(_request(port, "echo faulty", call_id="call-3", key="op-1"))
 
 
-def test_dropping_the_last_line_is_caught(tmp_path: Path) -> None:
-    path = _edit(GOLDEN / "stop.jsonl", tmp_path, lambda lines: lines[:-1])
+def test_dropping_the_last_result_line_is_caught(tmp_path: Path) -> None:
+    # The last two lines: the end line, then the last call's result.
+    path = _edit(GOLDEN / "stop.jsonl", tmp_path, lambda lines: lines[:-2])
     count = len(path.read_text(encoding="utf-8").splitlines())
     with pytest.raises(CassetteError) as caught:
         replay_file(path)
@@ -679,3 +680,24 @@ def test_c17_a_secret_with_json_escapes_leaves_no_trace_in_an_artifact(tmp_path:
     assert "WriteArtifact" in raw
     for form in (secret, json.dumps(secret, ensure_ascii=False)[1:-1]):
         assert form not in raw
+
+
+def test_a_recording_cut_between_two_calls_is_flagged_not_passed_silently(tmp_path: Path) -> None:
+    """Every call in it replays, but the missing end line says it may be cut."""
+    lines = (GOLDEN / "foreground.jsonl").read_bytes().splitlines(keepends=True)
+    calls = [n for n, line in enumerate(lines) if line.startswith(b'{"kind": "call"')]
+    cut = tmp_path / "cut.jsonl"
+    cut.write_bytes(b"".join(lines[: calls[-1]]))  # drop the last call and the end line
+    assert not load_cassette(cut).complete
+    assert load_cassette(GOLDEN / "foreground.jsonl").complete
+    result = CliRunner().invoke(replay_command, ["-q", str(cut)])
+    assert result.exit_code == 0
+    assert "warning: the recording has no end line" in result.output
+
+
+def test_an_end_line_with_the_wrong_count_is_corrupt(tmp_path: Path) -> None:
+    data = (GOLDEN / "foreground.jsonl").read_bytes()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(data.replace(b'{"kind": "end", "calls": 4}', b'{"kind": "end", "calls": 9}'))
+    with pytest.raises(CassetteError, match=r"the end line counts 9 calls, the file holds 4"):
+        load_cassette(bad)

@@ -26,6 +26,7 @@ from sandrail.core import (
     ResolveOwned,
     Start,
     ToolResult,
+    canonical_json,
     error_result,
 )
 from sandrail.core import _programs as programs
@@ -160,6 +161,23 @@ def _truncate_identity() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _cut_identity_to_fit() -> Iterator[None]:
+    """(d') Admission intact, but a result that must be cut loses half its
+    operation key first, as a budget that treats identity as text would."""
+    real = real_fit_to_budget
+
+    def fit(content: Mapping[str, Any], max_output_bytes: int, **options: Any) -> dict[str, Any]:
+        cut = dict(content)
+        key = cut.get("operation_key")
+        if isinstance(key, str) and len(canonical_json(cut)) > max_output_bytes:
+            cut["operation_key"] = key[: max(1, len(key) // 2)]
+        return real(cut, max_output_bytes, **options)
+
+    with mock.patch.object(programs, "fit_to_budget", fit):
+        yield
+
+
+@contextlib.contextmanager
 def _show_env_values() -> Iterator[None]:
     """(g) Leave env values a command printed in its output."""
     with mock.patch.object(programs, "_mask", lambda text, secrets: text):
@@ -232,6 +250,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "admit any identity and cut identity fields to fit",
         "C14",
         _truncate_identity,
+    ),
+    Mutant(
+        "cut_identity_to_fit",
+        "a result that must be cut loses half its operation key",
+        "C13",
+        _cut_identity_to_fit,
     ),
     Mutant("ignore_fence", "every Start goes out with fence=None", "C10", _ignore_fence),
     Mutant(
