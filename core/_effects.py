@@ -52,6 +52,7 @@ __all__ = [
     "HarnessEffect",
     "Inspect",
     "Outcome",
+    "OutcomeValue",
     "OutputChunk",
     "OwnedCommand",
     "PolicyDecision",
@@ -429,7 +430,7 @@ HARNESS_EFFECTS: tuple[type, ...] = (
 )
 SANDBOX_EFFECTS: tuple[type, ...] = (Inspect, Ensure, Publish, Start, Wait, Read, Cancel)
 
-Outcome = (
+OutcomeValue = (
     PolicyDecision
     | AuthorityReport
     | OwnedCommand
@@ -442,5 +443,7 @@ Outcome = (
     | OutputChunk
     | CancelRequested
     | ArtifactRef
-    | None
 )
+"""Every outcome an effect can have but ``None`` (a tagged union for cassettes)."""
+
+Outcome = OutcomeValue | None

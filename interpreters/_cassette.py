@@ -45,29 +45,16 @@ from sandrail.core import (
     MIN_REDACTED_LENGTH,
     REDACTED,
     AgentIdentity,
-    Allow,
-    ApprovalRequired,
-    ArtifactRef,
-    AuthorityReport,
-    CancelRequested,
     CanonicalJSONError,
-    CommandState,
     Delivery,
-    Deny,
     Effect,
     EffectFailure,
     NativeIdentity,
     Outcome,
-    OutputChunk,
-    OwnedCommand,
+    OutcomeValue,
     Owner,
     OwnerIdentity,
     PortSettings,
-    Published,
-    SandboxReady,
-    SandboxState,
-    Started,
-    StartRefused,
     ToolCall,
     ToolDefinition,
     ToolRequest,
@@ -118,23 +105,6 @@ _CONTRACT_TOOLS: Mapping[str, ToolSet] = {
     "sandrail.code-tools/v1": "code",
 }
 
-_OutcomeValue = (
-    Allow
-    | ApprovalRequired
-    | Deny
-    | AuthorityReport
-    | OwnedCommand
-    | SandboxState
-    | SandboxReady
-    | Published
-    | Started
-    | StartRefused
-    | CommandState
-    | OutputChunk
-    | CancelRequested
-    | ArtifactRef
-)
-
 
 class CassetteError(ValueError):
     """A cassette that cannot be read: truncated, corrupt, or from a future
@@ -164,7 +134,7 @@ def _make_converter() -> Converter:
     converter.register_structure_hook(int, _strict(int, "an integer"))
     converter.register_structure_hook(float, _strict(float, "a number"))
     converter.register_structure_hook(bool, _strict(bool, "a boolean"))
-    for union in (Effect, _OutcomeValue, Owner, OwnerIdentity):
+    for union in (Effect, OutcomeValue, Owner, OwnerIdentity):
         configure_tagged_union(union, converter, tag_name="type")
     return converter
 
@@ -190,14 +160,14 @@ def encode_outcome(outcome: Outcome) -> dict[str, Any] | None:
     """An outcome as JSON data; ``None`` stays ``None``."""
     if outcome is None:
         return None
-    return _tag_first(_converter.unstructure(outcome, _OutcomeValue))
+    return _tag_first(_converter.unstructure(outcome, OutcomeValue))
 
 
 def decode_outcome(data: Any) -> Outcome:
     """The outcome :func:`encode_outcome` wrote; ``ValueError`` for anything else."""
     if data is None:
         return None
-    return _decode(data, _OutcomeValue, "outcome")  # type: ignore[no-any-return]
+    return _decode(data, OutcomeValue, "outcome")  # type: ignore[no-any-return]
 
 
 def encode_failure(failure: EffectFailure) -> dict[str, Any]:
