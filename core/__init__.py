@@ -13,7 +13,9 @@ from ._budget import (
     minimal_uncertain_size,
     omission_marker,
 )
+from ._call import MIN_REDACTED_LENGTH, REDACTED, bound_result, crash_result, redaction_secrets
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
+from ._contents import admission_size
 from ._definitions import (
     COMMAND_TOOL_NAMES,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -93,22 +95,7 @@ from ._identity import (
     OwnerIdentity,
     task_id,
 )
-from ._programs import (
-    MIN_REDACTED_LENGTH,
-    REDACTED,
-    WAIT_GRACE_SECONDS,
-    PortSettings,
-    Program,
-    admission_size,
-    bound_result,
-    crash_result,
-    launch_digest,
-    owner_key,
-    redaction_secrets,
-    request_digest,
-    snapshot_request,
-    tool_program,
-)
+from ._programs import WAIT_GRACE_SECONDS, Program, tool_program
 from ._requests import RUNTIME_ARTIFACTS, CancelToken, ToolCall, ToolRequest
 from ._results import (
     AgentCommandRef,
@@ -120,6 +107,8 @@ from ._results import (
     ToolResult,
     error_result,
 )
+from ._rules import launch_digest
+from ._snapshot import PortSettings, owner_key, request_digest, snapshot_request
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [

@@ -485,7 +485,7 @@ def test_whole_number_floats_are_integers_from_validation_on() -> None:
 
 
 def test_integer_arguments_list_matches_the_schemas() -> None:
-    from sandrail.core._programs import _INTEGER_ARGUMENTS
+    from sandrail.core._rules import _INTEGER_ARGUMENTS
 
     def integer(schema: Any) -> bool:
         options = schema.get("anyOf", [schema])

@@ -1,7 +1,8 @@
 """Deliberately broken variants of the core the checks must catch.
 
-Each mutant patches private names of :mod:`sandrail.core._programs` for the
-length of a ``with`` block and restores them after. A mutant that no check
+Each mutant patches private names of :mod:`sandrail.core._programs` or
+:mod:`sandrail.core._call` for the length of a ``with`` block and restores
+them after. A mutant that no check
 catches means the campaign cannot see that kind of bug: a failure.
 """
 
@@ -29,6 +30,7 @@ from sandrail.core import (
     canonical_json,
     error_result,
 )
+from sandrail.core import _call as call_module
 from sandrail.core import _programs as programs
 from sandrail.core._budget import fit_to_budget as real_fit_to_budget
 from sandrail.core._guard import Continue, Observation, Phase, Verdict
@@ -108,14 +110,14 @@ def _relaunch_after_uncertain() -> Iterator[None]:
 @contextlib.contextmanager
 def _maybe_sent_is_not_executed() -> Iterator[None]:
     """(b) A failure that may have reached the sandbox is reported as nothing ran."""
-    real = programs._Call.failed
+    real = call_module._Call.failed
 
     def failed(self: Any, failure: EffectFailure, *, side_effect: bool) -> ToolResult:
         if failure.delivery is Delivery.MAYBE_SENT and not failure.aborted:
             return error_result(ErrorCode.SANDBOX_UNAVAILABLE, instruction="Nothing ran.")
         return real(self, failure, side_effect=side_effect)
 
-    with mock.patch.object(programs._Call, "failed", failed):
+    with mock.patch.object(call_module._Call, "failed", failed):
         yield
 
 
@@ -129,7 +131,7 @@ def _skip_post_dispatch_authority() -> Iterator[None]:
             return Continue()
         return real(phase, observation)
 
-    with mock.patch.object(programs, "decide", decide):
+    with mock.patch.object(call_module, "decide", decide):
         yield
 
 
@@ -155,7 +157,7 @@ def _truncate_identity() -> Iterator[None]:
 
     with (
         mock.patch.object(programs, "admission_size", admission_size),
-        mock.patch.object(programs, "fit_to_budget", fit),
+        mock.patch.object(call_module, "fit_to_budget", fit),
     ):
         yield
 
@@ -173,14 +175,14 @@ def _cut_identity_to_fit() -> Iterator[None]:
             cut["operation_key"] = key[: max(1, len(key) // 2)]
         return real(cut, max_output_bytes, **options)
 
-    with mock.patch.object(programs, "fit_to_budget", fit):
+    with mock.patch.object(call_module, "fit_to_budget", fit):
         yield
 
 
 @contextlib.contextmanager
 def _show_env_values() -> Iterator[None]:
     """(g) Leave env values a command printed in its output."""
-    with mock.patch.object(programs, "_mask", lambda text, secrets: text):
+    with mock.patch.object(call_module, "_mask", lambda text, secrets: text):
         yield
 
 

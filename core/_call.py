@@ -1,0 +1,241 @@
+"""One tool call in flight: its locator so far, whether a side effect may
+have left, and the verdicts that follow from that (C5, C6, C9, C11, C12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping
+from typing import Any, Final
+
+import attrs
+
+from ._budget import SHRINKABLE_FIELDS, BudgetError, fit_to_budget
+from ._canonical import CanonicalJSONError, canonical_json
+from ._contents import (
+    _ARTIFACT_URI_MAX,
+    _output_budget_note,
+    _uncertain_content,
+)
+from ._effects import (
+    AuthorityReport,
+    CheckAuthority,
+    Delivery,
+    Effect,
+    EffectFailure,
+    WriteArtifact,
+)
+from ._guard import Continue, Phase, Refuse, decide, observe
+from ._results import (
+    ArtifactRef,
+    BackgroundCommandRef,
+    ErrorCode,
+    ToolResult,
+    error_result,
+)
+from ._snapshot import PortSettings, _refuse, _Snapshot
+
+__all__ = [
+    "MIN_REDACTED_LENGTH",
+    "REDACTED",
+    "bound_result",
+    "crash_result",
+    "redaction_secrets",
+]
+
+REDACTED: Final = "<redacted>"
+"""What an environment value a command printed is replaced by in results (C17)."""
+
+MIN_REDACTED_LENGTH: Final = 8
+"""Environment values shorter than this are not searched for in output: a
+short value (``1``, ``true``) would mask ordinary text."""
+
+
+def redaction_secrets(env: object) -> frozenset[str]:
+    """The values of an ``env`` argument that output is searched for (C17)."""
+    if not isinstance(env, Mapping):
+        return frozenset()
+    return frozenset(
+        value
+        for value in env.values()
+        if isinstance(value, str) and len(value) >= MIN_REDACTED_LENGTH and value != REDACTED
+    )
+
+
+def _mask(text: str, secrets: frozenset[str]) -> str:
+    for secret in sorted(secrets, key=lambda value: (-len(value), value)):
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+class _Call:
+    """The state one tool call carries between steps: what is known of its
+    locator and whether a side effect may have been dispatched."""
+
+    def __init__(
+        self, snap: _Snapshot, settings: PortSettings, secrets: frozenset[str] = frozenset()
+    ) -> None:
+        self.snap = snap
+        self.settings = settings
+        self.secrets = secrets | redaction_secrets(snap.arguments.get("env"))
+        self.phase = Phase.BEFORE_DISPATCH
+        self.sandbox_id: str | None = None
+        self.task_id: str | None = None
+        self.observed: str | None = None
+        self.background_ref: BackgroundCommandRef | None = None
+
+    # -- verdicts ----------------------------------------------------------
+
+    def uncertain(self, reason: ErrorCode) -> ToolResult:
+        """C6: the full locator, never ``executed: false``, never a retry."""
+        content = _uncertain_content(
+            self.snap, reason, self.observed, self.sandbox_id, self.task_id
+        )
+        return ToolResult(
+            status="uncertain",
+            content=self.fit(content),
+            background_command_ref=self.background_ref,
+        )
+
+    def fit(self, content: dict[str, Any]) -> dict[str, Any]:
+        if self.snap.governed:
+            return content
+        # Admission reserved room for every fixed part, so this cannot raise
+        # for contents built by this module; BudgetError here is a bug.
+        return fit_to_budget(content, self.settings.max_output_bytes)
+
+    def failed(self, failure: EffectFailure, *, side_effect: bool) -> ToolResult:
+        """What an effect failure means, given what was dispatched (C5, C6, C11)."""
+        if self.phase is Phase.AFTER_DISPATCH:
+            reason = ErrorCode.ABORTED if failure.aborted else ErrorCode.EVIDENCE_INCOMPLETE
+            return self.uncertain(reason)
+        if side_effect and failure.delivery is Delivery.MAYBE_SENT:
+            self.phase = Phase.AFTER_DISPATCH
+            reason = ErrorCode.ABORTED if failure.aborted else ErrorCode.SANDBOX_OUTCOME_UNKNOWN
+            return self.uncertain(reason)
+        if failure.aborted:
+            return _refuse(ErrorCode.CANCELED, "The call was aborted before anything ran.")
+        return _refuse(
+            ErrorCode.SANDBOX_UNAVAILABLE if side_effect else ErrorCode.READ_FAILED,
+            "The sandbox could not be reached; nothing ran. The call may be retried.",
+        )
+
+    def guard(self) -> Generator[Effect, Any, ToolResult | None]:
+        """Check abort, drift and authority now (C9, C11)."""
+        report = yield CheckAuthority(request_digest=self.snap.digest)
+        if not isinstance(report, AuthorityReport):
+            report = AuthorityReport(aborted=False, drifted=False, authority_held=False)
+        verdict = decide(
+            self.phase,
+            observe(
+                aborted=report.aborted,
+                drifted=report.drifted,
+                authority_held=report.authority_held,
+            ),
+        )
+        if isinstance(verdict, Continue):
+            return None
+        if isinstance(verdict, Refuse):
+            return _refuse(verdict.code, "Nothing ran. Check the harness's authority and retry.")
+        return self.uncertain(verdict.reason)
+
+    def finish(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
+        """Guard, then fit the content to the budget; when text must be cut
+        and an artifact store exists, keep the full content there (C12, C15).
+        """
+        stop = yield from self.guard()
+        if stop is not None:
+            return stop
+        content = dict(result.content)
+        if self.secrets:
+            # A command may print an env value it was given; the model must
+            # not see it (C17). Masked before the budget measures anything.
+            for key in ("stdout", "stderr"):
+                if isinstance(content.get(key), str):
+                    content[key] = _mask(content[key], self.secrets)
+            result = attrs.evolve(result, content=content)
+            content = dict(content)
+        if self.snap.governed:
+            return result
+        budget = self.settings.max_output_bytes
+        try:
+            fitted = fit_to_budget(content, budget)
+        except (BudgetError, CanonicalJSONError):
+            return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+        if all(fitted.get(key) is content.get(key) for key in SHRINKABLE_FIELDS):
+            return result  # nothing was cut
+        artifact: ArtifactRef | None = None
+        if self.settings.artifacts_enabled:
+            try:
+                stored = yield WriteArtifact(
+                    key=f"{self.snap.operation_key}:{self.snap.call_id}:output",
+                    content=canonical_json(content).decode("utf-8"),
+                )
+            except EffectFailure:
+                stored = None
+            if isinstance(stored, ArtifactRef) and len(stored.uri) <= _ARTIFACT_URI_MAX:
+                artifact = stored
+            stop = yield from self.guard()
+            if stop is not None:
+                return stop
+        content["output_budget"] = _output_budget_note(artifact)
+        try:
+            fitted = fit_to_budget(content, budget)
+        except BudgetError:
+            return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+        return attrs.evolve(
+            result,
+            content=fitted,
+            artifact_refs=result.artifact_refs + ((artifact,) if artifact else ()),
+        )
+
+
+def bound_result(result: ToolResult, max_output_bytes: int) -> ToolResult:
+    """The last line of C12: fit any result's content, whatever built it.
+
+    Results built here already fit; this catches text the harness supplied
+    (a deny reason, say). If even the fixed part cannot fit, the result keeps
+    its status and code and drops everything else but ``executed``.
+    """
+    try:
+        if len(canonical_json(result.content)) <= max_output_bytes:
+            return result
+        return attrs.evolve(result, content=fit_to_budget(result.content, max_output_bytes))
+    except (BudgetError, CanonicalJSONError):
+        keep = ("ok", "error_type", "executed", "evidence_incomplete")
+        bare = {key: result.content[key] for key in keep if key in result.content}
+        return attrs.evolve(result, content=bare)
+
+
+def crash_result(
+    snap: _Snapshot | None,
+    settings: PortSettings,
+    *,
+    dispatched: bool,
+    sandbox_id: str | None,
+    task: str | None,
+) -> ToolResult:
+    """The result of a call whose program or interpreter broke unexpectedly.
+
+    Nothing dispatched: ``error``, executed false. Otherwise ``uncertain``
+    with the locator of ``snap`` (from :func:`snapshot_request`, taken before
+    the call ran) and whatever sandbox and task ids were seen (C6).
+    """
+    if not dispatched:
+        return error_result(
+            ErrorCode.INTERNAL, instruction="sandrail failed before anything ran; nothing ran."
+        )
+    if snap is not None:
+        call = _Call(snap, settings)
+        call.sandbox_id, call.task_id = sandbox_id, task
+        call.phase = Phase.AFTER_DISPATCH
+        try:
+            return call.uncertain(ErrorCode.INTERNAL)
+        except (BudgetError, CanonicalJSONError):
+            pass
+    content: dict[str, Any] = {
+        "ok": False,
+        "error_type": ErrorCode.INTERNAL.value,
+        "evidence_incomplete": True,
+    }
+    return bound_result(ToolResult(status="uncertain", content=content), settings.max_output_bytes)

@@ -1,0 +1,252 @@
+"""Result contents.
+
+The same builders serve real results and the worst cases that admission
+(C14) measures, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Final
+
+from ._budget import fixed_size
+from ._canonical import canonical_json
+from ._definitions import (
+    LANGUAGES,
+    MAX_TIMEOUT_SECONDS,
+)
+from ._effects import (
+    CommandState,
+    SandboxState,
+)
+from ._identity import AgentIdentity, AgentOwner
+from ._results import (
+    ArtifactRef,
+    ErrorCode,
+)
+from ._snapshot import _MAX_SAFE_INTEGER, PortSettings, _Snapshot
+
+__all__ = ["admission_size"]
+
+_LONGEST_SANDBOX_ID: Final = "s" * 128
+_LONGEST_TASK_ID: Final = "f" * 64
+_ARTIFACT_URI_MAX: Final = 256
+_UNCERTAIN_REASONS: Final = (
+    ErrorCode.EVIDENCE_INCOMPLETE,
+    ErrorCode.SANDBOX_OUTCOME_UNKNOWN,
+    ErrorCode.AUTHORITY_LOST,
+    ErrorCode.REQUEST_DRIFTED,
+    ErrorCode.ABORTED,
+)
+_RECONCILE = (
+    "Do not run this again as a new call. Retry with the same operation_key, or read "
+    "the task with read_command_output, to learn what happened."
+)
+
+
+def _state_fields(state: CommandState) -> dict[str, Any]:
+    return {
+        "status": state.status,
+        "exit_code": state.exit_code,
+        "stdout_bytes": state.stdout_bytes,
+        "stderr_bytes": state.stderr_bytes,
+    }
+
+
+def _uncertain_content(
+    snap: _Snapshot,
+    reason: ErrorCode,
+    observed: str | None,
+    sandbox_id: str | None,
+    task: str | None,
+) -> dict[str, Any]:
+    content: dict[str, Any] = {
+        "ok": False,
+        "error_type": reason.value,
+        "evidence_incomplete": True,
+        "observed_result": observed,
+    }
+    content.update(snap.locator(sandbox_id, task))
+    content["instruction"] = _RECONCILE
+    return content
+
+
+def _output_budget_note(artifact: ArtifactRef | None) -> dict[str, Any]:
+    note: dict[str, Any] = {"truncated": True}
+    if artifact is not None:
+        note["artifact_uri"] = artifact.uri
+        note["size_bytes"] = artifact.size_bytes
+    return note
+
+
+def _worst_state() -> CommandState:
+    return CommandState(
+        status="timed_out",
+        exit_code=-_MAX_SAFE_INTEGER,
+        stdout_bytes=_MAX_SAFE_INTEGER,
+        stderr_bytes=_MAX_SAFE_INTEGER,
+    )
+
+
+def admission_size(snap: _Snapshot, settings: PortSettings) -> int:
+    """Bytes the largest fixed part of any result of this call needs (C14).
+
+    Measures the minimal ``uncertain`` result with the full identity and the
+    longest legal sandbox and task ids, and the fixed part of the tool's
+    ``ok`` result with its largest legal numbers and a cut-output note. Only
+    shrinkable text can give way later, so a call whose fixed part cannot fit
+    is refused before any side effect.
+
+    Strategy: a result's fixed part is its locator plus fields that do not
+    depend on who asked. The size of a JSON object is the sum of its parts'
+    sizes (keys are distinct), so the identity-free remainder of each result
+    shape is measured once per tool and cached; a call then costs one
+    measurement of its own locator.
+    """
+    sizes = []
+    locator_sizes: dict[bool, int] = {}
+    for with_sandbox, overhead in _fixed_overheads(
+        snap.tool, settings.contract, settings.allow_internet_access
+    ):
+        if with_sandbox is None:
+            sizes.append(overhead)
+            continue
+        if with_sandbox not in locator_sizes:
+            sandbox_id = _LONGEST_SANDBOX_ID if with_sandbox else None
+            locator = snap.locator(sandbox_id, _LONGEST_TASK_ID)
+            locator_sizes[with_sandbox] = len(canonical_json(locator))
+        sizes.append(locator_sizes[with_sandbox] - 1 + overhead)
+    return max(sizes)
+
+
+@functools.lru_cache(maxsize=64)
+def _fixed_overheads(
+    tool: str, contract: str, allow_internet_access: bool
+) -> tuple[tuple[bool | None, int], ...]:
+    """For each result shape of ``tool``: whether its locator names the
+    sandbox (``None``: it has no locator), and the size of its fixed part
+    less its locator (plus one, for the brace the two share)."""
+    snap = _Snapshot(
+        tool=tool,
+        call_id="",
+        operation_key="",
+        session_id="",
+        identity=AgentIdentity(agent_id=""),
+        arguments={},
+        digest="",
+        governed=False,
+    )
+    settings = PortSettings(
+        session_id="",
+        owner=AgentOwner(agent_id=""),
+        definitions=(),
+        contract=contract,
+        allow_internet_access=allow_internet_access,
+    )
+    sandbox_id, task = _LONGEST_SANDBOX_ID, _LONGEST_TASK_ID
+    worst = _worst_state()
+    note = _output_budget_note(
+        ArtifactRef(uri="u" * _ARTIFACT_URI_MAX, size_bytes=_MAX_SAFE_INTEGER)
+    )
+    reason = max(_UNCERTAIN_REASONS, key=lambda code: len(code.value))
+    shapes: list[tuple[bool | None, dict[str, Any]]] = [
+        (True, _uncertain_content(snap, reason, "timed_out", sandbox_id, task))
+    ]
+    if tool in ("run_command", "run_code", "sandbox_run_code"):
+        language = max(LANGUAGES, key=len) if tool != "run_command" else None
+        launch = _launch_content(snap, settings, sandbox_id, task, worst, "", language, True)
+        launch.update(
+            stdout="",
+            stderr="",
+            output_budget=note,
+            retention_limited=True,
+            timeout_seconds=MAX_TIMEOUT_SECONDS,
+        )
+        shapes.append((True, launch))
+    elif tool == "read_command_output":
+        read = _read_content(snap, task, worst, "", "", _MAX_SAFE_INTEGER, _MAX_SAFE_INTEGER, True)
+        shapes.append((False, read | {"output_budget": note}))
+    elif tool == "stop_command":
+        shapes.append((True, _stop_content(snap, sandbox_id, task, worst)))
+    else:
+        status = _status_content(settings, SandboxState(sandbox_id=sandbox_id, phase="closing"))
+        shapes.append((None, status))
+    overheads: list[tuple[bool | None, int]] = []
+    for with_sandbox, content in shapes:
+        size = fixed_size(content)
+        if with_sandbox is not None:
+            locator = snap.locator(sandbox_id if with_sandbox else None, task)
+            size -= len(canonical_json(locator)) - 1
+        overheads.append((with_sandbox, size))
+    return tuple(overheads)
+
+
+def _launch_content(
+    snap: _Snapshot,
+    settings: PortSettings,
+    sandbox_id: str,
+    task: str,
+    state: CommandState,
+    command: str,
+    language: str | None,
+    deduplicated: bool,
+) -> dict[str, Any]:
+    content: dict[str, Any] = {"ok": True, "backend": "e2b", "deduplicated": deduplicated}
+    content.update(_state_fields(state))
+    content.update(snap.locator(sandbox_id, task))
+    content["command"] = command
+    if language is not None:
+        content["execution_model"] = "snippet_file"
+        content["language"] = language
+    return content
+
+
+def _read_content(
+    snap: _Snapshot,
+    task: str,
+    state: CommandState,
+    stdout: str,
+    stderr: str,
+    next_stdout: int,
+    next_stderr: int,
+    more: bool,
+) -> dict[str, Any]:
+    content: dict[str, Any] = {"ok": True}
+    content.update(_state_fields(state))
+    content.update(snap.locator(None, task))
+    content.update(
+        {
+            "stdout": stdout,
+            "stderr": stderr,
+            "stdout_cursor": next_stdout,
+            "stderr_cursor": next_stderr,
+            "output_may_be_truncated": more,
+        }
+    )
+    return content
+
+
+def _stop_content(
+    snap: _Snapshot, sandbox_id: str, task: str, state: CommandState
+) -> dict[str, Any]:
+    content: dict[str, Any] = {"ok": True, "cancel_requested": True}
+    content.update(_state_fields(state))
+    content.update(snap.locator(sandbox_id, task))
+    content["instruction"] = (
+        "A cancel request is not proof the command ended; read its output to confirm."
+    )
+    return content
+
+
+def _status_content(settings: PortSettings, state: SandboxState) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "backend": "e2b",
+        "enabled": True,
+        "isolated": True,
+        "sandbox_id": state.sandbox_id,
+        "sandbox_phase": state.phase,
+        "allow_internet_access": settings.allow_internet_access,
+        "boundary": "Remote E2B sandbox; the host's files are not shared with it.",
+        "contracts": [settings.contract],
+    }

@@ -1,0 +1,277 @@
+"""Requests as a program sees them: the port's settings, and the checks that
+turn a harness's request into a private snapshot (or refuse it).
+
+A malformed request is refused here with a specific error code before any
+effect; a well-formed one becomes a :class:`_Snapshot` whose identity is the
+program's own copy, so a harness mutating its request mid-call shows up as
+drift (C9) while every locator keeps what the call began with (C13).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import attrs
+
+from ._canonical import CanonicalJSONError, canonical_json
+from ._definitions import (
+    ToolDefinition,
+    definitions_equal,
+)
+from ._identity import AgentIdentity, AgentOwner, NativeIdentity, Owner
+from ._requests import RUNTIME_ARTIFACTS, ToolCall, ToolRequest
+from ._results import (
+    ErrorCode,
+    ToolResult,
+    error_result,
+)
+
+__all__ = ["PortSettings", "owner_key", "request_digest", "snapshot_request"]
+
+_MAX_SAFE_INTEGER: Final = 2**53 - 1
+
+
+@attrs.frozen(kw_only=True)
+class PortSettings:
+    """What a port is bound to; fixed at construction, plain data."""
+
+    session_id: str
+    owner: Owner
+    definitions: tuple[ToolDefinition, ...]
+    contract: str
+    max_output_bytes: int = 24_000
+    foreground_timeout_seconds: int = 300
+    background_timeout_seconds: int = 300
+    allow_internet_access: bool = False
+    artifacts_enabled: bool = False
+    owner_key: str = attrs.field(init=False, eq=False, repr=False)
+    """:func:`owner_key` of ``owner``, computed once."""
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "owner_key", owner_key(self.owner))
+
+    def definition(self, name: str) -> ToolDefinition | None:
+        for definition in self.definitions:
+            if definition.name == name:
+                return definition
+        return None
+
+
+def owner_key(owner: Owner) -> str:
+    """A short, stable key for the sandbox owner (session-scoped metadata)."""
+    return hashlib.sha256(canonical_json(owner.key())).hexdigest()[:32]
+
+
+def request_digest(request: ToolRequest) -> str:
+    """Digest of everything in a request but its abort signal (drift check, C9).
+
+    Only ever compared with a digest of the same request in the same process,
+    so it uses Python's C JSON encoder (sorted keys) rather than the slower
+    canonical form. The port's own definition objects are immutable and
+    stand for themselves. Raises ``TypeError`` or ``ValueError`` (or
+    ``AttributeError``) for a request with no JSON form; a port treats that
+    as drift.
+    """
+    definition = request.definition
+    if isinstance(definition, ToolDefinition):
+        definition = "sha256:" + definition.digest
+    identity = request.identity
+    body = (
+        request.call.name,
+        request.call.call_id,
+        request.call.arguments,
+        request.operation_key,
+        request.session_id,
+        definition,
+        None if identity is None else identity.locator(),
+        request.result_governance,
+    )
+    text = _DIGEST_ENCODER.encode(body)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_DIGEST_ENCODER = json.JSONEncoder(
+    sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+)
+
+
+@attrs.frozen(kw_only=True)
+class _Snapshot:
+    tool: str
+    call_id: str
+    operation_key: str
+    session_id: str
+    identity: NativeIdentity | AgentIdentity
+    arguments: Mapping[str, Any]
+    digest: str
+    governed: bool
+
+    def locator(self, sandbox_id: str | None = None, task: str | None = None) -> dict[str, Any]:
+        content = self.identity.locator()
+        content["session_id"] = self.session_id
+        content["operation_key"] = self.operation_key
+        content["call_id"] = self.call_id
+        if sandbox_id is not None:
+            content["sandbox_id"] = sandbox_id
+        if task is not None:
+            content["task_id"] = task
+        return content
+
+
+def _refuse(code: ErrorCode, instruction: str, **extra: Any) -> ToolResult:
+    return error_result(code, instruction=instruction, **extra)
+
+
+def _fits(content: Mapping[str, Any], max_output_bytes: int) -> bool:
+    try:
+        return len(canonical_json(content)) <= max_output_bytes
+    except CanonicalJSONError:
+        return False
+
+
+def _nonblank(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _text(value: object) -> bool:
+    """A non-blank string that JSON can carry (no lone surrogates)."""
+    if not _nonblank(value):
+        return False
+    assert isinstance(value, str)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _reads_as_bool(token: object) -> bool:
+    """Whether an abort token's ``cancelled`` reads as a bool (reading it may
+    run harness code, which may fail: then it does not)."""
+    try:
+        return isinstance(token.cancelled, bool)  # type: ignore[attr-defined]
+    except Exception:
+        return False
+
+
+def _check_identity(identity: object, owner: Owner) -> ToolResult | None:
+    if isinstance(owner, AgentOwner):
+        if not isinstance(identity, AgentIdentity) or identity.agent_id != owner.agent_id:
+            return _refuse(
+                ErrorCode.IDENTITY_REQUIRED,
+                "This port is bound to an agent owner: pass AgentIdentity with the bound "
+                "agent_id and no native identity fields.",
+            )
+        return None
+    if not isinstance(identity, NativeIdentity):
+        return _refuse(
+            ErrorCode.IDENTITY_REQUIRED,
+            "This port is bound to a native owner: pass NativeIdentity.",
+        )
+    try:
+        same_scope = canonical_json(identity.scope) == canonical_json(owner.scope)
+    except CanonicalJSONError:
+        same_scope = False
+    if not same_scope:
+        return _refuse(ErrorCode.SCOPE_UNBOUND, "The request's scope differs from the port's.")
+    fields = (identity.run_id, identity.turn_id, identity.build_id, identity.task_chain_id)
+    if not all(_nonblank(value) for value in fields):
+        return _refuse(
+            ErrorCode.IDENTITY_REQUIRED,
+            "run_id, turn_id, build_id and task_chain_id must be non-blank strings.",
+        )
+    if identity.parent_run_id is not None and not _nonblank(identity.parent_run_id):
+        return _refuse(
+            ErrorCode.PARENT_RUN_ID_INVALID,
+            "parent_run_id must be a non-blank string or null.",
+        )
+    fence = identity.execution_fence
+    if isinstance(fence, bool) or not isinstance(fence, int) or not 0 < fence <= _MAX_SAFE_INTEGER:
+        return _refuse(ErrorCode.FENCE_REQUIRED, "execution_fence must be a positive safe integer.")
+    return None
+
+
+def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolResult:
+    """Refuse a malformed request with a specific error, or snapshot it."""
+    call = getattr(request, "call", None)
+    name = getattr(call, "name", None)
+    call_id = getattr(call, "call_id", None)
+    if (
+        not isinstance(request, ToolRequest)
+        or not isinstance(call, ToolCall)
+        or not isinstance(name, str)
+        or not _text(call_id)
+    ):
+        return _refuse(
+            ErrorCode.REQUEST_UNBOUND,
+            "Pass a ToolRequest whose call has a string name and a non-blank call_id "
+            "of valid Unicode text.",
+        )
+    if not _text(request.operation_key):
+        return _refuse(
+            ErrorCode.OPERATION_KEY_REQUIRED,
+            "operation_key must be a non-blank string of valid Unicode text.",
+        )
+    definition = settings.definition(name)
+    if definition is None:
+        return _refuse(
+            ErrorCode.TOOL_UNBOUND,
+            "This port has no tool of that name.",
+            available_tools=[d.name for d in settings.definitions],
+        )
+    if not definitions_equal(request.definition, definition):
+        return _refuse(
+            ErrorCode.DEFINITION_UNBOUND,
+            "The request's tool definition differs from this port's; use port.definitions.",
+        )
+    if request.cancel is not None and not _reads_as_bool(request.cancel):
+        return _refuse(
+            ErrorCode.SIGNAL_UNBOUND, "cancel must be None or a token with a bool `cancelled`."
+        )
+    if request.session_id != settings.session_id:
+        return _refuse(ErrorCode.SESSION_UNBOUND, "The request belongs to another session.")
+    rejected = _check_identity(request.identity, settings.owner)
+    if rejected is not None:
+        return rejected
+    if request.result_governance not in (None, RUNTIME_ARTIFACTS):
+        return _refuse(
+            ErrorCode.REQUEST_INVALID,
+            f"result_governance must be None or {RUNTIME_ARTIFACTS!r}.",
+        )
+    identity = request.identity
+    assert isinstance(identity, (NativeIdentity, AgentIdentity))
+    if isinstance(identity, NativeIdentity):
+        # The snapshot's own copy: a harness that mutates its scope mid-call
+        # is reported as drift, while every locator keeps the scope it began
+        # with (C13).
+        identity = attrs.evolve(identity, scope=json.loads(canonical_json(identity.scope)))
+    arguments = call.arguments
+    try:
+        digest = request_digest(request)
+    except (ValueError, AttributeError, TypeError, RecursionError):
+        digest = ""  # arguments without a JSON form: validation refuses them next
+    assert isinstance(call_id, str)
+    return _Snapshot(
+        tool=name,
+        call_id=call_id,
+        operation_key=request.operation_key,
+        session_id=request.session_id,
+        identity=identity,
+        arguments=arguments if isinstance(arguments, Mapping) else {},
+        digest=digest,
+        governed=request.result_governance == RUNTIME_ARTIFACTS,
+    )
+
+
+def snapshot_request(request: object, settings: PortSettings) -> _Snapshot | None:
+    """The request as a program will see it (identity copied), or ``None``
+    when the request is malformed. Never raises: a port takes this before
+    running a call, so that :func:`crash_result` has a locator to report."""
+    try:
+        checked = _check_request(request, settings)
+    except Exception:
+        return None
+    return None if isinstance(checked, ToolResult) else checked
