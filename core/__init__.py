@@ -13,7 +13,7 @@ from ._budget import (
     minimal_uncertain_size,
     omission_marker,
 )
-from ._call import MIN_REDACTED_LENGTH, REDACTED, bound_result, crash_result, redaction_secrets
+from ._call import bound_result, crash_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
 from ._contents import admission_size
 from ._definitions import (
@@ -75,6 +75,7 @@ from ._effects import (
     Wait,
     WriteArtifact,
 )
+from ._env import ENV_NAME_PATTERN, RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES, env_name_problem
 from ._guard import (
     GUARD_TABLE,
     Continue,
@@ -95,6 +96,18 @@ from ._identity import (
     OwnerIdentity,
     task_id,
 )
+from ._masking import (
+    MIN_REDACTED_LENGTH,
+    REDACTED,
+    MaskingError,
+    NeedMoreOutput,
+    Redactions,
+    mask_chunk,
+    mask_text,
+    redaction_secrets,
+    sanitize_text,
+    widen,
+)
 from ._programs import WAIT_GRACE_SECONDS, Program, tool_program
 from ._requests import RUNTIME_ARTIFACTS, CancelToken, ToolCall, ToolRequest
 from ._results import (
@@ -108,12 +121,13 @@ from ._results import (
     error_result,
 )
 from ._rules import launch_digest
-from ._snapshot import PortSettings, owner_key, request_digest, snapshot_request
+from ._snapshot import PortSettings, owner_key, plain_arguments, request_digest, snapshot_request
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [
     "COMMAND_TOOL_NAMES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "ENV_NAME_PATTERN",
     "GUARD_TABLE",
     "HARNESS_EFFECTS",
     "LANGUAGES",
@@ -123,6 +137,8 @@ __all__ = [
     "MIN_REDACTED_LENGTH",
     "READ_MAX_BYTES",
     "REDACTED",
+    "RESERVED_ENV_NAMES",
+    "RESERVED_ENV_PREFIXES",
     "RETAINED_OUTPUT_LIMIT",
     "RUNTIME_ARTIFACTS",
     "SANDBOX_EFFECTS",
@@ -160,9 +176,11 @@ __all__ = [
     "FatalInterpreterError",
     "HarnessEffect",
     "Inspect",
+    "MaskingError",
     "NativeCommandRef",
     "NativeIdentity",
     "NativeOwner",
+    "NeedMoreOutput",
     "Observation",
     "Outcome",
     "OutcomeValue",
@@ -177,6 +195,7 @@ __all__ = [
     "Publish",
     "Published",
     "Read",
+    "Redactions",
     "Refuse",
     "RememberOwned",
     "ResolveOwned",
@@ -207,19 +226,25 @@ __all__ = [
     "crash_result",
     "decide",
     "definitions_equal",
+    "env_name_problem",
     "error_result",
     "escaped_size",
     "fit_to_budget",
     "fixed_size",
     "launch_digest",
+    "mask_chunk",
+    "mask_text",
     "minimal_uncertain_size",
     "observe",
     "omission_marker",
     "owner_key",
+    "plain_arguments",
     "redaction_secrets",
     "request_digest",
     "resolve_language",
+    "sanitize_text",
     "snapshot_request",
     "task_id",
     "tool_program",
+    "widen",
 ]

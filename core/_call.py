@@ -4,8 +4,8 @@ have left, and the verdicts that follow from that (C5, C6, C9, C11, C12).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
-from typing import Any, Final
+from collections.abc import Generator
+from typing import Any
 
 import attrs
 
@@ -25,6 +25,7 @@ from ._effects import (
     WriteArtifact,
 )
 from ._guard import Continue, Phase, Refuse, decide, observe
+from ._masking import Redactions, mask_text, redaction_secrets
 from ._results import (
     ArtifactRef,
     BackgroundCommandRef,
@@ -34,38 +35,7 @@ from ._results import (
 )
 from ._snapshot import PortSettings, _refuse, _Snapshot
 
-__all__ = [
-    "MIN_REDACTED_LENGTH",
-    "REDACTED",
-    "bound_result",
-    "crash_result",
-    "redaction_secrets",
-]
-
-REDACTED: Final = "<redacted>"
-"""What an environment value a command printed is replaced by in results (C17)."""
-
-MIN_REDACTED_LENGTH: Final = 8
-"""Environment values shorter than this are not searched for in output: a
-short value (``1``, ``true``) would mask ordinary text."""
-
-
-def redaction_secrets(env: object) -> frozenset[str]:
-    """The values of an ``env`` argument that output is searched for (C17)."""
-    if not isinstance(env, Mapping):
-        return frozenset()
-    return frozenset(
-        value
-        for value in env.values()
-        if isinstance(value, str) and len(value) >= MIN_REDACTED_LENGTH and value != REDACTED
-    )
-
-
-def _mask(text: str, secrets: frozenset[str]) -> str:
-    for secret in sorted(secrets, key=lambda value: (-len(value), value)):
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+__all__ = ["bound_result", "crash_result"]
 
 
 class _Call:
@@ -150,9 +120,10 @@ class _Call:
         if self.secrets:
             # A command may print an env value it was given; the model must
             # not see it (C17). Masked before the budget measures anything.
+            redactions = Redactions(self.secrets)
             for key in ("stdout", "stderr"):
                 if isinstance(content.get(key), str):
-                    content[key] = _mask(content[key], self.secrets)
+                    content[key] = mask_text(content[key], redactions)
             result = attrs.evolve(result, content=content)
             content = dict(content)
         if self.snap.governed:

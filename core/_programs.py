@@ -21,7 +21,6 @@ its :class:`Phase`; before dispatch a failure is an ``error`` with
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Generator
 from typing import Any, Final
 
@@ -82,7 +81,7 @@ from ._results import (
     error_result,
 )
 from ._rules import _INTEGER_ARGUMENTS, launch_digest, tool_refusal
-from ._snapshot import _DIGEST_ENCODER, PortSettings, _check_request, _fits, _refuse, _Snapshot
+from ._snapshot import PortSettings, _check_request, _fits, _refuse, _Snapshot
 from ._validation import arguments_rejection, check_arguments
 
 __all__ = ["WAIT_GRACE_SECONDS", "Program", "tool_program"]
@@ -139,14 +138,17 @@ def _tool_program(
         return ToolResult(
             status="error", content=arguments_rejection(problems, settings.max_output_bytes)
         )
-    # Work from a private copy: the harness may still mutate its request,
-    # which the guard reports as drift instead of this program seeing it.
-    arguments = json.loads(_DIGEST_ENCODER.encode(snap.arguments))
-    for name in _INTEGER_ARGUMENTS & arguments.keys():
-        if isinstance(arguments[name], float):
-            # JSON Schema's "integer" admits 5.0; from here on it is 5.
+    # The snapshot's arguments are already the program's private plain copy.
+    arguments = snap.arguments
+    floats = [
+        name for name in _INTEGER_ARGUMENTS & arguments.keys() if isinstance(arguments[name], float)
+    ]
+    if floats:
+        # JSON Schema's "integer" admits 5.0; from here on it is 5.
+        arguments = dict(arguments)
+        for name in floats:
             arguments[name] = int(arguments[name])
-    snap = attrs.evolve(snap, arguments=arguments)
+        snap = attrs.evolve(snap, arguments=arguments)
     refused = tool_refusal(snap, settings)
     if refused is not None:
         return refused

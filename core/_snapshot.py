@@ -29,7 +29,13 @@ from ._results import (
     error_result,
 )
 
-__all__ = ["PortSettings", "owner_key", "request_digest", "snapshot_request"]
+__all__ = [
+    "PortSettings",
+    "owner_key",
+    "plain_arguments",
+    "request_digest",
+    "snapshot_request",
+]
 
 _MAX_SAFE_INTEGER: Final = 2**53 - 1
 
@@ -65,15 +71,17 @@ def owner_key(owner: Owner) -> str:
     return hashlib.sha256(canonical_json(owner.key())).hexdigest()[:32]
 
 
-def request_digest(request: ToolRequest) -> str:
+def request_digest(request: ToolRequest, arguments: object = None) -> str:
     """Digest of everything in a request but its abort signal (drift check, C9).
 
-    Only ever compared with a digest of the same request in the same process,
-    so it uses Python's C JSON encoder (sorted keys) rather than the slower
-    canonical form. The port's own definition objects are immutable and
-    stand for themselves. Raises ``TypeError`` or ``ValueError`` (or
-    ``AttributeError``) for a request with no JSON form; a port treats that
-    as drift.
+    ``arguments`` stands in for ``request.call.arguments`` when given (the
+    snapshot passes its own plain copy, so the digest covers exactly what the
+    call checks and uses). Only ever compared with a digest of the same
+    request in the same process, so it uses Python's C JSON encoder (sorted
+    keys) rather than the slower canonical form. The port's own definition
+    objects are immutable and stand for themselves. Raises ``TypeError`` or
+    ``ValueError`` (or ``AttributeError``) for a request with no JSON form; a
+    port treats that as drift.
     """
     definition = request.definition
     if isinstance(definition, ToolDefinition):
@@ -82,7 +90,7 @@ def request_digest(request: ToolRequest) -> str:
     body = (
         request.call.name,
         request.call.call_id,
-        request.call.arguments,
+        request.call.arguments if arguments is None else arguments,
         request.operation_key,
         request.session_id,
         definition,
@@ -93,9 +101,29 @@ def request_digest(request: ToolRequest) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _plain(value: object) -> object:
+    """What the JSON encoder makes of a mapping that is not a dict."""
+    if isinstance(value, Mapping):
+        return dict(value.items())
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
 _DIGEST_ENCODER = json.JSONEncoder(
-    sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain
 )
+
+
+def plain_arguments(arguments: object) -> dict[str, Any] | None:
+    """One plain copy of a call's arguments (dicts, lists, strings, numbers,
+    booleans, null), taken in a single read of the harness's object, or
+    ``None`` when they are not a JSON object. The program checks and uses
+    only this copy: a mapping that answers differently on each read cannot
+    get one thing checked and another run."""
+    try:
+        copy = json.loads(_DIGEST_ENCODER.encode(arguments))
+    except (TypeError, ValueError, RecursionError, AttributeError):
+        return None
+    return copy if isinstance(copy, dict) else None
 
 
 @attrs.frozen(kw_only=True)
@@ -248,11 +276,17 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
         # is reported as drift, while every locator keeps the scope it began
         # with (C13).
         identity = attrs.evolve(identity, scope=json.loads(canonical_json(identity.scope)))
-    arguments = call.arguments
+    arguments = plain_arguments(call.arguments)
+    if arguments is None:
+        return _refuse(
+            ErrorCode.ARGUMENTS_INVALID,
+            "arguments must be a JSON object: string keys; strings, numbers, booleans, "
+            "null, lists and objects as values.",
+        )
     try:
-        digest = request_digest(request)
+        digest = request_digest(request, arguments)
     except (ValueError, AttributeError, TypeError, RecursionError):
-        digest = ""  # arguments without a JSON form: validation refuses them next
+        digest = ""  # a request with no JSON form: every guard reports drift
     assert isinstance(call_id, str)
     return _Snapshot(
         tool=name,
@@ -260,7 +294,7 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
         operation_key=request.operation_key,
         session_id=request.session_id,
         identity=identity,
-        arguments=arguments if isinstance(arguments, Mapping) else {},
+        arguments=arguments,
         digest=digest,
         governed=request.result_governance == RUNTIME_ARTIFACTS,
     )

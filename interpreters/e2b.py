@@ -366,8 +366,10 @@ def _utf8_slice(data: bytes, cursor: int, max_bytes: int) -> tuple[str, int]:
     """Text of at most ``max_bytes`` from ``data`` (the bytes at ``cursor``
     onward, possibly a few more than ``max_bytes``), never ending inside a
     UTF-8 character; a cursor inside one moves to the next boundary. Returns
-    the text and the next cursor. Invalid UTF-8 becomes U+FFFD (cursors stay
-    byte-exact)."""
+    the text and the next cursor. The text decodes the bytes exactly: bytes
+    that are not UTF-8 become lone surrogates (``surrogateescape``), which the
+    port's masked reads turn into U+FFFD after masking (C17 needs exact byte
+    positions; see :mod:`sandrail.core._masking`)."""
     if not data:
         return "", cursor
     start = 0
@@ -378,7 +380,7 @@ def _utf8_slice(data: bytes, cursor: int, max_bytes: int) -> tuple[str, int]:
     while end < len(data) and _continuation(data[end]) and backed < 3 and end > start + 1:
         end -= 1
         backed += 1
-    return data[start:end].decode("utf-8", errors="replace"), cursor + end
+    return data[start:end].decode("utf-8", errors="surrogateescape"), cursor + end
 
 
 def _chunk(raw: _Raw, stdout_cursor: int, stderr_cursor: int, max_bytes: int) -> OutputChunk:

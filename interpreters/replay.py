@@ -208,9 +208,17 @@ class Recorder:
         raise TypeError("a Recorder answers through open_call: use it as a port's backend")
 
     def open_call(
-        self, request: ToolRequest, answer_harness: Callable[[Effect], Any]
+        self,
+        request: ToolRequest,
+        answer_harness: Callable[[Effect], Any],
+        mask_reads: Callable[..., Callable[[Effect], Any]] | None = None,
     ) -> _RecordingCall:
-        """Start recording one call (the port calls this; see ``_port._Call``)."""
+        """Start recording one call (the port calls this; see ``_port._Call``).
+
+        Sandbox effects go to ``inner`` through ``mask_reads``: output is
+        masked (env values, and this recorder's named ``secrets``) before it
+        is recorded, across page boundaries, so no cassette holds a secret
+        even in pieces (C17)."""
         with self._lock:
             # Env values earlier calls passed are secrets for this call too:
             # a later read may print them (C17).
@@ -227,7 +235,8 @@ class Recorder:
                 encode_request(redaction.request, self._settings), env_slot=False
             )
             self._write({"kind": "call", "call": number, "request": data})
-        return _RecordingCall(self, number, redaction, answer_harness)
+        sandbox = self.inner if mask_reads is None else mask_reads(self.inner, self._secrets)
+        return _RecordingCall(self, number, redaction, answer_harness, sandbox)
 
     def close(self) -> None:
         """Write the end line (it counts the calls, so a replay can tell a
@@ -293,11 +302,13 @@ class _RecordingCall:
         number: int,
         redaction: CallRedaction,
         answer_harness: Callable[[Effect], Any],
+        sandbox: Callable[[Effect], Any],
     ) -> None:
         self._recorder = recorder
         self._number = number
         self._redaction = redaction
         self._answer_harness = answer_harness
+        self._sandbox = sandbox
         self._pending: Effect | None = None
 
     def __call__(self, effect: Effect) -> Any:
@@ -305,9 +316,7 @@ class _RecordingCall:
         if isinstance(effect, Start) and effect.env:
             with self._recorder._lock:
                 self._recorder._seen_env.update(redaction_secrets(effect.env))
-        answer = (
-            self._answer_harness if isinstance(effect, HARNESS_EFFECTS) else self._recorder.inner
-        )
+        answer = self._answer_harness if isinstance(effect, HARNESS_EFFECTS) else self._sandbox
         try:
             outcome = answer(effect)
         except EffectFailure as failure:
@@ -456,9 +465,15 @@ class Replayer:
         )
 
     def open_call(
-        self, request: ToolRequest, answer_harness: Callable[[Effect], Any]
+        self,
+        request: ToolRequest,
+        answer_harness: Callable[[Effect], Any],
+        mask_reads: Callable[..., Callable[[Effect], Any]] | None = None,
     ) -> _ReplayCall:
-        """Match ``request`` with the next recorded call (the port calls this)."""
+        """Match ``request`` with the next recorded call (the port calls this).
+
+        ``mask_reads`` is not used: recorded outputs were masked when they
+        were recorded."""
         redaction = CallRedaction.of(request, self._secrets)
         live = redaction.scrub(encode_request(redaction.request, self._settings), env_slot=False)
         with self._lock:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeAlias, cast
 
 from sandrail.core import (
@@ -66,7 +66,9 @@ from sandrail.core import (
     snapshot_request,
     tool_program,
 )
+from sandrail.core._masking import MIN_REDACTED_LENGTH, Redactions
 from sandrail.interpreters._drivers import drive, drive_async
+from sandrail.interpreters._masking import MaskedReads
 
 __all__ = [
     "ALLOW",
@@ -110,6 +112,7 @@ class ToolPort:
         assert_authority: AuthorityCallback,
         resolve_owned_command: ResolveOwnedCallback | None,
         artifacts: ArtifactStore | None,
+        redact: frozenset[str] = frozenset(),
     ) -> None:
         self._settings = settings
         self._backend = backend
@@ -119,9 +122,11 @@ class ToolPort:
         self._artifacts = artifacts
         self._ledger: dict[str, OwnedCommand] = {}
         self._ledger_lock = threading.Lock()
-        # Env values this port passed to commands, masked in later output
-        # (C17). Kept in memory only: never in an effect or a recording.
-        self._secrets: frozenset[str] = frozenset()
+        # Env values this port passed to commands, and values the harness
+        # named, masked in all output (C17). Kept in memory only: never in an
+        # effect or a recording.
+        self._secrets: frozenset[str] = redact
+        self._redactions = Redactions(redact)
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
@@ -152,17 +157,17 @@ class ToolPort:
         :meth:`execute` on a private event loop; it refuses to do so inside a
         running loop, where ``await port.execute(...)`` is the right call.
         """
-        if getattr(self._backend, "asynchronous", False):
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                return asyncio.run(self.execute(request))
-            return error_result(
-                ErrorCode.SYNC_CONTRACT_INVALID,
-                instruction="execute_sync was called inside an event loop; await execute().",
-            )
         call = _Call(self, request, asynchronous=False)
         try:
+            if _is_asynchronous(self._backend):
+                try:
+                    asyncio.get_running_loop()
+                except RuntimeError:
+                    return asyncio.run(self.execute(request))
+                return error_result(
+                    ErrorCode.SYNC_CONTRACT_INVALID,
+                    instruction="execute_sync was called inside an event loop; await execute().",
+                )
             call.open()
             result = drive(
                 tool_program(request, self._settings, call.snapshot, self._secrets),
@@ -189,18 +194,38 @@ class ToolPort:
             result = call.crashed()
         return call.finish(result)
 
+    def _learn(self, values: frozenset[str]) -> None:
+        """Mask ``values`` from now on, in this call and every later one."""
+        if values <= self._secrets:
+            return
+        with self._ledger_lock:
+            self._secrets = self._secrets | values
+            self._redactions = Redactions(self._secrets)
+
+    def _current_redactions(self) -> Redactions:
+        return self._redactions
+
+
+def _is_asynchronous(backend: object) -> bool:
+    """Whether ``backend`` answers with awaitables. A backend whose attribute
+    cannot even be read is a broken backend: the caller's ``except`` turns
+    that into a result."""
+    return getattr(backend, "asynchronous", False) is True
+
 
 class _Call:
     """The port's side of one call: answers harness effects, forwards sandbox
     effects, and converts every unexpected exception into an EffectFailure.
 
-    A backend that defines ``open_call(request, answer_harness)`` (a recorder
-    or a replayer) sees every effect of a well-formed call, harness effects
-    included: it gets an interpreter for this call back from ``open_call``
-    and answers harness effects by calling ``answer_harness`` (or from a
-    recording). If that interpreter has ``finish(result)``, it is called with
-    the result. A malformed request is refused by the core without any effect,
-    so it never reaches such a backend.
+    A backend that defines ``open_call(request, answer_harness, mask_reads)``
+    (a recorder or a replayer) sees every effect of a well-formed call,
+    harness effects included: it gets an interpreter for this call back from
+    ``open_call`` and answers harness effects by calling ``answer_harness``
+    (or from a recording). A backend that passes sandbox effects on to an
+    interpreter of its own must pass them through ``mask_reads(inner)``, so
+    what it sees of output is already masked (C17). If that interpreter has
+    ``finish(result)``, it is called with the result. A malformed request is
+    refused by the core without any effect, so it never reaches such a backend.
     """
 
     def __init__(self, port: ToolPort, request: ToolRequest, *, asynchronous: bool) -> None:
@@ -211,6 +236,9 @@ class _Call:
         self.sandbox_id: str | None = None
         self.task_id: str | None = None
         self.layered: Callable[[Effect], Any] | None = None
+        # Reads are masked below any recorder, so neither the core nor a
+        # cassette ever holds a secret or a piece of one (C17).
+        self.sandbox: Callable[[Effect], Any] = MaskedReads(port._backend, port._current_redactions)
         # Taken before anything runs, so that even a crash can report the
         # locator the request had when it arrived (C6).
         self.snapshot = snapshot_request(request, port.settings)
@@ -219,7 +247,7 @@ class _Call:
         open_call = getattr(self.port._backend, "open_call", None)
         if callable(open_call) and self.snapshot is not None:
             answer = self.answer_harness_async if self.asynchronous else self.answer_harness
-            self.layered = open_call(self.request, answer)
+            self.layered = open_call(self.request, answer, self.mask_reads)
 
     def crashed(self) -> ToolResult:
         return crash_result(
@@ -230,27 +258,37 @@ class _Call:
             task=self.task_id,
         )
 
+    def mask_reads(
+        self, inner: Callable[[Effect], Any], named: Iterable[str] = ()
+    ) -> Callable[[Effect], Any]:
+        """``inner`` with its reads masked: what a layered backend (a
+        recorder) must call sandbox effects through. ``named`` are more
+        values to mask (a recorder's named secrets)."""
+        extra = frozenset(named)
+        if not extra:
+            return MaskedReads(inner, self.port._current_redactions)
+        return MaskedReads(
+            inner, lambda: Redactions(self.port._current_redactions().values | extra)
+        )
+
     def finish(self, result: ToolResult) -> ToolResult:
-        finish = getattr(self.layered, "finish", None)
-        if callable(finish):
-            try:
+        try:
+            finish = getattr(self.layered, "finish", None)
+            if callable(finish):
                 finish(result)
-            except FatalInterpreterError:
-                raise
-            except Exception:
-                # The result is true whatever the recorder makes of it; a
-                # recorder that cannot write must report that itself.
-                pass
+        except FatalInterpreterError:
+            raise
+        except Exception:
+            # The result is true whatever the recorder makes of it; a
+            # recorder that cannot write must report that itself.
+            pass
         return result
 
     def _note(self, effect: Effect) -> None:
         if isinstance(effect, _SIDE_EFFECTS):
             self.dispatched = True
         if isinstance(effect, Start) and effect.env:
-            found = redaction_secrets(effect.env)
-            if not found <= self.port._secrets:
-                with self.port._ledger_lock:
-                    self.port._secrets = self.port._secrets | found
+            self.port._learn(redaction_secrets(effect.env))
         sandbox_id = getattr(effect, "sandbox_id", None)
         if isinstance(sandbox_id, str):
             self.sandbox_id = sandbox_id
@@ -266,7 +304,7 @@ class _Call:
             if self.layered is not None:
                 return self.layered(effect)
             if isinstance(effect, SANDBOX_EFFECTS):
-                return self.port._backend(effect)
+                return self.sandbox(effect)
             return self.answer_harness(effect)
         except (EffectFailure, FatalInterpreterError):
             raise
@@ -301,7 +339,7 @@ class _Call:
                 outcome = self.layered(effect)
                 return (await outcome) if inspect.isawaitable(outcome) else outcome
             if isinstance(effect, SANDBOX_EFFECTS):
-                return await self._abortable(self.port._backend, effect)
+                return await self._abortable(self.sandbox, effect)
             return await self.answer_harness_async(effect)
         except (EffectFailure, FatalInterpreterError):
             raise
@@ -448,6 +486,7 @@ def command_tools(
     foreground_timeout_seconds: int = 300,
     background_timeout_seconds: int = 300,
     allow_internet_access: bool = False,
+    redact: Iterable[str] = (),
 ) -> ToolPort:
     """The command tools: ``sandbox_status``, ``run_command``,
     ``read_command_output`` and ``stop_command``.
@@ -461,6 +500,12 @@ def command_tools(
     - ``resolve_owned_command(request, task_id)``: optional durable ownership
       lookup; by default the port's own ledger of what it launched.
     - ``artifacts``: optional store for results cut to fit the budget.
+    - ``redact``: values to mask in all output from the start (C17), e.g.
+      the env values a restarted harness passed to this session's commands
+      before its restart. The port also masks every env value it passes
+      itself, for the rest of its life. Values must be at least
+      ``MIN_REDACTED_LENGTH`` (8) characters: a shorter one would mask
+      ordinary text.
 
     Raises ``TypeError`` or ``ValueError`` at once for a port that could not
     work (a missing callback, a budget below 256 bytes, a timeout out of
@@ -483,6 +528,7 @@ def command_tools(
         foreground_timeout_seconds=foreground_timeout_seconds,
         background_timeout_seconds=background_timeout_seconds,
         allow_internet_access=allow_internet_access,
+        redact=redact,
     )
 
 
@@ -499,6 +545,7 @@ def code_tools(
     foreground_timeout_seconds: int = 300,
     background_timeout_seconds: int = 300,
     allow_internet_access: bool = False,
+    redact: Iterable[str] = (),
 ) -> ToolPort:
     """The snippet tool: ``run_code`` for a native owner, ``sandbox_run_code``
     for an agent owner. Same arguments and rules as :func:`command_tools`."""
@@ -520,6 +567,7 @@ def code_tools(
         foreground_timeout_seconds=foreground_timeout_seconds,
         background_timeout_seconds=background_timeout_seconds,
         allow_internet_access=allow_internet_access,
+        redact=redact,
     )
 
 
@@ -550,6 +598,7 @@ def _build(
     foreground_timeout_seconds: int,
     background_timeout_seconds: int,
     allow_internet_access: bool,
+    redact: Iterable[str],
 ) -> ToolPort:
     if not callable(backend):
         raise TypeError("backend must be an interpreter: a callable from effect to outcome")
@@ -593,6 +642,7 @@ def _build(
         )
     if not isinstance(allow_internet_access, bool):
         raise TypeError("allow_internet_access must be a bool")
+    secrets = _redact(redact)
     settings = PortSettings(
         session_id=session_id,
         owner=owner,
@@ -613,4 +663,25 @@ def _build(
         assert_authority=assert_authority,
         resolve_owned_command=resolve_owned_command,
         artifacts=artifacts,
+        redact=secrets,
     )
+
+
+def _redact(values: Iterable[str]) -> frozenset[str]:
+    if isinstance(values, str) or not isinstance(values, Iterable):
+        raise TypeError("redact must be an iterable of strings (a list of values to mask)")
+    found: set[str] = set()
+    for value in values:
+        if not isinstance(value, str):
+            raise TypeError(f"redact holds a {type(value).__name__}; values to mask are strings")
+        if len(value) < MIN_REDACTED_LENGTH:
+            raise ValueError(
+                f"redact holds a value of {len(value)} characters; values to mask need at "
+                f"least {MIN_REDACTED_LENGTH} (a shorter one would mask ordinary text)"
+            )
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("redact holds a value that is not valid Unicode text") from None
+        found.add(value)
+    return frozenset(found)

@@ -8,6 +8,7 @@ been delivered (C5 must hold even then).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 
 import attrs
@@ -226,6 +227,77 @@ def check_c17_env_secret(world: World, record: CallRecord) -> Iterable[Violation
         yield Violation("C17", record.number, "an environment value appears in the result")
 
 
+_STREAMS = ("stdout", "stderr")
+
+Page = tuple[str, int, str, int]
+"""One page of a stream: (task, cursor it starts at, text, cursor after it)."""
+
+
+def split_secrets(pages: Iterable[Page], secret: str) -> list[tuple[int, int]]:
+    """Runs of consecutive pages of one stream (each starts where the one
+    before ended) whose texts together contain ``secret`` (C17: not even in
+    pieces), as (start, end) cursors of the run's first page."""
+    pages = list(pages)
+    by_start: dict[tuple[str, int], list[Page]] = {}
+    for page in pages:
+        by_start.setdefault((page[0], page[1]), []).append(page)
+    found: list[tuple[int, int]] = []
+    for first in pages:
+        task, start, text, end = first
+        runs = [(text, end)]
+        while runs:
+            joined, at = runs.pop()
+            if secret in joined:
+                found.append((start, end))
+                break
+            if len(joined) > len(text) + len(secret):
+                continue  # longer than any piece the secret could be in
+            runs.extend(
+                (joined + following[2], following[3])
+                for following in by_start.get((task, at), ())
+                if following[3] != at
+            )
+    return found
+
+
+def _result_pages(world: World, stream: str) -> list[Page]:
+    pages: list[Page] = []
+    for record in world.calls:
+        result = record.result
+        if record.tool != "read_command_output" or result is None or result.status != "ok":
+            continue
+        content = result.content
+        arguments = record.request.call.arguments
+        start = arguments.get(f"{stream}_cursor", 0)
+        text = content.get(stream)
+        if isinstance(text, str) and record.task is not None:
+            pages.append((record.task, start, text, content[f"{stream}_cursor"]))
+    return pages
+
+
+def _cassette_pages(text: str, stream: str) -> list[Page]:
+    pages: list[Page] = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        effect, outcome = record.get("effect"), record.get("outcome")
+        if not isinstance(effect, dict) or not isinstance(outcome, dict):
+            continue
+        if effect.get("type") != "Read" or outcome.get("type") != "OutputChunk":
+            continue
+        pages.append(
+            (
+                str(effect.get("task_id")),
+                effect.get(f"{stream}_cursor", 0),
+                str(outcome.get(stream, "")),
+                outcome.get(f"next_{stream}_cursor", 0),
+            )
+        )
+    return pages
+
+
 CHECKS: tuple[Check, ...] = (
     check_c2_one_launch,
     check_c3_conflict,
@@ -257,7 +329,25 @@ def judge(world: World) -> list[Violation]:
             continue
         for check in CHECKS:
             found.extend(check(world, record))
+    for stream in _STREAMS:
+        for start, end in split_secrets(_result_pages(world, stream), SECRET):
+            found.append(
+                Violation(
+                    "C17",
+                    None,
+                    f"an environment value is split across {stream} pages at {start} and {end}",
+                )
+            )
     for path in world.recordings:
-        if path.exists() and SECRET in path.read_text(encoding="utf-8"):
+        if not path.exists():
+            continue
+        text = path.read_text(encoding="utf-8")
+        if SECRET in text:
             found.append(Violation("C17", None, f"an environment value is in {path}"))
+        elif any(
+            split_secrets(_cassette_pages(text, stream), SECRET) for stream in ("stdout", "stderr")
+        ):
+            found.append(
+                Violation("C17", None, f"an environment value is in {path}, split across reads")
+            )
     return found

@@ -23,7 +23,9 @@ from sandrail.core import (
     Effect,
     EffectFailure,
     ErrorCode,
+    OutputChunk,
     OwnedCommand,
+    Read,
     ResolveOwned,
     Start,
     ToolResult,
@@ -36,6 +38,8 @@ from sandrail.core._budget import fit_to_budget as real_fit_to_budget
 from sandrail.core._guard import Continue, Observation, Phase, Verdict
 from sandrail.core._guard import decide as real_decide
 from sandrail.core._identity import task_id as derive_task_id
+from sandrail.core._masking import mask_text
+from sandrail.interpreters import _masking as masking
 
 __all__ = ["MUTANTS", "Mutant"]
 
@@ -182,7 +186,34 @@ def _cut_identity_to_fit() -> Iterator[None]:
 @contextlib.contextmanager
 def _show_env_values() -> Iterator[None]:
     """(g) Leave env values a command printed in its output."""
-    with mock.patch.object(call_module, "_mask", lambda text, secrets: text):
+
+    def unmasked(asked: Read, widened: Read, chunk: OutputChunk, redactions: Any) -> OutputChunk:
+        return chunk
+
+    with (
+        mock.patch.object(masking, "widen", lambda read, redactions, **_: read),
+        mock.patch.object(masking, "mask_chunk", unmasked),
+        mock.patch.object(call_module, "mask_text", lambda text, redactions: text),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def _mask_per_page() -> Iterator[None]:
+    """(i) Mask each page of output on its own, as if a secret could not
+    straddle two pages."""
+
+    def per_page(asked: Read, widened: Read, chunk: OutputChunk, redactions: Any) -> OutputChunk:
+        return attrs.evolve(
+            chunk,
+            stdout=mask_text(chunk.stdout, redactions),
+            stderr=mask_text(chunk.stderr, redactions),
+        )
+
+    with (
+        mock.patch.object(masking, "widen", lambda read, redactions, **_: read),
+        mock.patch.object(masking, "mask_chunk", per_page),
+    ):
         yield
 
 
@@ -265,6 +296,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "output that prints an env value is shown unmasked",
         "C17",
         _show_env_values,
+    ),
+    Mutant(
+        "mask_per_page",
+        "each page of output is masked on its own: a secret split across pages shows",
+        "C17",
+        _mask_per_page,
     ),
     Mutant(
         "skip_ownership_check",

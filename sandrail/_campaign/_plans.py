@@ -56,6 +56,9 @@ class Step:
     fence: int = 1
     call_id: str | None = None
     seconds: float = 0.0
+    follow: bool = False
+    """read_command_output: start at the cursors the last read of the task
+    returned (paging through its output)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -125,6 +128,19 @@ def workloads(mode: Mode) -> tuple[Workload, ...]:
                     "op-read",
                     "read",
                     task_of="op-bg",
+                ),
+                # Small pages: the env value the command printed straddles
+                # them; no page and no two pages together may show it (C17).
+                *(
+                    _run(
+                        "read_command_output",
+                        {"max_bytes": 12},
+                        f"op-page-{n}",
+                        f"page {n}",
+                        task_of="op-bg",
+                        follow=n > 1,
+                    )
+                    for n in range(1, 5)
                 ),
                 _run("stop_command", {}, "op-stop", "stop", task_of="op-bg"),
                 _run("stop_command", {}, "op-stop", "retry", task_of="op-bg"),

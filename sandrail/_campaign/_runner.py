@@ -186,11 +186,14 @@ class _Ports:
         self._ports.clear()
 
 
-def _arguments(step: Step, handle: PortHandle) -> dict[str, Any]:
+def _arguments(world: World, step: Step, handle: PortHandle) -> dict[str, Any]:
     arguments = dict(step.arguments)
     if step.task_of is not None:
         owner = handle.owner
-        arguments["task_id"] = sandrail.task_id(SESSION, owner, step.task_of)
+        task = sandrail.task_id(SESSION, owner, step.task_of)
+        arguments["task_id"] = task
+        if step.follow and task in world.read_cursors:
+            arguments["stdout_cursor"], arguments["stderr_cursor"] = world.read_cursors[task]
     return arguments
 
 
@@ -223,7 +226,7 @@ def _execute(world: World, mode: Any, steps: Sequence[Step]) -> None:
             record = world.prepare(
                 handle,
                 step.tool,
-                _arguments(step, handle),
+                _arguments(world, step, handle),
                 step.key,
                 label=step.label,
                 fence=step.fence,

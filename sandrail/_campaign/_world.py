@@ -182,6 +182,8 @@ class World:
         self.stale_launches: list[tuple[CallRecord | None, int, int]] = []
         """Launches whose request fence was below the sandbox's mark (C10)."""
         self.keys: dict[str, set[str]] = {}
+        self.read_cursors: dict[str, tuple[int, int]] = {}
+        """The cursors the last ``ok`` read of each task returned."""
         """Session -> operation keys its launches used."""
         self.recordings: list[Path] = []
         self._recorders: list[Recorder] = []
@@ -318,6 +320,12 @@ class World:
         finally:
             _CURRENT.reset(token)
         self._observe_harness(record)
+        result = record.result
+        if record.tool == "read_command_output" and result.status == "ok" and record.task:
+            self.read_cursors[record.task] = (
+                result.content["stdout_cursor"],
+                result.content["stderr_cursor"],
+            )
         return record
 
     def call_concurrently(self, handle: PortHandle, records: list[CallRecord]) -> None:

@@ -1,0 +1,351 @@
+"""Masking secret values in command output, across page boundaries (C17).
+
+A command may print an environment value it was given; the model must never
+see it, whole or in pieces. Output reaches the core in pages (``Read``
+outcomes), and a secret can straddle two of them: masking each page's text
+on its own shows ``AAAA`` on one page and ``BBBB`` on the next.
+
+Strategy: masking is a function of the whole stream, applied one page at a
+time. Every byte covered by an occurrence of any secret belongs to a *masked
+interval* (overlapping occurrences merge). A page never starts or ends
+inside a masked interval: a start inside one moves to its end, an end inside
+one moves to its end when the interval is known to be complete, or back to
+its start otherwise. A page that reaches the end of what has been written so
+far holds back a tail that could still become a secret (a prefix of one)
+while more output may follow. Inside the page each interval reads as
+:data:`REDACTED`. So the concatenation of consecutive pages is the masked
+stream, and no page, nor any two adjacent pages, contains a secret.
+
+To see intervals that cross a page's edges, the page is read *widened*: a
+``Read`` whose cursors start up to ``L - 1`` bytes earlier and that asks for
+``3 L + 4`` more bytes (``L``: the longest secret in UTF-8 bytes).
+:func:`widen` builds that read and :func:`mask_chunk` cuts the asked page
+out of its answer. This relies on one property of interpreters: an
+``OutputChunk``'s text is the exact decoding of the bytes between its start
+and its next cursor, with bytes that are not UTF-8 decoded by
+``surrogateescape`` (lone surrogates). :func:`mask_chunk` checks it and
+refuses an answer that breaks it; it also turns lone surrogates into U+FFFD,
+so the text a result shows is always valid Unicode.
+
+Values shorter than :data:`MIN_REDACTED_LENGTH` characters are not masked: a
+short value (``1``, ``true``) would mask ordinary text; the env-name rule
+(:mod:`._env`) keeps start-up programs from printing short values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+import attrs
+
+from ._effects import TERMINAL_STATUSES, CommandState, OutputChunk, Read
+
+__all__ = [
+    "MIN_REDACTED_LENGTH",
+    "REDACTED",
+    "MaskingError",
+    "NeedMoreOutput",
+    "Redactions",
+    "mask_chunk",
+    "mask_text",
+    "redaction_secrets",
+    "sanitize_text",
+    "widen",
+]
+
+REDACTED: Final = "<redacted>"
+"""What a secret value a command printed is replaced by in results (C17)."""
+
+MIN_REDACTED_LENGTH: Final = 8
+"""Secret values shorter than this many characters are not searched for."""
+
+_REDACTED_BYTES: Final = REDACTED.encode("ascii")
+
+
+def redaction_secrets(env: object) -> frozenset[str]:
+    """The values of an ``env`` argument that output is searched for (C17)."""
+    if not isinstance(env, Mapping):
+        return frozenset()
+    return frozenset(
+        value
+        for value in env.values()
+        if isinstance(value, str) and len(value) >= MIN_REDACTED_LENGTH and value != REDACTED
+    )
+
+
+class MaskingError(ValueError):
+    """An ``OutputChunk`` broke the exactness property masking relies on."""
+
+
+@attrs.frozen(kw_only=True)
+class NeedMoreOutput:
+    """:func:`mask_chunk` could not place a page without more bytes after the
+    ones it was given: read again with at least ``max_bytes``."""
+
+    max_bytes: int
+
+
+class Redactions:
+    """A set of secret values, prepared for masking.
+
+    Only values of at least :data:`MIN_REDACTED_LENGTH` characters that are
+    valid Unicode count; others are dropped (they cannot be printed as such).
+    """
+
+    __slots__ = ("_encoded", "longest", "values")
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self.values: frozenset[str] = frozenset(values)
+        usable: list[bytes] = []
+        for value in self.values:
+            if not isinstance(value, str) or len(value) < MIN_REDACTED_LENGTH:
+                continue
+            try:
+                usable.append(value.encode("utf-8"))
+            except UnicodeEncodeError:
+                continue
+        self._encoded = tuple(sorted(usable, key=lambda data: (-len(data), data)))
+        self.longest = len(self._encoded[0]) if self._encoded else 0
+        """The longest value in UTF-8 bytes (0 when there is none)."""
+
+    def __repr__(self) -> str:
+        return f"Redactions(<{len(self._encoded)} values>)"
+
+    def __bool__(self) -> bool:
+        return bool(self._encoded)
+
+    def intervals(self, data: bytes) -> list[tuple[int, int]]:
+        """Merged intervals of ``data`` covered by an occurrence of any value,
+        overlapping occurrences included; sorted and disjoint. Occurrences
+        that merely touch stay apart (each reads as its own marker)."""
+        spans: list[tuple[int, int]] = []
+        for secret in self._encoded:
+            at = data.find(secret)
+            while at >= 0:
+                spans.append((at, at + len(secret)))
+                at = data.find(secret, at + 1)
+        if not spans:
+            return []
+        spans.sort()
+        merged = [spans[0]]
+        for start, end in spans[1:]:
+            last_start, last_end = merged[-1]
+            if start < last_end:
+                merged[-1] = (last_start, max(last_end, end))
+            else:
+                merged.append((start, end))
+        return merged
+
+    def pending_prefix(self, data: bytes, low: int) -> int | None:
+        """The earliest position ``p >= low`` where ``data[p:]`` is a proper
+        prefix of some value (a secret that bytes not read yet may complete),
+        or ``None``."""
+        best: int | None = None
+        end = len(data)
+        for secret in self._encoded:
+            first = secret[:1]
+            at = data.find(first, max(low, end - len(secret) + 1))
+            while at >= 0 and (best is None or at < best):
+                if secret.startswith(data[at:end]):
+                    best = at
+                    break
+                at = data.find(first, at + 1)
+        return best
+
+    def mask(self, data: bytes) -> bytes:
+        """``data`` with every interval replaced by :data:`REDACTED`."""
+        intervals = self.intervals(data)
+        if not intervals:
+            return data
+        parts: list[bytes] = []
+        cursor = 0
+        for start, end in intervals:
+            parts.append(data[cursor:start])
+            parts.append(_REDACTED_BYTES)
+            cursor = end
+        parts.append(data[cursor:])
+        return b"".join(parts)
+
+
+def mask_text(text: str, redactions: Redactions) -> str:
+    """``text`` (a whole stream or a whole string) with every secret masked."""
+    if not redactions:
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    masked = redactions.mask(data)
+    return text if masked is data else masked.decode("utf-8", "surrogatepass")
+
+
+def sanitize_text(text: str) -> str:
+    """``text`` with lone surrogates (undecodable output bytes) as U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return text
+
+
+def widen(read: Read, redactions: Redactions, *, extra: int = 0) -> Read:
+    """The read that :func:`mask_chunk` needs to answer ``read``: both
+    cursors up to ``L - 1`` bytes earlier, and ``3 L + 4`` (plus ``extra``)
+    more bytes per stream. Without secrets, ``read`` itself."""
+    if not redactions:
+        return read
+    back = redactions.longest - 1
+    return attrs.evolve(
+        read,
+        stdout_cursor=max(0, read.stdout_cursor - back),
+        stderr_cursor=max(0, read.stderr_cursor - back),
+        max_bytes=read.max_bytes + 3 * redactions.longest + 4 + extra,
+    )
+
+
+def _continuation(byte: int) -> bool:
+    return byte & 0xC0 == 0x80
+
+
+@attrs.frozen
+class _Page:
+    text: str
+    next_cursor: int
+    short: bool
+    """Empty, and more bytes exist beyond those given: read again, wider."""
+
+
+def _page(
+    text: str,
+    next_cursor: int,
+    widened_cursor: int,
+    asked_cursor: int,
+    asked_max: int,
+    size: int,
+    growing: bool,
+    redactions: Redactions,
+) -> _Page:
+    """Cut the page asked for (``asked_cursor``, ``asked_max``) from the
+    text of a widened read, masked (see the module doc). Positions are byte
+    offsets in the stream; ``size`` is the stream's size at the read and
+    ``growing`` whether the command may still write to it."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise MaskingError("output text holds characters no byte decodes to") from exc
+    start = next_cursor - len(data)
+    if data and not widened_cursor <= start <= widened_cursor + 3:
+        raise MaskingError(
+            "the output's text does not match its cursors (interpreters must decode "
+            "output bytes exactly, undecodable ones with surrogateescape)"
+        )
+    end = next_cursor
+    if asked_cursor >= end:
+        return _Page("", asked_cursor, short=size > end)
+    final = not growing and end >= size
+    longest = redactions.longest
+    intervals = [(low + start, high + start) for low, high in redactions.intervals(data)]
+
+    def settled(position: int) -> bool:
+        """Whether no occurrence beyond the bytes given can reach ``position``."""
+        return final or end >= position + longest - 1
+
+    def covering(position: int) -> tuple[int, int] | None:
+        for low, high in intervals:
+            if low < position < high:
+                return low, high
+        return None
+
+    def empty(at: int) -> _Page:
+        return _Page("", at, short=size > end)
+
+    begin = max(asked_cursor, start)
+    while begin < end and _continuation(data[begin - start]):
+        begin += 1
+    hit = covering(begin)
+    if hit is not None:
+        if not settled(hit[1]):
+            return empty(asked_cursor)  # where this secret ends is not known yet
+        begin = hit[1]
+    if begin >= end:
+        return empty(begin)
+    stop = min(begin + asked_max, end)
+    while begin + 1 < stop < end and _continuation(data[stop - start]):
+        stop -= 1
+    held = None
+    if not final:
+        pending = redactions.pending_prefix(data, begin - start)
+        if pending is not None:
+            held = pending + start
+    while True:  # each rule can only move the end back, but one: see below
+        moved = stop
+        hit = covering(stop)
+        if hit is not None:
+            # Extending to a settled end cannot meet the pending prefix: that
+            # lies within the last L bytes, a settled end before them.
+            stop = hit[1] if settled(hit[1]) else hit[0]
+        for low, high in intervals:
+            if high == stop and not settled(high):
+                stop = low  # it may merge with bytes not read yet
+        if held is not None and held < stop:
+            hit = covering(held)
+            stop = hit[0] if hit is not None else held
+        if stop == moved:
+            break
+    if stop <= begin:
+        return empty(begin)
+    masked = redactions.mask(data[begin - start : stop - start])
+    return _Page(masked.decode("utf-8", "replace"), stop, short=False)
+
+
+def mask_chunk(
+    asked: Read, widened: Read, chunk: OutputChunk, redactions: Redactions
+) -> OutputChunk | NeedMoreOutput:
+    """The answer to ``asked``, cut from ``chunk`` (the answer to ``widened``,
+    from :func:`widen`), with every secret masked (see the module doc).
+
+    Returns :class:`NeedMoreOutput` when a page starts at a possible secret
+    whose end lies beyond the bytes given while more bytes exist; read
+    ``widened`` again with the returned ``max_bytes``. Raises
+    :class:`MaskingError` when the chunk's text does not match its cursors.
+    Without secrets, returns ``chunk`` with its text sanitized.
+    """
+    state: CommandState = chunk.state
+    if not redactions:
+        stdout, stderr = sanitize_text(chunk.stdout), sanitize_text(chunk.stderr)
+        if stdout is chunk.stdout and stderr is chunk.stderr:
+            return chunk
+        return attrs.evolve(chunk, stdout=stdout, stderr=stderr)
+    growing = state.status not in TERMINAL_STATUSES
+    out = _page(
+        chunk.stdout,
+        chunk.next_stdout_cursor,
+        widened.stdout_cursor,
+        asked.stdout_cursor,
+        asked.max_bytes,
+        state.stdout_bytes,
+        growing,
+        redactions,
+    )
+    err = _page(
+        chunk.stderr,
+        chunk.next_stderr_cursor,
+        widened.stderr_cursor,
+        asked.stderr_cursor,
+        asked.max_bytes,
+        state.stderr_bytes,
+        growing,
+        redactions,
+    )
+    if out.short or err.short:
+        return NeedMoreOutput(max_bytes=2 * widened.max_bytes)
+    return OutputChunk(
+        stdout=out.text,
+        stderr=err.text,
+        next_stdout_cursor=out.next_cursor,
+        next_stderr_cursor=err.next_cursor,
+        more=chunk.more
+        or state.stdout_bytes > out.next_cursor
+        or state.stderr_bytes > err.next_cursor,
+        state=state,
+    )
