@@ -916,12 +916,12 @@ def test_fit_to_budget_is_exported_for_harnesses() -> None:
         (
             {"command": "env", "env": {"BASH_XTRACEFD": "1"}},
             "arguments.env.BASH_XTRACEFD",
-            "read by the dynamic loader",
+            "dynamic loader, the C library or the shell",
         ),
         (
             {"command": "env", "env": {"SHELLOPTS": "x"}},
             "arguments.env.SHELLOPTS",
-            "read by the dynamic loader",
+            "dynamic loader, the C library or the shell",
         ),
         ({"command": "env", "env": {"BIG": "é" * 70_000}}, "arguments.env.BIG", "128 KiB"),
     ],
