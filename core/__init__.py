@@ -75,7 +75,13 @@ from ._effects import (
     Wait,
     WriteArtifact,
 )
-from ._env import ENV_NAME_PATTERN, RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES, env_name_problem
+from ._env import (
+    ENV_NAME_PATTERN,
+    RESERVED_ENV_NAMES,
+    RESERVED_ENV_PREFIXES,
+    SHELL_OWNED_ENV_NAMES,
+    env_name_problem,
+)
 from ._guard import (
     GUARD_TABLE,
     Continue,
@@ -143,6 +149,7 @@ __all__ = [
     "RUNTIME_ARTIFACTS",
     "SANDBOX_EFFECTS",
     "SANDBOX_ID_PATTERN",
+    "SHELL_OWNED_ENV_NAMES",
     "SHRINKABLE_FIELDS",
     "TASK_ID_PATTERN",
     "TERMINAL_STATUSES",

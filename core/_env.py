@@ -52,6 +52,11 @@ the variables of particular programs (``PYTHON*``, ``NODE_OPTIONS``,
 ``PERL*``, ``TIME_STYLE``, ``TERM``, ...), which print their values only
 when the command runs those programs.
 
+A second, smaller set is refused for honesty rather than secrecy: names bash
+owns (:data:`SHELL_OWNED_ENV_NAMES`: ``UID``, ``PPID``, ``RANDOM``, ...),
+which it will not let a script set or sets again itself, so a command
+would never see the value passed.
+
 :data:`ENV_NAME_PATTERN` states the rule as one regular expression, valid in
 Python and in ECMA-262 (what JSON Schema's ``pattern`` uses), for a schema's
 ``propertyNames``; it matches (in full) exactly the names
@@ -67,6 +72,7 @@ __all__ = [
     "ENV_NAME_PATTERN",
     "RESERVED_ENV_NAMES",
     "RESERVED_ENV_PREFIXES",
+    "SHELL_OWNED_ENV_NAMES",
     "env_name_problem",
 ]
 
@@ -99,6 +105,27 @@ RESERVED_ENV_NAMES: Final[frozenset[str]] = frozenset(
 )
 """Single names whose value the loader, the C library or bash can print."""
 
+SHELL_OWNED_ENV_NAMES: Final[frozenset[str]] = frozenset(
+    {
+        # Read-only in bash, or set by bash itself as a script starts or on
+        # every use: a value passed in never reaches the command, so the
+        # port refuses it instead of dropping it silently.
+        "UID",
+        "EUID",
+        "PPID",
+        "PWD",
+        "OPTIND",
+        "LINENO",
+        "SECONDS",
+        "RANDOM",
+        "SRANDOM",
+        "HISTCMD",
+        "EPOCHSECONDS",
+        "EPOCHREALTIME",
+    }
+)
+"""Names bash owns: a command given one would never see the value."""
+
 _SHELL_NAME: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 _SHELL_NAME_RE: Final = re.compile(_SHELL_NAME)
 
@@ -110,7 +137,7 @@ def _pattern() -> str:
     # quantifiers, no \A or \Z, no inline flags; the entries are plain shell
     # names, so escaping leaves them as they are.
     prefixes = "|".join(re.escape(prefix) for prefix in RESERVED_ENV_PREFIXES)
-    names = "|".join(re.escape(name) for name in sorted(RESERVED_ENV_NAMES))
+    names = "|".join(re.escape(name) for name in sorted(RESERVED_ENV_NAMES | SHELL_OWNED_ENV_NAMES))
     return rf"^(?!(?:{prefixes})|(?:{names})$){_SHELL_NAME}$"
 
 
@@ -137,4 +164,6 @@ def env_name_problem(name: str) -> str | None:
         return "must be a shell variable name: letters, digits and _, not starting with a digit"
     if name.startswith(RESERVED_ENV_PREFIXES) or name in RESERVED_ENV_NAMES:
         return _RESERVED_REASON
+    if name in SHELL_OWNED_ENV_NAMES:
+        return "is set by the shell itself, so the command would never see this value"
     return None

@@ -37,6 +37,7 @@ from sandrail.core._env import (
     ENV_NAME_PATTERN,
     RESERVED_ENV_NAMES,
     RESERVED_ENV_PREFIXES,
+    SHELL_OWNED_ENV_NAMES,
     env_name_problem,
 )
 from tests.rig import Rig
@@ -312,3 +313,33 @@ def test_c17_the_pattern_is_an_ecma_262_regex_that_decides_the_same() -> None:
     plain, unicode = json.loads(completed.stdout)
     assert plain == expected
     assert unicode == expected
+
+
+@pytest.mark.parametrize("name", sorted(SHELL_OWNED_ENV_NAMES))
+def test_c5_a_name_bash_owns_is_refused_instead_of_silently_dropped(name: str) -> None:
+    """bash sets these itself (or keeps them read-only): a command given one
+    would never see its value, so the port says so before anything runs."""
+    rig = Rig()
+    result = rig.run("run_command", {"command": "env", "env": {name: "some-value"}})
+    assert result.status == "error", result.content
+    (problem,) = result.content["problems"]
+    assert problem["field"] == f"arguments.env.{name}"
+    assert "set by the shell itself" in problem["reason"]
+    assert rig.sim.effects_seen == []
+    assert not re.fullmatch(ENV_NAME_PATTERN, name)
+
+
+@pytest.mark.parametrize("name", sorted(SHELL_OWNED_ENV_NAMES))
+def test_bash_really_owns_each_shell_owned_name(name: str, tmp_path: Path) -> None:
+    """The evidence: exported into bash as the launcher does, the value does
+    not survive to the command."""
+    script = tmp_path / "show.sh"
+    script.write_text(f'printf "%s" "${{{name}}}"\n')
+    shown = subprocess.run(
+        ["bash", "-c", f'export {name}=zq7Qgiven 2>/dev/null; exec bash -- "$1"', "_", script],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    ).stdout
+    assert shown != "zq7Qgiven"
