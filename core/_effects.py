@@ -124,7 +124,8 @@ class OwnedCommand:
     operation_key: str
     sandbox_id: str | None = None
     launched: bool = False
-    """True once a start of this task was answered (the sandbox holds its claim)."""
+    """True once a start of this task may have reached the sandbox (recorded
+    before the start is sent): every later start then expects its claim."""
 
 
 @attrs.frozen(kw_only=True)
@@ -182,8 +183,9 @@ class StartRefused:
     request digest (C3), ``"stale_fence"`` when a higher execution fence was
     already seen in this sandbox (C10), ``"publish_conflict"`` when the
     snippet path holds other source, ``"claim_lost"`` when the start
-    expected a claim (``Start.expect_claim``) and the sandbox has none: its
-    ledger was lost, and launching again would launch twice (C2).
+    expected a claim (``Start.expect_claim``), the sandbox has none, and it
+    cannot prove it never had one (its ledger was lost since): launching
+    could launch twice (C2).
     """
 
     reason: Literal["conflict", "stale_fence", "publish_conflict", "claim_lost"]
@@ -290,16 +292,23 @@ class CheckAuthority:
 @attrs.frozen(kw_only=True)
 class ResolveOwned:
     """Find a command this session owns. Outcome: :class:`OwnedCommand`, or
-    ``None`` when the session owns no such command (C4)."""
+    ``None`` when the session owns no such command (C4).
+
+    ``for_launch``: asked by a launch of the task, to learn whether a start
+    of it may already have left (C2); the port then answers from everything
+    it knows, its own record included. Otherwise it is an ownership check,
+    and a harness's ``resolve_owned_command`` has the last word."""
 
     task_id: str
+    for_launch: bool = False
 
 
 @attrs.frozen(kw_only=True)
 class RememberOwned:
     """Record, before its launch is requested, that this session owns a
-    command, so it can be reconciled even if the launch's answer is lost;
-    and again with ``launched`` once a start was answered. Outcome: ``None``."""
+    command, so it can be reconciled even if the launch's answer is lost.
+    ``launched``: a start of it is about to be sent, so any later start must
+    expect its claim (C2). Outcome: ``None``."""
 
     task_id: str
     operation_key: str
@@ -366,8 +375,10 @@ class Start:
 
     ``env`` values reach the command through a private file, never the
     process environment or any output (C17). ``timeout_seconds`` is enforced
-    inside the sandbox. ``expect_claim`` is true when this session already
-    saw the task launched: then a sandbox without its claim launches nothing
+    inside the sandbox. ``expect_claim`` is true when a start of this task
+    may already have reached the sandbox: then a sandbox without its claim
+    launches only if it can prove its ledger never held one (it was not lost
+    since that start was first sent); otherwise it launches nothing
     (``StartRefused("claim_lost")``).
     """
 

@@ -20,7 +20,6 @@ its :class:`Phase`; before dispatch a failure is an ``error`` with
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Generator
 from typing import Any, Final
 
@@ -348,17 +347,23 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         if stop is not None:
             return stop
 
-    # Has this session seen the task launched before? Then its claim must
-    # still be in the sandbox: one that is gone (a command wiped the ledger)
-    # must not turn a retry into a second launch (C2).
+    # Strategy (C2): once a Start of this task may have left, every later
+    # Start expects the claim it would have made. The port records that
+    # before sending, so a lost answer, a crash or a command that wipes the
+    # sandbox's ledger can never turn a retry into a second launch: a sandbox
+    # that cannot show the claim, nor prove it never saw one, launches
+    # nothing (``claim_lost``).
     try:
-        known = yield ResolveOwned(task_id=wanted)
+        known = yield ResolveOwned(task_id=wanted, for_launch=True)
     except EffectFailure:
         known = None
     expect_claim = isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched
     try:
         yield RememberOwned(
-            task_id=wanted, operation_key=snap.operation_key, sandbox_id=ready.sandbox_id
+            task_id=wanted,
+            operation_key=snap.operation_key,
+            sandbox_id=ready.sandbox_id,
+            launched=True,
         )
     except EffectFailure:
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
@@ -381,13 +386,6 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         return (yield from _refused(call, started))
     if not isinstance(started, Started) or started.task_id != wanted:
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
-    with contextlib.suppress(EffectFailure):  # bookkeeping: the launch stands
-        yield RememberOwned(
-            task_id=wanted,
-            operation_key=snap.operation_key,
-            sandbox_id=ready.sandbox_id,
-            launched=True,
-        )
     deduplicated = not started.first_launch
     stop = yield from call.guard()
     if stop is not None:

@@ -34,6 +34,7 @@ class FaultKind(enum.Enum):
     REQUEST_MUTATED = "request_mutated"
     MALFORMED_RESPONSE = "malformed_response"
     SANDBOX_DIES = "sandbox_dies"
+    LEDGER_WIPED = "ledger_wiped"
 
 
 @attrs.frozen(kw_only=True)

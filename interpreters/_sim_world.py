@@ -119,13 +119,28 @@ class SimSandbox:
     sandbox_id: str
     files: dict[str, SandboxFile] = attrs.field(factory=dict)
     tasks: dict[str, SimTask] = attrs.field(factory=dict)
+    """The ledger: each launched task's claim, with its output and state."""
     highest_fence: int | None = None
     dead: bool = False
+    ledger_epoch: int = 0
+    """Changes whenever the ledger is lost (:meth:`wipe_ledger`)."""
+    lost: list[SimTask] = attrs.field(factory=list)
+    """Tasks whose claims a lost ledger took with it; they run on."""
+
+    def wipe_ledger(self) -> None:
+        """Lose the task claims, as a command deleting them would: every
+        claim, its output and its state go (the processes run on, unseen),
+        and the ledger starts a new epoch. The highest fence is kept (it
+        lives beside the claims, and losing it too takes deleting the whole
+        ledger, which the E2B launcher keeps out of the commands' reach)."""
+        self.lost.extend(self.tasks.values())
+        self.tasks.clear()
+        self.ledger_epoch += 1
 
     def die(self, now: float) -> None:
         """Kill the sandbox: every running task ends with status ``unknown``."""
         self.dead = True
-        for task in self.tasks.values():
+        for task in (*self.tasks.values(), *self.lost):
             task.kill(now, "unknown")
 
 

@@ -84,6 +84,11 @@ SANDBOX_DIES         iff ``when="after"``  the sandbox the effect addresses (for
                                            Inspect/Ensure: the session's, if
                                            any) dies, then ``MAYBE_SENT
                                            "sandbox not found"``
+LEDGER_WIPED         always                a command deletes the task claims of
+                                           the sandbox the effect addresses
+                                           (:meth:`Simulator.wipe_ledger`)
+                                           before or after it is applied; then
+                                           ``MAYBE_SENT "response lost"``
 ===================  ====================  ======================================
 
 A dead sandbox's running tasks end with status ``unknown`` and no exit code
@@ -251,6 +256,7 @@ class Simulator:
         self._sandboxes: dict[str, SimSandbox] = {}
         self._sessions: dict[tuple[str, str], str] = {}
         self._ids = itertools.count(1)
+        self._first_sent: dict[tuple[str, str], int] = {}
 
     # -- ground truth ------------------------------------------------------
 
@@ -262,9 +268,10 @@ class Simulator:
     def live_processes(self, task_id: str) -> int:
         """Processes of the task still alive now (its leader and children)."""
         return sum(
-            box.tasks[task_id].live_processes(self.clock)
+            task.live_processes(self.clock)
             for box in self._sandboxes.values()
-            if task_id in box.tasks
+            for task in (*box.tasks.values(), *box.lost)
+            if task.request.task_id == task_id
         )
 
     def task_state(self, sandbox_id: str, task_id: str) -> CommandState | None:
@@ -319,10 +326,32 @@ class Simulator:
         name = type(effect).__name__
         fault = self.plan.lookup(name, self._received[name])
         self._received[name] += 1
-        if fault is None:
-            return self._apply(effect)
-        self.faults_fired.append(fault)
-        return self._strike(effect, fault)
+        box = self._sandboxes.get(effect.sandbox_id) if isinstance(effect, Start) else None
+        epoch = None if box is None else box.ledger_epoch
+        try:
+            if fault is None:
+                return self._apply(effect)
+            self.faults_fired.append(fault)
+            return self._strike(effect, fault)
+        finally:
+            if isinstance(effect, Start) and epoch is not None and not effect.expect_claim:
+                # The backend's memory (E2B's interpreter keeps the same): the
+                # ledger epoch as the first start of each task was sent, when
+                # it was the first as far as the harness knew (no claim
+                # expected). Noted after this start was handled, so it judges
+                # only earlier ones.
+                self._first_sent.setdefault((effect.sandbox_id, effect.task_id), epoch)
+
+    def forget_sent(self) -> None:
+        """Forget which starts were sent, as a restarted harness's new
+        backend does: a lost claim can then no longer be told from one that
+        was never made."""
+        self._first_sent.clear()
+
+    def wipe_ledger(self, sandbox_id: str) -> None:
+        """A command deletes the task claims of ``sandbox_id``
+        (see :meth:`SimSandbox.wipe_ledger`)."""
+        self._sandboxes[sandbox_id].wipe_ledger()
 
     def _strike(self, effect: SandboxEffect, fault: Fault) -> Outcome:
         after = fault.when == "after"
@@ -372,6 +401,14 @@ class Simulator:
                 if box is not None:
                     box.die(self.clock)
                 raise EffectFailure(Delivery.MAYBE_SENT, "sandbox not found")
+            case FaultKind.LEDGER_WIPED:
+                box = self._addressed(effect)
+                if box is not None and not after:
+                    box.wipe_ledger()
+                self._apply(effect)
+                if box is not None and after:
+                    box.wipe_ledger()
+                raise EffectFailure(Delivery.MAYBE_SENT, "response lost")
             case _:  # pragma: no cover
                 assert_never(fault.kind)
 
@@ -453,7 +490,7 @@ class Simulator:
             if task.request.request_digest != effect.request_digest:
                 return StartRefused(reason="conflict")
             return Started(task_id=effect.task_id, first_launch=False, state=task.state(self.clock))
-        if effect.expect_claim:
+        if effect.expect_claim and not self._never_claimed(box, effect.task_id):
             return StartRefused(reason="claim_lost")
         task = SimTask(
             request=effect, script=self._script_for(box, effect.command), started_at=self.clock
@@ -461,6 +498,13 @@ class Simulator:
         box.tasks[effect.task_id] = task
         self._launches[effect.task_id] += 1
         return Started(task_id=effect.task_id, first_launch=True, state=task.state(self.clock))
+
+    def _never_claimed(self, box: SimSandbox, task_id: str) -> bool:
+        """Whether the sandbox can prove it never held a claim of ``task_id``:
+        its ledger is the one it had when this backend sent the task's first
+        start (one sent expecting no claim), so any claim made since would
+        still be there."""
+        return self._first_sent.get((box.sandbox_id, task_id)) == box.ledger_epoch
 
     def _script_for(self, box: SimSandbox, command: str) -> Script:
         script = self.scripts.get(command)

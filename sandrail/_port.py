@@ -85,6 +85,7 @@ ALLOW = Allow()
 AuthorizeCallback: TypeAlias = Callable[[ToolRequest], PolicyDecision | Awaitable[PolicyDecision]]
 AuthorityCallback: TypeAlias = Callable[[ToolRequest], bool]
 ResolveOwnedCallback: TypeAlias = Callable[[ToolRequest, str], OwnedCommand | None]
+RememberOwnedCallback: TypeAlias = Callable[[ToolRequest, OwnedCommand], object]
 
 _SIDE_EFFECTS = (Ensure, Publish, Start, Cancel)
 
@@ -113,12 +114,14 @@ class ToolPort:
         resolve_owned_command: ResolveOwnedCallback | None,
         artifacts: ArtifactStore | None,
         redact: frozenset[str] = frozenset(),
+        remember_owned_command: RememberOwnedCallback | None = None,
     ) -> None:
         self._settings = settings
         self._backend = backend
         self._authorize = authorize
         self._assert_authority = assert_authority
         self._resolve_owned = resolve_owned_command
+        self._remember_owned = remember_owned_command
         self._artifacts = artifacts
         self._ledger: dict[str, OwnedCommand] = {}
         self._ledger_lock = threading.Lock()
@@ -399,21 +402,33 @@ class _Call:
         if isinstance(effect, CheckAuthority):
             return self._check(effect)
         if isinstance(effect, ResolveOwned):
-            if port._resolve_owned is not None:
-                owned = port._resolve_owned(self.request, effect.task_id)
-                return owned if isinstance(owned, OwnedCommand) else None
             with port._ledger_lock:
-                return port._ledger.get(effect.task_id)
+                mine = port._ledger.get(effect.task_id)
+            if port._resolve_owned is None:
+                return mine
+            owned = port._resolve_owned(self.request, effect.task_id)
+            owned = owned if isinstance(owned, OwnedCommand) else None
+            # Whether a start may have left is this port's own knowledge as
+            # much as the harness's record (C2): for a launch, either counts.
+            launch_knows_more = mine is not None and (
+                owned is None or (mine.launched and not owned.launched)
+            )
+            return mine if effect.for_launch and launch_knows_more else owned
         if isinstance(effect, RememberOwned):
             with port._ledger_lock:
                 known = port._ledger.get(effect.task_id)
-                if known is None or (effect.launched and not known.launched):
-                    port._ledger[effect.task_id] = OwnedCommand(
-                        task_id=effect.task_id,
-                        operation_key=effect.operation_key,
-                        sandbox_id=effect.sandbox_id,
-                        launched=effect.launched or (known is not None and known.launched),
-                    )
+                record = OwnedCommand(
+                    task_id=effect.task_id,
+                    operation_key=effect.operation_key,
+                    sandbox_id=effect.sandbox_id,
+                    launched=effect.launched or (known is not None and known.launched),
+                )
+                if known != record:
+                    port._ledger[effect.task_id] = record
+            if port._remember_owned is not None:
+                # The harness's durable record; if it cannot be written, the
+                # program must not go on to a start it could not reconcile.
+                port._remember_owned(self.request, record)
             return None
         if isinstance(effect, WriteArtifact):
             if port._artifacts is None:
@@ -483,6 +498,7 @@ def command_tools(
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     artifacts: ArtifactStore | None = None,
     resolve_owned_command: ResolveOwnedCallback | None = None,
+    remember_owned_command: RememberOwnedCallback | None = None,
     foreground_timeout_seconds: int = 300,
     background_timeout_seconds: int = 300,
     allow_internet_access: bool = False,
@@ -499,6 +515,13 @@ def command_tools(
       lease; synchronous and fast, asked before and after every step.
     - ``resolve_owned_command(request, task_id)``: optional durable ownership
       lookup; by default the port's own ledger of what it launched.
+    - ``remember_owned_command(request, owned)``: optional; called with each
+      ownership record the port makes (before a start is sent, with
+      ``launched=True``), for the harness to keep durably and answer from
+      ``resolve_owned_command`` after a restart, or to share between the
+      command and code ports of one session. With both, a retry after a
+      restart expects the claim its first start may have made, so even a
+      sandbox whose ledger was deleted never launches it twice (C2).
     - ``artifacts``: optional store for results cut to fit the budget.
     - ``redact``: values to mask in all output from the start (C17), e.g.
       the env values a restarted harness passed to this session's commands
@@ -525,6 +548,7 @@ def command_tools(
         max_output_bytes=max_output_bytes,
         artifacts=artifacts,
         resolve_owned_command=resolve_owned_command,
+        remember_owned_command=remember_owned_command,
         foreground_timeout_seconds=foreground_timeout_seconds,
         background_timeout_seconds=background_timeout_seconds,
         allow_internet_access=allow_internet_access,
@@ -542,6 +566,7 @@ def code_tools(
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     artifacts: ArtifactStore | None = None,
     resolve_owned_command: ResolveOwnedCallback | None = None,
+    remember_owned_command: RememberOwnedCallback | None = None,
     foreground_timeout_seconds: int = 300,
     background_timeout_seconds: int = 300,
     allow_internet_access: bool = False,
@@ -564,6 +589,7 @@ def code_tools(
         max_output_bytes=max_output_bytes,
         artifacts=artifacts,
         resolve_owned_command=resolve_owned_command,
+        remember_owned_command=remember_owned_command,
         foreground_timeout_seconds=foreground_timeout_seconds,
         background_timeout_seconds=background_timeout_seconds,
         allow_internet_access=allow_internet_access,
@@ -595,6 +621,7 @@ def _build(
     max_output_bytes: int,
     artifacts: ArtifactStore | None,
     resolve_owned_command: ResolveOwnedCallback | None,
+    remember_owned_command: RememberOwnedCallback | None,
     foreground_timeout_seconds: int,
     background_timeout_seconds: int,
     allow_internet_access: bool,
@@ -622,6 +649,10 @@ def _build(
         raise TypeError("authorize must be a callable: request -> ALLOW | ApprovalRequired | Deny")
     if not callable(assert_authority):
         raise TypeError("assert_authority must be a callable: request -> bool")
+    if remember_owned_command is not None and not callable(remember_owned_command):
+        raise TypeError(
+            "remember_owned_command must be None or a callable: (request, OwnedCommand) -> None"
+        )
     if resolve_owned_command is not None and not callable(resolve_owned_command):
         raise TypeError(
             "resolve_owned_command must be None or a callable: "
@@ -662,6 +693,7 @@ def _build(
         authorize=authorize,
         assert_authority=assert_authority,
         resolve_owned_command=resolve_owned_command,
+        remember_owned_command=remember_owned_command,
         artifacts=artifacts,
         redact=secrets,
     )

@@ -183,7 +183,10 @@ class _Ports:
         return self._ports[name]
 
     def restart(self) -> None:
+        """The harness restarts: new ports, and a new backend that has not
+        seen which starts the old one sent."""
         self._ports.clear()
+        self.world.sim.forget_sent()
 
 
 def _arguments(world: World, step: Step, handle: PortHandle) -> dict[str, Any]:

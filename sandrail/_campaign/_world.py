@@ -32,6 +32,7 @@ from sandrail.core import (
     Ensure,
     NativeIdentity,
     Outcome,
+    OwnedCommand,
     Publish,
     SandboxEffect,
     Start,
@@ -182,9 +183,14 @@ class World:
         self.stale_launches: list[tuple[CallRecord | None, int, int]] = []
         """Launches whose request fence was below the sandbox's mark (C10)."""
         self.keys: dict[str, set[str]] = {}
+        """Session -> operation keys its launches used."""
         self.read_cursors: dict[str, tuple[int, int]] = {}
         """The cursors the last ``ok`` read of each task returned."""
-        """Session -> operation keys its launches used."""
+        self.durable: dict[tuple[str, str], OwnedCommand] = {}
+        """The harness's durable ownership record, by (session, task id):
+        shared by the command and code ports of a session, and kept across
+        harness restarts (``resolve_owned_command`` and
+        ``remember_owned_command``), as the README recommends."""
         self.recordings: list[Path] = []
         self._recorders: list[Recorder] = []
         self._owner_of: dict[int, tuple[CallRecord | None, SandboxEffect]] = {}
@@ -216,6 +222,13 @@ class World:
             self._recorders.append(recorder)
             backend = recorder
         factory = sandrail.command_tools if tools == "command" else sandrail.code_tools
+
+        def resolve(request: ToolRequest, task: str) -> OwnedCommand | None:
+            return self.durable.get((session_id, task))
+
+        def remember(request: ToolRequest, owned: OwnedCommand) -> None:
+            self.durable[(session_id, owned.task_id)] = owned
+
         port = factory(
             backend=backend,
             session_id=session_id,
@@ -223,6 +236,8 @@ class World:
             authorize=self.harness.authorize,
             assert_authority=self.harness.assert_authority,
             max_output_bytes=self.budget,
+            resolve_owned_command=resolve,
+            remember_owned_command=remember,
         )
         if recorder is not None:
             recorder.attach(port)

@@ -205,6 +205,7 @@ _FAULT_WHEN: Mapping[FaultKind, Literal["before", "after"]] = {
     FaultKind.HANG: "after",
     FaultKind.ABORT: "after",
     FaultKind.SANDBOX_DIES: "after",
+    FaultKind.LEDGER_WIPED: "after",
 }
 
 
