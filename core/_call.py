@@ -12,9 +12,9 @@ import attrs
 from ._budget import SHRINKABLE_FIELDS, BudgetError, fit_to_budget
 from ._canonical import CanonicalJSONError, canonical_json
 from ._contents import (
-    _ARTIFACT_URI_MAX,
     _output_budget_note,
     _uncertain_content,
+    usable_artifact,
 )
 from ._effects import (
     AuthorityReport,
@@ -144,7 +144,7 @@ class _Call:
                 )
             except EffectFailure:
                 stored = None
-            if isinstance(stored, ArtifactRef) and len(stored.uri) <= _ARTIFACT_URI_MAX:
+            if isinstance(stored, ArtifactRef) and usable_artifact(stored):
                 artifact = stored
             stop = yield from self.guard()
             if stop is not None:

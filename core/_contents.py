@@ -10,7 +10,7 @@ import functools
 from typing import Any, Final
 
 from ._budget import fixed_size
-from ._canonical import canonical_json
+from ._canonical import CanonicalJSONError, canonical_json
 from ._definitions import (
     LANGUAGES,
     MAX_TIMEOUT_SECONDS,
@@ -31,6 +31,24 @@ __all__ = ["admission_size"]
 _LONGEST_SANDBOX_ID: Final = "s" * 128
 _LONGEST_TASK_ID: Final = "f" * 64
 _ARTIFACT_URI_MAX: Final = 256
+
+
+def usable_artifact(ref: object) -> bool:
+    """Whether an artifact store's answer fits the room admission reserved
+    for it (C14): a URI whose JSON form is no longer than that of 256 ASCII
+    characters, and a size that is a safe integer. Anything else is treated
+    as no artifact: the result still fits, just without the reference."""
+    if not isinstance(ref, ArtifactRef) or not isinstance(ref.uri, str):
+        return False
+    size = ref.size_bytes
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= _MAX_SAFE_INTEGER:
+        return False
+    try:
+        return len(canonical_json(ref.uri)) <= _ARTIFACT_URI_MAX + 2
+    except CanonicalJSONError:
+        return False
+
+
 _UNCERTAIN_REASONS: Final = (
     ErrorCode.EVIDENCE_INCOMPLETE,
     ErrorCode.SANDBOX_OUTCOME_UNKNOWN,

@@ -243,12 +243,16 @@ def _page(
     if asked_cursor >= end:
         return _Page("", asked_cursor, short=size > end)
     final = not growing and end >= size
-    longest = redactions.longest
     intervals = [(low + start, high + start) for low, high in redactions.intervals(data)]
+    # Where the earliest tail starts that bytes not read yet may complete
+    # into a secret: nothing from there on can be shown yet.
+    pending = None if final else redactions.pending_prefix(data, 0)
+    held = None if pending is None else pending + start
 
     def settled(position: int) -> bool:
-        """Whether no occurrence beyond the bytes given can reach ``position``."""
-        return final or end >= position + longest - 1
+        """Whether no occurrence completed by bytes not read yet can reach
+        back before ``position`` (it would have to start with a held tail)."""
+        return held is None or held >= position
 
     def covering(position: int) -> tuple[int, int] | None:
         for low, high in intervals:
@@ -272,17 +276,12 @@ def _page(
     stop = min(begin + asked_max, end)
     while begin + 1 < stop < end and _continuation(data[stop - start]):
         stop -= 1
-    held = None
-    if not final:
-        pending = redactions.pending_prefix(data, begin - start)
-        if pending is not None:
-            held = pending + start
     while True:  # each rule can only move the end back, but one: see below
         moved = stop
         hit = covering(stop)
         if hit is not None:
-            # Extending to a settled end cannot meet the pending prefix: that
-            # lies within the last L bytes, a settled end before them.
+            # A settled end lies at or before the held tail, so extending to
+            # it is the one move forward, and never past what may not show.
             stop = hit[1] if settled(hit[1]) else hit[0]
         for low, high in intervals:
             if high == stop and not settled(high):

@@ -103,6 +103,7 @@ say) wins over the fault's own failure.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
@@ -257,6 +258,9 @@ class Simulator:
         self._sessions: dict[tuple[str, str], str] = {}
         self._ids = itertools.count(1)
         self._first_sent: dict[tuple[str, str], int] = {}
+        # One effect at a time: a port may be driven from several threads
+        # (or event loops) at once, and the world must stay consistent.
+        self._lock = threading.RLock()
 
     # -- ground truth ------------------------------------------------------
 
@@ -289,10 +293,15 @@ class Simulator:
         """Let ``seconds`` of virtual time pass."""
         if seconds < 0:
             raise ValueError("time does not run backwards")
-        self.clock += seconds
+        with self._lock:
+            self.clock += seconds
 
     def deliver_held(self) -> list[Outcome | EffectFailure]:
         """Apply every held request now, in order; return what each gave."""
+        with self._lock:
+            return self._deliver_held()
+
+    def _deliver_held(self) -> list[Outcome | EffectFailure]:
         results: list[Outcome | EffectFailure] = []
         while self.held:
             effect = self.held.pop(0)
@@ -318,8 +327,12 @@ class Simulator:
             raise TypeError(f"{type(effect).__name__} is a harness effect: the port answers it")
         if not isinstance(effect, Inspect | Ensure | Publish | Start | Wait | Read | Cancel):
             raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
+        with self._lock:
+            return self._receive(effect)
+
+    def _receive(self, effect: SandboxEffect) -> Outcome:
         if self.late_delivery == "next_effect":
-            self.deliver_held()
+            self._deliver_held()
         self.effects_seen.append(effect)
         if not isinstance(effect, Wait):
             self.clock += self.latency
@@ -346,12 +359,14 @@ class Simulator:
         """Forget which starts were sent, as a restarted harness's new
         backend does: a lost claim can then no longer be told from one that
         was never made."""
-        self._first_sent.clear()
+        with self._lock:
+            self._first_sent.clear()
 
     def wipe_ledger(self, sandbox_id: str) -> None:
         """A command deletes the task claims of ``sandbox_id``
         (see :meth:`SimSandbox.wipe_ledger`)."""
-        self._sandboxes[sandbox_id].wipe_ledger()
+        with self._lock:
+            self._sandboxes[sandbox_id].wipe_ledger()
 
     def _strike(self, effect: SandboxEffect, fault: Fault) -> Outcome:
         after = fault.when == "after"

@@ -53,15 +53,19 @@ def _port(
     factory: Callable[..., sandrail.ToolPort], backend: str, session_id: str, budget: int
 ) -> sandrail.ToolPort:
     """A port for one command-line call: this process is the harness, so
-    policy allows the call and the caller holds its authority."""
-    return factory(
-        backend=_backend(backend),
-        session_id=session_id,
-        owner=sandrail.AgentOwner(agent_id=_AGENT),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-        max_output_bytes=budget,
-    )
+    policy allows the call and the caller holds its authority. A value the
+    port refuses is a usage error (exit status 2), never a traceback."""
+    try:
+        return factory(
+            backend=_backend(backend),
+            session_id=session_id,
+            owner=sandrail.AgentOwner(agent_id=_AGENT),
+            authorize=lambda request: sandrail.ALLOW,
+            assert_authority=lambda request: True,
+            max_output_bytes=budget,
+        )
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _emit(result: ToolResult, indent: int | None) -> None:
@@ -130,9 +134,16 @@ def main() -> None:
     """Run shell commands and code snippets in sandboxes, safely.
 
     `run` and `code` print the tool result as JSON (exit status 0 ok, 1 error,
-    3 uncertain, 4 approval required). `simulate` runs the fault campaign on
-    the embedded simulator; `replay` re-runs a recording through the core.
+    2 bad usage, 3 uncertain, 4 approval required). `simulate` runs the fault
+    campaign on the embedded simulator; `replay` re-runs a recording through
+    the core.
     """
+    # Text that cannot be encoded (a lone surrogate in a tampered recording,
+    # say) is printed escaped, never as an encoding traceback.
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            reconfigure(errors="backslashreplace")
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import sandrail
 from sandrail import ToolRequest, ToolResult
-from sandrail.core import Start
+from sandrail.core import OwnedCommand, Start
 from sandrail.interpreters.simulator import FaultPlan, Script, SimulatedHarness, Simulator
 from tests import invariants
 from tests.rig import Mode, Rig
@@ -43,6 +43,7 @@ class PortMachine(RuleBasedStateMachine):
         self.sim = Simulator()
         self.rig = Rig(mode=self.mode, sim=self.sim)
         self.code_rig = Rig(mode=self.mode, sim=self.sim, tools="code")
+        self.record: dict[str, OwnedCommand] = {}
         self.calls = 0
 
     @initialize(plan=fault_plans())
@@ -50,6 +51,7 @@ class PortMachine(RuleBasedStateMachine):
         self.sim = Simulator(
             scripts=SCRIPTS, plan=plan, harness=SimulatedHarness(), late_delivery="manual"
         )
+        self.record = {}
         self.restart_harness()
 
     # -- rules -----------------------------------------------------------------
@@ -94,9 +96,23 @@ class PortMachine(RuleBasedStateMachine):
 
     @rule()
     def restart_harness(self) -> None:
-        """The harness crashes and comes back: new ports, empty ledgers."""
-        self.rig = Rig(mode=self.mode, sim=self.sim, max_output_bytes=BUDGET)
-        self.code_rig = Rig(mode=self.mode, sim=self.sim, tools="code", max_output_bytes=BUDGET)
+        """The harness crashes and comes back: new ports and a new backend
+        (which has not seen what the old one sent). The session's ownership
+        record is durable and shared by its command and code ports, as the
+        README recommends (without it, a command that deletes the sandbox's
+        ledger could make a new port launch its task again)."""
+        self.sim.forget_sent()
+        record = self.record
+        callbacks: dict[str, Any] = {
+            "resolve_owned_command": lambda request, task: record.get(task),
+            "remember_owned_command": lambda request, owned: record.__setitem__(
+                owned.task_id, owned
+            ),
+        }
+        self.rig = Rig(mode=self.mode, sim=self.sim, max_output_bytes=BUDGET, **callbacks)
+        self.code_rig = Rig(
+            mode=self.mode, sim=self.sim, tools="code", max_output_bytes=BUDGET, **callbacks
+        )
 
     # -- the judge ---------------------------------------------------------------
 

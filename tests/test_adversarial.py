@@ -1,0 +1,478 @@
+"""The outside attack of issue 9, replayed against the simulator and the port.
+
+Each test is one break an attacker or a hostile environment found (the item
+number of issue 9 is in the docstring) and names the contract line it proves.
+The same attacks against the real launcher in real bash live with the E2B
+tests; these pin the contract at the port, where every backend shares it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sandrail
+from sandrail import ToolResult
+from sandrail.core import REDACTED, ArtifactRef, ErrorCode, OwnedCommand, Start
+from sandrail.interpreters.replay import Recorder, replay_file
+from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Script, Simulator
+from tests.rig import AGENT, SESSION, Rig
+
+SECRET = "sk-live-0123456789abcdef"
+
+
+def one_fault(effect: str, kind: FaultKind, when: str = "before") -> FaultPlan:
+    return FaultPlan((Fault(effect=effect, kind=kind, when=when),))  # type: ignore[arg-type]
+
+
+# -- at most once (C2) ---------------------------------------------------------
+
+
+def test_c2_item1_a_retry_after_a_lost_answer_never_relaunches_what_wiped_the_ledger() -> None:
+    """Item 1: the Start reached the sandbox, its answer was lost, and the
+    command deleted the ledger (``rm -rf /tmp/*``). The retry on the same port
+    must not launch again: it is uncertain (claim lost)."""
+    rig = Rig(plan=one_fault("Start", FaultKind.RESPONSE_LOST))
+    lost = rig.run("run_command", {"command": "echo once"})
+    assert lost.status == "uncertain"
+    rig.sim.wipe_ledger("sbx-1")
+    for call in range(3):
+        retry = rig.run("run_command", {"command": "echo once"}, call_id=f"retry-{call}")
+        assert retry.status == "uncertain", retry.content
+    assert rig.sim.launches[rig.task_id()] == 1
+
+
+def test_c2_item1_the_same_wipe_through_the_fault_plan() -> None:
+    rig = Rig(plan=one_fault("Start", FaultKind.LEDGER_WIPED, "after"))
+    assert rig.run("run_command", {"command": "echo once"}).status == "uncertain"
+    assert rig.run("run_command", {"command": "echo once"}, call_id="c2").status == "uncertain"
+    assert rig.sim.launches[rig.task_id()] == 1
+
+
+def test_c2_a_start_that_never_arrived_is_launched_by_the_retry_exactly_once() -> None:
+    """The other side of expecting the claim: when the sandbox can prove it
+    never held one (its ledger is the one it had when the first start was
+    sent), the retry launches, decisively, and a late copy adds nothing."""
+    rig = Rig(plan=one_fault("Start", FaultKind.HANG))
+    assert rig.run("run_command", {"command": "echo once"}).status == "uncertain"
+    retry = rig.run("run_command", {"command": "echo once"}, call_id="c2")
+    assert retry.status == "ok", retry.content
+    assert rig.sim.launches[rig.task_id()] == 1
+
+
+def test_c2_a_restarted_port_with_a_durable_record_never_relaunches_after_a_wipe() -> None:
+    """A harness restart forgets what the old backend sent; with the durable
+    ownership record (resolve/remember callbacks) the new port still expects
+    the claim, and a sandbox without it launches nothing."""
+    durable: dict[str, OwnedCommand] = {}
+
+    def ports(sim: Simulator | None = None) -> Rig:
+        return Rig(
+            sim=sim,
+            plan=one_fault("Start", FaultKind.RESPONSE_LOST),
+            resolve_owned_command=lambda request, task: durable.get(task),
+            remember_owned_command=lambda request, owned: durable.__setitem__(owned.task_id, owned),
+        )
+
+    first = ports()
+    assert first.run("run_command", {"command": "echo once"}).status == "uncertain"
+    first.sim.wipe_ledger("sbx-1")
+    first.sim.forget_sent()  # the new harness process has a new backend
+    second = ports(first.sim)
+    retry = second.run("run_command", {"command": "echo once"}, call_id="after-restart")
+    assert retry.status == "uncertain", retry.content
+    assert first.sim.launches[first.task_id()] == 1
+
+
+def test_c2_a_failing_durable_record_stops_the_launch_before_the_start() -> None:
+    def broken(request: Any, owned: OwnedCommand) -> None:
+        raise OSError("disk full")
+
+    rig = Rig(remember_owned_command=broken)
+    result = rig.run("run_command", {"command": "echo once"})
+    assert result.status == "uncertain"  # the sandbox was ensured: a side effect
+    assert not any(isinstance(effect, Start) for effect in rig.sim.effects_seen)
+    assert rig.sim.launches == {}
+
+
+@pytest.mark.parametrize("threads", [8])
+def test_c2_item3_one_port_from_many_threads_launches_once(threads: int) -> None:
+    """Item 3: execute_sync from 8 threads with one operation key."""
+    rig = Rig(scripts={"work": Script.prints("done\n", duration=1)})
+    results: list[ToolResult] = []
+    barrier = threading.Barrier(threads)
+
+    def call(n: int) -> None:
+        request = rig.request("run_command", {"command": "work"}, call_id=f"t{n}")
+        barrier.wait()
+        results.append(rig.port.execute_sync(request))
+
+    workers = [threading.Thread(target=call, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert len(results) == threads
+    assert all(result.status == "ok" for result in results), [r.content for r in results]
+    assert sum(not result.content["deduplicated"] for result in results) == 1
+    assert rig.sim.launches[rig.task_id()] == 1
+    assert len({effect.sandbox_id for effect in rig.sim.applied if isinstance(effect, Start)}) == 1
+
+
+def test_c2_item3_concurrent_tasks_on_one_loop_launch_once() -> None:
+    sim = Simulator(scripts={"work": Script.prints("done\n", duration=1)})
+
+    class Async:
+        asynchronous = True
+
+        async def __call__(self, effect: Any) -> Any:
+            await asyncio.sleep(0)
+            return sim(effect)
+
+    rig = Rig(sim=sim)
+    port = sandrail.command_tools(
+        backend=Async(),
+        session_id=SESSION,
+        owner=sandrail.AgentOwner(agent_id=AGENT),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+
+    async def main() -> list[ToolResult]:
+        requests = [
+            attrs_evolve(rig.request("run_command", {"command": "work"}, call_id=f"a{n}"), port)
+            for n in range(8)
+        ]
+        return await asyncio.gather(*(port.execute(request) for request in requests))
+
+    results = asyncio.run(main())
+    assert all(result.status == "ok" for result in results)
+    assert sim.launches[rig.task_id()] == 1
+
+
+def attrs_evolve(request: sandrail.ToolRequest, port: sandrail.ToolPort) -> sandrail.ToolRequest:
+    import attrs
+
+    return attrs.evolve(request, definition=port.definition(request.call.name), cancel=None)
+
+
+# -- secrets (C17) -------------------------------------------------------------
+
+
+def _prints_secret(rig: Rig) -> str:
+    result = rig.run(
+        "run_command",
+        {"command": "serve", "background": True, "env": {"TOKEN": SECRET}},
+        key="op-bg",
+    )
+    assert result.status == "ok"
+    return rig.task_id("op-bg")
+
+
+def _pages(rig: Rig, task: str, size: int, *, key_prefix: str = "page") -> list[str]:
+    cursor, pages = 0, []
+    for n in range(40):
+        page = rig.run(
+            "read_command_output",
+            {"task_id": task, "stdout_cursor": cursor, "max_bytes": size},
+            key=f"{key_prefix}-{n}",
+            call_id=f"{key_prefix}-{n}",
+        )
+        assert page.status == "ok", page.content
+        pages.append(page.content["stdout"])
+        if page.content["stdout_cursor"] == cursor and not page.content["output_may_be_truncated"]:
+            break
+        cursor = page.content["stdout_cursor"]
+    return pages
+
+
+@pytest.mark.parametrize("size", [4, 5, 7, 8, 11, 16, 64])
+def test_c17_item4_paging_never_unmasks(size: int) -> None:
+    """Item 4: a whole read shows AAAA<redacted>BBBB; pages of any size show
+    it masked too, never split across two pages in clear."""
+    rig = Rig(scripts={"serve": Script.hangs(f"AAAA{SECRET}BBBB\n")})
+    task = _prints_secret(rig)
+    pages = _pages(rig, task, size)
+    joined = "".join(pages)
+    assert joined == f"AAAA{REDACTED}BBBB\n"
+    assert SECRET[:4] not in joined
+
+
+def test_c17_item4_a_cursor_computed_into_the_secret_shows_none_of_it() -> None:
+    rig = Rig(scripts={"serve": Script.hangs(f"AAAA{SECRET}BBBB\n")})
+    task = _prints_secret(rig)
+    for cursor in range(4, 4 + len(SECRET)):
+        page = rig.run(
+            "read_command_output",
+            {"task_id": task, "stdout_cursor": cursor, "max_bytes": 64},
+            key=f"guess-{cursor}",
+        )
+        assert page.content["stdout"] in ("BBBB\n", f"{REDACTED}BBBB\n"), cursor
+
+
+def test_c17_item5_a_restarted_port_masks_what_the_harness_hands_it() -> None:
+    """Item 5: a new port on the same session (durable resolver) read a task
+    launched with env and showed the value; ``redact=`` gives it back."""
+    first = Rig(scripts={"serve": Script.hangs(f"token {SECRET}\n")})
+    task = _prints_secret(first)
+    durable = dict(first.port.owned_commands)
+    unaware = Rig(sim=first.sim, resolve_owned_command=lambda request, t: durable.get(t))
+    shown = unaware.run("read_command_output", {"task_id": task}, key="read-1")
+    assert SECRET in shown.content["stdout"]  # what the item saw: the port cannot know
+    told = Rig(
+        sim=first.sim,
+        resolve_owned_command=lambda request, t: durable.get(t),
+        redact=[SECRET],
+    )
+    masked = told.run("read_command_output", {"task_id": task}, key="read-2")
+    assert masked.content["stdout"] == f"token {REDACTED}\n"
+
+
+def test_c17_redact_refuses_values_that_would_mask_ordinary_text() -> None:
+    with pytest.raises(ValueError, match="at least 8"):
+        Rig(redact=["1234"])
+    with pytest.raises(TypeError, match="iterable of strings"):
+        Rig(redact=SECRET)
+
+
+def test_c17_item9_cassettes_hold_no_secret_even_split_across_reads(tmp_path: Path) -> None:
+    """Item 9: joining consecutive recorded Read outcomes gave back env values
+    and named secrets. Reads are masked below the recorder now."""
+    named = "named-secret-42-xyz"
+    sim = Simulator(scripts={"serve": Script.hangs(f"AA{SECRET}BB{named}CC\n")})
+    path = tmp_path / "session.jsonl"
+    recorder = Recorder(sim, path, secrets=[named])
+    rig = Rig(sim=sim)
+    port = sandrail.command_tools(
+        backend=recorder,
+        session_id=SESSION,
+        owner=sandrail.AgentOwner(agent_id=AGENT),
+        authorize=rig.harness.authorize,
+        assert_authority=rig.harness.assert_authority,
+    )
+    recorder.attach(port)
+    rig.port = port
+    task = _prints_secret(rig)
+    pages = _pages(rig, task, 6)
+    recorder.close()
+    text = path.read_text(encoding="utf-8")
+    reads = [
+        json.loads(line)["outcome"]["stdout"]
+        for line in text.splitlines()
+        if '"type": "Read"' in line and '"outcome"' in line
+    ]
+    assert reads
+    for value in (SECRET, named):
+        assert value not in text
+        assert value not in "".join(reads)
+        assert value[:6] not in "".join(reads)
+    assert "".join(pages) == f"AA{REDACTED}BB{REDACTED}CC\n"
+    assert replay_file(path).calls == 1 + len(pages)
+
+
+# -- never raises (items 10, 11) ---------------------------------------------
+
+
+class _Exploding:
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"no {name} here")
+
+    def __call__(self, effect: Any) -> Any:
+        raise RuntimeError("boom")
+
+
+def test_item10_a_backend_whose_attributes_raise_gives_a_result() -> None:
+    port = sandrail.command_tools(
+        backend=_Exploding(),
+        session_id=SESSION,
+        owner=sandrail.AgentOwner(agent_id=AGENT),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    request = Rig().request("run_command", {"command": "echo x"})
+    request = attrs_evolve(request, port)
+    result = port.execute_sync(request)
+    assert result.status == "error"
+    assert result.content["executed"] is False
+    assert asyncio.run(port.execute(request)).status == "error"
+
+
+def test_item10_a_layered_backend_whose_finish_raises_keeps_the_result() -> None:
+    sim = Simulator()
+
+    class Layered:
+        def open_call(self, request: Any, answer: Any, mask_reads: Any) -> Any:
+            inner = mask_reads(sim)
+
+            class Call:
+                def __call__(self, effect: Any) -> Any:
+                    return answer(effect) if type(effect).__name__ in _HARNESS else inner(effect)
+
+                def __getattr__(self, name: str) -> Any:
+                    raise RuntimeError("finish lookup explodes")
+
+            return Call()
+
+        def __call__(self, effect: Any) -> Any:
+            return sim(effect)
+
+    rig = Rig()
+    port = sandrail.command_tools(
+        backend=Layered(),
+        session_id=SESSION,
+        owner=sandrail.AgentOwner(agent_id=AGENT),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    result = port.execute_sync(
+        attrs_evolve(rig.request("run_command", {"command": "echo x"}), port)
+    )
+    assert result.status == "ok"
+
+
+_HARNESS = {"Authorize", "CheckAuthority", "ResolveOwned", "RememberOwned", "WriteArtifact"}
+
+
+class _TwoFaced(Mapping[str, Any]):
+    """Arguments that show one face to the first reader and another after."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def _face(self) -> dict[str, Any]:
+        self.reads += 1
+        if self.reads == 1:
+            return {"command": "echo checked"}
+        return {"command": "echo EVIL", "background": True, "env": {"X_TOKEN": SECRET}}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._face()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._face())
+
+    def __len__(self) -> int:
+        return len(self._face())
+
+    def items(self) -> Any:
+        return self._face().items()
+
+
+def test_c9_item11_arguments_are_read_once_and_only_that_copy_runs() -> None:
+    """Item 11: a mapping that answers differently on each read launched env
+    and background mode neither the schema check nor the drift digest saw."""
+    rig = Rig()
+    request = rig.request("run_command", {})
+    request = attrs_evolve_call(request, _TwoFaced())
+    result = rig.port.execute_sync(request)
+    for effect in rig.sim.applied:
+        if isinstance(effect, Start):
+            assert effect.command == "echo checked"
+            assert not effect.env
+    assert SECRET not in json.dumps(result.content)
+    assert result.status in ("error", "uncertain", "ok")
+    if result.status == "error":
+        assert result.content["error_type"] == ErrorCode.REQUEST_DRIFTED.value
+
+
+def attrs_evolve_call(request: sandrail.ToolRequest, arguments: Any) -> sandrail.ToolRequest:
+    import attrs
+
+    return attrs.evolve(request, call=attrs.evolve(request.call, arguments=arguments))
+
+
+def test_c5_arguments_that_are_not_a_json_object_are_refused() -> None:
+    rig = Rig()
+    for arguments in (["command", "x"], {"command": object()}, {1: "x"}, "echo x"):
+        request = attrs_evolve_call(rig.request("sandbox_status"), arguments)
+        result = rig.port.execute_sync(request)
+        assert result.status == "error", arguments
+        assert result.content["error_type"] == ErrorCode.ARGUMENTS_INVALID.value
+    assert rig.sim.effects_seen == []
+
+
+# -- artifacts (also seen) -------------------------------------------------------
+
+
+class _Store:
+    def __init__(self, ref: ArtifactRef) -> None:
+        self.ref = ref
+
+    def write(self, key: str, content: str, media_type: str) -> ArtifactRef:
+        return self.ref
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        ArtifactRef(uri="mem://x", size_bytes=10**30),
+        ArtifactRef(uri="mem://x", size_bytes=-1),
+        ArtifactRef(uri="é" * 200, size_bytes=5),
+        ArtifactRef(uri='"' * 200, size_bytes=5),
+    ],
+)
+def test_c12_c15_an_artifact_store_answer_that_cannot_fit_is_dropped_not_fatal(
+    ref: ArtifactRef,
+) -> None:
+    """An ok launch was reported uncertain because a store's huge size_bytes
+    made the second fit raise; a URI was checked in characters, not bytes."""
+    rig = Rig(
+        scripts={"chatty": Script.prints("x" * 50_000)},
+        artifacts=_Store(ref),
+        max_output_bytes=2_000,
+    )
+    result = rig.run("run_command", {"command": "chatty"})
+    assert result.status == "ok", result.content
+    assert result.content["output_budget"] == {"truncated": True}
+    assert len(sandrail.canonical_json(result.content)) <= 2_000
+
+
+# -- the command line (item 12) --------------------------------------------------
+
+
+def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sandrail", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input=stdin,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("run", "--session", " ", "--", "echo", "hi"),
+        ("run", "--session", "", "--", "echo", "hi"),
+        ("run", "--max-output-bytes", "12", "--", "echo"),
+        ("run", "--env", "=x", "--", "env"),
+        ("code", "/nonexistent/file.py"),
+        ("replay", "/nonexistent.jsonl"),
+    ],
+)
+def test_item12_bad_cli_input_is_one_line_and_a_documented_status(args: tuple[str, ...]) -> None:
+    done = _cli(*args)
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].lower().startswith("error:")
+
+
+def test_item12_a_tampered_cassette_with_a_lone_surrogate_is_reported_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    golden = Path(__file__).parent / "golden" / "foreground.jsonl"
+    text = golden.read_text(encoding="utf-8").replace("hello golden", "hello \\udc80 golden")
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text(text, encoding="utf-8")
+    done = _cli("replay", str(tampered))
+    assert done.returncode in (1, 2), done
+    assert "Traceback" not in done.stderr + done.stdout
