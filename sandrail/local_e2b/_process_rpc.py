@@ -157,16 +157,15 @@ class ProcessService(Process):
         process = self._launch(request)
         sandbox = CURRENT_SANDBOX.get()
         deadline = ctx.timeout_ms
-        on_deadline = None
         if deadline is not None:
-            on_deadline = lambda: self._deadline(sandbox, process)  # noqa: E731
+            # Like envd's process context: the deadline kills the command
+            # whether or not anyone still watches the stream.
+            timer = asyncio.get_running_loop().call_later(
+                max(0.0, deadline / 1000), self._deadline, sandbox, process
+            )
+            process.exit_future.add_done_callback(lambda _: timer.cancel())
         async for event in _follow(
-            sandbox,
-            process,
-            pb.StartResponse,
-            _keepalive(ctx, self._keepalive),
-            deadline,
-            on_deadline,
+            sandbox, process, pb.StartResponse, _keepalive(ctx, self._keepalive), deadline
         ):
             yield event
 
@@ -187,12 +186,7 @@ class ProcessService(Process):
         process = self._find(request.process)
         sandbox = CURRENT_SANDBOX.get()
         async for event in _follow(
-            sandbox,
-            process,
-            pb.ConnectResponse,
-            _keepalive(ctx, self._keepalive),
-            ctx.timeout_ms,
-            None,
+            sandbox, process, pb.ConnectResponse, _keepalive(ctx, self._keepalive), ctx.timeout_ms
         ):
             yield event
 
@@ -261,7 +255,6 @@ async def _follow(
     response: type[Any],
     keepalive: float,
     deadline_ms: float | None,
-    on_deadline: Any,
 ) -> AsyncIterator[Any]:
     """The events of one stream watching ``process`` (see module doc)."""
     queue = process.watch()
@@ -276,8 +269,6 @@ async def _follow(
                 event = await asyncio.wait_for(queue.get(), max(0.0, wait))
             except TimeoutError:
                 if deadline is not None and time.monotonic() >= deadline:
-                    if on_deadline is not None:
-                        on_deadline()
                     raise ConnectError(
                         Code.DEADLINE_EXCEEDED, "the command's deadline passed"
                     ) from None

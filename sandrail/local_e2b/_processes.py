@@ -73,7 +73,7 @@ class RunningProcess:
         self.tag = tag
         self.started_at = time.time()
         self.exit: Exit | None = None
-        self._exit_future = exit_future
+        self.exit_future = exit_future
         self._fds = {"stdout": stdout, "stderr": stderr}
         self._stdin = stdin
         self._watchers: list[asyncio.Queue[Event]] = []
