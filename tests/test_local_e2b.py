@@ -45,7 +45,10 @@ def sandbox(server: LocalE2B) -> Iterator[e2b.Sandbox]:
 
 def test_create_answers_what_the_sdk_needs_and_records_it(server: LocalE2B) -> None:
     made = e2b.Sandbox.create(
-        template="base", metadata={"team": "a b&c=d/é"}, envs={"GREETING": "hello"}, timeout=120,
+        template="base",
+        metadata={"team": "a b&c=d/é"},
+        envs={"GREETING": "hello"},
+        timeout=120,
         **server.sdk_options,
     )
     info = made.get_info()
@@ -78,7 +81,8 @@ def test_list_filters_by_metadata_and_pages_with_next_token(server: LocalE2B) ->
         while paginator.has_next:
             pages.append([info.sandbox_id for info in paginator.next_items()])
         assert [len(page) for page in pages] == [2, 1]
-        assert sorted(sum(pages, [])) == sorted(s.sandbox_id for s in made)
+        listed = [sandbox_id for page in pages for sandbox_id in page]
+        assert sorted(listed) == sorted(s.sandbox_id for s in made)
         paused = e2b.Sandbox.list(
             query=e2b.SandboxQuery(metadata=tag, state=[e2b.SandboxState.PAUSED]),
             **server.sdk_options,
@@ -128,10 +132,7 @@ def test_concurrent_creates_with_one_key_make_one_sandbox(server: LocalE2B) -> N
 
     async def create_many() -> set[str]:
         made = await asyncio.gather(
-            *[
-                e2b.AsyncSandbox.create(idempotency_key=key, **server.sdk_options)
-                for _ in range(6)
-            ]
+            *[e2b.AsyncSandbox.create(idempotency_key=key, **server.sdk_options) for _ in range(6)]
         )
         return {box.sandbox_id for box in made}
 
@@ -231,9 +232,11 @@ def test_streams_carry_keepalives(server: LocalE2B, sandbox: e2b.Sandbox) -> Non
     )
     kinds = []
     for response in client.start(request, timeout_ms=5000):
-        assert response.event is not None and isinstance(response.event.event, Oneof)
+        assert response.event is not None
+        assert isinstance(response.event.event, Oneof)
         kinds.append(response.event.event.field)
-    assert kinds[0] == "start" and kinds[-1] == "end"
+    assert kinds[0] == "start"
+    assert kinds[-1] == "end"
     assert kinds.count("keepalive") >= 2
 
 
@@ -249,6 +252,26 @@ def test_a_bad_cwd_is_refused_and_nothing_runs(server: LocalE2B, sandbox: e2b.Sa
     assert server.truth().launches("bad-cwd-test") == ()
 
 
+def test_a_daemon_that_left_the_process_group_dies_with_its_sandbox(server: LocalE2B) -> None:
+    made = e2b.Sandbox.create(**server.sdk_options)
+    made.commands.run("setsid sleep 300 > /dev/null 2>&1 & echo $! > /tmp/daemon")
+    daemon = int(made.files.read("/tmp/daemon"))
+    assert not gone(daemon)
+    made.kill()
+    assert wait_until(lambda: gone(daemon))
+
+
+def test_bad_input_is_refused_not_crashed_on(server: LocalE2B, sandbox: e2b.Sandbox) -> None:
+    with pytest.raises(e2b.InvalidArgumentException):
+        sandbox.commands.run("echo x", envs={"BAD": "nul\x00byte"})
+    sandbox.commands.run("mkfifo /tmp/fifo")
+    with pytest.raises(e2b.InvalidArgumentException):
+        sandbox.files.read("/tmp/fifo")  # would block a naive server forever
+    with pytest.raises(e2b.SandboxException):
+        sandbox.files.write("/tmp/fifo", "x")
+    assert sandbox.commands.run("echo still-serving").stdout == "still-serving\n"
+
+
 # -- users and isolation --------------------------------------------------------
 
 
@@ -262,9 +285,7 @@ def test_users_homes_and_default_cwd(server: LocalE2B, sandbox: e2b.Sandbox) -> 
 
 
 def test_user_cannot_read_or_delete_a_root_only_directory(sandbox: e2b.Sandbox) -> None:
-    sandbox.commands.run(
-        "mkdir -m 700 /tmp/.ledger && echo claim > /tmp/.ledger/task", user="root"
-    )
+    sandbox.commands.run("mkdir -m 700 /tmp/.ledger && echo claim > /tmp/.ledger/task", user="root")
     for attack in ("cat /tmp/.ledger/task", "rm -rf /tmp/.ledger", "ls /tmp/.ledger"):
         with pytest.raises(e2b.CommandExitException):
             sandbox.commands.run(attack)
@@ -333,7 +354,7 @@ def test_paths_resolve_inside_the_sandbox(sandbox: e2b.Sandbox) -> None:
     with pytest.raises(e2b.SandboxException):
         sandbox.files.write("/etc/passwd", "x", user="root")
     with open("/etc/passwd", encoding="utf-8") as host:
-        assert "x" != host.read()
+        assert host.read() != "x"
 
 
 # -- envd auth and routing (raw HTTP) ----------------------------------------------
@@ -353,11 +374,13 @@ def test_envd_needs_the_sandbox_token_and_a_live_sandbox(
         crossed = {**own, "E2b-Sandbox-Id": other.sandbox_id}
         assert httpx.get(url, params={"path": "/etc/hostname"}, headers=crossed).status_code == 401
         answer = httpx.get(url, headers={**own, "E2b-Sandbox-Id": "inothere"})
-        assert answer.status_code == 502 and "was not found" in answer.json()["message"]
+        assert answer.status_code == 502
+        assert "was not found" in answer.json()["message"]
         ranged = httpx.get(
             url, params={"path": "/etc/hostname"}, headers={**own, "Range": "bytes=0-1"}
         )
-        assert ranged.status_code == 206 and len(ranged.content) == 2
+        assert ranged.status_code == 206
+        assert len(ranged.content) == 2
     finally:
         other.kill()
 
@@ -367,4 +390,5 @@ def test_ground_truth_records_requests_by_route(server: LocalE2B, sandbox: e2b.S
     routes = [r.route for r in server.truth().requests if r.sandbox_id == sandbox.sandbox_id]
     assert "POST /process.Process/Start" in routes
     create = [r for r in server.truth().requests if r.route == "POST /v2/sandboxes"]
-    assert create and all(r.status in (201, 401) for r in create if r.fault is None)
+    assert create
+    assert all(r.status in (201, 401) for r in create if r.fault is None)

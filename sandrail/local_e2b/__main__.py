@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keepalive-seconds", type=float, default=None)
     parser.add_argument("--signal-scope", default="group", choices=["group", "process"])
     parser.add_argument("--max-upload-bytes", type=int, default=256 * 1024 * 1024)
+    parser.add_argument("--stop-on-stdin-eof", action="store_true")
     args = parser.parse_args(argv)
     options = ServerOptions(
         state_dir=args.state_dir,
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         keepalive_seconds=args.keepalive_seconds,
         signal_scope=args.signal_scope,
         max_upload_bytes=args.max_upload_bytes,
+        stop_on_stdin_eof=args.stop_on_stdin_eof,
     )
 
     def ready(info: ServerInfo) -> None:

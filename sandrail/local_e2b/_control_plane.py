@@ -67,7 +67,11 @@ class ControlPlane:
             status, value, headers = 413, {"code": 413, "message": str(exc)}, []
         except Exception as exc:  # an answer the SDK can parse, and the trace on stderr
             traceback.print_exc()
-            status, value, headers = 500, {"code": 500, "message": f"{type(exc).__name__}: {exc}"}, []
+            status, value, headers = (
+                500,
+                {"code": 500, "message": f"{type(exc).__name__}: {exc}"},
+                [],
+            )
         await send_json(send, status, value, headers)
 
     async def _body(self, receive: Receive) -> dict[str, Any]:
@@ -88,7 +92,7 @@ class ControlPlane:
             raise SandboxError(401, "Invalid API key")
         path = scope["path"]
         route = route_of(scope["method"], path)
-        sandbox_id = path.rstrip("/").split("/")[3 if path.startswith("/v2/") else 2:][:1]
+        sandbox_id = path.rstrip("/").split("/")[3 if path.startswith("/v2/") else 2 :][:1]
         boxes = self._sandboxes
         if route is Route.CREATE:
             key = header(scope, "idempotency-key")

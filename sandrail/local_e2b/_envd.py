@@ -26,7 +26,11 @@ __all__ = ["Envd", "not_found_body"]
 
 def not_found_body(sandbox_id: str) -> dict[str, Any]:
     """The edge's answer for a sandbox that is not running."""
-    return {"code": 502, "message": f"The sandbox {sandbox_id} was not found", "sandboxId": sandbox_id}
+    return {
+        "code": 502,
+        "message": f"The sandbox {sandbox_id} was not found",
+        "sandboxId": sandbox_id,
+    }
 
 
 def _basic_user(value: str | None) -> str | None:

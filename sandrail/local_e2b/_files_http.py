@@ -12,6 +12,7 @@ streamed to disk, never held whole; a body that inflates past
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -79,7 +80,8 @@ async def read_file(scope: Scope, receive: Receive, send: Send, sandbox: Sandbox
         params = query(scope)
         path = _path(params.get("path"), _user(sandbox, params))
         try:
-            fd = sandbox.files.open(path, os.O_RDONLY)
+            # O_NONBLOCK: opening a FIFO a command made must not stall the server.
+            fd = sandbox.files.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 raise _Refused(404, f"path '{path}' does not exist") from exc
@@ -91,6 +93,9 @@ async def read_file(scope: Scope, receive: Receive, send: Send, sandbox: Sandbox
         info = os.fstat(fd)
         if stat_module.S_ISDIR(info.st_mode):
             await _answer_error(send, _Refused(400, f"path '{path}' is a directory"))
+            return
+        if not stat_module.S_ISREG(info.st_mode):
+            await _answer_error(send, _Refused(400, f"path '{path}' is not a regular file"))
             return
         await _send_file(scope, send, fd, info.st_size)
     finally:
@@ -150,8 +155,7 @@ class _Sink:
         if any(entry["path"] == path for entry in self.done) or path == self.path:
             raise _Refused(
                 400,
-                "you cannot upload multiple files to the same path "
-                f"'{path}' in one upload request",
+                f"you cannot upload multiple files to the same path '{path}' in one upload request",
             )
         try:
             self.fd = self.sandbox.files.create_file(path, self.user.uid, self.user.gid)
@@ -174,17 +178,17 @@ class _Sink:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-            self.done.append({"path": self.path, "name": os.path.basename(self.path), "type": "file"})
+            self.done.append(
+                {"path": self.path, "name": os.path.basename(self.path), "type": "file"}
+            )
             self.path = ""
 
     def abort(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-            try:
+            with contextlib.suppress(OSError):
                 self.sandbox.files.remove(self.path)
-            except OSError:
-                pass
 
 
 async def _inflated(scope: Scope, receive: Receive, limit: int) -> AsyncIterator[bytes]:

@@ -143,7 +143,13 @@ class FsView:
         self.ensure_dirs(posixpath.dirname(path), uid, gid)
         if self.exists(path) and stat_module.S_ISDIR(self.stat(path).st_mode):
             raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
-        fd = self.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # O_NONBLOCK: a FIFO must not stall the server; only regular files are written.
+        fd = self.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        if not stat_module.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
         os.fchown(fd, uid, gid)
         return fd
 
@@ -171,9 +177,12 @@ class FsView:
     def move(self, source: str, destination: str, uid: int, gid: int) -> None:
         """Rename ``source`` to ``destination``, making its parents."""
         self.ensure_dirs(posixpath.dirname(destination), uid, gid)
-        with self.parent(source) as (src_fd, src_name), self.parent(destination) as (
-            dst_fd,
-            dst_name,
+        with (
+            self.parent(source) as (src_fd, src_name),
+            self.parent(destination) as (
+                dst_fd,
+                dst_name,
+            ),
         ):
             os.stat(src_name, dir_fd=src_fd, follow_symlinks=False)
             os.rename(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
@@ -244,7 +253,9 @@ class FsView:
             for name in names:
                 try:
                     info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                    target = os.readlink(name, dir_fd=fd) if stat_module.S_ISLNK(info.st_mode) else None
+                    target = (
+                        os.readlink(name, dir_fd=fd) if stat_module.S_ISLNK(info.st_mode) else None
+                    )
                 except OSError:
                     continue
                 found.append((name, info, target))

@@ -28,6 +28,7 @@ is found again by its mount namespace, which is how a sandbox is killed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import os
 import shutil
@@ -160,9 +161,7 @@ class SandboxRoot:
     namespace and removes the directories.
     """
 
-    def __init__(
-        self, isolation: Isolation, directory: Path, number: int, reaper: Reaper
-    ) -> None:
+    def __init__(self, isolation: Isolation, directory: Path, number: int, reaper: Reaper) -> None:
         self.isolation = isolation
         self.directory = directory
         self._reaper = reaper
@@ -295,10 +294,8 @@ async def _first_line(fd: int, timeout: float) -> bytes:
 
 
 def _kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def processes_in_namespace(namespace: tuple[int, int]) -> Iterator[int]:

@@ -43,7 +43,8 @@ _SIGNALS = {pb.Signal.SIGKILL: signal.SIGKILL, pb.Signal.SIGTERM: signal.SIGTERM
 
 
 def _event(response: type[Any], name: str, value: Any) -> Any:
-    return response(event=pb.ProcessEvent(event=Oneof(name, value)))
+    oneof: Any = Oneof(name, value)
+    return response(event=pb.ProcessEvent(event=oneof))
 
 
 def _start_event(response: type[Any], pid: int) -> Any:
@@ -76,17 +77,17 @@ class ProcessService(Process):
     def _find(self, selector: pb.ProcessSelector | None) -> RunningProcess:
         sandbox = CURRENT_SANDBOX.get()
         chosen = selector.selector if selector is not None else None
-        match chosen:
-            case Oneof(field="pid", value=pid):
-                found = sandbox.processes.get(pid)
-                if found is None:
-                    raise ConnectError(Code.NOT_FOUND, f"process with pid {pid} not found")
-                return found
-            case Oneof(field="tag", value=tag):
-                found = sandbox.processes.by_tag(tag)
-                if found is None:
-                    raise ConnectError(Code.NOT_FOUND, f"process with tag {tag} not found")
-                return found
+        value = None if chosen is None else chosen.value
+        if isinstance(value, int):
+            found = sandbox.processes.get(value)
+            if found is None:
+                raise ConnectError(Code.NOT_FOUND, f"process with pid {value} not found")
+            return found
+        if isinstance(value, str):
+            found = sandbox.processes.by_tag(value)
+            if found is None:
+                raise ConnectError(Code.NOT_FOUND, f"process with tag {value} not found")
+            return found
         raise ConnectError(Code.INVALID_ARGUMENT, "a process selector (pid or tag) is required")
 
     async def list(self, request: pb.ListRequest, ctx: Any, /) -> pb.ListResponse:
@@ -136,7 +137,7 @@ class ProcessService(Process):
                 tag=tag,
                 stdin=stdin,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in argv or env
             raise ConnectError(Code.INVALID_ARGUMENT, f"error starting process: {exc}") from exc
         args = list(config.args)
         command = args[-1] if len(args) >= 2 and args[-2] == "-c" else " ".join([config.cmd, *args])
@@ -199,13 +200,13 @@ class ProcessService(Process):
     ) -> pb.StreamInputResponse:
         process: RunningProcess | None = None
         async for message in request:
-            match message.event:
-                case Oneof(field="start", value=start):
-                    process = self._find(start.process)
-                case Oneof(field="data", value=data):
-                    if process is None:
-                        raise ConnectError(Code.INVALID_ARGUMENT, "data before the start event")
-                    await self._write(process, data.input)
+            value = None if message.event is None else message.event.value
+            if isinstance(value, pb.StreamInputRequest.StartEvent):
+                process = self._find(value.process)
+            elif isinstance(value, pb.StreamInputRequest.DataEvent):
+                if process is None:
+                    raise ConnectError(Code.INVALID_ARGUMENT, "data before the start event")
+                await self._write(process, value.input)
         return pb.StreamInputResponse()
 
     async def _write(self, process: RunningProcess, given: pb.ProcessInput | None) -> None:
@@ -267,6 +268,7 @@ async def _follow(
                 wait = min(wait, deadline - time.monotonic())
             try:
                 event = await asyncio.wait_for(queue.get(), max(0.0, wait))
+                process.drained(queue)
             except TimeoutError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise ConnectError(
@@ -275,7 +277,8 @@ async def _follow(
                 yield _event(response, "keepalive", pb.ProcessEvent.KeepAlive())
                 continue
             if isinstance(event, Output):
-                data = pb.ProcessEvent.DataEvent(output=Oneof(event.stream, event.data))
+                output: Any = Oneof(event.stream, event.data)
+                data = pb.ProcessEvent.DataEvent(output=output)
                 yield _event(response, "data", data)
             elif not sandbox.alive:
                 # E2B's edge loses the connection when the sandbox dies; it

@@ -28,6 +28,7 @@ from ._reaper import Exit, Reaper
 __all__ = ["Output", "ProcessTable", "RunningProcess", "StdinError"]
 
 _CHUNK = 32 * 1024
+_BACKLOG = 256  # chunks (8 MiB) queued for a slow watcher before reading pauses
 
 
 class StdinError(RuntimeError):
@@ -77,6 +78,7 @@ class RunningProcess:
         self._fds = {"stdout": stdout, "stderr": stderr}
         self._stdin = stdin
         self._watchers: list[asyncio.Queue[Event]] = []
+        self._paused = False
         self.ended = asyncio.Event()
 
     def watch(self) -> asyncio.Queue[Event]:
@@ -91,10 +93,26 @@ class RunningProcess:
     def unwatch(self, queue: asyncio.Queue[Event]) -> None:
         with contextlib.suppress(ValueError):
             self._watchers.remove(queue)
+        self.drained(queue)
 
     def _publish(self, event: Event) -> None:
         for queue in self._watchers:
             queue.put_nowait(event)
+        backlog = any(queue.qsize() >= _BACKLOG for queue in self._watchers)
+        if isinstance(event, Output) and not self._paused and backlog:
+            # Strategy: like envd's bounded channels, a slow reader holds the
+            # command back (its pipe fills) instead of growing memory.
+            self._paused = True
+            loop = asyncio.get_running_loop()
+            for fd in self._fds.values():
+                loop.remove_reader(fd)
+
+    def drained(self, queue: asyncio.Queue[Event]) -> None:
+        """A watcher took events: resume reading once every backlog is small."""
+        if self._paused and all(q.qsize() < _BACKLOG // 2 for q in self._watchers):
+            self._paused = False
+            if self.exit is None:
+                self.start_reading()
 
     def _read(self, stream: str) -> bool:
         """Read one chunk from ``stream``; ``False`` at its end."""
@@ -121,14 +139,14 @@ class RunningProcess:
 
     def start_reading(self) -> None:
         loop = asyncio.get_running_loop()
-        for stream, fd in self._fds.items():
+        for stream, fd in list(self._fds.items()):
             os.set_blocking(fd, False)
             loop.add_reader(fd, self._read, stream)
 
     def finish(self, exit: Exit) -> None:
         """Drain the pipes, close them, publish the exit."""
         for stream in ("stdout", "stderr"):
-            for _ in range(4096):  # at most 128 MiB left in a pipe: bounded
+            for _ in range(4096):  # bounded: a pipe holds little once its writer is gone
                 if not self._read(stream):
                     break
             self._close(stream)

@@ -147,7 +147,9 @@ class Proxy:
             self._open.discard(writer)
             writer.close()
 
-    def _record(self, request: h11.Request, route: Route | None, status: int | None, fault: Fault | None) -> None:
+    def _record(
+        self, request: h11.Request, route: Route | None, status: int | None, fault: Fault | None
+    ) -> None:
         method = request.method.decode()
         path = request.target.decode("latin-1").split("?", 1)[0]
         sandbox_id = dict(request.headers).get(b"e2b-sandbox-id")
@@ -176,9 +178,15 @@ class Proxy:
             if len(data) > _MATCH_LIMIT:
                 raise _Closed
 
-    async def _answer(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, value: object) -> None:
+    async def _answer(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, value: object
+    ) -> None:
         body = json.dumps(value).encode()
-        headers = [("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close")]
+        headers = [
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+            ("connection", "close"),
+        ]
         writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
         writer.write(conn.send(h11.Data(data=body)))
         writer.write(conn.send(h11.EndOfMessage()))
@@ -203,7 +211,10 @@ class Proxy:
             if body is None:
                 await self._body(conn, reader)
             if kind is FaultKind.STATUS_429:
-                status, value = 429, {"code": 429, "message": "Rate limit exceeded, please try again later"}
+                status, value = (
+                    429,
+                    {"code": 429, "message": "Rate limit exceeded, please try again later"},
+                )
             else:
                 sandbox = dict(request.headers).get(b"e2b-sandbox-id", b"").decode("latin-1")
                 status, value = 502, not_found_body(sandbox)
@@ -212,7 +223,9 @@ class Proxy:
             raise _Closed
         up_reader, up_writer = await asyncio.open_unix_connection(self._upstream)
         try:
-            await self._relay(conn, reader, writer, request, route, body, fault, up_reader, up_writer)
+            await self._relay(
+                conn, reader, writer, request, route, body, fault, up_reader, up_writer
+            )
         finally:
             up_writer.close()
 
@@ -298,7 +311,11 @@ class Proxy:
         self._record(request, route, response.status_code, fault)
         headers = [(k, v) for k, v in response.headers if k not in _HOP]
         writer.write(
-            conn.send(h11.Response(status_code=response.status_code, headers=headers, reason=response.reason))
+            conn.send(
+                h11.Response(
+                    status_code=response.status_code, headers=headers, reason=response.reason
+                )
+            )
         )
         await writer.drain()
         cutting = kind in (FaultKind.CUT_STREAM, FaultKind.KILL_SERVER) and fault is not None

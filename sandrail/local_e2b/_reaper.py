@@ -58,7 +58,7 @@ class Exit:
 
 
 # Go's syscall.Signal.String() for the signals a command usually dies of.
-_SIGNAL_TEXT = {
+_SIGNAL_TEXT: dict[int, str] = {
     signal.SIGKILL: "killed",
     signal.SIGTERM: "terminated",
     signal.SIGINT: "interrupt",

@@ -300,8 +300,7 @@ class Sandboxes:
             found = [
                 sandbox
                 for sandbox in found
-                if ((sandbox.started_at, sandbox.sandbox_id) < cursor)
-                == descending
+                if ((sandbox.started_at, sandbox.sandbox_id) < cursor) == descending
                 and (sandbox.started_at, sandbox.sandbox_id) != cursor
             ]
         page = found[:limit]

@@ -124,8 +124,9 @@ class LocalE2B:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
-        if self._process.stdout is not None:
-            self._process.stdout.close()
+        for pipe in (self._process.stdout, self._process.stdin):
+            if pipe is not None:
+                pipe.close()
         _sweep(self._state)
         shutil.rmtree(self._home, ignore_errors=True)
 
@@ -203,10 +204,12 @@ def serve(
         signal_scope,
         "--max-upload-bytes",
         str(max_upload_bytes),
+        "--stop-on-stdin-eof",
     ]
     if keepalive_seconds is not None:
         argv += ["--keepalive-seconds", str(keepalive_seconds)]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    # The server stops when its stdin closes: if this process dies, so does it.
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
     try:
         info = _ready_line(process, startup_timeout)
     except BaseException:

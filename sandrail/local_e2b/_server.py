@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 from collections.abc import Callable, Iterator
@@ -52,6 +53,9 @@ class ServerOptions:
     keepalive_seconds: float | None = None
     signal_scope: str = "group"
     max_upload_bytes: int = 256 * 1024 * 1024
+    stop_on_stdin_eof: bool = False
+    """Stop when standard input closes: ``serve()`` holds the other end, so
+    a test process that dies takes its server (and sandboxes) with it."""
 
 
 @attrs.frozen(kw_only=True)
@@ -132,7 +136,9 @@ async def run_server(
         filesystem_app(FilesystemService()),
         options.max_upload_bytes,
     )
-    api_server, api_task = await _start_uvicorn(ControlPlane(sandboxes, api_key), state / "api.sock")
+    api_server, api_task = await _start_uvicorn(
+        ControlPlane(sandboxes, api_key), state / "api.sock"
+    )
     envd_server, envd_task = await _start_uvicorn(envd, state / "envd.sock")
     faults = FaultBook()
     proxies = {
@@ -164,6 +170,18 @@ async def run_server(
     stop = asyncio.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(number, stop.set)
+    if options.stop_on_stdin_eof:
+
+        def on_stdin() -> None:
+            try:
+                if os.read(0, 4096):
+                    return
+            except OSError:
+                pass
+            loop.remove_reader(0)
+            stop.set()
+
+        loop.add_reader(0, on_stdin)
     ready(
         ServerInfo(
             api_url=f"http://127.0.0.1:{proxies['api'].port}",

@@ -169,9 +169,7 @@ def load_truth(path: Path) -> GroundTruth:
         elif kind == "process_started":
             key = (event["sandbox_id"], event["pid"], at)
             live[(event["sandbox_id"], event["pid"])] = key
-            processes[key] = ProcessRecord(
-                started_at=at, **{**event, "argv": tuple(event["argv"])}
-            )
+            processes[key] = ProcessRecord(started_at=at, **{**event, "argv": tuple(event["argv"])})
         elif kind in ("process_signalled", "process_ended"):
             found = live.get((event["sandbox_id"], event["pid"]))
             if found is None:
