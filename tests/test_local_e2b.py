@@ -314,9 +314,11 @@ def test_sandboxes_do_not_see_each_others_tmp_or_the_hosts(server: LocalE2B) -> 
 
 
 def test_the_rest_of_the_machine_is_read_only(sandbox: e2b.Sandbox) -> None:
-    result = sandbox.commands.run("touch /etc/local-e2b-probe 2>&1; echo $?", user="root")
-    assert "Read-only file system" in result.stdout
+    probes = "touch /etc/local-e2b-probe /dev/local-e2b-probe; echo 1 > /proc/sys/vm/drop_caches"
+    result = sandbox.commands.run(f"{probes}; echo ok > /dev/null; touch /dev/shm/own", user="root")
+    assert result.stderr.count("Read-only file system") == 3
     assert not os.path.exists("/etc/local-e2b-probe")
+    assert not os.path.exists("/dev/shm/own")  # the sandbox's /dev/shm is its own
 
 
 # -- files ------------------------------------------------------------------------
@@ -383,6 +385,28 @@ def test_envd_needs_the_sandbox_token_and_a_live_sandbox(
         assert len(ranged.content) == 2
     finally:
         other.kill()
+
+
+def test_early_answers_reach_a_client_still_sending(server: LocalE2B, sandbox: e2b.Sandbox) -> None:
+    """Found by the outside attack: an answer sent before a large body was
+    read was lost to a TCP reset; now the body is read first."""
+    token = sandbox.connection_config.sandbox_headers["X-Access-Token"]
+    own = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": token}
+    big_json = b"{" + b" " * (3 * 1024 * 1024) + b"}"
+    answer = httpx.post(
+        f"{server.api_url}/v2/sandboxes", headers={"X-API-KEY": server.api_key}, content=big_json
+    )
+    assert answer.status_code == 413
+    answer = httpx.post(
+        f"{server.sandbox_url}/process.Process/List",
+        headers={**own, "Content-Type": "application/json"},
+        content=big_json * 3,
+    )
+    assert answer.json()["code"] == "resource_exhausted"
+    answer = httpx.post(
+        f"{server.api_url}/v2/sandboxes", headers={"X-API-KEY": "no"}, content=big_json
+    )
+    assert answer.status_code == 401
 
 
 def test_ground_truth_records_requests_by_route(server: LocalE2B, sandbox: e2b.Sandbox) -> None:

@@ -40,8 +40,8 @@ _KEEP = {
     "relatime": _MS_RELATIME,
     "strictatime": _MS_STRICTATIME,
 }
-_OWN = ("/tmp", "/home", "/root")
-_WRITABLE = ("/proc", "/sys", "/dev")
+_OWN = ("/tmp", "/home", "/root", "/dev/shm")
+_WRITABLE = ("/dev/pts",)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -69,8 +69,10 @@ def _unescape(field: str) -> str:
 
 
 def _read_only_rest() -> None:
-    """Remount every mount but the sandbox's own and /proc, /sys, /dev
-    read-only, keeping the per-mount flags a user namespace locks."""
+    """Remount every mount but the sandbox's own and /dev/pts read-only
+    (/proc, /sys and /dev included: device nodes still work), keeping the
+    per-mount flags a user namespace locks. Raises ``OSError`` if ``/``
+    itself stays writable; other mounts are best effort."""
     with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
         lines = mountinfo.read().splitlines()
     for line in lines:
@@ -87,7 +89,9 @@ def _read_only_rest() -> None:
         try:
             _mount(None, point, None, flags)
         except OSError:
-            continue  # a mount hidden under another cannot be reached; it stays as it is
+            if point == "/":
+                raise
+            # A mount hidden under another cannot be reached; it stays as it is.
 
 
 def main(sandbox_dir: str) -> int:
@@ -98,6 +102,7 @@ def main(sandbox_dir: str) -> int:
         _mount(f"{sandbox_dir}/root", "/root", None, _MS_BIND)
         _mount(f"{sandbox_dir}/passwd", "/etc/passwd", None, _MS_BIND)
         _mount(f"{sandbox_dir}/group", "/etc/group", None, _MS_BIND)
+        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
         # Last: the sources above may live under this machine's /tmp.
         _mount(f"{sandbox_dir}/tmp", "/tmp", None, _MS_BIND)
         _read_only_rest()

@@ -12,7 +12,10 @@ __all__ = [
     "Scope",
     "Send",
     "TooLarge",
+    "TrackedReceive",
+    "after_body",
     "body_chunks",
+    "drain",
     "header",
     "query",
     "read_body",
@@ -23,6 +26,34 @@ __all__ = [
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class TrackedReceive:
+    """``receive`` that remembers whether the request body has ended (after
+    its end, ``receive`` blocks until the client disconnects)."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self.done = False
+
+    async def __call__(self) -> MutableMapping[str, Any]:
+        message = await self._receive()
+        if message["type"] == "http.disconnect" or not message.get("more_body", False):
+            self.done = True
+        return message
+
+
+def after_body(receive: TrackedReceive, send: Send) -> Send:
+    """``send`` that first reads whatever is left of the request body
+    (:func:`drain`), so an early answer (401, 413, a refused RPC) reaches a
+    client that is still sending instead of being lost to a TCP reset."""
+
+    async def send_after_body(message: MutableMapping[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            await drain(receive)
+        await send(message)
+
+    return send_after_body
 
 
 class TooLarge(Exception):
@@ -58,13 +89,27 @@ async def body_chunks(receive: Receive) -> AsyncIterator[bytes]:
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:
-    """The whole request body; :class:`TooLarge` past ``limit`` bytes."""
+    """The whole request body; :class:`TooLarge` past ``limit`` bytes (raised
+    once the body is all read, so the client gets to read the answer)."""
     data = bytearray()
+    size = 0
     async for chunk in body_chunks(receive):
-        data += chunk
-        if len(data) > limit:
-            raise TooLarge(f"request body larger than {limit} bytes")
+        size += len(chunk)
+        if size <= limit:
+            data += chunk
+    if size > limit:
+        raise TooLarge(f"request body larger than {limit} bytes")
     return bytes(data)
+
+
+async def drain(receive: Receive) -> None:
+    """Read and drop what is left of the request body. An answer sent while
+    the client is still sending is lost to a TCP reset on many clients.
+    ``receive`` must be a :class:`TrackedReceive`."""
+    if isinstance(receive, TrackedReceive) and receive.done:
+        return
+    async for _ in body_chunks(receive):
+        pass
 
 
 async def send_bytes(

@@ -23,7 +23,18 @@ import traceback
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from ._asgi import Receive, Scope, Send, TooLarge, header, query, read_body, send_json
+from ._asgi import (
+    Receive,
+    Scope,
+    Send,
+    TooLarge,
+    TrackedReceive,
+    after_body,
+    header,
+    query,
+    read_body,
+    send_json,
+)
 from ._faults import Route, route_of
 from ._sandboxes import MAX_TIMEOUT, SandboxError, Sandboxes
 
@@ -59,6 +70,8 @@ class ControlPlane:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        tracked = TrackedReceive(receive)
+        receive, send = tracked, after_body(tracked, send)
         try:
             status, value, headers = await self._serve(scope, receive)
         except SandboxError as exc:

@@ -16,7 +16,7 @@ import binascii
 import secrets
 from typing import Any
 
-from ._asgi import Receive, Scope, Send, header, send_json
+from ._asgi import Receive, Scope, Send, TrackedReceive, after_body, header, send_json
 from ._files_http import read_file, write_files
 from ._process_rpc import CURRENT_SANDBOX, CURRENT_USER
 from ._sandboxes import Sandboxes
@@ -60,6 +60,8 @@ class Envd:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        tracked = TrackedReceive(receive)
+        receive, send = tracked, after_body(tracked, send)
         sandbox_id = header(scope, "e2b-sandbox-id") or ""
         sandbox = self._sandboxes.get(sandbox_id)
         if sandbox is None or not sandbox.alive:

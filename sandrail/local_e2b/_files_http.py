@@ -23,7 +23,7 @@ from typing import Any
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from ._asgi import Receive, Scope, Send, body_chunks, header, query, send_bytes, send_json
+from ._asgi import Receive, Scope, Send, body_chunks, drain, header, query, send_bytes, send_json
 from ._fsview import expand_path
 from ._isolation import User
 from ._sandboxes import Sandbox
@@ -191,7 +191,7 @@ class _Sink:
                 self.sandbox.files.remove(self.path)
 
 
-async def _inflated(scope: Scope, receive: Receive, limit: int) -> AsyncIterator[bytes]:
+async def _inflated(scope: Scope, receive: Receive) -> AsyncIterator[bytes]:
     encoding = (header(scope, "content-encoding") or "identity").strip().lower()
     if encoding not in ("gzip", "identity"):
         raise _Refused(400, f"unsupported Content-Encoding: {encoding}")
@@ -202,7 +202,7 @@ async def _inflated(scope: Scope, receive: Receive, limit: int) -> AsyncIterator
             continue
         try:
             while chunk:
-                out = inflate.decompress(chunk, limit + 1)
+                out = inflate.decompress(chunk, _CHUNK)  # bounded: a gzip bomb stays small
                 chunk = inflate.unconsumed_tail
                 yield out
         except zlib.error as exc:
@@ -224,7 +224,7 @@ async def write_files(
                 if not params.get("path"):
                     raise _Refused(400, "path query parameter is required for raw body upload")
                 sink.open(_path(params["path"], user))
-                async for chunk in _inflated(scope, receive, limit):
+                async for chunk in _inflated(scope, receive):
                     sink.write(chunk)
                 sink.close()
             elif media.startswith(b"multipart/") and options.get(b"boundary"):
@@ -239,6 +239,7 @@ async def write_files(
             sink.abort()
             raise
     except _Refused as error:
+        await drain(receive)
         await _answer_error(send, error)
         return
     await send_json(send, 200, sink.done)
@@ -303,7 +304,7 @@ async def _multipart(
             "on_part_end": part_end,
         },
     )
-    async for chunk in _inflated(scope, receive, limit):
+    async for chunk in _inflated(scope, receive):
         try:
             parser.write(chunk)
         except Exception as exc:

@@ -81,15 +81,16 @@ class Isolation:
         """One line saying exactly what is in force."""
         if self.mode is IsolationMode.ROOT:
             return (
-                "root: a private mount namespace per sandbox (its own /tmp, /home/user, /root; "
-                "the rest of this machine read-only); 'user' runs as an unprivileged uid of its "
-                "own per sandbox, 'root' as root; same network and process table as this machine"
+                "root: a private mount namespace per sandbox (its own /tmp, /home/user, "
+                "/root, /dev/shm; the rest of this machine read-only); 'user' runs as an "
+                "unprivileged uid of its own per sandbox, 'root' as root; same network and "
+                "process table as this machine"
             )
         return (
             "userns: a private user+mount namespace per sandbox (its own /tmp, /home/user, "
-            "/root; the rest of this machine read-only); NO USER SEPARATION: 'root' and 'user' "
-            f"are the same uid ({os.geteuid()}), so a 'user' command can read and delete what "
-            "'root' wrote; same network and process table as this machine"
+            "/root, /dev/shm; the rest of this machine read-only); NO USER SEPARATION: "
+            f"'root' and 'user' are the same uid ({os.geteuid()}), so a 'user' command can "
+            "read and delete what 'root' wrote; same network and process table as this machine"
         )
 
 

@@ -157,7 +157,8 @@ class ProcessService(Process):
     async def start(self, request: pb.StartRequest, ctx: Any, /) -> AsyncIterator[pb.StartResponse]:
         process = self._launch(request)
         sandbox = CURRENT_SANDBOX.get()
-        deadline = ctx.timeout_ms
+        # As envd: a Connect-Timeout-Ms of 0 means no deadline.
+        deadline = ctx.timeout_ms if ctx.request_headers.get("connect-timeout-ms") != "0" else None
         if deadline is not None:
             # Like envd's process context: the deadline kills the command
             # whether or not anyone still watches the stream.

@@ -254,22 +254,40 @@ class Proxy:
         )
 
         async def forward_body() -> None:
+            # Strategy: uvicorn may answer early (413, 401) and hang up before
+            # the body is all sent; the rest is then read and dropped, so the
+            # client finishes sending and reads the answer.
+            upstream_open = True
+
+            def put(event: h11.Data | h11.EndOfMessage) -> None:
+                nonlocal upstream_open
+                if upstream_open and not up_writer.is_closing():
+                    try:
+                        up_writer.write(up.send(event))
+                    except (ConnectionError, h11.LocalProtocolError):
+                        upstream_open = False
+
             if body is not None:
                 if body:
-                    up_writer.write(up.send(h11.Data(data=body)))
-                up_writer.write(up.send(h11.EndOfMessage()))
+                    put(h11.Data(data=body))
+                put(h11.EndOfMessage())
             else:
                 while True:
                     event = await _next(conn, reader)
                     if isinstance(event, h11.Data):
-                        up_writer.write(up.send(h11.Data(data=event.data)))
-                        await up_writer.drain()
+                        put(h11.Data(data=event.data))
+                        if upstream_open:
+                            try:
+                                await up_writer.drain()
+                            except ConnectionError:
+                                upstream_open = False
                     elif isinstance(event, h11.EndOfMessage):
-                        up_writer.write(up.send(h11.EndOfMessage()))
+                        put(h11.EndOfMessage())
                         break
                     else:
                         raise _Closed
-            await up_writer.drain()
+            with contextlib.suppress(ConnectionError):
+                await up_writer.drain()
 
         pump = asyncio.create_task(forward_body())
         try:
