@@ -283,3 +283,17 @@ def test_a_server_dies_with_the_process_that_served_it() -> None:
     owner.wait()
     assert wait_until(lambda: gone(server_pid), timeout=15)
     assert wait_until(lambda: gone(sleeper_pid), timeout=15)
+
+
+def test_signal_scope_process_kills_only_the_command_as_envd_does() -> None:
+    with serve(signal_scope="process") as exact:
+        made = e2b.Sandbox.create(**exact.sdk_options)
+        handle = made.commands.run("sleep 60 & echo $! > /tmp/child; wait", background=True)
+        assert wait_until(lambda: made.files.exists("/tmp/child"))
+        assert wait_until(lambda: made.files.read("/tmp/child").strip() != "")
+        child = int(made.files.read("/tmp/child"))
+        assert made.commands.kill(handle.pid) is True
+        assert wait_until(lambda: gone(handle.pid))
+        assert not gone(child)  # E2B's envd leaves the command's children running
+        made.kill()
+        assert wait_until(lambda: gone(child))  # until the sandbox goes
