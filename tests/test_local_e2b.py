@@ -205,6 +205,7 @@ def test_the_server_enforces_the_command_deadline(server: LocalE2B) -> None:
             await box.kill()
 
     asyncio.run(run())
+    assert wait_until(lambda: server.truth().launches("deadline-test")[0].status is not None)
     (record,) = server.truth().launches("deadline-test")
     assert [s.reason for s in record.signals] == ["deadline"]
     assert record.status == "signal: killed"
