@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 import sandrail
+from sandrail._local_e2b_cli import local_e2b
 from sandrail._replay_cli import replay
 from sandrail._simulate_cli import simulate
 from sandrail.core import ToolResult
@@ -223,5 +224,6 @@ def code(
     _emit(port.execute_sync(_request(port, "sandbox_run_code", arguments, operation_key)), indent)
 
 
+main.add_command(local_e2b)
 main.add_command(replay)
 main.add_command(simulate)

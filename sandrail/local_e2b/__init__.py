@@ -1,0 +1,38 @@
+"""A local, wire-compatible E2B: control plane and envd on 127.0.0.1 that the
+unmodified e2b SDK talks to over HTTP, running real processes on this
+machine (DESIGN §9). A development and test tool, not a security boundary.
+
+::
+
+    from sandrail.local_e2b import Fault, FaultKind, Route, serve
+
+    with serve() as server:
+        sandbox = e2b.Sandbox.create(**server.sdk_options)
+        sandbox.commands.run("echo hi").stdout          # 'hi\\n'
+        with server.fault(Fault(kind=FaultKind.CUT_STREAM, route=Route.START)):
+            ...                                           # the SDK's real exception
+        server.truth().processes                         # what really ran
+
+``sandrail local-e2b`` runs the same server in the foreground.
+"""
+
+from ._admin import AdminError
+from ._faults import Fault, FaultKind, Route
+from ._isolation import IsolationError
+from ._serve import LocalE2B, serve
+from ._truth import GroundTruth, ProcessRecord, RequestRecord, SandboxRecord, SignalRecord
+
+__all__ = [
+    "AdminError",
+    "Fault",
+    "FaultKind",
+    "GroundTruth",
+    "IsolationError",
+    "LocalE2B",
+    "ProcessRecord",
+    "RequestRecord",
+    "Route",
+    "SandboxRecord",
+    "SignalRecord",
+    "serve",
+]

@@ -1,0 +1,118 @@
+"""The anchor of one sandbox: run inside a fresh mount namespace, it lays the
+sandbox's own directories over ``/tmp``, ``/home/user`` and ``/root``, binds
+the sandbox's ``/etc/passwd`` and ``/etc/group``, makes the rest of this
+machine's filesystem read-only, prints ``ready`` and then waits for its
+standard input to close. While it lives, the server enters its namespace
+(``/proc/<pid>/ns/mnt``) to start commands and reads the sandbox's files
+through ``/proc/<pid>/root``.
+
+Run as ``python -I -S _anchor.py SANDBOX_DIR`` under ``unshare --mount
+--propagation private`` (plus ``--user --map-root-user`` without root): it
+imports nothing outside the standard library, so it starts in milliseconds.
+Exit status 3 and a message on stderr when a mount fails.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+__all__ = ["main"]
+
+_MS_RDONLY = 0x1
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_NOEXEC = 0x8
+_MS_REMOUNT = 0x20
+_MS_NOATIME = 0x400
+_MS_NODIRATIME = 0x800
+_MS_BIND = 0x1000
+_MS_RELATIME = 0x200000
+_MS_STRICTATIME = 0x1000000
+
+_KEEP = {
+    "nosuid": _MS_NOSUID,
+    "nodev": _MS_NODEV,
+    "noexec": _MS_NOEXEC,
+    "noatime": _MS_NOATIME,
+    "nodiratime": _MS_NODIRATIME,
+    "relatime": _MS_RELATIME,
+    "strictatime": _MS_STRICTATIME,
+}
+_OWN = ("/tmp", "/home", "/root", "/dev/shm")
+_WRITABLE = ("/dev/pts",)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    result = _libc.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        flags,
+        data.encode() if data else None,
+    )
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: spaces and the like are written as octal escapes."""
+    parts = field.split("\\")
+    out = parts[0]
+    for part in parts[1:]:
+        out += chr(int(part[:3], 8)) + part[3:] if part[:3].isdigit() else "\\" + part
+    return out
+
+
+def _read_only_rest() -> None:
+    """Remount every mount but the sandbox's own and /dev/pts read-only
+    (/proc, /sys and /dev included: device nodes still work), keeping the
+    per-mount flags a user namespace locks. Raises ``OSError`` if ``/``
+    itself stays writable; other mounts are best effort."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
+        lines = mountinfo.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        point = _unescape(fields[4])
+        options = fields[5].split(",")
+        if "ro" in options:
+            continue
+        if any(point == own or point.startswith(own + "/") for own in _OWN + _WRITABLE):
+            continue
+        flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY
+        for option in options:
+            flags |= _KEEP.get(option, 0)
+        try:
+            _mount(None, point, None, flags)
+        except OSError:
+            if point == "/":
+                raise
+            # A mount hidden under another cannot be reached; it stays as it is.
+
+
+def main(sandbox_dir: str) -> int:
+    try:
+        _mount("tmpfs", "/home", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=755")
+        os.mkdir("/home/user")
+        _mount(f"{sandbox_dir}/home", "/home/user", None, _MS_BIND)
+        _mount(f"{sandbox_dir}/root", "/root", None, _MS_BIND)
+        _mount(f"{sandbox_dir}/passwd", "/etc/passwd", None, _MS_BIND)
+        _mount(f"{sandbox_dir}/group", "/etc/group", None, _MS_BIND)
+        _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+        # Last: the sources above may live under this machine's /tmp.
+        _mount(f"{sandbox_dir}/tmp", "/tmp", None, _MS_BIND)
+        _read_only_rest()
+    except Exception as exc:  # any failure is reported to the server as text
+        print(f"local-e2b anchor: {exc}", file=sys.stderr, flush=True)
+        return 3
+    print("ready", flush=True)
+    sys.stdin.buffer.read()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

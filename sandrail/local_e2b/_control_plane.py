@@ -1,0 +1,161 @@
+"""The control plane: E2B's sandbox REST API (JSON over HTTP), as an ASGI app.
+
+Every request must carry ``X-API-KEY`` equal to this server's key (401
+otherwise). Routes and answers are the ones the e2b SDK parses:
+
+=======================================  ======================================
+``POST /v2/sandboxes``                   201 ``Sandbox`` (``Idempotency-Key``)
+``POST /v2/sandboxes/{id}/connect``      200 ``Sandbox``; 404
+``GET /v2/sandboxes``                    200 ``[ListedSandbox]``, ``x-next-token``
+``GET /sandboxes/{id}``                  200 ``SandboxDetail``; 404
+``DELETE /sandboxes/{id}``               204; 404
+``POST /sandboxes/{id}/timeout``         204; 404
+=======================================  ======================================
+
+Errors answer ``{"code": status, "message": text}``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import traceback
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from ._asgi import (
+    Receive,
+    Scope,
+    Send,
+    TooLarge,
+    TrackedReceive,
+    after_body,
+    header,
+    query,
+    read_body,
+    send_json,
+)
+from ._faults import Route, route_of
+from ._sandboxes import MAX_TIMEOUT, SandboxError, Sandboxes
+
+__all__ = ["ControlPlane"]
+
+_BODY_LIMIT = 1024 * 1024
+
+
+def _metadata_filter(raw: str | None) -> dict[str, str]:
+    """The SDK sends ``metadata=urlencode({quote(k): quote(v)})`` (so the
+    pairs arrive encoded twice): decode the pairs, then each key and value."""
+    if not raw:
+        return {}
+    return {unquote(key): unquote(value) for key, value in parse_qsl(raw, keep_blank_values=True)}
+
+
+def _timeout(body: dict[str, Any], required: bool) -> int | None:
+    value = body.get("timeout")
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMEOUT:
+        raise SandboxError(400, f"timeout must be an integer from 0 to {MAX_TIMEOUT} seconds")
+    return value
+
+
+class ControlPlane:
+    """The ASGI app of the control plane."""
+
+    def __init__(self, sandboxes: Sandboxes, api_key: str) -> None:
+        self._sandboxes = sandboxes
+        self._key = api_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        tracked = TrackedReceive(receive)
+        receive, send = tracked, after_body(tracked, send)
+        try:
+            status, value, headers = await self._serve(scope, receive)
+        except SandboxError as exc:
+            status, value, headers = exc.status, {"code": exc.status, "message": str(exc)}, []
+        except TooLarge as exc:
+            status, value, headers = 413, {"code": 413, "message": str(exc)}, []
+        except Exception as exc:  # an answer the SDK can parse, and the trace on stderr
+            traceback.print_exc()
+            status, value, headers = (
+                500,
+                {"code": 500, "message": f"{type(exc).__name__}: {exc}"},
+                [],
+            )
+        await send_json(send, status, value, headers)
+
+    async def _body(self, receive: Receive) -> dict[str, Any]:
+        raw = await read_body(receive, _BODY_LIMIT)
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise SandboxError(400, f"the body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise SandboxError(400, "the body must be a JSON object")
+        return body
+
+    async def _serve(
+        self, scope: Scope, receive: Receive
+    ) -> tuple[int, Any, list[tuple[str, str]]]:
+        given = header(scope, "x-api-key") or ""
+        if not secrets.compare_digest(given.encode(), self._key.encode()):
+            raise SandboxError(401, "Invalid API key")
+        path = scope["path"]
+        route = route_of(scope["method"], path)
+        sandbox_id = path.rstrip("/").split("/")[3 if path.startswith("/v2/") else 2 :][:1]
+        boxes = self._sandboxes
+        if route is Route.CREATE:
+            key = header(scope, "idempotency-key")
+            sandbox = await boxes.create(await self._body(receive), key)
+            return 201, sandbox.created(), []
+        if route is Route.LIST:
+            return self._list(scope)
+        if route is None or not sandbox_id:
+            raise SandboxError(404, f"no route for {scope['method']} {path}")
+        if route is Route.CONNECT:
+            body = await self._body(receive)
+            sandbox = boxes.require(sandbox_id[0])
+            seconds = _timeout(body, required=False)
+            if seconds is not None:
+                boxes.extend(sandbox, seconds)
+            return 200, sandbox.created(), []
+        if route is Route.INFO:
+            sandbox = boxes.require(sandbox_id[0])
+            return 200, {**sandbox.detail(), **sandbox.created()}, []
+        if route is Route.KILL:
+            await boxes.end(boxes.require(sandbox_id[0]), "killed")
+            return 204, None, []
+        if route is Route.SET_TIMEOUT:
+            body = await self._body(receive)
+            seconds = _timeout(body, required=True)
+            assert seconds is not None
+            boxes.set_timeout(boxes.require(sandbox_id[0]), seconds)
+            return 204, None, []
+        raise SandboxError(404, f"no route for {scope['method']} {path}")
+
+    def _list(self, scope: Scope) -> tuple[int, Any, list[tuple[str, str]]]:
+        params = query(scope)
+        states = None
+        if params.get("state"):
+            states = {state.strip() for state in params["state"].split(",")}
+        try:
+            limit = int(params.get("limit") or 100)
+        except ValueError as exc:
+            raise SandboxError(400, "limit must be an integer") from exc
+        if not 1 <= limit <= 100:
+            raise SandboxError(400, "limit must be from 1 to 100")
+        order = params.get("order") or "asc"
+        if order not in ("asc", "desc"):
+            raise SandboxError(400, "order must be asc or desc")
+        page, token = self._sandboxes.listing(
+            metadata=_metadata_filter(params.get("metadata")),
+            states=states,
+            limit=limit,
+            next_token=params.get("nextToken") or None,
+            descending=order == "desc",
+        )
+        headers = [("x-next-token", token)] if token else []
+        return 200, [sandbox.detail() for sandbox in page], headers

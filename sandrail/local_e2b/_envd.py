@@ -1,0 +1,98 @@
+"""envd for every sandbox on one address, as an ASGI app.
+
+Like E2B's edge, it routes each request by its ``E2b-Sandbox-Id`` header; a
+sandbox that does not exist (never did, was killed, expired) is answered
+``502 {"message": "The sandbox ... was not found"}``, which the SDK raises as
+``SandboxNotRunningException``. Like envd, every route but ``GET /health``
+needs the sandbox's ``X-Access-Token`` (401 otherwise), and the user comes
+from ``Authorization: Basic base64(user:)`` on RPCs (``username=`` on
+``/files``), ``user`` by default; only ``user`` and ``root`` exist.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+from typing import Any
+
+from ._asgi import Receive, Scope, Send, TrackedReceive, after_body, header, send_json
+from ._files_http import read_file, write_files
+from ._process_rpc import CURRENT_SANDBOX, CURRENT_USER
+from ._sandboxes import Sandboxes
+
+__all__ = ["Envd", "not_found_body"]
+
+
+def not_found_body(sandbox_id: str) -> dict[str, Any]:
+    """The edge's answer for a sandbox that is not running."""
+    return {
+        "code": 502,
+        "message": f"The sandbox {sandbox_id} was not found",
+        "sandboxId": sandbox_id,
+    }
+
+
+def _basic_user(value: str | None) -> str | None:
+    if not value:
+        return "user"
+    scheme, _, encoded = value.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        name = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")[0]
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return name or "user"
+
+
+class Envd:
+    """The ASGI app of envd (see module doc)."""
+
+    def __init__(
+        self, sandboxes: Sandboxes, process_app: Any, filesystem_app: Any, max_upload_bytes: int
+    ) -> None:
+        self._sandboxes = sandboxes
+        self._process = process_app
+        self._filesystem = filesystem_app
+        self._max_upload = max_upload_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        tracked = TrackedReceive(receive)
+        receive, send = tracked, after_body(tracked, send)
+        sandbox_id = header(scope, "e2b-sandbox-id") or ""
+        sandbox = self._sandboxes.get(sandbox_id)
+        if sandbox is None or not sandbox.alive:
+            await send_json(send, 502, not_found_body(sandbox_id))
+            return
+        path, method = scope["path"], scope["method"]
+        if path == "/health" and method == "GET":
+            await send_json(send, 204, None)
+            return
+        token = header(scope, "x-access-token") or ""
+        if not secrets.compare_digest(token.encode(), sandbox.access_token.encode()):
+            message = "unauthorized access, please provide a valid access token"
+            await send_json(send, 401, {"code": 401, "message": message})
+            return
+        user = _basic_user(header(scope, "authorization"))
+        if user not in sandbox.root.users:
+            await send_json(send, 401, {"code": 401, "message": f"invalid username: '{user}'"})
+            return
+        sandbox_token = CURRENT_SANDBOX.set(sandbox)
+        user_token = CURRENT_USER.set(user)
+        try:
+            if path == "/files" and method == "GET":
+                await read_file(scope, receive, send, sandbox)
+            elif path == "/files" and method == "POST":
+                await write_files(scope, receive, send, sandbox, self._max_upload)
+            elif path.startswith("/process.Process/"):
+                await self._process(scope, receive, send)
+            elif path.startswith("/filesystem.Filesystem/"):
+                await self._filesystem(scope, receive, send)
+            else:
+                await send_json(send, 404, {"code": 404, "message": f"no route for {path}"})
+        finally:
+            CURRENT_USER.reset(user_token)
+            CURRENT_SANDBOX.reset(sandbox_token)

@@ -1,0 +1,323 @@
+"""Sandboxes: creation (idempotent by key), lifetimes, listing, kill.
+
+A sandbox lives from ``create`` until it is killed, its lifetime runs out, or
+the server stops; then its processes die, its directories are removed and it
+is gone: the control plane answers 404 for it, envd 502 "not found".
+
+Strategy: creation by idempotency key is single-flight: the first request
+with a key registers a future before it awaits anything, and every request
+with the same key (concurrent or later) gets that sandbox while it lives.
+Once it is gone the key is free again. Lifetimes are one ``call_at`` timer
+per sandbox, moved by ``set_timeout`` and ``connect``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import secrets
+import string
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ._fsview import FsView
+from ._isolation import Isolation, SandboxRoot
+from ._processes import ProcessTable, RunningProcess
+from ._reaper import Reaper
+from ._truth import TruthLog
+
+__all__ = ["ENVD_VERSION", "MAX_TIMEOUT", "Sandbox", "SandboxError", "Sandboxes"]
+
+ENVD_VERSION = "0.6.4"
+"""Reported to the SDK: new enough for every feature it checks for."""
+
+MAX_TIMEOUT = 86_400
+_DEFAULT_TIMEOUT = 300
+_ID_CHARS = string.ascii_lowercase + string.digits
+
+
+class SandboxError(Exception):
+    """A control-plane request that cannot be served: ``status`` is the HTTP
+    status to answer, the message its text."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Sandbox:
+    """One live sandbox: its identity, lifetime, files and processes."""
+
+    def __init__(
+        self,
+        *,
+        sandbox_id: str,
+        template_id: str,
+        metadata: Mapping[str, str],
+        env_vars: Mapping[str, str],
+        timeout: int,
+        root: SandboxRoot,
+        truth: TruthLog,
+        reaper: Reaper,
+        group_signals: bool,
+    ) -> None:
+        self.sandbox_id = sandbox_id
+        self.template_id = template_id
+        self.metadata = dict(metadata)
+        self.env_vars = dict(env_vars)
+        self.access_token = secrets.token_urlsafe(24)
+        self.client_id = secrets.token_hex(4)
+        self.started_at = time.time()
+        self.end_at = self.started_at + timeout
+        self.root = root
+        self.alive = True
+        self.files = FsView(
+            root.root_fd,
+            {user.uid: user.name for user in reversed(root.users.values())},
+        )
+        self.processes = ProcessTable(reaper, self._process_ended, group_signals)
+        self._truth = truth
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _process_ended(self, process: RunningProcess) -> None:
+        assert process.exit is not None
+        self._truth.write(
+            "process_ended",
+            sandbox_id=self.sandbox_id,
+            pid=process.pid,
+            exit_code=process.exit.exit_code,
+            status=process.exit.status,
+        )
+
+    def detail(self) -> dict[str, Any]:
+        """The control plane's ``SandboxDetail`` / ``ListedSandbox`` body."""
+        return {
+            **self.created(),
+            "startedAt": _iso(self.started_at),
+            "endAt": _iso(self.end_at),
+            "cpuCount": 2,
+            "memoryMB": 512,
+            "diskSizeMB": 1024,
+            "state": "running",
+            "metadata": self.metadata,
+        }
+
+    def created(self) -> dict[str, Any]:
+        """The control plane's ``Sandbox`` body (create and connect)."""
+        return {
+            "templateID": self.template_id,
+            "sandboxID": self.sandbox_id,
+            "clientID": self.client_id,
+            "envdVersion": ENVD_VERSION,
+            "envdAccessToken": self.access_token,
+            "domain": None,
+        }
+
+
+def _iso(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+class Sandboxes:
+    """Every sandbox of one server."""
+
+    def __init__(
+        self,
+        *,
+        isolation: Isolation,
+        directory: Path,
+        reaper: Reaper,
+        truth: TruthLog,
+        group_signals: bool,
+    ) -> None:
+        self._isolation = isolation
+        self._directory = directory
+        self._reaper = reaper
+        self._truth = truth
+        self._group = group_signals
+        self._live: dict[str, Sandbox] = {}
+        self._by_key: dict[str, tuple[str, asyncio.Future[Sandbox]]] = {}
+        self._count = 0
+
+    def get(self, sandbox_id: str) -> Sandbox | None:
+        """The live sandbox ``sandbox_id``, or ``None``."""
+        return self._live.get(sandbox_id)
+
+    def require(self, sandbox_id: str) -> Sandbox:
+        sandbox = self._live.get(sandbox_id)
+        if sandbox is None:
+            raise SandboxError(
+                404, f"sandbox \"{sandbox_id}\" doesn't exist or you don't have access to it"
+            )
+        return sandbox
+
+    async def create(self, body: Mapping[str, Any], idempotency_key: str | None) -> Sandbox:
+        """A new sandbox from a ``NewSandboxV2`` body, or the live one made
+        with the same idempotency key (same body). Raises :class:`SandboxError`."""
+        template = body.get("templateID")
+        metadata = body.get("metadata") or {}
+        env_vars = body.get("envVars") or {}
+        timeout = body.get("timeout", _DEFAULT_TIMEOUT)
+        if not isinstance(template, str) or not template:
+            raise SandboxError(400, "templateID must be a non-empty string")
+        for name, value in (("metadata", metadata), ("envVars", env_vars)):
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
+                raise SandboxError(400, f"{name} must be an object of strings")
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+            raise SandboxError(400, "timeout must be a non-negative integer (seconds)")
+        if timeout > MAX_TIMEOUT:
+            raise SandboxError(400, f"timeout cannot be greater than {MAX_TIMEOUT} seconds")
+        fingerprint = repr(sorted((str(k), repr(v)) for k, v in body.items()))
+        if idempotency_key is not None:
+            known = self._by_key.get(idempotency_key)
+            if known is not None:
+                known_print, future = known
+                if known_print != fingerprint:
+                    raise SandboxError(
+                        409, "the Idempotency-Key was used before with a different request"
+                    )
+                sandbox = await asyncio.shield(future)
+                if sandbox.alive:
+                    return sandbox
+            future = asyncio.get_running_loop().create_future()
+            self._by_key[idempotency_key] = (fingerprint, future)
+        try:
+            sandbox = await self._make(template, metadata, env_vars, timeout, idempotency_key)
+        except BaseException as exc:
+            if idempotency_key is not None:
+                self._by_key.pop(idempotency_key, None)
+                future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(exc))
+                future.exception()  # retrieved: a lone failed create is not an error to log
+            raise
+        if idempotency_key is not None:
+            future.set_result(sandbox)
+        return sandbox
+
+    async def _make(
+        self,
+        template: str,
+        metadata: Mapping[str, str],
+        env_vars: Mapping[str, str],
+        timeout: int,
+        idempotency_key: str | None,
+    ) -> Sandbox:
+        sandbox_id = "i" + "".join(secrets.choice(_ID_CHARS) for _ in range(19))
+        self._count += 1
+        root = SandboxRoot(self._isolation, self._directory / sandbox_id, self._count, self._reaper)
+        await root.start()
+        sandbox = Sandbox(
+            sandbox_id=sandbox_id,
+            template_id=template,
+            metadata=metadata,
+            env_vars=env_vars,
+            timeout=timeout,
+            root=root,
+            truth=self._truth,
+            reaper=self._reaper,
+            group_signals=self._group,
+        )
+        self._live[sandbox_id] = sandbox
+        self._arm(sandbox)
+        with (self._directory / "namespaces").open("a", encoding="utf-8") as namespaces:
+            namespaces.write(f"{root.namespace[0]} {root.namespace[1]}\n")
+        self._truth.write(
+            "sandbox_created",
+            sandbox_id=sandbox_id,
+            template_id=template,
+            metadata=dict(metadata),
+            env_vars=dict(env_vars),
+            idempotency_key=idempotency_key,
+            timeout_seconds=timeout,
+            uid=root.users["user"].uid,
+        )
+        return sandbox
+
+    def _arm(self, sandbox: Sandbox) -> None:
+        if sandbox._timer is not None:
+            sandbox._timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, sandbox.end_at - time.time())
+        sandbox._timer = loop.call_later(
+            delay, lambda: loop.create_task(self.end(sandbox, "expired"))
+        )
+
+    def set_timeout(self, sandbox: Sandbox, seconds: int) -> None:
+        """The sandbox now ends ``seconds`` from now."""
+        sandbox.end_at = time.time() + seconds
+        self._arm(sandbox)
+
+    def extend(self, sandbox: Sandbox, seconds: int) -> None:
+        """Connect's rule: move the end only if it becomes later."""
+        if time.time() + seconds > sandbox.end_at:
+            self.set_timeout(sandbox, seconds)
+
+    async def end(self, sandbox: Sandbox, reason: str) -> None:
+        """Kill every process of ``sandbox`` and remove it. Idempotent."""
+        if not sandbox.alive:
+            return
+        sandbox.alive = False
+        self._live.pop(sandbox.sandbox_id, None)
+        if sandbox._timer is not None:
+            sandbox._timer.cancel()
+        for process in sandbox.processes.running():
+            self._truth.write(
+                "process_signalled",
+                sandbox_id=sandbox.sandbox_id,
+                pid=process.pid,
+                signal=9,
+                reason="sandbox_ended",
+            )
+        sandbox.processes.kill_all()
+        await sandbox.root.destroy()
+        self._truth.write("sandbox_ended", sandbox_id=sandbox.sandbox_id, reason=reason)
+
+    def listing(
+        self,
+        *,
+        metadata: Mapping[str, str],
+        states: set[str] | None,
+        limit: int,
+        next_token: str | None,
+        descending: bool,
+    ) -> tuple[list[Sandbox], str | None]:
+        """A page of live sandboxes matching every metadata pair, ordered by
+        start time, after the cursor ``next_token``; and the next cursor."""
+        if states is not None and "running" not in states:
+            return [], None
+        found = [
+            sandbox
+            for sandbox in self._live.values()
+            if all(sandbox.metadata.get(key) == value for key, value in metadata.items())
+        ]
+        found.sort(key=lambda s: (s.started_at, s.sandbox_id), reverse=descending)
+        if next_token is not None:
+            cursor = _decode_cursor(next_token)
+            found = [
+                sandbox
+                for sandbox in found
+                if ((sandbox.started_at, sandbox.sandbox_id) < cursor) == descending
+                and (sandbox.started_at, sandbox.sandbox_id) != cursor
+            ]
+        page = found[:limit]
+        if len(found) <= limit:
+            return page, None
+        last = page[-1]
+        token = base64.urlsafe_b64encode(f"{last.started_at!r} {last.sandbox_id}".encode())
+        return page, token.decode()
+
+    async def end_all(self, reason: str) -> None:
+        for sandbox in list(self._live.values()):
+            await self.end(sandbox, reason)
+
+
+def _decode_cursor(token: str) -> tuple[float, str]:
+    try:
+        started, sandbox_id = base64.urlsafe_b64decode(token.encode()).decode().split(" ", 1)
+        return float(started), sandbox_id
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SandboxError(400, "nextToken is not a token this server gave") from exc

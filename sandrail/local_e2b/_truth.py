@@ -1,0 +1,191 @@
+"""Ground truth: what the server really did, for tests to judge by.
+
+The server appends one JSON object per event to ``truth.jsonl`` in its state
+directory (flushed line by line), so the record survives even a server that
+was killed mid-stream. :func:`load_truth` folds the events into records.
+
+Events: ``sandbox_created``, ``sandbox_ended``, ``process_started``,
+``process_signalled``, ``process_ended`` and ``request``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+import attrs
+
+__all__ = [
+    "GroundTruth",
+    "ProcessRecord",
+    "RequestRecord",
+    "SandboxRecord",
+    "SignalRecord",
+    "TruthLog",
+    "load_truth",
+]
+
+
+@attrs.frozen(kw_only=True)
+class SandboxRecord:
+    """A sandbox the server created. ``ended_at``/``end_reason`` are ``None``
+    while it lives; ``end_reason`` is ``"killed"`` (the API's DELETE),
+    ``"expired"`` (its lifetime ran out) or ``"server_stopped"``."""
+
+    sandbox_id: str
+    template_id: str
+    metadata: Mapping[str, str]
+    env_vars: Mapping[str, str]
+    idempotency_key: str | None
+    timeout_seconds: int
+    uid: int
+    created_at: float
+    ended_at: float | None = None
+    end_reason: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class SignalRecord:
+    """A signal the server sent to a process: ``reason`` is ``"request"``
+    (SendSignal / ``commands.kill``), ``"deadline"`` (the command's
+    Connect-Timeout-Ms ran out) or ``"sandbox_ended"``."""
+
+    signal: int
+    reason: str
+    at: float
+
+
+@attrs.frozen(kw_only=True)
+class ProcessRecord:
+    """A process the server started in a sandbox. ``command`` is the shell
+    text when the process is ``bash -c TEXT`` (as ``commands.run`` sends it),
+    else the joined argv. Exit fields are ``None`` while it runs."""
+
+    sandbox_id: str
+    pid: int
+    user: str
+    uid: int
+    argv: tuple[str, ...]
+    command: str
+    cwd: str
+    tag: str | None
+    started_at: float
+    signals: tuple[SignalRecord, ...] = ()
+    ended_at: float | None = None
+    exit_code: int | None = None
+    status: str | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.ended_at is None
+
+
+@attrs.frozen(kw_only=True)
+class RequestRecord:
+    """One request as the server's front door saw it: ``route`` is the
+    :class:`Route` value (``None`` for a path the SDK never uses), ``status``
+    the HTTP status answered (``None`` when no answer was sent), ``fault`` the
+    :class:`FaultKind` value that struck it, if any."""
+
+    listener: str
+    method: str
+    path: str
+    route: str | None
+    sandbox_id: str | None
+    status: int | None
+    fault: str | None
+    at: float
+
+
+@attrs.frozen(kw_only=True)
+class GroundTruth:
+    """Everything the server recorded, oldest first."""
+
+    sandboxes: tuple[SandboxRecord, ...]
+    processes: tuple[ProcessRecord, ...]
+    requests: tuple[RequestRecord, ...]
+
+    def sandbox(self, sandbox_id: str) -> SandboxRecord:
+        """The record of ``sandbox_id``; ``KeyError`` if it was never created."""
+        for record in self.sandboxes:
+            if record.sandbox_id == sandbox_id:
+                return record
+        raise KeyError(sandbox_id)
+
+    def processes_in(self, sandbox_id: str) -> tuple[ProcessRecord, ...]:
+        """The processes started in ``sandbox_id``, oldest first."""
+        return tuple(record for record in self.processes if record.sandbox_id == sandbox_id)
+
+    def launches(self, text: str) -> tuple[ProcessRecord, ...]:
+        """The processes whose command contains ``text``."""
+        return tuple(record for record in self.processes if text in record.command)
+
+
+class TruthLog:
+    """The server side: appends events to the log file, thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._file: TextIO = path.open("a", encoding="utf-8")
+
+    def write(self, event: str, **fields: Any) -> None:
+        """Append one event, stamped with the wall clock, and flush it."""
+        line = json.dumps({"event": event, "at": time.time(), **fields}, ensure_ascii=False)
+        with self._lock:
+            if not self._file.closed:
+                self._file.write(line + "\n")
+                self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def load_truth(path: Path) -> GroundTruth:
+    """Fold the event log at ``path`` into records (an absent log is empty)."""
+    sandboxes: dict[str, SandboxRecord] = {}
+    processes: dict[tuple[str, int, float], ProcessRecord] = {}
+    live: dict[tuple[str, int], tuple[str, int, float]] = {}
+    requests: list[RequestRecord] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    for line in text.splitlines():
+        if not line.endswith("}"):
+            continue  # a line cut by a killed server
+        event = json.loads(line)
+        kind = event.pop("event")
+        at = event.pop("at")
+        if kind == "sandbox_created":
+            sandboxes[event["sandbox_id"]] = SandboxRecord(created_at=at, **event)
+        elif kind == "sandbox_ended" and event["sandbox_id"] in sandboxes:
+            old = sandboxes[event["sandbox_id"]]
+            sandboxes[old.sandbox_id] = attrs.evolve(old, ended_at=at, end_reason=event["reason"])
+        elif kind == "process_started":
+            key = (event["sandbox_id"], event["pid"], at)
+            live[(event["sandbox_id"], event["pid"])] = key
+            processes[key] = ProcessRecord(started_at=at, **{**event, "argv": tuple(event["argv"])})
+        elif kind in ("process_signalled", "process_ended"):
+            found = live.get((event["sandbox_id"], event["pid"]))
+            if found is None:
+                continue
+            old_process = processes[found]
+            if kind == "process_signalled":
+                signal = SignalRecord(signal=event["signal"], reason=event["reason"], at=at)
+                processes[found] = attrs.evolve(old_process, signals=(*old_process.signals, signal))
+            else:
+                processes[found] = attrs.evolve(
+                    old_process, ended_at=at, exit_code=event["exit_code"], status=event["status"]
+                )
+        elif kind == "request":
+            requests.append(RequestRecord(at=at, **event))
+    return GroundTruth(
+        sandboxes=tuple(sandboxes.values()),
+        processes=tuple(processes.values()),
+        requests=tuple(requests),
+    )
