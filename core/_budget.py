@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_UNCERTAIN_REASON_CODES",
     "SHRINKABLE_FIELDS",
     "BudgetError",
+    "Excerpt",
     "Omission",
     "fit_to_budget",
     "fixed_size",
@@ -81,6 +82,20 @@ class BudgetError(ValueError):
         self.max_output_bytes = max_output_bytes
 
 
+class Excerpt(NamedTuple):
+    """A text known only at its two ends, for :func:`fit_to_budget`: ``head``
+    and ``tail`` were read, the ``omitted_bytes`` between them never were.
+
+    A field holding one is always cut: it renders as part of ``head``, an
+    omission marker counting everything left out (the unread bytes too), and
+    part of ``tail``.
+    """
+
+    head: str
+    tail: str
+    omitted_bytes: int
+
+
 class Omission(NamedTuple):
     """One omission marker found in a text: ``text[start:end]`` is the marker."""
 
@@ -119,7 +134,7 @@ def fixed_size(content: Mapping[str, Any]) -> int:
     """
     emptied = dict(content)
     for key in SHRINKABLE_FIELDS:
-        if isinstance(emptied.get(key), str):
+        if isinstance(emptied.get(key), str | Excerpt):
             emptied[key] = ""
     return len(canonical_json(emptied))
 
@@ -151,6 +166,9 @@ def fit_to_budget(
       most 5 (a character escapes to at most 6 bytes).
     - A field whose share cannot hold even its marker becomes ``""``. This
       happens only when the bytes left unused are fewer than that marker needs.
+    - A shrinkable field may hold an :class:`Excerpt` (a text read only at
+      its ends): it is always cut, never past the unread gap, and its marker
+      counts the unread bytes too.
 
     Raises :class:`BudgetError` exactly when ``fixed_size(content) >
     max_output_bytes``, and ``CanonicalJSONError`` when the fixed part has no
@@ -174,11 +192,16 @@ def fit_to_budget(
         for key in SHRINKABLE_FIELDS
         if isinstance(value := content.get(key), str) and value
     }
+    excerpts = {
+        key: value for key in SHRINKABLE_FIELDS if isinstance(value := content.get(key), Excerpt)
+    }
     # `None` stands for "longer than the room", which needs no exact size.
-    sizes = {key: escaped_size(text) if len(text) <= room else None for key, text in texts.items()}
+    sizes: dict[str, int | None] = {
+        key: escaped_size(text) if len(text) <= room else None for key, text in texts.items()
+    }
     known = [size for size in sizes.values() if size is not None]
     result = dict(content)
-    if len(known) == len(sizes) and sum(known) <= room:
+    if not excerpts and len(known) == len(sizes) and sum(known) <= room:
         return result
 
     lengths = utf8_lengths or {}
@@ -187,6 +210,9 @@ def fit_to_budget(
         if text is not None and not len(text) <= length <= 4 * len(text):
             raise ValueError(f"utf8_lengths[{key!r}] = {length} cannot be the length of that text")
     candidates = {key: _Cut(text, sizes[key], lengths.get(key)) for key, text in texts.items()}
+    for key, excerpt in excerpts.items():
+        candidates[key] = _Cut.of_excerpt(excerpt)
+        sizes[key] = None
     emptied: set[str] = set()
     while True:
         wholes, allowances = _water_fill(
@@ -304,6 +330,10 @@ def _utf8_len(text: str) -> int:
     )
 
 
+_NEVER: Final = 1 << 62
+"""A cost no budget can pay."""
+
+
 def _marker_size(omitted_bytes: int) -> int:
     return _MARKER_BASE + len(str(omitted_bytes))
 
@@ -315,6 +345,7 @@ class _Cut:
     """
 
     __slots__ = (
+        "gap",
         "head",
         "head_bytes",
         "head_size",
@@ -327,13 +358,38 @@ class _Cut:
         "whole",
     )
 
-    def __init__(self, text: str, size: int | None, total_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        text: str,
+        size: int | None,
+        total_bytes: int | None = None,
+        gap: int | None = None,
+    ) -> None:
         self.text = text
         self.size = size
         self.total_bytes = _utf8_len(text) if total_bytes is None else total_bytes
+        self.gap = gap
+        """For an excerpt: the index in ``text`` where the unread bytes lie,
+        which neither the head nor the tail may cross."""
         self.whole = False
         self.head = self.head_size = self.head_bytes = 0
         self.tail = self.tail_size = self.tail_bytes = 0
+
+    @classmethod
+    def of_excerpt(cls, excerpt: Excerpt) -> _Cut:
+        text = excerpt.head + excerpt.tail
+        total = _utf8_len(excerpt.head) + _utf8_len(excerpt.tail) + excerpt.omitted_bytes
+        return cls(text, None, total, gap=len(excerpt.head))
+
+    def _bounds(self, head: bool) -> tuple[int, int]:
+        """The omitted middle a boundary may move into: ``text[start:stop]``."""
+        start, stop = self.head, len(self.text) - self.tail
+        if self.gap is not None:
+            if head:
+                stop = min(stop, self.gap)
+            else:
+                start = max(start, self.gap)
+        return start, max(start, stop)
 
     def omitted(self) -> int:
         return self.total_bytes - self.head_bytes - self.tail_bytes
@@ -345,7 +401,10 @@ class _Cut:
         return self.head_size + self.tail_size + _marker_size(self.omitted())
 
     def whole_cost(self) -> int:
-        """Extra bytes keeping the whole text would take (more than the room if unknown)."""
+        """Extra bytes keeping the whole text would take (more than the room if
+        unknown; an excerpt can never be whole)."""
+        if self.gap is not None:
+            return _NEVER
         return self.size - self.used() if self.size is not None else len(self.text)
 
     def make_whole(self) -> int:
@@ -356,9 +415,10 @@ class _Cut:
     def start(self, allowance: int) -> None:
         """Cut to fit ``allowance``, which holds at least the marker of the whole text."""
         available = allowance - self.marker_only_size()
-        self._take(True, *_longest_prefix(self.text, 0, len(self.text), available // 2))
-        stop = len(self.text)
-        self._take(False, *_longest_suffix(self.text, self.head, stop, available - self.head_size))
+        start, stop = self._bounds(True)
+        self._take(True, *_longest_prefix(self.text, start, stop, available // 2))
+        start, stop = self._bounds(False)
+        self._take(False, *_longest_suffix(self.text, start, stop, available - self.head_size))
         self.grow(allowance - self.used())
 
     def grow(self, spare: int) -> int:
@@ -379,7 +439,9 @@ class _Cut:
 
     def _extend(self, head: bool, spare: int) -> bool:
         """Move one boundary into the omitted middle as far as ``spare`` bytes allow."""
-        start, stop = self.head, len(self.text) - self.tail
+        start, stop = self._bounds(head)
+        if start >= stop:
+            return False
         find = _longest_prefix if head else _longest_suffix
         count, size = find(self.text, start, stop, spare)
         if count == 0:

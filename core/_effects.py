@@ -198,6 +198,12 @@ class OutputChunk:
     Text never ends inside a UTF-8 character; the next cursors point just past
     what was returned. ``more`` is true when either stream holds bytes beyond
     the next cursor at the time of the read.
+
+    ``stdout_start`` and ``stderr_start`` say where each text begins in its
+    stream: the asked cursor, moved forward off a partial character (or, as
+    the port's masked reads report it, past a secret it would otherwise have
+    started inside). ``None`` when the interpreter does not say; the port
+    fills them in for the core.
     """
 
     stdout: str
@@ -206,6 +212,8 @@ class OutputChunk:
     next_stderr_cursor: int
     more: bool
     state: CommandState
+    stdout_start: int | None = None
+    stderr_start: int | None = None
 
 
 @attrs.frozen(kw_only=True)

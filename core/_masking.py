@@ -213,6 +213,28 @@ class _Page:
     next_cursor: int
     short: bool
     """Empty, and more bytes exist beyond those given: read again, wider."""
+    start: int
+    """Where ``text`` begins in the stream."""
+
+
+def _raw_start(text: str, next_cursor: int, cursor: int) -> tuple[bytes | None, int]:
+    """The bytes ``text`` decodes exactly (``None`` for ASCII: the text is
+    its bytes) and where they begin, checked against the cursor asked."""
+    if text.isascii():
+        data, length = None, len(text)
+    else:
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise MaskingError("output text holds characters no byte decodes to") from exc
+        length = len(data)
+    start = next_cursor - length
+    if length and not cursor <= start <= cursor + 3:
+        raise MaskingError(
+            "the output's text does not match its cursors (interpreters must decode "
+            "output bytes exactly, undecodable ones with surrogateescape)"
+        )
+    return data, start
 
 
 def _page(
@@ -229,19 +251,11 @@ def _page(
     text of a widened read, masked (see the module doc). Positions are byte
     offsets in the stream; ``size`` is the stream's size at the read and
     ``growing`` whether the command may still write to it."""
-    try:
-        data = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError as exc:
-        raise MaskingError("output text holds characters no byte decodes to") from exc
-    start = next_cursor - len(data)
-    if data and not widened_cursor <= start <= widened_cursor + 3:
-        raise MaskingError(
-            "the output's text does not match its cursors (interpreters must decode "
-            "output bytes exactly, undecodable ones with surrogateescape)"
-        )
+    encoded, start = _raw_start(text, next_cursor, widened_cursor)
+    data = text.encode("ascii") if encoded is None else encoded
     end = next_cursor
     if asked_cursor >= end:
-        return _Page("", asked_cursor, short=size > end)
+        return _Page("", asked_cursor, short=size > end, start=asked_cursor)
     final = not growing and end >= size
     intervals = [(low + start, high + start) for low, high in redactions.intervals(data)]
     # Where the earliest tail starts that bytes not read yet may complete
@@ -261,7 +275,7 @@ def _page(
         return None
 
     def empty(at: int) -> _Page:
-        return _Page("", at, short=size > end)
+        return _Page("", at, short=size > end, start=at)
 
     begin = max(asked_cursor, start)
     while begin < end and _continuation(data[begin - start]):
@@ -294,7 +308,7 @@ def _page(
     if stop <= begin:
         return empty(begin)
     masked = redactions.mask(data[begin - start : stop - start])
-    return _Page(masked.decode("utf-8", "replace"), stop, short=False)
+    return _Page(masked.decode("utf-8", "replace"), stop, short=False, start=begin)
 
 
 def mask_chunk(
@@ -307,14 +321,20 @@ def mask_chunk(
     whose end lies beyond the bytes given while more bytes exist; read
     ``widened`` again with the returned ``max_bytes``. Raises
     :class:`MaskingError` when the chunk's text does not match its cursors.
-    Without secrets, returns ``chunk`` with its text sanitized.
+    Without secrets, returns ``chunk`` with its text sanitized. Either way the
+    answer says where each text starts (``stdout_start``, ``stderr_start``).
     """
     state: CommandState = chunk.state
     if not redactions:
-        stdout, stderr = sanitize_text(chunk.stdout), sanitize_text(chunk.stderr)
-        if stdout is chunk.stdout and stderr is chunk.stderr:
-            return chunk
-        return attrs.evolve(chunk, stdout=stdout, stderr=stderr)
+        _, out_start = _raw_start(chunk.stdout, chunk.next_stdout_cursor, asked.stdout_cursor)
+        _, err_start = _raw_start(chunk.stderr, chunk.next_stderr_cursor, asked.stderr_cursor)
+        return attrs.evolve(
+            chunk,
+            stdout=sanitize_text(chunk.stdout),
+            stderr=sanitize_text(chunk.stderr),
+            stdout_start=out_start,
+            stderr_start=err_start,
+        )
     growing = state.status not in TERMINAL_STATUSES
     out = _page(
         chunk.stdout,
@@ -347,4 +367,6 @@ def mask_chunk(
         or state.stdout_bytes > out.next_cursor
         or state.stderr_bytes > err.next_cursor,
         state=state,
+        stdout_start=out.start,
+        stderr_start=err.start,
     )

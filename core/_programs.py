@@ -26,6 +26,7 @@ from typing import Any, Final
 import attrs
 
 from ._call import _Call, bound_result
+from ._collect import collect_output
 from ._contents import (
     _launch_content,
     _read_content,
@@ -37,7 +38,6 @@ from ._definitions import (
     LANGUAGES,
     MAX_TIMEOUT_SECONDS,
     READ_MAX_BYTES,
-    RETAINED_OUTPUT_LIMIT,
     resolve_language,
 )
 from ._effects import (
@@ -421,84 +421,13 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         # Timed out or canceled, and nobody saw how it ended.
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
 
-    collected = yield from _read_all(call, ready.sandbox_id, wanted, state)
+    content = _launch_content(
+        snap, settings, ready.sandbox_id, wanted, state, command, language, deduplicated
+    )
+    collected = yield from collect_output(call, ready.sandbox_id, wanted, state, content)
     if isinstance(collected, ToolResult):
         return collected
-    stdout, stderr, final, limited = collected
-    content = _launch_content(
-        snap, settings, ready.sandbox_id, wanted, final, command, language, deduplicated
-    )
-    content["stdout"] = stdout
-    content["stderr"] = stderr
-    if limited:
-        content["retention_limited"] = True
-    return (yield from call.finish(ToolResult(status="ok", content=content)))
-
-
-_Collected = tuple[str, str, CommandState, bool]
-_MIN_READ_BYTES: Final = 4
-"""A read must be able to return one whole UTF-8 character."""
-
-
-def _read_all(
-    call: _Call, sandbox_id: str, wanted: str, ended: CommandState
-) -> Generator[Effect, Any, _Collected | ToolResult]:
-    """Read all retained output of an ended command through byte cursors, at
-    most :data:`RETAINED_OUTPUT_LIMIT` bytes for both streams together.
-
-    Returns stdout, stderr, the last state, and whether the limit cut the
-    reading short. ``Read.max_bytes`` bounds each stream, so each read asks
-    for the most per stream that keeps the total within the room left, given
-    the sizes the ended command reported (one read usually does). Between
-    reads the guard runs, as around any external step (C9).
-    """
-    stdout: list[str] = []
-    stderr: list[str] = []
-    cursors = (0, 0)
-    final = ended
-    while True:
-        room = RETAINED_OUTPUT_LIMIT - cursors[0] - cursors[1]
-        left = (final.stdout_bytes - cursors[0], final.stderr_bytes - cursors[1])
-        if room < 2 * _MIN_READ_BYTES:
-            return "".join(stdout), "".join(stderr), final, True
-        per_stream = max(_per_stream(room, left), _MIN_READ_BYTES)
-        try:
-            chunk = yield Read(
-                sandbox_id=sandbox_id,
-                task_id=wanted,
-                stdout_cursor=cursors[0],
-                stderr_cursor=cursors[1],
-                max_bytes=per_stream,
-            )
-        except EffectFailure as failure:
-            return call.failed(failure, side_effect=False)
-        if not isinstance(chunk, OutputChunk):
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
-        final = chunk.state
-        stdout.append(chunk.stdout)
-        stderr.append(chunk.stderr)
-        advanced = (chunk.next_stdout_cursor, chunk.next_stderr_cursor) != cursors
-        cursors = (chunk.next_stdout_cursor, chunk.next_stderr_cursor)
-        if not chunk.more:
-            return "".join(stdout), "".join(stderr), final, False
-        if not advanced:
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
-        stop = yield from call.guard()
-        if stop is not None:
-            return stop
-
-
-def _per_stream(room: int, left: tuple[int, int]) -> int:
-    """The largest per-stream read whose two streams fit in ``room`` bytes,
-    given how many bytes each stream has ``left`` (unknown sizes: half each)."""
-    low, high = sorted(max(size, 0) for size in left)
-    if high == 0:
-        return room // 2
-    if low + high <= room:
-        return high
-    if 2 * low >= room:
-        return room // 2
-    return room - low
+    return (yield from call.finish(ToolResult(status="ok", content=collected)))
 
 
 def _refused(call: _Call, refused: StartRefused) -> Generator[Effect, Any, ToolResult]:

@@ -55,6 +55,8 @@ def _masked_read(read: Read, redactions: Redactions) -> _Steps:
         next_stderr_cursor=read.stderr_cursor,
         more=True,
         state=chunk.state,
+        stdout_start=read.stdout_cursor,
+        stderr_start=read.stderr_cursor,
     )
 
 

@@ -14,6 +14,7 @@ from sandrail.core._budget import (
     DEFAULT_UNCERTAIN_REASON_CODES,
     SHRINKABLE_FIELDS,
     BudgetError,
+    Excerpt,
     Omission,
     fit_to_budget,
     fixed_size,
@@ -346,3 +347,53 @@ def test_c14_reason_codes_and_observed_results_can_be_widened() -> None:
     widened = len(reason) - len("e2b_command_evidence_incomplete")
     widened += len(observed) - len("timed_out")
     assert longer == minimal_uncertain_size(locator) + widened
+
+
+# -- excerpts: text read only at its two ends --------------------------------------
+
+excerpt_text = st.text(alphabet=st.sampled_from('ab"\\\n\té€😀'), max_size=60)
+
+
+@given(
+    head=excerpt_text,
+    tail=excerpt_text,
+    omitted=st.integers(0, 10**9),
+    other=excerpt_text,
+    budget=st.integers(60, 400),
+)
+def test_c12_c13_an_excerpt_is_cut_at_its_gap_and_counts_what_was_never_read(
+    head: str, tail: str, omitted: int, other: str, budget: int
+) -> None:
+    """A field read only at its ends renders as a prefix of its head, one
+    marker, and a suffix of its tail; the marker counts the bytes left out of
+    head and tail plus the bytes never read; the result fits the budget."""
+    content = {"ok": True, "stdout": Excerpt(head, tail, omitted), "stderr": other}
+    try:
+        fitted = fit_to_budget(content, budget)
+    except BudgetError:
+        assert fixed_size(content) > budget
+        return
+    assert len(canonical_json(fitted)) <= budget
+    text = fitted["stdout"]
+    assert isinstance(text, str)
+    if text == "":
+        return
+    (marker,) = parse_omissions(text)  # the alphabet has no "[": only the one inserted
+    kept_head, kept_tail = text[: marker.start], text[marker.end :]
+    assert head.startswith(kept_head)
+    assert tail.endswith(kept_tail)
+    left_out = (
+        len(head.encode())
+        - len(kept_head.encode())
+        + omitted
+        + len(tail.encode())
+        - len(kept_tail.encode())
+    )
+    assert marker.omitted_bytes == left_out
+
+
+def test_c12_an_excerpt_with_room_keeps_both_ends_whole() -> None:
+    content = {"ok": True, "stdout": Excerpt("start\n", "\nend", 5_000_000)}
+    fitted = fit_to_budget(content, 1_000)
+    assert fitted["stdout"] == "start\n" + omission_marker(5_000_000) + "\nend"
+    assert fixed_size(content) == fixed_size({"ok": True, "stdout": ""})

@@ -153,6 +153,10 @@ def test_c17_pages_of_a_growing_stream_never_show_a_secret_even_in_pieces(
         chunk = read(stream, redactions, cursor, size)
         pages.append((cursor, chunk.stdout, chunk.next_stdout_cursor))
         assert chunk.next_stdout_cursor >= cursor
+        assert chunk.stdout_start is not None
+        assert cursor <= chunk.stdout_start <= chunk.next_stdout_cursor
+        if not chunk.stdout:
+            assert chunk.stdout_start == chunk.next_stdout_cursor
         cursor = chunk.next_stdout_cursor
     stream.stdout += b"".join(pending)
     stream.ended = True
@@ -205,6 +209,7 @@ def test_c17_a_guessed_cursor_inside_a_secret_shows_no_piece_of_it(
     end = chunk.next_stdout_cursor
     assert not inside(end, intervals)
     if chunk.stdout:
+        assert chunk.stdout_start == start
         expected = redactions.mask(stream.stdout[start:end]).decode("utf-8", "replace")
         assert chunk.stdout == expected
 

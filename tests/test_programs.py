@@ -50,6 +50,8 @@ from sandrail.core import (
     snapshot_request,
     tool_program,
 )
+from sandrail.core._budget import parse_omissions
+from sandrail.core._canonical import canonical_json
 from sandrail.interpreters._drivers import drive
 from sandrail.interpreters.simulator import Script, Simulator
 
@@ -501,13 +503,46 @@ def test_integer_arguments_list_matches_the_schemas() -> None:
 
 
 def test_retention_limit_bounds_both_streams_together() -> None:
+    """With an artifact store the whole output is read (for the store), at
+    most RETAINED_OUTPUT_LIMIT bytes of both streams together."""
     big = "o" * (RETAINED_OUTPUT_LIMIT * 5 // 8)
     sim = Simulator(scripts={"x": Script.prints(big, stderr=big.replace("o", "e"))})
-    result = run("run_command", {"command": "x"}, sim=sim, budget=24_000)
+    result = run("run_command", {"command": "x"}, sim=sim, budget=24_000, artifacts=True)
     assert result.status == "ok"
     assert result.content["retention_limited"] is True
     reads = [e for e in sim.applied if isinstance(e, Read)]
     assert all(2 * e.max_bytes <= RETAINED_OUTPUT_LIMIT for e in reads)
+
+
+@pytest.mark.parametrize("stderr", ["", "e" * 3_000_000, "warning\n"])
+def test_c12_without_an_artifact_store_only_the_ends_the_budget_can_show_are_read(
+    stderr: str,
+) -> None:
+    """Issue 10: 16 MiB of output moves about the budget, not 16 MiB: each
+    stream that cannot fit is read at its two ends, and the marker counts the
+    bytes never read."""
+    big = "".join(f"line {n}\n" for n in range(2_000_000))  # about 16 MiB
+    sim = Simulator(scripts={"x": Script.prints(big, stderr=stderr)})
+    result = run("run_command", {"command": "x"}, sim=sim, budget=24_000)
+    assert result.status == "ok"
+    assert len(canonical_json(result.content)) <= 24_000
+    assert "retention_limited" not in result.content
+    stdout = result.content["stdout"]
+    (marker,) = parse_omissions(stdout)
+    head, tail = stdout[: marker.start], stdout[marker.end :]
+    assert big.startswith(head)
+    assert big.endswith(tail)
+    assert marker.omitted_bytes == len(big) - len(head) - len(tail)
+    assert len(head) > 5_000
+    assert len(tail) > 5_000
+    moved = sum(len(e.stdout) + len(e.stderr) for e in _chunks(sim))
+    assert moved <= 2 * 24_000
+    assert len(canonical_json(result.content)) >= 24_000 - 64  # the budget is used
+
+
+def _chunks(sim: Simulator) -> list[Any]:
+    """What each read returned (the simulator recomputes it from the read)."""
+    return [sim._read(e) for e in sim.applied if isinstance(e, Read)]
 
 
 def test_c12_c8_an_interaction_id_too_long_for_the_budget_is_a_harness_error() -> None:
