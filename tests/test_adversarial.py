@@ -476,3 +476,26 @@ def test_item12_a_tampered_cassette_with_a_lone_surrogate_is_reported_not_a_trac
     done = _cli("replay", str(tampered))
     assert done.returncode in (1, 2), done
     assert "Traceback" not in done.stderr + done.stdout
+
+
+_FILLER = "".join(f"row {n:06d}\n" for n in range(20_000))
+_NEAR_ENDS = [
+    *range(0, 40, 9),
+    *range(600, 800, 7),
+    *(len(_FILLER) - n for n in range(600, 800, 7)),
+]
+
+
+@pytest.mark.parametrize("at", _NEAR_ENDS)
+def test_c17_a_secret_at_the_ends_of_a_cut_output_is_masked_whole(at: int) -> None:
+    """Output too big for the budget is read only at its ends (issue 10); a
+    secret straddling where a head or tail read begins or ends never shows,
+    not even in part."""
+    output = _FILLER[:at] + SECRET + _FILLER[at:]
+    rig = Rig(scripts={"big": Script.prints(output)}, max_output_bytes=2_000)
+    result = rig.run("run_command", {"command": "big", "env": {"TOKEN": SECRET}})
+    assert result.status == "ok"
+    stdout = result.content["stdout"]
+    assert SECRET not in stdout
+    for piece in (SECRET[:8], SECRET[-8:], SECRET[6:14]):
+        assert piece not in stdout, (at, piece)
