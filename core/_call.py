@@ -121,7 +121,7 @@ class _Call:
             # A command may print an env value it was given; the model must
             # not see it (C17). Masked before the budget measures anything.
             redactions = Redactions(self.secrets)
-            for key in ("stdout", "stderr"):
+            for key in SHRINKABLE_FIELDS:  # stdout, stderr, and the command itself
                 if isinstance(content.get(key), str):
                     content[key] = mask_text(content[key], redactions)
             result = attrs.evolve(result, content=content)

@@ -20,7 +20,7 @@ its :class:`Phase`; before dispatch a failure is an ``error`` with
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any, Final
 
 import attrs
@@ -70,6 +70,7 @@ from ._effects import (
 )
 from ._guard import Phase
 from ._identity import NativeIdentity, task_id
+from ._masking import Redactions, mask_text, redaction_secrets
 from ._requests import RUNTIME_ARTIFACTS
 from ._results import (
     AgentCommandRef,
@@ -81,7 +82,7 @@ from ._results import (
 )
 from ._rules import _INTEGER_ARGUMENTS, launch_digest, tool_refusal
 from ._snapshot import PortSettings, _check_request, _fits, _refuse, _Snapshot
-from ._validation import arguments_rejection, check_arguments
+from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = ["WAIT_GRACE_SECONDS", "Program", "tool_program"]
 
@@ -151,7 +152,13 @@ def _tool_program(
     refused = tool_refusal(snap, settings)
     if refused is not None:
         return refused
+    exposed = _exposed_by_identity(snap)
+    if exposed:
+        return ToolResult(
+            status="error", content=arguments_rejection(exposed, settings.max_output_bytes)
+        )
     call = _Call(snap, settings, secrets)
+    redactions = Redactions(call.secrets)
 
     try:
         decision = yield Authorize(tool=snap.tool, call_id=snap.call_id)
@@ -175,6 +182,12 @@ def _tool_program(
             "executed": False,
             "interaction_id": decision.interaction_id,
         }
+        if mask_text(decision.interaction_id, redactions) != decision.interaction_id:
+            # C17 over C8: a secret cannot be shown, and an id cannot be cut.
+            return _refuse(
+                ErrorCode.HARNESS_CALLBACK_FAILED,
+                "The policy asked for approval with an interaction id that holds a secret value.",
+            )
         if snap.governed or _fits(content, settings.max_output_bytes):
             return ToolResult(status="approval_required", content=content)
         return _refuse(
@@ -182,14 +195,46 @@ def _tool_program(
             "The policy asked for approval with an interaction id too long for the budget.",
         )
     if not isinstance(decision, Allow):
-        reason = decision.reason if isinstance(decision, Deny) else ""
-        return _refuse(ErrorCode.POLICY_DENIED, reason or "The harness policy denied this call.")
+        reason: object = decision.reason if isinstance(decision, Deny) else ""
+        shown = mask_text(reason, redactions) if isinstance(reason, str) else ""
+        return _refuse(ErrorCode.POLICY_DENIED, shown or "The harness policy denied this call.")
 
     if snap.tool == "sandbox_status":
         return (yield from _sandbox_status(call))
     if snap.tool in ("read_command_output", "stop_command"):
         return (yield from _owned_command(call))
     return (yield from _launch(call))
+
+
+def _exposed_by_identity(snap: _Snapshot) -> list[ArgumentProblem]:
+    """Env values that also appear in the call's identity, which every result
+    shows whole (C13): they could not be kept out of results (C17), so the
+    call is refused before anything runs."""
+    env = snap.arguments.get("env")
+    if not isinstance(env, Mapping):
+        return []
+    shown = list(_strings(snap.locator()))
+    return [
+        ArgumentProblem(
+            path=f"arguments.env.{name}",
+            reason="holds a value that also appears in the call's identity (which every "
+            "result shows whole), so it could not be kept secret",
+        )
+        for name, value in sorted(env.items())
+        if value in redaction_secrets({name: value}) and any(value in text for text in shown)
+    ]
+
+
+def _strings(value: object) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
 
 
 def _sandbox_status(call: _Call) -> Generator[Effect, Any, ToolResult]:

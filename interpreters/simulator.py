@@ -184,21 +184,23 @@ class SimulatedHarness:
         self.last_request: ToolRequest | None = None
 
     def authorize(self, request: ToolRequest) -> PolicyDecision:
-        """Remember ``request`` (for :meth:`mutate_request`) and answer ``decision``."""
-        self.last_request = request
+        """Answer ``decision``. (A port hands its policy a copy of the request
+        as the call will run it, so this is not the request to mutate.)"""
         return self.decision
 
     def assert_authority(self, request: ToolRequest) -> bool:
-        """Whether the caller still holds its authority."""
+        """Whether the caller still holds its authority. Remembers ``request``
+        (the live one: :meth:`mutate_request` changes what the port checks)."""
+        self.last_request = request
         return self.authority_held
 
     def mutate_request(self) -> None:
         """Change the live request so the port sees drift (C9).
 
-        Sets ``drifted``; if the last request ``authorize`` saw has a ``dict``
-        of arguments, also adds the key ``"__drift__"`` to it, so a digest of
-        the live request changes. Other mappings are left alone: a port can
-        consult ``drifted``.
+        Sets ``drifted``; if the last request ``assert_authority`` saw has a
+        ``dict`` of arguments, also adds the key ``"__drift__"`` to it, so a
+        digest of the live request changes. Other mappings are left alone: a
+        port can consult ``drifted``.
         """
         self.drifted = True
         request = self.last_request
@@ -257,7 +259,10 @@ class Simulator:
         self._sandboxes: dict[str, SimSandbox] = {}
         self._sessions: dict[tuple[str, str], str] = {}
         self._ids = itertools.count(1)
-        self._first_sent: dict[tuple[str, str], int] = {}
+        self._first_sent: dict[tuple[str, str], tuple[int, str]] = {}
+        # The ledger epoch each start in flight was issued against, by the
+        # start object's identity (held ones until they are delivered).
+        self._issued: dict[int, int] = {}
         # One effect at a time: a port may be driven from several threads
         # (or event loops) at once, and the world must stay consistent.
         self._lock = threading.RLock()
@@ -310,6 +315,8 @@ class Simulator:
                 result = self._apply(effect)
             except EffectFailure as failure:
                 result = failure
+            finally:
+                self._issued.pop(id(effect), None)
             self.late_deliveries.append((effect, result))
             results.append(result)
         return results
@@ -341,19 +348,24 @@ class Simulator:
         self._received[name] += 1
         box = self._sandboxes.get(effect.sandbox_id) if isinstance(effect, Start) else None
         epoch = None if box is None else box.ledger_epoch
+        if epoch is not None:
+            self._issued[id(effect)] = epoch
         try:
             if fault is None:
                 return self._apply(effect)
             self.faults_fired.append(fault)
             return self._strike(effect, fault)
         finally:
+            if not any(held is effect for held in self.held):
+                self._issued.pop(id(effect), None)
             if isinstance(effect, Start) and epoch is not None and not effect.expect_claim:
                 # The backend's memory (E2B's interpreter keeps the same): the
-                # ledger epoch as the first start of each task was sent, when
-                # it was the first as far as the harness knew (no claim
-                # expected). Noted after this start was handled, so it judges
-                # only earlier ones.
-                self._first_sent.setdefault((effect.sandbox_id, effect.task_id), epoch)
+                # ledger epoch and the request digest as the first start of
+                # each task was sent, when it was the first as far as the
+                # harness knew (no claim expected). Noted after this start was
+                # handled, so it judges only earlier ones.
+                key = (effect.sandbox_id, effect.task_id)
+                self._first_sent.setdefault(key, (epoch, effect.request_digest))
 
     def forget_sent(self) -> None:
         """Forget which starts were sent, as a restarted harness's new
@@ -505,7 +517,12 @@ class Simulator:
             if task.request.request_digest != effect.request_digest:
                 return StartRefused(reason="conflict")
             return Started(task_id=effect.task_id, first_launch=False, state=task.state(self.clock))
-        if effect.expect_claim and not self._never_claimed(box, effect.task_id):
+        issued = self._issued.get(id(effect))
+        if issued is not None and issued != box.ledger_epoch:
+            # Issued against a ledger that has been lost since (a request
+            # delivered late, say): it cannot know what the lost ledger held.
+            return StartRefused(reason="claim_lost")
+        if effect.expect_claim and not self._never_claimed(box, effect):
             return StartRefused(reason="claim_lost")
         task = SimTask(
             request=effect, script=self._script_for(box, effect.command), started_at=self.clock
@@ -514,12 +531,15 @@ class Simulator:
         self._launches[effect.task_id] += 1
         return Started(task_id=effect.task_id, first_launch=True, state=task.state(self.clock))
 
-    def _never_claimed(self, box: SimSandbox, task_id: str) -> bool:
-        """Whether the sandbox can prove it never held a claim of ``task_id``:
-        its ledger is the one it had when this backend sent the task's first
-        start (one sent expecting no claim), so any claim made since would
-        still be there."""
-        return self._first_sent.get((box.sandbox_id, task_id)) == box.ledger_epoch
+    def _never_claimed(self, box: SimSandbox, effect: Start) -> bool:
+        """Whether launching ``effect`` now cannot make a second launch of its
+        task: this backend sent the task's first start (one expecting no
+        claim) against the ledger the sandbox still has, so any claim made
+        since would still be there; and with the same request, so the first
+        start, should it still arrive, finds this claim and launches nothing
+        (C2), nor does this one run other arguments under its key (C3)."""
+        first = self._first_sent.get((box.sandbox_id, effect.task_id))
+        return first == (box.ledger_epoch, effect.request_digest)
 
     def _script_for(self, box: SimSandbox, command: str) -> Script:
         script = self.scripts.get(command)

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeAlias, cast
+
+import attrs
 
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -245,6 +248,10 @@ class _Call:
         # Taken before anything runs, so that even a crash can report the
         # locator the request had when it arrived (C6).
         self.snapshot = snapshot_request(request, port.settings)
+        self.shown: ToolRequest = request
+        self.policy_drifted = False
+        """The policy changed the arguments it was shown: the harness changed
+        the request mid-call, which the next guard reports as drift (C9)."""
 
     def open(self) -> None:
         open_call = getattr(self.port._backend, "open_call", None)
@@ -260,6 +267,31 @@ class _Call:
             sandbox_id=self.sandbox_id,
             task=self.task_id,
         )
+
+    def policy_request(self) -> ToolRequest:
+        """The request as the policy must judge it: with the arguments the
+        call checks and runs (its one plain copy), not a live object that may
+        answer the policy one thing and the program another (C8, C9). A copy
+        of its own, so a policy that changes it changes nothing."""
+        snapshot = self.snapshot
+        if snapshot is None:
+            return self.request
+        arguments = json.loads(json.dumps(dict(snapshot.arguments)))
+        return attrs.evolve(self.request, call=attrs.evolve(self.request.call, arguments=arguments))
+
+    def ask_policy(self) -> object:
+        """Call the harness's policy with :meth:`policy_request`."""
+        self.shown = self.policy_request()
+        try:
+            return self.port._authorize(self.shown)
+        finally:
+            self.ask_policy_settled()
+
+    def ask_policy_settled(self) -> None:
+        """Note whether the policy changed what it was shown (an asynchronous
+        policy may, until it returns)."""
+        if self.snapshot is not None and self.shown.call.arguments != self.snapshot.arguments:
+            self.policy_drifted = True
 
     def mask_reads(
         self, inner: Callable[[Effect], Any], named: Iterable[str] = ()
@@ -318,7 +350,7 @@ class _Call:
         """Answer one harness effect from the harness's callbacks (sync mode)."""
         try:
             if isinstance(effect, Authorize):
-                decision = self.port._authorize(self.request)
+                decision = self.ask_policy()
                 if inspect.isawaitable(decision):
                     _discard(decision)
                     raise EffectFailure(
@@ -353,9 +385,10 @@ class _Call:
         """Answer one harness effect from the harness's callbacks (async mode)."""
         try:
             if isinstance(effect, Authorize):
-                decision = self.port._authorize(self.request)
+                decision = self.ask_policy()
                 if inspect.isawaitable(decision):
                     decision = await self._abortable(lambda _: decision, effect)
+                    self.ask_policy_settled()
                 return _policy(decision)
             return self._harness(effect)
         except EffectFailure:
@@ -460,7 +493,7 @@ class _Call:
         except Exception:
             aborted = True  # a token that cannot be read may have fired
         try:
-            drifted = request_digest(self.request) != effect.request_digest
+            drifted = self.policy_drifted or request_digest(self.request) != effect.request_digest
         except Exception:
             drifted = True
         return AuthorityReport(aborted=aborted, drifted=drifted, authority_held=verdict is True)
@@ -629,8 +662,8 @@ def _build(
 ) -> ToolPort:
     if not callable(backend):
         raise TypeError("backend must be an interpreter: a callable from effect to outcome")
-    if not isinstance(session_id, str) or not session_id.strip():
-        raise ValueError("session_id must be a non-blank string")
+    if not isinstance(session_id, str) or not session_id.strip() or not _unicode(session_id):
+        raise ValueError("session_id must be a non-blank string of valid Unicode text")
     if isinstance(owner, NativeOwner):
         if not isinstance(owner.scope, Mapping):
             raise TypeError("NativeOwner.scope must be a JSON object (a mapping)")
@@ -639,8 +672,9 @@ def _build(
         except ValueError as exc:
             raise ValueError(f"NativeOwner.scope must be JSON data: {exc}") from None
     elif isinstance(owner, AgentOwner):
-        if not isinstance(owner.agent_id, str) or not owner.agent_id.strip():
-            raise ValueError("AgentOwner.agent_id must be a non-blank string")
+        agent_id = owner.agent_id
+        if not isinstance(agent_id, str) or not agent_id.strip() or not _unicode(agent_id):
+            raise ValueError("AgentOwner.agent_id must be a non-blank string of valid Unicode text")
     else:
         raise TypeError(
             "owner must be sandrail.NativeOwner(scope=...) or sandrail.AgentOwner(agent_id=...)"
@@ -699,6 +733,14 @@ def _build(
     )
 
 
+def _unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _redact(values: Iterable[str]) -> frozenset[str]:
     if isinstance(values, str) or not isinstance(values, Iterable):
         raise TypeError("redact must be an iterable of strings (a list of values to mask)")
@@ -711,9 +753,7 @@ def _redact(values: Iterable[str]) -> frozenset[str]:
                 f"redact holds a value of {len(value)} characters; values to mask need at "
                 f"least {MIN_REDACTED_LENGTH} (a shorter one would mask ordinary text)"
             )
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError("redact holds a value that is not valid Unicode text") from None
+        if not _unicode(value):
+            raise ValueError("redact holds a value that is not valid Unicode text")
         found.add(value)
     return frozenset(found)

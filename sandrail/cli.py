@@ -3,7 +3,8 @@
 ``run`` and ``code`` build a port on a backend (the embedded simulator unless
 told otherwise), run one tool call through it, and print the tool result as
 JSON. Exit status: 0 for ``ok``, 1 for ``error``, 2 for bad usage, 3 for
-``uncertain``, 4 for ``approval_required``. ``simulate`` and ``replay`` live
+``uncertain``, 4 for ``approval_required``, 5 when the result could not be
+written to standard output. ``simulate`` and ``replay`` live
 in their own modules and document their own exit status.
 """
 
@@ -16,7 +17,7 @@ import sys
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 
@@ -69,8 +70,25 @@ def _port(
         raise click.UsageError(str(exc)) from None
 
 
+_UNWRITTEN: Final = 5
+"""Exit status when the result could not be written to standard output."""
+
+_MAX_SNIPPET_BYTES: Final = 8 * 1024 * 1024
+
+
 def _emit(result: ToolResult, indent: int | None) -> None:
-    click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
+    try:
+        click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
+        sys.stdout.flush()
+    except OSError as exc:
+        # The call ran (or not) as its result says, but nobody can read it:
+        # never a quiet 0. The status is on standard error, at least.
+        click.echo(
+            f"Error: could not write the result ({exc.strerror or exc}); its status was "
+            f"{result.status}",
+            err=True,
+        )
+        sys.exit(_UNWRITTEN)
     sys.exit(_EXIT[result.status])
 
 
@@ -135,7 +153,7 @@ def main() -> None:
     """Run shell commands and code snippets in sandboxes, safely.
 
     `run` and `code` print the tool result as JSON (exit status 0 ok, 1 error,
-    2 bad usage, 3 uncertain, 4 approval required). `simulate` runs the fault
+    2 bad usage, 3 uncertain, 4 approval required, 5 result not written). `simulate` runs the fault
     campaign on the embedded simulator; `replay` re-runs a recording through
     the core.
     """
@@ -147,7 +165,7 @@ def main() -> None:
             reconfigure(errors="backslashreplace")
 
 
-@main.command(context_settings={"ignore_unknown_options": True})
+@main.command()
 @click.option("--background", is_flag=True, help="Start it and return its task id at once.")
 @click.option("--timeout", type=click.IntRange(1, 86_400), help="Seconds before it is ended.")
 @click.option("--cwd", help="Working directory inside the sandbox.")
@@ -214,7 +232,17 @@ def code(
 ) -> None:
     """Run the snippet in FILE (- for standard input) with sandbox_run_code."""
     try:
-        source = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        if str(file) == "-":
+            data = sys.stdin.buffer.read(_MAX_SNIPPET_BYTES + 1)
+        else:
+            with file.open("rb") as handle:
+                data = handle.read(_MAX_SNIPPET_BYTES + 1)
+        if len(data) > _MAX_SNIPPET_BYTES:
+            raise click.BadParameter(
+                f"{file} is larger than {_MAX_SNIPPET_BYTES // (1024 * 1024)} MiB",
+                param_hint="FILE",
+            )
+        source = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise click.BadParameter(f"cannot read {file}: {exc}", param_hint="FILE") from None
     arguments: dict[str, Any] = {"code": source, "language": language}

@@ -499,3 +499,177 @@ def test_c17_a_secret_at_the_ends_of_a_cut_output_is_masked_whole(at: int) -> No
     assert SECRET not in stdout
     for piece in (SECRET[:8], SECRET[-8:], SECRET[6:14]):
         assert piece not in stdout, (at, piece)
+
+
+# -- the re-attack (round 2): held starts and lost ledgers -------------------------
+
+
+def _manual(*faults: Fault) -> Rig:
+    sim = Simulator(plan=FaultPlan(faults), late_delivery="manual")
+    return Rig(sim=sim)
+
+
+def test_c2_a_held_start_after_its_retry_launched_and_the_ledger_was_lost_adds_nothing() -> None:
+    """Re-attack break 1: the first Start is held; the retry launches (the
+    sandbox can prove it never held the claim); the command wipes the ledger;
+    then the held Start arrives. It was issued against the lost ledger, so it
+    launches nothing."""
+    rig = _manual(
+        Fault(effect="Start", occurrence=0, kind=FaultKind.DELIVERED_LATE),
+        Fault(effect="Start", occurrence=1, kind=FaultKind.LEDGER_WIPED, when="after"),
+    )
+    assert rig.run("run_command", {"command": "echo hi"}).status == "uncertain"
+    assert rig.run("run_command", {"command": "echo hi"}, call_id="c2").status == "uncertain"
+    rig.sim.deliver_held()
+    third = rig.run("run_command", {"command": "echo hi"}, call_id="c3")
+    assert third.status == "uncertain", third.content
+    assert rig.sim.launches[rig.task_id()] == 1
+
+
+def test_c2_the_same_with_the_retry_answered_ok_before_the_wipe() -> None:
+    rig = _manual(Fault(effect="Start", occurrence=0, kind=FaultKind.DELIVERED_LATE))
+    assert rig.run("run_command", {"command": "echo hi"}).status == "uncertain"
+    assert rig.run("run_command", {"command": "echo hi"}, call_id="c2").status == "ok"
+    rig.sim.wipe_ledger("sbx-1")
+    rig.sim.deliver_held()
+    assert rig.sim.launches[rig.task_id()] == 1
+
+
+def test_c3_a_retry_with_other_arguments_never_runs_while_the_first_start_may_arrive() -> None:
+    """Re-attack break 2: the first Start (echo first) is held; a second call
+    under the same key with other arguments must not launch them."""
+    rig = _manual(Fault(effect="Start", occurrence=0, kind=FaultKind.DELIVERED_LATE))
+    assert rig.run("run_command", {"command": "echo first"}).status == "uncertain"
+    second = rig.run("run_command", {"command": "echo SECOND"}, call_id="c2")
+    assert second.status in ("uncertain", "error"), second.content
+    rig.sim.deliver_held()
+    launched = [e.command for e in rig.sim.applied if isinstance(e, Start)]
+    assert "echo SECOND" not in [
+        task.request.command for box in rig.sim._sandboxes.values() for task in box.tasks.values()
+    ], launched
+    assert rig.sim.launches[rig.task_id()] == 1
+
+
+class _FlipForThePolicy(Mapping[str, Any]):
+    """Shows ``echo safe`` only while the policy is reading it."""
+
+    reading = False
+
+    def _face(self) -> dict[str, Any]:
+        return {"command": "echo safe" if self.reading else "echo EVIL"}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._face()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._face())
+
+    def __len__(self) -> int:
+        return 1
+
+
+def test_c8_c9_the_policy_judges_the_arguments_that_run() -> None:
+    """Re-attack break 3: the policy saw ``echo safe`` on the live request and
+    ``echo EVIL`` ran. The policy now gets the call's own plain copy."""
+    arguments = _FlipForThePolicy()
+    seen: list[Any] = []
+
+    def policy(request: sandrail.ToolRequest) -> Any:
+        arguments.reading = True
+        try:
+            seen.append(dict(request.call.arguments))
+            request.call.arguments["command"] = "echo changed by the policy"  # type: ignore[index]
+            return sandrail.ALLOW
+        finally:
+            arguments.reading = False
+
+    rig = Rig(authorize=policy)
+    request = attrs_evolve_call(rig.request("run_command", {}), arguments)
+    result = rig.port.execute_sync(request)
+    ran = [e.command for e in rig.sim.applied if isinstance(e, Start)]
+    assert ran in ([], [seen[0]["command"]]), (ran, seen)
+    assert "echo changed by the policy" not in ran
+    assert result.status in ("ok", "error")
+
+
+def test_c17_the_command_field_of_a_result_masks_env_values() -> None:
+    """Re-attack break 4a."""
+    rig = Rig()
+    value = "Zq9xK2pL7wVb"
+    result = rig.run("run_command", {"command": f"echo {value}", "env": {"TOKEN": value}})
+    assert value not in json.dumps(result.content)
+    assert result.content["command"] == f"echo {REDACTED}"
+
+
+def test_c17_a_deny_reason_quoting_the_request_is_masked() -> None:
+    """Re-attack break 4b."""
+    value = "Zq9xK2pL7wVb"
+    rig = Rig(authorize=lambda request: sandrail.Deny(reason=f"no: {request.call.arguments}"))
+    result = rig.run("run_command", {"command": "true", "env": {"TOKEN": value}})
+    assert result.content["error_type"] == ErrorCode.POLICY_DENIED.value
+    assert value not in json.dumps(result.content)
+
+
+def test_c17_an_interaction_id_holding_a_secret_is_a_harness_error() -> None:
+    """Re-attack break 4c: an id cannot be cut (C8) and a secret cannot show."""
+    value = "Zq9xK2pL7wVb"
+    rig = Rig(authorize=lambda request: sandrail.ApprovalRequired(interaction_id=f"ask-{value}"))
+    result = rig.run("run_command", {"command": "true", "env": {"TOKEN": value}})
+    assert result.content["error_type"] == ErrorCode.HARNESS_CALLBACK_FAILED.value
+    assert value not in json.dumps(result.content)
+    assert rig.sim.effects_seen == []
+
+
+@pytest.mark.parametrize("field", ["session", "operation_key", "call_id"])
+def test_c17_an_env_value_the_identity_shows_is_refused_before_anything_runs(field: str) -> None:
+    """Re-attack break 4d: a value equal to (or inside) an identity field would
+    show in every result, which C13 forbids cutting."""
+    rig = Rig(session_id="session-secret-1234")
+    values = {"session": "session-secret-1234", "operation_key": "op-key-12345678"}
+    values["call_id"] = "call-id-12345678"
+    result = rig.run(
+        "run_command",
+        {"command": "true", "env": {"LEAKED": values[field]}},
+        key="op-key-12345678",
+        call_id="call-id-12345678",
+    )
+    assert result.status == "error"
+    assert result.content["error_type"] == ErrorCode.ARGUMENTS_INVALID.value
+    (problem,) = result.content["problems"]
+    assert problem["field"] == "arguments.env.LEAKED"
+    assert rig.sim.effects_seen == []
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [
+        (("run", "--backgroud", "--", "sleep", "60"), 2),
+        (("run", "--session", "\udcff", "--", "true"), 2),
+        (("code", "/dev/zero"), 2),
+    ],
+)
+def test_item12_more_bad_cli_input(args: tuple[str, ...], status: int) -> None:
+    """Re-attack break 5 and its observations: a mistyped option is not part
+    of the command; a surrogate session, an endless snippet file."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sandrail", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        errors="replace",
+    )
+    assert done.returncode == status, done
+    assert "Traceback" not in done.stderr
+
+
+def test_item12_a_result_that_cannot_be_written_is_not_a_quiet_success() -> None:
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "sandrail", "run", "--", "echo", "hi"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 5
+    assert "its status was ok" in done.stderr

@@ -753,7 +753,7 @@ def test_c9_fault_authority_lost_applies_and_answers(when: When) -> None:
 def test_c9_fault_request_mutated_applies_and_drifts(when: When) -> None:
     harness = SimulatedHarness()
     live = request()
-    harness.authorize(live)
+    harness.assert_authority(live)
     sim = faulted(FaultKind.REQUEST_MUTATED, when, harness=harness)
     box = ensure(sim)
     assert started(sim, start_effect(box)).first_launch
