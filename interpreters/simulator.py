@@ -32,6 +32,16 @@ Semantics
   digest is ``Started(first_launch=False)`` with the first launch's state now;
   another digest is ``StartRefused("conflict")``. Env values stay in the task:
   no outcome, detail or exception carries them (C17).
+- **The ledger** (the claims) can be lost: :meth:`Simulator.wipe_ledger`, or
+  the ``LEDGER_WIPED`` fault, models a command deleting it; the processes run
+  on unseen and the ledger starts a new *epoch*. A start issued against an
+  epoch since lost (one delivered late, say) launches nothing
+  (``claim_lost``). A start that expects a claim (``expect_claim``) the
+  sandbox lacks launches only if the backend can prove no claim was ever
+  made: it sent the task's first start (one expecting none) with the same
+  request digest, against the epoch the ledger still has; otherwise
+  ``claim_lost``. :meth:`Simulator.forget_sent` drops that memory, as a
+  restarted harness's new backend has none.
 - **Scripts.** A launch runs ``scripts[command]``; failing that, the
   ``scripts`` entry for the source of a file published in that sandbox whose
   path appears in the command (a snippet run); failing that, ``default``
