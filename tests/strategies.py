@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import hypothesis_jsonschema
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
@@ -269,35 +271,15 @@ DEFINITIONS_WITH_FIELDS = [
 ]
 
 
-def from_schema(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
-    """Values valid under one of our (simple) property schemas."""
-    if "anyOf" in schema:
-        return st.one_of([from_schema(branch) for branch in schema["anyOf"]])
-    kind = schema["type"]
-    if kind == "integer":
-        return st.integers(schema.get("minimum"), schema.get("maximum"))
-    if kind == "string":
-        if "pattern" in schema:
-            return st.from_regex(schema["pattern"], fullmatch=True)
-        return st.text(min_size=schema.get("minLength", 0))
-    if kind == "object":
-        return st.dictionaries(st.text(), from_schema(schema["additionalProperties"]), max_size=4)
-    if kind == "boolean":
-        return st.booleans()
-    assert kind == "null"
-    return st.none()
+def valid_arguments(definition: ToolDefinition) -> st.SearchStrategy[Any]:
+    """Arguments drawn from the definition's own schema by hypothesis-jsonschema
+    (an independent reading of JSON Schema, not ours)."""
+    return _schema_strategy(definition)
 
 
-@st.composite
-def valid_arguments(draw: st.DrawFn, definition: ToolDefinition) -> dict[str, Any]:
-    """Arguments built from the definition's own schema: every required field,
-    any subset of the optional ones."""
-    schema = definition.to_dict()["parameters"]
-    arguments = {}
-    for name, field in schema["properties"].items():
-        if name in schema["required"] or draw(st.booleans()):
-            arguments[name] = draw(from_schema(field))
-    return arguments
+@functools.cache
+def _schema_strategy(definition: ToolDefinition) -> st.SearchStrategy[Any]:
+    return hypothesis_jsonschema.from_schema(definition.to_dict()["parameters"])
 
 
 argument_json_values = st.recursive(
