@@ -95,6 +95,14 @@ from ._identity import (
     OwnerIdentity,
     task_id,
 )
+from ._profiles import (
+    PROFILES,
+    VENDOR_UNSUPPORTED,
+    Profile,
+    canonical_arguments,
+    stated_schema,
+    tool_schema,
+)
 from ._programs import WAIT_GRACE_SECONDS, Program, tool_program
 from ._requests import RUNTIME_ARTIFACTS, CancelToken, ToolCall, ToolRequest
 from ._results import (
@@ -121,6 +129,7 @@ __all__ = [
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
     "MIN_REDACTED_LENGTH",
+    "PROFILES",
     "READ_MAX_BYTES",
     "REDACTED",
     "RETAINED_OUTPUT_LIMIT",
@@ -131,6 +140,7 @@ __all__ = [
     "TASK_ID_PATTERN",
     "TERMINAL_STATUSES",
     "TOOL_NAMES",
+    "VENDOR_UNSUPPORTED",
     "WAIT_GRACE_SECONDS",
     "AgentCommandRef",
     "AgentIdentity",
@@ -173,6 +183,7 @@ __all__ = [
     "Phase",
     "PolicyDecision",
     "PortSettings",
+    "Profile",
     "Program",
     "Publish",
     "Published",
@@ -199,6 +210,7 @@ __all__ = [
     "admission_size",
     "arguments_rejection",
     "bound_result",
+    "canonical_arguments",
     "canonical_json",
     "canonical_size",
     "check_arguments",
@@ -220,6 +232,8 @@ __all__ = [
     "request_digest",
     "resolve_language",
     "snapshot_request",
+    "stated_schema",
     "task_id",
     "tool_program",
+    "tool_schema",
 ]

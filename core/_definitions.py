@@ -174,8 +174,12 @@ def resolve_language(value: object) -> str | None:
 REFUSED_WITH_OWN_CODE: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = MappingProxyType(
     {
         "run_command": (("properties", "command", "pattern"), ("else",)),
-        "run_code": (("properties", "language", "enum"),),
-        "sandbox_run_code": (("properties", "language", "enum"),),
+        # The strict profiles' language is nullable: its enum sits in an anyOf.
+        "run_code": (("properties", "language", "enum"), ("properties", "language", "anyOf")),
+        "sandbox_run_code": (
+            ("properties", "language", "enum"),
+            ("properties", "language", "anyOf"),
+        ),
     }
 )
 """Schema rules whose violations the port reports under an error code of its

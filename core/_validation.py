@@ -43,6 +43,7 @@ from ._definitions import (
     ToolDefinition,
 )
 from ._env import ENV_NAME_PATTERN, env_name_problem
+from ._env_strict import STRICT_ENV_NAME_PATTERN
 from ._results import ErrorCode
 
 __all__ = [
@@ -338,7 +339,9 @@ def _ecma_pattern(
         yield ValidationError("does not match the pattern")
 
 
-_Validator: Final = validators.extend(Draft202012Validator, {"pattern": _ecma_pattern})
+_Validator: Final = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, {"pattern": _ecma_pattern}
+)
 
 
 @functools.lru_cache(maxsize=64)
@@ -369,9 +372,10 @@ def _explain(error: ValidationError, validator: Any) -> Iterator[ArgumentProblem
         if not _is_unicode(instance):
             return  # reported while walking
         path = (*path, instance)
-        if kind == "pattern" and value == ENV_NAME_PATTERN:
-            yield ArgumentProblem(_format_path(path), env_name_problem(instance) or "is refused")
-            return
+    if kind == "pattern" and value in (ENV_NAME_PATTERN, STRICT_ENV_NAME_PATTERN):
+        reason = env_name_problem(instance) if isinstance(instance, str) else None
+        yield ArgumentProblem(_format_path(path), reason or "must be an allowed env name")
+        return
     if kind == "required":
         for name in value:
             if name not in instance:
