@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 import math
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -280,6 +281,12 @@ def valid_arguments(definition: ToolDefinition) -> st.SearchStrategy[Any]:
 @functools.cache
 def _schema_strategy(definition: ToolDefinition) -> st.SearchStrategy[Any]:
     return hypothesis_jsonschema.from_schema(definition.to_dict()["parameters"])
+
+
+@functools.cache
+def jsonschema_values(schema_json: str) -> st.SearchStrategy[Any]:
+    """hypothesis-jsonschema's values for a schema given as JSON text."""
+    return hypothesis_jsonschema.from_schema(json.loads(schema_json))
 
 
 argument_json_values = st.recursive(
