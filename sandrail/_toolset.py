@@ -163,6 +163,11 @@ class Toolset:
         return self._session_id
 
     @property
+    def max_output_bytes(self) -> int:
+        """The byte budget of every result's :meth:`~sandrail.ToolResult.to_json`."""
+        return self._max_output_bytes
+
+    @property
     def run_id(self) -> str:
         """The run part of :meth:`operation_key` when none is given."""
         return self._run_id

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 import sandrail
+from sandrail._mcp_cli import mcp
 from sandrail._replay_cli import replay
 from sandrail._simulate_cli import simulate
 from sandrail.core import ToolResult
@@ -214,3 +215,4 @@ def code(
 
 main.add_command(replay)
 main.add_command(simulate)
+main.add_command(mcp)
