@@ -16,7 +16,7 @@ from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 
 from sandrail.adapters.mcp import OPERATION_KEY_META, server
-from tests.embed_rig import HANGS, RealTimeWaits, launches, toolset
+from tests.embed_rig import RealTimeWaits, launches, toolset
 
 pytestmark = pytest.mark.anyio
 
@@ -55,8 +55,10 @@ async def test_c12_mcp_sends_exactly_the_budgeted_text() -> None:
         small = await client.call_tool("run_command", {"command": "echo héllo ✓"})
         big = await client.call_tool("run_command", {"command": "seq 5000"})
     text = small.content[0].text
-    assert "héllo ✓" in text and "\\u" not in text
-    assert small.is_error is False and small.meta["sandrail/status"] == "ok"
+    assert "héllo ✓" in text
+    assert "\\u" not in text
+    assert small.is_error is False
+    assert small.meta["sandrail/status"] == "ok"
     for result in (small, big):
         assert len(result.content[0].text.encode("utf-8")) <= 1200
     assert _content(big)["output_budget"]["truncated"] is True
@@ -115,7 +117,8 @@ async def test_c5_mcp_refused_calls_are_errors_that_ran_nothing() -> None:
         bad = await client.call_tool("run_command", {"command": "env", "env": {"LD_PRELOAD": "x"}})
         unknown = await client.call_tool("rm_rf", {})
         blank = await client.call_tool("run_command", {"command": "  "})
-    assert bad.is_error is True and bad.meta["sandrail/status"] == "error"
+    assert bad.is_error is True
+    assert bad.meta["sandrail/status"] == "error"
     assert _content(bad)["problems"][0]["field"] == "arguments.env.LD_PRELOAD"
     assert _content(unknown)["error_type"] == "e2b_command_tool_unbound"
     assert _content(blank)["error_type"] == "command_required"
@@ -133,7 +136,8 @@ async def test_c11_mcp_client_cancel_aborts_and_the_retry_reconciles() -> None:
         assert tools.abandoned["op-c"].status == "uncertain"
         assert tools.abandoned["op-c"].content["error_type"] == "e2b_command_aborted"
         retry = await client.call_tool("run_command", {"command": "sleep 1"}, meta=_key("op-c"))
-    assert retry.meta["sandrail/status"] == "ok" and _content(retry)["deduplicated"] is True
+    assert retry.meta["sandrail/status"] == "ok"
+    assert _content(retry)["deduplicated"] is True
     assert launches(tools) == 1
 
 
@@ -173,7 +177,8 @@ async def test_mcp_over_stdio_with_the_official_client() -> None:
         "stop_command",
         "sandbox_run_code",
     ]
-    assert _content(first)["stdout"] == "hi\n" and _content(again)["deduplicated"] is True
+    assert _content(first)["stdout"] == "hi\n"
+    assert _content(again)["deduplicated"] is True
     assert refused.is_error is True
     assert _content(refused)["error_type"] == "e2b_command_arguments_invalid"
 
