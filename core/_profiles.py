@@ -245,8 +245,8 @@ def canonical_arguments(
     ``full`` arguments are returned as they are (the port checks them).
     Strict-profile arguments are first checked against the profile's
     :func:`stated_schema` (so rules the vendor could not enforce are caught
-    here, with paths in the profile's shape), then converted: ``null`` means
-    "not given", the ``env`` list becomes a map (last value wins), and
+    here, with paths in the profile's shape), then converted: ``null`` (or a
+    property left out) means "not given", the ``env`` list becomes a map (last value wins), and
     ``run_command``'s ``timeout`` with ``background: true`` becomes
     ``background_timeout``. Never raises for any ``arguments``; raises
     ``ValueError`` for an unknown profile.
@@ -254,7 +254,19 @@ def canonical_arguments(
     profile = _check_profile(profile)
     if profile == "full":
         return arguments
-    problems = check_arguments(_stated_definition(definition, profile), arguments)
+    stated = _stated_definition(definition, profile)
+    if isinstance(arguments, Mapping):
+        # A property left out means null, as a model not held to strict
+        # decoding may send it: accepting more than the schema says is honest.
+        needed = definition.parameters["required"]
+        absent = [
+            name
+            for name in stated.parameters["properties"]
+            if name not in arguments and name not in needed
+        ]
+        if absent:
+            arguments = {**arguments, **dict.fromkeys(absent)}
+    problems = check_arguments(stated, arguments)
     if problems:
         return problems
     assert isinstance(arguments, Mapping)  # check_arguments refuses anything else
