@@ -51,7 +51,11 @@ def test_agents_tools_are_strict_and_the_sdk_takes_their_schemas_unchanged() -> 
 def test_c12_agents_model_is_sent_exactly_to_json() -> None:
     tools = toolset(max_output_bytes=1500)
     model = ScriptedModel(
-        [[_run_command("echo héllo", "call_1")], [_run_command("seq 9000", "call_2")], [assistant_message("ok")]]
+        [
+            [_run_command("echo héllo", "call_1")],
+            [_run_command("seq 9000", "call_2")],
+            [assistant_message("ok")],
+        ]
     )
     asyncio.run(Runner.run(_agent(model, function_tools(tools)), "go", run_config=OFFLINE))
     small, big = _outputs(model)
@@ -152,7 +156,9 @@ def test_c11_agents_tool_timeout_aborts_and_the_resumed_call_reconciles() -> Non
     assert "timed out" in told.lower()
     assert tools.abandoned["r:call_1"].status == "uncertain"
     resumed = script()
-    asyncio.run(Runner.run(_agent(resumed, function_tools(tools, run_id="r")), "go", run_config=OFFLINE))
+    asyncio.run(
+        Runner.run(_agent(resumed, function_tools(tools, run_id="r")), "go", run_config=OFFLINE)
+    )
     (reconciled,) = _outputs(resumed)
     assert json.loads(reconciled)["deduplicated"] is True
     assert launches(tools) == 1
