@@ -35,7 +35,7 @@ import asyncio
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal
 
 from sandrail._port import (
     ArtifactStore,
@@ -50,6 +50,7 @@ from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
     AgentIdentity,
     AgentOwner,
+    ArgumentProblem,
     ErrorCode,
     NativeIdentity,
     Owner,
@@ -274,15 +275,15 @@ class Toolset:
             )
         definition = port.definition(name)
         converted = canonical_arguments(definition, profile, arguments)
+        if not isinstance(converted, (tuple, Mapping)):
+            converted = (ArgumentProblem("arguments", "must be a JSON object"),)
         if isinstance(converted, tuple):
             content = arguments_rejection(converted, self._max_output_bytes)
             return ToolResult(status="error", content=content)
         token = CancelToken()
         identity = self._identity() if callable(self._identity) else self._identity
         request = ToolRequest(
-            # Arguments that are not an object at all go to the port as they
-            # are: it refuses them with its usual content.
-            call=ToolCall(name=name, call_id=call_id, arguments=cast(Any, converted)),
+            call=ToolCall(name=name, call_id=call_id, arguments=converted),
             operation_key=operation_key,
             session_id=self._session_id,
             definition=definition,
