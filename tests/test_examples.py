@@ -26,8 +26,8 @@ def test_every_example_is_checked() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_example_runs(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_example_runs(name: str, capfd: pytest.CaptureFixture[str]) -> None:
     runpy.run_path(str(EXAMPLES / name), run_name="__main__")
-    printed = capsys.readouterr().out
+    printed = capfd.readouterr().out
     for line in EXPECTED[name]:
         assert line in printed
