@@ -99,6 +99,7 @@ def mcp(
     from sandrail.cli import _backend
 
     try:
+        from sandrail.adapters.mcp import recent_events
         from sandrail.adapters.mcp import server as mcp_server
 
         anyio = __import__("anyio")
@@ -130,7 +131,7 @@ def mcp(
     import uvicorn
 
     click.echo(f"sandrail mcp: serving http://{host}:{port}/mcp", err=True)
-    starlette_app = app.streamable_http_app(host=host)
+    starlette_app = app.streamable_http_app(host=host, event_store=recent_events())
     config = uvicorn.Config(starlette_app, host=host, port=port, log_level="warning")
     uvicorn.Server(config).run()
     sys.exit(0)

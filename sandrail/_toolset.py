@@ -91,6 +91,12 @@ class Toolset:
       by default. Give the harness's own run id when runs resume after a
       restart.
 
+    Keep one toolset for as long as its session lives: its ports hold the
+    ledger of the background commands they launched, which
+    ``read_command_output`` and ``stop_command`` check (C4); a second toolset
+    for the same session cannot reach them unless ``resolve_owned_command``
+    is a durable lookup.
+
     Raises ``TypeError`` or ``ValueError`` at once for a toolset that could
     not work; after construction :meth:`call` never raises but for
     cancellation (see the module doc).

@@ -240,3 +240,25 @@ def test_mcp_http_refuses_a_remote_host_without_the_flag() -> None:
     )
     assert done.returncode == 2
     assert "--allow-remote" in done.stderr
+
+
+async def test_recent_events_replay_a_stream_after_the_last_event_seen() -> None:
+    """A client that lost its connection resumes from its last event id and
+    gets what the server sent meanwhile (a result it would otherwise miss)."""
+    from mcp.server.streamable_http import EventMessage
+
+    from sandrail.adapters.mcp import recent_events
+
+    store = recent_events(limit=3)
+    first = await store.store_event("s1", {"n": 1})
+    await store.store_event("s2", {"other": True})
+    await store.store_event("s1", {"n": 2})
+    got: list[EventMessage] = []
+
+    async def send(event: EventMessage) -> None:
+        got.append(event)
+
+    assert await store.replay_events_after(first, send) == "s1"
+    assert [event.message for event in got] == [{"n": 2}]
+    await store.store_event("s1", {"n": 3})  # the oldest event leaves
+    assert await store.replay_events_after(first, send) is None

@@ -162,3 +162,16 @@ def test_pydantic_ai_strict_conversions_keep_env_open_to_the_model() -> None:
     env = strict.walk()["properties"]["env"]["anyOf"][0]
     assert env["type"] == "array"
     assert set(env["items"]["properties"]) == {"name", "value"}
+
+
+def test_c2_pydantic_ai_calls_without_a_run_id_run_nothing() -> None:
+    """Called outside an agent run there is no safe operation key."""
+    from pydantic_ai import RunContext
+    from pydantic_ai.usage import RunUsage
+
+    tools = toolset()
+    (_, run_command, *_) = pydantic_tools(tools)
+    ctx = RunContext(deps=None, model=TestModel(), usage=RunUsage(), tool_call_id="t1", run_id=None)
+    returned = asyncio.run(run_command.function(ctx, command="echo x"))
+    assert json.loads(returned)["error_type"] == "e2b_command_operation_key_required"
+    assert launches(tools) == 0

@@ -32,7 +32,9 @@ was returned:
 Limits of the fallback: two identical calls in flight at once are one call
 (the second sees ``deduplicated: true``); a result lost after the server
 returned it (the transport dropped it) is not seen, so a retry then runs
-anew; and the generations live in this server process (a new process starts
+anew (over streamable HTTP, :func:`recent_events` lets a client resume its
+stream and get that result instead); and the generations live in this
+server process (a new process starts
 a new epoch, so nothing is deduplicated across restarts). Clients that need
 more send ``sandrail/operation_key``.
 
@@ -47,6 +49,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -55,7 +58,7 @@ from sandrail._toolset import Toolset
 from sandrail.adapters import require
 from sandrail.core import Profile, ToolResult
 
-__all__ = ["OPERATION_KEY_META", "server"]
+__all__ = ["OPERATION_KEY_META", "recent_events", "server"]
 
 OPERATION_KEY_META: Final = "sandrail/operation_key"
 """Where a client puts a call's operation key: ``params._meta["sandrail/operation_key"]``."""
@@ -152,6 +155,39 @@ def server(
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def recent_events(limit: int = 10_000) -> Any:
+    """An in-memory ``EventStore`` for streamable HTTP keeping the last
+    ``limit`` events, so a client whose connection dropped can resume its
+    stream (``Last-Event-ID``) and still receive a result the server sent:
+    a lost result is then not a reason to call again. ``sandrail mcp
+    --transport http`` uses one."""
+    streamable = require("mcp.server.streamable_http", "mcp")
+
+    class RecentEvents(streamable.EventStore):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            self._events: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+
+        async def store_event(self, stream_id: str, message: Any) -> str:
+            event_id = uuid.uuid4().hex
+            self._events[event_id] = (stream_id, message)
+            while len(self._events) > limit:
+                self._events.popitem(last=False)
+            return event_id
+
+        async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+            if last_event_id not in self._events:
+                return None
+            stream_id = self._events[last_event_id][0]
+            later = False
+            for event_id, (stream, message) in list(self._events.items()):
+                if later and stream == stream_id and message is not None:
+                    await send_callback(streamable.EventMessage(message, event_id))
+                later = later or event_id == last_event_id
+            return stream_id
+
+    return RecentEvents()
 
 
 def _result(types: Any, result: ToolResult, key: str) -> Any:

@@ -22,7 +22,7 @@ from typing import Any
 
 from sandrail._toolset import Toolset
 from sandrail.adapters import require
-from sandrail.core import Profile
+from sandrail.core import ErrorCode, Profile, error_result
 
 __all__ = ["tools"]
 
@@ -48,6 +48,15 @@ def tools(toolset: Toolset, *, profile: Profile = "openai-strict") -> list[Any]:
 
 def _function(toolset: Toolset, name: str, profile: Profile) -> Callable[..., Any]:
     async def run(ctx: Any, **arguments: Any) -> str:
+        if not ctx.run_id or not ctx.tool_call_id:
+            # No run or call id, no safe operation key: a shared stand-in would
+            # make calls of different runs one call, a fresh one would let a
+            # retry launch twice. Nothing runs.
+            return error_result(
+                ErrorCode.OPERATION_KEY_REQUIRED,
+                instruction="pydantic-ai gave this tool call no run_id or tool_call_id; "
+                "nothing ran.",
+            ).to_json()
         call_id = str(ctx.tool_call_id)
         result = await toolset.call(
             name,
