@@ -46,9 +46,12 @@ _LAUNCH_DEFAULTS: Final[Mapping[str, Any]] = {
 def launch_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     """Digest of what a launch means (C3): the tool and its arguments with
     defaults filled in, so ``{"command": "x"}`` and ``{"command": "x",
-    "background": false}`` are the same launch."""
+    "background": false}`` are the same launch (and so are ``env: {}``, a
+    strict profile's ``env: []`` and no env)."""
     filled = dict(_LAUNCH_DEFAULTS.get(tool, {}))
     filled.update(arguments)
+    if filled.get("env") == {}:
+        filled["env"] = None  # no variables, however they were written
     if "language" in filled:
         filled["language"] = resolve_language(filled["language"]) or filled["language"]
     return hashlib.sha256(canonical_json({"tool": tool, "arguments": filled})).hexdigest()

@@ -262,3 +262,37 @@ async def test_recent_events_replay_a_stream_after_the_last_event_seen() -> None
     assert [event.message for event in got] == [{"n": 2}]
     await store.store_event("s1", {"n": 3})  # the oldest event leaves
     assert await store.replay_events_after(first, send) is None
+
+
+async def test_c2_c6_mcp_without_a_key_an_uncertain_call_is_reconciled_not_rerun() -> None:
+    """The Start's answer is lost: the first call is uncertain. The model calls
+    the same tool with the same arguments again (no key: a generic client):
+    the fallback keeps the key, so the sandbox's claim answers and nothing
+    launches a second time."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
+
+    plan = FaultPlan(faults=(Fault(effect="Start", kind=FaultKind.RESPONSE_LOST, when="after"),))
+    tools = toolset(Simulator(plan=plan))
+    async with Client(server(tools)) as client:
+        lost = await client.call_tool("run_command", {"command": "echo once"})
+        again = await client.call_tool("run_command", {"command": "echo once"})
+    assert lost.meta["sandrail/status"] == "uncertain"
+    assert "same sandrail/operation_key" in lost.meta["sandrail/next"]
+    assert again.meta[OPERATION_KEY_META] == lost.meta[OPERATION_KEY_META]
+    assert again.meta["sandrail/status"] == "ok"
+    assert launches(tools) == 1
+
+
+async def test_c2_mcp_fallback_keys_follow_the_canonical_arguments() -> None:
+    """A retry that writes the same arguments differently (key order, 1.0 for
+    1) is the same call."""
+    backend = RealTimeWaits()
+    tools = toolset(backend)
+    async with Client(server(tools)) as client:
+        with pytest.raises(MCPError, match="Timed out"):
+            await client.call_tool(
+                "run_command", {"command": "sleep 1", "timeout": 60}, read_timeout_seconds=0.2
+            )
+        retry = await client.call_tool("run_command", {"timeout": 60.0, "command": "sleep 1"})
+    assert _content(retry)["deduplicated"] is True
+    assert launches(tools) == 1

@@ -162,3 +162,20 @@ def test_c11_agents_tool_timeout_aborts_and_the_resumed_call_reconciles() -> Non
     (reconciled,) = _outputs(resumed)
     assert json.loads(reconciled)["deduplicated"] is True
     assert launches(tools) == 1
+
+
+def test_c2_agents_concurrent_runs_sharing_tools_never_share_keys() -> None:
+    tools = toolset()
+    shared = function_tools(tools)
+
+    async def both() -> None:
+        models = [
+            ScriptedModel([[_run_command("echo x", "call_1")], [assistant_message("ok")]])
+            for _ in "ab"
+        ]
+        await asyncio.gather(
+            *(Runner.run(_agent(m, shared), "go", run_config=OFFLINE) for m in models)
+        )
+
+    asyncio.run(both())
+    assert launches(tools) == 2

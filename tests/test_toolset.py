@@ -218,3 +218,39 @@ async def _abandon(tools: Any) -> None:
         await asyncio.wait_for(
             tools.call("sandbox_status", {}, call_id="c", operation_key="last"), 0.05
         )
+
+
+def test_c12_refusals_fit_the_smallest_budget() -> None:
+    tools = toolset(max_output_bytes=256)
+    many_bad = [{"name": f"LD_{index}", "value": "x"} for index in range(50)]
+    refused = tools.call_sync(
+        "run_command",
+        {"command": "x", "env": many_bad},
+        call_id="c",
+        operation_key="k",
+        profile="anthropic-strict",
+    )
+    unknown = tools.call_sync("no_such_tool", {}, call_id="c", operation_key="k")
+    for result in (refused, unknown):
+        assert result.status == "error"
+        assert len(result.to_json().encode("utf-8")) <= 256
+
+
+def test_c3_an_empty_env_in_any_profile_is_the_same_launch_as_none() -> None:
+    tools = toolset()
+    first = tools.call_sync(
+        "run_command",
+        {"command": "echo x", "env": []},
+        call_id="c1",
+        operation_key="k",
+        profile="openai-strict",
+    )
+    for retry in (
+        {"command": "echo x"},
+        {"command": "echo x", "env": {}},
+        {"command": "echo x", "env": None},
+    ):
+        again = tools.call_sync("run_command", retry, call_id="c2", operation_key="k")
+        assert again.content["deduplicated"] is True, again.to_json()
+    assert first.status == "ok"
+    assert launches(tools) == 1

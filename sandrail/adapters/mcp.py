@@ -56,7 +56,7 @@ from typing import Any, Final
 from sandrail import __version__
 from sandrail._toolset import Toolset
 from sandrail.adapters import require
-from sandrail.core import Profile, ToolResult
+from sandrail.core import CanonicalJSONError, Profile, ToolResult, canonical_json
 
 __all__ = ["OPERATION_KEY_META", "recent_events", "server"]
 
@@ -80,8 +80,12 @@ class _FallbackKeys:
         self._generations: dict[str, int] = {}
 
     def key(self, name: str, arguments: object) -> tuple[str, str, int]:
-        text = json.dumps([name, arguments], sort_keys=True, ensure_ascii=False, default=repr)
-        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        try:
+            # Canonical JSON: key order and 1 versus 1.0 make no new call.
+            text = canonical_json([name, arguments])
+        except (CanonicalJSONError, TypeError, ValueError, RecursionError):
+            text = json.dumps([name, arguments], sort_keys=True, default=repr).encode()
+        digest = hashlib.sha256(text).hexdigest()[:32]
         generation = self._generations.get(digest, 0)
         return f"mcp:{self._epoch}:{digest}:{generation}", digest, generation
 
