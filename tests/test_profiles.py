@@ -298,3 +298,22 @@ def test_conversion_problems_name_the_field_in_the_profiles_shape() -> None:
 def test_unknown_profiles_are_refused() -> None:
     with pytest.raises(ValueError, match="profile must be one of"):
         tool_schema(DEFINITIONS[0], "gemini")  # type: ignore[arg-type]
+
+
+def test_anthropic_strict_tools_stay_within_anthropics_limits() -> None:
+    """Anthropic compiles all strict tools of a request into one grammar and
+    documents limits on it: at most 20 strict tools, 24 optional parameters
+    and 16 parameters written with anyOf or type lists, across all of them."""
+    for definitions in (
+        command_tool_definitions() + code_tool_definitions(agent_owner=True),
+        command_tool_definitions() + code_tool_definitions(),
+    ):
+        schemas = [tool_schema(d, "anthropic-strict") for d in definitions]
+        assert len(schemas) <= 20
+        properties = [field for s in schemas for field in s["properties"].values()]
+        optional = sum(len(s["properties"]) - len(s["required"]) for s in schemas)
+        unions = sum(
+            1 for field in properties if "anyOf" in field or isinstance(field.get("type"), list)
+        )
+        assert optional <= 24
+        assert unions <= 16
