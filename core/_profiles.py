@@ -26,6 +26,12 @@ against the stated schema and answers argument problems with paths in the
 profile's own shape (``arguments.env[2].name``), then converts them to the
 canonical (``full``) arguments the port takes.
 
+Two things no profile can state. Arguments are I-JSON (RFC 7493): a string
+holding a lone surrogate is not text, and the port refuses it (MCP's own
+JSON parser already does). And the ``full`` profile uses ``propertyNames``
+and ``if``/``else``: a client whose model vendor takes neither should list a
+strict profile instead.
+
 Strategy: the strict schemas are derived from the full one by a few
 mechanical rules, never written by hand, so a rule added to a definition
 reaches every profile; the schema-honesty tests draw arguments from each
