@@ -220,7 +220,8 @@ class Toolset:
     ) -> ToolResult:
         """Run one tool call and return its result; never raises but for the
         caller's own cancellation (after which the result is in
-        :attr:`abandoned`).
+        :attr:`abandoned`) and a ``ValueError`` for an unknown ``profile``
+        (a harness bug, not a model's).
 
         ``arguments`` are the model's, in the shape of ``profile``'s schema;
         ``cancel`` is an optional abort signal of the harness (anything with a
