@@ -68,3 +68,21 @@ def simulator(toolset_or_backend: Any) -> Simulator:
 def launches(toolset: sandrail.Toolset) -> int:
     """How many commands really started, ever (the simulator's ground truth)."""
     return sum(simulator(toolset).launches.values())
+
+
+def assert_aborted_then_reconciled(tools: sandrail.Toolset, key: str, retry: Any) -> None:
+    """What a framework's timeout must leave behind, whenever it struck: an
+    abort before dispatch ran nothing; an abort after it is ``uncertain``,
+    and ``retry()`` (the same call, same operation key) reconciles it without
+    a second launch (C2, C5, C11)."""
+    abandoned = tools.abandoned[key]
+    if abandoned.status == "error":
+        assert abandoned.error_type == "canceled"
+        assert abandoned.content["executed"] is False
+        assert launches(tools) == 0
+        return
+    assert abandoned.status == "uncertain"
+    assert abandoned.error_type == "e2b_command_aborted"
+    again = retry()
+    assert again["deduplicated"] is True
+    assert launches(tools) == 1

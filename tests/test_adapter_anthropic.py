@@ -13,7 +13,7 @@ import httpx2 as httpx
 import pytest
 
 from sandrail.adapters.anthropic import AnthropicTools
-from tests.embed_rig import RealTimeWaits, launches, toolset
+from tests.embed_rig import RealTimeWaits, assert_aborted_then_reconciled, launches, toolset
 
 NULLS = {"cwd": None, "timeout": None, "env": None, "background": None}
 
@@ -160,14 +160,16 @@ def test_c11_anthropic_handler_cancelled_aborts_and_the_retry_reconciles() -> No
     backend = RealTimeWaits()
     tools = toolset(backend)
     adapter = AnthropicTools(tools, run_id="run-c")
-    block = _use("toolu_1", "run_command", {**NULLS, "command": "sleep 1"})
+    block = _use("toolu_1", "run_command", {**NULLS, "command": "sleep 2"})
 
     async def timed() -> None:
-        await asyncio.wait_for(adapter.handle(block), timeout=0.2)
+        await asyncio.wait_for(adapter.handle(block), timeout=0.5)
 
     with pytest.raises(asyncio.TimeoutError):
         asyncio.run(timed())
-    assert tools.abandoned["run-c:toolu_1"].status == "uncertain"
-    retried = asyncio.run(adapter.handle(block))
-    assert json.loads(retried["content"])["deduplicated"] is True
-    assert launches(tools) == 1
+
+    def retry() -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(asyncio.run(adapter.handle(block))["content"])
+        return parsed
+
+    assert_aborted_then_reconciled(tools, "run-c:toolu_1", retry)

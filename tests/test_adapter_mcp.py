@@ -36,6 +36,15 @@ def _key(key: str) -> dict[str, str]:
     return {OPERATION_KEY_META: key}
 
 
+async def _recorded(tools: Any, key: str | None = None) -> None:
+    """Wait (at most 10 s) until the server has recorded the abandoned call."""
+    for _ in range(1000):
+        if (key in tools.abandoned) if key is not None else tools.abandoned:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the server never recorded the cancelled call")
+
+
 async def test_mcp_lists_every_tool_with_its_schema_and_hints() -> None:
     tools = toolset()
     async with Client(server(tools)) as client:
@@ -85,8 +94,12 @@ async def test_c2_mcp_without_a_key_repeats_after_a_returned_result_but_retries_
         two = await client.call_tool("run_command", {"command": "echo poll"})
         assert one.meta[OPERATION_KEY_META] != two.meta[OPERATION_KEY_META]
         assert launches(tools) == 2
-        with pytest.raises(MCPError, match="Timed out"):
-            await client.call_tool("run_command", {"command": "sleep 1"}, read_timeout_seconds=0.2)
+        call = asyncio.ensure_future(client.call_tool("run_command", {"command": "sleep 1"}))
+        await backend.waiting.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await _recorded(tools)
         (abandoned,) = tools.abandoned.values()
         assert abandoned.status == "uncertain"
         retry = await client.call_tool("run_command", {"command": "sleep 1"})
@@ -129,10 +142,14 @@ async def test_c11_mcp_client_cancel_aborts_and_the_retry_reconciles() -> None:
     backend = RealTimeWaits()
     tools = toolset(backend)
     async with Client(server(tools)) as client:
-        with pytest.raises(MCPError, match="Timed out"):
-            await client.call_tool(
-                "run_command", {"command": "sleep 1"}, read_timeout_seconds=0.2, meta=_key("op-c")
-            )
+        call = asyncio.ensure_future(
+            client.call_tool("run_command", {"command": "sleep 1"}, meta=_key("op-c"))
+        )
+        await backend.waiting.wait()  # launched: the command runs
+        call.cancel()  # the client gives up: it sends notifications/cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await _recorded(tools, "op-c")
         assert tools.abandoned["op-c"].status == "uncertain"
         assert tools.abandoned["op-c"].content["error_type"] == "e2b_command_aborted"
         retry = await client.call_tool("run_command", {"command": "sleep 1"}, meta=_key("op-c"))
@@ -289,10 +306,14 @@ async def test_c2_mcp_fallback_keys_follow_the_canonical_arguments() -> None:
     backend = RealTimeWaits()
     tools = toolset(backend)
     async with Client(server(tools)) as client:
-        with pytest.raises(MCPError, match="Timed out"):
-            await client.call_tool(
-                "run_command", {"command": "sleep 1", "timeout": 60}, read_timeout_seconds=0.2
-            )
+        call = asyncio.ensure_future(
+            client.call_tool("run_command", {"command": "sleep 1", "timeout": 60})
+        )
+        await backend.waiting.wait()
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await _recorded(tools)
         retry = await client.call_tool("run_command", {"timeout": 60.0, "command": "sleep 1"})
     assert _content(retry)["deduplicated"] is True
     assert launches(tools) == 1

@@ -12,7 +12,7 @@ from agents.strict_schema import ensure_strict_json_schema
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from sandrail.adapters.openai_agents import function_tools
-from tests.embed_rig import RealTimeWaits, launches, toolset
+from tests.embed_rig import RealTimeWaits, assert_aborted_then_reconciled, launches, toolset
 
 OFFLINE = RunConfig(tracing_disabled=True)
 NULLS = {"cwd": None, "timeout": None, "env": None, "background": None}
@@ -142,26 +142,28 @@ def test_c11_agents_tool_timeout_aborts_and_the_resumed_call_reconciles() -> Non
     tools = toolset(backend)
 
     def script() -> ScriptedModel:
-        return ScriptedModel([[_run_command("sleep 1", "call_1")], [assistant_message("ok")]])
+        return ScriptedModel([[_run_command("sleep 2", "call_1")], [assistant_message("ok")]])
 
     timed = script()
     asyncio.run(
         Runner.run(
-            _agent(timed, function_tools(tools, run_id="r", timeout_seconds=0.2)),
+            _agent(timed, function_tools(tools, run_id="r", timeout_seconds=0.5)),
             "go",
             run_config=OFFLINE,
         )
     )
     (told,) = _outputs(timed)
     assert "timed out" in told.lower()
-    assert tools.abandoned["r:call_1"].status == "uncertain"
-    resumed = script()
-    asyncio.run(
-        Runner.run(_agent(resumed, function_tools(tools, run_id="r")), "go", run_config=OFFLINE)
-    )
-    (reconciled,) = _outputs(resumed)
-    assert json.loads(reconciled)["deduplicated"] is True
-    assert launches(tools) == 1
+
+    def resume() -> dict[str, Any]:
+        resumed = script()
+        tools_again = function_tools(tools, run_id="r")
+        asyncio.run(Runner.run(_agent(resumed, tools_again), "go", run_config=OFFLINE))
+        (reconciled,) = _outputs(resumed)
+        parsed: dict[str, Any] = json.loads(reconciled)
+        return parsed
+
+    assert_aborted_then_reconciled(tools, "r:call_1", resume)
 
 
 def test_c2_agents_concurrent_runs_sharing_tools_never_share_keys() -> None:

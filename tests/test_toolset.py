@@ -140,13 +140,14 @@ def test_c11_a_cancelled_await_before_dispatch_runs_nothing() -> None:
 
 
 def test_c11_a_cancelled_await_after_launch_is_uncertain_and_the_retry_reconciles() -> None:
-    tools = toolset(RealTimeWaits())
+    backend = RealTimeWaits()
+    tools = toolset(backend)
 
     async def cancel_while_running() -> None:
         call = asyncio.ensure_future(
             tools.call("run_command", {"command": "sleep 1"}, call_id="c", operation_key="k")
         )
-        await asyncio.sleep(0.1)
+        await backend.waiting.wait()  # launched: the command runs
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
@@ -165,7 +166,8 @@ def test_c11_a_cancelled_await_after_launch_is_uncertain_and_the_retry_reconcile
 
 
 def test_c11_the_harness_abort_signal_reaches_the_call() -> None:
-    tools = toolset(RealTimeWaits())
+    backend = RealTimeWaits()
+    tools = toolset(backend)
     token = sandrail.CancelToken()
 
     async def main() -> sandrail.ToolResult:
@@ -174,7 +176,7 @@ def test_c11_the_harness_abort_signal_reaches_the_call() -> None:
                 "run_command", {"command": "sleep 1"}, call_id="c", operation_key="k", cancel=token
             )
         )
-        await asyncio.sleep(0.1)
+        await backend.waiting.wait()  # launched: the command runs
         token.cancel()
         return await call
 
