@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -256,3 +257,23 @@ def test_c3_an_empty_env_in_any_profile_is_the_same_launch_as_none() -> None:
         assert again.content["deduplicated"] is True, again.to_json()
     assert first.status == "ok"
     assert launches(tools) == 1
+
+
+@pytest.mark.parametrize(
+    ("module", "extra", "build"),
+    [
+        ("mcp.server.lowlevel", "mcp", "sandrail.adapters.mcp:server"),
+        ("agents", "openai-agents", "sandrail.adapters.openai_agents:function_tools"),
+        ("pydantic_ai", "pydantic-ai", "sandrail.adapters.pydantic_ai:tools"),
+    ],
+)
+def test_an_adapter_without_its_framework_names_the_extra(
+    module: str, extra: str, build: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    monkeypatch.setitem(sys.modules, module, None)  # importing it now fails
+    where, name = build.split(":")
+    adapter = getattr(importlib.import_module(where), name)
+    with pytest.raises(ImportError, match=rf"pip install 'sandrail\[{extra}\]'"):
+        adapter(toolset())
