@@ -288,7 +288,13 @@ class Toolset:
             content = arguments_rejection(converted, self._max_output_bytes)
             return ToolResult(status="error", content=content)
         token = CancelToken()
-        identity = self._identity() if callable(self._identity) else self._identity
+        try:
+            identity = self._identity() if callable(self._identity) else self._identity
+        except Exception:
+            return error_result(
+                ErrorCode.HARNESS_CALLBACK_FAILED,
+                instruction="The harness's identity function failed; nothing ran.",
+            )
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),
             operation_key=operation_key,

@@ -277,3 +277,21 @@ def test_an_adapter_without_its_framework_names_the_extra(
     adapter = getattr(importlib.import_module(where), name)
     with pytest.raises(ImportError, match=rf"pip install 'sandrail\[{extra}\]'"):
         adapter(toolset())
+
+
+def test_c5_an_identity_function_that_fails_runs_nothing() -> None:
+    def broken() -> sandrail.NativeIdentity:
+        raise RuntimeError("lease store down")
+
+    tools = sandrail.Toolset(
+        backend=Simulator(),
+        session_id="s",
+        owner=sandrail.NativeOwner(scope={"t": 1}),
+        identity=broken,
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    result = tools.call_sync("run_command", {"command": "echo x"}, call_id="c", operation_key="k")
+    assert result.error_type == "e2b_command_harness_callback_failed"
+    assert result.content["executed"] is False
+    assert launches(tools) == 0
