@@ -114,6 +114,14 @@ from ._masking import (
     sanitize_text,
     widen,
 )
+from ._profiles import (
+    PROFILES,
+    VENDOR_UNSUPPORTED,
+    Profile,
+    canonical_arguments,
+    stated_schema,
+    tool_schema,
+)
 from ._programs import WAIT_GRACE_SECONDS, Program, tool_program
 from ._requests import RUNTIME_ARTIFACTS, CancelToken, ToolCall, ToolRequest
 from ._results import (
@@ -141,6 +149,7 @@ __all__ = [
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
     "MIN_REDACTED_LENGTH",
+    "PROFILES",
     "READ_MAX_BYTES",
     "REDACTED",
     "RESERVED_ENV_NAMES",
@@ -154,6 +163,7 @@ __all__ = [
     "TASK_ID_PATTERN",
     "TERMINAL_STATUSES",
     "TOOL_NAMES",
+    "VENDOR_UNSUPPORTED",
     "WAIT_GRACE_SECONDS",
     "AgentCommandRef",
     "AgentIdentity",
@@ -198,6 +208,7 @@ __all__ = [
     "Phase",
     "PolicyDecision",
     "PortSettings",
+    "Profile",
     "Program",
     "Publish",
     "Published",
@@ -225,6 +236,7 @@ __all__ = [
     "admission_size",
     "arguments_rejection",
     "bound_result",
+    "canonical_arguments",
     "canonical_json",
     "canonical_size",
     "check_arguments",
@@ -251,7 +263,9 @@ __all__ = [
     "resolve_language",
     "sanitize_text",
     "snapshot_request",
+    "stated_schema",
     "task_id",
     "tool_program",
+    "tool_schema",
     "widen",
 ]

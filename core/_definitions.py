@@ -21,9 +21,11 @@ from typing import Any, Final
 import attrs
 
 from ._canonical import canonical_json
+from ._env import ENV_NAME_PATTERN, RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
 
 __all__ = [
     "CODE_TOOL_NAMES",
+    "COMMAND_PATTERN",
     "COMMAND_TOOL_NAMES",
     "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
     "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
@@ -32,17 +34,23 @@ __all__ = [
     "LANGUAGES",
     "LANGUAGE_ALIASES",
     "MAX_CURSOR",
+    "MAX_ENV_ENTRIES",
+    "MAX_ENV_NAME_LENGTH",
+    "MAX_ENV_VALUE_LENGTH",
     "MAX_TIMEOUT_SECONDS",
     "MAX_WAIT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
     "MIN_READ_MAX_BYTES",
+    "NO_NUL_PATTERN",
     "OWNED_COMMAND_LAUNCH",
     "PERMISSION_CANCEL",
     "PERMISSION_EXECUTE",
     "READ_MAX_BYTES",
+    "REFUSED_WITH_OWN_CODE",
     "RETAINED_OUTPUT_LIMIT",
     "SAFE_READ",
     "SANDBOX_ID_PATTERN",
+    "SHELL_WHITESPACE",
     "TASK_ID_PATTERN",
     "TOOL_NAMES",
     "ToolDefinition",
@@ -65,6 +73,47 @@ MAX_CURSOR: Final = 2**53 - 1
 RETAINED_OUTPUT_LIMIT: Final = 16 * 1024 * 1024
 TASK_ID_PATTERN: Final = r"^[a-f0-9]{64}$"
 SANDBOX_ID_PATTERN: Final = r"^[A-Za-z0-9_-]{1,128}$"
+
+# Environment limits. Linux refuses to start a program whose environment
+# holds a NAME=VALUE string of 128 KiB or more; a name of at most 256 ASCII
+# characters and a value of at most 32,000 characters (4 UTF-8 bytes each at
+# worst) stay below that, and a schema can state both (JSON Schema counts
+# characters, not bytes).
+MAX_ENV_ENTRIES: Final = 256
+MAX_ENV_NAME_LENGTH: Final = 256
+MAX_ENV_VALUE_LENGTH: Final = 32_000
+
+# Patterns are written so that ECMA-262 (what JSON Schema and most model
+# vendors use) and Python's `re` read them the same way: only `\uXXXX`
+# escapes and character classes, no lookaround.
+_WHITESPACE_RANGES: Final = (
+    (0x09, 0x0D),
+    (0x1C, 0x20),
+    (0x85, 0x85),
+    (0xA0, 0xA0),
+    (0x1680, 0x1680),
+    (0x2000, 0x200A),
+    (0x2028, 0x2029),
+    (0x202F, 0x202F),
+    (0x205F, 0x205F),
+    (0x3000, 0x3000),
+)
+SHELL_WHITESPACE: Final = "".join(
+    chr(code) for low, high in _WHITESPACE_RANGES for code in range(low, high + 1)
+)
+"""Every character Python's ``str.isspace`` (and so ``str.strip``) treats as
+whitespace; a command made of these alone is blank."""
+_WHITESPACE_CLASS: Final = "".join(
+    rf"\u{low:04x}" if low == high else rf"\u{low:04x}-\u{high:04x}"
+    for low, high in _WHITESPACE_RANGES
+)
+NO_NUL_PATTERN: Final = r"^[^\u0000]*$"
+"""Text without a NUL character (no process can take one in its command,
+working directory or environment)."""
+COMMAND_PATTERN: Final = rf"^[{_WHITESPACE_CLASS}]*[^\u0000{_WHITESPACE_CLASS}][^\u0000]*$"
+"""A command line: no NUL character, and at least one character that is not
+in :data:`SHELL_WHITESPACE` (listed character by character, so every regex
+engine agrees on what blank means)."""
 
 # Metadata values.
 PERMISSION_EXECUTE: Final = "sandbox:execute"
@@ -120,6 +169,24 @@ def resolve_language(value: object) -> str | None:
     selected = value.strip().lower()
     selected = LANGUAGE_ALIASES.get(selected, selected)
     return selected if selected in LANGUAGES else None
+
+
+REFUSED_WITH_OWN_CODE: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = MappingProxyType(
+    {
+        "run_command": (("properties", "command", "pattern"), ("else",)),
+        # The strict profiles' language is nullable: its enum sits in an anyOf.
+        "run_code": (("properties", "language", "enum"), ("properties", "language", "anyOf")),
+        "sandbox_run_code": (
+            ("properties", "language", "enum"),
+            ("properties", "language", "anyOf"),
+        ),
+    }
+)
+"""Schema rules whose violations the port reports under an error code of its
+own, as the reference does (``command_required``,
+``background_timeout_requires_background``, ``unsupported_language``):
+each is the start of a schema path, by tool. Argument validation leaves
+these to the port's own checks, which run right after it."""
 
 
 # --- frozen JSON ------------------------------------------------------------
@@ -283,7 +350,31 @@ def _seconds(description: str) -> dict[str, Any]:
 
 
 def _env(description: str) -> dict[str, Any]:
-    return _nullable({"type": "object", "additionalProperties": {"type": "string"}}, description)
+    return _nullable(
+        {
+            "type": "object",
+            "propertyNames": {"pattern": ENV_NAME_PATTERN, "maxLength": MAX_ENV_NAME_LENGTH},
+            "additionalProperties": {
+                "type": "string",
+                "pattern": NO_NUL_PATTERN,
+                "maxLength": MAX_ENV_VALUE_LENGTH,
+            },
+            "maxProperties": MAX_ENV_ENTRIES,
+        },
+        description,
+    )
+
+
+_ENV_RULES: Final = (
+    "Names are shell variable names (letters, digits and _, not starting with a digit) of "
+    f"at most {MAX_ENV_NAME_LENGTH} characters, and not one the dynamic loader, the C library "
+    "or the shell reads as the command starts (names starting with "
+    + ", ".join(RESERVED_ENV_PREFIXES)
+    + "; and "
+    + ", ".join(sorted(RESERVED_ENV_NAMES))
+    + f"); values hold at most {MAX_ENV_VALUE_LENGTH} characters and no NUL; at most "
+    f"{MAX_ENV_ENTRIES} variables."
+)
 
 
 def _task_id(description: str) -> dict[str, Any]:
@@ -389,10 +480,12 @@ def command_tool_definitions(
                 "command": {
                     "type": "string",
                     "minLength": 1,
-                    "description": "The shell command line to run (bash syntax).",
+                    "pattern": COMMAND_PATTERN,
+                    "description": "The shell command line to run (bash syntax); not blank, "
+                    "and without NUL characters.",
                 },
                 "cwd": _nullable(
-                    {"type": "string"},
+                    {"type": "string", "pattern": NO_NUL_PATTERN},
                     "Working directory inside the sandbox (a remote path, not one on "
                     "the host); null means the sandbox's default directory.",
                 ),
@@ -402,7 +495,7 @@ def command_tool_definitions(
                 ),
                 "env": _env(
                     "Extra environment variables for this command only, as name to "
-                    "value; values are never echoed back."
+                    "value; values are never echoed back. " + _ENV_RULES
                 ),
                 "background": {
                     "type": "boolean",
@@ -416,7 +509,13 @@ def command_tool_definitions(
                 ),
             },
             ["command"],
-        ),
+        )
+        | {
+            # background_timeout only with background=true (the port answers
+            # background_timeout_requires_background otherwise).
+            "if": {"properties": {"background": {"const": True}}, "required": ["background"]},
+            "else": {"properties": {"background_timeout": {"type": "null"}}},
+        },
         foreground_timeout_seconds * 1000 + _CALL_SLACK_MS,
         permission=PERMISSION_EXECUTE,
         background_command_policy=OWNED_COMMAND_LAUNCH,
@@ -491,9 +590,9 @@ def code_tool_definitions(
                 },
                 "language": {
                     "type": "string",
+                    "enum": [*LANGUAGES, *LANGUAGE_ALIASES],
                     "default": DEFAULT_LANGUAGE,
-                    "description": f"One of {', '.join(LANGUAGES)}; also accepted: "
-                    f"{aliases}. Not case-sensitive.",
+                    "description": f"One of {', '.join(LANGUAGES)}; also accepted: {aliases}.",
                 },
                 "timeout": _seconds(
                     f"Seconds the snippet may run before it is stopped; null means "
@@ -501,7 +600,7 @@ def code_tool_definitions(
                 ),
                 "env": _env(
                     "Extra environment variables for this snippet only, as name to "
-                    "value; values are never echoed back."
+                    "value; values are never echoed back. " + _ENV_RULES
                 ),
             },
             ["code"],

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 import attrs
 
+from ._canonical import canonical_json
+
 __all__ = [
     "AgentCommandRef",
     "ArtifactRef",
@@ -138,6 +140,28 @@ class ToolResult:
     content: Mapping[str, Any]
     background_command_ref: BackgroundCommandRef | None = None
     artifact_refs: tuple[ArtifactRef, ...] = ()
+
+    @property
+    def is_error(self) -> bool:
+        """Whether the call did not do what was asked: ``error``, ``uncertain``
+        or ``approval_required`` (the content says which, and what to do).
+        Frameworks that flag failed tool calls to the model (MCP ``isError``,
+        Anthropic ``is_error``) take this."""
+        return self.status != "ok"
+
+    def to_json(self) -> str:
+        """What the model is sent: the canonical JSON of ``content`` (RFC
+        8785: sorted keys, no spaces, text as UTF-8, never a ``\\u`` escape
+        but for control characters), the form the budget measures. So unless
+        the runtime governs results, ``len(result.to_json().encode())`` is at
+        most the port's ``max_output_bytes`` (C12) as sent, which
+        ``json.dumps`` (ASCII escapes, spaces) does not keep. Send this text
+        as it is; never the result object or its repr.
+
+        Raises ``CanonicalJSONError`` only for content no port returns (a
+        hand-built result holding non-JSON data).
+        """
+        return canonical_json(self.content).decode("utf-8")
 
     @property
     def error_type(self) -> str | None:

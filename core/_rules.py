@@ -1,8 +1,9 @@
-"""Argument rules beyond JSON Schema, and what a launch means.
+"""What a launch means, and the argument rules the port answers with codes
+of their own.
 
 :func:`launch_digest` defines when two launches with one operation key are
-the same launch (C3). :func:`tool_refusal` refuses arguments no process can
-be started with, before any side effect (C5).
+the same launch (C3). :func:`tool_refusal` refuses, before any side effect
+(C5), the schema rules the reference reports with specific error codes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from ._definitions import (
     LANGUAGES,
     resolve_language,
 )
-from ._env import env_name_problem
 from ._results import (
     ErrorCode,
     ToolResult,
@@ -46,28 +46,40 @@ _LAUNCH_DEFAULTS: Final[Mapping[str, Any]] = {
 def launch_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     """Digest of what a launch means (C3): the tool and its arguments with
     defaults filled in, so ``{"command": "x"}`` and ``{"command": "x",
-    "background": false}`` are the same launch."""
+    "background": false}`` are the same launch (and so are ``env: {}``, a
+    strict profile's ``env: []`` and no env)."""
     filled = dict(_LAUNCH_DEFAULTS.get(tool, {}))
     filled.update(arguments)
+    if filled.get("env") == {}:
+        filled["env"] = None  # no variables, however they were written
     if "language" in filled:
         filled["language"] = resolve_language(filled["language"]) or filled["language"]
     return hashlib.sha256(canonical_json({"tool": tool, "arguments": filled})).hexdigest()
 
 
-_MAX_ENV_ENTRY_BYTES: Final = 131_072
-"""Linux refuses to exec with an environment string (NAME=VALUE) this long."""
-
-
 def tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:
-    """Argument rules JSON Schema cannot say, checked before anything runs."""
+    """The schema rules the port answers with error codes of their own (the
+    reference's), checked right after schema validation, before anything runs.
+
+    They are the rules :data:`~sandrail.core._definitions.REFUSED_WITH_OWN_CODE`
+    lists, so every rule here is also stated in the tool's schema: a command
+    with a NUL character (``e2b_command_arguments_invalid``) or nothing but
+    whitespace (``command_required``), ``background_timeout`` without
+    ``background=true`` (``background_timeout_requires_background``), a
+    language outside :data:`LANGUAGES` and their aliases
+    (``unsupported_language``).
+    """
     args = snap.arguments
-    problems = _process_problems(args)
-    if problems:
-        return ToolResult(
-            status="error", content=arguments_rejection(problems, settings.max_output_bytes)
-        )
     if snap.tool == "run_command":
-        if not args["command"].strip():
+        command = args["command"]
+        if "\x00" in command:
+            problem = ArgumentProblem(
+                path="arguments.command", reason="must not contain a NUL character"
+            )
+            return ToolResult(
+                status="error", content=arguments_rejection([problem], settings.max_output_bytes)
+            )
+        if not command.strip():
             return _refuse(ErrorCode.COMMAND_REQUIRED, "command must not be blank.")
         if not args.get("background") and args.get("background_timeout") is not None:
             return _refuse(
@@ -83,27 +95,3 @@ def tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:
             "language must be one of: " + ", ".join(sorted(LANGUAGES)) + ".",
         )
     return None
-
-
-def _process_problems(args: Mapping[str, Any]) -> list[ArgumentProblem]:
-    """What no process can be started with: a NUL byte in its command, working
-    directory or environment, an environment name a shell cannot hold or
-    reserves, or an environment entry longer than the kernel accepts. Refused here, before any
-    side effect, instead of failing in the sandbox after it."""
-    problems = [
-        ArgumentProblem(path=f"arguments.{field}", reason="must not contain a NUL character")
-        for field in ("command", "cwd")
-        if isinstance(args.get(field), str) and "\x00" in args[field]
-    ]
-    for name, value in sorted((args.get("env") or {}).items()):
-        path = f"arguments.env.{name}"
-        reason = env_name_problem(name)
-        if reason is not None:
-            problems.append(ArgumentProblem(path=path, reason=reason))
-        if "\x00" in value:
-            problems.append(ArgumentProblem(path=path, reason="must not contain a NUL character"))
-        elif len(name.encode("utf-8")) + 1 + len(value.encode("utf-8")) >= _MAX_ENV_ENTRY_BYTES:
-            problems.append(
-                ArgumentProblem(path=path, reason="must be under 128 KiB together with its name")
-            )
-    return problems

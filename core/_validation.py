@@ -24,15 +24,26 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
 from ._canonical import canonical_size, escaped_size
-from ._definitions import MIN_MAX_OUTPUT_BYTES, SANDBOX_ID_PATTERN, TASK_ID_PATTERN, ToolDefinition
+from ._definitions import (
+    COMMAND_PATTERN,
+    MIN_MAX_OUTPUT_BYTES,
+    NO_NUL_PATTERN,
+    REFUSED_WITH_OWN_CODE,
+    SANDBOX_ID_PATTERN,
+    TASK_ID_PATTERN,
+    ToolDefinition,
+)
+from ._env import ENV_NAME_PATTERN, env_name_problem
+from ._env_strict import STRICT_ENV_NAME_PATTERN
 from ._results import ErrorCode
 
 __all__ = [
@@ -41,6 +52,7 @@ __all__ = [
     "ArgumentProblem",
     "arguments_rejection",
     "check_arguments",
+    "ecma_regex",
 ]
 
 MAX_ARGUMENT_DEPTH: Final = 64
@@ -57,6 +69,11 @@ _ENTRY_OVERHEAD: Final = len('{"field":"","reason":""}')
 _PATTERN_MEANINGS: Final = {
     TASK_ID_PATTERN: "64 lowercase hex characters",
     SANDBOX_ID_PATTERN: "1 to 128 letters, digits, '_' or '-'",
+}
+_PATTERN_REASONS: Final = {NO_NUL_PATTERN: "must not contain a NUL character"}
+_PATTERN_NOUNS: Final = {
+    COMMAND_PATTERN: "a string that is not blank and holds no NUL character",
+    NO_NUL_PATTERN: "a string without NUL characters",
 }
 
 
@@ -80,6 +97,10 @@ def check_arguments(definition: ToolDefinition, arguments: object) -> tuple[Argu
     """Every problem with ``arguments`` for ``definition``, sorted by path then
     reason; an empty tuple means they are valid.
 
+    Rules listed in :data:`~sandrail.core._definitions.REFUSED_WITH_OWN_CODE`
+    for the tool are left out: the port checks them next and answers with
+    their own error codes.
+
     Never raises for any ``arguments``. (A ``definition`` whose parameters are
     not a valid JSON Schema raises ``jsonschema.SchemaError``: that is a bug in
     the definition, not in the call.)
@@ -89,7 +110,11 @@ def check_arguments(definition: ToolDefinition, arguments: object) -> tuple[Argu
     if isinstance(walked, ArgumentProblem):
         return (walked,)
     plain, found = walked
+    own_code = REFUSED_WITH_OWN_CODE.get(definition.name, ())
     for error in validator.iter_errors(plain):
+        where = tuple(error.schema_path)
+        if any(where[: len(rule)] == rule for rule in own_code):
+            continue
         found.update(_explain(error, validator))
     return tuple(sorted(found, key=lambda problem: (problem.path, problem.reason)))
 
@@ -277,12 +302,55 @@ def _format_path(path: Iterable[str | int]) -> str:
 # --- turning jsonschema errors into plain words ------------------------------------
 
 
+def ecma_regex(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled to match as ECMA-262 (JSON Schema's dialect) does.
+
+    Python's ``$`` also matches before a final newline; ECMA's (without the
+    ``m`` flag) only at the very end, which Python spells ``\\Z``. Every ``$``
+    outside a character class is translated; the patterns sandrail states use
+    no other construct the two dialects read differently.
+    """
+    return _compiled(pattern)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    out: list[str] = []
+    in_class = escaped = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "$":
+            char = "\\Z"
+        out.append(char)
+    return re.compile("".join(out))
+
+
+def _ecma_pattern(
+    validator: Any, pattern: str, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not ecma_regex(pattern).search(instance):
+        yield ValidationError("does not match the pattern")
+
+
+_Validator: Final = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, {"pattern": _ecma_pattern}
+)
+
+
 @functools.lru_cache(maxsize=64)
 def _validator_for(definition: ToolDefinition) -> Any:
-    """Built once per definition and reused for every call."""
+    """Built once per definition and reused for every call; ``pattern`` reads
+    as ECMA-262 (see :func:`ecma_regex`)."""
     schema = definition.to_dict()["parameters"]
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    return _Validator(schema)
 
 
 _DESCRIBED_BY_SCHEMA: Final = frozenset(
@@ -299,6 +367,15 @@ def _explain(error: ValidationError, validator: Any) -> Iterator[ArgumentProblem
     instance: Any = error.instance
     value: Any = error.validator_value
     kind = error.validator
+    if "propertyNames" in error.schema_path:
+        # A rule on a key (an env name): name the key, as a path would.
+        if not _is_unicode(instance):
+            return  # reported while walking
+        path = (*path, instance)
+    if kind == "pattern" and value in (ENV_NAME_PATTERN, STRICT_ENV_NAME_PATTERN):
+        reason = env_name_problem(instance) if isinstance(instance, str) else None
+        yield ArgumentProblem(_format_path(path), reason or "must be an allowed env name")
+        return
     if kind == "required":
         for name in value:
             if name not in instance:
@@ -318,8 +395,11 @@ def _explain(error: ValidationError, validator: Any) -> Iterator[ArgumentProblem
         yield ArgumentProblem(_format_path(path), reason)
     elif kind == "maxLength":
         yield ArgumentProblem(_format_path(path), f"must be at most {value} characters long")
+    elif kind == "maxProperties":
+        yield ArgumentProblem(_format_path(path), f"must hold at most {value} entries")
     elif kind == "pattern":
-        yield ArgumentProblem(_format_path(path), "must match " + _pattern(value))
+        reason = _PATTERN_REASONS.get(value) or "must match " + _pattern(value)
+        yield ArgumentProblem(_format_path(path), reason)
     else:
         yield ArgumentProblem(_format_path(path), f"does not meet the schema's {kind} rule")
 
@@ -366,6 +446,8 @@ def _describe(schema: Mapping[str, Any]) -> str:
             return f"{noun} of at most {most}"
         return noun
     if kind == "string":
+        if schema.get("pattern") in _PATTERN_NOUNS:
+            return _PATTERN_NOUNS[schema["pattern"]]
         if "pattern" in schema:
             return "a string matching " + _pattern(schema["pattern"])
         return "a non-empty string" if schema.get("minLength", 0) >= 1 else "a string"

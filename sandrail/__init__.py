@@ -13,9 +13,14 @@ touch the world. Harnesses build a port and execute requests::
         authorize=lambda request: sandrail.ALLOW,
         assert_authority=lambda request: True,
     )
+
+Harnesses that offer the tools to a model take a :class:`Toolset` (every
+tool behind ``await toolset.call(...)``) and an adapter from
+:mod:`sandrail.adapters`.
 """
 
 from sandrail._port import ALLOW, ArtifactStore, ToolPort, code_tools, command_tools
+from sandrail._toolset import Toolset
 from sandrail.core import (
     RUNTIME_ARTIFACTS,
     AgentCommandRef,
@@ -32,6 +37,7 @@ from sandrail.core import (
     NativeIdentity,
     NativeOwner,
     OwnedCommand,
+    Profile,
     ToolCall,
     ToolDefinition,
     ToolRequest,
@@ -66,11 +72,13 @@ __all__ = [
     "NativeIdentity",
     "NativeOwner",
     "OwnedCommand",
+    "Profile",
     "ToolCall",
     "ToolDefinition",
     "ToolPort",
     "ToolRequest",
     "ToolResult",
+    "Toolset",
     "__version__",
     "canonical_json",
     "code_tools",

@@ -23,6 +23,7 @@ import click
 
 import sandrail
 from sandrail._local_e2b_cli import local_e2b
+from sandrail._mcp_cli import mcp
 from sandrail._replay_cli import replay
 from sandrail._simulate_cli import simulate
 from sandrail.core import ToolResult
@@ -255,3 +256,4 @@ def code(
 main.add_command(local_e2b)
 main.add_command(replay)
 main.add_command(simulate)
+main.add_command(mcp)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import enum
+import functools
+import json
 import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import hypothesis_jsonschema
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from sandrail.core._budget import SHRINKABLE_FIELDS, fixed_size
 from sandrail.core._definitions import (
     MAX_TIMEOUT_SECONDS,
+    REFUSED_WITH_OWN_CODE,
+    TASK_ID_PATTERN,
     ToolDefinition,
     code_tool_definitions,
     command_tool_definitions,
@@ -269,35 +274,21 @@ DEFINITIONS_WITH_FIELDS = [
 ]
 
 
-def from_schema(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
-    """Values valid under one of our (simple) property schemas."""
-    if "anyOf" in schema:
-        return st.one_of([from_schema(branch) for branch in schema["anyOf"]])
-    kind = schema["type"]
-    if kind == "integer":
-        return st.integers(schema.get("minimum"), schema.get("maximum"))
-    if kind == "string":
-        if "pattern" in schema:
-            return st.from_regex(schema["pattern"], fullmatch=True)
-        return st.text(min_size=schema.get("minLength", 0))
-    if kind == "object":
-        return st.dictionaries(st.text(), from_schema(schema["additionalProperties"]), max_size=4)
-    if kind == "boolean":
-        return st.booleans()
-    assert kind == "null"
-    return st.none()
+def valid_arguments(definition: ToolDefinition) -> st.SearchStrategy[Any]:
+    """Arguments drawn from the definition's own schema by hypothesis-jsonschema
+    (an independent reading of JSON Schema, not ours)."""
+    return _schema_strategy(definition)
 
 
-@st.composite
-def valid_arguments(draw: st.DrawFn, definition: ToolDefinition) -> dict[str, Any]:
-    """Arguments built from the definition's own schema: every required field,
-    any subset of the optional ones."""
-    schema = definition.to_dict()["parameters"]
-    arguments = {}
-    for name, field in schema["properties"].items():
-        if name in schema["required"] or draw(st.booleans()):
-            arguments[name] = draw(from_schema(field))
-    return arguments
+@functools.cache
+def _schema_strategy(definition: ToolDefinition) -> st.SearchStrategy[Any]:
+    return hypothesis_jsonschema.from_schema(definition.to_dict()["parameters"])
+
+
+@functools.cache
+def jsonschema_values(schema_json: str) -> st.SearchStrategy[Any]:
+    """hypothesis-jsonschema's values for a schema given as JSON text."""
+    return hypothesis_jsonschema.from_schema(json.loads(schema_json))
 
 
 argument_json_values = st.recursive(
@@ -311,12 +302,18 @@ argument_json_values = st.recursive(
 
 @st.composite
 def one_bad_field(draw: st.DrawFn) -> tuple[ToolDefinition, dict[str, Any], str]:
-    """Valid arguments with exactly one field replaced by a value its schema refuses."""
+    """Valid arguments with exactly one field replaced by a value its schema
+    refuses (by a rule argument validation reports: the rules the port answers
+    with codes of their own are left to it)."""
     definition = draw(st.sampled_from(DEFINITIONS_WITH_FIELDS))
     arguments = draw(valid_arguments(definition))
     properties = definition.to_dict()["parameters"]["properties"]
     name = draw(st.sampled_from(sorted(properties)))
-    field = Draft202012Validator(properties[name])
+    schema = dict(properties[name])
+    for rule in REFUSED_WITH_OWN_CODE.get(definition.name, ()):
+        if rule[:2] == ("properties", name) and len(rule) == 3:
+            schema.pop(rule[2], None)
+    field = Draft202012Validator(schema)
     arguments[name] = draw(argument_json_values.filter(lambda value: not field.is_valid(value)))
     return definition, arguments, name
 
@@ -421,3 +418,149 @@ problems_lists = st.lists(
     ),
     max_size=80,
 )
+
+
+# Values drawn from a JSON Schema, for the schema-honesty property.
+#
+# Strategy: hypothesis-jsonschema is the independent reading (a cross-check
+# draws from it), but it rebuilds strategies on every draw (about 20 ms each),
+# too slow for 500 draws per tool and profile. This compiler covers exactly
+# the keywords sandrail's schemas use, refuses any other keyword (so a new
+# rule cannot be skipped silently), and leans on edges: bounds, lengths at
+# their limits, names next to the reserved ones.
+
+_ANNOTATIONS = frozenset({"description", "title", "default"})
+_HANDLED = frozenset(
+    {
+        "type",
+        "anyOf",
+        "enum",
+        "const",
+        "minimum",
+        "maximum",
+        "pattern",
+        "minLength",
+        "maxLength",
+        "items",
+        "minItems",
+        "maxItems",
+        "properties",
+        "required",
+        "additionalProperties",
+        "propertyNames",
+        "maxProperties",
+        "if",
+        "then",
+        "else",
+    }
+)
+
+
+def schema_values(schema: Mapping[str, Any]) -> st.SearchStrategy[Any]:
+    """Values valid under ``schema`` (sandrail's JSON Schema subset; patterns
+    read as ECMA-262). Raises ``ValueError`` for a keyword it does not know."""
+    unknown = set(schema) - _HANDLED - _ANNOTATIONS
+    if unknown:
+        raise ValueError(f"schema_values does not know {sorted(unknown)}")
+    if "anyOf" in schema:
+        return st.one_of([schema_values(branch) for branch in schema["anyOf"]])
+    if "enum" in schema:
+        return st.sampled_from(list(schema["enum"]))
+    if "const" in schema:
+        return st.just(schema["const"])
+    kind = schema["type"]
+    if kind == "integer":
+        low, high = schema.get("minimum"), schema.get("maximum")
+        edges = [value for value in (low, high) if value is not None]
+        return st.integers(low, high) | st.sampled_from(edges or [0])
+    if kind == "string":
+        return _strings(schema)
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "null":
+        return st.none()
+    if kind == "array":
+        most = min(schema.get("maxItems", 6), 6)
+        return st.lists(
+            schema_values(schema["items"]), min_size=schema.get("minItems", 0), max_size=most
+        )
+    assert kind == "object", kind
+    return _objects(schema)
+
+
+def _strings(schema: Mapping[str, Any]) -> st.SearchStrategy[str]:
+    least, most = schema.get("minLength", 0), schema.get("maxLength")
+    if schema.get("pattern") == TASK_ID_PATTERN and most is None and least == 0:
+        # Exactly the strings the pattern matches, drawn as 32 bytes in one
+        # choice instead of 64 (hypothesis's cost is per choice).
+        return st.binary(min_size=32, max_size=32).map(bytes.hex)
+    if "pattern" in schema:
+        from sandrail.core._validation import ecma_regex
+
+        regex = ecma_regex(schema["pattern"])
+        drawn = st.from_regex(regex)
+        if most is not None:
+            # Also the longest legal strings: the shortest match padded by repeating a
+            # character the pattern allows where it repeats (checked by the filter).
+            drawn = drawn | st.builds(lambda text: text * (most // max(len(text), 1)), drawn)
+        return drawn.filter(
+            lambda text: least <= len(text) <= (most or len(text)) and regex.search(text)
+        )
+    short = st.text(min_size=least, max_size=least + 20)
+    if most is None:
+        return short
+    return short | st.builds(lambda char: char * most, st.characters(codec="utf-8"))
+
+
+def _objects(schema: Mapping[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    properties = schema.get("properties", {})
+    required = set(schema.get("required", ()))
+    extra = schema.get("additionalProperties", True)
+    if isinstance(extra, Mapping):
+        names = schema.get("propertyNames", {})
+        keys = _strings({"type": "string", **names}) | st.sampled_from(_NEAR_RESERVED).filter(
+            lambda name: _matches(names, name)
+        )
+        most = min(schema.get("maxProperties", 6), 6)
+        drawn: st.SearchStrategy[dict[str, Any]] = st.dictionaries(
+            keys, schema_values(extra), max_size=most
+        )
+    else:
+        assert extra is False, "open objects are not sandrail's"
+        drawn = st.fixed_dictionaries(
+            {name: schema_values(properties[name]) for name in sorted(required)},
+            optional={
+                name: schema_values(field)
+                for name, field in properties.items()
+                if name not in required
+            },
+        )
+    if "if" in schema:
+        validator = Draft202012Validator(
+            {key: schema[key] for key in ("if", "then", "else") if key in schema}
+        )
+        drawn = drawn.filter(validator.is_valid)
+    return drawn
+
+
+def _matches(names: Mapping[str, Any], name: str) -> bool:
+    from sandrail.core._validation import ecma_regex
+
+    pattern = names.get("pattern")
+    return (pattern is None or bool(ecma_regex(pattern).search(name))) and len(name) <= names.get(
+        "maxLength", len(name)
+    )
+
+
+def _near_reserved() -> list[str]:
+    from sandrail.core._env import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
+
+    near: set[str] = set()
+    for word in [*RESERVED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
+        for cut in range(1, len(word) + 1):
+            near.update({word[:cut], word[:cut] + "X", word[:cut] + "_", word[:cut] + "9"})
+        near.update({word + "A", "A" + word, word.lower()})
+    return sorted(near)
+
+
+_NEAR_RESERVED = _near_reserved()

@@ -15,15 +15,21 @@ from jsonschema import Draft202012Validator
 from sandrail.core._canonical import canonical_json
 from sandrail.core._definitions import (
     CODE_TOOL_NAMES,
+    COMMAND_PATTERN,
     COMMAND_TOOL_NAMES,
     DEFAULT_MAX_OUTPUT_BYTES,
     LANGUAGE_ALIASES,
     LANGUAGES,
+    MAX_ENV_ENTRIES,
+    MAX_ENV_NAME_LENGTH,
+    MAX_ENV_VALUE_LENGTH,
     MAX_TIMEOUT_SECONDS,
     MIN_MAX_OUTPUT_BYTES,
+    NO_NUL_PATTERN,
     READ_MAX_BYTES,
     RETAINED_OUTPUT_LIMIT,
     SANDBOX_ID_PATTERN,
+    SHELL_WHITESPACE,
     TASK_ID_PATTERN,
     TOOL_NAMES,
     ToolDefinition,
@@ -32,6 +38,7 @@ from sandrail.core._definitions import (
     definitions_equal,
     resolve_language,
 )
+from sandrail.core._env import ENV_NAME_PATTERN
 from tests.strategies import Raising, UnreadableDict, foreground_timeouts, junk, tool_definitions
 
 
@@ -99,8 +106,23 @@ def test_schemas_carry_the_reference_limits() -> None:
         assert seconds == {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECONDS}
         assert null == {"type": "null"}
     env, null = props["env"]["anyOf"]
-    assert env == {"type": "object", "additionalProperties": {"type": "string"}}
-    assert props["cwd"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
+    assert env == {
+        "type": "object",
+        "propertyNames": {"pattern": ENV_NAME_PATTERN, "maxLength": MAX_ENV_NAME_LENGTH},
+        "additionalProperties": {
+            "type": "string",
+            "pattern": NO_NUL_PATTERN,
+            "maxLength": MAX_ENV_VALUE_LENGTH,
+        },
+        "maxProperties": MAX_ENV_ENTRIES,
+    }
+    assert props["cwd"]["anyOf"] == [
+        {"type": "string", "pattern": NO_NUL_PATTERN},
+        {"type": "null"},
+    ]
+    assert props["command"]["pattern"] == COMMAND_PATTERN
+    assert run["if"] == {"properties": {"background": {"const": True}}, "required": ["background"]}
+    assert run["else"] == {"properties": {"background_timeout": {"type": "null"}}}
 
     props = read["properties"]
     assert read["required"] == ["task_id"]
@@ -120,7 +142,31 @@ def test_schemas_carry_the_reference_limits() -> None:
         **code["properties"]["language"],
         "type": "string",
         "default": "python",
+        "enum": [
+            "python",
+            "javascript",
+            "bash",
+            "py",
+            "python3",
+            "js",
+            "node",
+            "nodejs",
+            "sh",
+            "shell",
+        ],
     }
+
+
+def test_env_limits_keep_every_entry_under_the_kernel_limit() -> None:
+    """A NAME=VALUE string of 128 KiB or more cannot be passed to exec; the
+    character limits the schema states keep the worst case (4 UTF-8 bytes a
+    value character) below it."""
+    assert MAX_ENV_NAME_LENGTH + 1 + 4 * MAX_ENV_VALUE_LENGTH < 128 * 1024
+
+
+def test_blank_means_what_str_strip_removes() -> None:
+    everything = (chr(code) for code in range(0x110000))
+    assert "".join(char for char in everything if char.isspace()) == SHELL_WHITESPACE
 
 
 def test_module_constants_match_design_limits() -> None:

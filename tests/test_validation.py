@@ -74,7 +74,7 @@ def test_arguments_built_from_the_schema_are_accepted(case: tuple[ToolDefinition
         ("read_command_output", {"task_id": "0" * 64, "max_bytes": 4, "wait_seconds": 600}),
         ("stop_command", {"task_id": "f" * 64}),
         ("run_code", {"code": "print(1)", "language": "ruby"}),  # checked later, by the program
-        ("sandbox_run_code", {"code": "1", "env": {"": ""}, "timeout": 1}),
+        ("sandbox_run_code", {"code": "1", "env": {"A": ""}, "timeout": 1}),
     ],
 )
 def test_boundary_arguments_are_accepted(name: str, arguments: dict[str, Any]) -> None:
@@ -118,7 +118,16 @@ def test_a_single_bad_field_is_reported_at_that_field_only(
     ("name", "arguments", "expected"),
     [
         # wrong type
-        ("run_command", {"command": 1}, [("arguments.command", "must be a non-empty string")]),
+        (
+            "run_command",
+            {"command": 1},
+            [
+                (
+                    "arguments.command",
+                    "must be a string that is not blank and holds no NUL character",
+                )
+            ],
+        ),
         (
             "run_command",
             {"command": "x", "background": "yes"},
@@ -127,17 +136,23 @@ def test_a_single_bad_field_is_reported_at_that_field_only(
         (
             "run_command",
             {"command": "x", "cwd": 3},
-            [("arguments.cwd", "must be a string, or null")],
+            [("arguments.cwd", "must be a string without NUL characters, or null")],
         ),
         (
             "run_command",
             {"command": "x", "env": ["A=1"]},
-            [("arguments.env", "must be a JSON object whose every value is a string, or null")],
+            [
+                (
+                    "arguments.env",
+                    "must be a JSON object whose every value is a string without NUL "
+                    "characters, or null",
+                )
+            ],
         ),
         (
             "run_command",
             {"command": "x", "env": {"HOME": 1}},
-            [("arguments.env.HOME", "must be a string")],
+            [("arguments.env.HOME", "must be a string without NUL characters")],
         ),
         ("run_code", {"code": "x", "language": 3}, [("arguments.language", "must be a string")]),
         (
@@ -199,7 +214,16 @@ def test_a_single_bad_field_is_reported_at_that_field_only(
             [("arguments.task_id", "must match ^[a-f0-9]{64}$ (64 lowercase hex characters)")],
         ),
         # null where not allowed
-        ("run_command", {"command": None}, [("arguments.command", "must be a non-empty string")]),
+        (
+            "run_command",
+            {"command": None},
+            [
+                (
+                    "arguments.command",
+                    "must be a string that is not blank and holds no NUL character",
+                )
+            ],
+        ),
         (
             "run_command",
             {"command": "x", "background": None},
@@ -300,9 +324,9 @@ def test_cycles_deep_nesting_and_huge_arguments_are_refused_without_recursion() 
     for nested in (looped, deep):
         problems = check_arguments(run, {"command": "x", "env": nested})
         assert [p.reason for p in problems] == [
-            "must be a JSON object whose every value is a string, or null",
+            "must be a JSON object whose every value is a string without NUL characters, or null",
             too_deep,
-        ] or [p.reason for p in problems] == ["must be a string", too_deep]
+        ] or [p.reason for p in problems] == ["must be a string without NUL characters", too_deep]
     wide = {"command": "x", "extra": list(range(MAX_ARGUMENT_VALUES))}
     assert check_arguments(run, wide) == (
         ArgumentProblem("arguments", f"must hold at most {MAX_ARGUMENT_VALUES} values in all"),

@@ -1,0 +1,287 @@
+"""Tool schemas as each model vendor takes them, and arguments back from them.
+
+A tool's definition holds its ``full`` schema (JSON Schema 2020-12), which
+states every rule the port enforces: an argument it accepts is never refused
+as invalid (only state can refuse it: ownership, conflicts, policy). Vendors
+that constrain decoding to a schema ("strict" tool calls) accept only a
+subset of JSON Schema, so two more profiles say the same rules in that
+subset:
+
+- every property is required; an optional one takes ``null`` for "not
+  given" (defaults are stated in the description instead of ``default``);
+- no open maps: ``env`` is a list of ``{name, value}`` objects (a name given
+  twice keeps its last value, as in a shell);
+- no cross-field rules: ``run_command`` has one ``timeout``, for the
+  foreground or, with ``background: true``, for the background command (the
+  full schema's ``background_timeout``);
+- no lookaround in patterns (the env-name rule is rewritten without it).
+
+:func:`stated_schema` is a profile's schema with every rule as a keyword.
+:func:`tool_schema` is what a framework is handed: the same schema with the
+keywords the vendor's strict mode refuses moved into the description, where
+the model still reads them (``openai-strict``: string lengths;
+``anthropic-strict``: numeric bounds, string lengths and array sizes). Those
+rules are still checked: :func:`canonical_arguments` validates arguments
+against the stated schema and answers argument problems with paths in the
+profile's own shape (``arguments.env[2].name``), then converts them to the
+canonical (``full``) arguments the port takes.
+
+Two things no profile can state. Arguments are I-JSON (RFC 7493): a string
+holding a lone surrogate is not text, and the port refuses it (MCP's own
+JSON parser already does). And the ``full`` profile uses ``propertyNames``
+and ``if``/``else``: a client whose model vendor takes neither should list a
+strict profile instead.
+
+Strategy: the strict schemas are derived from the full one by a few
+mechanical rules, never written by hand, so a rule added to a definition
+reaches every profile; the schema-honesty tests draw arguments from each
+profile's stated schema and check the port accepts them all.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, Literal, get_args
+
+from ._definitions import ToolDefinition
+from ._env_strict import STRICT_ENV_NAME_PATTERN
+from ._validation import ArgumentProblem, check_arguments
+
+__all__ = [
+    "PROFILES",
+    "STRICT_ENV_NAME_PATTERN",
+    "VENDOR_UNSUPPORTED",
+    "Profile",
+    "canonical_arguments",
+    "stated_schema",
+    "tool_schema",
+]
+
+Profile = Literal["full", "openai-strict", "anthropic-strict"]
+PROFILES: Final[tuple[Profile, ...]] = get_args(Profile)
+
+VENDOR_UNSUPPORTED: Final[Mapping[Profile, frozenset[str]]] = {
+    "full": frozenset(),
+    # OpenAI's strict mode keeps pattern, minimum/maximum and minItems/maxItems.
+    "openai-strict": frozenset({"minLength", "maxLength"}),
+    # Anthropic's strict tool use keeps pattern (without lookaround) and
+    # minItems 0 or 1, and refuses numeric bounds, lengths and maxItems.
+    "anthropic-strict": frozenset(
+        {"minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"}
+    ),
+}
+"""Keywords of a stated schema each vendor's strict mode refuses; the schema a
+framework is handed states them in the description instead."""
+
+_NON_EMPTY: Final = r"^[\s\S]+$"
+
+
+# --- deriving the strict schemas ------------------------------------------------------
+
+
+def _sentence(text: str, extra: str) -> str:
+    text = text.rstrip()
+    return extra if not text else f"{text} {extra}"
+
+
+def _nullable(schema: dict[str, Any]) -> bool:
+    return any(branch.get("type") == "null" for branch in schema.get("anyOf", ()))
+
+
+def _strict_node(schema: dict[str, Any]) -> dict[str, Any]:
+    """One value's schema in strict form: open maps become ``{name, value}``
+    lists, ``minLength: 1`` becomes a pattern, defaults leave."""
+    schema = dict(schema)
+    schema.pop("default", None)
+    if "anyOf" in schema:
+        schema["anyOf"] = [_strict_node(branch) for branch in schema["anyOf"]]
+    if schema.get("type") == "object" and isinstance(schema.get("additionalProperties"), dict):
+        names = dict(schema.get("propertyNames", {}))
+        names["pattern"] = STRICT_ENV_NAME_PATTERN
+        entry: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", **names},
+                "value": _strict_node(schema["additionalProperties"]),
+            },
+            "required": ["name", "value"],
+            "additionalProperties": False,
+        }
+        listed: dict[str, Any] = {"type": "array", "items": entry}
+        if "maxProperties" in schema:
+            listed["maxItems"] = schema["maxProperties"]
+        return listed
+    if schema.get("type") == "string" and schema.get("minLength") == 1:
+        del schema["minLength"]
+        schema.setdefault("pattern", _NON_EMPTY)
+    return schema
+
+
+def _strict_schema(full: Mapping[str, Any]) -> dict[str, Any]:
+    properties: dict[str, Any] = {}
+    required = set(full["required"])
+    merged_timeout = "background_timeout" in full["properties"]
+    for name, field in full["properties"].items():
+        if name == "background_timeout":
+            continue
+        schema = _strict_node(field)
+        description = schema.pop("description", "")
+        if name == "env":
+            description = description.replace(
+                "as name to value",
+                "as a list of {name, value} objects (a name given twice keeps its last value)",
+            )
+        if name == "timeout" and merged_timeout:
+            description = (
+                "Seconds the command may run before it is stopped. In the foreground, "
+                + description.split("; ", 1)[1]
+                + " With background=true: null means the port's default for background "
+                "commands."
+            )
+        if name not in required and not _nullable(schema):
+            if "default" in field:
+                description = _sentence(description, f"null means {json.dumps(field['default'])}.")
+            schema = {"anyOf": [schema, {"type": "null"}]}
+        if description:
+            schema["description"] = description
+        properties[name] = schema
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+@functools.lru_cache(maxsize=64)
+def _stated_definition(definition: ToolDefinition, profile: Profile) -> ToolDefinition:
+    if profile == "full":
+        return definition
+    return ToolDefinition(
+        name=definition.name,
+        description=definition.description,
+        parameters=_strict_schema(definition.to_dict()["parameters"]),
+        read_only=definition.read_only,
+        concurrent_safe=definition.concurrent_safe,
+        permissions=definition.permissions,
+        timeout_ms=definition.timeout_ms,
+        recovery_policy=definition.recovery_policy,
+        background_command_policy=definition.background_command_policy,
+    )
+
+
+def _check_profile(profile: object) -> Profile:
+    for known in PROFILES:
+        if profile == known:
+            return known
+    raise ValueError(f"profile must be one of {', '.join(PROFILES)}, got {profile!r}")
+
+
+def stated_schema(definition: ToolDefinition, profile: Profile = "full") -> dict[str, Any]:
+    """The parameters schema of ``definition`` in ``profile`` with every rule
+    the port checks as a JSON Schema keyword: a fresh, plain JSON object.
+
+    Raises ``ValueError`` for an unknown profile.
+    """
+    parameters: dict[str, Any] = _stated_definition(definition, _check_profile(profile)).to_dict()[
+        "parameters"
+    ]
+    return parameters
+
+
+def tool_schema(definition: ToolDefinition, profile: Profile = "full") -> dict[str, Any]:
+    """The parameters schema to hand a framework for ``definition`` in
+    ``profile``: a fresh, plain JSON object (``json.dumps`` and ``pickle``
+    take it; mutating it changes nothing here).
+
+    It is :func:`stated_schema` with the keywords the vendor's strict mode
+    refuses (:data:`VENDOR_UNSUPPORTED`) moved into the description of the
+    value they constrain, in words the model reads. Raises ``ValueError`` for
+    an unknown profile.
+    """
+    schema = stated_schema(definition, profile)
+    dropped = VENDOR_UNSUPPORTED[_check_profile(profile)]
+    if dropped:
+        for node in _nodes(schema):
+            _state_in_description(node, dropped)
+    return schema
+
+
+def _nodes(schema: Any) -> Iterator[dict[str, Any]]:
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        yield node
+        stack.extend(node.get("properties", {}).values())
+        stack.extend(node.get("anyOf", ()))
+        if "items" in node:
+            stack.append(node["items"])
+
+
+_WORDS: Final = {
+    "minimum": "at least {}",
+    "maximum": "at most {}",
+    "minLength": "at least {} characters",
+    "maxLength": "at most {} characters",
+    "minItems": "at least {} entries",
+    "maxItems": "at most {} entries",
+}
+
+
+def _state_in_description(node: dict[str, Any], dropped: frozenset[str]) -> None:
+    said = [_WORDS[key].format(node.pop(key)) for key in _WORDS if key in dropped and key in node]
+    if said:
+        node["description"] = _sentence(node.get("description", ""), f"({', '.join(said)})")
+
+
+# --- arguments back -----------------------------------------------------------------
+
+
+def canonical_arguments(
+    definition: ToolDefinition, profile: Profile, arguments: object
+) -> object | tuple[ArgumentProblem, ...]:
+    """The canonical (``full``) arguments for ``arguments`` given in
+    ``profile``, or the problems that stop the conversion.
+
+    ``full`` arguments are returned as they are (the port checks them).
+    Strict-profile arguments are first checked against the profile's
+    :func:`stated_schema` (so rules the vendor could not enforce are caught
+    here, with paths in the profile's shape), then converted: ``null`` (or a
+    property left out) means "not given", the ``env`` list becomes a map (last value wins), and
+    ``run_command``'s ``timeout`` with ``background: true`` becomes
+    ``background_timeout``. Never raises for any ``arguments``; raises
+    ``ValueError`` for an unknown profile.
+    """
+    profile = _check_profile(profile)
+    if profile == "full":
+        return arguments
+    stated = _stated_definition(definition, profile)
+    if isinstance(arguments, Mapping):
+        # A property left out means null, as a model not held to strict
+        # decoding may send it: accepting more than the schema says is honest.
+        needed = definition.parameters["required"]
+        absent = [
+            name
+            for name in stated.parameters["properties"]
+            if name not in arguments and name not in needed
+        ]
+        if absent:
+            arguments = {**arguments, **dict.fromkeys(absent)}
+    problems = check_arguments(stated, arguments)
+    if problems:
+        return problems
+    assert isinstance(arguments, Mapping)  # check_arguments refuses anything else
+    # A plain copy: the port works from its own snapshot anyway.
+    plain = copy.deepcopy(dict(arguments))
+    converted = {name: value for name, value in plain.items() if value is not None}
+    if isinstance(converted.get("env"), list):
+        converted["env"] = {entry["name"]: entry["value"] for entry in converted["env"]}
+    if definition.name == "run_command" and converted.get("background") is True:
+        # One timeout in strict profiles: with background=true it is the background one.
+        converted["background_timeout"] = converted.pop("timeout", None)
+    return converted

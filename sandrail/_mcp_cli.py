@@ -1,0 +1,137 @@
+"""``sandrail mcp``: the tools as an MCP server, over stdio or streamable HTTP.
+
+This process is the harness: every call is allowed and the caller holds its
+authority, as for ``sandrail run``; the agent owner is ``--agent-id``. Over
+HTTP it binds loopback unless told otherwise, and has no authentication of
+its own: anyone who reaches the port runs commands in the sandbox, so a
+non-loopback ``--host`` needs ``--allow-remote``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+import uuid
+
+import click
+
+import sandrail
+
+__all__ = ["mcp"]
+
+_LOOPBACK_NAMES = {"localhost"}
+
+
+def _loopback(host: str) -> bool:
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio (for a client that starts this process) or streamable HTTP.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address to bind.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="HTTP: port."
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="HTTP: allow a --host that is not loopback (the server has no authentication).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["simulator", "e2b"]),
+    default="simulator",
+    show_default=True,
+    help="Where commands run: the in-memory simulator (no account needed) or E2B "
+    "(needs E2B_API_KEY and the e2b extra).",
+)
+@click.option(
+    "--session",
+    "session_id",
+    default=None,
+    help="Session id: task ids and the sandbox are scoped to it. Default: a new one "
+    "for each server process; give a fixed one to keep the sandbox across restarts.",
+)
+@click.option("--agent-id", default="mcp-agent", show_default=True, help="The agent owner.")
+@click.option(
+    "--profile",
+    type=click.Choice(list(sandrail.core.PROFILES)),
+    default="full",
+    show_default=True,
+    help="Which schemas to list (strict ones for clients that make strict tools).",
+)
+@click.option(
+    "--max-output-bytes",
+    type=click.IntRange(min=256),
+    default=24_000,
+    show_default=True,
+    help="Byte budget of each result's text.",
+)
+def mcp(
+    transport: str,
+    host: str,
+    port: int,
+    allow_remote: bool,
+    backend: str,
+    session_id: str | None,
+    agent_id: str,
+    profile: sandrail.Profile,
+    max_output_bytes: int,
+) -> None:
+    """Serve the sandrail tools over MCP (needs the mcp extra).
+
+    A client sends each call's operation key in the request's _meta as
+    "sandrail/operation_key"; a retry with the same key never launches twice.
+    Without one, an identical call whose settled result was not yet returned
+    reuses the earlier call's key (see sandrail.adapters.mcp).
+    """
+    from sandrail.cli import _backend
+
+    try:
+        from sandrail.adapters.mcp import recent_events
+        from sandrail.adapters.mcp import server as mcp_server
+
+        anyio = __import__("anyio")
+    except ImportError as exc:
+        raise click.UsageError(str(exc)) from None
+    if transport == "http" and not _loopback(host) and not allow_remote:
+        raise click.UsageError(
+            f"--host {host} is not loopback and the server has no authentication; "
+            "pass --allow-remote to serve it anyway."
+        )
+    toolset = sandrail.Toolset(
+        backend=_backend(backend),
+        session_id=session_id or f"mcp-{uuid.uuid4().hex[:12]}",
+        owner=sandrail.AgentOwner(agent_id=agent_id),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        max_output_bytes=max_output_bytes,
+    )
+    app = mcp_server(toolset, profile=profile)
+    if transport == "stdio":
+        from mcp.server.stdio import stdio_server
+
+        async def serve_stdio() -> None:
+            async with stdio_server() as (read_stream, write_stream):
+                await app.run(read_stream, write_stream, app.create_initialization_options())
+
+        anyio.run(serve_stdio)
+        return
+    import uvicorn
+
+    click.echo(f"sandrail mcp: serving http://{host}:{port}/mcp", err=True)
+    starlette_app = app.streamable_http_app(host=host, event_store=recent_events())
+    config = uvicorn.Config(starlette_app, host=host, port=port, log_level="warning")
+    uvicorn.Server(config).run()
+    sys.exit(0)

@@ -1,0 +1,205 @@
+"""An MCP server for a :class:`~sandrail.Toolset`, on the official ``mcp`` SDK.
+
+    server = sandrail.adapters.mcp.server(toolset)          # an mcp Server
+    # serve it: `sandrail mcp` (stdio or streamable HTTP), or any mcp transport
+
+Tools are listed with the toolset's schemas (``profile``: ``full`` by
+default) and MCP annotations from the definitions. A call's result is one
+text content holding exactly ``result.to_json()`` (within the budget as
+sent), ``isError`` is ``result.is_error``, and ``_meta`` tells the client
+what happened and what to do:
+
+- ``sandrail/status``: ``ok``, ``error``, ``uncertain`` or ``approval_required``;
+- ``sandrail/operation_key``: the key the call ran under (retry with it);
+- ``sandrail/next``: for ``uncertain`` and ``approval_required``, what the
+  client should do next.
+
+Operation keys. MCP has no idempotency key, so a client sends one in the
+request's ``_meta`` under :data:`OPERATION_KEY_META` (``sandrail/operation_key``):
+the same key on a retry never launches twice (C2). A request without one gets
+a fallback key, derived from the tool, its arguments and a generation that
+moves on only once an identical call's settled result (``ok`` or ``error``)
+was returned:
+
+- a client's retry of a call whose result it never got (the call was
+  cancelled, timed out, or is still running), or whose result was
+  ``uncertain`` or ``approval_required``, gets the same key, so it joins or
+  reconciles that call and never launches a second time;
+- the same tool and arguments called again after a result was returned get
+  a new key and run anew (polling a command works);
+- different arguments never share a key.
+
+Limits of the fallback: two identical calls in flight at once are one call
+(the second sees ``deduplicated: true``); a result lost after the server
+returned it (the transport dropped it) is not seen, so a retry then runs
+anew (over streamable HTTP, :func:`recent_events` lets a client resume its
+stream and get that result instead); and the generations live in this
+server process (a new process starts
+a new epoch, so nothing is deduplicated across restarts). Clients that need
+more send ``sandrail/operation_key``.
+
+A client cancelling a call (``notifications/cancelled``, a timeout) aborts it
+as a :class:`~sandrail.CancelToken` would: nothing sent yet means nothing
+runs; otherwise the outcome is recorded and the next call with the same key
+reconciles it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Final
+
+from sandrail import __version__
+from sandrail._toolset import Toolset
+from sandrail.adapters import require
+from sandrail.core import CanonicalJSONError, Profile, ToolResult, canonical_json
+
+__all__ = ["OPERATION_KEY_META", "recent_events", "server"]
+
+OPERATION_KEY_META: Final = "sandrail/operation_key"
+"""Where a client puts a call's operation key: ``params._meta["sandrail/operation_key"]``."""
+
+_NEXT: Final = {
+    "uncertain": "The call may have run. Do not send it as a new call: call again with the "
+    "same sandrail/operation_key in _meta (or read_command_output on the task_id) to learn "
+    "what happened; that never runs it twice.",
+    "approval_required": "A person must approve this call first; nothing ran. Once approved, "
+    "call again with the same sandrail/operation_key in _meta.",
+}
+
+
+class _FallbackKeys:
+    """Operation keys for requests that bring none (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._epoch = uuid.uuid4().hex[:16]
+        self._generations: dict[str, int] = {}
+
+    def key(self, name: str, arguments: object) -> tuple[str, str, int]:
+        try:
+            # Canonical JSON: key order and 1 versus 1.0 make no new call.
+            text = canonical_json([name, arguments])
+        except (CanonicalJSONError, TypeError, ValueError, RecursionError):
+            text = json.dumps([name, arguments], sort_keys=True, default=repr).encode()
+        digest = hashlib.sha256(text).hexdigest()[:32]
+        generation = self._generations.get(digest, 0)
+        return f"mcp:{self._epoch}:{digest}:{generation}", digest, generation
+
+    def returned(self, digest: str, generation: int) -> None:
+        """A result of this generation went back: the next identical call is new."""
+        if self._generations.get(digest, 0) == generation:
+            self._generations[digest] = generation + 1
+
+
+def server(
+    toolset: Toolset,
+    *,
+    name: str = "sandrail",
+    profile: Profile = "full",
+    instructions: str | None = None,
+) -> Any:
+    """An ``mcp.server.lowlevel.Server`` serving ``toolset``'s tools.
+
+    Serve it over any MCP transport (``sandrail mcp`` does stdio and
+    streamable HTTP). ``profile`` picks the schemas listed (clients that turn
+    them into strict tools may want ``openai-strict``); arguments come back
+    in the same shape. Raises ``ImportError`` naming the ``mcp`` extra when
+    the SDK is missing.
+    """
+    lowlevel = require("mcp.server.lowlevel", "mcp")
+    types = require("mcp_types", "mcp")
+    fallback = _FallbackKeys()
+    tools = [
+        types.Tool(
+            name=tool,
+            description=toolset.definition(tool).description,
+            input_schema=toolset.schema(tool, profile),
+            annotations=types.ToolAnnotations(
+                read_only_hint=toolset.definition(tool).read_only,
+                destructive_hint=not toolset.definition(tool).read_only,
+                idempotent_hint=toolset.definition(tool).read_only,
+                open_world_hint=False,
+            ),
+        )
+        for tool in toolset.names
+    ]
+
+    async def list_tools(ctx: Any, params: Any) -> Any:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: Any) -> Any:
+        meta: Mapping[str, Any] = params.meta or {}
+        arguments = params.arguments if params.arguments is not None else {}
+        sent = meta.get(OPERATION_KEY_META)
+        derived: tuple[str, int] | None = None
+        if isinstance(sent, str) and sent.strip():
+            key = sent
+        else:
+            key, digest, generation = fallback.key(params.name, arguments)
+            derived = (digest, generation)
+        call_id = f"mcp-{ctx.request_id}"
+        result = await toolset.call(
+            params.name, arguments, call_id=call_id, operation_key=key, profile=profile
+        )
+        if derived is not None and result.status in ("ok", "error"):
+            # Settled and returned: the next identical call is a new one. An
+            # uncertain or approval-pending call keeps its key, so calling
+            # again reconciles it instead of running it twice.
+            fallback.returned(*derived)
+        return _result(types, result, key)
+
+    return lowlevel.Server(
+        name,
+        version=__version__,
+        instructions=instructions,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def recent_events(limit: int = 10_000) -> Any:
+    """An in-memory ``EventStore`` for streamable HTTP keeping the last
+    ``limit`` events, so a client whose connection dropped can resume its
+    stream (``Last-Event-ID``) and still receive a result the server sent:
+    a lost result is then not a reason to call again. ``sandrail mcp
+    --transport http`` uses one."""
+    streamable = require("mcp.server.streamable_http", "mcp")
+
+    class RecentEvents(streamable.EventStore):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            self._events: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+
+        async def store_event(self, stream_id: str, message: Any) -> str:
+            event_id = uuid.uuid4().hex
+            self._events[event_id] = (stream_id, message)
+            while len(self._events) > limit:
+                self._events.popitem(last=False)
+            return event_id
+
+        async def replay_events_after(self, last_event_id: str, send_callback: Any) -> str | None:
+            if last_event_id not in self._events:
+                return None
+            stream_id = self._events[last_event_id][0]
+            later = False
+            for event_id, (stream, message) in list(self._events.items()):
+                if later and stream == stream_id and message is not None:
+                    await send_callback(streamable.EventMessage(message, event_id))
+                later = later or event_id == last_event_id
+            return stream_id
+
+    return RecentEvents()
+
+
+def _result(types: Any, result: ToolResult, key: str) -> Any:
+    meta: dict[str, Any] = {"sandrail/status": result.status, OPERATION_KEY_META: key}
+    if result.status in _NEXT:
+        meta["sandrail/next"] = _NEXT[result.status]
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=result.to_json())],
+        is_error=result.is_error,
+        _meta=meta,
+    )

@@ -1,0 +1,175 @@
+"""The Anthropic Messages adapter, with the ``anthropic`` SDK's own client on
+an offline mock transport (DESIGN §10)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx2 as httpx
+import pytest
+
+from sandrail.adapters.anthropic import AnthropicTools
+from tests.embed_rig import RealTimeWaits, assert_aborted_then_reconciled, launches, toolset
+
+NULLS = {"cwd": None, "timeout": None, "env": None, "background": None}
+
+
+class ScriptedAPI:
+    """The Messages API as an httpx mock transport: answers each request with
+    the next scripted reply, and keeps every request body it was sent."""
+
+    def __init__(self, replies: list[list[dict[str, Any]]]) -> None:
+        self._replies: Iterator[list[dict[str, Any]]] = iter(replies)
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(json.loads(request.content))
+        content = next(self._replies, [{"type": "text", "text": "done"}])
+        stop = "tool_use" if any(block["type"] == "tool_use" for block in content) else "end_turn"
+        body = {
+            "id": f"msg_{len(self.requests)}",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+        return httpx.Response(200, json=body)
+
+    def client(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(
+            api_key="offline", http_client=httpx.Client(transport=httpx.MockTransport(self))
+        )
+
+
+def _use(tool_use_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": tool_use_id, "name": name, "input": arguments}
+
+
+def _loop(api: ScriptedAPI, tools: AnthropicTools) -> list[dict[str, Any]]:
+    """A harness's tool loop, as the Messages API docs write it."""
+    client = api.client()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    results: list[dict[str, Any]] = []
+    while True:
+        reply = client.messages.create(
+            model="claude-test", max_tokens=100, messages=messages, tools=tools.definitions
+        )
+        if reply.stop_reason != "tool_use":
+            return results
+        answered = [tools.handle_sync(block) for block in reply.content if block.type == "tool_use"]
+        results += answered
+        messages += [
+            {"role": "assistant", "content": [block.model_dump() for block in reply.content]},
+            {"role": "user", "content": answered},
+        ]
+
+
+def test_anthropic_tools_list_strict_schemas_the_sdk_sends_as_given() -> None:
+    tools = toolset()
+    adapter = AnthropicTools(tools)
+    api = ScriptedAPI([])
+    _loop(api, adapter)
+    sent = api.requests[0]["tools"]
+    assert sent == adapter.definitions
+    assert [tool["name"] for tool in sent] == list(tools.names)
+    assert all(tool["strict"] is True for tool in sent)
+    assert sent[1]["input_schema"] == tools.schema("run_command", "anthropic-strict")
+    assert "strict" not in AnthropicTools(tools, strict=False).definitions[0]
+
+
+def test_c12_anthropic_tool_result_is_exactly_to_json() -> None:
+    tools = toolset(max_output_bytes=1500)
+    api = ScriptedAPI(
+        [
+            [_use("toolu_1", "run_command", {**NULLS, "command": "echo héllo"})],
+            [_use("toolu_2", "run_command", {**NULLS, "command": "seq 9000"})],
+        ]
+    )
+    small, big = _loop(api, AnthropicTools(tools))
+    assert api.requests[1]["messages"][-1]["content"][0] == small
+    assert small["tool_use_id"] == "toolu_1"
+    assert small["is_error"] is False
+    assert json.loads(small["content"])["stdout"] == "héllo\n"
+    assert len(big["content"].encode("utf-8")) <= 1500
+
+
+def test_c2_anthropic_replayed_tool_use_deduplicates_within_a_run_only() -> None:
+    tools = toolset()
+    script = [[_use("toolu_1", "run_command", {**NULLS, "command": "echo x"})]]
+    (first,) = _loop(ScriptedAPI(list(script)), AnthropicTools(tools, run_id="run-1"))
+    (again,) = _loop(ScriptedAPI(list(script)), AnthropicTools(tools, run_id="run-1"))
+    (other,) = _loop(ScriptedAPI(list(script)), AnthropicTools(tools, run_id="run-2"))
+    flags = [json.loads(block["content"])["deduplicated"] for block in (first, again, other)]
+    assert flags == [False, True, False]
+    assert launches(tools) == 2
+
+
+def test_anthropic_background_run_and_its_read() -> None:
+    tools = toolset()
+    adapter = AnthropicTools(tools)
+    (started,) = _loop(
+        ScriptedAPI(
+            [[_use("toolu_1", "run_command", {**NULLS, "command": "echo bg", "background": True})]]
+        ),
+        adapter,
+    )
+    task_id = json.loads(started["content"])["task_id"]
+    read_arguments = {
+        "task_id": task_id,
+        "stdout_cursor": None,
+        "stderr_cursor": None,
+        "max_bytes": None,
+        "wait_seconds": 5,
+    }
+    (read,) = _loop(
+        ScriptedAPI([[_use("toolu_2", "read_command_output", read_arguments)]]), adapter
+    )
+    assert json.loads(read["content"])["stdout"] == "bg\n"
+
+
+def test_c5_anthropic_refused_calls_are_errors_that_ran_nothing() -> None:
+    """Anthropic's strict mode does not enforce bounds, so the handler does."""
+    tools = toolset()
+    api = ScriptedAPI(
+        [
+            [
+                _use("toolu_1", "run_command", {**NULLS, "command": "x", "timeout": 0}),
+                _use("toolu_2", "read_command_output", {"task_id": "f" * 64}),
+                _use("toolu_3", "nope", {}),
+            ]
+        ]
+    )
+    bounds, not_owned, unknown = _loop(api, AnthropicTools(tools))
+    assert all(block["is_error"] is True for block in (bounds, not_owned, unknown))
+    assert json.loads(bounds["content"])["problems"] == [
+        {"field": "arguments.timeout", "reason": "must be an integer from 1 to 86400"}
+    ]
+    assert json.loads(not_owned["content"])["error_type"] == "e2b_command_not_owned"
+    assert json.loads(unknown["content"])["error_type"] == "e2b_command_tool_unbound"
+    assert launches(tools) == 0
+
+
+def test_c11_anthropic_handler_cancelled_aborts_and_the_retry_reconciles() -> None:
+    backend = RealTimeWaits()
+    tools = toolset(backend)
+    adapter = AnthropicTools(tools, run_id="run-c")
+    block = _use("toolu_1", "run_command", {**NULLS, "command": "sleep 2"})
+
+    async def timed() -> None:
+        await asyncio.wait_for(adapter.handle(block), timeout=0.5)
+
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(timed())
+
+    def retry() -> dict[str, Any]:
+        parsed: dict[str, Any] = json.loads(asyncio.run(adapter.handle(block))["content"])
+        return parsed
+
+    assert_aborted_then_reconciled(tools, "run-c:toolu_1", retry)

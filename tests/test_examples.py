@@ -1,0 +1,33 @@
+"""Every example in examples/ runs offline as written (DESIGN §10)."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+EXPECTED = {
+    "anthropic_messages.py": ["tool_result: hello", "final: The sandbox said hello."],
+    "mcp_stdio.py": [
+        "tools: sandbox_status, run_command",
+        "ok 'hello\\n' False",
+        "ok 'hello\\n' True",
+    ],
+    "openai_agents_tools.py": ["tool output: hello", "final: The sandbox said hello."],
+    "pydantic_ai_tools.py": ["run_command -> True", "sandbox_status -> True"],
+}
+
+
+def test_every_example_is_checked() -> None:
+    assert sorted(path.name for path in EXAMPLES.glob("*.py")) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_example_runs(name: str, capfd: pytest.CaptureFixture[str]) -> None:
+    runpy.run_path(str(EXAMPLES / name), run_name="__main__")
+    printed = capfd.readouterr().out
+    for line in EXPECTED[name]:
+        assert line in printed

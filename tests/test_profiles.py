@@ -1,0 +1,319 @@
+"""Honest schemas (DESIGN §10): an argument a tool's schema accepts is never
+refused as invalid, in every profile and owner mode; the strict profiles are
+what strict vendors take, and the port takes their arguments back."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sandrail
+from sandrail.core import (
+    PROFILES,
+    VENDOR_UNSUPPORTED,
+    ErrorCode,
+    Profile,
+    ToolResult,
+    canonical_arguments,
+    code_tool_definitions,
+    command_tool_definitions,
+    stated_schema,
+    tool_schema,
+)
+from sandrail.core._env import (
+    ENV_NAME_PATTERN,
+    RESERVED_ENV_NAMES,
+    RESERVED_ENV_PREFIXES,
+    env_name_problem,
+)
+from sandrail.core._env_strict import STRICT_ENV_NAME_PATTERN
+from sandrail.core._validation import ecma_regex
+from sandrail.interpreters.simulator import Simulator
+from tests.strategies import jsonschema_values, schema_values
+
+# Every argument-stage error a port can answer: none may follow a schema-valid argument.
+ARGUMENT_ERRORS = {
+    ErrorCode.ARGUMENTS_INVALID.value,
+    ErrorCode.COMMAND_REQUIRED.value,
+    ErrorCode.BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND.value,
+    ErrorCode.UNSUPPORTED_LANGUAGE.value,
+}
+TOOLS_WITH_ARGUMENTS = ("run_command", "read_command_output", "stop_command", "code")
+
+
+def _honesty_examples() -> int:
+    """At least 500 draws a tool and profile in the ci and campaign profiles."""
+    configured = settings.default.max_examples
+    return max(configured, 500) if configured >= 300 else configured
+
+
+def _deny(request: object) -> sandrail.Deny:
+    return sandrail.Deny(reason="honesty check: arguments passed")
+
+
+def _toolset(owner_mode: str) -> sandrail.Toolset:
+    common: dict[str, Any] = {
+        "backend": Simulator(),
+        "session_id": "honesty",
+        "authorize": _deny,
+        "assert_authority": lambda request: True,
+    }
+    if owner_mode == "agent":
+        return sandrail.Toolset(owner=sandrail.AgentOwner(agent_id="agent-1"), **common)
+    scope = {"tenant": "t1"}
+    identity = sandrail.NativeIdentity(
+        scope=scope,
+        run_id="run-1",
+        turn_id="turn-1",
+        build_id="build-1",
+        task_chain_id="chain-1",
+        parent_run_id=None,
+        execution_fence=1,
+    )
+    return sandrail.Toolset(owner=sandrail.NativeOwner(scope=scope), identity=identity, **common)
+
+
+TOOLSETS = {mode: _toolset(mode) for mode in ("agent", "native")}
+
+
+def _name(tool: str, owner_mode: str) -> str:
+    if tool != "code":
+        return tool
+    return "sandbox_run_code" if owner_mode == "agent" else "run_code"
+
+
+def _assert_accepted(result: ToolResult) -> None:
+    assert result.error_type not in ARGUMENT_ERRORS, result.to_json()
+    # Denied by policy: every argument check ran, and passed, before the policy.
+    assert result.error_type == ErrorCode.POLICY_DENIED.value, result.to_json()
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("tool", TOOLS_WITH_ARGUMENTS)
+def test_schema_valid_arguments_are_never_refused_as_invalid(tool: str, profile: Profile) -> None:
+    """The property: every argument drawn from a tool's stated schema, in each
+    profile and owner mode, passes every argument check of the port."""
+    drawn = st.one_of(
+        [
+            st.tuples(
+                st.just(mode),
+                schema_values(stated_schema(TOOLSETS[mode].definition(_name(tool, mode)), profile)),
+            )
+            for mode in sorted(TOOLSETS)
+        ]
+    )
+
+    @settings(
+        max_examples=_honesty_examples(),
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    @given(drawn)
+    def check(case: tuple[str, dict[str, Any]]) -> None:
+        mode, arguments = case
+        toolset = TOOLSETS[mode]
+        result = toolset.call_sync(
+            _name(tool, mode),
+            arguments,
+            call_id="c1",
+            operation_key=toolset.operation_key("c1"),
+            profile=profile,
+        )
+        _assert_accepted(result)
+
+    check()
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("tool", TOOLS_WITH_ARGUMENTS)
+def test_cross_check_with_hypothesis_jsonschema(tool: str, profile: Profile) -> None:
+    """The same property drawn by hypothesis-jsonschema, an independent
+    reading of JSON Schema (fewer draws: it rebuilds strategies per draw)."""
+    definition = TOOLSETS["agent"].definition(_name(tool, "agent"))
+    # hypothesis-jsonschema rebuilds a pattern's strategy on every draw; the
+    # lookaround form of the env-name rule matches the same names (tested
+    # below) and is 20 times shorter.
+    schema = json.dumps(stated_schema(definition, profile)).replace(
+        json.dumps(STRICT_ENV_NAME_PATTERN), json.dumps(ENV_NAME_PATTERN)
+    )
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(jsonschema_values(schema))
+    def check(arguments: dict[str, Any]) -> None:
+        toolset = TOOLSETS["agent"]
+        result = toolset.call_sync(
+            definition.name, arguments, call_id="c1", operation_key="k", profile=profile
+        )
+        _assert_accepted(result)
+
+    check()
+
+
+def test_sandbox_status_takes_only_the_empty_object() -> None:
+    for profile in PROFILES:
+        for mode, toolset in TOOLSETS.items():
+            result = toolset.call_sync(
+                "sandbox_status", {}, call_id="c", operation_key="k", profile=profile
+            )
+            _assert_accepted(result)
+            assert (
+                stated_schema(toolset.definition("sandbox_status"), profile)["properties"] == {}
+            ), mode
+
+
+# --- the strict profiles ----------------------------------------------------------------
+
+DEFINITIONS = (
+    command_tool_definitions() + code_tool_definitions() + code_tool_definitions(agent_owner=True)
+)
+
+
+def _walk(node: Any) -> list[dict[str, Any]]:
+    found = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            found.append(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+@pytest.mark.parametrize("profile", ["openai-strict", "anthropic-strict"])
+@pytest.mark.parametrize("definition", DEFINITIONS, ids=lambda d: d.name)
+def test_strict_profiles_are_closed_required_and_nullable(
+    definition: Any, profile: Profile
+) -> None:
+    schema = tool_schema(definition, profile)
+    for node in _walk(schema):
+        if node.get("type") == "object":
+            assert node["additionalProperties"] is False
+            assert node["required"] == list(node["properties"])
+        for banned in ("default", "propertyNames", "maxProperties", "if", "else", "allOf", "oneOf"):
+            assert banned not in node
+        for lookaround in ("(?=", "(?!", "(?<=", "(?<!"):
+            assert lookaround not in node.get("pattern", "")
+        assert not (VENDOR_UNSUPPORTED[profile] & set(node))
+    root = schema["properties"]
+    full = definition.to_dict()["parameters"]
+    for name, field in root.items():
+        if name not in full["required"]:
+            assert {"type": "null"} in field["anyOf"], name
+    if "env" in root:
+        listed = root["env"]["anyOf"][0]
+        assert listed["type"] == "array"
+        assert set(listed["items"]["properties"]) == {"name", "value"}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("definition", DEFINITIONS, ids=lambda d: d.name)
+def test_the_handed_schema_states_every_dropped_rule_in_words(
+    definition: Any, profile: Profile
+) -> None:
+    """What a vendor cannot take as a keyword the model still reads."""
+    handed, stated = tool_schema(definition, profile), stated_schema(definition, profile)
+    dropped = [node for node in _walk(stated) if VENDOR_UNSUPPORTED[profile] & set(node)]
+    text = json.dumps(handed)
+    for node in dropped:
+        for key in VENDOR_UNSUPPORTED[profile] & set(node):
+            assert f"{node[key]}" in text
+    assert json.loads(json.dumps(handed)) == handed
+    assert pickle.loads(pickle.dumps(handed)) == handed
+    handed["properties"]["mutated"] = True  # a fresh copy: nothing here changes
+    assert "mutated" not in tool_schema(definition, profile)["properties"]
+
+
+def test_the_strict_env_name_rule_is_the_full_one_without_lookaround() -> None:
+    pattern = ecma_regex(STRICT_ENV_NAME_PATTERN)
+    near: set[str] = {"", "_", "a", "9", "é", "A B", "FOO\n"}
+    for word in [*RESERVED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
+        for cut in range(len(word) + 1):
+            for tail in ("", "X", "_", "9", "x", "é"):
+                near.add(word[:cut] + tail)
+        near.update({word + "A", "A" + word, word.lower(), word + word})
+    for name in near:
+        assert (pattern.search(name) is not None) == (env_name_problem(name) is None), name
+
+
+@given(st.text(alphabet="ABCDEFGHILMNOPRSTUVX_049abc", max_size=12))
+def test_c17_strict_env_names_agree_with_the_port_on_any_name(name: str) -> None:
+    assert (ecma_regex(STRICT_ENV_NAME_PATTERN).search(name) is not None) == (
+        env_name_problem(name) is None
+    )
+
+
+def test_strict_arguments_convert_to_the_canonical_ones() -> None:
+    (_, run, _, _) = command_tool_definitions()
+    strict = {
+        "command": "x",
+        "cwd": None,
+        "timeout": 30,
+        "env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}],
+        "background": True,
+    }
+    assert canonical_arguments(run, "openai-strict", strict) == {
+        "command": "x",
+        "env": {"A": "2"},
+        "background": True,
+        "background_timeout": 30,
+    }
+    assert canonical_arguments(run, "anthropic-strict", {**strict, "background": None}) == {
+        "command": "x",
+        "timeout": 30,
+        "env": {"A": "2"},
+    }
+    assert canonical_arguments(run, "full", strict) is strict
+
+
+def test_conversion_problems_name_the_field_in_the_profiles_shape() -> None:
+    (_, run, _, _) = command_tool_definitions()
+    problems = canonical_arguments(
+        run,
+        "anthropic-strict",
+        {
+            "command": "x",
+            "cwd": None,
+            "timeout": 0,
+            "background": None,
+            "env": [{"name": "1A", "value": "v"}],
+        },
+    )
+    assert isinstance(problems, tuple)
+    assert [(p.path, p.reason) for p in problems] == [
+        (
+            "arguments.env[0].name",
+            "must be a shell variable name: letters, digits and _, not starting with a digit",
+        ),
+        ("arguments.timeout", "must be an integer from 1 to 86400"),
+    ]
+
+
+def test_unknown_profiles_are_refused() -> None:
+    with pytest.raises(ValueError, match="profile must be one of"):
+        tool_schema(DEFINITIONS[0], "gemini")  # type: ignore[arg-type]
+
+
+def test_anthropic_strict_tools_stay_within_anthropics_limits() -> None:
+    """Anthropic compiles all strict tools of a request into one grammar and
+    documents limits on it: at most 20 strict tools, 24 optional parameters
+    and 16 parameters written with anyOf or type lists, across all of them."""
+    for definitions in (
+        command_tool_definitions() + code_tool_definitions(agent_owner=True),
+        command_tool_definitions() + code_tool_definitions(),
+    ):
+        schemas = [tool_schema(d, "anthropic-strict") for d in definitions]
+        assert len(schemas) <= 20
+        properties = [field for s in schemas for field in s["properties"].values()]
+        optional = sum(len(s["properties"]) - len(s["required"]) for s in schemas)
+        unions = sum(
+            1 for field in properties if "anyOf" in field or isinstance(field.get("type"), list)
+        )
+        assert optional <= 24
+        assert unions <= 16

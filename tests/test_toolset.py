@@ -1,0 +1,297 @@
+"""The Toolset (DESIGN §10): one call for every tool, the operation-key rule,
+cancellation that behaves as an abort, and results as the model is sent them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import sandrail
+from sandrail.core import canonical_json
+from sandrail.interpreters.simulator import Script, Simulator
+from tests.embed_rig import RealTimeWaits, launches, toolset
+
+
+def test_the_toolset_offers_both_tool_sets_with_plain_schemas() -> None:
+    tools = toolset()
+    assert tools.names == (
+        "sandbox_status",
+        "run_command",
+        "read_command_output",
+        "stop_command",
+        "sandbox_run_code",
+    )
+    schema = tools.schema("run_command")
+    assert type(schema) is dict
+    assert json.loads(json.dumps(schema)) == schema
+    assert schema == tools.definition("run_command").to_dict()["parameters"]
+    with pytest.raises(KeyError, match="no tool named 'rm'"):
+        tools.definition("rm")
+
+
+def test_operation_keys_are_run_id_then_call_id() -> None:
+    tools = toolset(run_id="run-1")
+    assert tools.operation_key("call-9") == "run-1:call-9"
+    assert tools.operation_key("call-9", run_id="run-2") == "run-2:call-9"
+    assert toolset().run_id != toolset().run_id  # a fresh run id by default
+    with pytest.raises(ValueError, match="call_id"):
+        tools.operation_key(" ")
+
+
+def test_construction_refuses_toolsets_that_could_not_work() -> None:
+    with pytest.raises(TypeError, match="native owner needs identity"):
+        sandrail.Toolset(
+            backend=Simulator(),
+            session_id="s",
+            owner=sandrail.NativeOwner(scope={"t": 1}),
+            authorize=lambda request: sandrail.ALLOW,
+            assert_authority=lambda request: True,
+        )
+    with pytest.raises(ValueError, match="tools must name"):
+        toolset(tools=("shell",))
+    with pytest.raises(ValueError, match="run_id"):
+        toolset(run_id="")
+
+
+def test_a_native_owner_states_its_current_identity_on_every_call() -> None:
+    scope = {"tenant": "t"}
+    fences = iter([1, 2])
+
+    def identity() -> sandrail.NativeIdentity:
+        return sandrail.NativeIdentity(
+            scope=scope,
+            run_id="run",
+            turn_id="turn",
+            build_id="build",
+            task_chain_id="chain",
+            parent_run_id=None,
+            execution_fence=next(fences),
+        )
+
+    tools = sandrail.Toolset(
+        backend=Simulator(),
+        session_id="s",
+        owner=sandrail.NativeOwner(scope=scope),
+        identity=identity,
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        tools=("code",),
+    )
+    assert tools.names == ("run_code",)
+    first = tools.call_sync("run_code", {"code": "print(1)"}, call_id="a", operation_key="k1")
+    second = tools.call_sync("run_code", {"code": "print(1)"}, call_id="b", operation_key="k2")
+    assert (first.content["execution_fence"], second.content["execution_fence"]) == (1, 2)
+
+
+def test_c5_calls_the_port_cannot_take_are_refused_as_results() -> None:
+    tools = toolset()
+    unknown = tools.call_sync("rm", {}, call_id="c", operation_key="k")
+    assert unknown.error_type == "e2b_command_tool_unbound"
+    assert unknown.content["available_tools"] == list(tools.names)
+    not_an_object = tools.call_sync("run_command", ["echo"], call_id="c", operation_key="k")
+    assert not_an_object.content["problems"] == [
+        {"field": "arguments", "reason": "must be a JSON object"}
+    ]
+    strict = tools.call_sync(
+        "run_command", "echo", call_id="c", operation_key="k", profile="openai-strict"
+    )
+    assert strict.error_type == "e2b_command_arguments_invalid"
+    assert launches(tools) == 0
+
+
+@given(st.text(max_size=300), st.integers(min_value=256, max_value=2_000))
+def test_c12_to_json_is_the_canonical_text_within_the_budget(text: str, budget: int) -> None:
+    sim = Simulator(scripts={"talk": Script.prints(text * 20)})
+    tools = toolset(sim, max_output_bytes=max(budget, 1_200))
+    result = tools.call_sync("run_command", {"command": "talk"}, call_id="c", operation_key="k")
+    sent = result.to_json()
+    assert sent.encode("utf-8") == canonical_json(result.content)
+    assert len(sent.encode("utf-8")) <= tools.max_output_bytes
+    assert result.is_error is (result.status != "ok")
+
+
+def test_c11_a_cancelled_await_before_dispatch_runs_nothing() -> None:
+    gate: asyncio.Event
+
+    async def policy(request: object) -> sandrail.Allow:
+        await gate.wait()
+        return sandrail.ALLOW
+
+    tools = toolset(RealTimeWaits(), authorize=policy)
+
+    async def main() -> None:
+        nonlocal gate
+        gate = asyncio.Event()
+        await asyncio.wait_for(
+            tools.call("run_command", {"command": "echo x"}, call_id="c", operation_key="k"),
+            timeout=0.1,
+        )
+
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(main())
+    assert tools.abandoned["k"].error_type == "canceled"
+    assert tools.abandoned["k"].content["executed"] is False
+    assert launches(tools) == 0
+
+
+def test_c11_a_cancelled_await_after_launch_is_uncertain_and_the_retry_reconciles() -> None:
+    backend = RealTimeWaits()
+    tools = toolset(backend)
+
+    async def cancel_while_running() -> None:
+        call = asyncio.ensure_future(
+            tools.call("run_command", {"command": "sleep 1"}, call_id="c", operation_key="k")
+        )
+        await backend.waiting.wait()  # launched: the command runs
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    asyncio.run(cancel_while_running())
+    lost = tools.abandoned["k"]
+    assert lost.status == "uncertain"
+    assert lost.content["operation_key"] == "k"
+    assert lost.content["task_id"]
+    retry = asyncio.run(
+        tools.call("run_command", {"command": "sleep 1"}, call_id="c2", operation_key="k")
+    )
+    assert retry.status == "ok"
+    assert retry.content["deduplicated"] is True
+    assert launches(tools) == 1
+
+
+def test_c11_the_harness_abort_signal_reaches_the_call() -> None:
+    backend = RealTimeWaits()
+    tools = toolset(backend)
+    token = sandrail.CancelToken()
+
+    async def main() -> sandrail.ToolResult:
+        call = asyncio.ensure_future(
+            tools.call(
+                "run_command", {"command": "sleep 1"}, call_id="c", operation_key="k", cancel=token
+            )
+        )
+        await backend.waiting.wait()  # launched: the command runs
+        token.cancel()
+        return await call
+
+    result = asyncio.run(main())
+    assert result.status == "uncertain"
+    assert result.error_type == "e2b_command_aborted"
+
+
+def test_c11_an_abort_signal_without_callbacks_is_read_at_every_check() -> None:
+    class Flag:
+        cancelled = True
+
+    tools = toolset()
+    result = tools.call_sync(
+        "run_command", {"command": "echo x"}, call_id="c", operation_key="k", cancel=Flag()
+    )
+    assert result.error_type == "canceled"
+    assert launches(tools) == 0
+
+
+def test_abandoned_results_are_bounded() -> None:
+    tools = toolset()
+    for index in range(1030):
+        tools._abandoned[str(index)] = tools.call_sync(
+            "sandbox_status", {}, call_id="c", operation_key="k"
+        )
+    asyncio.run(_abandon(tools))
+    assert len(tools.abandoned) == 1024
+    assert "0" not in tools.abandoned
+
+
+async def _abandon(tools: Any) -> None:
+    gate = asyncio.Event()
+
+    async def policy(request: object) -> sandrail.Allow:
+        await gate.wait()
+        return sandrail.ALLOW
+
+    tools._ports["sandbox_status"]._authorize = policy
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(
+            tools.call("sandbox_status", {}, call_id="c", operation_key="last"), 0.05
+        )
+
+
+def test_c12_refusals_fit_the_smallest_budget() -> None:
+    tools = toolset(max_output_bytes=256)
+    many_bad = [{"name": f"LD_{index}", "value": "x"} for index in range(50)]
+    refused = tools.call_sync(
+        "run_command",
+        {"command": "x", "env": many_bad},
+        call_id="c",
+        operation_key="k",
+        profile="anthropic-strict",
+    )
+    unknown = tools.call_sync("no_such_tool", {}, call_id="c", operation_key="k")
+    for result in (refused, unknown):
+        assert result.status == "error"
+        assert len(result.to_json().encode("utf-8")) <= 256
+
+
+def test_c3_an_empty_env_in_any_profile_is_the_same_launch_as_none() -> None:
+    tools = toolset()
+    first = tools.call_sync(
+        "run_command",
+        {"command": "echo x", "env": []},
+        call_id="c1",
+        operation_key="k",
+        profile="openai-strict",
+    )
+    for retry in (
+        {"command": "echo x"},
+        {"command": "echo x", "env": {}},
+        {"command": "echo x", "env": None},
+    ):
+        again = tools.call_sync("run_command", retry, call_id="c2", operation_key="k")
+        assert again.content["deduplicated"] is True, again.to_json()
+    assert first.status == "ok"
+    assert launches(tools) == 1
+
+
+@pytest.mark.parametrize(
+    ("module", "extra", "build"),
+    [
+        ("mcp.server.lowlevel", "mcp", "sandrail.adapters.mcp:server"),
+        ("agents", "openai-agents", "sandrail.adapters.openai_agents:function_tools"),
+        ("pydantic_ai", "pydantic-ai", "sandrail.adapters.pydantic_ai:tools"),
+    ],
+)
+def test_an_adapter_without_its_framework_names_the_extra(
+    module: str, extra: str, build: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    monkeypatch.setitem(sys.modules, module, None)  # importing it now fails
+    where, name = build.split(":")
+    adapter = getattr(importlib.import_module(where), name)
+    with pytest.raises(ImportError, match=rf"pip install 'sandrail\[{extra}\]'"):
+        adapter(toolset())
+
+
+def test_c5_an_identity_function_that_fails_runs_nothing() -> None:
+    def broken() -> sandrail.NativeIdentity:
+        raise RuntimeError("lease store down")
+
+    tools = sandrail.Toolset(
+        backend=Simulator(),
+        session_id="s",
+        owner=sandrail.NativeOwner(scope={"t": 1}),
+        identity=broken,
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    result = tools.call_sync("run_command", {"command": "echo x"}, call_id="c", operation_key="k")
+    assert result.error_type == "e2b_command_harness_callback_failed"
+    assert result.content["executed"] is False
+    assert launches(tools) == 0
