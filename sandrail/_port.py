@@ -76,7 +76,10 @@ from sandrail.interpreters._masking import MaskedReads
 __all__ = [
     "ALLOW",
     "ArtifactStore",
+    "AuthorityCallback",
     "AuthorizeCallback",
+    "RememberOwnedCallback",
+    "ResolveOwnedCallback",
     "ToolPort",
     "code_tools",
     "command_tools",

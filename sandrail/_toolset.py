@@ -32,6 +32,7 @@ operation key reconciles it, never launching a second time.
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -41,6 +42,7 @@ from sandrail._port import (
     ArtifactStore,
     AuthorityCallback,
     AuthorizeCallback,
+    RememberOwnedCallback,
     ResolveOwnedCallback,
     ToolPort,
     code_tools,
@@ -53,6 +55,7 @@ from sandrail.core import (
     ArgumentProblem,
     ErrorCode,
     NativeIdentity,
+    OwnedCommand,
     Owner,
     OwnerIdentity,
     ToolCall,
@@ -91,11 +94,15 @@ class Toolset:
       by default. Give the harness's own run id when runs resume after a
       restart.
 
-    Keep one toolset for as long as its session lives: its ports hold the
-    ledger of the background commands they launched, which
-    ``read_command_output`` and ``stop_command`` check (C4); a second toolset
-    for the same session cannot reach them unless ``resolve_owned_command``
-    is a durable lookup.
+    Keep one toolset for as long as its session lives: its ports share one
+    ownership record of the commands they launched, which
+    ``read_command_output`` and ``stop_command`` check (C4) and which makes a
+    retry through either port expect the claim its first start may have made
+    (C2). A second toolset for the same session, or one after a restart,
+    reaches them only through a durable record: pass
+    ``remember_owned_command`` and ``resolve_owned_command`` (see the README's
+    "Retries, restarts and threads"). ``redact`` are values to mask from the
+    start (a restarted harness's env values).
 
     Raises ``TypeError`` or ``ValueError`` at once for a toolset that could
     not work; after construction :meth:`call` never raises but for
@@ -116,9 +123,11 @@ class Toolset:
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         artifacts: ArtifactStore | None = None,
         resolve_owned_command: ResolveOwnedCallback | None = None,
+        remember_owned_command: RememberOwnedCallback | None = None,
         foreground_timeout_seconds: int = 300,
         background_timeout_seconds: int = 300,
         allow_internet_access: bool = False,
+        redact: Iterable[str] = (),
     ) -> None:
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
@@ -139,6 +148,8 @@ class Toolset:
         self._max_output_bytes = max_output_bytes
         self._ports: dict[str, ToolPort] = {}
         self._abandoned: OrderedDict[str, ToolResult] = OrderedDict()
+        remember, resolve = _shared_record(remember_owned_command, resolve_owned_command)
+        secrets = tuple(redact) if not isinstance(redact, str) else redact
         for group in dict.fromkeys(groups):
             factory = command_tools if group == "command" else code_tools
             port = factory(
@@ -149,10 +160,12 @@ class Toolset:
                 assert_authority=assert_authority,
                 max_output_bytes=max_output_bytes,
                 artifacts=artifacts,
-                resolve_owned_command=resolve_owned_command,
+                resolve_owned_command=resolve,
+                remember_owned_command=remember,
                 foreground_timeout_seconds=foreground_timeout_seconds,
                 background_timeout_seconds=background_timeout_seconds,
                 allow_internet_access=allow_internet_access,
+                redact=secrets,
             )
             for definition in port.definitions:
                 self._ports[definition.name] = port
@@ -349,3 +362,27 @@ async def _outlast_cancellation(task: asyncio.Future[ToolResult]) -> ToolResult:
         except asyncio.CancelledError:
             if task.done():
                 return task.result()
+
+
+def _shared_record(
+    remember: RememberOwnedCallback | None, resolve: ResolveOwnedCallback | None
+) -> tuple[RememberOwnedCallback, ResolveOwnedCallback]:
+    """One ownership record for the ports of a toolset (they share task ids),
+    written through to the harness's durable one when it gives one."""
+    record: dict[str, OwnedCommand] = {}
+    lock = threading.Lock()
+
+    def remember_here(request: ToolRequest, owned: OwnedCommand) -> None:
+        with lock:
+            record[owned.task_id] = owned
+        if remember is not None:
+            remember(request, owned)
+
+    def resolve_here(request: ToolRequest, task: str) -> OwnedCommand | None:
+        found = resolve(request, task) if resolve is not None else None
+        if isinstance(found, OwnedCommand):
+            return found
+        with lock:
+            return record.get(task)
+
+    return remember_here, resolve_here

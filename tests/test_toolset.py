@@ -295,3 +295,30 @@ def test_c5_an_identity_function_that_fails_runs_nothing() -> None:
     assert result.error_type == "e2b_command_harness_callback_failed"
     assert result.content["executed"] is False
     assert launches(tools) == 0
+
+
+def test_c2_the_command_and_code_ports_share_one_ownership_record() -> None:
+    """Both ports derive the same task id from one operation key; a start the
+    command port may have sent makes the code port's call under that key
+    expect its claim, so a wiped ledger cannot make it launch again."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
+
+    sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
+    tools = toolset(sim)
+    first = tools.call_sync(
+        "run_command", {"command": "echo once"}, call_id="c1", operation_key="k"
+    )
+    assert first.status == "uncertain"
+    sim.wipe_ledger("sbx-1")
+    second = tools.call_sync(
+        "sandbox_run_code", {"code": "print(1)"}, call_id="c2", operation_key="k"
+    )
+    assert second.status == "uncertain", second.content
+    assert sum(sim.launches.values()) == 1
+
+
+def test_c17_a_toolset_masks_what_it_is_told_to_redact() -> None:
+    sim = Simulator(scripts={"leak": Script.prints("token tok-1234567890\n")})
+    tools = toolset(sim, redact=["tok-1234567890"])
+    result = tools.call_sync("run_command", {"command": "leak"}, call_id="c1", operation_key="k")
+    assert result.content["stdout"] == f"token {sandrail.core.REDACTED}\n"
