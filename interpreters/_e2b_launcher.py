@@ -49,8 +49,11 @@ the sandbox never sees), so even a command that could read it could not
 test guesses of the env values it covers.
 
 **Env values** (C17) travel only in the staged request's ``env`` file (root
-only); the supervising shell, still root, reads and deletes it before
-anything can fail, and exports the values just before it drops to ``user``.
+only); the supervising shell, still root, opens and deletes it before
+anything can fail and hands the open file to the command's first shell,
+which exports the values only after the drop to ``user``: no root process
+runs with them (a ``LD_PRELOAD`` given by a caller that skipped the core's
+name rule reaches only ``user``'s programs).
 
 **Running the command**: a detached supervisor (its own session, as root)
 runs it in a fresh session and process group, dropped to ``user`` with
@@ -328,11 +331,16 @@ do_start() { # <task> <nonce>
   forget_stale </dev/null >/dev/null 2>&1 &
 }
 
-# Runs as `user`: enter the cwd (a relative one from home, as E2B does; no
-# CDPATH from the command's env), then run the command as E2B's
-# commands.run does. $1 cwd, $2 "argv" (the command is $3) or "fd" (read it
-# from fd 3).
-WRAPPER='cd /home/user 2>/dev/null; CDPATH= cd -- "$1" || exit 1
+# Runs as `user`, never as root: export the command's env (NUL-separated
+# NAME=value entries on fd 4, a file already deleted), enter the cwd (a
+# relative one from home, as E2B does; no CDPATH), then run the command as
+# E2B's commands.run does. $1 cwd, $2 "argv" (the command is $3) or "fd"
+# (read it from fd 3). No root process ever runs with the command's env.
+WRAPPER='while IFS= read -r -d "" __sandrail_entry <&4; do
+  export "$__sandrail_entry" 2>/dev/null
+done
+unset __sandrail_entry; exec 4<&-
+cd /home/user 2>/dev/null; CDPATH= cd -- "$1" || exit 1
 if [ "$2" = argv ]; then exec 3<&-; exec /bin/bash -l -c "$3"; fi
 exec /bin/bash -l -c '"'"'IFS= read -r -d "" __sandrail_command <&3; exec 3<&-
 eval "unset __sandrail_command; $__sandrail_command"'"'"
@@ -343,14 +351,10 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
   [[ $limit =~ ^[0-9]{1,9}$ ]] || limit=1
   read -r uid gid setpriv setsid_bin < "$LEDGER/user"
   (
-    # The env file is read and deleted before anything can fail, and the
-    # tools this shell runs after exporting are named by absolute path: the
-    # command's env (a PATH, say) cannot stop the file from being deleted.
-    entries=()
-    if [ -f "$dir/env" ]; then
-      while IFS= read -r -d '' entry; do entries+=("$entry"); done < "$dir/env"
-      rm -f -- "$dir/env"
-    fi
+    # First, before anything can fail: the env file is opened for the
+    # command and deleted, so no value rests in the sandbox once it runs.
+    if [ -f "$dir/env" ]; then exec 4<"$dir/env"; rm -f -- "$dir/env"
+    else exec 4</dev/null; fi
     cwd=/home/user
     if [ -f "$dir/cwd" ]; then IFS= read -r -d '' cwd < "$dir/cwd"; fi
     mode=argv command=
@@ -358,8 +362,11 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
     else IFS= read -r -d '' command < "$dir/command"; fi
     if [ -e "$dir/canceled" ]; then exit 143; fi
     export HOME=/home/user USER=user LOGNAME=user
-    for entry in "${entries[@]}"; do export "$entry" 2>/dev/null; done
-    exec "$setsid_bin" "$setpriv" --reuid="$uid" --regid="$gid" --init-groups -- \
+    drop=("$setpriv" --reuid="$uid" --regid="$gid" --init-groups --)
+    # Where `user` is root (no separation) there is nothing to drop, and a
+    # user namespace may refuse setgroups.
+    [ "$uid" = 0 ] && drop=()
+    exec "$setsid_bin" "${drop[@]}" \
       /bin/bash -c "$WRAPPER" sandrail "$cwd" "$mode" "$command" 3<"$dir/command"
   ) </dev/null >"$dir/stdout" 2>"$dir/stderr" 7>&- &
   pid=$!

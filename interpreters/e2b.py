@@ -199,6 +199,8 @@ _TASK_ID = re.compile(r"[0-9a-f]{64}")
 _SANDBOX_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SNIPPET_PATH = re.compile(r"/tmp/sandrail/code/([0-9a-f]{64})\.([a-z]{1,8})")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RESERVED_ENV_PREFIX: Final = "__sandrail"
+"""The launcher's own shell variables (it exports the env with them)."""
 _LAUNCHER_REFUSED: Final = 3
 _MIN_READ_BYTES: Final = 4
 _READ_CAP_BYTES: Final = 4 * 1024 * 1024
@@ -973,6 +975,11 @@ class E2BBackend:
                 if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
                     raise EffectFailure(
                         Delivery.NOT_SENT, "Start: an env name is not a shell identifier"
+                    )
+                if name.startswith(_RESERVED_ENV_PREFIX):
+                    raise EffectFailure(
+                        Delivery.NOT_SENT,
+                        f"Start: env names starting with {name[:10]} are sandrail's",
                     )
                 if not isinstance(value, str) or "\0" in value:
                     raise EffectFailure(
