@@ -391,7 +391,9 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
   # One write: a reader sees the whole record or none (then: running).
   printf '%s %s\n' "$status" "$code" > "$dir/exit"
   exec 7>&-
-  end_all KILL "$pid"
+  # What is left of its session; never the leader's pid itself, reaped
+  # above and free for any new process to take.
+  pkill -KILL -s "$pid" 2>/dev/null
 }
 
 do_wait() { # <task> <millis> <max>

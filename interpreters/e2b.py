@@ -224,6 +224,9 @@ _DRAIN_SECONDS: Final = 0.05
 so callbacks the SDK's transport (pyqwest, on its own Rust threads) still
 delivers to it land while the interpreter is alive (issue 9, item 13)."""
 _KEY_LABEL: Final = b"sandrail ledger key v1"
+_SIBLING_GRACE: Final = 0.1
+"""How long a start expecting a claim this backend has no record of waits
+for a first start of the same task being sent at the same moment."""
 
 
 # ---------------------------------------------------------------------------
@@ -523,6 +526,7 @@ class E2BBackend:
         self._final: OrderedDict[tuple[str, str], RawRead] = OrderedDict()
         self._first_sent: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._sent_condition: asyncio.Condition | None = None
         _OPEN.add(self)
 
     @property
@@ -620,6 +624,13 @@ class E2BBackend:
                 )
             self._key = hmac.new(api_key.encode(), _KEY_LABEL, hashlib.sha256).digest()
         return self._key
+
+    @property
+    def _sent(self) -> asyncio.Condition:
+        """Notified whenever a first start is recorded (made on the loop)."""
+        if self._sent_condition is None:
+            self._sent_condition = asyncio.Condition()
+        return self._sent_condition
 
     def _lock(self, key: tuple[str, str]) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -916,7 +927,7 @@ class E2BBackend:
         if not _TASK_ID.fullmatch(effect.task_id):
             raise EffectFailure(Delivery.NOT_SENT, "Start: the task id is malformed")
         key = (effect.sandbox_id, effect.task_id)
-        proof = self._first_sent.get(key) if effect.expect_claim else None
+        proof = await self._proof(key) if effect.expect_claim else None
         files = self._request_files(effect, proof)
         box = await self._box(effect.sandbox_id)
         nonce = secrets.randbits(59)
@@ -925,12 +936,11 @@ class E2BBackend:
             {"path": f"{staged}/{name}", "data": data} for name, data in files
         ]
         try:
+            if not effect.expect_claim:
+                await self._note_first(key, box)
             await self._prepare(box, entries)
-            if not effect.expect_claim and box.epoch is not None and key not in self._first_sent:
-                # Before sending: the epoch this task's first start may claim in.
-                self._first_sent[key] = box.epoch
-                while len(self._first_sent) > _REMEMBERED_STARTS:
-                    self._first_sent.popitem(last=False)
+            if not effect.expect_claim:
+                await self._note_first(key, box)
             answer = await self._decisive(box, f"start {effect.task_id} {nonce}", "Start")
         except EffectFailure:
             if box.sandbox.sandbox_id not in self._dead:
@@ -940,6 +950,32 @@ class E2BBackend:
         if parsed.epoch is not None:
             box.epoch = parsed.epoch
         return parsed.outcome
+
+    async def _note_first(self, key: tuple[str, str], box: _Sandbox) -> None:
+        """Remember, before it is sent, the ledger epoch known when the
+        task's first start (one expecting no claim) goes out: the epoch it
+        may claim in. The earliest known epoch counts; unknown is no proof."""
+        if box.epoch is None or key in self._first_sent:
+            return
+        self._first_sent[key] = box.epoch
+        while len(self._first_sent) > _REMEMBERED_STARTS:
+            self._first_sent.popitem(last=False)
+        async with self._sent:
+            self._sent.notify_all()
+
+    async def _proof(self, key: tuple[str, str]) -> str | None:
+        """The epoch this backend knew when it sent the task's first start,
+        if it sent one. A start expecting its claim may be a duplicate sent
+        at the same moment as that first start (threads of one port): it
+        waits a moment (event-driven) for the first to be recorded, so it can
+        be decisive instead of ``claim_lost``. Safety does not depend on it."""
+        if key not in self._first_sent:
+            async with self._sent:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._sent.wait_for(lambda: key in self._first_sent), _SIBLING_GRACE
+                    )
+        return self._first_sent.get(key)
 
     def _request_files(self, effect: Start, proof: str | None) -> list[tuple[str, bytes]]:
         """The staged request, one field a file. Refuses (not_sent) what bash
