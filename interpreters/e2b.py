@@ -150,7 +150,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, overload
 
 import attrs
 
@@ -753,6 +753,11 @@ class E2BBackend:
         """Answer one sandbox effect or raise :class:`EffectFailure`."""
         if self._loop.closed:
             raise EffectFailure(Delivery.NOT_SENT, "the E2B backend is closed")
+        if isinstance(effect, Wait | Read):
+            # An ended command's whole output is known: no hop to the loop.
+            cached = self._cached(effect)
+            if cached is not None:
+                return cached
         try:
             return await self._loop.run(lambda: self._interpret(effect))
         except LoopClosedError:
@@ -1042,12 +1047,38 @@ class E2BBackend:
             while len(self._final) > _CACHED_TASKS:
                 self._final.popitem(last=False)
 
+    @overload
+    def _cached(self, effect: Wait) -> CommandState | None: ...
+    @overload
+    def _cached(self, effect: Read) -> OutputChunk | None: ...
+    def _cached(self, effect: Wait | Read) -> CommandState | OutputChunk | None:
+        """The outcome of a wait or read of an ended command whose whole
+        output this backend holds, computed here (it can no longer change),
+        or ``None``. Pure: safe from any thread."""
+        cached = self._final.get((effect.sandbox_id, effect.task_id))
+        if cached is None or not _TASK_ID.fullmatch(effect.task_id):
+            return None
+        if isinstance(effect, Wait):
+            return cached.state
+        if (
+            effect.max_bytes < _MIN_READ_BYTES
+            or min(effect.stdout_cursor, effect.stderr_cursor) < 0
+        ):
+            return None
+        size = min(effect.max_bytes, _READ_CAP_BYTES)
+        raw = attrs.evolve(
+            cached,
+            stdout=cached.stdout[effect.stdout_cursor : effect.stdout_cursor + size + 4],
+            stderr=cached.stderr[effect.stderr_cursor : effect.stderr_cursor + size + 4],
+        )
+        return chunk_of(raw, effect.stdout_cursor, effect.stderr_cursor, size)
+
     async def _wait(self, effect: Wait) -> CommandState:
         if not _TASK_ID.fullmatch(effect.task_id):
             raise EffectFailure(Delivery.NOT_SENT, "Wait: the task id is malformed")
-        cached = self._final.get((effect.sandbox_id, effect.task_id))
+        cached = self._cached(effect)
         if cached is not None:
-            return cached.state
+            return cached
         box = await self._box(effect.sandbox_id)
         await self._prepare(box, [])
         seconds = max(0.0, float(effect.timeout_seconds))
@@ -1069,14 +1100,9 @@ class E2BBackend:
             raise EffectFailure(Delivery.NOT_SENT, f"Read: max_bytes must be >= {_MIN_READ_BYTES}")
         out, err = _shell_int(effect.stdout_cursor), _shell_int(effect.stderr_cursor)
         size = min(effect.max_bytes, _READ_CAP_BYTES)
-        cached = self._final.get((effect.sandbox_id, effect.task_id))
+        cached = self._cached(effect)
         if cached is not None:
-            raw = attrs.evolve(
-                cached,
-                stdout=cached.stdout[effect.stdout_cursor : effect.stdout_cursor + size + 4],
-                stderr=cached.stderr[effect.stderr_cursor : effect.stderr_cursor + size + 4],
-            )
-            return chunk_of(raw, effect.stdout_cursor, effect.stderr_cursor, size)
+            return cached
         box = await self._box(effect.sandbox_id)
         await self._prepare(box, [])
         answer = await self._decisive(box, f"read {effect.task_id} {out} {err} {size}", "Read")
