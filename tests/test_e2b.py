@@ -10,6 +10,11 @@ table rows: ``test_e2b_failures.py``; the issue-9 attacks:
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -743,3 +748,32 @@ async def _open_and_close(server: LocalE2B) -> SandboxReady:
 
 def test_item13_the_backend_is_an_async_context_manager(server: LocalE2B) -> None:
     assert asyncio.run(_open_and_close(server)).sandbox_id
+
+
+def test_item13_the_cli_closes_the_backend_and_exits_1_never_aborting() -> None:
+    """Item 13: with no server to reach, `sandrail run --backend e2b` printed
+    the error result and then died with SIGABRT (exit 134) in most runs: a
+    transport thread called back into an interpreter shutting down. Six runs
+    (each failed before the fix with probability about 0.8)."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    env = {
+        **os.environ,
+        "E2B_API_KEY": "e2b_" + "0" * 40,
+        "E2B_API_URL": f"http://127.0.0.1:{port}",
+        "E2B_SANDBOX_URL": f"http://127.0.0.1:{port}",
+        "E2B_CONNECTION_RETRIES": "0",
+    }
+    for _ in range(6):
+        done = subprocess.run(
+            [sys.executable, "-m", "sandrail", "run", "--backend", "e2b", "--", "true"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1, (done.returncode, done.stderr[-500:])
+        assert json.loads(done.stdout)["status"] == "error"
