@@ -7,9 +7,10 @@ sandbox's unprivileged ``user`` (as E2B's ``commands.run`` does by default),
 so a command can neither read nor delete the ledger.
 
 Where things live (``L`` is the ledger, ``/root/.sandrail``, mode 0700 in
-root's own 0700 home: a ``user`` command cannot even look inside; not under
-``/tmp``, so no ``/tmp`` cleanup, symlink race or squatted name can touch
-it)::
+root's own home, which ``init`` makes 0700 too: a ``user`` command cannot
+even look inside; not under ``/tmp``, so no ``/tmp`` cleanup, symlink race
+or squatted name can touch it). Requests are staged only after ``init`` has
+made the ledger private::
 
     L/bin/launcher-<hash>.sh   this script (named by content)
     L/inbox/<task>.<nonce>/    a staged request, written by the files API as
@@ -461,6 +462,9 @@ do_init() { # <final name>: move this freshly written copy into place
   [[ $1 =~ ^launcher-[0-9a-f]{16}\.sh$ ]] || fail bad-name
   [ "$EUID" = 0 ] || fail not-root
   mkdir -p -m 700 -- "$LEDGER/bin" "$TASKS" "$INBOX"
+  # Private whatever the files API made (0755): root's home as Debian has
+  # it, and the ledger in it.
+  chmod go-rwx -- "${LEDGER%/*}"
   chmod 700 -- "$LEDGER" "$LEDGER/bin" "$TASKS" "$INBOX"
   uid=$(id -u user 2>/dev/null) && gid=$(id -g user 2>/dev/null) || fail no-user
   setpriv=$(command -v setpriv) || fail no-setpriv

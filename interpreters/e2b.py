@@ -687,35 +687,36 @@ class E2BBackend:
         return stdout
 
     async def _prepare(self, box: _Sandbox, files: list[dict[str, str | bytes]]) -> None:
-        """Install the launcher if needed and stage ``files`` (one write, as
-        root). Nothing here can launch a task, so every failure is not_sent."""
+        """Install the launcher if needed, then stage ``files`` (as root).
+        A request is staged only into a ledger the launcher has made private
+        (installed first: the files API makes directories 0755). Nothing here
+        can launch a task, so every failure is not_sent."""
         try:
-            if box.installed:
-                if files:
-                    await _sdk(
-                        box.sandbox.files.write_files(
-                            files, user=_ROOT, request_timeout=self._request_timeout
-                        )
+            if not box.installed:
+                staged = f"{_BIN}/.{LAUNCHER_NAME}.{secrets.randbits(59)}"
+                await _sdk(
+                    box.sandbox.files.write_files(
+                        [{"path": staged, "data": LAUNCHER}],
+                        user=_ROOT,
+                        request_timeout=self._request_timeout,
                     )
-                return
-            staged = f"{_BIN}/.{LAUNCHER_NAME}.{secrets.randbits(59)}"
-            await _sdk(
-                box.sandbox.files.write_files(
-                    [{"path": staged, "data": LAUNCHER}, *files],
-                    user=_ROOT,
-                    request_timeout=self._request_timeout,
                 )
-            )
-            answer = await _sdk(
-                box.sandbox.commands.run(
-                    f"bash {staged} init {LAUNCHER_NAME}",
-                    user=_ROOT,
-                    timeout=2 * self._request_timeout,
-                    request_timeout=self._request_timeout,
+                answer = await _sdk(
+                    box.sandbox.commands.run(
+                        f"bash {staged} init {LAUNCHER_NAME}",
+                        user=_ROOT,
+                        timeout=2 * self._request_timeout,
+                        request_timeout=self._request_timeout,
+                    )
                 )
-            )
-            init = parse_init(str(answer.stdout))
-            box.installed, box.epoch, box.separated = True, init.epoch, init.separated
+                init = parse_init(str(answer.stdout))
+                box.installed, box.epoch, box.separated = True, init.epoch, init.separated
+            if files:
+                await _sdk(
+                    box.sandbox.files.write_files(
+                        files, user=_ROOT, request_timeout=self._request_timeout
+                    )
+                )
         except Exception as exc:
             self._note_gone(box.sandbox.sandbox_id, exc)
             detail = getattr(exc, "stdout", "") if _launcher_refused(exc, ()) else ""

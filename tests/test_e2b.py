@@ -194,7 +194,7 @@ def test_c17_the_ledger_is_root_only_and_out_of_reach_of_user_commands(
 ) -> None:
     finished(backend, sandbox_id, "true", env={"TOKEN": "s3cr3t-for-ledger"})
     assert backend.separated(sandbox_id) is True
-    listing = as_root(server, sandbox_id, f"stat -c '%U %a %n' {LEDGER} {LEDGER}/*")
+    listing = as_root(server, sandbox_id, f"stat -c '%U %a %n' /root {LEDGER} {LEDGER}/*")
     for line in listing.splitlines():
         owner, mode, _ = line.split(" ", 2)
         assert owner == "root"
