@@ -24,7 +24,10 @@ sandbox launches it only if its ledger is still of that epoch and never
 logged the task; otherwise it answers ``claim_lost``. So a retry after a
 start that never arrived is decisive, and a wiped ledger never causes a
 second launch. A restarted harness (a new backend) has no such memory: its
-expected claims that are missing are ``claim_lost``.
+expected claims that are missing are ``claim_lost``. A duplicate expecting
+the claim while the first start is being sent at the same moment (threads
+of one port) waits up to 0.1 s, event-driven, for that first start's record
+instead of giving up at once.
 
 Threads and event loops: every SDK call runs on one event loop owned by the
 backend, on a thread of its own (:mod:`._e2b_loop`); callers on any thread
