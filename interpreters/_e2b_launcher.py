@@ -1,44 +1,101 @@
 """The in-sandbox launcher: a bash script the E2B interpreter uploads once per
-sandbox (DESIGN §5).
+sandbox and runs as ``root`` (DESIGN §5).
 
-Strategy: the sandbox itself is the ledger. Every task lives in
-``$ROOT/tasks/<task_id>/``; the launcher claims it with an atomic ``mkdir``
-under a sandbox-wide ``flock``, so two starts of one task id (a retry, a late
-duplicate, a restarted harness) launch once (C2). The claim keeps the request
-digest (C3); the fence is compared, under the same lock, with the highest
-fence seen in the sandbox (C10). A detached supervisor (its own session, so
-it outlives the ``commands.run`` that started it and the harness) runs the
-command in a fresh process group under an in-sandbox deadline, sends stdout
-and stderr to files and writes the exit status atomically (write, then
-``mv``). Environment values reach the command through a 0600 file that the
-supervising shell reads and deletes before anything else (C17); they never
-travel in ``envs`` or argv, and staged requests whose start never came are
-deleted by any start ten minutes later. Stop and the deadline end the
-command's process group, its session (a process that moved to a group of
-its own stays in the session) and its leader.
+Strategy: the sandbox itself is the ledger, kept where the commands it runs
+cannot reach. The launcher runs as ``root``; the model's command runs as the
+sandbox's unprivileged ``user`` (as E2B's ``commands.run`` does by default),
+so a command can neither read nor delete the ledger.
+
+Where things live (``L`` is the ledger, ``/root/.sandrail``, mode 0700 in
+root's own home, which ``init`` makes 0700 too: a ``user`` command cannot
+even look inside; not under ``/tmp``, so no ``/tmp`` cleanup, symlink race
+or squatted name can touch it). Requests are staged only after ``init`` has
+made the ledger private::
+
+    L/bin/launcher-<hash>.sh   this script (named by content)
+    L/inbox/<task>.<nonce>/    a staged request, written by the files API as
+                               root: digest, command, timeout, cwd, env,
+                               fence, expect. Taken (renamed) atomically by
+                               ``start``, deleted on every path.
+    L/tasks/<task>/            the claim: digest, command, timeout, cwd,
+                               stdout, stderr, exit, ... (all root, 0600)
+    L/claims.<epoch>/<task>    the claim log of this ledger epoch: one empty
+                               file per task ever claimed in it
+    L/fence, L/lock, L/user    highest fence seen; the ledger lock; the
+                               ``user`` uid, gid and the tools to drop to it
+    /tmp/sandrail/code/        published snippets (the path the core names):
+                               the directory root's, 0711; each snippet
+                               ``user``'s, 0600, so the command can run it
+
+**The claim** (C2): ``start`` takes its staged request with an atomic
+rename, then, under the ledger lock: a task directory already there means a
+retry (same keyed digest: ``started 0``; another: ``refused conflict``);
+otherwise it makes the directory and the claim-log entry and launches.
+
+**The epoch proof** (C2): the ledger's epoch is the random name of its
+claim-log directory; it changes whenever that directory is lost, and never
+comes back. A start that expects a claim (``expect`` holds the epoch the
+harness knew when it sent this task's first start, or ``-``) and finds none
+launches only if that epoch is the current one and the claim log has no
+entry for the task: then no start of it can ever have claimed in this
+sandbox. Otherwise it answers ``refused claim_lost``. A task directory gone
+while its claim-log entry stays, or a claim-log entry with no task
+directory, is ``claim_lost`` for any start, expected or not. Where ``user``
+is root (no user separation: local-e2b's userns mode), commands could reach
+the ledger, so no proof is accepted: every expected claim that is missing is
+``claim_lost``.
+
+**Digests** (C3, C17): the request digest arrives keyed (an HMAC under a key
+the sandbox never sees), so even a command that could read it could not
+test guesses of the env values it covers.
+
+**Env values** (C17) travel only in the staged request's ``env`` file (root
+only); the supervising shell, still root, opens and deletes it before
+anything can fail and hands the open file to the command's first shell,
+which exports the values only after the drop to ``user``: no root process
+runs with them (a ``LD_PRELOAD`` given by a caller that skipped the core's
+name rule reaches only ``user``'s programs).
+
+**Running the command**: a detached supervisor (its own session, as root)
+runs it in a fresh session and process group, dropped to ``user`` with
+``setpriv`` (uid, gid, supplementary groups; ``HOME=/home/user``, ``USER``,
+``LOGNAME``), in its cwd (default ``/home/user``; changed to as ``user``),
+as ``bash -l -c COMMAND`` like E2B's ``commands.run`` (a command too long
+for one argument is read from a descriptor and ``eval``-ed instead), under
+an in-sandbox deadline. stdout and stderr go to root-owned files the
+command writes only through the descriptors it was given. The supervisor
+holds an exclusive lock on ``alive`` for its life; ``wait`` blocks on it
+(an event, not a poll). On the command's exit it kills the command's
+process group, writes ``exit`` in one write, releases ``alive``, then kills
+what is left of the session. Stop and the deadline end the group, the
+session and the leader.
+
+**Answers** are well-formed whatever a command does: nothing the launcher
+reads to answer is reachable by ``user``, every field is read once
+(no check-then-use) and validated, and an unreadable field has a fixed
+fallback (a size of 0, a status of ``unknown``/``running``).
 
 The only values sandrail puts into shell text are the validated task id
-(64 hex), a nonce and integers; the launcher validates them again. Command,
-cwd, digest, fence, timeout and env travel as files in a staged request
-directory ``$ROOT/inbox/<task_id>.<nonce>/`` written through the files API.
-
-``ROOT`` is derived from the launcher's own path (``$ROOT/bin/<name>``), so
-the script never names an absolute path itself.
+(64 hex), a nonce and integers; the launcher validates them again.
 
 Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
 
-    start <task> <nonce>              -> "started 1|0" + state | "refused <reason>"
-                                         (conflict, stale_fence, claim_lost)
+    init <name>                       -> "ready <epoch> <separated 0|1>"
+    start <task> <nonce>              -> "started 1|0" | "refused <reason>"
+                                         (conflict, stale_fence, claim_lost),
+                                         then "epoch <epoch>", then (started)
+                                         a state line
     wait <task> <millis> <max>        -> read of cursors 0 0 once ended or timed out
-                                         (blocks on the supervisor's lock: no polling)
-    read <task> <out> <err> <max>     -> state, "out <b64>", "err <b64>", "size <o> <e>"
+    read <task> <out> <err> <max>     -> state, "out <b64>", "err <b64>", "size <o> <e>";
+                                         a whole stream of at most 16 KiB of
+                                         plain ASCII comes as "out:text <n>",
+                                         newline, its n bytes, newline
     cancel <task>                     -> state after TERM (then KILL) of the group
     publish <task> <nonce> <ext>      -> "published" | "refused publish_conflict"
-    init                              -> "ready" (moves itself into place, chmods)
     state line: "state <status> <code> <stdout_bytes> <stderr_bytes>"
 
 Exit status 3 with ``sandrail-error <what>`` means the launcher refused its
-arguments before touching any task.
+arguments (or could not take its request) before touching any claim.
 """
 
 from __future__ import annotations
@@ -46,10 +103,18 @@ from __future__ import annotations
 import hashlib
 from typing import Final
 
-__all__ = ["CANCELED_EXIT_CODE", "LAUNCHER", "LAUNCHER_NAME", "TIMED_OUT_EXIT_CODE"]
+__all__ = [
+    "CANCELED_EXIT_CODE",
+    "LAUNCHER",
+    "LAUNCHER_NAME",
+    "LEDGER",
+    "TIMED_OUT_EXIT_CODE",
+]
 
 TIMED_OUT_EXIT_CODE: Final = 124
 CANCELED_EXIT_CODE: Final = 143
+LEDGER: Final = "/root/.sandrail"
+"""Where the launcher keeps its ledger in every sandbox (root only)."""
 
 LAUNCHER: Final = r"""#!/bin/bash
 # sandrail launcher (see sandrail/interpreters/_e2b_launcher.py). The whole
@@ -58,21 +123,57 @@ LAUNCHER: Final = r"""#!/bin/bash
 {
 set -u
 umask 077
-ROOT=${0%/bin/*}
-TASKS=$ROOT/tasks
-INBOX=$ROOT/inbox
+LEDGER=${0%/bin/*}
+TASKS=$LEDGER/tasks
+INBOX=$LEDGER/inbox
+SHARED=/tmp/sandrail
+CODE=$SHARED/code
+EPOCH=-
+CLAIMS=
+FAST=16384  # a stream this short is answered as text, with no process
 
 fail() { printf 'sandrail-error %s\n' "$1"; exit 3; }
 need_task() { [[ $1 =~ ^[0-9a-f]{64}$ ]] || fail bad-task-id; }
 need_int() { [[ $1 =~ ^[0-9]{1,18}$ ]] || fail bad-integer; }
 
-lock() { exec 9>>"$ROOT/lock"; flock 9; }
+lock() { exec 9>>"$LEDGER/lock" && flock 9; }
 unlock() { flock -u 9; exec 9>&-; }
 
-size_of() { if [ -f "$1" ]; then stat -c %s -- "$1"; else echo 0; fi; }
+first_line() { # <file> <variable>: the file's first line, or "" (one read, no check first)
+  local line=
+  IFS= read -r line 2>/dev/null < "$1"
+  printf -v "$2" '%s' "$line"
+}
 
-forget_stale() { # staged requests whose start never came (they may hold env
-  # values: C17); young ones may belong to a start still on its way
+epoch() { # under the lock: EPOCH and CLAIMS of the ledger, made if missing
+  local found=() dir
+  for dir in "$LEDGER"/claims.*; do
+    [[ -d $dir && ! -L $dir && ${dir##*/claims.} =~ ^[0-9a-f]{32}$ ]] && found+=("$dir")
+  done
+  if (( ${#found[@]} == 0 )); then
+    EPOCH=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+    [[ $EPOCH =~ ^[0-9a-f]{32}$ ]] || fail no-randomness
+    mkdir -m 700 -- "$LEDGER/claims.$EPOCH" || fail no-ledger
+    found=("$LEDGER/claims.$EPOCH")
+  fi
+  CLAIMS=${found[0]}
+  # More than one claim log: the ledger was tampered with; no proof holds.
+  if (( ${#found[@]} == 1 )); then EPOCH=${CLAIMS##*/claims.}; else EPOCH=-; fi
+}
+
+claimed_before() { # <task>: in any claim log of this ledger
+  local dir
+  for dir in "$LEDGER"/claims.*; do [ -e "$dir/$1" ] && return 0; done
+  return 1
+}
+
+separated() { # whether `user` is another uid than root (read from L/user)
+  local uid gid rest
+  read -r uid gid rest 2>/dev/null < "$LEDGER/user" || return 1
+  [[ $uid =~ ^[1-9][0-9]*$ ]]
+}
+
+forget_stale() { # requests whose start never came or never finished taking them
   find "$INBOX" -mindepth 1 -maxdepth 1 -mmin +10 -exec rm -rf -- {} + 2>/dev/null
   return 0
 }
@@ -86,107 +187,188 @@ end_all() { # <signal> <leader pid>: its process group, its session (processes
   return 0
 }
 
-status_of() { # prints "<status> <code>"
-  local dir=$TASKS/$1 status code pid
-  if [ ! -d "$dir" ]; then echo "unknown -"; return; fi
-  if [ -f "$dir/exit" ]; then read -r status code < "$dir/exit"; echo "$status $code"; return; fi
-  if [ ! -f "$dir/supervisor" ]; then echo "running -"; return; fi
-  pid=$(<"$dir/supervisor")
-  if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then echo "running -"; return; fi
-  if [ -f "$dir/exit" ]; then read -r status code < "$dir/exit"; echo "$status $code"; return; fi
-  echo "unknown -"
+read_exit() { # <dir>: sets EXIT_STATUS EXIT_CODE from a complete exit record
+  local status= code=
+  read -r status code 2>/dev/null < "$1/exit"
+  [[ $status =~ ^(exited|timed_out|canceled)$ && $code =~ ^[0-9]{1,3}$ ]] || return 1
+  EXIT_STATUS=$status EXIT_CODE=$code
 }
 
-state() {
-  local dir=$TASKS/$1
-  printf 'state %s %s %s\n' "$(status_of "$1")" \
-    "$(size_of "$dir/stdout")" "$(size_of "$dir/stderr")"
+status_of() { # <task>: sets STATUS and CODE (builtins only: no process)
+  local dir=$TASKS/$1 pid
+  STATUS=unknown CODE=-
+  [ -d "$dir" ] || return 0
+  if read_exit "$dir"; then STATUS=$EXIT_STATUS CODE=$EXIT_CODE; return 0; fi
+  first_line "$dir/supervisor" pid
+  if [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then STATUS=running; return 0; fi
+  if read_exit "$dir"; then STATUS=$EXIT_STATUS CODE=$EXIT_CODE; return 0; fi
+  [ -e "$dir/supervisor" ] || STATUS=running
+  return 0
 }
 
-chunk() { # <file> <cursor> <max>: base64 of max+4 bytes from the cursor (the
-  # harness backs the text off to a UTF-8 boundary, so it needs the next bytes)
-  if [ -f "$1" ]; then
+sizes() { # <dir>: sets OUT_SIZE ERR_SIZE (0 for a size that cannot be read)
+  local both
+  both=$(stat -c %s -- "$1/stdout" "$1/stderr" 2>/dev/null)
+  if [[ $both =~ ^([0-9]+)$'\n'([0-9]+)$ ]]; then
+    OUT_SIZE=${BASH_REMATCH[1]} ERR_SIZE=${BASH_REMATCH[2]}
+  else
+    OUT_SIZE=0 ERR_SIZE=0
+  fi
+}
+
+state() { # <task>
+  status_of "$1"
+  sizes "$TASKS/$1"
+  printf 'state %s %s %s %s\n' "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE"
+}
+
+chunk() { # <file> <cursor> <max> <size>: base64 of max+4 bytes from the cursor
+  # (the harness backs the text off to a UTF-8 boundary, so it needs the
+  # next bytes), written straight to stdout; nothing when the stream holds
+  # nothing past the cursor. A stream read whole takes one process.
+  (( $4 > $2 )) || return 0
+  if (( $2 == 0 && $4 <= $3 + 4 )); then
+    base64 -w0 -- "$1"
+  elif (( $2 == 0 )); then
+    head -c "$(( $3 + 4 ))" -- "$1" | base64 -w0
+  else
     tail -c "+$(( $2 + 1 ))" -- "$1" | head -c "$(( $3 + 4 ))" | base64 -w0
   fi
 }
 
+slurp() { # <file>: the whole stream as TEXT (SIZE bytes) if it is short plain
+  # ASCII (no NUL); else fails. Builtins only: no process, so an ended
+  # command's answer costs no process at all in the common case.
+  local LC_ALL=C line pos=-1
+  TEXT=
+  exec 5<"$1" 2>/dev/null || return 1
+  IFS= read -r -d '' -N "$(( FAST + 1 ))" TEXT <&5
+  while IFS= read -r line; do
+    if [[ $line == pos:* ]]; then pos=${line#pos:}; pos=${pos//[$'\t' ]/}; break; fi
+  done < "/proc/$BASHPID/fdinfo/5"
+  exec 5<&-
+  [[ $pos =~ ^[0-9]+$ ]] && (( pos <= FAST )) && [[ $pos == "${#TEXT}" ]] &&
+    [[ $TEXT != *[![:ascii:]]* ]] || return 1
+  SIZE=$pos
+}
+
 do_read() { # <task> <out> <err> <max>
-  local dir=$TASKS/$1
-  state "$1"
-  printf 'out %s\n' "$(chunk "$dir/stdout" "$2" "$4")"
-  printf 'err %s\n' "$(chunk "$dir/stderr" "$3" "$4")"
-  printf 'size %s %s\n' "$(size_of "$dir/stdout")" "$(size_of "$dir/stderr")"
+  local dir=$TASKS/$1 out_text err_text
+  status_of "$1"
+  if (( $2 == 0 && $3 == 0 )) && slurp "$dir/stdout"; then
+    out_text=$TEXT OUT_SIZE=$SIZE
+    if slurp "$dir/stderr"; then
+      err_text=$TEXT ERR_SIZE=$SIZE
+      printf 'state %s %s %s %s\nout:text %s\n%s\nerr:text %s\n%s\nsize %s %s\n' \
+        "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE" "$OUT_SIZE" "$out_text" \
+        "$ERR_SIZE" "$err_text" "$OUT_SIZE" "$ERR_SIZE"
+      return
+    fi
+  fi
+  sizes "$dir"
+  printf 'state %s %s %s %s\nout ' "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE"
+  chunk "$dir/stdout" "$2" "$4" "$OUT_SIZE"
+  printf '\nerr '
+  chunk "$dir/stderr" "$3" "$4" "$ERR_SIZE"
+  printf '\nsize %s %s\n' "$OUT_SIZE" "$ERR_SIZE"
 }
 
 do_start() { # <task> <nonce>
-  local task=$1 req=$INBOX/$1.$2 dir=$TASKS/$1 fence highest theirs ours
-  [ -d "$req" ] || fail no-request
-  mkdir -p -- "$TASKS"
+  local task=$1 req=$INBOX/.taken.$1.$2 dir=$TASKS/$1 fence highest theirs ours proof f
+  # Take the staged request first: once renamed it is this start's alone,
+  # and a request the harness deletes (its start failed) is simply gone.
+  mv -T -- "$INBOX/$1.$2" "$req" 2>/dev/null || fail no-request
+  mkdir -p -m 700 -- "$TASKS"
   lock
-  if [ -s "$req/fence" ]; then
-    fence=$(<"$req/fence")
+  epoch
+  first_line "$req/fence" fence
+  if [ -n "$fence" ]; then
     [[ $fence =~ ^[0-9]{1,18}$ ]] || { rm -rf -- "$req"; fail bad-fence; }
-    highest=$(cat -- "$ROOT/fence" 2>/dev/null || true)
+    first_line "$LEDGER/fence" highest
     if [[ $highest =~ ^[0-9]{1,18}$ ]] && (( fence < highest )); then
-      rm -rf -- "$req"; forget_stale; echo "refused stale_fence"; return
+      rm -rf -- "$req"; unlock; printf 'refused stale_fence\nepoch %s\n' "$EPOCH"; return
     fi
-    printf '%s\n' "$fence" > "$ROOT/fence.tmp" && mv -f -- "$ROOT/fence.tmp" "$ROOT/fence"
+    printf '%s\n' "$fence" > "$LEDGER/fence.tmp" && mv -f -- "$LEDGER/fence.tmp" "$LEDGER/fence"
   fi
-  if [ ! -d "$dir" ] && [ -e "$req/expect" ]; then
-    # The harness saw this task launched; no claim means the ledger was
-    # lost, and launching now would launch twice.
-    rm -rf -- "$req"; unlock; echo "refused claim_lost"; return
-  fi
-  if mkdir -- "$dir" 2>/dev/null; then
-    for f in digest command timeout cwd env; do
-      if [ -e "$req/$f" ]; then mv -- "$req/$f" "$dir/$f"; fi
-    done
+  if [ -d "$dir" ]; then
+    first_line "$dir/digest" theirs
+    first_line "$req/digest" ours
     rm -rf -- "$req"
-    forget_stale
-    if [ -f "$dir/env" ]; then chmod 600 -- "$dir/env"; fi
-    : > "$dir/stdout"; : > "$dir/stderr"
-    # The supervisor holds an exclusive lock on `alive` for its whole life
-    # (it inherits fd 7 and no process of the command does), so a waiter
-    # wakes the moment it exits: an event, not a poll.
-    exec 7>"$dir/alive"; flock -x 7
-    setsid bash "$0" supervise "$task" </dev/null >/dev/null 2>&1 9>&- &
-    echo "$!" > "$dir/supervisor"
-    exec 7>&-
     unlock
-    echo "started 1"
-  else
-    theirs=$(cat -- "$dir/digest" 2>/dev/null || true)
-    ours=$(cat -- "$req/digest")
-    rm -rf -- "$req"
-    forget_stale
-    unlock
-    if [ -z "$theirs" ] || [ "$theirs" != "$ours" ]; then echo "refused conflict"; return; fi
-    echo "started 0"
+    if [ -z "$theirs" ] || [ "$theirs" != "$ours" ]; then
+      printf 'refused conflict\nepoch %s\n' "$EPOCH"; return
+    fi
+    printf 'started 0\nepoch %s\n' "$EPOCH"
+    state "$task"
+    return
   fi
-  state "$task"
+  first_line "$req/expect" proof
+  if claimed_before "$task" || {
+       [ -e "$req/expect" ] &&
+       ! { separated && [ "$EPOCH" != - ] && [ "$proof" = "$EPOCH" ]; }
+     }; then
+    # A claim this ledger cannot show, and cannot prove it never made:
+    # launching now could launch twice.
+    rm -rf -- "$req"; unlock; printf 'refused claim_lost\nepoch %s\n' "$EPOCH"; return
+  fi
+  mkdir -m 700 -- "$dir" || { rm -rf -- "$req"; fail no-claim; }
+  : > "$CLAIMS/$task"
+  for f in digest command timeout cwd env long; do
+    if [ -e "$req/$f" ]; then mv -- "$req/$f" "$dir/$f"; fi
+  done
+  rm -rf -- "$req"
+  : > "$dir/stdout"; : > "$dir/stderr"
+  # The supervisor holds an exclusive lock on `alive` for its whole life
+  # (it inherits fd 7 and no process of the command does), so a waiter
+  # wakes the moment it lets go: an event, not a poll.
+  exec 7>"$dir/alive"; flock -x 7
+  setsid bash "$0" supervise "$task" </dev/null >/dev/null 2>&1 9>&- &
+  echo "$!" > "$dir/supervisor"
+  exec 7>&-
+  unlock
+  # The state at the launch (nothing printed yet); the sweep runs after the
+  # answer, in the background.
+  printf 'started 1\nepoch %s\nstate running - 0 0\n' "$EPOCH"
+  forget_stale </dev/null >/dev/null 2>&1 &
 }
 
-do_supervise() { # <task>; runs detached, as its own session leader
-  local dir=$TASKS/$1 limit pid dog code status setsid_bin
-  limit=$(<"$dir/timeout")
+# Runs as `user`, never as root: export the command's env (NUL-separated
+# NAME=value entries on fd 4, a file already deleted), enter the cwd (a
+# relative one from home, as E2B does; no CDPATH), then run the command as
+# E2B's commands.run does. $1 cwd, $2 "argv" (the command is $3) or "fd"
+# (read it from fd 3). No root process ever runs with the command's env.
+WRAPPER='while IFS= read -r -d "" __sandrail_entry <&4; do
+  export "$__sandrail_entry" 2>/dev/null
+done
+unset __sandrail_entry; exec 4<&-
+cd /home/user 2>/dev/null; CDPATH= cd -- "$1" || exit 1
+if [ "$2" = argv ]; then exec 3<&-; exec /bin/bash -l -c "$3"; fi
+exec /bin/bash -l -c '"'"'IFS= read -r -d "" __sandrail_command <&3; exec 3<&-
+eval "unset __sandrail_command; $__sandrail_command"'"'"
+
+do_supervise() { # <task>; runs detached, as its own session leader, as root
+  local dir=$TASKS/$1 limit pid dog code status uid gid setpriv setsid_bin
+  first_line "$dir/timeout" limit
   [[ $limit =~ ^[0-9]{1,9}$ ]] || limit=1
-  setsid_bin=$(command -v setsid)
+  read -r uid gid setpriv setsid_bin < "$LEDGER/user"
   (
-    # The env file is read and deleted before anything can fail, and the
-    # tools this shell runs after exporting are named by absolute path: the
-    # command's env (a PATH, say) cannot stop the file from being deleted.
-    entries=()
-    if [ -f "$dir/env" ]; then
-      while IFS= read -r -d '' entry; do entries+=("$entry"); done < "$dir/env"
-      rm -f -- "$dir/env"
-    fi
-    if [ -f "$dir/cwd" ]; then
-      IFS= read -r -d '' cwd < "$dir/cwd" || true
-      cd -- "$cwd" || exit 1
-    fi
+    # First, before anything can fail: the env file is opened for the
+    # command and deleted, so no value rests in the sandbox once it runs.
+    if [ -f "$dir/env" ]; then exec 4<"$dir/env"; rm -f -- "$dir/env"
+    else exec 4</dev/null; fi
+    cwd=/home/user
+    if [ -f "$dir/cwd" ]; then IFS= read -r -d '' cwd < "$dir/cwd"; fi
+    mode=argv command=
+    if [ -e "$dir/long" ]; then mode=fd
+    else IFS= read -r -d '' command < "$dir/command"; fi
     if [ -e "$dir/canceled" ]; then exit 143; fi
-    for entry in "${entries[@]}"; do export "$entry" 2>/dev/null; done
-    exec "$setsid_bin" "$BASH" -- "$dir/command"
+    export HOME=/home/user USER=user LOGNAME=user
+    drop=("$setpriv" --reuid="$uid" --regid="$gid" --init-groups --)
+    # Where `user` is root (no separation) there is nothing to drop, and a
+    # user namespace may refuse setgroups.
+    [ "$uid" = 0 ] && drop=()
+    exec "$setsid_bin" "${drop[@]}" \
+      /bin/bash -c "$WRAPPER" sandrail "$cwd" "$mode" "$command" 3<"$dir/command"
   ) </dev/null >"$dir/stdout" 2>"$dir/stderr" 7>&- &
   pid=$!
   echo "$pid" > "$dir/pgid"
@@ -202,70 +384,98 @@ do_supervise() { # <task>; runs detached, as its own session leader
   if [ -e "$dir/canceled" ]; then end_all TERM "$pid"; fi
   wait "$pid"; code=$?
   kill -- "$dog" 2>/dev/null
-  end_all KILL "$pid"
+  kill -KILL -- "-$pid" 2>/dev/null
   if [ -e "$dir/canceled" ]; then status=canceled; code=143
   elif [ -e "$dir/deadline" ]; then status=timed_out; code=124
   else status=exited
   fi
-  printf '%s %s\n' "$status" "$code" > "$dir/exit.tmp" && mv -f -- "$dir/exit.tmp" "$dir/exit"
+  # One write: a reader sees the whole record or none (then: running).
+  printf '%s %s\n' "$status" "$code" > "$dir/exit"
+  exec 7>&-
+  # What is left of its session; never the leader's pid itself, reaped
+  # above and free for any new process to take.
+  pkill -KILL -s "$pid" 2>/dev/null
 }
 
 do_wait() { # <task> <millis> <max>
-  local dir=$TASKS/$1 rounds=$(( $2 / 50 ))
-  if [ -f "$dir/alive" ]; then
-    # Wakes when the supervisor exits (it writes `exit` first) or at the time.
-    flock -s -w "$(( $2 / 1000 )).$(printf '%03d' $(( $2 % 1000 )))" "$dir/alive" true \
-      2>/dev/null
-  elif [ -d "$dir" ]; then
-    # A task started by an older launcher: no lock to wait on.
-    exec 8<> <(:)
-    while [ ! -f "$dir/exit" ] && (( rounds-- > 0 )); do
-      case $(status_of "$1") in running*) ;; *) break ;; esac
-      read -r -t 0.05 -u 8 _ || true
-    done
-  fi
+  local dir=$TASKS/$1
+  if [ -d "$dir" ] && ! read_exit "$dir" && exec 8<"$dir/alive"; then
+    # Wakes when the supervisor lets go of `alive` (after writing `exit`),
+    # or at the time.
+    flock -s -w "$(( $2 / 1000 )).$(printf '%03d' $(( $2 % 1000 )))" 8 2>/dev/null
+    exec 8<&-
+  fi 2>/dev/null
   do_read "$1" 0 0 "$3"
 }
 
 do_cancel() { # <task>
   local dir=$TASKS/$1 pg rounds
-  if [ -d "$dir" ] && [ ! -f "$dir/exit" ]; then
+  if [ -d "$dir" ] && ! read_exit "$dir"; then
     [ -e "$dir/deadline" ] || : > "$dir/canceled"
-    pg=$(cat -- "$dir/pgid" 2>/dev/null || true)
+    first_line "$dir/pgid" pg
     if [[ $pg =~ ^[0-9]+$ ]]; then
       exec 8<> <(:)
       end_all TERM "$pg"
       rounds=40
-      while [ ! -f "$dir/exit" ] && (( rounds-- > 0 )); do read -r -t 0.05 -u 8 _ || true; done
+      while ! read_exit "$dir" && (( rounds-- > 0 )); do read -r -t 0.05 -u 8 _ || true; done
       end_all KILL "$pg"
       rounds=40
-      while [ ! -f "$dir/exit" ] && (( rounds-- > 0 )); do read -r -t 0.05 -u 8 _ || true; done
+      while ! read_exit "$dir" && (( rounds-- > 0 )); do read -r -t 0.05 -u 8 _ || true; done
     fi
   fi
   state "$1"
 }
 
+root_dir() { # <path>: a directory root owns, not a link (in sticky /tmp a
+  # user could have made the name first: move theirs aside)
+  local owner
+  if [ -L "$1" ] || { [ -e "$1" ] && owner=$(stat -c %u -- "$1") && [ "$owner" != 0 ]; }; then
+    mv -f -T -- "$1" "$1.moved.$$.$RANDOM" || return 1
+  fi
+  mkdir -m 711 -- "$1" 2>/dev/null
+  [ -d "$1" ] && [ ! -L "$1" ] && owner=$(stat -c %u -- "$1") && [ "$owner" = 0 ] &&
+    chmod 711 -- "$1"
+}
+
 do_publish() { # <task> <nonce> <ext>
-  local staged=$INBOX/$1.$2 target=$ROOT/code/$1.$3
-  [ -f "$staged/source" ] || fail no-request
-  mkdir -p -- "$ROOT/code"
+  local staged=$INBOX/.taken.$1.$2 target=$CODE/$1.$3 uid gid rest
+  mv -T -- "$INBOX/$1.$2" "$staged" 2>/dev/null || fail no-request
+  [ -f "$staged/source" ] || { rm -rf -- "$staged"; fail no-request; }
+  read -r uid gid rest < "$LEDGER/user"
   lock
+  if ! { root_dir "$SHARED" && root_dir "$CODE"; }; then
+    rm -rf -- "$staged"; unlock; fail no-code-dir
+  fi
   if [ -e "$target" ]; then
     if cmp -s -- "$staged/source" "$target"; then echo published
     else echo "refused publish_conflict"; fi
   else
-    chmod 600 -- "$staged/source" && mv -- "$staged/source" "$target" && echo published
+    chown -h -- "$uid:$gid" "$staged/source" && chmod 600 -- "$staged/source" &&
+      mv -T -- "$staged/source" "$target" && echo published
   fi
   unlock
   rm -rf -- "$staged"
 }
 
 do_init() { # <final name>: move this freshly written copy into place
+  local uid gid setpriv setsid_bin
   [[ $1 =~ ^launcher-[0-9a-f]{16}\.sh$ ]] || fail bad-name
-  mkdir -p -- "$ROOT/bin" "$TASKS" "$INBOX" "$ROOT/code"
-  chmod 700 -- "$ROOT" "$ROOT/bin" "$TASKS" "$INBOX" "$ROOT/code"
-  if [ "$0" != "$ROOT/bin/$1" ]; then mv -f -- "$0" "$ROOT/bin/$1"; fi
-  echo ready
+  [ "$EUID" = 0 ] || fail not-root
+  mkdir -p -m 700 -- "$LEDGER/bin" "$TASKS" "$INBOX"
+  # Private whatever the files API made (0755): root's home as Debian has
+  # it, and the ledger in it.
+  chmod go-rwx -- "${LEDGER%/*}"
+  chmod 700 -- "$LEDGER" "$LEDGER/bin" "$TASKS" "$INBOX"
+  uid=$(id -u user 2>/dev/null) && gid=$(id -g user 2>/dev/null) || fail no-user
+  setpriv=$(command -v setpriv) || fail no-setpriv
+  setsid_bin=$(command -v setsid) || fail no-setsid
+  printf '%s %s %s %s\n' "$uid" "$gid" "$setpriv" "$setsid_bin" > "$LEDGER/user.tmp" &&
+    mv -f -- "$LEDGER/user.tmp" "$LEDGER/user"
+  if [ "$0" != "$LEDGER/bin/$1" ]; then mv -f -- "$0" "$LEDGER/bin/$1"; fi
+  lock
+  epoch
+  unlock
+  if separated; then echo "ready $EPOCH 1"; else echo "ready $EPOCH 0"; fi
 }
 
 case ${1:-} in
@@ -285,5 +495,5 @@ exit 0
 """
 
 LAUNCHER_NAME: Final = "launcher-" + hashlib.sha256(LAUNCHER.encode()).hexdigest()[:16] + ".sh"
-"""The launcher's file name in ``/tmp/sandrail/bin``: named by content, so two
-versions never overwrite each other."""
+"""The launcher's file name in ``/root/.sandrail/bin``: named by content, so
+two versions never overwrite each other."""

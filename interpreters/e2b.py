@@ -3,100 +3,157 @@
 :class:`E2BBackend` is an asynchronous interpreter (``asynchronous = True``):
 ``await backend(effect)`` returns the effect's outcome or raises
 :class:`~sandrail.core.EffectFailure`. Pinned to ``e2b>=2.63,<3`` (tested with
-2.63.0); the SDK is imported lazily, only when no ``sdk`` is injected.
+2.63.0 through the unmodified SDK against ``sandrail local-e2b``); the SDK is
+imported lazily.
 
 Strategy: E2B has no idempotency key for commands, so the sandbox itself is
-the ledger. A small bash launcher (:mod:`._e2b_launcher`), uploaded once per
-sandbox, claims each task directory atomically, keeps the request digest and
-the highest fence, runs the command detached in its own process group under
-an in-sandbox deadline, and answers waits and reads in one round trip each.
-Everything the model supplies (command, cwd, env) travels as files written
-through the files API; the only variables in shell text this module composes
-are the validated task id, a nonce and integers.
+the ledger. A small bash launcher (:mod:`._e2b_launcher`, which documents the
+ledger, the claim and the epoch proof), uploaded once per sandbox and run as
+``root``, claims each task under a root-only ledger, keeps the keyed request
+digest and the highest fence, runs the command as ``user`` detached in its
+own session under an in-sandbox deadline, and answers waits and reads in one
+round trip each. Everything the model supplies (command, cwd, env) travels
+as files written through the files API into that ledger; the only variables
+in shell text this module composes are the validated task id, a nonce and
+integers.
+
+The proof a lost claim needs (C2): for each task, the backend remembers the
+ledger epoch it knew when it sent the task's first start (one sent expecting
+no claim). A later start that expects the claim carries that epoch; the
+sandbox launches it only if its ledger is still of that epoch and never
+logged the task; otherwise it answers ``claim_lost``. So a retry after a
+start that never arrived is decisive, and a wiped ledger never causes a
+second launch. A restarted harness (a new backend) has no such memory: its
+expected claims that are missing are ``claim_lost``. A duplicate expecting
+the claim while the first start is being sent at the same moment (threads
+of one port) waits up to 0.1 s, event-driven, for that first start's record
+instead of giving up at once.
+
+Threads and event loops: every SDK call runs on one event loop owned by the
+backend, on a thread of its own (:mod:`._e2b_loop`); callers on any thread
+or loop await a bridged future. A backend may be shared by ports used from
+many threads and loops at once. :meth:`E2BBackend.close` (or ``aclose``, or
+``with``) cancels what still runs, closes what the SDK opened for it and
+stops that thread; a backend left open is closed at interpreter exit.
 
 Round trips on a warm sandbox: ``Ensure`` 0 (the lifetime is refreshed at
 most every ``refresh`` seconds), ``Start`` 2 (write the staged request, run
-``start``), ``Wait`` 1 (it also brings back the first output chunk of an
-ended command), ``Read`` 1, or 0 when the ended command's whole output came
-back with the wait. A foreground ``run_command`` is therefore 3.
-
-Known limits
-------------
-
-- The ledger lives in ``/tmp/sandrail`` inside the sandbox, owned by the same
-  user as the model's commands, so a command can delete it (``rm -rf
-  /tmp/*``). A port that saw a task launch sends ``expect_claim`` on a retry,
-  and a sandbox without the claim then launches nothing (``claim_lost``,
-  reported ``uncertain``). A harness restarted with the default in-memory
-  ledger no longer knows, so there a wiped ledger can let a retry launch
-  again; a durable ``resolve_owned_command`` that keeps ``launched`` closes
-  that, and so would a ledger the command's user cannot write (launcher as
-  root, command dropped to ``user``), which is not done yet.
-- A process that starts a session of its own (``setsid``) leaves the
-  command's process group and session, so stop and the deadline cannot reach
-  it. Processes that only change their process group are reached through
-  the session.
+``start``), ``Wait`` 1 (it also brings back the first output of an ended
+command), ``Read`` 1, or 0 when the ended command's whole output came back
+with the wait. A foreground ``run_command`` is therefore 3. A failed start
+adds one best-effort call that deletes its staged request.
 
 Failure classification
 ----------------------
 
 Calls that only prepare (listing sandboxes, connecting to a known one,
-uploading the launcher, staging a request file) cannot launch anything: any
+installing the launcher, staging a request file) cannot launch anything: any
 failure there is ``not_sent``. For the decisive call of a side effect (create,
 ``start``, ``publish``, ``cancel``) and for reads, the exception and its
 ``__cause__``/``__context__`` chain are matched against :data:`FAILURE_TABLE`,
-first row first; no row matching means ``maybe_sent``:
+first row first; no row matching means ``maybe_sent``. Each row is proven by
+a test that produces the SDK's real exception chain through local-e2b
+(``tests/test_e2b_failures.py``); the chains seen are noted.
 
-=================================================  ============  ==========================
-exception (anywhere in the chain unless noted)     delivery      why
-=================================================  ============  ==========================
-``httpx.ConnectError``, ``httpx.ConnectTimeout``,  not_sent      no connection was made,
-builtin ``ConnectionError`` (exactly: pyqwest's                  so no request left
-connect failure), ``ConnectionRefusedError``,
-``socket.gaierror``
-``AuthenticationException`` (top)                  not_sent      the API refused the key
-``RateLimitException`` (top)                       not_sent      refused before acting
-``ServiceBusyException`` (top)                     not_sent      "nothing was changed"
-``InvalidArgumentException`` (top)                 not_sent      refused before acting
-``TemplateException`` (top)                        not_sent      refused before acting
-``CommandExitException`` exit 3 ``sandrail-error`` not_sent      the launcher refused its
-(top)                                                            arguments before any claim
-``CommandExitException`` exit 126/127 (top)        not_sent      the launcher is missing
-``SandboxNotFoundException``,                      maybe_sent    the sandbox vanished; the
-``SandboxNotRunningException`` (top)                             request may have run first
-``TimeoutException`` (read timeout, top)           maybe_sent    the request was sent
-``httpx.TimeoutException``, ``TimeoutError``       maybe_sent    sent, answer not seen
-``ConnectionResetError``, ``BrokenPipeError``,     maybe_sent    dropped mid-request
-``httpx.ReadError`` / ``WriteError`` /
-``RemoteProtocolError``
-anything else                                      maybe_sent    unknown: assume it left
-=================================================  ============  ==========================
+Rows, first to last (``name``: delivery; what matches; the real chains seen):
 
-The not_sent connection rows are checked over the whole chain first (the SDK
-wraps a failed connect in ``SandboxUnreachableException`` or
-``SandboxNotRunningException``); everything else looks at the top exception.
+- ``connection dropped``: maybe_sent. Anywhere in the chain:
+  ``httpx.ReadError``/``WriteError``/``RemoteProtocolError``,
+  ``pyqwest.ReadError``/``WriteError``/``RemoteProtocolError``,
+  ``ConnectionResetError``, ``BrokenPipeError``: a write or read had begun.
+  An envd request dropped before it was read OR after its effect gives the
+  same raw ``connectrpc.ConnectError`` ← ``pyqwest.WriteError`` (the two
+  cannot be told apart); a create dropped after its effect,
+  ``httpx.WriteError`` ← ``pyqwest.WriteError`` (the sandbox exists); the
+  server killed mid-stream, ``SandboxUnreachableException`` ←
+  ``ConnectError`` ← ``pyqwest.RemoteProtocolError``.
+- ``connect failed``: not_sent. Anywhere in the chain: ``httpx.ConnectError``,
+  ``httpx.ConnectTimeout``, exactly the builtin ``ConnectionError`` (pyqwest
+  raises it only before writing), ``ConnectionRefusedError``,
+  ``socket.gaierror``: no connection, so no request. Control plane refused:
+  ``httpx.ConnectError`` ← ``ConnectionError``; envd refused:
+  ``SandboxUnreachableException`` ← ``ConnectError`` ← ``ConnectionError``.
+- ``refused by E2B``: not_sent. Top: ``AuthenticationException`` (a bad key:
+  alone), ``RateLimitException`` (429 on envd: ← ``ConnectError``; on the
+  control plane, after its own retries: alone), ``ServiceBusyException``,
+  ``InvalidArgumentException``, ``TemplateException``: refused before acting.
+- ``launcher refused its arguments``: not_sent. Top: ``CommandExitException``,
+  exit 3, stdout ``sandrail-error ...``: the launcher refused before any
+  claim (a staged request that was gone, say).
+- ``launcher missing``: not_sent. Top: ``CommandExitException``, exit 126 or
+  127: the launcher file is gone (it is installed again next time).
+- ``cancelled inside the SDK``: maybe_sent. Top: ``CancelledError`` that
+  nobody cancelling sandrail's call raised: the SDK gave up on a request it
+  had sent.
+- ``sandbox not found``: maybe_sent. Top: ``SandboxNotFoundException``,
+  ``SandboxNotRunningException``: the sandbox vanished; the request may have
+  run first. A 502 "not found" and a sandbox killed mid-stream give the same
+  chain, ``SandboxNotRunningException`` ← ``ConnectError``.
+- ``unreachable mid-request``: maybe_sent. Top:
+  ``SandboxUnreachableException`` (with no connect failure beneath): a stream
+  cut after it started, with no cause at all (also from a background
+  handle's ``wait()``).
+- ``timed out``: maybe_sent. Top: ``TimeoutException``,
+  ``httpx.TimeoutException``, ``TimeoutError``: sent, answer not seen. The
+  server's command deadline: ``TimeoutException`` alone; an answer held past
+  ``request_timeout``: ``TimeoutException`` ← ``ConnectError`` ←
+  ``CancelledError``; a create answered late: ``httpx.ReadTimeout`` ←
+  ``TimeoutError`` ← ``CancelledError`` (the sandbox exists).
+- anything else: maybe_sent (``unknown``): assume it left.
 
-Known limits: a sandbox that died is remembered only by this backend
-instance (a later ``Ensure`` for its session fails ``not_sent`` instead of
-creating a second sandbox that could relaunch its tasks); after a harness
-restart, E2B's create idempotency key is the only guard. Processes that call
-``setsid`` themselves leave the command's process group and survive a stop.
+The two connection rows look at the whole chain, the dropped one first: any
+sign that a request was being written or answered outweighs a failed
+connect beneath it. The other rows look at the top exception, in order
+(``SandboxUnreachableException`` and ``SandboxNotRunningException`` are
+``TimeoutException`` subclasses, so they come first). A ``CancelledError``
+in a cause chain is the SDK's own timeout machinery, never taken for a
+cancellation of sandrail's call.
+
+Known limits
+------------
+
+- The ledger is out of reach of ``user`` commands, not of ``root``: a
+  template that gives ``user`` sudo lets a command read or delete it. A
+  deleted ledger still never causes a second launch (the epoch proof), and
+  the keyed digest gives a reader nothing to test guesses against; but such
+  a command can read the env values of tasks being staged or running.
+- Env values reach the command's environment, which other processes of
+  ``user`` can read (``/proc/<pid>/environ``) while it runs: E2B runs every
+  command as the same ``user``.
+- Where ``user`` is root (local-e2b's userns mode), there is no separation:
+  commands can read and delete the ledger; no epoch proof is accepted, so
+  every missing expected claim is ``claim_lost`` (:meth:`E2BBackend.separated`
+  says which sandboxes these are).
+- A sandbox that died is remembered only by this backend instance (a later
+  ``Ensure`` for its session fails ``not_sent`` instead of creating a second
+  sandbox that could relaunch its tasks); after a harness restart, E2B's
+  create idempotency key is the only guard.
+- A process that starts a session of its own (``setsid``) leaves the
+  command's process group and session, so stop and the deadline cannot reach
+  it; processes that only change their process group are reached through the
+  session.
+- The control plane retries 502/503/504 itself; a create whose first try was
+  answered 504 after it acted and whose retry could not connect is reported
+  ``not_sent`` though a sandbox exists (found again by its key and metadata).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import atexit
+import contextlib
 import hashlib
+import hmac
 import importlib
+import os
 import re
 import secrets
 import socket
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Final, TypeVar, overload
 
 import attrs
 
@@ -104,7 +161,6 @@ from sandrail.core._effects import (
     Cancel,
     CancelRequested,
     CommandState,
-    CommandStatus,
     Delivery,
     Effect,
     EffectFailure,
@@ -123,20 +179,31 @@ from sandrail.core._effects import (
     Wait,
 )
 
-from ._e2b_launcher import LAUNCHER, LAUNCHER_NAME
+from ._e2b_answers import (
+    Malformed,
+    RawRead,
+    chunk_of,
+    parse_init,
+    parse_read,
+    parse_start,
+    parse_state,
+)
+from ._e2b_launcher import LAUNCHER, LAUNCHER_NAME, LEDGER
+from ._e2b_loop import LoopClosedError, LoopThread
 
 __all__ = ["FAILURE_TABLE", "E2BBackend", "FailureRule", "classify_failure"]
 
-ROOT: Final = "/tmp/sandrail"
-_BIN: Final = f"{ROOT}/bin"
-_INBOX: Final = f"{ROOT}/inbox"
+T = TypeVar("T")
+
+_BIN: Final = f"{LEDGER}/bin"
+_INBOX: Final = f"{LEDGER}/inbox"
+_ROOT: Final = "root"
 _TASK_ID = re.compile(r"[0-9a-f]{64}")
 _SANDBOX_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_SNIPPET_PATH = re.compile(rf"{re.escape(ROOT)}/code/([0-9a-f]{{64}})\.([a-z]{{1,8}})")
+_SNIPPET_PATH = re.compile(r"/tmp/sandrail/code/([0-9a-f]{64})\.([a-z]{1,8})")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_STATUSES: Final[frozenset[str]] = frozenset(
-    {"running", "exited", "timed_out", "canceled", "unknown"}
-)
+_RESERVED_ENV_PREFIX: Final = "__sandrail"
+"""The launcher's own shell variables (it exports the env with them)."""
 _LAUNCHER_REFUSED: Final = 3
 _MIN_READ_BYTES: Final = 4
 _READ_CAP_BYTES: Final = 4 * 1024 * 1024
@@ -146,10 +213,23 @@ _WAIT_PREFETCH_BYTES: Final = 256 * 1024
 """A wait brings back this much of each stream; an ended command whose
 output fits is read without another round trip."""
 _CACHED_TASKS: Final = 64
-_ENV_ENTRY_LIMIT: Final = 131_072
-"""Linux refuses to exec with one environment string this long (MAX_ARG_STRLEN)."""
+_REMEMBERED_STARTS: Final = 65_536
+"""First-sent epochs kept; a forgotten one makes a later expected claim
+that is missing ``claim_lost`` (safe, just not decisive)."""
+_ARG_LIMIT: Final = 131_072
+"""Linux refuses to exec with one argument or environment string this long
+(MAX_ARG_STRLEN)."""
 _LIFETIME_MARGIN_SECONDS: Final = 60
 _CANCEL_GRACE_SECONDS: Final = 5
+_DISCARD_TIMEOUT_SECONDS: Final = 5.0
+_DRAIN_SECONDS: Final = 0.05
+"""How long a closing backend's loop keeps running after its last SDK call,
+so callbacks the SDK's transport (pyqwest, on its own Rust threads) still
+delivers to it land while the interpreter is alive (issue 9, item 13)."""
+_KEY_LABEL: Final = b"sandrail ledger key v1"
+_SIBLING_GRACE: Final = 0.1
+"""How long a start expecting a claim this backend has no record of waits
+for a first start of the same task being sent at the same moment."""
 
 
 # ---------------------------------------------------------------------------
@@ -182,7 +262,7 @@ def _chain(exc: BaseException) -> tuple[BaseException, ...]:
 
 
 def _sdk_types(*names: str) -> tuple[type[BaseException], ...]:
-    """The named exception classes of ``e2b`` and ``httpx`` that are installed."""
+    """The named exception classes of the SDK and its transports that are installed."""
     found: list[type[BaseException]] = []
     for name in names:
         module_name, _, attribute = name.rpartition(".")
@@ -194,14 +274,6 @@ def _sdk_types(*names: str) -> tuple[type[BaseException], ...]:
         if isinstance(value, type) and issubclass(value, BaseException):
             found.append(value)
     return tuple(found)
-
-
-def _in_chain(*names: str) -> Callable[[BaseException, tuple[BaseException, ...]], bool]:
-    def matches(_top: BaseException, chain: tuple[BaseException, ...]) -> bool:
-        types = _sdk_types(*names)
-        return any(isinstance(link, types) for link in chain)
-
-    return matches
 
 
 def _top(*names: str) -> Callable[[BaseException, tuple[BaseException, ...]], bool]:
@@ -218,6 +290,22 @@ def _connect_failed(_top: BaseException, chain: tuple[BaseException, ...]) -> bo
         or type(link) is ConnectionError
         for link in chain
     )
+
+
+def _dropped(_top: BaseException, chain: tuple[BaseException, ...]) -> bool:
+    dropped: tuple[type[BaseException], ...] = (
+        ConnectionResetError,
+        BrokenPipeError,
+        *_sdk_types(
+            "httpx.ReadError",
+            "httpx.WriteError",
+            "httpx.RemoteProtocolError",
+            "pyqwest.ReadError",
+            "pyqwest.WriteError",
+            "pyqwest.RemoteProtocolError",
+        ),
+    )
+    return any(isinstance(link, dropped) for link in chain)
 
 
 def _exit_code(top: BaseException) -> int | None:
@@ -241,6 +329,7 @@ def _launcher_missing(top: BaseException, _chain: tuple[BaseException, ...]) -> 
 
 
 FAILURE_TABLE: Final[tuple[FailureRule, ...]] = (
+    FailureRule(name="connection dropped", delivery=Delivery.MAYBE_SENT, matches=_dropped),
     FailureRule(name="connect failed", delivery=Delivery.NOT_SENT, matches=_connect_failed),
     FailureRule(
         name="refused by E2B",
@@ -260,27 +349,25 @@ FAILURE_TABLE: Final[tuple[FailureRule, ...]] = (
     ),
     FailureRule(name="launcher missing", delivery=Delivery.NOT_SENT, matches=_launcher_missing),
     FailureRule(
+        name="cancelled inside the SDK",
+        delivery=Delivery.MAYBE_SENT,
+        matches=lambda top, _chain: isinstance(top, asyncio.CancelledError),
+    ),
+    FailureRule(
         name="sandbox not found",
         delivery=Delivery.MAYBE_SENT,
         matches=_top("e2b.SandboxNotFoundException", "e2b.exceptions.SandboxNotRunningException"),
+    ),
+    FailureRule(
+        name="unreachable mid-request",
+        delivery=Delivery.MAYBE_SENT,
+        matches=_top("e2b.exceptions.SandboxUnreachableException"),
     ),
     FailureRule(
         name="timed out",
         delivery=Delivery.MAYBE_SENT,
         matches=lambda top, _chain: isinstance(
             top, (TimeoutError, *_sdk_types("e2b.TimeoutException", "httpx.TimeoutException"))
-        ),
-    ),
-    FailureRule(
-        name="connection dropped",
-        delivery=Delivery.MAYBE_SENT,
-        matches=lambda top, _chain: isinstance(
-            top,
-            (
-                ConnectionResetError,
-                BrokenPipeError,
-                *_sdk_types("httpx.ReadError", "httpx.WriteError", "httpx.RemoteProtocolError"),
-            ),
         ),
     ),
 )
@@ -307,99 +394,28 @@ def _failure(exc: BaseException, what: str) -> EffectFailure:
     return EffectFailure(delivery, f"{what}: {row} ({type(exc).__name__})")
 
 
-# ---------------------------------------------------------------------------
-# Launcher answers
+class _SdkCancelled(Exception):
+    """The SDK raised ``CancelledError`` although nobody cancelled sandrail's
+    task: it gave up on a request of its own. Carried as an ordinary
+    exception so it is classified like any other failure."""
 
 
-class _Malformed(Exception):
-    """The launcher answered something this module cannot parse."""
+async def _sdk(call: Coroutine[Any, Any, T]) -> T:
+    """Await one SDK call. A ``CancelledError`` that is not a cancellation
+    of the calling task becomes :class:`_SdkCancelled` (chained)."""
+    try:
+        return await call
+    except asyncio.CancelledError as exc:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        raise _SdkCancelled("the SDK cancelled its own request") from exc
 
 
-def _state(words: list[str]) -> CommandState:
-    if len(words) != 5 or words[0] != "state" or words[1] not in _STATUSES:
-        raise _Malformed("bad state line")
-    status: CommandStatus = words[1]  # type: ignore[assignment]
-    code = None if words[2] == "-" else int(words[2])
-    if status in ("running", "unknown"):
-        code = None
-    return CommandState(
-        status=status, exit_code=code, stdout_bytes=int(words[3]), stderr_bytes=int(words[4])
-    )
-
-
-@attrs.frozen(kw_only=True)
-class _Raw:
-    """One read as the launcher answered it: raw bytes from the cursors."""
-
-    state: CommandState
-    stdout: bytes
-    stderr: bytes
-    stdout_size: int
-    stderr_size: int
-
-
-def _parse_read(text: str) -> _Raw:
-    lines = text.split("\n")
-    if len(lines) < 4:
-        raise _Malformed("short read answer")
-    state = _state(lines[0].split(" "))
-    out = lines[1].split(" ")
-    err = lines[2].split(" ")
-    size = lines[3].split(" ")
-    if out[0] != "out" or err[0] != "err" or size[0] != "size" or len(size) != 3:
-        raise _Malformed("bad read answer")
-    stdout_size, stderr_size = int(size[1]), int(size[2])
-    return _Raw(
-        state=attrs.evolve(state, stdout_bytes=stdout_size, stderr_bytes=stderr_size),
-        stdout=base64.b64decode(out[1] if len(out) > 1 else "", validate=True),
-        stderr=base64.b64decode(err[1] if len(err) > 1 else "", validate=True),
-        stdout_size=stdout_size,
-        stderr_size=stderr_size,
-    )
-
-
-def _continuation(byte: int) -> bool:
-    return byte & 0xC0 == 0x80
-
-
-def _utf8_slice(data: bytes, cursor: int, max_bytes: int) -> tuple[str, int]:
-    """Text of at most ``max_bytes`` from ``data`` (the bytes at ``cursor``
-    onward, possibly a few more than ``max_bytes``), never ending inside a
-    UTF-8 character; a cursor inside one moves to the next boundary. Returns
-    the text and the next cursor. The text decodes the bytes exactly: bytes
-    that are not UTF-8 become lone surrogates (``surrogateescape``), which the
-    port's masked reads turn into U+FFFD after masking (C17 needs exact byte
-    positions; see :mod:`sandrail.core._masking`)."""
-    if not data:
-        return "", cursor
-    start = 0
-    while start < min(len(data), 3) and _continuation(data[start]):
-        start += 1
-    end = min(start + max_bytes, len(data))
-    backed = 0
-    while end < len(data) and _continuation(data[end]) and backed < 3 and end > start + 1:
-        end -= 1
-        backed += 1
-    return data[start:end].decode("utf-8", errors="surrogateescape"), cursor + end
-
-
-def _chunk(raw: _Raw, stdout_cursor: int, stderr_cursor: int, max_bytes: int) -> OutputChunk:
-    stdout, next_out = _utf8_slice(raw.stdout, stdout_cursor, max_bytes)
-    stderr, next_err = _utf8_slice(raw.stderr, stderr_cursor, max_bytes)
-    return OutputChunk(
-        stdout=stdout,
-        stderr=stderr,
-        next_stdout_cursor=next_out,
-        next_stderr_cursor=next_err,
-        more=raw.stdout_size > next_out or raw.stderr_size > next_err,
-        state=raw.state,
-    )
-
-
-def _shell_int(value: int) -> str:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise EffectFailure(Delivery.NOT_SENT, "a launcher argument is not a natural number")
-    return str(value)
+def _classify(exc: BaseException, what: str) -> EffectFailure:
+    if isinstance(exc, _SdkCancelled) and exc.__cause__ is not None:
+        return _failure(exc.__cause__, what)
+    return _failure(exc, what)
 
 
 # ---------------------------------------------------------------------------
@@ -411,14 +427,34 @@ class _Sandbox:
     sandbox: Any
     refreshed_at: float
     installed: bool = False
+    epoch: str | None = None
+    """The ledger epoch last reported by the launcher (``None``: unknown)."""
+    separated: bool = True
+    """Whether ``user`` is another uid than root in this sandbox."""
+
+
+_OPEN: weakref.WeakSet[E2BBackend] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_backends() -> None:
+    for backend in list(_OPEN):
+        backend.close()
 
 
 class E2BBackend:
-    """Sandbox effects on E2B (see the module doc for the strategy and the
-    failure table).
+    """Sandbox effects on E2B (see the module doc for the strategy, the
+    threading rule and the failure table).
 
     - ``api_key``: passed to every SDK call (``None``: the SDK reads
-      ``E2B_API_KEY``).
+      ``E2B_API_KEY``). ``api_url``, ``sandbox_url``: where the control
+      plane and envd are (``None``: the SDK reads ``E2B_API_URL`` and
+      ``E2B_SANDBOX_URL``, else E2B's cloud); a local server
+      (``sandrail local-e2b``) gives both.
+    - ``ledger_key``: the key of the request digests kept in sandboxes (an
+      HMAC key the sandbox never sees). Default: derived from the API key,
+      so every harness of one E2B account agrees on it. Change it and
+      retries of tasks launched before are refused as conflicts.
     - ``template``, ``allow_internet_access``: for sandboxes this backend
       creates.
     - ``sandbox_timeout_seconds``: the sandbox lifetime, refreshed by
@@ -428,8 +464,8 @@ class E2BBackend:
       unobserved.
     - ``request_timeout_seconds``: the explicit timeout of every SDK call
       (waits add their own duration).
-    - ``sdk``: the module or object providing ``AsyncSandbox`` and
-      ``SandboxQuery`` (a stand-in in tests); the real ``e2b`` by default.
+
+    Bad settings raise ``TypeError``/``ValueError`` at once.
     """
 
     asynchronous = True
@@ -442,7 +478,9 @@ class E2BBackend:
         sandbox_timeout_seconds: int = 3600,
         allow_internet_access: bool = False,
         request_timeout_seconds: float = 30,
-        sdk: Any = None,
+        api_url: str | None = None,
+        sandbox_url: str | None = None,
+        ledger_key: str | bytes | None = None,
     ) -> None:
         if isinstance(sandbox_timeout_seconds, bool) or not isinstance(
             sandbox_timeout_seconds, int
@@ -450,57 +488,155 @@ class E2BBackend:
             raise TypeError("sandbox_timeout_seconds must be an integer")
         if not 300 <= sandbox_timeout_seconds <= 86_400:
             raise ValueError("sandbox_timeout_seconds must be from 300 to 86400")
-        if not isinstance(request_timeout_seconds, int | float) or not (
-            0 < request_timeout_seconds <= 600
+        if (
+            isinstance(request_timeout_seconds, bool)
+            or not isinstance(request_timeout_seconds, int | float)
+            or not (0 < request_timeout_seconds <= 600)
         ):
             raise ValueError("request_timeout_seconds must be a number from 0 (excluded) to 600")
         if not isinstance(template, str) or not template:
             raise ValueError("template must be a non-empty string")
+        for name, value in (
+            ("api_key", api_key),
+            ("api_url", api_url),
+            ("sandbox_url", sandbox_url),
+        ):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValueError(f"{name} must be a non-empty string or None")
+        if ledger_key is not None and (
+            not isinstance(ledger_key, str | bytes) or len(ledger_key) < 16
+        ):
+            raise ValueError("ledger_key must be a string or bytes of at least 16 characters")
         self._api_key = api_key
+        self._api_url = api_url
+        self._sandbox_url = sandbox_url
+        self._key: bytes | None = (
+            ledger_key.encode("utf-8", "surrogatepass")
+            if isinstance(ledger_key, str)
+            else ledger_key
+        )
         self._template = template
         self._lifetime = sandbox_timeout_seconds
         self._refresh_every = min(300, sandbox_timeout_seconds // 4)
         self._allow_internet = bool(allow_internet_access)
         self._request_timeout = float(request_timeout_seconds)
-        self._sdk_given = sdk
+        self._loop = LoopThread("sandrail-e2b")
+        # Everything below is touched only on the backend's own loop.
+        self._sdk_module: Any = None
         self._sandboxes: dict[str, _Sandbox] = {}
         self._sessions: dict[tuple[str, str], str] = {}
         self._dead: set[str] = set()
-        self._final: OrderedDict[tuple[str, str], _Raw] = OrderedDict()
-        self._locks: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[tuple[str, str], asyncio.Lock]
-        ] = weakref.WeakKeyDictionary()
+        self._final: OrderedDict[tuple[str, str], RawRead] = OrderedDict()
+        self._first_sent: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._sent_condition: asyncio.Condition | None = None
+        _OPEN.add(self)
 
     @property
     def max_command_seconds(self) -> int:
         """The longest in-sandbox deadline a command gets."""
         return self._lifetime - self._refresh_every - _LIFETIME_MARGIN_SECONDS
 
+    def separated(self, sandbox_id: str) -> bool | None:
+        """Whether ``user`` commands in ``sandbox_id`` are another uid than
+        the launcher's root (``None``: this backend has not installed its
+        launcher there). ``False`` means commands can reach the ledger, and
+        missing expected claims are always ``claim_lost``."""
+        box = self._sandboxes.get(sandbox_id)
+        return None if box is None or not box.installed else box.separated
+
+    # -- lifetime --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Cancel calls still running (they fail ``maybe_sent``), close what
+        the SDK opened for this backend and stop its thread. Idempotent;
+        later calls fail ``not_sent``. Must not be called from a coroutine
+        running on the backend's own loop."""
+        if self._loop.closed:
+            return
+        _OPEN.discard(self)
+        with contextlib.suppress(LoopClosedError, TimeoutError):
+            self._loop.call(self._release, timeout=10 + self._request_timeout)
+        self._loop.stop()
+
+    async def aclose(self) -> None:
+        """:meth:`close` without blocking the calling event loop."""
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> E2BBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> E2BBackend:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _release(self) -> None:
+        me = asyncio.current_task()
+        running = [task for task in asyncio.all_tasks() if task is not me]
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        for box in self._sandboxes.values():
+            client = getattr(box.sandbox, "_envd_api", None)
+            close = getattr(client, "aclose", None)
+            if callable(close):
+                # Best effort: the loop stops anyway.
+                with contextlib.suppress(Exception):
+                    await close()
+        self._sandboxes.clear()
+        await asyncio.sleep(_DRAIN_SECONDS)
+
     # -- plumbing --------------------------------------------------------------
 
     @property
     def _sdk(self) -> Any:
-        if self._sdk_given is None:
+        if self._sdk_module is None:
             try:
-                self._sdk_given = importlib.import_module("e2b")
+                self._sdk_module = importlib.import_module("e2b")
             except ImportError:
                 raise EffectFailure(
                     Delivery.NOT_SENT,
                     "the e2b SDK is not installed: pip install 'sandrail[e2b]'",
                 ) from None
-        return self._sdk_given
+        return self._sdk_module
 
     def _api(self, **extra: Any) -> dict[str, Any]:
         """Keyword arguments every control-plane call carries."""
         options: dict[str, Any] = {"request_timeout": self._request_timeout, **extra}
-        if self._api_key is not None:
-            options["api_key"] = self._api_key
+        for name, value in (
+            ("api_key", self._api_key),
+            ("api_url", self._api_url),
+            ("sandbox_url", self._sandbox_url),
+        ):
+            if value is not None:
+                options[name] = value
         return options
 
+    def _ledger_key(self) -> bytes:
+        if self._key is None:
+            api_key = self._api_key or os.environ.get("E2B_API_KEY", "")
+            if not api_key:
+                raise EffectFailure(
+                    Delivery.NOT_SENT,
+                    "no ledger key: pass api_key= or ledger_key=, or set E2B_API_KEY",
+                )
+            self._key = hmac.new(api_key.encode(), _KEY_LABEL, hashlib.sha256).digest()
+        return self._key
+
+    @property
+    def _sent(self) -> asyncio.Condition:
+        """Notified whenever a first start is recorded (made on the loop)."""
+        if self._sent_condition is None:
+            self._sent_condition = asyncio.Condition()
+        return self._sent_condition
+
     def _lock(self, key: tuple[str, str]) -> asyncio.Lock:
-        # asyncio locks belong to one loop; execute_sync runs a loop per call.
-        per_loop = self._locks.setdefault(asyncio.get_running_loop(), {})
-        return per_loop.setdefault(key, asyncio.Lock())
+        return self._locks.setdefault(key, asyncio.Lock())
 
     def _known(self, sandbox_id: str) -> _Sandbox | None:
         if not isinstance(sandbox_id, str) or not _SANDBOX_ID.fullmatch(sandbox_id):
@@ -516,14 +652,17 @@ class E2BBackend:
         if box is not None:
             return box
         try:
-            sandbox = await self._sdk.AsyncSandbox.connect(sandbox_id, **self._api())
+            sandbox = await _sdk(self._sdk.AsyncSandbox.connect(sandbox_id, **self._api()))
         except Exception as exc:
             self._note_gone(sandbox_id, exc)
             raise EffectFailure(
                 Delivery.NOT_SENT, f"could not connect to sandbox {sandbox_id}"
             ) from exc
-        box = _Sandbox(sandbox=sandbox, refreshed_at=time.monotonic())
-        self._sandboxes[sandbox_id] = box
+        box = self._sandboxes.get(sandbox_id)
+        if box is None:
+            box = self._sandboxes[sandbox_id] = _Sandbox(
+                sandbox=sandbox, refreshed_at=time.monotonic()
+            )
         return box
 
     def _note_gone(self, sandbox_id: str, exc: BaseException) -> None:
@@ -535,56 +674,104 @@ class E2BBackend:
             self._sandboxes.pop(sandbox_id, None)
 
     async def _run(self, box: _Sandbox, args: str, *, seconds: float = 0) -> str:
-        """Run the launcher with ``args`` (task ids, nonces and integers only)
-        and return its stdout. Raises what the SDK raises."""
-        result = await box.sandbox.commands.run(
-            f"bash {_BIN}/{LAUNCHER_NAME} {args}",
-            timeout=seconds + self._request_timeout,
-            request_timeout=self._request_timeout,
+        """Run the launcher as root with ``args`` (task ids, nonces and
+        integers only) and return its stdout. Raises what the SDK raises."""
+        result = await _sdk(
+            box.sandbox.commands.run(
+                f"bash {_BIN}/{LAUNCHER_NAME} {args}",
+                user=_ROOT,
+                timeout=seconds + self._request_timeout,
+                request_timeout=self._request_timeout,
+            )
         )
         stdout = result.stdout
         if not isinstance(stdout, str):
-            raise _Malformed("no stdout")
+            raise Malformed("no stdout")
         return stdout
 
     async def _prepare(self, box: _Sandbox, files: list[dict[str, str | bytes]]) -> None:
-        """Install the launcher if needed and stage ``files``. Nothing here can
-        launch a task, so every failure is not_sent."""
+        """Install the launcher if needed, then stage ``files`` (as root).
+        A request is staged only into a ledger the launcher has made private
+        (installed first: the files API makes directories 0755). Nothing here
+        can launch a task, so every failure is not_sent."""
         try:
             if not box.installed:
                 staged = f"{_BIN}/.{LAUNCHER_NAME}.{secrets.randbits(59)}"
-                await box.sandbox.files.write_files(
-                    [{"path": staged, "data": LAUNCHER}], request_timeout=self._request_timeout
+                await _sdk(
+                    box.sandbox.files.write_files(
+                        [{"path": staged, "data": LAUNCHER}],
+                        user=_ROOT,
+                        request_timeout=self._request_timeout,
+                    )
                 )
-                await box.sandbox.commands.run(
-                    f"bash {staged} init {LAUNCHER_NAME}",
-                    timeout=2 * self._request_timeout,
-                    request_timeout=self._request_timeout,
+                answer = await _sdk(
+                    box.sandbox.commands.run(
+                        f"bash {staged} init {LAUNCHER_NAME}",
+                        user=_ROOT,
+                        timeout=2 * self._request_timeout,
+                        request_timeout=self._request_timeout,
+                    )
                 )
-                box.installed = True
+                init = parse_init(str(answer.stdout))
+                box.installed, box.epoch, box.separated = True, init.epoch, init.separated
             if files:
-                await box.sandbox.files.write_files(files, request_timeout=self._request_timeout)
+                await _sdk(
+                    box.sandbox.files.write_files(
+                        files, user=_ROOT, request_timeout=self._request_timeout
+                    )
+                )
         except Exception as exc:
             self._note_gone(box.sandbox.sandbox_id, exc)
-            raise EffectFailure(
-                Delivery.NOT_SENT, f"staging failed ({type(exc).__name__}); nothing ran"
-            ) from exc
+            detail = getattr(exc, "stdout", "") if _launcher_refused(exc, ()) else ""
+            what = str(detail).strip() or type(exc).__name__
+            raise EffectFailure(Delivery.NOT_SENT, f"staging failed ({what}); nothing ran") from exc
 
     async def _decisive(self, box: _Sandbox, args: str, what: str, *, seconds: float = 0) -> str:
         try:
             return await self._run(box, args, seconds=seconds)
-        except _Malformed as exc:
+        except Malformed as exc:
             raise EffectFailure(Delivery.MAYBE_SENT, f"{what}: malformed answer") from exc
         except Exception as exc:
             self._note_gone(box.sandbox.sandbox_id, exc)
             if _launcher_missing(exc, ()):
                 box.installed = False
-            raise _failure(exc, what) from exc
+            raise _classify(exc, what) from exc
+
+    async def _discard(self, box: _Sandbox, staged: str) -> None:
+        """Delete a staged request whose decisive call failed (best effort:
+        the launcher takes a request atomically, so this removes only one
+        no start will take, and with it any env value it holds)."""
+        # What this cannot delete, the launcher's sweep deletes later.
+        with contextlib.suppress(Exception):
+            await _sdk(
+                box.sandbox.files.remove(
+                    staged,
+                    user=_ROOT,
+                    request_timeout=min(self._request_timeout, _DISCARD_TIMEOUT_SECONDS),
+                )
+            )
 
     # -- the interpreter ---------------------------------------------------------
 
     async def __call__(self, effect: Effect) -> Outcome:
         """Answer one sandbox effect or raise :class:`EffectFailure`."""
+        if self._loop.closed:
+            raise EffectFailure(Delivery.NOT_SENT, "the E2B backend is closed")
+        if isinstance(effect, Wait | Read):
+            # An ended command's whole output is known: no hop to the loop.
+            cached = self._cached(effect)
+            if cached is not None:
+                return cached
+        try:
+            return await self._loop.run(lambda: self._interpret(effect))
+        except LoopClosedError:
+            if isinstance(effect, Inspect | Wait | Read):
+                delivery = Delivery.NOT_SENT
+            else:
+                delivery = Delivery.MAYBE_SENT
+            raise EffectFailure(delivery, "the E2B backend was closed during the call") from None
+
+    async def _interpret(self, effect: Effect) -> Outcome:
         try:
             match effect:
                 case Inspect():
@@ -603,7 +790,7 @@ class E2BBackend:
                     return await self._cancel(effect)
                 case _:
                     raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
-        except (_Malformed, ValueError, IndexError) as exc:
+        except (Malformed, ValueError, IndexError) as exc:
             delivery = Delivery.NOT_SENT if isinstance(effect, Inspect) else Delivery.MAYBE_SENT
             raise EffectFailure(delivery, f"{type(effect).__name__}: malformed answer") from exc
 
@@ -621,7 +808,7 @@ class E2BBackend:
         )
         found: list[Any] = []
         while paginator.has_next:
-            found.extend(await paginator.next_items())
+            found.extend(await _sdk(paginator.next_items()))
         live = [
             info
             for info in found
@@ -664,8 +851,8 @@ class E2BBackend:
             try:
                 found = await self._find(metadata)
                 if found is not None:
-                    sandbox = await self._sdk.AsyncSandbox.connect(
-                        found, **self._api(timeout=self._lifetime)
+                    sandbox = await _sdk(
+                        self._sdk.AsyncSandbox.connect(found, **self._api(timeout=self._lifetime))
                     )
             except Exception as exc:
                 raise EffectFailure(
@@ -674,16 +861,18 @@ class E2BBackend:
             if sandbox is None:
                 digest = hashlib.sha256("\0".join(key).encode("utf-8", "surrogatepass"))
                 try:
-                    sandbox = await self._sdk.AsyncSandbox.create(
-                        template=self._template,
-                        timeout=self._lifetime,
-                        metadata=metadata,
-                        allow_internet_access=self._allow_internet,
-                        idempotency_key="sandrail-" + digest.hexdigest()[:48],
-                        **self._api(),
+                    sandbox = await _sdk(
+                        self._sdk.AsyncSandbox.create(
+                            template=self._template,
+                            timeout=self._lifetime,
+                            metadata=metadata,
+                            allow_internet_access=self._allow_internet,
+                            idempotency_key="sandrail-" + digest.hexdigest()[:48],
+                            **self._api(),
+                        )
                     )
                 except Exception as exc:
-                    raise _failure(exc, "Ensure: create") from exc
+                    raise _classify(exc, "Ensure: create") from exc
             sandbox_id = sandbox.sandbox_id
             if not isinstance(sandbox_id, str) or not _SANDBOX_ID.fullmatch(sandbox_id):
                 raise EffectFailure(Delivery.MAYBE_SENT, "Ensure: malformed sandbox id")
@@ -695,7 +884,9 @@ class E2BBackend:
         if time.monotonic() - box.refreshed_at < self._refresh_every:
             return
         try:
-            await box.sandbox.set_timeout(self._lifetime, request_timeout=self._request_timeout)
+            await _sdk(
+                box.sandbox.set_timeout(self._lifetime, request_timeout=self._request_timeout)
+            )
         except Exception as exc:
             self._note_gone(box.sandbox.sandbox_id, exc)
             raise EffectFailure(
@@ -705,64 +896,120 @@ class E2BBackend:
 
     # -- launches --------------------------------------------------------------
 
+    async def _staged_call(
+        self, box: _Sandbox, staged: str, files: list[tuple[str, bytes]], args: str, what: str
+    ) -> str:
+        """Stage ``files`` under ``staged`` and run the launcher with
+        ``args``; a staged request whose call failed is deleted."""
+        entries: list[dict[str, str | bytes]] = [
+            {"path": f"{staged}/{name}", "data": data} for name, data in files
+        ]
+        try:
+            await self._prepare(box, entries)
+            return await self._decisive(box, args, what)
+        except EffectFailure:
+            if box.sandbox.sandbox_id not in self._dead:
+                await self._discard(box, staged)
+            raise
+
     async def _publish(self, effect: Publish) -> Published | StartRefused:
         match = _SNIPPET_PATH.fullmatch(effect.path)
         if match is None or match.group(1) != effect.task_id:
             raise EffectFailure(Delivery.NOT_SENT, "Publish: the snippet path is not sandrail's")
         box = await self._box(effect.sandbox_id)
         nonce = secrets.randbits(59)
-        await self._prepare(
+        answer = await self._staged_call(
             box,
-            [{"path": f"{_INBOX}/{effect.task_id}.{nonce}/source", "data": _utf8(effect.source)}],
-        )
-        answer = await self._decisive(
-            box, f"publish {effect.task_id} {nonce} {match.group(2)}", "Publish"
+            f"{_INBOX}/{effect.task_id}.{nonce}",
+            [("source", _utf8(effect.source))],
+            f"publish {effect.task_id} {nonce} {match.group(2)}",
+            "Publish",
         )
         line = answer.strip()
         if line == "published":
             return Published(path=effect.path)
         if line == "refused publish_conflict":
             return StartRefused(reason="publish_conflict")
-        raise _Malformed("bad publish answer")
+        raise Malformed("bad publish answer")
 
     async def _start(self, effect: Start) -> Started | StartRefused:
         if not _TASK_ID.fullmatch(effect.task_id):
             raise EffectFailure(Delivery.NOT_SENT, "Start: the task id is malformed")
-        files = self._request_files(effect)
+        key = (effect.sandbox_id, effect.task_id)
+        proof = await self._proof(key) if effect.expect_claim else None
+        files = self._request_files(effect, proof)
         box = await self._box(effect.sandbox_id)
         nonce = secrets.randbits(59)
         staged = f"{_INBOX}/{effect.task_id}.{nonce}"
-        await self._prepare(
-            box, [{"path": f"{staged}/{name}", "data": data} for name, data in files]
-        )
-        answer = await self._decisive(box, f"start {effect.task_id} {nonce}", "Start")
-        lines = answer.strip().split("\n")
-        head = lines[0].split(" ")
-        reasons = ("conflict", "stale_fence", "claim_lost")
-        if head[0] == "refused" and len(head) == 2 and head[1] in reasons:
-            return StartRefused(reason=head[1])  # type: ignore[arg-type]
-        if head[0] != "started" or len(head) != 2 or head[1] not in ("0", "1") or len(lines) < 2:
-            raise _Malformed("bad start answer")
-        return Started(
-            task_id=effect.task_id, first_launch=head[1] == "1", state=_state(lines[1].split(" "))
-        )
+        entries: list[dict[str, str | bytes]] = [
+            {"path": f"{staged}/{name}", "data": data} for name, data in files
+        ]
+        try:
+            if not effect.expect_claim:
+                await self._note_first(key, box)
+            await self._prepare(box, entries)
+            if not effect.expect_claim:
+                await self._note_first(key, box)
+            answer = await self._decisive(box, f"start {effect.task_id} {nonce}", "Start")
+        except EffectFailure:
+            if box.sandbox.sandbox_id not in self._dead:
+                await self._discard(box, staged)
+            raise
+        parsed = parse_start(answer, effect.task_id)
+        if parsed.epoch is not None:
+            box.epoch = parsed.epoch
+        return parsed.outcome
 
-    def _request_files(self, effect: Start) -> list[tuple[str, bytes]]:
+    async def _note_first(self, key: tuple[str, str], box: _Sandbox) -> None:
+        """Remember, before it is sent, the ledger epoch known when the
+        task's first start (one expecting no claim) goes out: the epoch it
+        may claim in. The earliest known epoch counts; unknown is no proof."""
+        if box.epoch is None or key in self._first_sent:
+            return
+        self._first_sent[key] = box.epoch
+        while len(self._first_sent) > _REMEMBERED_STARTS:
+            self._first_sent.popitem(last=False)
+        async with self._sent:
+            self._sent.notify_all()
+
+    async def _proof(self, key: tuple[str, str]) -> str | None:
+        """The epoch this backend knew when it sent the task's first start,
+        if it sent one. A start expecting its claim may be a duplicate sent
+        at the same moment as that first start (threads of one port): it
+        waits a moment (event-driven) for the first to be recorded, so it can
+        be decisive instead of ``claim_lost``. Safety does not depend on it."""
+        if key not in self._first_sent:
+            async with self._sent:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._sent.wait_for(lambda: key in self._first_sent), _SIBLING_GRACE
+                    )
+        return self._first_sent.get(key)
+
+    def _request_files(self, effect: Start, proof: str | None) -> list[tuple[str, bytes]]:
         """The staged request, one field a file. Refuses (not_sent) what bash
         cannot carry exactly: NUL bytes, and env names that are not shell
         identifiers. Error details never repeat a value (C17)."""
         if "\0" in effect.command:
             raise EffectFailure(Delivery.NOT_SENT, "Start: the command contains a NUL character")
         deadline = max(1, min(effect.timeout_seconds, self.max_command_seconds))
+        digest = hmac.new(
+            self._ledger_key(),
+            effect.request_digest.encode("utf-8", "surrogatepass"),
+            hashlib.sha256,
+        ).hexdigest()
+        command = _utf8(effect.command)
         files: list[tuple[str, bytes]] = [
-            ("digest", _utf8(effect.request_digest)),
-            ("command", _utf8(effect.command)),
+            ("digest", digest.encode()),
+            ("command", command),
             ("timeout", str(deadline).encode()),
         ]
+        if len(command) >= _ARG_LIMIT:
+            files.append(("long", b"1"))
         if effect.fence is not None:
             files.append(("fence", _shell_int(effect.fence).encode()))
         if effect.expect_claim:
-            files.append(("expect", b"1"))
+            files.append(("expect", (proof or "-").encode()))
         if effect.cwd is not None:
             if "\0" in effect.cwd:
                 raise EffectFailure(Delivery.NOT_SENT, "Start: cwd contains a NUL character")
@@ -774,12 +1021,17 @@ class E2BBackend:
                     raise EffectFailure(
                         Delivery.NOT_SENT, "Start: an env name is not a shell identifier"
                     )
+                if name.startswith(_RESERVED_ENV_PREFIX):
+                    raise EffectFailure(
+                        Delivery.NOT_SENT,
+                        f"Start: env names starting with {name[:10]} are sandrail's",
+                    )
                 if not isinstance(value, str) or "\0" in value:
                     raise EffectFailure(
                         Delivery.NOT_SENT, f"Start: env {name} holds a NUL character"
                     )
                 entry = _utf8(f"{name}={value}")
-                if len(entry) >= _ENV_ENTRY_LIMIT:
+                if len(entry) >= _ARG_LIMIT:
                     raise EffectFailure(
                         Delivery.NOT_SENT,
                         f"Start: env {name} is too long (Linux allows under 128 KiB per variable)",
@@ -790,7 +1042,7 @@ class E2BBackend:
 
     # -- observing -------------------------------------------------------------
 
-    def _remember(self, sandbox_id: str, task_id: str, raw: _Raw) -> None:
+    def _remember(self, sandbox_id: str, task_id: str, raw: RawRead) -> None:
         """Keep an ended command's whole output: it can no longer change."""
         ended = raw.state.status in ("exited", "timed_out", "canceled")
         whole = len(raw.stdout) == raw.stdout_size and len(raw.stderr) == raw.stderr_size
@@ -799,12 +1051,38 @@ class E2BBackend:
             while len(self._final) > _CACHED_TASKS:
                 self._final.popitem(last=False)
 
+    @overload
+    def _cached(self, effect: Wait) -> CommandState | None: ...
+    @overload
+    def _cached(self, effect: Read) -> OutputChunk | None: ...
+    def _cached(self, effect: Wait | Read) -> CommandState | OutputChunk | None:
+        """The outcome of a wait or read of an ended command whose whole
+        output this backend holds, computed here (it can no longer change),
+        or ``None``. Pure: safe from any thread."""
+        cached = self._final.get((effect.sandbox_id, effect.task_id))
+        if cached is None or not _TASK_ID.fullmatch(effect.task_id):
+            return None
+        if isinstance(effect, Wait):
+            return cached.state
+        if (
+            effect.max_bytes < _MIN_READ_BYTES
+            or min(effect.stdout_cursor, effect.stderr_cursor) < 0
+        ):
+            return None
+        size = min(effect.max_bytes, _READ_CAP_BYTES)
+        raw = attrs.evolve(
+            cached,
+            stdout=cached.stdout[effect.stdout_cursor : effect.stdout_cursor + size + 4],
+            stderr=cached.stderr[effect.stderr_cursor : effect.stderr_cursor + size + 4],
+        )
+        return chunk_of(raw, effect.stdout_cursor, effect.stderr_cursor, size)
+
     async def _wait(self, effect: Wait) -> CommandState:
         if not _TASK_ID.fullmatch(effect.task_id):
             raise EffectFailure(Delivery.NOT_SENT, "Wait: the task id is malformed")
-        cached = self._final.get((effect.sandbox_id, effect.task_id))
+        cached = self._cached(effect)
         if cached is not None:
-            return cached.state
+            return cached
         box = await self._box(effect.sandbox_id)
         await self._prepare(box, [])
         seconds = max(0.0, float(effect.timeout_seconds))
@@ -815,7 +1093,7 @@ class E2BBackend:
             "Wait",
             seconds=seconds,
         )
-        raw = _parse_read(answer)
+        raw = parse_read(answer)
         self._remember(effect.sandbox_id, effect.task_id, raw)
         return raw.state
 
@@ -826,21 +1104,16 @@ class E2BBackend:
             raise EffectFailure(Delivery.NOT_SENT, f"Read: max_bytes must be >= {_MIN_READ_BYTES}")
         out, err = _shell_int(effect.stdout_cursor), _shell_int(effect.stderr_cursor)
         size = min(effect.max_bytes, _READ_CAP_BYTES)
-        cached = self._final.get((effect.sandbox_id, effect.task_id))
+        cached = self._cached(effect)
         if cached is not None:
-            raw = attrs.evolve(
-                cached,
-                stdout=cached.stdout[effect.stdout_cursor : effect.stdout_cursor + size + 4],
-                stderr=cached.stderr[effect.stderr_cursor : effect.stderr_cursor + size + 4],
-            )
-            return _chunk(raw, effect.stdout_cursor, effect.stderr_cursor, size)
+            return cached
         box = await self._box(effect.sandbox_id)
         await self._prepare(box, [])
         answer = await self._decisive(box, f"read {effect.task_id} {out} {err} {size}", "Read")
-        raw = _parse_read(answer)
+        raw = parse_read(answer)
         if effect.stdout_cursor == 0 and effect.stderr_cursor == 0:
             self._remember(effect.sandbox_id, effect.task_id, raw)
-        return _chunk(raw, effect.stdout_cursor, effect.stderr_cursor, size)
+        return chunk_of(raw, effect.stdout_cursor, effect.stderr_cursor, size)
 
     async def _cancel(self, effect: Cancel) -> CancelRequested:
         if not _TASK_ID.fullmatch(effect.task_id):
@@ -850,7 +1123,7 @@ class E2BBackend:
         answer = await self._decisive(
             box, f"cancel {effect.task_id}", "Cancel", seconds=_CANCEL_GRACE_SECONDS
         )
-        return CancelRequested(state=_state(answer.strip().split("\n")[0].split(" ")))
+        return CancelRequested(state=parse_state(answer.strip().split("\n")[0]))
 
 
 def _utf8(text: str) -> bytes:
@@ -858,3 +1131,9 @@ def _utf8(text: str) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         raise EffectFailure(Delivery.NOT_SENT, "a value is not valid Unicode text") from None
+
+
+def _shell_int(value: int) -> str:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise EffectFailure(Delivery.NOT_SENT, "a launcher argument is not a natural number")
+    return str(value)

@@ -26,7 +26,6 @@ from sandrail._local_e2b_cli import local_e2b
 from sandrail._mcp_cli import mcp
 from sandrail._replay_cli import replay
 from sandrail._simulate_cli import simulate
-from sandrail.core import ToolResult
 
 __all__ = ["main"]
 
@@ -49,18 +48,25 @@ def _backend(name: str) -> Any:
         raise click.UsageError("--backend e2b needs the e2b SDK: pip install 'sandrail[e2b]'.")
     from sandrail.interpreters.e2b import E2BBackend
 
-    return E2BBackend(api_key=api_key)
+    # A local server (`sandrail local-e2b`) is named by E2B_API_URL and
+    # E2B_SANDBOX_URL, as the SDK reads them; passed on explicitly.
+    api_url = os.environ.get("E2B_API_URL", "").strip() or None
+    sandbox_url = os.environ.get("E2B_SANDBOX_URL", "").strip() or None
+    try:
+        return E2BBackend(api_key=api_key, api_url=api_url, sandbox_url=sandbox_url)
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _port(
-    factory: Callable[..., sandrail.ToolPort], backend: str, session_id: str, budget: int
+    factory: Callable[..., sandrail.ToolPort], backend: Any, session_id: str, budget: int
 ) -> sandrail.ToolPort:
     """A port for one command-line call: this process is the harness, so
     policy allows the call and the caller holds its authority. A value the
     port refuses is a usage error (exit status 2), never a traceback."""
     try:
         return factory(
-            backend=_backend(backend),
+            backend=backend,
             session_id=session_id,
             owner=sandrail.AgentOwner(agent_id=_AGENT),
             authorize=lambda request: sandrail.ALLOW,
@@ -77,7 +83,27 @@ _UNWRITTEN: Final = 5
 _MAX_SNIPPET_BYTES: Final = 8 * 1024 * 1024
 
 
-def _emit(result: ToolResult, indent: int | None) -> None:
+def _call(
+    factory: Callable[..., sandrail.ToolPort],
+    backend_name: str,
+    session_id: str,
+    budget: int,
+    tool: str,
+    arguments: dict[str, Any],
+    key: str | None,
+    indent: int | None,
+) -> None:
+    """Run one tool call, print its result and exit with its status. The
+    backend is closed before the process exits, whatever happened: what the
+    E2B SDK opened must not outlive the interpreter (issue 9, item 13)."""
+    backend = _backend(backend_name)
+    try:
+        port = _port(factory, backend, session_id, budget)
+        result = port.execute_sync(_request(port, tool, arguments, key))
+    finally:
+        close = getattr(backend, "close", None)
+        if callable(close):
+            close()
     try:
         click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
         sys.stdout.flush()
@@ -202,8 +228,16 @@ def run(
     env = _parse_env(env_pairs)
     if env is not None:
         arguments["env"] = env
-    port = _port(sandrail.command_tools, backend, session_id, max_output_bytes)
-    _emit(port.execute_sync(_request(port, "run_command", arguments, operation_key)), indent)
+    _call(
+        sandrail.command_tools,
+        backend,
+        session_id,
+        max_output_bytes,
+        "run_command",
+        arguments,
+        operation_key,
+        indent,
+    )
 
 
 @main.command()
@@ -249,8 +283,16 @@ def code(
     arguments: dict[str, Any] = {"code": source, "language": language}
     if timeout is not None:
         arguments["timeout"] = timeout
-    port = _port(sandrail.code_tools, backend, session_id, max_output_bytes)
-    _emit(port.execute_sync(_request(port, "sandbox_run_code", arguments, operation_key)), indent)
+    _call(
+        sandrail.code_tools,
+        backend,
+        session_id,
+        max_output_bytes,
+        "sandbox_run_code",
+        arguments,
+        operation_key,
+        indent,
+    )
 
 
 main.add_command(local_e2b)

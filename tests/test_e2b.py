@@ -1,32 +1,27 @@
-"""The E2B interpreter against the local stand-in (real bash, no cloud).
+"""The E2B interpreter through the unmodified SDK against local-e2b (real
+HTTP, real bash, real users): launches, the ledger, reads, snippets, stop,
+deadlines, round trips, threads and closing.
 
-Every test runs real processes through :mod:`tests.e2b_standin`; none reach
-E2B. Contract lines are named in the test names (C2, C3, C10, C16-C18).
+Contract lines are named in the test names (C2, C3, C10, C16-C18). Failure
+table rows: ``test_e2b_failures.py``; the issue-9 attacks:
+``test_adversarial_e2b.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import inspect
+import json
 import os
 import socket
 import subprocess
+import sys
+import threading
 import time
-from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import e2b
-import httpx
 import pytest
-from e2b.exceptions import (
-    SandboxNotRunningException,
-    SandboxUnreachableException,
-    ServiceBusyException,
-)
-from e2b.sandbox_async.commands.command import Commands
-from e2b.sandbox_async.filesystem.filesystem import Filesystem
 
 import sandrail
 from sandrail.core._effects import (
@@ -34,516 +29,53 @@ from sandrail.core._effects import (
     CancelRequested,
     CommandState,
     Delivery,
-    EffectFailure,
     Ensure,
     Inspect,
-    OutputChunk,
     Publish,
     Published,
-    Read,
     SandboxReady,
     SandboxState,
     Start,
     Started,
     StartRefused,
-    Wait,
 )
-from sandrail.interpreters.e2b import FAILURE_TABLE, E2BBackend, classify_failure
-from tests.e2b_standin import Fault, StandInSDK, _Commands, _Files, _Paginator
+from sandrail.interpreters.e2b import E2BBackend
+from sandrail.local_e2b import LocalE2B, Route
+from tests.e2b_world import (
+    LEDGER,
+    OTHER,
+    TASK,
+    as_root,
+    as_user,
+    ensure,
+    failure,
+    finished,
+    needs_root,
+    new_session,
+    port_on,
+    read,
+    request,
+    run,
+    server_fixture,
+    start,
+    start_fields,
+    wait,
+)
 
-T = TypeVar("T")
-TASK = "a" * 64
-OTHER = "b" * 64
+pytestmark = needs_root
+server = server_fixture()
 
 
-def run(awaitable: Awaitable[T]) -> T:
-    async def main() -> T:
-        return await awaitable
-
-    return asyncio.run(main())
+@pytest.fixture(scope="module")
+def backend(server: LocalE2B) -> Any:
+    with E2BBackend(**server.sdk_options) as shared:
+        yield shared
 
 
 @pytest.fixture
-def sdk() -> Iterator[StandInSDK]:
-    standin = StandInSDK()
-    try:
-        yield standin
-    finally:
-        standin.close()
-
-
-@pytest.fixture
-def backend(sdk: StandInSDK) -> E2BBackend:
-    return E2BBackend(sdk=sdk)
-
-
-def ensure(backend: E2BBackend, session: str = "s1") -> str:
-    ready = run(backend(Ensure(session_id=session, owner_key="o1")))
-    assert isinstance(ready, SandboxReady)
-    return ready.sandbox_id
-
-
-def start(
-    backend: E2BBackend,
-    sandbox_id: str,
-    command: str,
-    *,
-    task: str = TASK,
-    digest: str = "d1",
-    cwd: str | None = None,
-    env: dict[str, str] | None = None,
-    timeout: int = 30,
-    fence: int | None = None,
-) -> Started | StartRefused:
-    outcome = run(
-        backend(
-            Start(
-                sandbox_id=sandbox_id,
-                task_id=task,
-                request_digest=digest,
-                command=command,
-                cwd=cwd,
-                env=env,
-                timeout_seconds=timeout,
-                fence=fence,
-            )
-        )
-    )
-    assert isinstance(outcome, Started | StartRefused)
-    return outcome
-
-
-def wait(
-    backend: E2BBackend, sandbox_id: str, task: str = TASK, seconds: float = 20
-) -> CommandState:
-    state = run(backend(Wait(sandbox_id=sandbox_id, task_id=task, timeout_seconds=seconds)))
-    assert isinstance(state, CommandState)
-    return state
-
-
-def read(
-    backend: E2BBackend,
-    sandbox_id: str,
-    task: str = TASK,
-    out: int = 0,
-    err: int = 0,
-    max_bytes: int = 65536,
-) -> OutputChunk:
-    chunk = run(
-        backend(
-            Read(
-                sandbox_id=sandbox_id,
-                task_id=task,
-                stdout_cursor=out,
-                stderr_cursor=err,
-                max_bytes=max_bytes,
-            )
-        )
-    )
-    assert isinstance(chunk, OutputChunk)
-    return chunk
-
-
-def finished(backend: E2BBackend, sandbox_id: str, command: str, **kwargs: Any) -> OutputChunk:
-    outcome = start(backend, sandbox_id, command, **kwargs)
-    assert isinstance(outcome, Started)
-    wait(backend, sandbox_id, kwargs.get("task", TASK))
-    return read(backend, sandbox_id, kwargs.get("task", TASK), max_bytes=1_000_000)
-
-
-def failure(awaitable: Awaitable[Any]) -> EffectFailure:
-    with pytest.raises(EffectFailure) as caught:
-        run(awaitable)
-    return caught.value
-
-
-# ---------------------------------------------------------------------------
-# The stand-in matches the SDK
-
-
-@pytest.mark.parametrize(
-    ("name", "real"),
-    [
-        ("AsyncSandbox.create", e2b.AsyncSandbox.create),
-        ("AsyncSandbox.connect", e2b.AsyncSandbox._cls_connect_sandbox),
-        ("AsyncSandbox.list", e2b.AsyncSandbox.list),
-        ("AsyncSandbox.set_timeout", e2b.AsyncSandbox.set_timeout),
-        ("commands.run", Commands.run),
-        ("files.write_files", Filesystem.write_files),
-        ("paginator.next_items", e2b.AsyncSandboxPaginator.next_items),
-    ],
-)
-def test_standin_signatures_match_the_installed_sdk(sdk: StandInSDK, name: str, real: Any) -> None:
-    """Every parameter the stand-in accepts (the backend passes nothing else)
-    exists in the SDK: positional ones at the same place, the rest by
-    keyword or through ``**opts: ApiParams``. An SDK upgrade that renames or
-    moves one fails here."""
-    owner, _, attribute = name.partition(".")
-    holder = {"commands": _Commands, "files": _Files, "paginator": _Paginator}.get(owner)
-    mine = inspect.signature(getattr(holder or sdk.AsyncSandbox, attribute))
-    theirs = inspect.signature(real)
-    their_params = [p for p in theirs.parameters.values() if p.name not in ("self", "cls")]
-    my_params = [p for p in mine.parameters.values() if p.name not in ("self", "cls")]
-    api_params = set(e2b.ApiParams.__annotations__)
-    takes_opts = any(p.kind is p.VAR_KEYWORD for p in their_params)
-    by_name = {p.name: p for p in their_params}
-    for index, param in enumerate(my_params):
-        if param.kind is param.POSITIONAL_OR_KEYWORD:
-            assert their_params[index].name == param.name, (name, param.name)
-            continue
-        assert param.kind is param.KEYWORD_ONLY, (name, param.name)
-        if param.name in by_name:
-            assert by_name[param.name].kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
-        else:
-            assert takes_opts, (name, param.name)
-            assert param.name in api_params, (name, param.name)
-
-
-def test_standin_is_not_a_package_backend() -> None:
-    assert importlib.util.find_spec("sandrail.interpreters.e2b_standin") is None
-    assert not hasattr(sandrail, "StandInSDK")
-
-
-# ---------------------------------------------------------------------------
-# Failure table: one test per row
-
-
-def _wrapped(outer: BaseException, cause: BaseException) -> BaseException:
-    outer.__cause__ = cause
-    return outer
-
-
-_REQUEST = httpx.Request("GET", "http://sandbox")
-_RATE_LIMITED = e2b.RateLimitException("slow down")  # type: ignore[no-untyped-call]
-
-
-@pytest.mark.parametrize(
-    ("exc", "delivery", "row"),
-    [
-        (httpx.ConnectError("refused", request=_REQUEST), Delivery.NOT_SENT, "connect failed"),
-        (httpx.ConnectTimeout("slow", request=_REQUEST), Delivery.NOT_SENT, "connect failed"),
-        (ConnectionRefusedError(), Delivery.NOT_SENT, "connect failed"),
-        (ConnectionError("pyqwest connect"), Delivery.NOT_SENT, "connect failed"),
-        (socket.gaierror(), Delivery.NOT_SENT, "connect failed"),
-        (
-            _wrapped(SandboxUnreachableException("x"), ConnectionRefusedError()),
-            Delivery.NOT_SENT,
-            "connect failed",
-        ),
-        (e2b.AuthenticationException("key"), Delivery.NOT_SENT, "refused by E2B"),
-        (_RATE_LIMITED, Delivery.NOT_SENT, "refused by E2B"),
-        (ServiceBusyException("busy"), Delivery.NOT_SENT, "refused by E2B"),
-        (e2b.InvalidArgumentException("bad"), Delivery.NOT_SENT, "refused by E2B"),
-        (e2b.TemplateException("old"), Delivery.NOT_SENT, "refused by E2B"),
-        (
-            e2b.CommandExitException(
-                stdout="sandrail-error no-request\n", stderr="", exit_code=3, error=None
-            ),
-            Delivery.NOT_SENT,
-            "launcher refused its arguments",
-        ),
-        (
-            e2b.CommandExitException(stdout="", stderr="", exit_code=127, error=None),
-            Delivery.NOT_SENT,
-            "launcher missing",
-        ),
-        (e2b.SandboxNotFoundException("gone"), Delivery.MAYBE_SENT, "sandbox not found"),
-        (SandboxNotRunningException("was not found"), Delivery.MAYBE_SENT, "sandbox not found"),
-        (e2b.TimeoutException("late"), Delivery.MAYBE_SENT, "timed out"),
-        (httpx.ReadTimeout("late", request=_REQUEST), Delivery.MAYBE_SENT, "timed out"),
-        (TimeoutError(), Delivery.MAYBE_SENT, "timed out"),
-        (ConnectionResetError(), Delivery.MAYBE_SENT, "connection dropped"),
-        (BrokenPipeError(), Delivery.MAYBE_SENT, "connection dropped"),
-        (httpx.ReadError("reset", request=_REQUEST), Delivery.MAYBE_SENT, "connection dropped"),
-        (httpx.RemoteProtocolError("h2 reset"), Delivery.MAYBE_SENT, "connection dropped"),
-        (
-            e2b.CommandExitException(stdout="", stderr="", exit_code=1, error=None),
-            Delivery.MAYBE_SENT,
-            "unknown",
-        ),
-        (RuntimeError("surprise"), Delivery.MAYBE_SENT, "unknown"),
-    ],
-)
-def test_failure_table_row(exc: BaseException, delivery: Delivery, row: str) -> None:
-    assert classify_failure(exc) == (delivery, row)
-
-
-def test_failure_table_rows_are_all_tested() -> None:
-    assert {rule.name for rule in FAILURE_TABLE} == {
-        "connect failed",
-        "refused by E2B",
-        "launcher refused its arguments",
-        "launcher missing",
-        "sandbox not found",
-        "timed out",
-        "connection dropped",
-    }
-
-
-def test_a_dropped_start_is_not_sent_and_launches_nothing(
-    sdk: StandInSDK, backend: E2BBackend
-) -> None:
-    sandbox_id = ensure(backend)
-    sdk.faults.append(Fault(method="commands.run", kind="drop", word="start"))
-    failed = failure(backend(Start(**_start_fields(sandbox_id, "touch ran"))))
-    assert failed.delivery is Delivery.NOT_SENT
-    assert not sdk.path(sandbox_id, "/tmp/sandrail/tasks").joinpath(TASK).exists()
-
-
-def test_a_failed_staging_write_is_not_sent(sdk: StandInSDK, backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
-    start(backend, sandbox_id, "true", task=OTHER)  # installs the launcher
-    sdk.faults.append(Fault(method="files.write_files", kind="timeout"))
-    failed = failure(backend(Start(**_start_fields(sandbox_id, "true"))))
-    assert failed.delivery is Delivery.NOT_SENT
-
-
-def test_c2_lost_start_answer_is_maybe_sent_and_retry_finds_the_launch(
-    sdk: StandInSDK, backend: E2BBackend
-) -> None:
-    sandbox_id = ensure(backend)
-    sdk.faults.append(Fault(method="commands.run", kind="lose", word="start"))
-    failed = failure(backend(Start(**_start_fields(sandbox_id, "echo x >> launches"))))
-    assert failed.delivery is Delivery.MAYBE_SENT
-    retry = start(backend, sandbox_id, "echo x >> launches")
-    assert isinstance(retry, Started)
-    assert not retry.first_launch
-    wait(backend, sandbox_id)
-    assert sdk.home(sandbox_id).joinpath("launches").read_text() == "x\n"
-
-
-def test_sandbox_death_is_maybe_sent_then_ensure_refuses_a_new_sandbox(
-    sdk: StandInSDK, backend: E2BBackend
-) -> None:
-    sandbox_id = ensure(backend)
-    sdk.faults.append(Fault(method="commands.run", kind="kill", word="start"))
-    failed = failure(backend(Start(**_start_fields(sandbox_id, "true"))))
-    assert failed.delivery is Delivery.MAYBE_SENT
-    again = failure(backend(Ensure(session_id="s1", owner_key="o1")))
-    assert again.delivery is Delivery.NOT_SENT
-    assert "gone" in again.detail
-    state = run(backend(Inspect(session_id="s1", owner_key="o1")))
-    assert state == SandboxState(sandbox_id=sandbox_id, phase="closed")
-
-
-def _start_fields(sandbox_id: str, command: str, **extra: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "sandbox_id": sandbox_id,
-        "task_id": TASK,
-        "request_digest": "d1",
-        "command": command,
-        "cwd": None,
-        "env": None,
-        "timeout_seconds": 30,
-    }
-    fields.update(extra)
-    return fields
-
-
-# ---------------------------------------------------------------------------
-# Sandboxes
-
-
-def test_ensure_is_idempotent_and_a_lost_create_finds_the_same_sandbox(
-    sdk: StandInSDK,
-) -> None:
-    first = E2BBackend(sdk=sdk)
-    sdk.faults.append(Fault(method="create", kind="lose"))
-    failed = failure(first(Ensure(session_id="s1", owner_key="o1")))
-    assert failed.delivery is Delivery.MAYBE_SENT
-    sandbox_id = ensure(first)
-    assert ensure(first) == sandbox_id
-    assert ensure(E2BBackend(sdk=sdk)) == sandbox_id  # a restarted harness
-    assert len(sdk.boxes) == 1
-    assert sdk.boxes[sandbox_id].metadata["sandrail_owner"] == "o1"
-    assert ensure(first, session="s2") != sandbox_id
-
-
-def test_inspect_creates_nothing(sdk: StandInSDK, backend: E2BBackend) -> None:
-    state = run(backend(Inspect(session_id="s1", owner_key="o1")))
-    assert state == SandboxState(sandbox_id=None, phase="absent")
-    assert not sdk.boxes
-    sandbox_id = ensure(backend)
-    state = run(E2BBackend(sdk=sdk)(Inspect(session_id="s1", owner_key="o1")))
-    assert state == SandboxState(sandbox_id=sandbox_id, phase="ready")
-
-
-def test_lifetime_is_refreshed_and_deadlines_capped_below_it(sdk: StandInSDK) -> None:
-    backend = E2BBackend(sdk=sdk, sandbox_timeout_seconds=600)
-    sandbox_id = ensure(backend)
-    assert sdk.boxes[sandbox_id].timeout == 600
-    assert backend.max_command_seconds == 600 - 150 - 60
-    start(backend, sandbox_id, "true", timeout=86_400)
-    deadline = sdk.path(sandbox_id, f"/tmp/sandrail/tasks/{TASK}/timeout").read_text()
-    assert deadline == str(backend.max_command_seconds)
-    assert sdk.count("set_timeout") == 0
-    backend._sandboxes[sandbox_id].refreshed_at -= 1_000  # as if 1000 s passed
-    ensure(backend)
-    assert sdk.count("set_timeout") == 1
-
-
-def test_bad_settings_are_refused_at_once() -> None:
-    with pytest.raises(ValueError, match="sandbox_timeout_seconds"):
-        E2BBackend(sandbox_timeout_seconds=10)
-    with pytest.raises(ValueError, match="request_timeout_seconds"):
-        E2BBackend(request_timeout_seconds=0)
-
-
-# ---------------------------------------------------------------------------
-# Launches
-
-
-HOSTILE = [
-    'it\'s "quoted"',
-    "$(touch pwned) `touch pwned` ${HOME}",
-    "line one\nline two\n\n",
-    "ünïcødé ✓ 🎉",
-    "x" * 100_000,
-    "-n",
-    "; rm -rf / #",
-]
-
-
-@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
-def test_c16_hostile_env_values_arrive_exactly(
-    sdk: StandInSDK, backend: E2BBackend, value: str
-) -> None:
-    sandbox_id = ensure(backend)
-    chunk = finished(backend, sandbox_id, 'printf %s "$V"', env={"V": value})
-    assert chunk.stdout == value
-    assert chunk.state.status == "exited"
-    assert chunk.state.exit_code == 0
-    home = sdk.home(sandbox_id)
-    assert not (home / "pwned").exists()
-
-
-@pytest.mark.parametrize("value", HOSTILE[:4], ids=range(4))
-def test_c16_hostile_cwd_is_entered_exactly(
-    sdk: StandInSDK, backend: E2BBackend, tmp_path: Path, value: str
-) -> None:
-    sandbox_id = ensure(backend)
-    folder = tmp_path / value.replace("\n", "_nl_")
-    folder.mkdir()
-    chunk = finished(backend, sandbox_id, "pwd", cwd=str(folder))
-    assert chunk.stdout == f"{folder}\n"
-
-
-def test_a_missing_cwd_fails_the_command_not_the_launch(backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
-    chunk = finished(backend, sandbox_id, "pwd", cwd="/no/such/dir")
-    assert chunk.state.status == "exited"
-    assert chunk.state.exit_code == 1
-    assert "No such file or directory" in chunk.stderr
-
-
-@pytest.mark.parametrize(
-    "command",
-    [
-        "echo \"it's\" '$(x)' `echo tick` $((6*7))",
-        "printf 'a\\nb'\necho c",
-        "echo ünïcødé ✓",
-        "x=" + "y" * 150_000 + "; echo ${#x}",
-    ],
-)
-def test_c16_hostile_commands_run_as_bash_would(
-    sdk: StandInSDK, backend: E2BBackend, command: str
-) -> None:
-    sandbox_id = ensure(backend)
-    chunk = finished(backend, sandbox_id, command)
-    home = sdk.home(sandbox_id)
-    expected = subprocess.run(
-        ["bash"], input=command, capture_output=True, text=True, cwd=home, check=False
-    )
-    assert (chunk.stdout, chunk.stderr) == (expected.stdout, expected.stderr)
-
-
-@pytest.mark.parametrize(
-    ("fields", "detail"),
-    [
-        ({"env": {"BAD-NAME": "v"}}, "not a shell identifier"),
-        ({"env": {"": "v"}}, "not a shell identifier"),
-        ({"env": {"V": "a\0b"}}, "NUL"),
-        ({"command": "echo a\0b"}, "NUL"),
-        ({"env": {"V": "x" * 140_000}}, "too long"),
-        ({"cwd": "/tmp\0x"}, "NUL"),
-        ({"task_id": "../../etc"}, "malformed"),
-    ],
-)
-def test_values_bash_cannot_carry_are_refused_before_sending(
-    sdk: StandInSDK, backend: E2BBackend, fields: dict[str, Any], detail: str
-) -> None:
-    sandbox_id = ensure(backend)
-    calls = len(sdk.calls)
-    failed = failure(backend(Start(**(_start_fields(sandbox_id, "true") | fields))))
-    assert failed.delivery is Delivery.NOT_SENT
-    assert detail in failed.detail
-    assert "a\0b" not in failed.detail
-    assert len(sdk.calls) == calls
-
-
-def test_c17_env_values_never_travel_in_shell_text_and_the_file_is_removed(
-    sdk: StandInSDK, backend: E2BBackend
-) -> None:
-    sandbox_id = ensure(backend)
-    secret = "s3cr3t-value"
-    commands: list[str] = []
-    original = sdk._before
-
-    def spy(method: str, box: Any, text: str = "") -> Any:
-        commands.append(text)
-        return original(method, box, text)
-
-    sdk._before = spy  # type: ignore[method-assign]
-    chunk = finished(backend, sandbox_id, 'printf %s "$TOKEN" | wc -c', env={"TOKEN": secret})
-    assert chunk.stdout.strip() == str(len(secret))
-    assert all(secret not in text for text in commands)
-    task = sdk.path(sandbox_id, f"/tmp/sandrail/tasks/{TASK}")
-    assert not (task / "env").exists()
-    assert all(secret not in path.read_text(errors="replace") for path in task.iterdir())
-
-
-def test_c2_two_concurrent_starts_launch_once(sdk: StandInSDK, backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
-    start(backend, sandbox_id, "true", task=OTHER)  # install first: the race is the claim
-
-    async def both() -> tuple[Any, Any]:
-        effect = Start(**_start_fields(sandbox_id, "echo x >> launches"))
-        return await asyncio.gather(backend(effect), E2BBackend(sdk=sdk)(effect))
-
-    outcomes = run(both())
-    assert sorted(o.first_launch for o in outcomes) == [False, True]
-    wait(backend, sandbox_id)
-    home = sdk.home(sandbox_id)
-    assert (home / "launches").read_text() == "x\n"
-
-
-def test_c2_a_restarted_harness_finds_the_claim(sdk: StandInSDK) -> None:
-    first = E2BBackend(sdk=sdk)
-    sandbox_id = ensure(first)
-    assert isinstance(start(first, sandbox_id, "echo once"), Started)
-    restarted = E2BBackend(sdk=sdk)
-    assert ensure(restarted) == sandbox_id
-    again = start(restarted, sandbox_id, "echo once")
-    assert isinstance(again, Started)
-    assert not again.first_launch
-    assert wait(restarted, sandbox_id).status == "exited"
-    assert read(restarted, sandbox_id).stdout == "once\n"
-
-
-def test_c3_same_task_other_digest_is_a_conflict(backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
-    start(backend, sandbox_id, "true")
-    assert start(backend, sandbox_id, "true", digest="d2") == StartRefused(reason="conflict")
-
-
-def test_c10_a_stale_fence_never_runs(sdk: StandInSDK, backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
-    assert isinstance(start(backend, sandbox_id, "true", fence=5), Started)
-    refused = start(backend, sandbox_id, "touch stale", task=OTHER, fence=3)
-    assert refused == StartRefused(reason="stale_fence")
-    assert not sdk.path(sandbox_id, f"/tmp/sandrail/tasks/{OTHER}").exists()
-    assert isinstance(start(backend, sandbox_id, "true", task="c" * 64, fence=5), Started)
-    assert isinstance(start(backend, sandbox_id, "true", task="d" * 64), Started)
+def sandbox_id(backend: E2BBackend) -> str:
+    """A fresh sandbox for the test (its own session)."""
+    return ensure(backend)
 
 
 def _alive(pid: int) -> bool:
@@ -563,29 +95,369 @@ def _eventually(check: Any, seconds: float = 5) -> bool:
     return bool(check())
 
 
-def test_c18_stop_kills_children_and_grandchildren(sdk: StandInSDK, backend: E2BBackend) -> None:
+# ---------------------------------------------------------------------------
+# Sandboxes
+
+
+def test_ensure_is_idempotent_per_session_and_a_restarted_harness_finds_it(
+    server: LocalE2B, backend: E2BBackend
+) -> None:
+    session = new_session()
+    sandbox_id = ensure(backend, session)
+    assert ensure(backend, session) == sandbox_id
+    with E2BBackend(**server.sdk_options) as restarted:
+        assert ensure(restarted, session) == sandbox_id
+    assert ensure(backend) != sandbox_id
+    record = server.truth().sandbox(sandbox_id)
+    assert record.metadata["sandrail_owner"] == "o1"
+    assert record.idempotency_key is not None
+
+
+def test_inspect_creates_nothing(server: LocalE2B, backend: E2BBackend) -> None:
+    session = new_session()
+    before = len(server.truth().sandboxes)
+    state = run(backend(Inspect(session_id=session, owner_key="o1")))
+    assert state == SandboxState(sandbox_id=None, phase="absent")
+    assert len(server.truth().sandboxes) == before
+    sandbox_id = ensure(backend, session)
+    with E2BBackend(**server.sdk_options) as other:
+        state = run(other(Inspect(session_id=session, owner_key="o1")))
+    assert state == SandboxState(sandbox_id=sandbox_id, phase="ready")
+
+
+def test_lifetime_is_refreshed_and_deadlines_capped_below_it(server: LocalE2B) -> None:
+    with E2BBackend(**server.sdk_options, sandbox_timeout_seconds=600) as backend:
+        session = new_session()
+        sandbox_id = ensure(backend, session)
+        assert server.truth().sandbox(sandbox_id).timeout_seconds == 600
+        assert backend.max_command_seconds == 600 - 150 - 60
+        start(backend, sandbox_id, "true", timeout_seconds=86_400)
+        deadline = as_root(server, sandbox_id, f"cat {LEDGER}/tasks/{TASK}/timeout")
+        assert deadline == str(backend.max_command_seconds)
+
+        def refreshes() -> int:
+            return sum(
+                1
+                for r in server.truth().requests
+                if r.route == Route.SET_TIMEOUT and r.sandbox_id == sandbox_id
+            )
+
+        assert refreshes() == 0
+        backend._sandboxes[sandbox_id].refreshed_at -= 1_000  # as if 1000 s passed
+        ensure(backend, session)
+        assert refreshes() == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"sandbox_timeout_seconds": 10}, "sandbox_timeout_seconds"),
+        ({"request_timeout_seconds": 0}, "request_timeout_seconds"),
+        ({"ledger_key": "short"}, "ledger_key"),
+        ({"api_url": " "}, "api_url"),
+        ({"template": ""}, "template"),
+    ],
+)
+def test_bad_settings_are_refused_at_once(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        E2BBackend(**options)
+
+
+def test_without_any_key_a_start_is_refused_before_sending(
+    server: LocalE2B, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    with E2BBackend(api_url=server.api_url, sandbox_url=server.sandbox_url) as keyless:
+        failed = failure(keyless(Start(**start_fields("sbx-none", "true"))))
+    assert failed.delivery is Delivery.NOT_SENT
+    assert "ledger key" in failed.detail
+
+
+# ---------------------------------------------------------------------------
+# Who runs what, and where
+
+
+def test_the_command_runs_as_user_in_home_as_e2b_commands_do(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    probe = 'id -un; id -u; pwd; echo "$HOME $USER $LOGNAME"; shopt -q login_shell && echo login'
+    chunk = finished(backend, sandbox_id, probe)
+    bare = e2b.Sandbox.connect(sandbox_id, **server.sdk_options).commands.run(probe)
+    assert chunk.stdout == bare.stdout
+    assert chunk.stdout.splitlines()[0] == "user"
+    assert chunk.stdout.splitlines()[1] != "0"
+    assert chunk.stdout.splitlines()[2:] == ["/home/user", "/home/user user user", "login"]
+
+
+def test_c17_the_ledger_is_root_only_and_out_of_reach_of_user_commands(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    finished(backend, sandbox_id, "true", env={"TOKEN": "s3cr3t-for-ledger"})
+    assert backend.separated(sandbox_id) is True
+    listing = as_root(server, sandbox_id, f"stat -c '%U %a %n' /root {LEDGER} {LEDGER}/*")
+    for line in listing.splitlines():
+        owner, mode, _ = line.split(" ", 2)
+        assert owner == "root"
+        assert mode in ("700", "600"), line
+    seen = as_user(server, sandbox_id, f"ls {LEDGER}; cat {LEDGER}/tasks/{TASK}/digest")
+    assert "Permission denied" in seen
+    assert "s3cr3t" not in seen
+
+
+# ---------------------------------------------------------------------------
+# Launches (C16)
+
+
+HOSTILE = [
+    'it\'s "quoted"',
+    "$(touch pwned) `touch pwned` ${HOME}",
+    "line one\nline two\n\n",
+    "ünïcødé ✓ 🎉",
+    "x" * 100_000,
+    "-n",
+    "; rm -rf / #",
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
+def test_c16_hostile_env_values_arrive_exactly(
+    server: LocalE2B, backend: E2BBackend, value: str
+) -> None:
     sandbox_id = ensure(backend)
+    chunk = finished(backend, sandbox_id, 'printf %s "$V"', env={"V": value})
+    assert chunk.stdout == value
+    assert (chunk.state.status, chunk.state.exit_code) == ("exited", 0)
+    assert "pwned" not in as_root(server, sandbox_id, "ls -A /home/user /root /tmp")
+
+
+@pytest.mark.parametrize("value", HOSTILE[:4], ids=range(4))
+def test_c16_hostile_cwd_is_entered_exactly(
+    server: LocalE2B, backend: E2BBackend, value: str
+) -> None:
+    sandbox_id = ensure(backend)
+    folder = "/home/user/" + value.replace("\n", "_nl_")
+    e2b.Sandbox.connect(sandbox_id, **server.sdk_options).files.make_dir(folder)
+    chunk = finished(backend, sandbox_id, "pwd", cwd=folder)
+    assert chunk.stdout == f"{folder}\n"
+
+
+def test_a_relative_cwd_is_taken_from_home_as_e2b_does(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    e2b.Sandbox.connect(sandbox_id, **server.sdk_options).files.make_dir("/home/user/work")
+    assert finished(backend, sandbox_id, "pwd", cwd="work").stdout == "/home/user/work\n"
+
+
+def test_a_missing_or_forbidden_cwd_fails_the_command_not_the_launch(
+    backend: E2BBackend, sandbox_id: str
+) -> None:
+    chunk = finished(backend, sandbox_id, "pwd", cwd="/no/such/dir")
+    assert (chunk.state.status, chunk.state.exit_code) == ("exited", 1)
+    assert "No such file or directory" in chunk.stderr
+    chunk = finished(backend, sandbox_id, "pwd", cwd="/root", task_id=OTHER)
+    assert (chunk.state.status, chunk.state.exit_code) == ("exited", 1)
+    assert "Permission denied" in chunk.stderr  # the cwd is entered as user
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo \"it's\" '$(x)' `echo tick` $((6*7))",
+        "printf 'a\\nb'\necho c",
+        "echo ünïcødé ✓",
+        "echo $0; echo err >&2; exit 3",
+        "if; then",
+    ],
+    ids=range(5),
+)
+def test_c16_hostile_commands_run_as_e2b_commands_run_would(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str, command: str
+) -> None:
+    chunk = finished(backend, sandbox_id, command)
+    bare = e2b.Sandbox.connect(sandbox_id, **server.sdk_options)
+    try:
+        result: Any = bare.commands.run(command)
+    except e2b.CommandExitException as exc:
+        result = exc
+    assert (chunk.stdout, chunk.stderr) == (result.stdout, result.stderr)
+    assert chunk.state.exit_code == result.exit_code
+
+
+def test_c16_a_command_too_long_for_one_argument_still_runs(
+    backend: E2BBackend, sandbox_id: str
+) -> None:
+    command = "x=" + "y" * 150_000 + "; echo ${#x}"
+    chunk = finished(backend, sandbox_id, command)
+    assert (chunk.stdout, chunk.stderr) == ("150000\n", "")
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"),
+    [
+        ({"env": {"BAD-NAME": "v"}}, "not a shell identifier"),
+        ({"env": {"": "v"}}, "not a shell identifier"),
+        ({"env": {"V": "a\0b"}}, "NUL"),
+        ({"command": "echo a\0b"}, "NUL"),
+        ({"env": {"V": "x" * 140_000}}, "too long"),
+        ({"cwd": "/tmp\0x"}, "NUL"),
+        ({"task_id": "../../etc"}, "malformed"),
+    ],
+)
+def test_values_bash_cannot_carry_are_refused_before_sending(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str, fields: dict[str, Any], detail: str
+) -> None:
+    start(backend, sandbox_id, "true", task_id=OTHER)  # the launcher is installed
+    calls = len(server.truth().requests)
+    failed = failure(backend(Start(**(start_fields(sandbox_id, "true") | fields))))
+    assert failed.delivery is Delivery.NOT_SENT
+    assert detail in failed.detail
+    assert "a\0b" not in failed.detail
+    assert len(server.truth().requests) == calls
+
+
+def test_c17_env_values_never_travel_in_shell_text_and_leave_no_file(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    secret = "s3cr3t-value"
+    chunk = finished(backend, sandbox_id, 'printf %s "$TOKEN" | wc -c', env={"TOKEN": secret})
+    assert chunk.stdout.strip() == str(len(secret))
+    for record in server.truth().processes_in(sandbox_id):
+        assert secret not in " ".join(record.argv)
+    left = as_root(server, sandbox_id, f"grep -rl {secret} {LEDGER} /tmp /home/user; true")
+    assert left == ""
+
+
+def test_c17_the_env_file_is_gone_even_when_cwd_or_path_break_the_start(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    secret = "s3cr3t-value-for-cleanup"
+    missing = finished(backend, sandbox_id, "true", env={"TOKEN": secret}, cwd="/no/such/dir")
+    assert missing.state.status == "exited"
+    no_path = finished(
+        backend, sandbox_id, "echo hi", env={"TOKEN": secret, "PATH": "/nowhere"}, task_id=OTHER
+    )
+    assert no_path.stdout == "hi\n"
+    assert as_root(server, sandbox_id, f"grep -rl {secret} {LEDGER}; true") == ""
+
+
+def test_c2_two_backends_starting_one_task_at_once_launch_once(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    start(backend, sandbox_id, "true", task_id=OTHER)  # installed: the race is the claim
+    mark = f"two-backends-{sandbox_id}"
+    with E2BBackend(**server.sdk_options) as second:
+
+        async def both() -> list[Any]:
+            effect = Start(**start_fields(sandbox_id, server.mark(mark)))
+            return list(await asyncio.gather(backend(effect), second(effect)))
+
+        outcomes = run(both())
+    assert sorted(o.first_launch for o in outcomes) == [False, True]
+    wait(backend, sandbox_id)
+    assert server.truth().marked(mark) == 1
+
+
+def test_c2_a_restarted_harness_finds_the_claim(server: LocalE2B, backend: E2BBackend) -> None:
+    session = new_session()
+    sandbox_id = ensure(backend, session)
+    assert isinstance(start(backend, sandbox_id, "echo once"), Started)
+    with E2BBackend(**server.sdk_options) as restarted:
+        assert ensure(restarted, session) == sandbox_id
+        again = start(restarted, sandbox_id, "echo once")
+        assert isinstance(again, Started)
+        assert not again.first_launch
+        assert wait(restarted, sandbox_id).status == "exited"
+        assert read(restarted, sandbox_id).stdout == "once\n"
+
+
+def test_c3_same_task_other_digest_is_a_conflict(backend: E2BBackend, sandbox_id: str) -> None:
+    start(backend, sandbox_id, "true")
+    assert start(backend, sandbox_id, "true", request_digest="d2") == StartRefused(
+        reason="conflict"
+    )
+
+
+def test_c3_another_ledger_key_sees_a_conflict_not_a_retry(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    start(backend, sandbox_id, "true")
+    with E2BBackend(**server.sdk_options, ledger_key="another key, 16+ chars") as other:
+        assert start(other, sandbox_id, "true") == StartRefused(reason="conflict")
+
+
+def test_c10_a_stale_fence_never_runs(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    assert isinstance(start(backend, sandbox_id, "true", fence=5), Started)
+    mark = f"stale-{sandbox_id}"
+    refused = start(backend, sandbox_id, server.mark(mark), task_id=OTHER, fence=3)
+    assert refused == StartRefused(reason="stale_fence")
+    assert isinstance(start(backend, sandbox_id, "true", task_id="c" * 64, fence=5), Started)
+    assert isinstance(start(backend, sandbox_id, "true", task_id="d" * 64), Started)
+    assert server.truth().marked(mark) == 0
+    assert as_root(server, sandbox_id, f"ls {LEDGER}/tasks").split() == sorted(
+        [TASK, "c" * 64, "d" * 64]
+    )
+
+
+# ---------------------------------------------------------------------------
+# Stop and deadlines (C18), under envd's own signal scope
+
+
+def test_c18_stop_kills_children_and_grandchildren(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
     command = (
         "sleep 300 & echo $! >> pids; "
         "bash -c 'sleep 300 & echo $! >> pids; wait' & echo $! >> pids; "
         "trap '' TERM; sleep 300"
     )
     start(backend, sandbox_id, command)
-    home = sdk.home(sandbox_id)
-    assert _eventually(
-        lambda: len((home / "pids").read_text().split()) == 3 if (home / "pids").exists() else False
-    )
-    pids = [int(p) for p in (home / "pids").read_text().split()]
-    assert all(_alive(pid) for pid in pids)
+
+    def pids() -> list[int]:
+        return [int(p) for p in as_root(server, sandbox_id, "cat /home/user/pids").split()]
+
+    assert _eventually(lambda: len(pids()) == 3)
+    assert all(_alive(pid) for pid in pids())
     cancelled = run(backend(Cancel(sandbox_id=sandbox_id, task_id=TASK)))
     assert cancelled == CancelRequested(
         state=CommandState(status="canceled", exit_code=143, stdout_bytes=0, stderr_bytes=0)
     )
-    assert _eventually(lambda: not any(_alive(pid) for pid in pids))
+    assert _eventually(lambda: not any(_alive(pid) for pid in pids()))
 
 
-def test_cancel_of_an_unknown_or_ended_task_changes_nothing(backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
+def test_c18_stop_ends_processes_that_left_the_group_but_not_the_session(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    command = (
+        "python3 -c 'import subprocess, time; "
+        'p = subprocess.Popen(["sleep", "300"], process_group=0); '
+        'open("pids", "w").write(str(p.pid)); time.sleep(300)\''
+    )
+    start(backend, sandbox_id, command)
+    assert _eventually(lambda: as_root(server, sandbox_id, "cat /home/user/pids") != "")
+    pid = int(as_root(server, sandbox_id, "cat /home/user/pids"))
+    assert _alive(pid)
+    run(backend(Cancel(sandbox_id=sandbox_id, task_id=TASK)))
+    assert _eventually(lambda: not _alive(pid))
+
+
+def test_c18_a_stop_right_after_start_never_lets_the_command_finish(
+    backend: E2BBackend, sandbox_id: str
+) -> None:
+    big = {f"V{i}": "x" * 60_000 for i in range(8)}  # a slow env load widens the race
+    for round_ in range(3):
+        task = f"{round_:064x}"
+        start(backend, sandbox_id, "sleep 1; echo ran", task_id=task, env=big)
+        run(backend(Cancel(sandbox_id=sandbox_id, task_id=task)))
+        state = wait(backend, sandbox_id, task)
+        assert (state.status, state.exit_code) == ("canceled", 143)
+        assert read(backend, sandbox_id, task).stdout == ""
+
+
+def test_cancel_of_an_unknown_or_ended_task_changes_nothing(
+    backend: E2BBackend, sandbox_id: str
+) -> None:
     unknown = run(backend(Cancel(sandbox_id=sandbox_id, task_id=OTHER)))
     assert unknown == CancelRequested(state=CommandState(status="unknown"))
     finished(backend, sandbox_id, "echo done")
@@ -595,35 +467,34 @@ def test_cancel_of_an_unknown_or_ended_task_changes_nothing(backend: E2BBackend)
 
 
 def test_the_deadline_ends_the_command_in_the_sandbox_without_the_harness(
-    sdk: StandInSDK,
+    server: LocalE2B,
 ) -> None:
-    backend = E2BBackend(sdk=sdk)
-    sandbox_id = ensure(backend)
-    start(backend, sandbox_id, "echo $$ > pid; exec sleep 300", timeout=1)
-    del backend  # the harness is gone: nobody waits
-    task = sdk.path(sandbox_id, f"/tmp/sandrail/tasks/{TASK}")
-    assert _eventually(lambda: (task / "exit").exists(), seconds=8)
-    assert (task / "exit").read_text() == "timed_out 124\n"
-    pid = int((sdk.home(sandbox_id) / "pid").read_text())
+    with E2BBackend(**server.sdk_options) as gone:
+        sandbox_id = ensure(gone)
+        start(gone, sandbox_id, "echo $$ > pid; exec sleep 300", timeout_seconds=1)
+    # The harness is gone: nobody waits.
+    exit_file = f"{LEDGER}/tasks/{TASK}/exit"
+    assert _eventually(lambda: as_root(server, sandbox_id, f"cat {exit_file}") != "", seconds=8)
+    assert as_root(server, sandbox_id, f"cat {exit_file}") == "timed_out 124\n"
+    pid = int(as_root(server, sandbox_id, "cat /home/user/pid"))
     assert _eventually(lambda: not _alive(pid))
-    later = E2BBackend(sdk=sdk)
-    assert wait(later, sandbox_id, seconds=0) == CommandState(
-        status="timed_out", exit_code=124, stdout_bytes=0, stderr_bytes=0
-    )
+    with E2BBackend(**server.sdk_options) as later:
+        assert wait(later, sandbox_id, seconds=0) == CommandState(
+            status="timed_out", exit_code=124, stdout_bytes=0, stderr_bytes=0
+        )
 
 
-def test_wait_returns_when_the_command_ends_not_at_its_timeout(backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
+def test_wait_returns_when_the_command_ends_not_at_its_timeout(
+    backend: E2BBackend, sandbox_id: str
+) -> None:
     start(backend, sandbox_id, "sleep 0.3; exit 7")
     began = time.monotonic()
     state = wait(backend, sandbox_id, seconds=60)
     assert time.monotonic() - began < 30
-    assert state.status == "exited"
-    assert state.exit_code == 7
+    assert (state.status, state.exit_code) == ("exited", 7)
 
 
-def test_wait_on_a_running_command_times_out_running(backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
+def test_wait_on_a_running_command_times_out_running(backend: E2BBackend, sandbox_id: str) -> None:
     start(backend, sandbox_id, "sleep 300")
     assert wait(backend, sandbox_id, seconds=0.2).status == "running"
     assert wait(backend, sandbox_id, task=OTHER, seconds=5) == CommandState(status="unknown")
@@ -633,10 +504,9 @@ def test_wait_on_a_running_command_times_out_running(backend: E2BBackend) -> Non
 # Reads
 
 
-def test_big_output_is_read_by_cursor(sdk: StandInSDK, backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
+def test_big_output_is_read_by_cursor(backend: E2BBackend, sandbox_id: str) -> None:
     line = "héllo wörld ✓ 🎉\n"
-    count = 400_000  # about 9 MB
+    count = 150_000  # about 3.4 MB
     start(backend, sandbox_id, f"yes '{line.strip()}' | head -n {count}")
     assert wait(backend, sandbox_id).status == "exited"
     expected = (line * count).encode()
@@ -656,8 +526,7 @@ def test_big_output_is_read_by_cursor(sdk: StandInSDK, backend: E2BBackend) -> N
     assert reads == -(-len(expected) // 1_000_003)
 
 
-def test_reads_never_split_utf8_and_reread_the_same(backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
+def test_reads_never_split_utf8_and_reread_the_same(backend: E2BBackend, sandbox_id: str) -> None:
     start(backend, sandbox_id, "printf 'aé🎉b'; printf 'ü' >&2")
     wait(backend, sandbox_id)
     first = read(backend, sandbox_id, max_bytes=4)
@@ -672,29 +541,53 @@ def test_reads_never_split_utf8_and_reread_the_same(backend: E2BBackend) -> None
     assert read(backend, sandbox_id, out=3, err=2, max_bytes=4) == second
 
 
-def test_a_read_of_a_running_command_sees_output_so_far(backend: E2BBackend) -> None:
-    sandbox_id = ensure(backend)
+def test_c17_bytes_that_are_not_utf8_read_back_exactly(
+    backend: E2BBackend, sandbox_id: str
+) -> None:
+    chunk = finished(backend, sandbox_id, r"printf 'a\377b\300'")
+    assert chunk.stdout.encode("utf-8", "surrogateescape") == b"a\xffb\xc0"
+
+
+@pytest.mark.parametrize(
+    "printed",
+    [b"", b"plain\r\n\ttext\x7f\n", b"a" * 16_384, b"a" * 16_385, b"a\0b", "é ✓".encode()],
+    ids=["empty", "ascii", "16k-ascii", "over-16k", "nul", "utf8"],
+)
+def test_whole_streams_come_back_exactly_as_text_or_base64(
+    backend: E2BBackend, sandbox_id: str, printed: bytes
+) -> None:
+    """Short plain ASCII streams are answered as text with no process; the
+    rest as base64. Both give the exact bytes, on both streams."""
+    octal = "".join(f"\\{byte:03o}" for byte in printed)
+    chunk = finished(backend, sandbox_id, f"printf '{octal}'; printf '{octal}' >&2")
+    for text in (chunk.stdout, chunk.stderr):
+        assert text.encode("utf-8", "surrogateescape") == printed
+    assert (chunk.state.stdout_bytes, chunk.state.stderr_bytes) == (len(printed), len(printed))
+
+
+def test_a_read_of_a_running_command_sees_output_so_far(
+    backend: E2BBackend, sandbox_id: str
+) -> None:
     start(backend, sandbox_id, "echo early; sleep 300")
     assert _eventually(lambda: read(backend, sandbox_id).stdout == "early\n")
     chunk = read(backend, sandbox_id)
-    assert chunk.state.status == "running"
-    assert chunk.state.exit_code is None
+    assert (chunk.state.status, chunk.state.exit_code) == ("running", None)
 
 
 # ---------------------------------------------------------------------------
 # Snippets
 
 
-def test_c16_publish_writes_0600_and_refuses_other_source(
-    sdk: StandInSDK, backend: E2BBackend
+def test_c16_publish_writes_0600_for_user_and_refuses_other_source(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
 ) -> None:
-    sandbox_id = ensure(backend)
     path = f"/tmp/sandrail/code/{TASK}.sh"
     source = "echo \"$(printf 'from a file')\"\n"
     published = run(backend(Publish(sandbox_id=sandbox_id, task_id=TASK, path=path, source=source)))
     assert published == Published(path=path)
-    host = sdk.path(sandbox_id, path)
-    assert host.stat().st_mode & 0o777 == 0o600
+    assert as_root(server, sandbox_id, f"stat -c '%U %a' {path} /tmp/sandrail/code").split(
+        "\n"
+    ) == ["user 600", "root 711", ""]
     again = run(backend(Publish(sandbox_id=sandbox_id, task_id=TASK, path=path, source=source)))
     assert again == Published(path=path)
     other = run(backend(Publish(sandbox_id=sandbox_id, task_id=TASK, path=path, source="x")))
@@ -706,141 +599,181 @@ def test_c16_publish_writes_0600_and_refuses_other_source(
     assert outside.delivery is Delivery.NOT_SENT
 
 
+def test_c16_a_squatted_snippet_directory_is_moved_aside(
+    server: LocalE2B, backend: E2BBackend, sandbox_id: str
+) -> None:
+    as_user(server, sandbox_id, "mkdir -p /tmp/sandrail/code && ln -s /etc /tmp/sandrail/code/x")
+    path = f"/tmp/sandrail/code/{TASK}.sh"
+    published = run(backend(Publish(sandbox_id=sandbox_id, task_id=TASK, path=path, source="true")))
+    assert published == Published(path=path)
+    assert as_root(server, sandbox_id, "stat -c %U /tmp/sandrail /tmp/sandrail/code").split() == [
+        "root",
+        "root",
+    ]
+
+
 # ---------------------------------------------------------------------------
-# Round trips (numbers for the benchmark)
+# Round trips, counted at the server
 
 
-def _port(backend: E2BBackend) -> sandrail.ToolPort:
-    return sandrail.command_tools(
-        backend=backend,
-        session_id="session-1",
-        owner=sandrail.AgentOwner(agent_id="agent-1"),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-    )
+def _trips(server: LocalE2B, sandbox_id: str) -> int:
+    return sum(1 for r in server.truth().requests if r.sandbox_id == sandbox_id)
 
 
-def _request(
-    port: sandrail.ToolPort, tool: str, key: str, **arguments: Any
-) -> sandrail.ToolRequest:
-    return sandrail.ToolRequest(
-        call=sandrail.ToolCall(name=tool, call_id=f"call-{key}", arguments=arguments),
-        operation_key=key,
-        session_id="session-1",
-        definition=port.definition(tool),
-        identity=sandrail.AgentIdentity(agent_id="agent-1"),
-    )
-
-
-def test_round_trips_per_foreground_run_and_per_read(sdk: StandInSDK, backend: E2BBackend) -> None:
-    port = _port(backend)
-    cold = port.execute_sync(_request(port, "run_command", "op-1", command="echo warm-up"))
+def test_round_trips_per_foreground_run_and_per_read(server: LocalE2B, backend: E2BBackend) -> None:
+    session = new_session()
+    port = port_on(backend, session)
+    cold = port.execute_sync(request(port, "run_command", "op-1", command="echo warm-up"))
     assert cold.status == "ok", cold.content
-    before = len(sdk.calls)
-    result = port.execute_sync(_request(port, "run_command", "op-2", command="echo hi"))
-    assert result.status == "ok"
-    assert result.content["stdout"] == "hi\n"
-    foreground = sdk.calls[before:]
-    assert foreground == ["files.write_files", "commands.run", "commands.run"]
+    sandbox_id = cold.content["sandbox_id"]
+    before = _trips(server, sandbox_id)
+    result = port.execute_sync(request(port, "run_command", "op-2", command="echo hi"))
+    assert (result.status, result.content["stdout"]) == ("ok", "hi\n")
+    routes = [r.route for r in server.truth().requests if r.sandbox_id == sandbox_id][before:]
+    assert routes == [Route.WRITE_FILE, Route.START, Route.START]
 
     started = port.execute_sync(
-        _request(port, "run_command", "op-3", command="echo bg", background=True)
+        request(port, "run_command", "op-3", command="echo bg", background=True)
     )
     task = started.content["task_id"]
-    before = len(sdk.calls)
-    output = port.execute_sync(_request(port, "read_command_output", "op-4", task_id=task))
+    before = _trips(server, sandbox_id)
+    output = port.execute_sync(request(port, "read_command_output", "op-4", task_id=task))
     assert output.status == "ok"
-    assert sdk.calls[before:] == ["commands.run"]
+    assert _trips(server, sandbox_id) - before == 1
 
 
 def test_the_command_line_example_works_through_the_port(backend: E2BBackend) -> None:
-    port = _port(backend)
-    result = port.execute_sync(_request(port, "run_command", "op-1", command="echo hi >&2; exit 4"))
+    port = port_on(backend, new_session())
+    result = port.execute_sync(request(port, "run_command", "op-1", command="echo hi >&2; exit 4"))
     assert result.status == "ok"
     assert (result.content["stderr"], result.content["exit_code"]) == ("hi\n", 4)
 
 
-def test_c17_the_env_file_is_gone_even_when_cwd_or_path_break_the_start(
-    sdk: StandInSDK, backend: E2BBackend
+# ---------------------------------------------------------------------------
+# Threads, event loops and closing (issue 9, items 3 and 13)
+
+
+def test_c2_item3_one_port_from_eight_threads_makes_one_sandbox_and_launches_once(
+    server: LocalE2B,
 ) -> None:
+    session = new_session()
+    mark = f"threads-{session}"
+    sandboxes_before = len(server.truth().sandboxes)
+    with E2BBackend(**server.sdk_options) as shared:
+        port = port_on(shared, session)
+        barrier = threading.Barrier(8)
+        results: list[sandrail.ToolResult] = []
+
+        def call(n: int) -> None:
+            made = request(port, "run_command", "op-1", call_id=f"t{n}", command=server.mark(mark))
+            barrier.wait()
+            results.append(port.execute_sync(made))
+
+        workers = [threading.Thread(target=call, args=(n,)) for n in range(8)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(60)
+    assert len(results) == 8
+    assert len(server.truth().sandboxes) - sandboxes_before == 1
+    assert server.truth().marked(mark) == 1
+    assert all(r.status in ("ok", "uncertain") for r in results), [r.content for r in results]
+    assert sum(r.status == "ok" and not r.content["deduplicated"] for r in results) == 1
+
+
+def test_c2_item3_concurrent_tasks_and_other_loops_share_one_backend(server: LocalE2B) -> None:
+    session = new_session()
+    mark = f"tasks-{session}"
+    with E2BBackend(**server.sdk_options) as shared:
+        port = port_on(shared, session)
+
+        async def many() -> list[sandrail.ToolResult]:
+            made = [
+                request(port, "run_command", "op-1", call_id=f"a{n}", command=server.mark(mark))
+                for n in range(6)
+            ]
+            return list(await asyncio.gather(*(port.execute(r) for r in made)))
+
+        first = asyncio.run(many())
+        second = asyncio.run(many())  # another event loop, the same backend
+    assert server.truth().marked(mark) == 1
+    assert all(r.status in ("ok", "uncertain") for r in first + second)
+    assert all(r.status == "ok" and r.content["deduplicated"] for r in second)
+
+
+def test_item13_close_ends_the_backend_and_later_calls_are_not_sent(server: LocalE2B) -> None:
+    threads = set(threading.enumerate())
+    backend = E2BBackend(**server.sdk_options)
     sandbox_id = ensure(backend)
-    secret = "s3cr3t-value-for-cleanup"
-    missing = finished(backend, sandbox_id, "true", env={"TOKEN": secret}, cwd="/no/such/dir")
-    assert missing.state.status == "exited"
-    no_path = finished(
-        backend, sandbox_id, "echo hi", env={"TOKEN": secret, "PATH": "/nowhere"}, task=OTHER
-    )
-    assert no_path.stdout == "hi\n"  # echo is a builtin; the launcher's own tools still ran
-    for task in (TASK, OTHER):
-        folder = sdk.path(sandbox_id, f"/tmp/sandrail/tasks/{task}")
-        assert not (folder / "env").exists()
-        assert all(secret not in p.read_text(errors="replace") for p in folder.iterdir())
+    assert set(threading.enumerate()) - threads  # its loop's thread
+    backend.close()
+    assert not {t for t in set(threading.enumerate()) - threads if t.name == "sandrail-e2b"}
+    backend.close()  # idempotent
+    failed = failure(backend(Ensure(session_id=new_session(), owner_key="o1")))
+    assert failed.delivery is Delivery.NOT_SENT
+    assert "closed" in failed.detail
+    assert sandbox_id
 
 
-def test_c17_a_staged_request_whose_start_never_came_is_deleted_later(
-    sdk: StandInSDK, backend: E2BBackend
-) -> None:
+def test_item13_closing_during_a_wait_makes_it_maybe_sent(server: LocalE2B) -> None:
+    backend = E2BBackend(**server.sdk_options)
     sandbox_id = ensure(backend)
-    secret = "s3cr3t-value-staged"
-    sdk.faults.append(Fault(method="commands.run", kind="drop", word="start"))
-    with pytest.raises(EffectFailure):
-        start(backend, sandbox_id, "true", env={"TOKEN": secret})
-    inbox = sdk.path(sandbox_id, "/tmp/sandrail/inbox")
-    (staged,) = inbox.iterdir()  # the staged request, secret included, is still there
-    start(backend, sandbox_id, "true", env={"TOKEN": secret}, task=OTHER)
-    assert staged.exists()  # young: it may be a start still on its way
-    old = time.time() - 11 * 60
-    os.utime(staged, (old, old))
-    start(backend, sandbox_id, "true", env={"TOKEN": secret}, task="c" * 64)
-    assert not any(inbox.iterdir())
+    start(backend, sandbox_id, "sleep 300")
+
+    async def waiting() -> BaseException:
+        from sandrail.core._effects import Wait
+
+        task = asyncio.ensure_future(
+            backend(Wait(sandbox_id=sandbox_id, task_id=TASK, timeout_seconds=60))
+        )
+        await asyncio.sleep(0.3)
+        await backend.aclose()
+        try:
+            await task
+        except BaseException as exc:  # the failure is what the test inspects
+            return exc
+        raise AssertionError("the wait should fail")
+
+    failed = asyncio.run(waiting())
+    assert type(failed).__name__ == "EffectFailure"
+    assert "closed" in str(failed)
 
 
-def test_c18_stop_ends_processes_that_left_the_group_but_not_the_session(
-    sdk: StandInSDK, backend: E2BBackend
-) -> None:
-    sandbox_id = ensure(backend)
-    command = (
-        "python3 -c 'import subprocess, time; "
-        'p = subprocess.Popen(["sleep", "300"], process_group=0); '
-        'open("pids", "w").write(str(p.pid)); time.sleep(300)\''
-    )
-    start(backend, sandbox_id, command)
-    home = sdk.home(sandbox_id)
-    assert _eventually(lambda: (home / "pids").exists() and (home / "pids").read_text() != "")
-    pid = int((home / "pids").read_text())
-    assert _alive(pid)
-    run(backend(Cancel(sandbox_id=sandbox_id, task_id=TASK)))
-    assert _eventually(lambda: not _alive(pid))
+async def _open_and_close(server: LocalE2B) -> SandboxReady:
+    async with E2BBackend(**server.sdk_options) as backend:
+        ready = await backend(Ensure(session_id=new_session(), owner_key="o1"))
+    assert isinstance(ready, SandboxReady)
+    return ready
 
 
-def test_c18_a_stop_right_after_start_never_lets_the_command_finish(
-    sdk: StandInSDK, backend: E2BBackend
-) -> None:
-    sandbox_id = ensure(backend)
-    big = {f"V{i}": "x" * 60_000 for i in range(8)}  # a slow env load widens the race
-    for round_ in range(3):
-        task = f"{round_:064x}"
-        start(backend, sandbox_id, "sleep 1; echo ran", task=task, env=big)
-        run(backend(Cancel(sandbox_id=sandbox_id, task_id=task)))
-        state = wait(backend, sandbox_id, task)
-        assert (state.status, state.exit_code) == ("canceled", 143)
-        assert read(backend, sandbox_id, task).stdout == ""
+def test_item13_the_backend_is_an_async_context_manager(server: LocalE2B) -> None:
+    assert asyncio.run(_open_and_close(server)).sandbox_id
 
 
-def test_c2_a_command_that_wipes_the_ledger_cannot_make_a_retry_launch_twice(
-    sdk: StandInSDK, backend: E2BBackend
-) -> None:
-    """The review's scenario: op-1 launches, a later command deletes
-    /tmp/sandrail, op-1 is retried. The port remembers op-1 launched, so the
-    sandbox without its claim launches nothing and the retry is uncertain."""
-    port = _port(backend)
-    first = port.execute_sync(_request(port, "run_command", "op-1", command="echo x >> count"))
-    assert (first.status, first.content["deduplicated"]) == ("ok", False)
-    ledger = sdk.path(first.content["sandbox_id"], "/tmp/sandrail")
-    port.execute_sync(_request(port, "run_command", "op-2", command="rm -rf /tmp/sandrail"))
-    assert not (ledger / "tasks").exists()
-    for _ in range(2):  # the first retry may find the launcher gone and reinstall it
-        retry = port.execute_sync(_request(port, "run_command", "op-1", command="echo x >> count"))
-    assert retry.status == "uncertain"
-    assert retry.content["task_id"] == first.content["task_id"]
-    assert (sdk.home(first.content["sandbox_id"]) / "count").read_text() == "x\n"
+def test_item13_the_cli_closes_the_backend_and_exits_1_never_aborting() -> None:
+    """Item 13: with no server to reach, `sandrail run --backend e2b` printed
+    the error result and then died with SIGABRT (exit 134) in most runs: a
+    transport thread called back into an interpreter shutting down. Six runs
+    (each failed before the fix with probability about 0.8)."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    env = {
+        **os.environ,
+        "E2B_API_KEY": "e2b_" + "0" * 40,
+        "E2B_API_URL": f"http://127.0.0.1:{port}",
+        "E2B_SANDBOX_URL": f"http://127.0.0.1:{port}",
+        "E2B_CONNECTION_RETRIES": "0",
+    }
+    for _ in range(6):
+        done = subprocess.run(
+            [sys.executable, "-m", "sandrail", "run", "--backend", "e2b", "--", "true"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1, (done.returncode, done.stderr[-500:])
+        assert json.loads(done.stdout)["status"] == "error"

@@ -68,4 +68,5 @@ def test_live_run_retry_stop_and_read() -> None:
         timed = _call(port, session, "run_command", "k4", command="sleep 30", timeout=2)
         assert (timed.content["status"], timed.content["exit_code"]) == ("timed_out", 124)
     finally:
+        backend.close()
         _kill(first.content["sandbox_id"])

@@ -20,7 +20,14 @@ from ._admin import AdminError
 from ._faults import Fault, FaultKind, Route
 from ._isolation import IsolationError
 from ._serve import LocalE2B, serve
-from ._truth import GroundTruth, ProcessRecord, RequestRecord, SandboxRecord, SignalRecord
+from ._truth import (
+    GroundTruth,
+    MarkRecord,
+    ProcessRecord,
+    RequestRecord,
+    SandboxRecord,
+    SignalRecord,
+)
 
 __all__ = [
     "AdminError",
@@ -29,6 +36,7 @@ __all__ = [
     "GroundTruth",
     "IsolationError",
     "LocalE2B",
+    "MarkRecord",
     "ProcessRecord",
     "RequestRecord",
     "Route",

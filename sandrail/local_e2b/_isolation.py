@@ -46,6 +46,7 @@ __all__ = [
     "Isolation",
     "IsolationError",
     "IsolationMode",
+    "Mark",
     "SandboxRoot",
     "User",
     "detect_isolation",
@@ -182,6 +183,7 @@ class SandboxRoot:
             self._inside = {"user": (0, 0), "root": (0, 0)}
         self.anchor_pid = 0
         self.namespace: tuple[int, int] = (0, 0)
+        self.mark: Mark = (0, 0, 0, 0)
         self.root_fd = -1
         self._anchor_stdin = -1
         self._anchor_exit: asyncio.Future[Exit] | None = None
@@ -230,6 +232,8 @@ class SandboxRoot:
             raise IsolationError(f"the sandbox namespace failed: {said.decode(errors='replace')}")
         stat = os.stat(f"/proc/{pid}/ns/mnt")
         self.namespace = (stat.st_dev, stat.st_ino)
+        tmp = os.stat(self.directory / "tmp")
+        self.mark = (stat.st_dev, stat.st_ino, tmp.st_dev, tmp.st_ino)
         self.root_fd = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY)
 
     def argv(self, user: str, cwd: str, cmd: str, args: Sequence[str]) -> list[str]:
@@ -260,7 +264,7 @@ class SandboxRoot:
         """Kill every process in the sandbox, stop the anchor, remove the
         directories. Idempotent."""
         if self.namespace[1]:
-            kill_namespaces([self.namespace])
+            kill_namespaces([self.mark])
         if self._anchor_stdin >= 0:
             os.close(self._anchor_stdin)
             self._anchor_stdin = -1
@@ -299,6 +303,11 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+Mark = tuple[int, int, int, int]
+"""A sandbox's namespace, as ``kill_namespaces`` recognises it: the mount
+namespace's ``(st_dev, st_ino)`` and its ``/tmp``'s ``(st_dev, st_ino)``."""
+
+
 def processes_in_namespace(namespace: tuple[int, int]) -> Iterator[int]:
     """The pids of every process whose mount namespace is ``(st_dev, st_ino)``."""
     for name in os.listdir("/proc"):
@@ -312,21 +321,37 @@ def processes_in_namespace(namespace: tuple[int, int]) -> Iterator[int]:
             yield int(name)
 
 
-def kill_namespaces(namespaces: Sequence[tuple[int, int]], rounds: int = 20) -> None:
-    """SIGKILL every process in these mount namespaces, again and again until
-    none is left (a process forking as it is killed adds new ones)."""
-    wanted = set(namespaces)
+def _marked(pid: str, wanted: set[tuple[int, int]], marks: set[Mark]) -> bool:
+    try:
+        ns = os.stat(f"/proc/{pid}/ns/mnt")
+        if (ns.st_dev, ns.st_ino) not in wanted:
+            return False
+        tmp = os.stat(f"/proc/{pid}/root/tmp")
+    except OSError:
+        return False
+    return (ns.st_dev, ns.st_ino, tmp.st_dev, tmp.st_ino) in marks
+
+
+def kill_namespaces(marks: Sequence[Mark], rounds: int = 20) -> None:
+    """SIGKILL every process in these sandboxes' mount namespaces, again and
+    again until none is left (a process forking as it is killed adds new
+    ones).
+
+    Strategy: a namespace's inode number is reused once the namespace is
+    gone, by any new namespace on this machine (another server's sandbox,
+    say), so the namespace alone does not name a sandbox after its end: a
+    process is killed only if its ``/tmp`` is also the sandbox's own. A mark
+    naming the caller's own mount namespace is ignored."""
+    own = os.stat("/proc/self/ns/mnt")
+    # A sandbox never lives in this process's own namespace: a mark naming it
+    # is a mistake that would kill every process of this machine.
+    chosen = {mark for mark in marks if (mark[0], mark[1]) != (own.st_dev, own.st_ino)}
+    wanted = {(mark[0], mark[1]) for mark in chosen}
     me = os.getpid()
     for _ in range(rounds):
         found = False
         for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == me:
-                continue
-            try:
-                stat = os.stat(f"/proc/{name}/ns/mnt")
-            except OSError:
-                continue
-            if (stat.st_dev, stat.st_ino) in wanted:
+            if name.isdigit() and int(name) != me and _marked(name, wanted, chosen):
                 found = True
                 _kill(int(name))
         if not found:

@@ -224,7 +224,7 @@ class Sandboxes:
         self._live[sandbox_id] = sandbox
         self._arm(sandbox)
         with (self._directory / "namespaces").open("a", encoding="utf-8") as namespaces:
-            namespaces.write(f"{root.namespace[0]} {root.namespace[1]}\n")
+            namespaces.write(" ".join(map(str, root.mark)) + "\n")
         self._truth.write(
             "sandbox_created",
             sandbox_id=sandbox_id,

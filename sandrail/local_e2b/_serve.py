@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -28,7 +29,7 @@ from typing import Any
 
 from ._admin import admin_call
 from ._faults import Fault, Listener
-from ._isolation import IsolationError, kill_namespaces
+from ._isolation import IsolationError, Mark, kill_namespaces
 from ._truth import GroundTruth, load_truth
 
 __all__ = ["LocalE2B", "serve"]
@@ -52,6 +53,7 @@ class LocalE2B:
         self.api_key: str = info["api_key"]
         self.isolation: str = info["isolation"]
         self.mode: str = info["mode"]
+        self.mark_port: int = info["mark_port"]
         self._state = Path(info["state_dir"])
 
     @property
@@ -77,6 +79,18 @@ class LocalE2B:
     def alive(self) -> bool:
         """Whether the server process still runs (a ``KILL_SERVER`` fault ends it)."""
         return self._process.poll() is None
+
+    def mark(self, text: str) -> str:
+        """Shell text (bash) that records the mark ``text`` in this server's
+        ground truth (``truth().marked(text)``) before it goes on: put it in
+        a command to count how many times that command really ran. ``text``
+        is 1 to 200 of ``A-Za-z0-9_.:-``."""
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", text):
+            raise ValueError("a mark is 1 to 200 of A-Za-z0-9_.:-")
+        return (
+            f"(exec 3<>/dev/tcp/127.0.0.1/{self.mark_port}; "
+            f"printf '%s\\n' {text} >&3; read -r _ <&3)"
+        )
 
     def truth(self) -> GroundTruth:
         """Everything the server has done so far: sandboxes, processes
@@ -132,13 +146,18 @@ class LocalE2B:
 
 
 def _sweep(state: Path) -> None:
-    """Kill whatever is left in the namespaces the server recorded."""
+    """Kill whatever is left in the sandboxes the server recorded."""
     try:
         lines = (state / "sandboxes" / "namespaces").read_text(encoding="utf-8").splitlines()
     except OSError:
         return
-    namespaces = [(int(dev), int(ino)) for dev, ino in (line.split() for line in lines if line)]
-    kill_namespaces(namespaces)
+    marks: list[Mark] = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 4 and all(field.isdigit() for field in fields):
+            dev, ino, tmp_dev, tmp_ino = map(int, fields)
+            marks.append((dev, ino, tmp_dev, tmp_ino))
+    kill_namespaces(marks)
 
 
 def _ready_line(process: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import secrets
 import signal
 from collections.abc import Callable, Iterator
@@ -68,6 +69,7 @@ class ServerInfo:
     isolation: str
     mode: str
     state_dir: str
+    mark_port: int
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -101,6 +103,31 @@ async def _start_uvicorn(app: Any, path: Path) -> tuple[_Uvicorn, asyncio.Task[N
         task.cancel()
         raise RuntimeError(f"uvicorn did not start on {path}")
     return server, task
+
+
+_MARK = re.compile(rb"[A-Za-z0-9_.:-]{1,200}")
+
+
+async def _serve_marks(truth: TruthLog) -> asyncio.Server:
+    """A loopback listener that records one line per connection as a
+    ``mark`` event, then answers ``ok``: ground truth a command writes
+    outside its sandbox (``LocalE2B.mark``), so nothing it or a later command
+    does to the sandbox's files can take it back."""
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await asyncio.wait_for(reader.readline(), 5)
+            text = line.rstrip(b"\n")
+            if _MARK.fullmatch(text):
+                truth.write("mark", text=text.decode("ascii"))
+                writer.write(b"ok\n")
+                await writer.drain()
+        except (TimeoutError, OSError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(one, "127.0.0.1", 0, limit=1024)
 
 
 async def run_server(
@@ -167,6 +194,7 @@ async def run_server(
         return {}
 
     admin_server = await serve_admin(state / "admin.sock", admin)
+    marks = await _serve_marks(truth)
     stop = asyncio.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(number, stop.set)
@@ -190,6 +218,7 @@ async def run_server(
             isolation=isolation.description,
             mode=isolation.mode.value,
             state_dir=str(state),
+            mark_port=marks.sockets[0].getsockname()[1],
         )
     )
     try:
@@ -198,6 +227,7 @@ async def run_server(
         for number in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(number)
         admin_server.close()
+        marks.close()
         for proxy in proxies.values():
             await proxy.close()
         await sandboxes.end_all("server_stopped")

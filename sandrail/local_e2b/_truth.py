@@ -5,7 +5,8 @@ directory (flushed line by line), so the record survives even a server that
 was killed mid-stream. :func:`load_truth` folds the events into records.
 
 Events: ``sandbox_created``, ``sandbox_ended``, ``process_started``,
-``process_signalled``, ``process_ended`` and ``request``.
+``process_signalled``, ``process_ended``, ``request`` and ``mark`` (a line a
+command sent to the server's mark listener: see ``LocalE2B.mark``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import attrs
 
 __all__ = [
     "GroundTruth",
+    "MarkRecord",
     "ProcessRecord",
     "RequestRecord",
     "SandboxRecord",
@@ -102,12 +104,26 @@ class RequestRecord:
 
 
 @attrs.frozen(kw_only=True)
+class MarkRecord:
+    """One line a process sent to the mark listener (``LocalE2B.mark``): it
+    ran, whatever later happened to the files of its sandbox."""
+
+    text: str
+    at: float
+
+
+@attrs.frozen(kw_only=True)
 class GroundTruth:
     """Everything the server recorded, oldest first."""
 
     sandboxes: tuple[SandboxRecord, ...]
     processes: tuple[ProcessRecord, ...]
     requests: tuple[RequestRecord, ...]
+    marks: tuple[MarkRecord, ...] = ()
+
+    def marked(self, text: str) -> int:
+        """How many times a process sent the mark ``text``."""
+        return sum(1 for record in self.marks if record.text == text)
 
     def sandbox(self, sandbox_id: str) -> SandboxRecord:
         """The record of ``sandbox_id``; ``KeyError`` if it was never created."""
@@ -151,6 +167,7 @@ def load_truth(path: Path) -> GroundTruth:
     processes: dict[tuple[str, int, float], ProcessRecord] = {}
     live: dict[tuple[str, int], tuple[str, int, float]] = {}
     requests: list[RequestRecord] = []
+    marks: list[MarkRecord] = []
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -184,8 +201,11 @@ def load_truth(path: Path) -> GroundTruth:
                 )
         elif kind == "request":
             requests.append(RequestRecord(at=at, **event))
+        elif kind == "mark":
+            marks.append(MarkRecord(at=at, text=event["text"]))
     return GroundTruth(
         sandboxes=tuple(sandboxes.values()),
         processes=tuple(processes.values()),
         requests=tuple(requests),
+        marks=tuple(marks),
     )
