@@ -368,6 +368,13 @@ class Simulator:
         with self._lock:
             self._sandboxes[sandbox_id].wipe_ledger()
 
+    def kill_sandbox(self, sandbox_id: str) -> None:
+        """The provider kills ``sandbox_id``: its running tasks end with status
+        ``unknown`` and every later effect on it fails (as under
+        ``SANDBOX_DIES``). ``KeyError`` for a sandbox that never existed."""
+        with self._lock:
+            self._sandboxes[sandbox_id].die(self.clock)
+
     def _strike(self, effect: SandboxEffect, fault: Fault) -> Outcome:
         after = fault.when == "after"
         harness = self.harness

@@ -32,7 +32,13 @@ from sandrail.core._definitions import (
     definitions_equal,
     resolve_language,
 )
-from tests.strategies import Raising, UnreadableDict, foreground_timeouts, junk, tool_definitions
+from sandrail.testing.strategies import (
+    Raising,
+    UnreadableDict,
+    foreground_timeouts,
+    junk,
+    tool_definitions,
+)
 
 
 def _leaf_paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:

@@ -19,6 +19,9 @@ import attrs
 
 from sandrail.core import (
     BudgetError,
+    Cancel,
+    CancelRequested,
+    CommandState,
     Delivery,
     Effect,
     EffectFailure,
@@ -218,6 +221,38 @@ def _mask_per_page() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _stop_without_cancel() -> Iterator[None]:
+    """(j) Report a stop as done without sending the Cancel."""
+    real = programs._owned_command
+
+    def pretend(effect: Effect) -> tuple[bool, Any]:
+        if isinstance(effect, Cancel):
+            return True, CancelRequested(state=CommandState(status="canceled", exit_code=143))
+        return False, None
+
+    def owned_command(call: Any) -> _Program:
+        return _proxy(real(call), pretend, _nothing_more)
+
+    with mock.patch.object(programs, "_owned_command", owned_command):
+        yield
+
+
+@contextlib.contextmanager
+def _uncertain_after_dispatch() -> Iterator[None]:
+    """(k) Answer uncertain whenever anything was dispatched: keeps every
+    contract line, and tells the harness nothing."""
+    real = call_module._Call.finish
+
+    def finish(self: Any, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
+        if self.phase is Phase.AFTER_DISPATCH:
+            return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)  # type: ignore[no-any-return]
+        return (yield from real(self, result))
+
+    with mock.patch.object(call_module._Call, "finish", finish):
+        yield
+
+
+@contextlib.contextmanager
 def _ignore_fence() -> Iterator[None]:
     """(e) Send every Start without its execution fence."""
 
@@ -308,5 +343,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "read or stop any task id, another session's included",
         "C4",
         _skip_ownership,
+    ),
+    Mutant(
+        "stop_without_cancel",
+        "a stop reports the command canceled without sending the Cancel",
+        "C18",
+        _stop_without_cancel,
+    ),
+    Mutant(
+        "uncertain_after_dispatch",
+        "every call that dispatched anything answers uncertain, retries included",
+        "decisive",
+        _uncertain_after_dispatch,
     ),
 )

@@ -1,0 +1,770 @@
+"""A world under test: a backend, its ground truth, the ports on it, and a
+record of every call they made and every effect each call caused.
+
+Strategy: the ports a :class:`World` builds are ordinary ports whose
+``execute`` also opens a :class:`CallRecord` (in a context variable), and
+whose backend is the world's *tap*: every sandbox effect passes through it,
+so it can attribute each effect, each fault that fired and each real launch
+(read from the ground truth before and after the effect) to the call that
+caused it, even when two calls interleave on one event loop. Requests held
+for late delivery arrive only through :meth:`World.deliver_held` (or at the
+next effect, if asked), which attributes a late launch to the call whose
+request was held. The judge (:mod:`._judge`) reads these records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import inspect
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+import sandrail
+from sandrail import ToolPort, ToolRequest, ToolResult
+from sandrail.core import (
+    Cancel,
+    Delivery,
+    Effect,
+    EffectFailure,
+    Ensure,
+    NativeIdentity,
+    NativeOwner,
+    OwnedCommand,
+    Publish,
+    SandboxEffect,
+    Start,
+    Started,
+    StartRefused,
+    launch_digest,
+    plain_arguments,
+)
+from sandrail.interpreters._cancel import CancelToken
+from sandrail.interpreters.replay import Recorder
+from sandrail.interpreters.simulator import (
+    Fault,
+    FaultPlan,
+    Script,
+    SimulatedHarness,
+    Simulator,
+)
+
+from ._faults import FaultyBackend
+from ._truth import GroundTruth, Target
+
+__all__ = [
+    "AGENT",
+    "LAUNCH_TOOLS",
+    "SCOPE",
+    "SESSION",
+    "CallRecord",
+    "Mode",
+    "World",
+    "native_identity",
+]
+
+Mode = Literal["agent", "native"]
+LateDelivery = Literal["manual", "next_effect"]
+
+SESSION = "session-1"
+AGENT = "agent-1"
+SCOPE: Mapping[str, Any] = {"tenant": "acme", "project": "rails"}
+LAUNCH_TOOLS = frozenset({"run_command", "run_code", "sandbox_run_code"})
+OWNED_TOOLS = frozenset({"read_command_output", "stop_command"})
+_SIDE_EFFECTS = (Ensure, Publish, Start, Cancel)
+
+_CURRENT: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
+    "sandrail_testing_call", default=None
+)
+_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("sandrail_testing_label", default="")
+_BATCH: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sandrail_testing_batch", default=False
+)
+
+
+def native_identity(*, fence: int = 1, scope: Mapping[str, Any] = SCOPE) -> NativeIdentity:
+    """The native identity the kit's helpers send (one run, one turn, ``fence``)."""
+    return NativeIdentity(
+        scope=scope,
+        run_id="run-1",
+        turn_id="turn-1",
+        build_id="build-1",
+        task_chain_id="chain-1",
+        parent_run_id=None,
+        execution_fence=fence,
+    )
+
+
+@attrs.define(eq=False)
+class CallRecord:
+    """One tool call and everything the world saw it cause.
+
+    ``effects`` are the sandbox effects it sent with what each gave (an
+    outcome or the :class:`EffectFailure` raised); ``faults`` the faults
+    that struck them; ``launched`` the real launches it caused, per task id
+    (late deliveries of its held requests included). ``aborted``,
+    ``drifted`` and ``authority_lost`` are what the world's simulated harness
+    did to this call (a fault plan flips them).
+    """
+
+    number: int
+    label: str
+    session_id: str
+    owner: sandrail.AgentOwner | sandrail.NativeOwner
+    request: ToolRequest
+    budget: int
+    governed: bool
+    task: str | None
+    """Launch tools: the task id the key derives; read/stop: the task asked for."""
+    fence: int | None
+    conflict: bool = False
+    """A launch whose task the sandbox already holds with other arguments (C3)."""
+    foreign: bool = False
+    """A read or stop of a task this session's keys never derive (C4)."""
+    oversized: bool = False
+    """The identity alone cannot fit the budget (C14)."""
+    concurrent: bool = False
+    effects: list[tuple[SandboxEffect, object]] = attrs.Factory(list)
+    faults: list[Fault] = attrs.Factory(list)
+    launched: Counter[str] = attrs.Factory(Counter)
+    result: ToolResult | None = None
+    aborted: bool = False
+    drifted: bool = False
+    authority_lost: bool = False
+
+    @property
+    def tool(self) -> str:
+        return self.request.call.name
+
+    @property
+    def key(self) -> str:
+        return self.request.operation_key
+
+    @property
+    def status(self) -> str | None:
+        return None if self.result is None else self.result.status
+
+    @property
+    def dispatched(self) -> bool:
+        """Whether a side-effect request of this call may have reached the sandbox."""
+        return any(
+            isinstance(effect, _SIDE_EFFECTS)
+            and not (isinstance(answer, EffectFailure) and answer.delivery is Delivery.NOT_SENT)
+            for effect, answer in self.effects
+        )
+
+
+class _EitherToken:
+    """The harness's own cancel token and the world's, as one: fired when
+    either is (the world's fires under an ``ABORT`` fault)."""
+
+    def __init__(self, shared: CancelToken, own: Any) -> None:
+        self._shared = shared
+        self._own = own
+
+    @property
+    def cancelled(self) -> bool:
+        own = self._own
+        return self._shared.cancelled or (own is not None and bool(own.cancelled))
+
+    def add_callback(self, callback: Callable[[], object]) -> Callable[[], None]:
+        removers = [self._shared.add_callback(callback)]
+        add = getattr(self._own, "add_callback", None)
+        if callable(add):
+            removers.append(add(callback))
+
+        def remove() -> None:
+            for remover in removers:
+                remover()
+
+        return remove
+
+
+class WatchedPort(ToolPort):
+    """A port whose calls its :class:`World` records (built by
+    :meth:`World.command_tools` / :meth:`World.code_tools`; otherwise an
+    ordinary :class:`~sandrail.ToolPort`)."""
+
+    _world: World
+
+    def execute_sync(self, request: ToolRequest) -> ToolResult:
+        with self._world._watching(self, request) as record:
+            result = super().execute_sync(record.request)
+            record.result = result
+        return result
+
+    async def execute(self, request: ToolRequest) -> ToolResult:
+        current = _CURRENT.get()
+        if current is not None and current.request is request:
+            # execute_sync running this call on its own loop: already watched.
+            return await super().execute(request)
+        with self._world._watching(self, request) as record:
+            result = await super().execute(record.request)
+            record.result = result
+        return result
+
+
+class World:
+    """A backend under ``plan``, the ports on it, and the ground truth per call.
+
+    Build one with :meth:`simulated` (the in-memory simulator, faults struck
+    by the simulator itself) or :meth:`on` (any :class:`Target`, faults
+    struck in front of its backend by a
+    :class:`~sandrail.testing.FaultyBackend`). Then make ports with
+    :meth:`command_tools` / :meth:`code_tools`, call them as a harness does
+    (``port.execute_sync(request)``, or :meth:`call`), and ask the judge:
+    :meth:`violations` or :meth:`assert_contract`.
+
+    ``deliver_at``: numbers (from 1) of sandbox effects before which every
+    held request is delivered, as if it arrived just then.
+    ``late_delivery``: ``"manual"`` (held requests arrive only on
+    :meth:`deliver_held`, and before the judge judges) or ``"next_effect"``
+    (also just before the next effect anyone sends). With ``record_dir``,
+    every port records its session into a cassette there.
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: Any,
+        truth: GroundTruth,
+        harness: SimulatedHarness,
+        simulator: Simulator | None = None,
+        target: Target | None = None,
+        deliver_at: frozenset[int] = frozenset(),
+        late_delivery: LateDelivery = "manual",
+        record_dir: Path | None = None,
+        secrets: Sequence[str] = (),
+    ) -> None:
+        self.backend = backend
+        """What the tap forwards to: the simulator, or a FaultyBackend."""
+        self.truth = truth
+        self.harness = harness
+        self.sim = simulator
+        """The simulator, for a world made by :meth:`simulated` (else ``None``)."""
+        self.target = target
+        self.deliver_at = deliver_at
+        self.late_delivery: LateDelivery = late_delivery
+        self.record_dir = record_dir
+        self.secrets = tuple(secrets)
+        """Values that must never appear in a result or recording (C17)."""
+        self.calls: list[CallRecord] = []
+        self.claims: dict[str, str] = {}
+        """Task id -> the launch digest it was first launched with."""
+        self.fence_marks: dict[str, int] = {}
+        """Sandbox -> the highest request fence among Starts that reached it."""
+        self.stale_launches: list[tuple[CallRecord | None, int, int]] = []
+        """Launches whose request fence was below the sandbox's mark (C10)."""
+        self.keys: dict[str, set[str]] = {}
+        """Session -> operation keys its launches used."""
+        self.durable: dict[tuple[str, str], OwnedCommand] = {}
+        """The harness's durable ownership record, by (session, task id), for
+        ports made with ``durable_ownership=True``: shared by the command and
+        code ports of a session and kept across :meth:`restart`."""
+        self.recordings: list[Path] = []
+        self._recorders: list[Recorder] = []
+        self._owner_of: dict[int, CallRecord | None] = {}
+        self._seen = 0
+        self._applied = getattr(truth, "applied", None)
+
+    # -- construction --------------------------------------------------------------
+
+    @classmethod
+    def simulated(
+        cls,
+        plan: FaultPlan | Sequence[Fault] | None = None,
+        *,
+        scripts: Mapping[str, Script] | None = None,
+        late_delivery: LateDelivery = "manual",
+        deliver_at: frozenset[int] = frozenset(),
+        record_dir: Path | None = None,
+        secrets: Sequence[str] = (),
+        **simulator_options: Any,
+    ) -> World:
+        """A world on a fresh :class:`Simulator` that strikes ``plan`` (a
+        :class:`FaultPlan` or a list of :class:`Fault`). ``scripts`` and the
+        other keyword arguments go to the simulator."""
+        harness = SimulatedHarness()
+        sim = Simulator(
+            scripts=scripts,
+            plan=_plan(plan),
+            harness=harness,
+            late_delivery="manual",
+            **simulator_options,
+        )
+        return cls(
+            backend=sim,
+            truth=sim,
+            harness=harness,
+            simulator=sim,
+            deliver_at=deliver_at,
+            late_delivery=late_delivery,
+            record_dir=record_dir,
+            secrets=secrets,
+        )
+
+    @classmethod
+    def on(
+        cls,
+        target: Target,
+        plan: FaultPlan | Sequence[Fault] | None = None,
+        *,
+        late_delivery: LateDelivery = "manual",
+        deliver_at: frozenset[int] = frozenset(),
+        record_dir: Path | None = None,
+        secrets: Sequence[str] = (),
+    ) -> World:
+        """A world on ``target``'s backend with ``plan`` struck in front of it."""
+        harness = SimulatedHarness()
+        faulty = FaultyBackend(target, _plan(plan), harness=harness, late_delivery="manual")
+        return cls(
+            backend=faulty,
+            truth=target.truth,
+            harness=harness,
+            target=target,
+            deliver_at=deliver_at,
+            late_delivery=late_delivery,
+            record_dir=record_dir,
+            secrets=secrets,
+        )
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the backend answers with awaitables (ports then run async)."""
+        return getattr(self.backend, "asynchronous", False) is True
+
+    # -- ports -------------------------------------------------------------------------
+
+    def command_tools(self, **options: Any) -> WatchedPort:
+        """A port with the command tools on this world (see :meth:`port`)."""
+        return self.port("command", **options)
+
+    def code_tools(self, **options: Any) -> WatchedPort:
+        """A port with the snippet tool on this world (see :meth:`port`)."""
+        return self.port("code", **options)
+
+    def port(
+        self,
+        tools: Literal["command", "code"] = "command",
+        *,
+        session_id: str = SESSION,
+        owner: sandrail.AgentOwner | sandrail.NativeOwner | Mode = "agent",
+        durable_ownership: bool = False,
+        interleave: bool = False,
+        **options: Any,
+    ) -> WatchedPort:
+        """A new port (a harness process) on this world, its calls recorded.
+
+        ``owner`` is an owner, or ``"agent"`` / ``"native"`` for the kit's
+        own (``agent-1``; or the scope :data:`SCOPE`). Every other keyword
+        goes to :func:`sandrail.command_tools` (``authorize``,
+        ``assert_authority``, ``max_output_bytes``, ...); ``authorize`` and
+        ``assert_authority`` default to allowing everything, and the world's
+        simulated harness is consulted as well, so that fault plans can take
+        authority away or change the request. With ``durable_ownership``, the
+        port keeps its ownership records in :attr:`durable` (as a harness with
+        a database would: shared by the session's ports, kept across
+        :meth:`restart`) unless ``resolve_owned_command`` is given.
+        ``interleave``: an asynchronous port whose effects yield to the event
+        loop first, so concurrent calls interleave effect by effect.
+        """
+        if owner == "agent":
+            owner = sandrail.AgentOwner(agent_id=AGENT)
+        elif owner == "native":
+            owner = sandrail.NativeOwner(scope=SCOPE)
+        assert not isinstance(owner, str)
+        harness = self.harness
+        authorize = options.pop("authorize", None)
+        assert_authority = options.pop("assert_authority", None)
+
+        def authorize_both(request: ToolRequest) -> Any:
+            decision = harness.authorize(request)
+            return decision if authorize is None else authorize(request)
+
+        def authority_both(request: ToolRequest) -> bool:
+            held = harness.assert_authority(request)
+            return held if assert_authority is None else (held and assert_authority(request))
+
+        if durable_ownership and "resolve_owned_command" not in options:
+            resolve, remember = self.durable_record(session_id)
+            options["resolve_owned_command"] = resolve
+            options.setdefault("remember_owned_command", remember)
+        backend: Any = _AsyncTap(self, interleave) if interleave or self.asynchronous else self._tap
+        recorder: Recorder | None = None
+        if self.record_dir is not None:
+            path = self.record_dir / f"port-{len(self.recordings) + 1}-{session_id}-{tools}.jsonl"
+            recorder = Recorder(backend, path, secrets=self.secrets)
+            self.recordings.append(path)
+            self._recorders.append(recorder)
+            backend = recorder
+        factory = sandrail.command_tools if tools == "command" else sandrail.code_tools
+        base = factory(
+            backend=backend,
+            session_id=session_id,
+            owner=owner,
+            authorize=authorize_both,
+            assert_authority=authority_both,
+            **options,
+        )
+        port = WatchedPort.__new__(WatchedPort)
+        port.__dict__.update(base.__dict__)
+        port._world = self
+        if recorder is not None:
+            recorder.attach(port)
+        return port
+
+    def durable_record(
+        self, session_id: str
+    ) -> tuple[
+        Callable[[ToolRequest, str], OwnedCommand | None],
+        Callable[[ToolRequest, OwnedCommand], None],
+    ]:
+        """``resolve_owned_command`` and ``remember_owned_command`` callbacks
+        backed by :attr:`durable` for ``session_id``."""
+
+        def resolve(request: ToolRequest, task: str) -> OwnedCommand | None:
+            return self.durable.get((session_id, task))
+
+        def remember(request: ToolRequest, owned: OwnedCommand) -> None:
+            self.durable[(session_id, owned.task_id)] = owned
+
+        return resolve, remember
+
+    # -- calls -----------------------------------------------------------------------
+
+    def request(
+        self,
+        port: ToolPort,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        key: str,
+        call_id: str | None = None,
+        fence: int = 1,
+    ) -> ToolRequest:
+        """A well-formed request for ``port``: its session, its owner's
+        identity (native: :func:`native_identity` with ``fence``)."""
+        owner = port.settings.owner
+        identity: sandrail.AgentIdentity | NativeIdentity = (
+            native_identity(fence=fence, scope=owner.scope)
+            if isinstance(owner, NativeOwner)
+            else sandrail.AgentIdentity(agent_id=owner.agent_id)
+        )
+        return ToolRequest(
+            call=sandrail.ToolCall(
+                name=tool,
+                call_id=call_id or f"call-{len(self.calls) + 1}",
+                arguments=dict(arguments or {}),
+            ),
+            operation_key=key,
+            session_id=port.settings.session_id,
+            definition=port.definition(tool),
+            identity=identity,
+        )
+
+    def call(
+        self,
+        port: ToolPort,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        key: str,
+        call_id: str | None = None,
+        fence: int = 1,
+        label: str = "",
+    ) -> ToolResult:
+        """Make one call on ``port`` (built by this world) and return its result."""
+        request = self.request(port, tool, arguments, key=key, call_id=call_id, fence=fence)
+        with self.labelled(label):
+            return port.execute_sync(request)
+
+    def call_concurrently(
+        self, port: ToolPort, requests: Sequence[ToolRequest], *, label: str = ""
+    ) -> list[ToolResult]:
+        """Run ``requests`` at once on ``port`` (an asynchronous one, e.g. made
+        with ``interleave=True``); their records are marked concurrent."""
+        self.harness.reset()
+        batch = _BATCH.set(True)
+
+        async def all_of() -> list[ToolResult]:
+            return list(await asyncio.gather(*(port.execute(request) for request in requests)))
+
+        try:
+            with self.labelled(label):
+                return asyncio.run(all_of())
+        finally:
+            _BATCH.reset(batch)
+
+    @contextlib.contextmanager
+    def labelled(self, label: str) -> Iterator[None]:
+        """Calls made inside the block carry ``label`` in their records."""
+        token = _LABEL.set(label)
+        try:
+            yield
+        finally:
+            _LABEL.reset(token)
+
+    @contextlib.contextmanager
+    def _watching(self, port: ToolPort, request: ToolRequest) -> Iterator[CallRecord]:
+        """Open the record of a call about to run on ``port``."""
+        concurrent = _BATCH.get()
+        if not concurrent:
+            self.harness.reset()
+        record = self._open(port, request, concurrent=concurrent)
+        token = _CURRENT.set(record)
+        try:
+            yield record
+        finally:
+            _CURRENT.reset(token)
+            self._observe_harness(record)
+
+    def _open(self, port: ToolPort, request: ToolRequest, *, concurrent: bool) -> CallRecord:
+        settings = port.settings
+        owner = settings.owner
+        session_id = settings.session_id
+        identity = request.identity
+        fence = identity.execution_fence if isinstance(identity, NativeIdentity) else None
+        watched = attrs.evolve(
+            request, cancel=_EitherToken(self.harness.cancel_token, request.cancel)
+        )
+        tool = request.call.name
+        arguments = plain_arguments(request.call.arguments) or {}
+        task: str | None = None
+        conflict = foreign = False
+        key = request.operation_key
+        if tool in LAUNCH_TOOLS and isinstance(key, str):
+            task = sandrail.task_id(session_id, owner, key)
+            self.keys.setdefault(session_id, set()).add(key)
+            claimed = self.claims.get(task)
+            conflict = claimed is not None and claimed != launch_digest(tool, arguments)
+        elif tool in OWNED_TOOLS:
+            asked = arguments.get("task_id")
+            task = asked if isinstance(asked, str) else None
+            owned = {sandrail.task_id(session_id, owner, k) for k in self.keys.get(session_id, ())}
+            foreign = task is not None and task not in owned
+        locator: dict[str, Any] = {} if identity is None else identity.locator()
+        locator |= {"session_id": session_id, "operation_key": key, "call_id": request.call.call_id}
+        try:
+            oversized = len(sandrail.canonical_json(locator)) > settings.max_output_bytes
+        except ValueError:
+            oversized = False
+        record = CallRecord(
+            number=len(self.calls) + 1,
+            label=_LABEL.get(),
+            session_id=session_id,
+            owner=owner,
+            request=watched,
+            budget=settings.max_output_bytes,
+            governed=request.result_governance is not None,
+            task=task,
+            fence=fence,
+            conflict=conflict,
+            foreign=foreign,
+            oversized=oversized,
+            concurrent=concurrent,
+        )
+        self.calls.append(record)
+        return record
+
+    def _observe_harness(self, record: CallRecord) -> None:
+        record.aborted = self.harness.cancel_token.cancelled
+        record.drifted = self.harness.drifted
+        record.authority_lost = not self.harness.authority_held
+
+    # -- world events --------------------------------------------------------------------
+
+    def deliver_held(self) -> None:
+        """Deliver every held request now, attributing late launches."""
+        held = list(getattr(self.backend, "held", ()))
+        if not held:
+            return
+        before = {
+            effect.task_id: self.truth.launches.get(effect.task_id, 0)
+            for effect in held
+            if isinstance(effect, Start)
+        }
+        start = len(self.backend.late_deliveries)
+        self.backend.deliver_held()
+        self._attribute_late(before, start)
+
+    async def _deliver_held_async(self) -> None:
+        held = list(getattr(self.backend, "held", ()))
+        if not held:
+            return
+        before = {
+            effect.task_id: self.truth.launches.get(effect.task_id, 0)
+            for effect in held
+            if isinstance(effect, Start)
+        }
+        start = len(self.backend.late_deliveries)
+        deliver = getattr(self.backend, "deliver_held_async", None)
+        if deliver is not None:
+            await deliver()
+        else:
+            self.backend.deliver_held()
+        self._attribute_late(before, start)
+
+    def _attribute_late(self, before: Mapping[str, int], start: int) -> None:
+        fresh = {task: self.truth.launches.get(task, 0) - count for task, count in before.items()}
+        for effect, result in self.backend.late_deliveries[start:]:
+            if not isinstance(effect, Start) or isinstance(result, EffectFailure):
+                continue
+            record = self._owner_of.get(id(effect))
+            launched = fresh.get(effect.task_id, 0) > 0 and (
+                not isinstance(result, Started) or result.first_launch
+            )
+            if launched:
+                fresh[effect.task_id] -= 1
+            self._applied_start(record, effect, launched=launched)
+
+    def restart(self) -> None:
+        """The harness restarts: a new backend that has not seen which starts
+        the old one sent (simulator worlds only; make new ports after this)."""
+        if self.sim is None:
+            raise TypeError("restart() needs a simulated world")
+        self.sim.forget_sent()
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` of virtual time pass (a world without a clock ignores it)."""
+        if self.sim is not None:
+            self.sim.advance(seconds)
+        elif self.target is not None and self.target.advance is not None:
+            self.target.advance(seconds)
+
+    def close(self) -> None:
+        """Close the cassettes being written and release the target."""
+        for recorder in self._recorders:
+            recorder.close()
+        self._recorders.clear()
+        if self.target is not None:
+            target, self.target = self.target, None
+            target.close()
+
+    def __enter__(self) -> World:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- ground truth helpers -----------------------------------------------------------
+
+    def task_of(self, port: ToolPort, key: str) -> str:
+        """The task id ``key`` derives on ``port`` (C1)."""
+        return sandrail.task_id(port.settings.session_id, port.settings.owner, key)
+
+    def launches_of(self, port: ToolPort, key: str) -> int:
+        """How many times the command of ``key`` on ``port`` really launched."""
+        return self.truth.launches.get(self.task_of(port, key), 0)
+
+    def violations(self, *, deliver_held: bool = True) -> list[Any]:
+        """Every contract line the calls so far broke (see :func:`judge`)."""
+        from ._judge import judge
+
+        return judge(self, deliver_held=deliver_held)
+
+    def assert_contract(self, *, deliver_held: bool = True) -> None:
+        """Raise :class:`ContractViolationError` listing every broken line, if any."""
+        from ._judge import ContractViolationError
+
+        found = self.violations(deliver_held=deliver_held)
+        if found:
+            raise ContractViolationError(found, self)
+
+    # -- the tap ---------------------------------------------------------------------
+
+    def _tap(self, effect: Effect) -> Any:
+        """Pass one sandbox effect on, attributing what it causes."""
+        self._seen += 1
+        if self._seen in self.deliver_at or self.late_delivery == "next_effect":
+            self.deliver_held()
+        mark = self._mark(effect)
+        answer: object
+        try:
+            answer = self.backend(effect)
+        except EffectFailure as failure:
+            answer = failure
+        return self._settle(effect, answer, mark)
+
+    def _mark(self, effect: Effect) -> tuple[int, int, int]:
+        fired = len(getattr(self.backend, "faults_fired", ()))
+        applied = -1 if self._applied is None else len(self._applied)
+        launches = self.truth.launches.get(effect.task_id, 0) if isinstance(effect, Start) else 0
+        return fired, applied, launches
+
+    def _settle(self, effect: Effect, answer: object, mark: tuple[int, int, int]) -> Any:
+        fired, applied, launches = mark
+        assert isinstance(effect, SandboxEffect)
+        record = _CURRENT.get()
+        self._owner_of[id(effect)] = record
+        if record is not None:
+            record.effects.append((effect, answer))
+            record.faults.extend(getattr(self.backend, "faults_fired", ())[fired:])
+        if isinstance(effect, Start):
+            if self._applied is not None:
+                reached = len(self._applied) > applied and effect in self._applied[applied:]
+            else:
+                reached = isinstance(answer, Started | StartRefused)
+            if reached:
+                launched = self.truth.launches.get(effect.task_id, 0) > launches
+                self._applied_start(record, effect, launched=launched)
+            elif self.truth.launches.get(effect.task_id, 0) > launches and record is not None:
+                record.launched[effect.task_id] += 1  # launched, though nobody saw it reach
+        if isinstance(answer, EffectFailure):
+            raise answer
+        return answer
+
+    def _applied_start(self, record: CallRecord | None, effect: Start, *, launched: bool) -> None:
+        # The fence the harness asked for (its request's), not the one the
+        # Start carried: a core that drops the fence must still be caught.
+        fence = effect.fence if record is None else record.fence
+        mark = self.fence_marks.get(effect.sandbox_id)
+        if launched:
+            if record is not None:
+                record.launched[effect.task_id] += 1
+            self.claims.setdefault(effect.task_id, effect.request_digest)
+            if fence is not None and mark is not None and fence < mark:
+                self.stale_launches.append((record, fence, mark))
+        if fence is not None and (mark is None or fence > mark):
+            self.fence_marks[effect.sandbox_id] = fence
+
+
+class _AsyncTap:
+    """The world's tap as an asynchronous backend; with ``interleave`` it
+    yields to the loop before each effect, so two calls in flight interleave
+    effect by effect."""
+
+    asynchronous = True
+
+    def __init__(self, world: World, interleave: bool) -> None:
+        self._world = world
+        self._interleave = interleave
+
+    async def __call__(self, effect: Effect) -> Any:
+        world = self._world
+        if self._interleave:
+            await asyncio.sleep(0)
+        world._seen += 1
+        if world._seen in world.deliver_at or world.late_delivery == "next_effect":
+            await world._deliver_held_async()
+        mark = world._mark(effect)
+        answer: object
+        try:
+            answer = world.backend(effect)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except EffectFailure as failure:
+            answer = failure
+        return world._settle(effect, answer, mark)
+
+
+def _plan(plan: FaultPlan | Sequence[Fault] | None) -> FaultPlan:
+    if plan is None:
+        return FaultPlan()
+    if isinstance(plan, FaultPlan):
+        return plan
+    return FaultPlan(tuple(plan))
