@@ -349,21 +349,31 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
 
     # Strategy (C2): once a Start of this task may have left, every later
     # Start expects the claim it would have made. The port records that
-    # before sending, so a lost answer, a crash or a command that wipes the
-    # sandbox's ledger can never turn a retry into a second launch: a sandbox
-    # that cannot show the claim, nor prove it never saw one, launches
-    # nothing (``claim_lost``).
+    # before sending, with the sandbox's ledger epoch at the time, so a lost
+    # answer, a crash or a command that wipes the sandbox's ledger can never
+    # turn a retry (or a late copy of the first start) into a second launch:
+    # a sandbox that cannot show the claim launches only if its ledger is
+    # still of that epoch (then it never held one), else nothing
+    # (``claim_lost``). The epoch travels in the durable record, so the proof
+    # survives a harness restart.
     try:
         known = yield ResolveOwned(task_id=wanted, for_launch=True)
     except EffectFailure:
         known = None
     expect_claim = isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched
+    if not expect_claim:
+        epoch = ready.ledger_epoch
+    elif isinstance(known, OwnedCommand) and known.sandbox_id == ready.sandbox_id:
+        epoch = known.ledger_epoch
+    else:
+        epoch = None  # the first start went to another sandbox: no proof here
     try:
         yield RememberOwned(
             task_id=wanted,
             operation_key=snap.operation_key,
             sandbox_id=ready.sandbox_id,
             launched=True,
+            ledger_epoch=epoch,
         )
     except EffectFailure:
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
@@ -379,6 +389,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
             timeout_seconds=timeout_seconds,
             fence=fence,
             expect_claim=expect_claim,
+            claim_epoch=epoch,
         )
     except EffectFailure as failure:
         return call.failed(failure, side_effect=True)

@@ -124,6 +124,13 @@ class SimSandbox:
     dead: bool = False
     ledger_epoch: int = 0
     """Changes whenever the ledger is lost (:meth:`wipe_ledger`)."""
+
+    @property
+    def epoch_token(self) -> str:
+        """The ledger epoch as the sandbox reports it (``SandboxReady``):
+        opaque, and never equal to another sandbox's."""
+        return f"{self.sandbox_id}/ledger-{self.ledger_epoch}"
+
     lost: list[SimTask] = attrs.field(factory=list)
     """Tasks whose claims a lost ledger took with it; they run on."""
 

@@ -27,10 +27,15 @@ Semantics
   ``Published`` again, other source is ``StartRefused("publish_conflict")``.
 - **Start** checks the fence first (C10): a fence below the highest seen in
   the sandbox is ``StartRefused("stale_fence")``; otherwise it becomes the
-  highest (even when the claim then refuses). Then the claim (C2, C3): a new
-  task id launches (``launches[task_id] += 1``); a claimed one with the same
-  digest is ``Started(first_launch=False)`` with the first launch's state now;
-  another digest is ``StartRefused("conflict")``. Env values stay in the task:
+  highest (even when the claim then refuses). Then the claim (C2, C3): a
+  claimed task id with the same digest is ``Started(first_launch=False)``
+  with the first launch's state now; another digest is
+  ``StartRefused("conflict")``. An unclaimed one launches
+  (``launches[task_id] += 1``) when the sandbox can prove it never held its
+  claim: its ledger epoch is the start's ``claim_epoch`` or, without one,
+  the start expects no claim; otherwise ``StartRefused("claim_lost")``.
+  ``Ensure`` reports the ledger epoch, ``"<sandbox id>/ledger-<n>"``, where
+  ``n`` counts the times its ledger was wiped. Env values stay in the task:
   no outcome, detail or exception carries them (C17).
 - **Scripts.** A launch runs ``scripts[command]``; failing that, the
   ``scripts`` entry for the source of a file published in that sandbox whose
@@ -257,7 +262,6 @@ class Simulator:
         self._sandboxes: dict[str, SimSandbox] = {}
         self._sessions: dict[tuple[str, str], str] = {}
         self._ids = itertools.count(1)
-        self._first_sent: dict[tuple[str, str], int] = {}
         # One effect at a time: a port may be driven from several threads
         # (or event loops) at once, and the world must stay consistent.
         self._lock = threading.RLock()
@@ -339,28 +343,10 @@ class Simulator:
         name = type(effect).__name__
         fault = self.plan.lookup(name, self._received[name])
         self._received[name] += 1
-        box = self._sandboxes.get(effect.sandbox_id) if isinstance(effect, Start) else None
-        epoch = None if box is None else box.ledger_epoch
-        try:
-            if fault is None:
-                return self._apply(effect)
-            self.faults_fired.append(fault)
-            return self._strike(effect, fault)
-        finally:
-            if isinstance(effect, Start) and epoch is not None and not effect.expect_claim:
-                # The backend's memory (E2B's interpreter keeps the same): the
-                # ledger epoch as the first start of each task was sent, when
-                # it was the first as far as the harness knew (no claim
-                # expected). Noted after this start was handled, so it judges
-                # only earlier ones.
-                self._first_sent.setdefault((effect.sandbox_id, effect.task_id), epoch)
-
-    def forget_sent(self) -> None:
-        """Forget which starts were sent, as a restarted harness's new
-        backend does: a lost claim can then no longer be told from one that
-        was never made."""
-        with self._lock:
-            self._first_sent.clear()
+        if fault is None:
+            return self._apply(effect)
+        self.faults_fired.append(fault)
+        return self._strike(effect, fault)
 
     def wipe_ledger(self, sandbox_id: str) -> None:
         """A command deletes the task claims of ``sandbox_id``
@@ -490,7 +476,8 @@ class Simulator:
             sandbox_id = f"sbx-{next(self._ids)}"
             self._sessions[key] = sandbox_id
             self._sandboxes[sandbox_id] = SimSandbox(sandbox_id=sandbox_id)
-        return SandboxReady(sandbox_id=self._box(sandbox_id).sandbox_id)
+        box = self._box(sandbox_id)
+        return SandboxReady(sandbox_id=box.sandbox_id, ledger_epoch=box.epoch_token)
 
     def _publish(self, effect: Publish) -> Published | StartRefused:
         box = self._box(effect.sandbox_id)
@@ -512,7 +499,7 @@ class Simulator:
             if task.request.request_digest != effect.request_digest:
                 return StartRefused(reason="conflict")
             return Started(task_id=effect.task_id, first_launch=False, state=task.state(self.clock))
-        if effect.expect_claim and not self._never_claimed(box, effect.task_id):
+        if not self._never_claimed(box, effect):
             return StartRefused(reason="claim_lost")
         task = SimTask(
             request=effect, script=self._script_for(box, effect.command), started_at=self.clock
@@ -521,12 +508,14 @@ class Simulator:
         self._launches[effect.task_id] += 1
         return Started(task_id=effect.task_id, first_launch=True, state=task.state(self.clock))
 
-    def _never_claimed(self, box: SimSandbox, task_id: str) -> bool:
-        """Whether the sandbox can prove it never held a claim of ``task_id``:
-        its ledger is the one it had when this backend sent the task's first
-        start (one sent expecting no claim), so any claim made since would
-        still be there."""
-        return self._first_sent.get((box.sandbox_id, task_id)) == box.ledger_epoch
+    def _never_claimed(self, box: SimSandbox, effect: Start) -> bool:
+        """Whether the sandbox, holding no claim of the task, can prove it
+        never held one: its ledger is still of the epoch the task's first
+        start was sent under (any claim made since would still be there), or,
+        without an epoch, no start of the task may have left before."""
+        if effect.claim_epoch is not None:
+            return effect.claim_epoch == box.epoch_token
+        return not effect.expect_claim
 
     def _script_for(self, box: SimSandbox, command: str) -> Script:
         script = self.scripts.get(command)

@@ -417,11 +417,17 @@ class _Call:
         if isinstance(effect, RememberOwned):
             with port._ledger_lock:
                 known = port._ledger.get(effect.task_id)
+                epoch = effect.ledger_epoch
+                if known and known.launched and known.sandbox_id == effect.sandbox_id:
+                    # The epoch of the first start that may have left: a
+                    # concurrent call of the same key must not replace it.
+                    epoch = known.ledger_epoch
                 record = OwnedCommand(
                     task_id=effect.task_id,
                     operation_key=effect.operation_key,
                     sandbox_id=effect.sandbox_id,
                     launched=effect.launched or (known is not None and known.launched),
+                    ledger_epoch=epoch,
                 )
                 if known != record:
                     port._ledger[effect.task_id] = record

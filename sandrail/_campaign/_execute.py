@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 import sandrail
-from sandrail.interpreters.simulator import FaultPlan
+from sandrail.interpreters.simulator import FaultKind, FaultPlan
 from sandrail.testing._commands import SCRIPTS, SECRET
 from sandrail.testing._judge import Violation, judge
 from sandrail.testing._truth import Target
@@ -86,10 +86,9 @@ class _Ports:
         return self._ports[name]
 
     def restart(self) -> None:
-        """The harness restarts: new ports, and a new backend that has not
-        seen which starts the old one sent."""
+        """The harness restarts: new ports with empty in-memory ledgers (the
+        durable ownership records stay, as a database would)."""
         self._ports.clear()
-        self.world.restart()
 
 
 def _arguments(world: World, step: Step, port: sandrail.ToolPort) -> dict[str, Any]:
@@ -116,17 +115,25 @@ def _last_cursors(world: World, task: str) -> tuple[int, int] | None:
 
 
 def _reconcile(
-    world: World, port: sandrail.ToolPort, step: Step, struck: CallRecord, workload: str
+    world: World,
+    port: sandrail.ToolPort,
+    step: Step,
+    struck: CallRecord,
+    workload: str,
+    *,
+    wiped: bool,
 ) -> Retry:
     """Retry the call ``struck`` records with the same key, as the harness
-    first made it (a fault may have changed the request object in place)."""
+    first made it (a fault may have changed the request object in place).
+    After the workload's own ledger wipe the retry counts as one after a
+    wiped ledger, whatever fault struck: the wipe destroyed the evidence."""
     again = world.request(
         port, step.tool, _arguments(world, step, port), key=step.key, fence=step.fence
     )
     with world.labelled("reconcile"):
         retried = port.execute_sync(again)
     return Retry(
-        kind=struck.faults[0].kind.value,
+        kind=FaultKind.LEDGER_WIPED.value if wiped else struck.faults[0].kind.value,
         step=f"{workload} · {step.label}",
         status=retried.status,
         error_type=retried.content.get("error_type"),
@@ -138,7 +145,7 @@ def _execute(
 ) -> list[Retry]:
     ports = _Ports(world, mode)
     retries: list[Retry] = []
-    struck = False
+    struck = wiped = False
     for step in steps:
         if step.action == "deliver":
             world.deliver_held()
@@ -146,6 +153,9 @@ def _execute(
             ports.restart()
         elif step.action == "advance":
             world.advance(step.seconds)
+        elif step.action == "wipe":
+            world.wipe_ledger(SESSION)
+            wiped = True
         elif step.action == "concurrent":
             duplicates = world.port(
                 owner=mode, interleave=True, durable_ownership=True, max_output_bytes=BUDGET
@@ -178,7 +188,7 @@ def _execute(
             if reconcile and not struck and record.faults:
                 struck = True
                 if result.status == "uncertain":
-                    retries.append(_reconcile(world, port, step, record, workload))
+                    retries.append(_reconcile(world, port, step, record, workload, wiped=wiped))
     return retries
 
 

@@ -27,7 +27,7 @@ __all__ = [
     "workloads",
 ]
 
-Action = Literal["call", "deliver", "restart", "advance", "concurrent"]
+Action = Literal["call", "deliver", "restart", "advance", "concurrent", "wipe"]
 PortName = Literal["command", "code", "foreign"]
 
 OVERSIZED_CALL_ID = "call-" + "x" * 1_600
@@ -42,7 +42,8 @@ def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
 class Step:
     """One action: a call (``tool`` with ``arguments`` under ``key`` on
     ``port``), or a world event (deliver held requests, restart the harness,
-    let time pass, two concurrent duplicates of a call).
+    let time pass, two concurrent duplicates of a call, a command deleting
+    the session sandbox's ledger of claims).
 
     ``task_of``: read/stop target the task of this key in session-1.
     """
@@ -174,6 +175,23 @@ def workloads(mode: Mode) -> tuple[Workload, ...]:
             ),
         ),
     ]
+    if mode == "agent":
+        # A start held in the network, its retry, then a command deletes the
+        # ledger before the held start arrives: the late start must not
+        # launch again (C2), and the next retry cannot tell (uncertain).
+        found.append(
+            Workload(
+                name="ledger wiped",
+                mode=mode,
+                steps=(
+                    _run("run_command", {"command": "echo once"}, "op-wipe", "launch"),
+                    _run("run_command", {"command": "echo once"}, "op-wipe", "retry"),
+                    Step(action="wipe", label="a command deletes the ledger"),
+                    deliver,
+                    _run("run_command", {"command": "echo once"}, "op-wipe", "after the wipe"),
+                ),
+            )
+        )
     if mode == "native":
         found.append(
             Workload(
@@ -262,8 +280,10 @@ def schedule_from(rng: random.Random, *, seed: int = 0) -> Schedule:
             steps.append(Step(action="restart", label=label))
         elif roll < 0.75:
             steps.append(Step(action="deliver", label=label))
-        elif roll < 0.80:
+        elif roll < 0.78:
             steps.append(Step(action="advance", label=label, seconds=rng.choice((1.0, 60.0))))
+        elif roll < 0.80:
+            steps.append(Step(action="wipe", label=label))
         elif roll < 0.90 or mode == "agent":
             command = rng.choice((BUILD, "echo hi"))
             steps.append(

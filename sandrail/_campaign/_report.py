@@ -39,9 +39,9 @@ UNREACHABLE: dict[tuple[str, str], str] = {
 
 UNCERTAIN_RETRY_CLASSES: Mapping[str, str] = {
     FaultKind.LEDGER_WIPED.value: (
-        "the task's claim, output and state were deleted: the sandbox cannot show the "
-        "first launch, nor prove it never happened (claim_lost), so the retry launches "
-        "nothing and says uncertain"
+        "the task's claim, output and state were deleted (by the fault, or by a command "
+        "in the workload): the sandbox cannot show the first launch, nor prove it never "
+        "happened (claim_lost), so the retry launches nothing and says uncertain"
     ),
     FaultKind.SANDBOX_DIES.value: (
         "the sandbox and everything the command did died with it: the retry cannot reach "

@@ -38,6 +38,7 @@ from sandrail.core import (
     OwnedCommand,
     Publish,
     SandboxEffect,
+    SandboxReady,
     Start,
     Started,
     StartRefused,
@@ -622,19 +623,33 @@ class World:
                 fresh[effect.task_id] -= 1
             self._applied_start(record, effect, launched=launched)
 
-    def restart(self) -> None:
-        """The harness restarts: a new backend that has not seen which starts
-        the old one sent (simulator worlds only; make new ports after this)."""
-        if self.sim is None:
-            raise TypeError("restart() needs a simulated world")
-        self.sim.forget_sent()
-
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` of virtual time pass (a world without a clock ignores it)."""
         if self.sim is not None:
             self.sim.advance(seconds)
         elif self.target is not None and self.target.advance is not None:
             self.target.advance(seconds)
+
+    def sandbox_of(self, session_id: str = SESSION) -> str | None:
+        """The sandbox the calls of ``session_id`` were last told they use."""
+        for record in reversed(self.calls):
+            if record.session_id != session_id:
+                continue
+            for _, answer in reversed(record.effects):
+                if isinstance(answer, SandboxReady):
+                    return answer.sandbox_id
+        return None
+
+    def wipe_ledger(self, session_id: str = SESSION) -> None:
+        """A command deletes the task claims of ``session_id``'s sandbox (if
+        it has one yet, and the world can do that)."""
+        sandbox_id = self.sandbox_of(session_id)
+        if sandbox_id is None:
+            return
+        if self.sim is not None:
+            self.sim.wipe_ledger(sandbox_id)
+        elif self.target is not None and self.target.wipe_ledger is not None:
+            self.target.wipe_ledger(sandbox_id)
 
     def close(self) -> None:
         """Close the cassettes being written and release the target."""
