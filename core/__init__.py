@@ -127,7 +127,14 @@ from ._results import (
     error_result,
 )
 from ._rules import launch_digest
-from ._snapshot import PortSettings, owner_key, plain_arguments, request_digest, snapshot_request
+from ._snapshot import (
+    PortSettings,
+    owner_key,
+    plain_arguments,
+    request_digest,
+    snapshot_request,
+    unchanged,
+)
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [
@@ -253,5 +260,6 @@ __all__ = [
     "snapshot_request",
     "task_id",
     "tool_program",
+    "unchanged",
     "widen",
 ]

@@ -107,12 +107,13 @@ say) wins over the fault's own failure.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Literal, assert_never
+from typing import Any, Literal, assert_never
 
 from sandrail.core._effects import (
     Allow,
@@ -166,6 +167,8 @@ __all__ = [
 ]
 
 _SNIPPET_MODE = 0o600
+_emulated = functools.lru_cache(maxsize=512)(emulate)
+""":func:`emulate`, remembered: a script is a plain value of its command."""
 _MIN_READ_BYTES = 4  # one UTF-8 character always fits
 _UNKNOWN = CommandState(status="unknown")
 
@@ -325,17 +328,18 @@ class Simulator:
 
         Raises :class:`TypeError` for harness effects and non-effects.
         """
-        if isinstance(
-            effect, Authorize | CheckAuthority | ResolveOwned | RememberOwned | WriteArtifact
-        ):
-            raise TypeError(f"{type(effect).__name__} is a harness effect: the port answers it")
-        if not isinstance(effect, Inspect | Ensure | Publish | Start | Wait | Read | Cancel):
-            raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
+        if type(effect) not in _APPLY:
+            if isinstance(
+                effect, Authorize | CheckAuthority | ResolveOwned | RememberOwned | WriteArtifact
+            ):
+                raise TypeError(f"{type(effect).__name__} is a harness effect: the port answers it")
+            if not isinstance(effect, Inspect | Ensure | Publish | Start | Wait | Read | Cancel):
+                raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
         with self._lock:
-            return self._receive(effect)
+            return self._receive(effect)  # type: ignore[arg-type]
 
     def _receive(self, effect: SandboxEffect) -> Outcome:
-        if self.late_delivery == "next_effect":
+        if self.held and self.late_delivery == "next_effect":
             self._deliver_held()
         self.effects_seen.append(effect)
         if not isinstance(effect, Wait):
@@ -433,24 +437,10 @@ class Simulator:
 
     def _apply(self, effect: SandboxEffect) -> Outcome:
         """Do what ``effect`` asks, now; record it as applied."""
-        outcome: Outcome
-        match effect:
-            case Inspect():
-                outcome = self._inspect(effect)
-            case Ensure():
-                outcome = self._ensure(effect)
-            case Publish():
-                outcome = self._publish(effect)
-            case Start():
-                outcome = self._start(effect)
-            case Wait():
-                outcome = self._wait(effect)
-            case Read():
-                outcome = self._read(effect)
-            case Cancel():
-                outcome = self._cancel(effect)
-            case _:  # pragma: no cover
-                assert_never(effect)
+        apply = _APPLY.get(type(effect))
+        if apply is None:  # a subclass of an effect
+            apply = next(method for kind, method in _APPLY.items() if isinstance(effect, kind))
+        outcome: Outcome = apply(self, effect)
         self.applied.append(effect)
         return outcome
 
@@ -524,7 +514,11 @@ class Simulator:
         for path, file in box.files.items():
             if path in command and file.source in self.scripts:
                 return self.scripts[file.source]
-        return self.default if isinstance(self.default, Script) else self.default(command)
+        if isinstance(self.default, Script):
+            return self.default
+        if self.default is emulate:
+            return _emulated(command)
+        return self.default(command)
 
     def _task(self, sandbox_id: str, task_id: str) -> SimTask | None:
         return self._box(sandbox_id).tasks.get(task_id)
@@ -578,6 +572,19 @@ class Simulator:
             return CancelRequested(state=_UNKNOWN)
         task.kill(self.clock, "canceled")
         return CancelRequested(state=task.state(self.clock))
+
+
+_APPLY: dict[type, Callable[[Simulator, Any], Outcome]] = {
+    Inspect: Simulator._inspect,
+    Ensure: Simulator._ensure,
+    Publish: Simulator._publish,
+    Start: Simulator._start,
+    Wait: Simulator._wait,
+    Read: Simulator._read,
+    Cancel: Simulator._cancel,
+}
+"""How each sandbox effect is applied (a table, so a new effect type must be
+added here: the simulator refuses what it cannot apply)."""
 
 
 def _aborted() -> EffectFailure:

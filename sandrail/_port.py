@@ -65,6 +65,7 @@ from sandrail.core import (
     request_digest,
     snapshot_request,
     tool_program,
+    unchanged,
 )
 from sandrail.core._masking import MIN_REDACTED_LENGTH, Redactions
 from sandrail.interpreters._drivers import drive, drive_async
@@ -88,6 +89,11 @@ ResolveOwnedCallback: TypeAlias = Callable[[ToolRequest, str], OwnedCommand | No
 RememberOwnedCallback: TypeAlias = Callable[[ToolRequest, OwnedCommand], object]
 
 _SIDE_EFFECTS = (Ensure, Publish, Start, Cancel)
+_SIDE_EFFECT_TYPES = frozenset(_SIDE_EFFECTS)
+_SANDBOX_TYPES = frozenset(SANDBOX_EFFECTS)
+_DECISIONS = frozenset((Allow, ApprovalRequired, Deny))
+_NOTED = frozenset((*SANDBOX_EFFECTS, RememberOwned))
+"""Effects whose sending :meth:`_Call._note` records (what a crash report needs)."""
 
 
 class ArtifactStore(Protocol):
@@ -288,7 +294,10 @@ class _Call:
         return result
 
     def _note(self, effect: Effect) -> None:
-        if isinstance(effect, _SIDE_EFFECTS):
+        kind = type(effect)
+        if kind not in _NOTED:
+            return  # nothing a crash report needs
+        if kind in _SIDE_EFFECT_TYPES:
             self.dispatched = True
         if isinstance(effect, Start) and effect.env:
             self.port._learn(redaction_secrets(effect.env))
@@ -296,17 +305,19 @@ class _Call:
         if isinstance(sandbox_id, str):
             self.sandbox_id = sandbox_id
         task = getattr(effect, "task_id", None)
-        if isinstance(task, str) and isinstance(effect, (Start, Publish)):
+        if isinstance(task, str) and kind in (Start, Publish):
             self.task_id = task
 
     # -- sync ------------------------------------------------------------------
 
     def interpret(self, effect: Effect) -> Any:
+        if type(effect) is CheckAuthority and self.layered is None:
+            return self._check(effect)  # the guard, several times a call; never raises
         self._note(effect)
         try:
             if self.layered is not None:
                 return self.layered(effect)
-            if isinstance(effect, SANDBOX_EFFECTS):
+            if type(effect) in _SANDBOX_TYPES or isinstance(effect, SANDBOX_EFFECTS):
                 return self.sandbox(effect)
             return self.answer_harness(effect)
         except (EffectFailure, FatalInterpreterError):
@@ -319,7 +330,7 @@ class _Call:
         try:
             if isinstance(effect, Authorize):
                 decision = self.port._authorize(self.request)
-                if inspect.isawaitable(decision):
+                if type(decision) not in _DECISIONS and inspect.isawaitable(decision):
                     _discard(decision)
                     raise EffectFailure(
                         Delivery.NOT_SENT, "authorize is asynchronous; use await port.execute()"
@@ -457,7 +468,7 @@ class _Call:
             verdict = cast(object, self.port._assert_authority(self.request))
         except Exception:
             verdict = False
-        if inspect.isawaitable(verdict):
+        if verdict is not True and inspect.isawaitable(verdict):
             # assert_authority must be synchronous and fast; a coroutine proves nothing.
             _discard(verdict)
             verdict = False
@@ -465,11 +476,30 @@ class _Call:
             aborted = bool(getattr(self.request.cancel, "cancelled", False))
         except Exception:
             aborted = True  # a token that cannot be read may have fired
+        return _REPORTS[(aborted, self._drifted(effect), verdict is True)]
+
+    def _drifted(self, effect: CheckAuthority) -> bool:
+        """Whether the live request differs from the one the program checks
+        (C9): compared with the snapshot's own copy where that is exact,
+        else by digest; any failure counts as drift."""
+        snapshot = self.snapshot
         try:
-            drifted = request_digest(self.request) != effect.request_digest
+            if snapshot is not None and effect.request_digest == snapshot.digest:
+                same = unchanged(self.request, snapshot)
+                if same is not None:
+                    return not same
+            return request_digest(self.request) != effect.request_digest
         except Exception:
-            drifted = True
-        return AuthorityReport(aborted=aborted, drifted=drifted, authority_held=verdict is True)
+            return True
+
+
+_REPORTS: dict[tuple[bool, bool, bool], AuthorityReport] = {
+    (aborted, drifted, held): AuthorityReport(aborted=aborted, drifted=drifted, authority_held=held)
+    for aborted in (False, True)
+    for drifted in (False, True)
+    for held in (False, True)
+}
+"""Every guard observation, made once (they are frozen values)."""
 
 
 def _policy(decision: object) -> PolicyDecision:
