@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import attrs
 
@@ -127,13 +127,13 @@ def plain_arguments(arguments: object) -> dict[str, Any] | None:
     return copy if isinstance(copy, dict) else None
 
 
-@attrs.frozen(kw_only=True)
-class _Seen:
+class _Seen(NamedTuple):
     """The request's own objects as the snapshot saw them, for the drift
     check (:func:`unchanged`): strings and frozen objects cannot change in
     place, so still holding the very same object means unchanged; the few
     mutable parts (arguments, a native scope) are compared with plain copies
-    taken in the same pass as the digest's."""
+    taken in the same pass as the digest's. (A named tuple: made on every
+    call, it must be cheap to make.)"""
 
     call: object
     name: object

@@ -18,6 +18,7 @@ so that even a crash of the core reports ``uncertain`` rather than guessing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -49,6 +50,7 @@ from sandrail.core import (
     PolicyDecision,
     PortSettings,
     Publish,
+    Read,
     RememberOwned,
     ResolveOwned,
     Start,
@@ -317,7 +319,12 @@ class _Call:
         try:
             if self.layered is not None:
                 return self.layered(effect)
-            if type(effect) in _SANDBOX_TYPES or isinstance(effect, SANDBOX_EFFECTS):
+            kind = type(effect)
+            if kind is Read:
+                return self.sandbox(effect)
+            if kind in _SANDBOX_TYPES:
+                return self.port._backend(effect)  # only reads need masking
+            if isinstance(effect, SANDBOX_EFFECTS):
                 return self.sandbox(effect)
             return self.answer_harness(effect)
         except (EffectFailure, FatalInterpreterError):
@@ -570,7 +577,7 @@ def command_tools(
     work (a missing callback, a budget below 256 bytes, a timeout out of
     range); after construction, ``execute`` never raises.
     """
-    definitions = command_tool_definitions(
+    definitions = _command_definitions(
         _timeout("foreground_timeout_seconds", foreground_timeout_seconds)
     )
     return _build(
@@ -610,9 +617,9 @@ def code_tools(
 ) -> ToolPort:
     """The snippet tool: ``run_code`` for a native owner, ``sandbox_run_code``
     for an agent owner. Same arguments and rules as :func:`command_tools`."""
-    definitions = code_tool_definitions(
+    definitions = _code_definitions(
         _timeout("foreground_timeout_seconds", foreground_timeout_seconds),
-        agent_owner=isinstance(owner, AgentOwner),
+        isinstance(owner, AgentOwner),
     )
     return _build(
         definitions,
@@ -631,6 +638,23 @@ def code_tools(
         allow_internet_access=allow_internet_access,
         redact=redact,
     )
+
+
+# Ports with the same settings share their definition objects (they are
+# immutable): anything keyed by a definition then finds it by identity,
+# instead of comparing whole schemas on every call.
+
+
+@functools.lru_cache(maxsize=256)
+def _command_definitions(foreground_timeout_seconds: int) -> tuple[ToolDefinition, ...]:
+    return command_tool_definitions(foreground_timeout_seconds)
+
+
+@functools.lru_cache(maxsize=256)
+def _code_definitions(
+    foreground_timeout_seconds: int, agent_owner: bool
+) -> tuple[ToolDefinition, ...]:
+    return code_tool_definitions(foreground_timeout_seconds, agent_owner=agent_owner)
 
 
 def _timeout(name: str, value: object) -> int:
