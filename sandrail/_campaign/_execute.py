@@ -21,7 +21,7 @@ import sandrail
 from sandrail.interpreters.simulator import FaultKind, FaultPlan
 from sandrail.testing._commands import SCRIPTS, SECRET
 from sandrail.testing._judge import Violation, judge
-from sandrail.testing._truth import Target
+from sandrail.testing._truth import Target, TargetFactory
 from sandrail.testing._world import SESSION, CallRecord, Mode, World
 
 from ._plans import Schedule, Step, Workload
@@ -195,7 +195,7 @@ def _execute(
 def _world(
     plan: FaultPlan,
     *,
-    target: Target | None,
+    target: Target | TargetFactory | None,
     record_dir: Path | None,
     deliver_at: frozenset[int] = frozenset(),
 ) -> World:
@@ -211,7 +211,7 @@ def run_workload(
     plan: FaultPlan,
     *,
     record_dir: Path | None = None,
-    target: Target | None = None,
+    target: Target | TargetFactory | None = None,
 ) -> PlanOutcome:
     """Run ``workload`` under ``plan`` on the simulator (or on ``target``)
     and judge it; a call a fault left uncertain is retried at once."""

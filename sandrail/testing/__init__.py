@@ -43,7 +43,7 @@ from sandrail.interpreters.simulator import (
 from ._commands import SCRIPTS, SECRET
 from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import CHECKS, CONTRACT_LINES, ContractViolationError, Violation, judge
-from ._truth import GroundTruth, Target, TargetFactory
+from ._truth import GroundTruth, Strike, Target, TargetFactory
 from ._world import AGENT, SCOPE, SESSION, CallRecord, WatchedPort, World, native_identity
 from .conformance import (
     BackendConformance,
@@ -77,6 +77,7 @@ __all__ = [
     "Script",
     "SimulatedHarness",
     "Simulator",
+    "Strike",
     "Target",
     "TargetFactory",
     "Violation",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Callable
 from typing import Any, Literal
 
 from sandrail.core import (
@@ -57,7 +58,13 @@ _NEEDS: dict[FaultKind, str] = {
 
 
 class FaultyBackend:
-    """``target.backend`` with ``plan``'s faults struck on the way.
+    """``inner`` with ``plan``'s faults struck on the way.
+
+    ``inner`` is the interpreter the faults stand in front of: a target's
+    whole backend, or (see :data:`~sandrail.testing.Strike`) the upstream a
+    backend calls. ``controls`` is the target whose world controls (kill a
+    sandbox, wipe its ledger, let time pass) the faults that need them use;
+    a plan that needs a control the target lacks is refused (``ValueError``).
 
     Counts each effect type as it arrives (the ``occurrence`` of a
     :class:`Fault`), keeps what fired in :attr:`faults_fired`, requests held
@@ -68,14 +75,16 @@ class FaultyBackend:
 
     def __init__(
         self,
-        target: Target,
+        inner: Callable[[Any], Any],
         plan: FaultPlan | None = None,
         *,
+        controls: Target | None = None,
         harness: SimulatedHarness | None = None,
         late_delivery: LateDelivery = "manual",
         hang_seconds: float = 30.0,
     ) -> None:
-        self.target = target
+        self.inner = inner
+        self.controls: Target | None = None
         self.plan = FaultPlan() if plan is None else plan
         self.harness = SimulatedHarness() if harness is None else harness
         self.late_delivery: LateDelivery = late_delivery
@@ -83,14 +92,23 @@ class FaultyBackend:
         self.faults_fired: list[Fault] = []
         self.held: list[SandboxEffect] = []
         self.late_deliveries: list[tuple[SandboxEffect, Outcome | EffectFailure]] = []
+        self.applied: list[SandboxEffect] = []
+        """Every effect passed on to ``inner``, in order (answered or not)."""
         self._received: dict[str, int] = {}
         self._sandboxes: dict[tuple[str, str], str] = {}
-        missing = [fault for fault in self.plan.faults if not self.supports(target, fault.kind)]
+        if controls is not None:
+            self.use_controls(controls)
+
+    def use_controls(self, controls: Target) -> None:
+        """Strike the faults that need world controls with ``controls``'s;
+        ``ValueError`` if the plan needs one it lacks."""
+        missing = [fault for fault in self.plan.faults if not self.supports(controls, fault.kind)]
         if missing:
             raise ValueError(
                 f"{missing[0].kind.value} faults need the target's "
                 f"{_NEEDS[missing[0].kind]}(sandbox_id) control"
             )
+        self.controls = controls
 
     @staticmethod
     def supports(target: Target, kind: FaultKind) -> bool:
@@ -100,7 +118,7 @@ class FaultyBackend:
 
     @property
     def asynchronous(self) -> bool:
-        return getattr(self.target.backend, "asynchronous", False) is True
+        return getattr(self.inner, "asynchronous", False) is True
 
     # -- held requests -----------------------------------------------------------
 
@@ -177,10 +195,12 @@ class FaultyBackend:
         return outcome
 
     def _inner_sync(self, effect: Effect) -> Any:
-        return self._learn(effect, self.target.backend(effect))
+        self.applied.append(effect)  # type: ignore[arg-type]
+        return self._learn(effect, self.inner(effect))
 
     async def _inner_async(self, effect: Effect) -> Any:
-        outcome = self.target.backend(effect)
+        self.applied.append(effect)  # type: ignore[arg-type]
+        outcome = self.inner(effect)
         if inspect.isawaitable(outcome):
             outcome = await outcome
         return self._learn(effect, outcome)
@@ -196,18 +216,21 @@ class FaultyBackend:
         return sandbox_id if isinstance(sandbox_id, str) else None
 
     def hang(self) -> None:
-        if self.target.advance is not None:
-            self.target.advance(self.hang_seconds)
+        controls = self.controls
+        if controls is not None and controls.advance is not None:
+            controls.advance(self.hang_seconds)
 
     def kill(self, effect: Effect) -> None:
         sandbox_id = self.addressed(effect)
-        if sandbox_id is not None and self.target.kill_sandbox is not None:
-            self.target.kill_sandbox(sandbox_id)
+        controls = self.controls
+        if sandbox_id is not None and controls is not None and controls.kill_sandbox is not None:
+            controls.kill_sandbox(sandbox_id)
 
     def wipe(self, effect: Effect) -> None:
         sandbox_id = self.addressed(effect)
-        if sandbox_id is not None and self.target.wipe_ledger is not None:
-            self.target.wipe_ledger(sandbox_id)
+        controls = self.controls
+        if sandbox_id is not None and controls is not None and controls.wipe_ledger is not None:
+            controls.wipe_ledger(sandbox_id)
 
 
 # Strategy: one fault is a short script of steps (flip the harness, apply the

@@ -231,6 +231,16 @@ def check_c6_unknown_side_effect_is_uncertain(
                 f"error after a {type(effect).__name__} that may have reached the sandbox",
             )
             return
+    for effect in record.reached_unanswered:
+        if isinstance(effect, _SIDE_EFFECTS):
+            # The backend said the request never left; the world saw it arrive.
+            yield Violation(
+                "C6",
+                record.number,
+                f"error after a {type(effect).__name__} that reached the sandbox "
+                "(its failure claimed it was not sent)",
+            )
+            return
 
 
 def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-__all__ = ["GroundTruth", "Target", "TargetFactory"]
+__all__ = ["GroundTruth", "Strike", "Target", "TargetFactory"]
 
 
 @runtime_checkable
@@ -39,10 +39,11 @@ class GroundTruth(Protocol):
     Optional, used when present (the simulator has them):
 
     - ``applied``: a sequence of every sandbox effect the world really acted
-      on, in order; lets the judge see a ``Start`` that reached the sandbox
-      although its answer was lost (C10 fence marks). Without it, only
-      answered starts count as reached, which can miss a C10 violation but
-      never reports a false one.
+      on, in order (appended as it acts); lets the judge see a request that
+      reached the sandbox although the port got a failure for it (C6: an
+      ``error`` after it is a lie) and a ``Start`` whose answer was lost (C10
+      fence marks). Without it those checks see only what was answered,
+      which can miss a violation but never reports a false one.
     """
 
     @property
@@ -80,5 +81,15 @@ class Target:
     real_processes: bool = False
 
 
-TargetFactory = Callable[[], Target]
-"""Makes a fresh :class:`Target` (a new world) each time it is called."""
+Strike = Callable[[Callable[[Any], Any]], Callable[[Any], Any]]
+"""Given an interpreter, the same interpreter with the kit's faults struck
+on the way (the kit's "network")."""
+
+TargetFactory = Callable[[], Target] | Callable[[Strike], Target]
+"""Makes a fresh :class:`Target` (a new world) each time it is called.
+
+A factory without parameters gets the kit's faults struck in front of its
+whole backend. A factory that takes one parameter, ``strike``, decides where
+they strike: it wraps the interpreter its backend calls upstream (the world,
+a sandbox provider's API) with ``strike(upstream)``, so that its own failure
+handling meets them, as a proxy in front of E2B meets network faults."""

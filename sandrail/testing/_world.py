@@ -56,7 +56,7 @@ from sandrail.interpreters.simulator import (
 )
 
 from ._faults import FaultyBackend
-from ._truth import GroundTruth, Target
+from ._truth import GroundTruth, Target, TargetFactory
 
 __all__ = [
     "AGENT",
@@ -134,6 +134,9 @@ class CallRecord:
     faults: list[Fault] = attrs.Factory(list)
     launched: Counter[str] = attrs.Factory(Counter)
     result: ToolResult | None = None
+    reached_unanswered: list[SandboxEffect] = attrs.Factory(list)
+    """Effects the ground truth saw reach the sandbox (its ``applied``), while
+    the port got a failure for them."""
     aborted: bool = False
     drifted: bool = False
     authority_lost: bool = False
@@ -233,6 +236,7 @@ class World:
         self,
         *,
         backend: Any,
+        faults: Any,
         truth: GroundTruth,
         harness: SimulatedHarness,
         simulator: Simulator | None = None,
@@ -243,7 +247,11 @@ class World:
         secrets: Sequence[str] = (),
     ) -> None:
         self.backend = backend
-        """What the tap forwards to: the simulator, or a FaultyBackend."""
+        """What the tap forwards to: the simulator, a FaultyBackend in front of
+        the target's backend, or that backend (with the faults inside it)."""
+        self.faults = faults
+        """What strikes the plan: the simulator or a FaultyBackend (its
+        ``faults_fired``, ``held``, ``late_deliveries`` and ``deliver_held``)."""
         self.truth = truth
         self.harness = harness
         self.sim = simulator
@@ -300,6 +308,7 @@ class World:
         )
         return cls(
             backend=sim,
+            faults=sim,
             truth=sim,
             harness=harness,
             simulator=sim,
@@ -312,7 +321,7 @@ class World:
     @classmethod
     def on(
         cls,
-        target: Target,
+        target: Target | TargetFactory,
         plan: FaultPlan | Sequence[Fault] | None = None,
         *,
         late_delivery: LateDelivery = "manual",
@@ -320,11 +329,38 @@ class World:
         record_dir: Path | None = None,
         secrets: Sequence[str] = (),
     ) -> World:
-        """A world on ``target``'s backend with ``plan`` struck in front of it."""
+        """A world on a target's backend with ``plan`` struck in front of it.
+
+        ``target`` is a :class:`Target`, or a factory of one; a factory that
+        takes a ``strike`` parameter places the faults itself, around the
+        upstream its backend calls (see :data:`~sandrail.testing.TargetFactory`).
+        """
         harness = SimulatedHarness()
-        faulty = FaultyBackend(target, _plan(plan), harness=harness, late_delivery="manual")
+        faults: FaultyBackend | None = None
+
+        def strike(upstream: Callable[[Any], Any]) -> Callable[[Any], Any]:
+            nonlocal faults
+            if faults is not None:
+                raise RuntimeError("strike() wraps one upstream per target")
+            faults = FaultyBackend(upstream, _plan(plan), harness=harness)
+            return faults
+
+        if not isinstance(target, Target):
+            target = target(strike) if _takes_strike(target) else target()  # type: ignore[call-arg]
+        assert isinstance(target, Target)
+        if faults is None:
+            faults = FaultyBackend(target.backend, _plan(plan), harness=harness)
+            backend: Any = faults
+        else:
+            backend = target.backend
+        try:
+            faults.use_controls(target)
+        except ValueError:
+            target.close()
+            raise
         return cls(
-            backend=faulty,
+            backend=backend,
+            faults=faults,
             truth=target.truth,
             harness=harness,
             target=target,
@@ -477,15 +513,16 @@ class World:
         key: str,
         call_id: str | None = None,
         fence: int = 1,
-        label: str = "",
+        label: str | None = None,
     ) -> ToolResult:
-        """Make one call on ``port`` (built by this world) and return its result."""
+        """Make one call on ``port`` (built by this world) and return its
+        result; ``label`` (else the one :meth:`labelled` set) marks its record."""
         request = self.request(port, tool, arguments, key=key, call_id=call_id, fence=fence)
-        with self.labelled(label):
+        with self.labelled(_LABEL.get() if label is None else label):
             return port.execute_sync(request)
 
     def call_concurrently(
-        self, port: ToolPort, requests: Sequence[ToolRequest], *, label: str = ""
+        self, port: ToolPort, requests: Sequence[ToolRequest], *, label: str | None = None
     ) -> list[ToolResult]:
         """Run ``requests`` at once on ``port`` (an asynchronous one, e.g. made
         with ``interleave=True``); their records are marked concurrent."""
@@ -496,7 +533,7 @@ class World:
             return list(await asyncio.gather(*(port.execute(request) for request in requests)))
 
         try:
-            with self.labelled(label):
+            with self.labelled(_LABEL.get() if label is None else label):
                 return asyncio.run(all_of())
         finally:
             _BATCH.reset(batch)
@@ -581,7 +618,7 @@ class World:
 
     def deliver_held(self) -> None:
         """Deliver every held request now, attributing late launches."""
-        held = list(getattr(self.backend, "held", ()))
+        held = list(getattr(self.faults, "held", ()))
         if not held:
             return
         before = {
@@ -589,12 +626,12 @@ class World:
             for effect in held
             if isinstance(effect, Start)
         }
-        start = len(self.backend.late_deliveries)
-        self.backend.deliver_held()
+        start = len(self.faults.late_deliveries)
+        self.faults.deliver_held()
         self._attribute_late(before, start)
 
     async def _deliver_held_async(self) -> None:
-        held = list(getattr(self.backend, "held", ()))
+        held = list(getattr(self.faults, "held", ()))
         if not held:
             return
         before = {
@@ -602,17 +639,17 @@ class World:
             for effect in held
             if isinstance(effect, Start)
         }
-        start = len(self.backend.late_deliveries)
-        deliver = getattr(self.backend, "deliver_held_async", None)
+        start = len(self.faults.late_deliveries)
+        deliver = getattr(self.faults, "deliver_held_async", None)
         if deliver is not None:
             await deliver()
         else:
-            self.backend.deliver_held()
+            self.faults.deliver_held()
         self._attribute_late(before, start)
 
     def _attribute_late(self, before: Mapping[str, int], start: int) -> None:
         fresh = {task: self.truth.launches.get(task, 0) - count for task, count in before.items()}
-        for effect, result in self.backend.late_deliveries[start:]:
+        for effect, result in self.faults.late_deliveries[start:]:
             if not isinstance(effect, Start) or isinstance(result, EffectFailure):
                 continue
             record = self._owner_of.get(id(effect))
@@ -676,6 +713,19 @@ class World:
         """How many times the command of ``key`` on ``port`` really launched."""
         return self.truth.launches.get(self.task_of(port, key), 0)
 
+    def launched_commands(self) -> Counter[str]:
+        """Command text -> how many times the calls of this world launched it,
+        whatever its task id (a harness that retries with a new operation key
+        launches one command twice under two ids: C2 cannot see that, this
+        can)."""
+        found: Counter[str] = Counter()
+        for record in self.calls:
+            for effect, _ in record.effects:
+                if isinstance(effect, Start) and record.launched.get(effect.task_id):
+                    found[effect.command] += record.launched[effect.task_id]
+                    break
+        return found
+
     def violations(self, *, deliver_held: bool = True) -> list[Any]:
         """Every contract line the calls so far broke (see :func:`judge`)."""
         from ._judge import judge
@@ -706,7 +756,7 @@ class World:
         return self._settle(effect, answer, mark)
 
     def _mark(self, effect: Effect) -> tuple[int, int, int]:
-        fired = len(getattr(self.backend, "faults_fired", ()))
+        fired = len(self.faults.faults_fired)
         applied = -1 if self._applied is None else len(self._applied)
         launches = self.truth.launches.get(effect.task_id, 0) if isinstance(effect, Start) else 0
         return fired, applied, launches
@@ -716,12 +766,15 @@ class World:
         assert isinstance(effect, SandboxEffect)
         record = _CURRENT.get()
         self._owner_of[id(effect)] = record
+        applied_now = None if self._applied is None else self._applied[applied:]
         if record is not None:
             record.effects.append((effect, answer))
-            record.faults.extend(getattr(self.backend, "faults_fired", ())[fired:])
+            record.faults.extend(self.faults.faults_fired[fired:])
+            if applied_now and isinstance(answer, EffectFailure) and effect in applied_now:
+                record.reached_unanswered.append(effect)
         if isinstance(effect, Start):
-            if self._applied is not None:
-                reached = len(self._applied) > applied and effect in self._applied[applied:]
+            if applied_now is not None:
+                reached = effect in applied_now
             else:
                 reached = isinstance(answer, Started | StartRefused)
             if reached:
@@ -775,6 +828,18 @@ class _AsyncTap:
         except EffectFailure as failure:
             answer = failure
         return world._settle(effect, answer, mark)
+
+
+def _takes_strike(factory: Callable[..., Any]) -> bool:
+    """Whether a target factory takes the ``strike`` parameter."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        for p in parameters
+    )
 
 
 def _plan(plan: FaultPlan | Sequence[Fault] | None) -> FaultPlan:

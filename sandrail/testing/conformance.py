@@ -5,12 +5,15 @@ backend, its ground truth, the world controls it has) and either subclasses
 :class:`BackendConformance` in a pytest module::
 
     class TestMyBackend(BackendConformance):
-        def make_target(self) -> Target:
-            return my_target()
+        def make_target(self, strike: Strike) -> Target:
+            world = MyWorld()
+            return Target(backend=MyBackend(upstream=strike(world.api)), truth=world)
 
 which runs every conformance scenario as its own test, then a small fault
 campaign; or calls :func:`check_backend` and reads the
-:class:`ConformanceReport`.
+:class:`ConformanceReport`. ``strike`` puts the kit's faults where the
+backend meets its world (a ``make_target(self)`` without it gets them in
+front of the whole backend instead).
 
 The campaign strikes single faults (each fault kind, before and after the
 effect, on the launches of every workload of the project's own campaign) in
@@ -35,8 +38,8 @@ from ._commands import SCRIPTS, SECRET
 from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import Violation
 from ._scenarios import SCENARIOS, Scenario
-from ._truth import Target, TargetFactory
-from ._world import Mode, World
+from ._truth import Strike, Target, TargetFactory
+from ._world import Mode, World, _takes_strike
 
 __all__ = [
     "BackendConformance",
@@ -113,11 +116,19 @@ class ConformanceReport:
         return "\n".join(lines)
 
 
+def _made(make_target: TargetFactory) -> Target:
+    """A target from ``make_target``, its faults (if it places them) struck
+    nowhere: for looking at what the target can do."""
+    if _takes_strike(make_target):
+        return make_target(lambda upstream: upstream)  # type: ignore[call-arg]
+    return make_target()  # type: ignore[call-arg]
+
+
 def run_scenario(make_target: TargetFactory, scenario: Scenario) -> None:
     """Run one scenario in a fresh world of ``make_target`` and judge it;
     ``AssertionError`` (a :class:`~sandrail.testing.ContractViolationError`
     for contract lines) says what went wrong."""
-    with World.on(make_target(), scenario.plan, secrets=[SECRET]) as world:
+    with World.on(make_target, scenario.plan, secrets=[SECRET]) as world:
         scenario.run(world)
         world.assert_contract()
 
@@ -138,7 +149,7 @@ def campaign_plans(
     from sandrail._campaign._execute import run_workload
     from sandrail._campaign._plans import single_fault_plans, workloads
 
-    probe = make_target()
+    probe = _made(make_target)
     try:
         usable = [kind for kind in kinds if FaultyBackend.supports(probe, kind)]
     finally:
@@ -147,7 +158,7 @@ def campaign_plans(
     found: list[tuple[Any, FaultPlan]] = []
     for mode in modes:
         for workload in workloads(mode):
-            dry = run_workload(workload, FaultPlan(), target=make_target())
+            dry = run_workload(workload, FaultPlan(), target=make_target)
             counts: dict[str, int] = {}
             for record in dry.world.calls:
                 for effect, _ in record.effects:
@@ -194,7 +205,7 @@ def check_backend(
         )
         transient = {kind.value for kind in TRANSIENT_KINDS}
         for workload, plan in chosen:
-            outcome = run_workload(workload, plan, target=make_target())
+            outcome = run_workload(workload, plan, target=make_target)
             report.plans += 1
             undecided = tuple(
                 retry.error_type or "?"
@@ -226,8 +237,10 @@ class BackendConformance:
     campaign_effects: ClassVar[tuple[str, ...]] = CAMPAIGN_EFFECTS
     require_decisive: ClassVar[bool] = True
 
-    def make_target(self) -> Target:
-        """A fresh world: the backend under test and its ground truth."""
+    def make_target(self, strike: Strike) -> Target:
+        """A fresh world: the backend under test and its ground truth. Wrap
+        the interpreter the backend calls upstream with ``strike`` (or leave
+        out the parameter: the faults then strike in front of the backend)."""
         raise NotImplementedError("implement make_target() to return a sandrail.testing.Target")
 
     def test_fault_campaign(self) -> None:
