@@ -386,3 +386,70 @@ def test_an_unknown_tool_or_mode_is_refused() -> None:
         tool_arguments("run_code", owner="agent")
     ensure = Ensure(session_id="s", owner_key="o")
     assert ensure == Ensure(session_id="s", owner_key="o")
+
+
+# -- a harness author's mistakes and surprises (the adversarial pass) --------------------
+
+
+def test_calls_around_the_worlds_ports_are_refused_not_judged_vacuously() -> None:
+    with World.simulated() as world:
+        port = sandrail.command_tools(
+            backend=world.sim,
+            session_id="s",
+            owner=sandrail.AgentOwner(agent_id="a"),
+            authorize=lambda request: sandrail.ALLOW,
+            assert_authority=lambda request: True,
+        )
+        request = sandrail.ToolRequest(
+            call=sandrail.ToolCall(name="sandbox_status", call_id="c", arguments={}),
+            operation_key="k",
+            session_id="s",
+            definition=port.definition("sandbox_status"),
+            identity=sandrail.AgentIdentity(agent_id="a"),
+        )
+        port.execute_sync(request)
+        with pytest.raises(RuntimeError, match=r"world\.command_tools"):
+            world.assert_contract()
+
+
+def test_the_harness_own_authority_and_abort_count_for_the_judge() -> None:
+    """C3, C9, C11 as the harness's own callbacks and token decide them, not
+    only the fault plan: no false violation either way."""
+    held = {"now": True}
+    with World.simulated(scripts=SCRIPTS) as world:
+        port = world.command_tools(assert_authority=lambda request: held["now"])
+        world.call(port, "run_command", {"command": "echo one"}, key="k1")
+
+        def lose_after_the_start(request: Any) -> bool:
+            started = any(isinstance(e, Start) for e, _ in world.calls[-1].effects)
+            return not started
+
+        port_two = world.command_tools(assert_authority=lose_after_the_start)
+        conflict = world.call(port_two, "run_command", {"command": "echo two"}, key="k1")
+        assert conflict.content["error_type"] == ErrorCode.AUTHORITY_LOST.value
+        token = sandrail.CancelToken()
+        token.cancel()
+        request = world.request(port, "run_command", {"command": "echo x"}, key="k2")
+        assert port.execute_sync(attrs.evolve(request, cancel=token)).status == "error"
+        assert world.calls[-1].aborted
+        assert world.violations() == []
+
+
+def test_an_async_harness_is_watched_too() -> None:
+    import asyncio
+
+    with World.simulated([Fault(effect="Start", kind=FaultKind.HANG)]) as world:
+        port = world.command_tools()
+
+        async def twice() -> list[str]:
+            statuses = []
+            for number in range(2):
+                request = world.request(
+                    port, "run_command", {"command": "echo a"}, key="k", call_id=f"c{number}"
+                )
+                statuses.append((await port.execute(request)).status)
+            return statuses
+
+        assert asyncio.run(twice()) == ["uncertain", "ok"]
+        assert len(world.calls) == 2
+        world.assert_contract()

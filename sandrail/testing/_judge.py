@@ -164,9 +164,23 @@ def check_c3_conflict(world: World, record: CallRecord) -> Iterable[Violation]:
         for _, answer in record.effects
     )
     code = _content(record).get("error_type")
-    flipped = record.aborted or record.drifted or record.authority_lost  # C9/C11 decide then
+    # Lost authority, drift or an abort during the call: C9 and C11 decide
+    # then (whoever caused them: a fault, or the harness's own callbacks).
+    flipped = record.aborted or record.drifted or record.authority_lost or code in _GUARD_CODES
     if refused and not flipped and code != ErrorCode.OPERATION_CONFLICT.value:
         yield Violation("C3", record.number, f"the sandbox refused the claim, yet {code!r}")
+
+
+_GUARD_CODES = frozenset(
+    code.value
+    for code in (
+        ErrorCode.CANCELED,
+        ErrorCode.ABORTED,
+        ErrorCode.AUTHORITY_UNPROVEN,
+        ErrorCode.AUTHORITY_LOST,
+        ErrorCode.REQUEST_DRIFTED,
+    )
+)
 
 
 def check_c4_foreign_task(world: World, record: CallRecord) -> Iterable[Violation]:
@@ -450,6 +464,7 @@ def judge(world: World, *, deliver_held: bool = True) -> list[Violation]:
     delivery arrive first, so an ``error`` whose request lands late is
     caught (C5). A stateful test judging after every step passes ``False``
     and judges once more at the end."""
+    world.check_watched()
     if deliver_held:
         world.deliver_held()
     found: list[Violation] = []

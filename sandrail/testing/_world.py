@@ -610,7 +610,11 @@ class World:
         return record
 
     def _observe_harness(self, record: CallRecord) -> None:
-        record.aborted = self.harness.cancel_token.cancelled
+        # The request's token fires with the world's (a fault) or the harness's own.
+        token = record.request.cancel
+        record.aborted = self.harness.cancel_token.cancelled or bool(
+            getattr(token, "cancelled", False)
+        )
         record.drifted = self.harness.drifted
         record.authority_lost = not self.harness.authority_held
 
@@ -712,6 +716,18 @@ class World:
     def launches_of(self, port: ToolPort, key: str) -> int:
         """How many times the command of ``key`` on ``port`` really launched."""
         return self.truth.launches.get(self.task_of(port, key), 0)
+
+    def check_watched(self) -> None:
+        """Raise ``RuntimeError`` if the world's simulator answered effects
+        its tap never saw: calls made on ports this world did not build
+        (``sandrail.command_tools(backend=world.sim, ...)``) go unjudged."""
+        sim = self.sim
+        if sim is not None and len(sim.effects_seen) > self._seen:
+            raise RuntimeError(
+                f"the simulator answered {len(sim.effects_seen) - self._seen} effect(s) no port "
+                "of this world sent: make ports with world.command_tools() / "
+                "world.code_tools(), so that the judge sees their calls"
+            )
 
     def launched_commands(self) -> Counter[str]:
         """Command text -> how many times the calls of this world launched it,
