@@ -43,8 +43,9 @@ def _request(mode: str, arguments: dict[str, Any], scope: dict[str, Any]) -> san
 
 def _mutate(value: Any, data: st.DataObject) -> None:
     """Change ``value`` (a dict or list) in place, somewhere, somehow."""
+    change_one = data.draw(st.booleans())
     if isinstance(value, dict):
-        if value and data.draw(st.booleans()):
+        if value and change_one:
             key = data.draw(st.sampled_from(sorted(value)))
             if isinstance(value[key], dict | list) and data.draw(st.booleans()):
                 _mutate(value[key], data)
@@ -53,7 +54,7 @@ def _mutate(value: Any, data: st.DataObject) -> None:
         else:
             value[data.draw(st.text(max_size=3))] = data.draw(anything)
     elif isinstance(value, list):
-        if value and data.draw(st.booleans()):
+        if value and change_one:
             value[data.draw(st.integers(0, len(value) - 1))] = data.draw(anything)
         else:
             value.append(data.draw(anything))

@@ -35,20 +35,25 @@ def _start(sandbox: str, **fields: object) -> Start:
     return Start(**values)  # type: ignore[arg-type]
 
 
+def _ready(sim: Simulator, session: str = "s") -> SandboxReady:
+    ready = sim(Ensure(session_id=session, owner_key="o"))
+    assert isinstance(ready, SandboxReady)
+    return ready
+
+
 def test_ensure_reports_a_ledger_epoch_that_changes_only_when_the_ledger_is_lost() -> None:
     sim = Simulator()
-    first = sim(Ensure(session_id="s", owner_key="o"))
-    assert isinstance(first, SandboxReady)
-    assert first.ledger_epoch == sim(Ensure(session_id="s", owner_key="o")).ledger_epoch
+    first = _ready(sim)
+    assert first.ledger_epoch == _ready(sim).ledger_epoch
     sim.wipe_ledger(first.sandbox_id)
-    after = sim(Ensure(session_id="s", owner_key="o"))
+    after = _ready(sim)
     assert after.ledger_epoch is not None
     assert after.ledger_epoch != first.ledger_epoch
 
 
 def test_c2_a_start_launches_only_under_the_epoch_it_was_sent_for() -> None:
     sim = Simulator()
-    ready = sim(Ensure(session_id="s", owner_key="o"))
+    ready = _ready(sim)
     epoch = ready.ledger_epoch
     sim.wipe_ledger(ready.sandbox_id)
     # Sent under the old epoch: a claim may have been made and lost since.
@@ -58,7 +63,7 @@ def test_c2_a_start_launches_only_under_the_epoch_it_was_sent_for() -> None:
     assert refused == StartRefused(reason="claim_lost")
     # Without an epoch, only a start that expects no claim may launch.
     assert sim(_start(ready.sandbox_id, expect_claim=True)) == StartRefused(reason="claim_lost")
-    now = sim(Ensure(session_id="s", owner_key="o")).ledger_epoch
+    now = _ready(sim).ledger_epoch
     launched = sim(_start(ready.sandbox_id, expect_claim=True, claim_epoch=now))
     assert isinstance(launched, Started)
     assert launched.first_launch
@@ -67,8 +72,8 @@ def test_c2_a_start_launches_only_under_the_epoch_it_was_sent_for() -> None:
 
 def test_c2_an_epoch_of_another_sandbox_proves_nothing() -> None:
     sim = Simulator()
-    one = sim(Ensure(session_id="s1", owner_key="o"))
-    two = sim(Ensure(session_id="s2", owner_key="o"))
+    one = _ready(sim, "s1")
+    two = _ready(sim, "s2")
     refused = sim(_start(two.sandbox_id, expect_claim=True, claim_epoch=one.ledger_epoch))
     assert refused == StartRefused(reason="claim_lost")
 
@@ -151,7 +156,7 @@ def test_the_async_driver_carries_the_epoch_too() -> None:
         port = world.command_tools(interleave=True)
 
         async def twice() -> list[str]:
-            statuses = []
+            statuses: list[str] = []
             for number in (1, 2):
                 request = world.request(
                     port, "run_command", {"command": "echo 3"}, key="k1", call_id=f"c{number}"

@@ -20,8 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from sandrail.interpreters.simulator import FaultPlan
 from sandrail.testing import SCRIPTS, SECRET, World
+from sandrail.testing._calls import Mode
 from sandrail.testing._commands import BUILD, BUILD_TOKEN, SERVE
-from sandrail.testing._world import Mode
 from sandrail.testing.strategies import fault_plans
 
 KEYS = ("op-a", "op-b", "op-c")

@@ -393,6 +393,7 @@ def test_an_unknown_tool_or_mode_is_refused() -> None:
 
 def test_calls_around_the_worlds_ports_are_refused_not_judged_vacuously() -> None:
     with World.simulated() as world:
+        assert world.sim is not None
         port = sandrail.command_tools(
             backend=world.sim,
             session_id="s",
@@ -442,7 +443,7 @@ def test_an_async_harness_is_watched_too() -> None:
         port = world.command_tools()
 
         async def twice() -> list[str]:
-            statuses = []
+            statuses: list[str] = []
             for number in range(2):
                 request = world.request(
                     port, "run_command", {"command": "echo a"}, key="k", call_id=f"c{number}"

@@ -19,10 +19,11 @@ import attrs
 
 import sandrail
 from sandrail.interpreters.simulator import FaultKind, FaultPlan
+from sandrail.testing._calls import SESSION, CallRecord, Mode
 from sandrail.testing._commands import SCRIPTS, SECRET
 from sandrail.testing._judge import Violation, judge
 from sandrail.testing._truth import Target, TargetFactory
-from sandrail.testing._world import SESSION, CallRecord, Mode, World
+from sandrail.testing._world import World
 
 from ._plans import Schedule, Step, Workload
 

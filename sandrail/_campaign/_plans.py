@@ -14,8 +14,8 @@ from typing import Any, Literal
 import attrs
 
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
+from sandrail.testing._calls import Mode
 from sandrail.testing._commands import BUILD, BUILD_TOKEN, SECRET, SERVE, SERVE_TOKEN
-from sandrail.testing._world import Mode
 
 __all__ = [
     "Schedule",

@@ -40,11 +40,12 @@ from sandrail.interpreters.simulator import (
     Simulator,
 )
 
+from ._calls import AGENT, SCOPE, SESSION, CallRecord, WatchedPort, native_identity
 from ._commands import SCRIPTS, SECRET
 from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import CHECKS, CONTRACT_LINES, ContractViolationError, Violation, judge
 from ._truth import GroundTruth, Strike, Target, TargetFactory
-from ._world import AGENT, SCOPE, SESSION, CallRecord, WatchedPort, World, native_identity
+from ._world import World
 from .conformance import (
     BackendConformance,
     ConformanceReport,

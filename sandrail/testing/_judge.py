@@ -25,7 +25,7 @@ from sandrail.core import (
     canonical_json,
 )
 
-from ._world import _SIDE_EFFECTS, LAUNCH_TOOLS, CallRecord
+from ._calls import _SIDE_EFFECTS, LAUNCH_TOOLS, CallRecord
 
 if TYPE_CHECKING:
     from ._world import World

@@ -34,12 +34,13 @@ import attrs
 
 from sandrail.interpreters.simulator import FaultKind, FaultPlan, Simulator
 
+from ._calls import Mode
 from ._commands import SCRIPTS, SECRET
 from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import Violation
 from ._scenarios import SCENARIOS, Scenario
 from ._truth import Strike, Target, TargetFactory
-from ._world import Mode, World, _takes_strike
+from ._world import World, _takes_strike
 
 __all__ = [
     "BackendConformance",
