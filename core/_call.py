@@ -114,6 +114,13 @@ class _Call:
             return _refuse(verdict.code, "Nothing ran. Check the harness's authority and retry.")
         return self.uncertain(verdict.reason)
 
+    def settle(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
+        """``result``, unless the guard after the step that led to it says
+        otherwise (C9, C11: checked after every external step, whatever the
+        step answered)."""
+        stop = yield from self.guard()
+        return result if stop is None else stop
+
     def finish(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
         """Guard, then fit the content to the budget; when text must be cut
         and an artifact store exists, keep the full content there (C12, C15).

@@ -199,7 +199,10 @@ def _sandbox_status(call: _Call) -> Generator[Effect, Any, ToolResult]:
     except EffectFailure as failure:
         return call.failed(failure, side_effect=False)
     if not isinstance(state, SandboxState):
-        return _refuse(ErrorCode.READ_FAILED, "The sandbox answered with something unexpected.")
+        unexpected = _refuse(
+            ErrorCode.READ_FAILED, "The sandbox answered with something unexpected."
+        )
+        return (yield from call.settle(unexpected))
     result = ToolResult(status="ok", content=_status_content(settings, state))
     return (yield from call.finish(result))
 
@@ -230,7 +233,8 @@ def _owned_command(call: _Call) -> Generator[Effect, Any, ToolResult]:
             return call.failed(failure, side_effect=False)
         sandbox_id = state.sandbox_id if isinstance(state, SandboxState) else None
         if sandbox_id is None:
-            return _refuse(ErrorCode.TASK_NOT_FOUND, "This session has no sandbox to read from.")
+            absent = _refuse(ErrorCode.TASK_NOT_FOUND, "This session has no sandbox to read from.")
+            return (yield from call.settle(absent))
     call.sandbox_id = sandbox_id
     stop = yield from call.guard()
     if stop is not None:
@@ -245,10 +249,10 @@ def _owned_command(call: _Call) -> Generator[Effect, Any, ToolResult]:
                 call.phase = Phase.BEFORE_DISPATCH
             return call.failed(failure, side_effect=True)
         if not isinstance(cancelled, CancelRequested):
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         call.observed = cancelled.state.status
         if cancelled.state.status == "unknown":
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         content = _stop_content(snap, sandbox_id, wanted, cancelled.state)
         return (yield from call.finish(ToolResult(status="ok", content=content)))
 
@@ -272,10 +276,13 @@ def _owned_command(call: _Call) -> Generator[Effect, Any, ToolResult]:
     except EffectFailure as failure:
         return call.failed(failure, side_effect=False)
     if not isinstance(chunk, OutputChunk):
-        return _refuse(ErrorCode.READ_FAILED, "The sandbox answered with something unexpected.")
+        unexpected = _refuse(
+            ErrorCode.READ_FAILED, "The sandbox answered with something unexpected."
+        )
+        return (yield from call.settle(unexpected))
     call.observed = chunk.state.status if chunk.state.status in TERMINAL_STATUSES else None
     if chunk.state.status == "unknown":
-        return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+        return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
     content = _read_content(
         snap,
         wanted,
@@ -324,7 +331,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         return call.failed(failure, side_effect=True)
     call.phase = Phase.AFTER_DISPATCH
     if not isinstance(ready, SandboxReady):
-        return call.uncertain(ErrorCode.SANDBOX_OUTCOME_UNKNOWN)
+        return (yield from call.settle(call.uncertain(ErrorCode.SANDBOX_OUTCOME_UNKNOWN)))
     call.sandbox_id = ready.sandbox_id
     if background:
         call.background_ref = _background_ref(snap, wanted)
@@ -342,7 +349,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         if isinstance(published, StartRefused):
             return (yield from _refused(call, published))
         if not isinstance(published, Published):
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         stop = yield from call.guard()
         if stop is not None:
             return stop
@@ -396,7 +403,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     if isinstance(started, StartRefused):
         return (yield from _refused(call, started))
     if not isinstance(started, Started) or started.task_id != wanted:
-        return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+        return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
     deduplicated = not started.first_launch
     stop = yield from call.guard()
     if stop is not None:
@@ -484,7 +491,7 @@ def _read_all(
         except EffectFailure as failure:
             return call.failed(failure, side_effect=False)
         if not isinstance(chunk, OutputChunk):
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         final = chunk.state
         stdout.append(chunk.stdout)
         stderr.append(chunk.stderr)
@@ -493,7 +500,7 @@ def _read_all(
         if not chunk.more:
             return "".join(stdout), "".join(stderr), final, False
         if not advanced:
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         stop = yield from call.guard()
         if stop is not None:
             return stop

@@ -166,3 +166,24 @@ def test_the_async_driver_carries_the_epoch_too() -> None:
 
         assert asyncio.run(twice()) == ["uncertain", "ok"]
         world.assert_contract()
+
+
+def test_c9_a_read_that_finds_no_record_still_asks_about_authority() -> None:
+    """Regression (a 20,000-schedule hunt, seed 11): a read of a task whose
+    record a command deleted answers "unknown"; the call returned uncertain
+    at once, skipping the guard after the read, though the caller had lost
+    its authority before anything was dispatched (C9: error)."""
+    plan = [Fault(effect="Read", occurrence=1, kind=FaultKind.AUTHORITY_LOST, when="after")]
+    with World.simulated(plan, scripts=SCRIPTS) as world:
+        port = world.command_tools(durable_ownership=True)
+        world.call(port, "run_command", {"command": "echo hi"}, key="k1")
+        world.wipe_ledger()
+        task = world.task_of(port, "k1")
+        result = world.call(port, "read_command_output", {"task_id": task}, key="r1")
+        assert (result.status, result.content["error_type"]) == (
+            "error",
+            "e2b_command_authority_unproven",
+        )
+        world.assert_contract()
+        again = world.call(port, "read_command_output", {"task_id": task}, key="r2")
+        assert again.status == "uncertain"  # no record: the read cannot tell
