@@ -454,3 +454,24 @@ def test_an_async_harness_is_watched_too() -> None:
         assert asyncio.run(twice()) == ["uncertain", "ok"]
         assert len(world.calls) == 2
         world.assert_contract()
+
+
+def test_a_late_launch_is_charged_to_the_start_that_made_it_not_a_refused_one() -> None:
+    """Regression (a 30,000-schedule hunt, seed 12): two held starts of one
+    task arrive together; the first (fence 2) is refused as stale, the
+    second (fence 3) launches. The launch is the second call's: the judge
+    once charged it to the first and reported a stale fence launching."""
+    plan = [
+        Fault(effect="Start", occurrence=0, kind=FaultKind.DELIVERED_LATE),
+        Fault(effect="Start", occurrence=2, kind=FaultKind.DELIVERED_LATE),
+    ]
+    with World.simulated(plan, scripts=SCRIPTS) as world:
+        port = world.command_tools(owner="native", durable_ownership=True)
+        world.call(port, "run_command", {"command": "echo 1"}, key="k1", fence=2)
+        world.call(port, "run_command", {"command": "echo 2"}, key="k2", fence=3)
+        world.call(port, "run_command", {"command": "echo 1"}, key="k1", fence=3)
+        world.deliver_held()
+        first, _, retry = world.calls
+        assert not first.launched
+        assert retry.launched == {world.task_of(port, "k1"): 1}
+        world.assert_contract()

@@ -510,17 +510,29 @@ class World:
         self._attribute_late(before, start)
 
     def _attribute_late(self, before: Mapping[str, int], start: int) -> None:
+        """Charge the launches the ground truth counted while held requests
+        arrived to the calls that sent them: the start that answered
+        ``first_launch``, else (a backend whose answer hides it) the first
+        start of the task that was not refused."""
         fresh = {task: self.truth.launches.get(task, 0) - count for task, count in before.items()}
-        for effect, result in self.faults.late_deliveries[start:]:
-            if not isinstance(effect, Start) or isinstance(result, EffectFailure):
-                continue
-            record = self._owner_of.get(id(effect))
-            launched = fresh.get(effect.task_id, 0) > 0 and (
-                not isinstance(result, Started) or result.first_launch
-            )
-            if launched:
-                fresh[effect.task_id] -= 1
-            self._applied_start(record, effect, launched=launched)
+        delivered = [
+            (effect, result)
+            for effect, result in self.faults.late_deliveries[start:]
+            if isinstance(effect, Start) and not isinstance(result, EffectFailure)
+        ]
+        charged: set[int] = set()
+        for first_only in (True, False):
+            for number, (effect, result) in enumerate(delivered):
+                if (
+                    number not in charged
+                    and fresh.get(effect.task_id, 0) > 0
+                    and isinstance(result, Started)
+                    and (result.first_launch or not first_only)
+                ):
+                    fresh[effect.task_id] -= 1
+                    charged.add(number)
+        for number, (effect, _) in enumerate(delivered):
+            self._applied_start(self._owner_of.get(id(effect)), effect, launched=number in charged)
 
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` of virtual time pass (a world without a clock ignores it)."""
