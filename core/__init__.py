@@ -135,7 +135,14 @@ from ._results import (
     error_result,
 )
 from ._rules import launch_digest
-from ._snapshot import PortSettings, owner_key, plain_arguments, request_digest, snapshot_request
+from ._snapshot import (
+    PortSettings,
+    owner_key,
+    plain_arguments,
+    request_digest,
+    snapshot_request,
+    unchanged,
+)
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [
@@ -267,5 +274,6 @@ __all__ = [
     "task_id",
     "tool_program",
     "tool_schema",
+    "unchanged",
     "widen",
 ]

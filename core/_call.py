@@ -5,7 +5,7 @@ have left, and the verdicts that follow from that (C5, C6, C9, C11, C12).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -37,6 +37,8 @@ from ._snapshot import PortSettings, _refuse, _Snapshot
 
 __all__ = ["bound_result", "crash_result"]
 
+_MAX_SAFE: Final = 2**53 - 1
+
 
 class _Call:
     """The state one tool call carries between steps: what is known of its
@@ -53,6 +55,7 @@ class _Call:
         self.task_id: str | None = None
         self.observed: str | None = None
         self.background_ref: BackgroundCommandRef | None = None
+        self._check = CheckAuthority(request_digest=snap.digest)
 
     # -- verdicts ----------------------------------------------------------
 
@@ -92,9 +95,11 @@ class _Call:
 
     def guard(self) -> Generator[Effect, Any, ToolResult | None]:
         """Check abort, drift and authority now (C9, C11)."""
-        report = yield CheckAuthority(request_digest=self.snap.digest)
+        report = yield self._check
         if not isinstance(report, AuthorityReport):
             report = AuthorityReport(aborted=False, drifted=False, authority_held=False)
+        elif report.authority_held and not report.aborted and not report.drifted:
+            return None  # all well: go on, before and after dispatch alike
         verdict = decide(
             self.phase,
             observe(
@@ -108,6 +113,13 @@ class _Call:
         if isinstance(verdict, Refuse):
             return _refuse(verdict.code, "Nothing ran. Check the harness's authority and retry.")
         return self.uncertain(verdict.reason)
+
+    def settle(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
+        """``result``, unless the guard after the step that led to it says
+        otherwise (C9, C11: checked after every external step, whatever the
+        step answered)."""
+        stop = yield from self.guard()
+        return result if stop is None else stop
 
     def finish(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
         """Guard, then fit the content to the budget; when text must be cut
@@ -130,6 +142,8 @@ class _Call:
             return result
         budget = self.settings.max_output_bytes
         try:
+            if _fits_whole(content, budget):
+                return result  # the common case: nothing to cut
             fitted = fit_to_budget(content, budget)
         except (BudgetError, CanonicalJSONError):
             return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
@@ -159,6 +173,61 @@ class _Call:
             content=fitted,
             artifact_refs=result.artifact_refs + ((artifact,) if artifact else ()),
         )
+
+
+def _fits_whole(content: dict[str, Any], budget: int) -> bool:
+    """Whether ``content`` fits ``budget`` as it is.
+
+    Strategy: most results are a few hundred bytes against a budget of
+    thousands, so a bound on the canonical size (every character escaped at
+    its worst, six bytes) settles them without encoding. Otherwise the
+    canonical JSON is measured, but only when no text is longer than the
+    budget in characters (each costs at least a byte, so a longer one cannot
+    fit, and huge output is never encoded whole just to learn that). Raises
+    ``CanonicalJSONError`` for content with no canonical form."""
+    bound = _size_bound(content)
+    if bound is not None and bound <= budget:
+        return True
+    for key in SHRINKABLE_FIELDS:
+        text = content.get(key)
+        if isinstance(text, str) and len(text) > budget:
+            return False
+    return len(canonical_json(content)) <= budget
+
+
+_NUMBER_BOUND: Final = 26
+"""No safe integer, float, ``true``, ``false`` or ``null`` takes more bytes."""
+
+
+def _size_bound(value: object) -> int | None:
+    """An upper bound on the canonical size of plain JSON ``value``, or
+    ``None`` for anything else (then only encoding can tell)."""
+    kind = type(value)
+    if kind is str:
+        return 6 * len(value) + 2  # type: ignore[arg-type]
+    if value is None or kind is bool or kind is float:
+        return _NUMBER_BOUND
+    if kind is int:
+        return _NUMBER_BOUND if -_MAX_SAFE <= value <= _MAX_SAFE else None  # type: ignore[operator]
+    if kind is dict:
+        total = 1
+        for key, item in value.items():  # type: ignore[attr-defined]
+            if type(key) is not str:
+                return None
+            inner = _size_bound(item)
+            if inner is None:
+                return None
+            total += 6 * len(key) + 4 + inner
+        return total + 1
+    if kind is list:
+        total = 1
+        for item in value:  # type: ignore[attr-defined]
+            inner = _size_bound(item)
+            if inner is None:
+                return None
+            total += inner + 1
+        return total + 1
+    return None
 
 
 def bound_result(result: ToolResult, max_output_bytes: int) -> ToolResult:

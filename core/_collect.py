@@ -203,7 +203,7 @@ def _read(
     except EffectFailure as failure:
         return call.failed(failure, side_effect=False)
     if not isinstance(chunk, OutputChunk):
-        return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+        return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
     return chunk
 
 
@@ -240,7 +240,7 @@ def _read_all(
         except EffectFailure as failure:
             return call.failed(failure, side_effect=False)
         if not isinstance(chunk, OutputChunk):
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         final = chunk.state
         stdout.append(chunk.stdout)
         stderr.append(chunk.stderr)
@@ -249,7 +249,7 @@ def _read_all(
         if not chunk.more:
             return "".join(stdout), "".join(stderr), final, False
         if not advanced:
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         stop = yield from call.guard()
         if stop is not None:
             return stop

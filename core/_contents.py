@@ -122,19 +122,29 @@ def admission_size(snap: _Snapshot, settings: PortSettings) -> int:
     measurement of its own locator.
     """
     sizes = []
-    locator_sizes: dict[bool, int] = {}
+    base: int | None = None
     for with_sandbox, overhead in _fixed_overheads(
         snap.tool, settings.contract, settings.allow_internet_access
     ):
         if with_sandbox is None:
             sizes.append(overhead)
             continue
-        if with_sandbox not in locator_sizes:
-            sandbox_id = _LONGEST_SANDBOX_ID if with_sandbox else None
-            locator = snap.locator(sandbox_id, _LONGEST_TASK_ID)
-            locator_sizes[with_sandbox] = len(canonical_json(locator))
-        sizes.append(locator_sizes[with_sandbox] - 1 + overhead)
+        if base is None:
+            # The locator without its ids, measured once; each id adds its
+            # entry (a comma, the key, a colon, the value: keys are distinct).
+            base = len(canonical_json(snap.locator()))
+        size = base + _TASK_ENTRY + (_SANDBOX_ENTRY if with_sandbox else 0)
+        sizes.append(size - 1 + overhead)
     return max(sizes)
+
+
+def _entry_size(key: str, value: str) -> int:
+    """Bytes an entry adds to a non-empty object's canonical JSON."""
+    return 1 + len(canonical_json(key)) + 1 + len(canonical_json(value))
+
+
+_TASK_ENTRY: Final = _entry_size("task_id", _LONGEST_TASK_ID)
+_SANDBOX_ENTRY: Final = _entry_size("sandbox_id", _LONGEST_SANDBOX_ID)
 
 
 @functools.lru_cache(maxsize=64)

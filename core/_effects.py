@@ -126,6 +126,14 @@ class OwnedCommand:
     launched: bool = False
     """True once a start of this task may have reached the sandbox (recorded
     before the start is sent): every later start then expects its claim."""
+    ledger_epoch: str | None = None
+    """The epoch of ``sandbox_id``'s ledger when the first start of this task
+    may have left (see :class:`Start`); ``None`` when the sandbox did not
+    say."""
+    launch_digest: str | None = None
+    """What the first start of this task asked for (its request digest): a
+    later call of the key with other arguments is a conflict (C3) even while
+    that start may still arrive."""
 
 
 @attrs.frozen(kw_only=True)
@@ -138,9 +146,15 @@ class SandboxState:
 
 @attrs.frozen(kw_only=True)
 class SandboxReady:
-    """The sandbox :class:`Ensure` found or created."""
+    """The sandbox :class:`Ensure` found or created.
+
+    ``ledger_epoch`` names the sandbox's ledger of task claims as it is now:
+    it changes whenever that ledger is lost (a command deleted it), and never
+    otherwise. ``None``: the sandbox cannot tell (then a retry after a start
+    that may have left can only expect its claim)."""
 
     sandbox_id: str
+    ledger_epoch: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -182,10 +196,10 @@ class StartRefused:
     ``reason`` is ``"conflict"`` when the task id was claimed with another
     request digest (C3), ``"stale_fence"`` when a higher execution fence was
     already seen in this sandbox (C10), ``"publish_conflict"`` when the
-    snippet path holds other source, ``"claim_lost"`` when the start
-    expected a claim (``Start.expect_claim``), the sandbox has none, and it
-    cannot prove it never had one (its ledger was lost since): launching
-    could launch twice (C2).
+    snippet path holds other source, ``"claim_lost"`` when the sandbox has
+    no claim of the task and cannot prove it never had one (its ledger was
+    lost since the first start may have left, see :class:`Start`):
+    launching could launch twice (C2).
     """
 
     reason: Literal["conflict", "stale_fence", "publish_conflict", "claim_lost"]
@@ -316,12 +330,18 @@ class RememberOwned:
     """Record, before its launch is requested, that this session owns a
     command, so it can be reconciled even if the launch's answer is lost.
     ``launched``: a start of it is about to be sent, so any later start must
-    expect its claim (C2). Outcome: ``None``."""
+    expect its claim (C2). ``ledger_epoch``: the sandbox's ledger epoch when
+    the task's first start may have left (kept by the harness's durable
+    record, so even a restarted harness can prove a start never arrived).
+    ``launch_digest``: the request digest of that first start. Outcome:
+    ``None``."""
 
     task_id: str
     operation_key: str
     sandbox_id: str
     launched: bool = False
+    ledger_epoch: str | None = None
+    launch_digest: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -384,10 +404,15 @@ class Start:
     ``env`` values reach the command through a private file, never the
     process environment or any output (C17). ``timeout_seconds`` is enforced
     inside the sandbox. ``expect_claim`` is true when a start of this task
-    may already have reached the sandbox: then a sandbox without its claim
-    launches only if it can prove its ledger never held one (it was not lost
-    since that start was first sent); otherwise it launches nothing
-    (``StartRefused("claim_lost")``).
+    may already have reached the sandbox. ``claim_epoch`` is the sandbox's
+    ledger epoch (:attr:`SandboxReady.ledger_epoch`) when the task's first
+    start may have left. A sandbox without the task's claim launches only
+    when it can prove its ledger never held one: its ledger epoch is still
+    ``claim_epoch`` (any claim made since would still be there), or, without
+    a ``claim_epoch``, when no start may have left before
+    (``expect_claim`` false). Otherwise it launches nothing
+    (``StartRefused("claim_lost")``): a start held in the network that
+    arrives after the ledger was lost must not launch a second time (C2).
     """
 
     sandbox_id: str
@@ -399,6 +424,7 @@ class Start:
     timeout_seconds: int
     fence: int | None = None
     expect_claim: bool = False
+    claim_epoch: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -244,7 +244,10 @@ def _sandbox_status(call: _Call) -> Generator[Effect, Any, ToolResult]:
     except EffectFailure as failure:
         return call.failed(failure, side_effect=False)
     if not isinstance(state, SandboxState):
-        return _refuse(ErrorCode.READ_FAILED, "The sandbox answered with something unexpected.")
+        unexpected = _refuse(
+            ErrorCode.READ_FAILED, "The sandbox answered with something unexpected."
+        )
+        return (yield from call.settle(unexpected))
     result = ToolResult(status="ok", content=_status_content(settings, state))
     return (yield from call.finish(result))
 
@@ -275,7 +278,8 @@ def _owned_command(call: _Call) -> Generator[Effect, Any, ToolResult]:
             return call.failed(failure, side_effect=False)
         sandbox_id = state.sandbox_id if isinstance(state, SandboxState) else None
         if sandbox_id is None:
-            return _refuse(ErrorCode.TASK_NOT_FOUND, "This session has no sandbox to read from.")
+            absent = _refuse(ErrorCode.TASK_NOT_FOUND, "This session has no sandbox to read from.")
+            return (yield from call.settle(absent))
     call.sandbox_id = sandbox_id
     stop = yield from call.guard()
     if stop is not None:
@@ -290,10 +294,10 @@ def _owned_command(call: _Call) -> Generator[Effect, Any, ToolResult]:
                 call.phase = Phase.BEFORE_DISPATCH
             return call.failed(failure, side_effect=True)
         if not isinstance(cancelled, CancelRequested):
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         call.observed = cancelled.state.status
         if cancelled.state.status == "unknown":
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         content = _stop_content(snap, sandbox_id, wanted, cancelled.state)
         return (yield from call.finish(ToolResult(status="ok", content=content)))
 
@@ -317,10 +321,13 @@ def _owned_command(call: _Call) -> Generator[Effect, Any, ToolResult]:
     except EffectFailure as failure:
         return call.failed(failure, side_effect=False)
     if not isinstance(chunk, OutputChunk):
-        return _refuse(ErrorCode.READ_FAILED, "The sandbox answered with something unexpected.")
+        unexpected = _refuse(
+            ErrorCode.READ_FAILED, "The sandbox answered with something unexpected."
+        )
+        return (yield from call.settle(unexpected))
     call.observed = chunk.state.status if chunk.state.status in TERMINAL_STATUSES else None
     if chunk.state.status == "unknown":
-        return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+        return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
     content = _read_content(
         snap,
         wanted,
@@ -369,7 +376,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         return call.failed(failure, side_effect=True)
     call.phase = Phase.AFTER_DISPATCH
     if not isinstance(ready, SandboxReady):
-        return call.uncertain(ErrorCode.SANDBOX_OUTCOME_UNKNOWN)
+        return (yield from call.settle(call.uncertain(ErrorCode.SANDBOX_OUTCOME_UNKNOWN)))
     call.sandbox_id = ready.sandbox_id
     if background:
         call.background_ref = _background_ref(snap, wanted)
@@ -387,28 +394,45 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         if isinstance(published, StartRefused):
             return (yield from _refused(call, published))
         if not isinstance(published, Published):
-            return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+            return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         stop = yield from call.guard()
         if stop is not None:
             return stop
 
     # Strategy (C2): once a Start of this task may have left, every later
     # Start expects the claim it would have made. The port records that
-    # before sending, so a lost answer, a crash or a command that wipes the
-    # sandbox's ledger can never turn a retry into a second launch: a sandbox
-    # that cannot show the claim, nor prove it never saw one, launches
-    # nothing (``claim_lost``).
+    # before sending, with the sandbox's ledger epoch at the time, so a lost
+    # answer, a crash or a command that wipes the sandbox's ledger can never
+    # turn a retry (or a late copy of the first start) into a second launch:
+    # a sandbox that cannot show the claim launches only if its ledger is
+    # still of that epoch (then it never held one), else nothing
+    # (``claim_lost``). The epoch travels in the durable record, so the proof
+    # survives a harness restart.
     try:
         known = yield ResolveOwned(task_id=wanted, for_launch=True)
     except EffectFailure:
         known = None
     expect_claim = isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched
+    digest = launch_digest(snap.tool, args)
+    first = known.launch_digest if isinstance(known, OwnedCommand) and expect_claim else None
+    if first is not None and first != digest:
+        # C3 before anything is sent: the key's first start, which may still
+        # arrive, asked for something else; this call's command never runs.
+        return _conflict(StartRefused(reason="conflict"))
+    if not expect_claim:
+        epoch = ready.ledger_epoch
+    elif isinstance(known, OwnedCommand) and known.sandbox_id == ready.sandbox_id:
+        epoch = known.ledger_epoch
+    else:
+        epoch = None  # the first start went to another sandbox: no proof here
     try:
         yield RememberOwned(
             task_id=wanted,
             operation_key=snap.operation_key,
             sandbox_id=ready.sandbox_id,
             launched=True,
+            ledger_epoch=epoch,
+            launch_digest=digest,
         )
     except EffectFailure:
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
@@ -417,20 +441,21 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         started = yield Start(
             sandbox_id=ready.sandbox_id,
             task_id=wanted,
-            request_digest=launch_digest(snap.tool, args),
+            request_digest=digest,
             command=command,
             cwd=args.get("cwd"),
             env=args.get("env"),
             timeout_seconds=timeout_seconds,
             fence=fence,
             expect_claim=expect_claim,
+            claim_epoch=epoch,
         )
     except EffectFailure as failure:
         return call.failed(failure, side_effect=True)
     if isinstance(started, StartRefused):
         return (yield from _refused(call, started))
     if not isinstance(started, Started) or started.task_id != wanted:
-        return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+        return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
     deduplicated = not started.first_launch
     stop = yield from call.guard()
     if stop is not None:

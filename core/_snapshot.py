@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import attrs
 
@@ -35,6 +35,7 @@ __all__ = [
     "plain_arguments",
     "request_digest",
     "snapshot_request",
+    "unchanged",
 ]
 
 _MAX_SAFE_INTEGER: Final = 2**53 - 1
@@ -126,6 +127,28 @@ def plain_arguments(arguments: object) -> dict[str, Any] | None:
     return copy if isinstance(copy, dict) else None
 
 
+class _Seen(NamedTuple):
+    """The request's own objects as the snapshot saw them, for the drift
+    check (:func:`unchanged`): strings and frozen objects cannot change in
+    place, so still holding the very same object means unchanged; the few
+    mutable parts (arguments, a native scope) are compared with plain copies
+    taken in the same pass as the digest's. (A named tuple: made on every
+    call, it must be cheap to make.)"""
+
+    call: object
+    name: object
+    call_id: object
+    arguments: object
+    operation_key: object
+    session_id: object
+    definition: object
+    identity: object
+    identity_fields: tuple[object, ...]
+    result_governance: object
+    plain_arguments: object
+    plain_scope: object
+
+
 @attrs.frozen(kw_only=True)
 class _Snapshot:
     tool: str
@@ -136,6 +159,7 @@ class _Snapshot:
     arguments: Mapping[str, Any]
     digest: str
     governed: bool
+    seen: _Seen | None = attrs.field(default=None, eq=False, repr=False)
 
     def locator(self, sandbox_id: str | None = None, task: str | None = None) -> dict[str, Any]:
         content = self.identity.locator()
@@ -288,6 +312,26 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
     except (ValueError, AttributeError, TypeError, RecursionError):
         digest = ""  # a request with no JSON form: every guard reports drift
     assert isinstance(call_id, str)
+    seen: _Seen | None = None
+    if digest:
+        live = request.identity
+        assert isinstance(live, NativeIdentity | AgentIdentity)  # checked above
+        scope = live.scope if isinstance(live, NativeIdentity) else None
+        fields = _identity_fields(live)
+        seen = _Seen(
+            call=call,
+            name=name,
+            call_id=call_id,
+            arguments=call.arguments,
+            operation_key=request.operation_key,
+            session_id=request.session_id,
+            definition=request.definition,
+            identity=live,
+            identity_fields=fields,
+            result_governance=request.result_governance,
+            plain_arguments=_copy(arguments),
+            plain_scope=None if scope is None else json.loads(_DIGEST_ENCODER.encode(scope)),
+        )
     return _Snapshot(
         tool=name,
         call_id=call_id,
@@ -297,7 +341,113 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
         arguments=arguments,
         digest=digest,
         governed=request.result_governance == RUNTIME_ARTIFACTS,
+        seen=seen,
     )
+
+
+def unchanged(request: ToolRequest, snap: _Snapshot) -> bool | None:
+    """Whether ``request`` still says what it said when ``snap`` was taken
+    from it (no drift, C9): ``True`` or ``False`` exactly when comparing
+    :func:`request_digest` of it now with ``snap.digest`` would say so, or
+    ``None`` when that cannot be told without the digest.
+
+    Strategy: the guard runs before and after every step, several times a
+    call, so it compares structure instead of hashing a JSON encoding: every
+    field must still hold the very object it held (strings and frozen
+    objects cannot change in place), and the mutable parts (the arguments, a
+    native scope) must equal their plain copies with exactly the same JSON
+    types (``1`` is not ``1.0`` nor ``True``). Anything unusual (a mapping
+    that is not a dict, a tuple, a subclass, a replaced field) is left to
+    the digest.
+    """
+    seen = snap.seen
+    if seen is None:
+        return None
+    call = request.call
+    identity = request.identity
+    if (
+        call is not seen.call
+        or call.name is not seen.name
+        or call.call_id is not seen.call_id
+        or call.arguments is not seen.arguments
+        or request.operation_key is not seen.operation_key
+        or request.session_id is not seen.session_id
+        or request.definition is not seen.definition
+        or identity is not seen.identity
+        or request.result_governance is not seen.result_governance
+        or type(request.definition) is not ToolDefinition
+    ):
+        return None
+    assert isinstance(identity, NativeIdentity | AgentIdentity)  # the snapshot checked it
+    for now, then in zip(_identity_fields(identity), seen.identity_fields, strict=True):
+        if now is not then:
+            return None
+    if isinstance(identity, NativeIdentity):
+        same_scope = _same_json(identity.scope, seen.plain_scope)
+        if same_scope is not True:
+            return same_scope
+    try:
+        return _same_json(call.arguments, seen.plain_arguments)
+    except RecursionError:
+        return None
+
+
+def _copy(plain: dict[str, Any]) -> dict[str, Any]:
+    """An independent copy of plain JSON data (dicts, lists and scalars)."""
+    return {
+        key: value
+        if type(value) is not dict and type(value) is not list
+        else json.loads(_DIGEST_ENCODER.encode(value))
+        for key, value in plain.items()
+    }
+
+
+def _identity_fields(identity: NativeIdentity | AgentIdentity) -> tuple[object, ...]:
+    if isinstance(identity, NativeIdentity):
+        return (
+            identity.scope,
+            identity.run_id,
+            identity.turn_id,
+            identity.build_id,
+            identity.task_chain_id,
+            identity.parent_run_id,
+            identity.execution_fence,
+        )
+    return (identity.agent_id,)
+
+
+def _same_json(live: object, plain: object) -> bool | None:
+    """Whether ``live`` encodes to the same JSON as ``plain`` (a plain copy:
+    dicts, lists, str, int, float, bool, None); ``None`` when ``live`` holds
+    something only an encoder can judge."""
+    kind = type(live)
+    if kind is str or kind is int:
+        return type(plain) is kind and live == plain
+    if live is None or kind is bool:
+        return live is plain
+    if kind is float:
+        return type(plain) is float and float.__repr__(live) == float.__repr__(plain)
+    if kind is dict:
+        if type(plain) is not dict or len(live) != len(plain):  # type: ignore[arg-type]
+            return False
+        for key, value in live.items():  # type: ignore[attr-defined]
+            if type(key) is not str:
+                return None
+            if key not in plain:
+                return False
+            same = _same_json(value, plain[key])
+            if same is not True:
+                return same
+        return True
+    if kind is list:
+        if type(plain) is not list or len(live) != len(plain):  # type: ignore[arg-type]
+            return False
+        for now, then in zip(live, plain, strict=True):  # type: ignore[call-overload]
+            same = _same_json(now, then)
+            if same is not True:
+                return same
+        return True
+    return None
 
 
 def snapshot_request(request: object, settings: PortSettings) -> _Snapshot | None:

@@ -190,9 +190,36 @@ def decode_failure(data: Any) -> EffectFailure:
     return EffectFailure(Delivery(delivery), detail, aborted=aborted)
 
 
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_DECODED: dict[tuple[object, ...], Any] = {}
+_DECODED_LIMIT = 65_536
+
+
 def _decode(data: Any, union: Any, what: str) -> Any:
     if not isinstance(data, dict):
         raise ValueError(f"the {what} is not a JSON object")
+    # Strategy: a session repeats many flat effects and outcomes exactly (each
+    # guard's CheckAuthority and its all-well report, Allow, the sandbox), and
+    # decoded values are frozen, so one decoding serves them all. The key
+    # keeps each value's type: ``true`` must never stand for ``1``.
+    key: tuple[object, ...] | None = (what,)
+    for name, value in data.items():
+        kind = type(value)
+        if kind not in _SCALARS:
+            key = None
+            break
+        key += (name, kind, value)  # type: ignore[operator]
+    if key is not None:
+        found = _DECODED.get(key)
+        if found is not None:
+            return found
+    decoded = _structure(data, union, what)
+    if key is not None and decoded is not None and len(_DECODED) < _DECODED_LIMIT:
+        _DECODED[key] = decoded
+    return decoded
+
+
+def _structure(data: dict[str, Any], union: Any, what: str) -> Any:
     tag = data.get("type")
     try:
         return _converter.structure(data, union)
@@ -372,11 +399,19 @@ class CallRedaction:
         digests = {k: v for k, v in digests.items() if k != v}
         return cls(bare.secrets, digests, redacted)
 
+    @property
+    def bare(self) -> bool:
+        """Nothing to redact: no secret to cut, no digest to swap."""
+        return not self.secrets and not self.digests
+
     def scrub(self, data: Any, *, env_slot: bool) -> Any:
         """``data`` (JSON data) with digests swapped and secrets cut out;
-        with ``env_slot``, ``data`` is an effect whose ``env`` values all go."""
+        with ``env_slot``, ``data`` is an effect whose ``env`` values all go.
+        Tuples become lists."""
         if env_slot and isinstance(data, dict) and isinstance(data.get("env"), dict):
             data = {**data, "env": _redact_env(data["env"])}
+        if not self.secrets and not self.digests and _plain_json(data):
+            return data  # nothing to swap or cut: the data as it is
         return self._scrub(data)
 
     def _scrub(self, data: Any) -> Any:
@@ -396,6 +431,16 @@ class CallRedaction:
         return data
 
 
+def _plain_json(data: Any) -> bool:
+    """Whether ``data`` holds only dicts, lists and scalars (no tuples)."""
+    kind = type(data)
+    if kind is dict:
+        return all(_plain_json(value) for value in data.values())
+    if kind is list:
+        return all(_plain_json(item) for item in data)
+    return kind in _SCALARS
+
+
 def _redact_env(env: Mapping[Any, Any]) -> dict[Any, Any]:
     return dict.fromkeys(env, MARKER)
 
@@ -413,11 +458,18 @@ class RecordedStep:
     effect: dict[str, Any]
     outcome: dict[str, Any] | None
     failure: dict[str, Any] | None
+    effect_value: Effect | None = attrs.field(default=None, eq=False, repr=False)
+    """``effect`` decoded (when the reader decoded it)."""
+    outcome_value: Outcome = attrs.field(default=None, eq=False, repr=False)
+    """``outcome`` decoded (when the reader decoded it); outcomes are frozen
+    values, so one object answers every replay."""
 
     def answer(self) -> Outcome:
         """The recorded outcome; raises the recorded :class:`EffectFailure`."""
         if self.failure is not None:
             raise decode_failure(self.failure)
+        if self.outcome_value is not None or self.outcome is None:
+            return self.outcome_value
         return decode_outcome(self.outcome)
 
 
@@ -430,6 +482,11 @@ class RecordedCall:
     request: dict[str, Any]
     steps: list[RecordedStep] = attrs.field(factory=list)
     result: dict[str, Any] | None = None
+    request_text: str = attrs.field(default="", eq=False, repr=False)
+    """The request's line as written (a replay whose live line is the same
+    text has matched it, without comparing field by field)."""
+    result_text: str = attrs.field(default="", eq=False, repr=False)
+    """The result's line as written."""
 
     def describe(self) -> str:
         call = self.request.get("call", {})
@@ -503,23 +560,24 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
     def fail(number: int, message: str) -> CassetteError:
         return CassetteError(f"{source}:{number}: {message}")
 
-    records: list[tuple[int, dict[str, Any]]] = []
+    records: list[tuple[int, dict[str, Any], str]] = []
     for number, raw in enumerate(lines, start=1):
         try:
-            record = json.loads(raw.decode("utf-8"))
+            text = raw.decode("utf-8")
+            record = json.loads(text)
         except UnicodeDecodeError:
             raise fail(number, "not UTF-8 text: the file is corrupt") from None
         except json.JSONDecodeError as exc:
             raise fail(number, f"not valid JSON ({exc.msg}): the file is corrupt") from None
         if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
             raise fail(number, 'not a cassette record (a JSON object with a "kind")')
-        records.append((number, record))
+        records.append((number, record, text))
 
     header = _check_header(records[0][1], lambda message: fail(1, message))
     calls: dict[int, RecordedCall] = {}
     last_step = 0
     complete = False
-    for number, record in records[1:]:
+    for number, record, text in records[1:]:
         kind = record["kind"]
         if complete:
             raise fail(number, "a line after the end line")
@@ -539,7 +597,7 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
                     raise ValueError(f"expected call {len(calls) + 1}, found call {call_number}")
                 _check_request(record["request"])
                 calls[call_number] = RecordedCall(
-                    number=call_number, line=number, request=record["request"]
+                    number=call_number, line=number, request=record["request"], request_text=text
                 )
                 continue
             call = calls.get(call_number) if isinstance(call_number, int) else None
@@ -556,6 +614,7 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
                 if not isinstance(record["result"], dict):
                     raise ValueError("the result is not a JSON object")
                 call.result = record["result"]
+                call.result_text = text
             else:
                 raise ValueError(f"unknown record kind {kind!r}")
         except KeyError as exc:
@@ -619,20 +678,23 @@ def _check_request(request: Any) -> None:
 
 
 def _check_step(record: dict[str, Any], line: int) -> RecordedStep:
-    decode_effect(record["effect"])
+    effect = decode_effect(record["effect"])
     has_outcome, has_failure = "outcome" in record, "failure" in record
     if has_outcome == has_failure:
         raise ValueError('a step needs exactly one of "outcome" and "failure"')
+    outcome: Outcome = None
     if has_failure:
         decode_failure(record["failure"])
     else:
-        decode_outcome(record["outcome"])
+        outcome = decode_outcome(record["outcome"])
     return RecordedStep(
         step=record["step"],
         line=line,
         effect=record["effect"],
         outcome=record.get("outcome"),
         failure=record.get("failure"),
+        effect_value=effect,
+        outcome_value=outcome,
     )
 
 

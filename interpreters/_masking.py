@@ -60,6 +60,20 @@ def _masked_read(read: Read, redactions: Redactions) -> _Steps:
     )
 
 
+def _sanitized(read: Read, outcome: Any, redactions: Redactions) -> Any:
+    """A page read without secrets: its text sanitized (the core judges an
+    answer of the wrong type)."""
+    if not isinstance(outcome, OutputChunk):
+        return outcome
+    answer = mask_chunk(read, read, outcome, redactions)
+    assert isinstance(answer, OutputChunk)  # without secrets, never NeedMoreOutput
+    return answer
+
+
+async def _sanitize_async(read: Read, outcome: Awaitable[Any], redactions: Redactions) -> Any:
+    return _sanitized(read, await outcome, redactions)
+
+
 class MaskedReads:
     """``inner`` with every ``Read`` answered through :func:`mask_chunk`.
 
@@ -75,9 +89,16 @@ class MaskedReads:
         self._redactions = redactions
 
     def __call__(self, effect: Effect) -> Any:
-        if not isinstance(effect, Read):
+        if type(effect) is not Read and not isinstance(effect, Read):
             return self._inner(effect)
-        steps = _masked_read(effect, self._redactions())
+        redactions = self._redactions()
+        if not redactions:
+            # No secret yet: the page is the answer, only sanitized.
+            outcome = self._inner(effect)
+            if inspect.isawaitable(outcome):
+                return _sanitize_async(effect, outcome, redactions)
+            return _sanitized(effect, outcome, redactions)
+        steps = _masked_read(effect, redactions)
         widened = next(steps)
         outcome = self._inner(widened)
         if inspect.isawaitable(outcome):

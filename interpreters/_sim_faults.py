@@ -64,21 +64,20 @@ class FaultPlan:
     """
 
     faults: tuple[Fault, ...] = attrs.field(default=(), converter=_faults)
+    _slots: dict[tuple[str, int], Fault] = attrs.field(
+        init=False, factory=dict, eq=False, repr=False, hash=False
+    )
 
     def __attrs_post_init__(self) -> None:
-        seen: set[tuple[str, int]] = set()
         for fault in self.faults:
             slot = (fault.effect, fault.occurrence)
-            if slot in seen:
+            if slot in self._slots:
                 raise ValueError(f"two faults strike {fault.effect} occurrence {fault.occurrence}")
-            seen.add(slot)
+            self._slots[slot] = fault
 
     def lookup(self, effect: str, occurrence: int) -> Fault | None:
         """The fault striking that occurrence of that effect, if any."""
-        for fault in self.faults:
-            if (fault.effect, fault.occurrence) == (effect, occurrence):
-                return fault
-        return None
+        return self._slots.get((effect, occurrence)) if self._slots else None
 
     @classmethod
     def random(cls, seed: int, *, max_faults: int = 3, max_occurrence: int = 3) -> FaultPlan:

@@ -9,7 +9,9 @@ the clock needs no scheduler and re-reading the past gives the same bytes.
 
 from __future__ import annotations
 
+import bisect
 import math
+from collections.abc import Iterable
 from typing import Literal
 
 import attrs
@@ -44,6 +46,31 @@ class SandboxFile:
     mode: int
 
 
+@attrs.frozen
+class _Stream:
+    """One stream's whole output: the bytes, and when each part of it shows
+    (``times[i]``: the moment the first ``sizes[i]`` bytes are written)."""
+
+    data: bytes
+    times: tuple[float, ...]
+    sizes: tuple[int, ...]
+
+    @classmethod
+    def of(cls, chunks: Iterable[tuple[float, bytes]]) -> _Stream:
+        parts, times, sizes, total = [], [], [], 0
+        for at, data in chunks:
+            parts.append(data)
+            total += len(data)
+            times.append(at)
+            sizes.append(total)
+        return cls(b"".join(parts), tuple(times), tuple(sizes))
+
+    def size_at(self, moment: float) -> int:
+        """Bytes written by ``moment`` (chunks written at it included)."""
+        shown = bisect.bisect_right(self.times, moment)
+        return self.sizes[shown - 1] if shown else 0
+
+
 @attrs.define(kw_only=True)
 class SimTask:
     """One launched command: the request that launched it and its script."""
@@ -53,9 +80,7 @@ class SimTask:
     started_at: float
     killed_at: float | None = None
     killed_as: Kill | None = None
-    _encoded: dict[str, list[tuple[float, bytes]]] = attrs.field(
-        factory=dict, init=False, repr=False, eq=False
-    )
+    _streams: dict[str, _Stream] = attrs.field(factory=dict, init=False, repr=False, eq=False)
 
     def ending(self) -> tuple[float, CommandStatus, int | None]:
         """When the task ends (``inf``: not yet known), how, and its exit code."""
@@ -75,30 +100,29 @@ class SimTask:
 
     def output(self, now: float, stream: Stream) -> bytes:
         """Everything ``stream`` holds at ``now``, as UTF-8."""
-        return b"".join(self._visible(now, stream))
+        data = self._stream(stream)
+        return data.data[: data.size_at(min(now, self.ending()[0]))]
 
     def state(self, now: float) -> CommandState:
         end, status, code = self.ending()
-        sizes = {
-            "stdout_bytes": sum(map(len, self._visible(now, "stdout"))),
-            "stderr_bytes": sum(map(len, self._visible(now, "stderr"))),
-        }
+        until = min(now, end)
+        stdout = self._stream("stdout").size_at(until)
+        stderr = self._stream("stderr").size_at(until)
         if now < end:
-            return CommandState(status="running", **sizes)
-        return CommandState(status=status, exit_code=code, **sizes)
+            return CommandState(status="running", stdout_bytes=stdout, stderr_bytes=stderr)
+        return CommandState(status=status, exit_code=code, stdout_bytes=stdout, stderr_bytes=stderr)
 
-    def _visible(self, now: float, stream: Stream) -> list[bytes]:
-        # Chunks are encoded once per task: a 16 MiB output is not re-encoded
-        # on every state query or read.
-        if not self._encoded:
-            for name in ("stdout", "stderr"):
-                self._encoded[name] = [
-                    (self.started_at + chunk.offset, chunk.text.encode("utf-8"))
-                    for chunk in self.script.chunks
-                    if chunk.stream == name
-                ]
-        until = min(now, self.ending()[0])
-        return [data for at, data in self._encoded[stream] if at <= until]
+    def _stream(self, stream: Stream) -> _Stream:
+        # Encoded once per task: a 16 MiB output is not re-encoded on every
+        # state query or read.
+        found = self._streams.get(stream)
+        if found is None:
+            found = self._streams[stream] = _Stream.of(
+                (self.started_at + chunk.offset, chunk.text.encode("utf-8"))
+                for chunk in self.script.chunks
+                if chunk.stream == stream
+            )
+        return found
 
     def live_processes(self, now: float) -> int:
         """The command and its children while it runs; nothing once it ended."""
@@ -124,6 +148,13 @@ class SimSandbox:
     dead: bool = False
     ledger_epoch: int = 0
     """Changes whenever the ledger is lost (:meth:`wipe_ledger`)."""
+
+    @property
+    def epoch_token(self) -> str:
+        """The ledger epoch as the sandbox reports it (``SandboxReady``):
+        opaque, and never equal to another sandbox's."""
+        return f"{self.sandbox_id}/ledger-{self.ledger_epoch}"
+
     lost: list[SimTask] = attrs.field(factory=list)
     """Tasks whose claims a lost ledger took with it; they run on."""
 

@@ -27,21 +27,20 @@ Semantics
   ``Published`` again, other source is ``StartRefused("publish_conflict")``.
 - **Start** checks the fence first (C10): a fence below the highest seen in
   the sandbox is ``StartRefused("stale_fence")``; otherwise it becomes the
-  highest (even when the claim then refuses). Then the claim (C2, C3): a new
-  task id launches (``launches[task_id] += 1``); a claimed one with the same
-  digest is ``Started(first_launch=False)`` with the first launch's state now;
-  another digest is ``StartRefused("conflict")``. Env values stay in the task:
+  highest (even when the claim then refuses). Then the claim (C2, C3): a
+  claimed task id with the same digest is ``Started(first_launch=False)``
+  with the first launch's state now; another digest is
+  ``StartRefused("conflict")``. An unclaimed one launches
+  (``launches[task_id] += 1``) when the sandbox can prove it never held its
+  claim: its ledger epoch is the start's ``claim_epoch`` or, without one,
+  the start expects no claim; otherwise ``StartRefused("claim_lost")``.
+  ``Ensure`` reports the ledger epoch, ``"<sandbox id>/ledger-<n>"``, where
+  ``n`` counts the times its ledger was wiped. Env values stay in the task:
   no outcome, detail or exception carries them (C17).
 - **The ledger** (the claims) can be lost: :meth:`Simulator.wipe_ledger`, or
   the ``LEDGER_WIPED`` fault, models a command deleting it; the processes run
-  on unseen and the ledger starts a new *epoch*. A start issued against an
-  epoch since lost (one delivered late, say) launches nothing
-  (``claim_lost``). A start that expects a claim (``expect_claim``) the
-  sandbox lacks launches only if the backend can prove no claim was ever
-  made: it sent the task's first start (one expecting none) with the same
-  request digest, against the epoch the ledger still has; otherwise
-  ``claim_lost``. :meth:`Simulator.forget_sent` drops that memory, as a
-  restarted harness's new backend has none.
+  on unseen and the ledger starts a new epoch, so no start sent under an
+  older one (a request delivered late, say) can launch there again.
 - **Scripts.** A launch runs ``scripts[command]``; failing that, the
   ``scripts`` entry for the source of a file published in that sandbox whose
   path appears in the command (a snippet run); failing that, ``default``
@@ -112,12 +111,13 @@ say) wins over the fault's own failure.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Literal, assert_never
+from typing import Any, Literal, assert_never
 
 from sandrail.core._effects import (
     Allow,
@@ -171,6 +171,8 @@ __all__ = [
 ]
 
 _SNIPPET_MODE = 0o600
+_emulated = functools.lru_cache(maxsize=512)(emulate)
+""":func:`emulate`, remembered: a script is a plain value of its command."""
 _MIN_READ_BYTES = 4  # one UTF-8 character always fits
 _UNKNOWN = CommandState(status="unknown")
 
@@ -269,10 +271,6 @@ class Simulator:
         self._sandboxes: dict[str, SimSandbox] = {}
         self._sessions: dict[tuple[str, str], str] = {}
         self._ids = itertools.count(1)
-        self._first_sent: dict[tuple[str, str], tuple[int, str]] = {}
-        # The ledger epoch each start in flight was issued against, by the
-        # start object's identity (held ones until they are delivered).
-        self._issued: dict[int, int] = {}
         # One effect at a time: a port may be driven from several threads
         # (or event loops) at once, and the world must stay consistent.
         self._lock = threading.RLock()
@@ -325,8 +323,6 @@ class Simulator:
                 result = self._apply(effect)
             except EffectFailure as failure:
                 result = failure
-            finally:
-                self._issued.pop(id(effect), None)
             self.late_deliveries.append((effect, result))
             results.append(result)
         return results
@@ -338,17 +334,18 @@ class Simulator:
 
         Raises :class:`TypeError` for harness effects and non-effects.
         """
-        if isinstance(
-            effect, Authorize | CheckAuthority | ResolveOwned | RememberOwned | WriteArtifact
-        ):
-            raise TypeError(f"{type(effect).__name__} is a harness effect: the port answers it")
-        if not isinstance(effect, Inspect | Ensure | Publish | Start | Wait | Read | Cancel):
-            raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
+        if type(effect) not in _APPLY:
+            if isinstance(
+                effect, Authorize | CheckAuthority | ResolveOwned | RememberOwned | WriteArtifact
+            ):
+                raise TypeError(f"{type(effect).__name__} is a harness effect: the port answers it")
+            if not isinstance(effect, Inspect | Ensure | Publish | Start | Wait | Read | Cancel):
+                raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
         with self._lock:
-            return self._receive(effect)
+            return self._receive(effect)  # type: ignore[arg-type]
 
     def _receive(self, effect: SandboxEffect) -> Outcome:
-        if self.late_delivery == "next_effect":
+        if self.held and self.late_delivery == "next_effect":
             self._deliver_held()
         self.effects_seen.append(effect)
         if not isinstance(effect, Wait):
@@ -356,39 +353,23 @@ class Simulator:
         name = type(effect).__name__
         fault = self.plan.lookup(name, self._received[name])
         self._received[name] += 1
-        box = self._sandboxes.get(effect.sandbox_id) if isinstance(effect, Start) else None
-        epoch = None if box is None else box.ledger_epoch
-        if epoch is not None:
-            self._issued[id(effect)] = epoch
-        try:
-            if fault is None:
-                return self._apply(effect)
-            self.faults_fired.append(fault)
-            return self._strike(effect, fault)
-        finally:
-            if not any(held is effect for held in self.held):
-                self._issued.pop(id(effect), None)
-            if isinstance(effect, Start) and epoch is not None and not effect.expect_claim:
-                # The backend's memory (E2B's interpreter keeps the same): the
-                # ledger epoch and the request digest as the first start of
-                # each task was sent, when it was the first as far as the
-                # harness knew (no claim expected). Noted after this start was
-                # handled, so it judges only earlier ones.
-                key = (effect.sandbox_id, effect.task_id)
-                self._first_sent.setdefault(key, (epoch, effect.request_digest))
-
-    def forget_sent(self) -> None:
-        """Forget which starts were sent, as a restarted harness's new
-        backend does: a lost claim can then no longer be told from one that
-        was never made."""
-        with self._lock:
-            self._first_sent.clear()
+        if fault is None:
+            return self._apply(effect)
+        self.faults_fired.append(fault)
+        return self._strike(effect, fault)
 
     def wipe_ledger(self, sandbox_id: str) -> None:
         """A command deletes the task claims of ``sandbox_id``
         (see :meth:`SimSandbox.wipe_ledger`)."""
         with self._lock:
             self._sandboxes[sandbox_id].wipe_ledger()
+
+    def kill_sandbox(self, sandbox_id: str) -> None:
+        """The provider kills ``sandbox_id``: its running tasks end with status
+        ``unknown`` and every later effect on it fails (as under
+        ``SANDBOX_DIES``). ``KeyError`` for a sandbox that never existed."""
+        with self._lock:
+            self._sandboxes[sandbox_id].die(self.clock)
 
     def _strike(self, effect: SandboxEffect, fault: Fault) -> Outcome:
         after = fault.when == "after"
@@ -462,24 +443,10 @@ class Simulator:
 
     def _apply(self, effect: SandboxEffect) -> Outcome:
         """Do what ``effect`` asks, now; record it as applied."""
-        outcome: Outcome
-        match effect:
-            case Inspect():
-                outcome = self._inspect(effect)
-            case Ensure():
-                outcome = self._ensure(effect)
-            case Publish():
-                outcome = self._publish(effect)
-            case Start():
-                outcome = self._start(effect)
-            case Wait():
-                outcome = self._wait(effect)
-            case Read():
-                outcome = self._read(effect)
-            case Cancel():
-                outcome = self._cancel(effect)
-            case _:  # pragma: no cover
-                assert_never(effect)
+        apply = _APPLY.get(type(effect))
+        if apply is None:  # a subclass of an effect
+            apply = next(method for kind, method in _APPLY.items() if isinstance(effect, kind))
+        outcome: Outcome = apply(self, effect)
         self.applied.append(effect)
         return outcome
 
@@ -505,7 +472,8 @@ class Simulator:
             sandbox_id = f"sbx-{next(self._ids)}"
             self._sessions[key] = sandbox_id
             self._sandboxes[sandbox_id] = SimSandbox(sandbox_id=sandbox_id)
-        return SandboxReady(sandbox_id=self._box(sandbox_id).sandbox_id)
+        box = self._box(sandbox_id)
+        return SandboxReady(sandbox_id=box.sandbox_id, ledger_epoch=box.epoch_token)
 
     def _publish(self, effect: Publish) -> Published | StartRefused:
         box = self._box(effect.sandbox_id)
@@ -527,12 +495,7 @@ class Simulator:
             if task.request.request_digest != effect.request_digest:
                 return StartRefused(reason="conflict")
             return Started(task_id=effect.task_id, first_launch=False, state=task.state(self.clock))
-        issued = self._issued.get(id(effect))
-        if issued is not None and issued != box.ledger_epoch:
-            # Issued against a ledger that has been lost since (a request
-            # delivered late, say): it cannot know what the lost ledger held.
-            return StartRefused(reason="claim_lost")
-        if effect.expect_claim and not self._never_claimed(box, effect):
+        if not self._never_claimed(box, effect):
             return StartRefused(reason="claim_lost")
         task = SimTask(
             request=effect, script=self._script_for(box, effect.command), started_at=self.clock
@@ -542,14 +505,13 @@ class Simulator:
         return Started(task_id=effect.task_id, first_launch=True, state=task.state(self.clock))
 
     def _never_claimed(self, box: SimSandbox, effect: Start) -> bool:
-        """Whether launching ``effect`` now cannot make a second launch of its
-        task: this backend sent the task's first start (one expecting no
-        claim) against the ledger the sandbox still has, so any claim made
-        since would still be there; and with the same request, so the first
-        start, should it still arrive, finds this claim and launches nothing
-        (C2), nor does this one run other arguments under its key (C3)."""
-        first = self._first_sent.get((box.sandbox_id, effect.task_id))
-        return first == (box.ledger_epoch, effect.request_digest)
+        """Whether the sandbox, holding no claim of the task, can prove it
+        never held one: its ledger is still of the epoch the task's first
+        start was sent under (any claim made since would still be there), or,
+        without an epoch, no start of the task may have left before."""
+        if effect.claim_epoch is not None:
+            return effect.claim_epoch == box.epoch_token
+        return not effect.expect_claim
 
     def _script_for(self, box: SimSandbox, command: str) -> Script:
         script = self.scripts.get(command)
@@ -558,7 +520,11 @@ class Simulator:
         for path, file in box.files.items():
             if path in command and file.source in self.scripts:
                 return self.scripts[file.source]
-        return self.default if isinstance(self.default, Script) else self.default(command)
+        if isinstance(self.default, Script):
+            return self.default
+        if self.default is emulate:
+            return _emulated(command)
+        return self.default(command)
 
     def _task(self, sandbox_id: str, task_id: str) -> SimTask | None:
         return self._box(sandbox_id).tasks.get(task_id)
@@ -612,6 +578,19 @@ class Simulator:
             return CancelRequested(state=_UNKNOWN)
         task.kill(self.clock, "canceled")
         return CancelRequested(state=task.state(self.clock))
+
+
+_APPLY: dict[type, Callable[[Simulator, Any], Outcome]] = {
+    Inspect: Simulator._inspect,
+    Ensure: Simulator._ensure,
+    Publish: Simulator._publish,
+    Start: Simulator._start,
+    Wait: Simulator._wait,
+    Read: Simulator._read,
+    Cancel: Simulator._cancel,
+}
+"""How each sandbox effect is applied (a table, so a new effect type must be
+added here: the simulator refuses what it cannot apply)."""
 
 
 def _aborted() -> EffectFailure:

@@ -18,6 +18,7 @@ so that even a crash of the core reports ``uncertain`` rather than guessing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import threading
@@ -52,6 +53,7 @@ from sandrail.core import (
     PolicyDecision,
     PortSettings,
     Publish,
+    Read,
     RememberOwned,
     ResolveOwned,
     Start,
@@ -68,6 +70,7 @@ from sandrail.core import (
     request_digest,
     snapshot_request,
     tool_program,
+    unchanged,
 )
 from sandrail.core._masking import MIN_REDACTED_LENGTH, Redactions
 from sandrail.interpreters._drivers import drive, drive_async
@@ -94,6 +97,11 @@ ResolveOwnedCallback: TypeAlias = Callable[[ToolRequest, str], OwnedCommand | No
 RememberOwnedCallback: TypeAlias = Callable[[ToolRequest, OwnedCommand], object]
 
 _SIDE_EFFECTS = (Ensure, Publish, Start, Cancel)
+_SIDE_EFFECT_TYPES = frozenset(_SIDE_EFFECTS)
+_SANDBOX_TYPES = frozenset(SANDBOX_EFFECTS)
+_DECISIONS = frozenset((Allow, ApprovalRequired, Deny))
+_NOTED = frozenset((*SANDBOX_EFFECTS, RememberOwned))
+"""Effects whose sending :meth:`_Call._note` records (what a crash report needs)."""
 
 
 class ArtifactStore(Protocol):
@@ -323,7 +331,10 @@ class _Call:
         return result
 
     def _note(self, effect: Effect) -> None:
-        if isinstance(effect, _SIDE_EFFECTS):
+        kind = type(effect)
+        if kind not in _NOTED:
+            return  # nothing a crash report needs
+        if kind in _SIDE_EFFECT_TYPES:
             self.dispatched = True
         if isinstance(effect, Start) and effect.env:
             self.port._learn(redaction_secrets(effect.env))
@@ -331,16 +342,23 @@ class _Call:
         if isinstance(sandbox_id, str):
             self.sandbox_id = sandbox_id
         task = getattr(effect, "task_id", None)
-        if isinstance(task, str) and isinstance(effect, (Start, Publish)):
+        if isinstance(task, str) and kind in (Start, Publish):
             self.task_id = task
 
     # -- sync ------------------------------------------------------------------
 
     def interpret(self, effect: Effect) -> Any:
+        if type(effect) is CheckAuthority and self.layered is None:
+            return self._check(effect)  # the guard, several times a call; never raises
         self._note(effect)
         try:
             if self.layered is not None:
                 return self.layered(effect)
+            kind = type(effect)
+            if kind is Read:
+                return self.sandbox(effect)
+            if kind in _SANDBOX_TYPES:
+                return self.port._backend(effect)  # only reads need masking
             if isinstance(effect, SANDBOX_EFFECTS):
                 return self.sandbox(effect)
             return self.answer_harness(effect)
@@ -354,7 +372,7 @@ class _Call:
         try:
             if isinstance(effect, Authorize):
                 decision = self.ask_policy()
-                if inspect.isawaitable(decision):
+                if type(decision) not in _DECISIONS and inspect.isawaitable(decision):
                     _discard(decision)
                     raise EffectFailure(
                         Delivery.NOT_SENT, "authorize is asynchronous; use await port.execute()"
@@ -453,11 +471,20 @@ class _Call:
         if isinstance(effect, RememberOwned):
             with port._ledger_lock:
                 known = port._ledger.get(effect.task_id)
+                epoch, digest = effect.ledger_epoch, effect.launch_digest
+                if known and known.launched and known.sandbox_id == effect.sandbox_id:
+                    # The epoch of the first start that may have left: a
+                    # concurrent call of the same key must not replace it.
+                    epoch = known.ledger_epoch
+                if known and known.launched and known.launch_digest is not None:
+                    digest = known.launch_digest  # likewise what it asked for
                 record = OwnedCommand(
                     task_id=effect.task_id,
                     operation_key=effect.operation_key,
                     sandbox_id=effect.sandbox_id,
                     launched=effect.launched or (known is not None and known.launched),
+                    ledger_epoch=epoch,
+                    launch_digest=digest,
                 )
                 if known != record:
                     port._ledger[effect.task_id] = record
@@ -487,7 +514,7 @@ class _Call:
             verdict = cast(object, self.port._assert_authority(self.request))
         except Exception:
             verdict = False
-        if inspect.isawaitable(verdict):
+        if verdict is not True and inspect.isawaitable(verdict):
             # assert_authority must be synchronous and fast; a coroutine proves nothing.
             _discard(verdict)
             verdict = False
@@ -495,11 +522,32 @@ class _Call:
             aborted = bool(getattr(self.request.cancel, "cancelled", False))
         except Exception:
             aborted = True  # a token that cannot be read may have fired
+        return _REPORTS[(aborted, self._drifted(effect), verdict is True)]
+
+    def _drifted(self, effect: CheckAuthority) -> bool:
+        """Whether the live request differs from the one the program checks
+        (C9): compared with the snapshot's own copy where that is exact,
+        else by digest; any failure counts as drift."""
+        snapshot = self.snapshot
         try:
-            drifted = self.policy_drifted or request_digest(self.request) != effect.request_digest
+            if self.policy_drifted:
+                return True
+            if snapshot is not None and effect.request_digest == snapshot.digest:
+                same = unchanged(self.request, snapshot)
+                if same is not None:
+                    return not same
+            return request_digest(self.request) != effect.request_digest
         except Exception:
-            drifted = True
-        return AuthorityReport(aborted=aborted, drifted=drifted, authority_held=verdict is True)
+            return True
+
+
+_REPORTS: dict[tuple[bool, bool, bool], AuthorityReport] = {
+    (aborted, drifted, held): AuthorityReport(aborted=aborted, drifted=drifted, authority_held=held)
+    for aborted in (False, True)
+    for drifted in (False, True)
+    for held in (False, True)
+}
+"""Every guard observation, made once (they are frozen values)."""
 
 
 def _policy(decision: object) -> PolicyDecision:
@@ -570,7 +618,7 @@ def command_tools(
     work (a missing callback, a budget below 256 bytes, a timeout out of
     range); after construction, ``execute`` never raises.
     """
-    definitions = command_tool_definitions(
+    definitions = _command_definitions(
         _timeout("foreground_timeout_seconds", foreground_timeout_seconds)
     )
     return _build(
@@ -610,9 +658,9 @@ def code_tools(
 ) -> ToolPort:
     """The snippet tool: ``run_code`` for a native owner, ``sandbox_run_code``
     for an agent owner. Same arguments and rules as :func:`command_tools`."""
-    definitions = code_tool_definitions(
+    definitions = _code_definitions(
         _timeout("foreground_timeout_seconds", foreground_timeout_seconds),
-        agent_owner=isinstance(owner, AgentOwner),
+        isinstance(owner, AgentOwner),
     )
     return _build(
         definitions,
@@ -631,6 +679,23 @@ def code_tools(
         allow_internet_access=allow_internet_access,
         redact=redact,
     )
+
+
+# Ports with the same settings share their definition objects (they are
+# immutable): anything keyed by a definition then finds it by identity,
+# instead of comparing whole schemas on every call.
+
+
+@functools.lru_cache(maxsize=256)
+def _command_definitions(foreground_timeout_seconds: int) -> tuple[ToolDefinition, ...]:
+    return command_tool_definitions(foreground_timeout_seconds)
+
+
+@functools.lru_cache(maxsize=256)
+def _code_definitions(
+    foreground_timeout_seconds: int, agent_owner: bool
+) -> tuple[ToolDefinition, ...]:
+    return code_tool_definitions(foreground_timeout_seconds, agent_owner=agent_owner)
 
 
 def _timeout(name: str, value: object) -> int:

@@ -2,11 +2,13 @@
 
 Runs every single-fault plan over a workload of each tool and owner mode,
 seeded random multi-fault schedules, and the mutants of the core; judges
-every call against the simulator's ground truth; prints the report.
+every call against the simulator's ground truth; prints the report. Runs in
+``--workers`` processes; ``--shard I/N`` runs one N-th of the campaign (for a
+CI matrix), and ``--merge`` adds up the ``--json`` reports of the shards.
 
-Exit status: 0 when no contract line was violated and every mutant was
-caught; 1 otherwise. A violation prints its minimal failing plan and the
-cassettes that ``sandrail replay`` re-runs.
+Exit status: 0 when no contract line was violated, retries after transient
+faults were decisive, and every mutant was caught; 1 otherwise; 2 for a
+usage error (``--merge`` of reports that are not one campaign's shards).
 """
 
 from __future__ import annotations
@@ -23,50 +25,50 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from sandrail._campaign import (
-    CONTRACT_LINES,
+    DECISIVE_GOAL,
     DEFAULT_SCHEDULES,
     STATUSES,
+    UNCERTAIN_RETRY_CLASSES,
     UNREACHABLE,
     CampaignReport,
+    MergeError,
+    default_workers,
+    merge_reports,
     run_campaign,
     total_steps,
 )
 from sandrail.interpreters.simulator import FaultKind
+from sandrail.testing import CONTRACT_LINES, TRANSIENT_KINDS
+from sandrail.testing._judge import LINE_SUMMARIES
 
 __all__ = ["simulate"]
-
-_LINES = {
-    "C2": "at most one launch per task id",
-    "C3": "same key, other arguments: conflict, nothing launched",
-    "C4": "read/stop only this session's commands",
-    "C5": "error: executed false, nothing ran, even late",
-    "C6": "uncertain: full locator, never executed false",
-    "C7": "ok launch: exactly one launch",
-    "C9": "authority/drift: before dispatch error, after uncertain",
-    "C10": "a stale fence never runs",
-    "C11": "abort: before dispatch canceled, after uncertain",
-    "C12": "every result within the byte budget",
-    "C13": "identity fields byte-identical",
-    "C14": "oversized identity refused before any effect",
-    "C17": "env values never in results or recordings",
-}
 
 
 def render(report: CampaignReport) -> Group:
     """The report as rich tables."""
-    summary = Table(title=f"sandrail simulate — seed {report.seed}", show_header=False)
+    title = f"sandrail simulate — seed {report.seed}"
+    if report.shard[1] > 1:
+        title += f", shard {report.shard[0]}/{report.shard[1]}"
+    summary = Table(title=title, show_header=False)
     summary.add_column(style="bold")
     summary.add_column(justify="right")
     summary.add_row(
         "plans explored",
-        f"{report.plans} ({report.single_fault_plans} single-fault, {report.schedules} schedules)",
+        f"{report.plans} ({report.single_fault_plans} single-fault, "
+        f"{report.plans - report.single_fault_plans} schedules)",
     )
     summary.add_row("calls judged", str(report.calls))
     summary.add_row("violations", str(sum(report.violations.values())))
+    good, total = report.decisive()
+    share = report.decisive_share
+    mark = "" if share >= DECISIVE_GOAL else "[red]"
+    summary.add_row(
+        "decisive retries (transient faults)",
+        f"{mark}{good}/{total} = {100 * share:.1f}%  (goal ≥ {100 * DECISIVE_GOAL:.0f}%)",
+    )
     caught = sum(m.caught for m in report.mutants)
-    summary.add_row("mutants caught", f"{caught}/{len(report.mutants)}")
-    summary.add_row("elapsed", f"{report.elapsed:.1f} s")
-    summary.add_row("seed", str(report.seed))
+    summary.add_row("mutants caught", f"{caught}/{report.mutants_expected}")
+    summary.add_row("elapsed", f"{report.elapsed:.1f} s on {report.workers} worker(s)")
 
     lines = Table(title="violations per contract line")
     lines.add_column("line")
@@ -74,10 +76,10 @@ def render(report: CampaignReport) -> Group:
     lines.add_column("violations", justify="right")
     for line in CONTRACT_LINES:
         count = report.violations.get(line, 0)
-        lines.add_row(line, _LINES[line], f"[red]{count}[/]" if count else "0")
+        lines.add_row(line, LINE_SUMMARIES[line], f"[red]{count}[/]" if count else "0")
 
     coverage = Table(
-        title="coverage: fault kind × status of the struck call, then of its retry",
+        title="coverage: fault kind × status of the struck call, then of its retry (↻)",
         box=box.SIMPLE_HEAD,
     )
     coverage.add_column("fault kind", no_wrap=True)
@@ -85,7 +87,9 @@ def render(report: CampaignReport) -> Group:
         coverage.add_column(status, justify="right")
     for status in STATUSES:
         coverage.add_column(f"↻ {status}", justify="right")
+    coverage.add_column("↻ decisive", justify="right")
     notes: dict[str, str] = {}
+    transient = {kind.value for kind in TRANSIENT_KINDS}
     for kind in FaultKind:
         cells = []
         for status in STATUSES:
@@ -96,10 +100,40 @@ def render(report: CampaignReport) -> Group:
                 cells.append(f"— {mark}")
             else:
                 cells.append(str(count) if count else "[yellow]0[/]")
-        for status in STATUSES:
-            cells.append(str(report.reconciled.get(kind.value, Counter()).get(status, 0)))
+        retried = report.reconciled.get(kind.value, Counter())
+        cells += [str(retried.get(status, 0)) for status in STATUSES]
+        tried = sum(retried.get(status, 0) for status in STATUSES)
+        decided = retried.get("ok", 0) + retried.get("error", 0)
+        rate = f"{100 * decided / tried:.1f}%" if tried else "—"
+        cells.append(rate if kind.value in transient else f"({rate})")
         coverage.add_row(kind.value, *cells)
     coverage.caption = "  ".join(f"{mark} unreachable: {reason}" for reason, mark in notes.items())
+    coverage.caption += (
+        "\n↻: the retry with the same operation key after a struck call came back uncertain."
+        " (…): evidence-destroying kinds, not held to the goal."
+    )
+
+    steps = Table(
+        title="retries after a transient fault, by the workload step it struck", box=box.SIMPLE
+    )
+    steps.add_column("workload · step", no_wrap=True)
+    for status in STATUSES:
+        steps.add_column(f"↻ {status}", justify="right")
+    for step, counts in sorted(report.retry_steps.items()):
+        cells = [str(counts.get(status, 0)) for status in STATUSES]
+        if counts.get("uncertain"):
+            cells[-1] = f"[red]{cells[-1]}[/]"
+        steps.add_row(step, *cells)
+
+    remaining = Table(title="retries that stayed uncertain, and why", box=box.SIMPLE)
+    remaining.add_column("fault kind", no_wrap=True)
+    remaining.add_column("count", justify="right")
+    remaining.add_column("error_type")
+    remaining.add_column("why")
+    for struck, reasons in sorted(report.retry_reasons.items()):
+        for reason, count in sorted(reasons.items()):
+            why = UNCERTAIN_RETRY_CLASSES.get(struck, "[red]a transient fault left no answer[/]")
+            remaining.add_row(struck, str(count), reason, why)
 
     mutants = Table(title="mutants (deliberately broken cores)")
     mutants.add_column("mutant", no_wrap=True)
@@ -110,12 +144,16 @@ def render(report: CampaignReport) -> Group:
         verdict = mutant.caught_by or "[red]SURVIVED[/]"
         mutants.add_row(mutant.name, mutant.expected, verdict, str(mutant.plans))
 
-    verdict = (
-        "[green bold]PASS[/]: no contract line violated, every mutant caught"
-        if report.passed
-        else "[red bold]FAIL[/]: see the violations and mutants above"
-    )
-    return Group(summary, lines, coverage, mutants, verdict)
+    if report.passed:
+        verdict = (
+            "[green bold]PASS[/]: no contract line violated, retries decisive, every mutant caught"
+        )
+    else:
+        verdict = "[red bold]FAIL[/]: see the violations, retries and mutants above"
+    parts = [summary, lines, coverage, steps]
+    if report.retry_reasons:
+        parts.append(remaining)
+    return Group(*parts, mutants, verdict)
 
 
 def _print_failures(report: CampaignReport) -> None:
@@ -128,6 +166,30 @@ def _print_failures(report: CampaignReport) -> None:
             click.echo(f"  replay: sandrail replay {path}")
 
 
+def _shard(
+    context: click.Context, parameter: click.Parameter, value: str | None
+) -> tuple[int, int]:
+    if value is None:
+        return (0, 1)
+    index, _, count = value.partition("/")
+    try:
+        shard = (int(index), int(count))
+    except ValueError:
+        raise click.BadParameter("use I/N, e.g. 0/4 for the first of four shards") from None
+    if not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+        raise click.BadParameter("I/N needs 0 <= I < N")
+    return shard
+
+
+def _load(path: Path) -> CampaignReport:
+    try:
+        return CampaignReport.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise click.UsageError(
+            f"{path} is not a `sandrail simulate --json` report: {exc}"
+        ) from None
+
+
 @click.command("simulate")
 @click.option(
     "--schedules",
@@ -137,6 +199,25 @@ def _print_failures(report: CampaignReport) -> None:
     help="How many seeded random multi-fault schedules to run.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the schedules.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Worker processes (default: the cores this process may use).",
+)
+@click.option(
+    "--shard",
+    metavar="I/N",
+    callback=_shard,
+    help="Run only the I-th of N equal parts (0-based), e.g. one job of a CI matrix.",
+)
+@click.option(
+    "--merge",
+    "merge",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    multiple=True,
+    help="Add up these --json reports of the shards of one campaign (repeat it); runs nothing.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
 @click.option(
     "--failures-dir",
@@ -145,35 +226,59 @@ def _print_failures(report: CampaignReport) -> None:
 )
 @click.option("--no-mutants", is_flag=True, help="Skip the mutants (the run cannot pass).")
 def simulate(
-    schedules: int, seed: int, as_json: bool, failures_dir: Path | None, no_mutants: bool
+    schedules: int,
+    seed: int,
+    workers: int | None,
+    shard: tuple[int, int],
+    merge: tuple[Path, ...],
+    as_json: bool,
+    failures_dir: Path | None,
+    no_mutants: bool,
 ) -> None:
     """Run the fault campaign on the embedded simulator and judge every call.
 
-    Exit status: 0 no violations and every mutant caught, 1 otherwise.
+    Exit status: 0 no violations, decisive retries and every mutant caught;
+    1 otherwise.
     """
+    # Wide enough for the tables when the output is not a terminal.
+    console = Console() if sys.stdout.isatty() else Console(width=130)
+    if merge:
+        try:
+            report = merge_reports([_load(path) for path in merge])
+        except MergeError as exc:
+            raise click.UsageError(str(exc)) from None
+    else:
+        part = shard
+        count = workers if workers is not None else default_workers()
+        options = {
+            "seed": seed,
+            "schedules": schedules,
+            "mutants": not no_mutants,
+            "failures_dir": failures_dir,
+            "workers": count,
+            "shard": part,
+        }
+        if as_json or not sys.stderr.isatty():
+            report = run_campaign(**options)  # type: ignore[arg-type]
+        else:
+            with Progress(
+                TextColumn("[bold]campaign"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            ) as progress:
+                task = progress.add_task(
+                    "plans", total=total_steps(schedules, mutants=not no_mutants, shard=part)
+                )
+                report = run_campaign(
+                    **options,  # type: ignore[arg-type]
+                    advance=lambda n: progress.advance(task, n),
+                )
     if as_json:
-        report = run_campaign(
-            seed=seed, schedules=schedules, mutants=not no_mutants, failures_dir=failures_dir
-        )
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:
-        console = Console()
-        with Progress(
-            TextColumn("[bold]campaign"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("plans", total=total_steps(schedules))
-            report = run_campaign(
-                seed=seed,
-                schedules=schedules,
-                mutants=not no_mutants,
-                failures_dir=failures_dir,
-                advance=lambda n: progress.advance(task, n),
-            )
         console.print(render(report))
         _print_failures(report)
     sys.exit(0 if report.passed else 1)

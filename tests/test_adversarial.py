@@ -85,7 +85,6 @@ def test_c2_a_restarted_port_with_a_durable_record_never_relaunches_after_a_wipe
     first = ports()
     assert first.run("run_command", {"command": "echo once"}).status == "uncertain"
     first.sim.wipe_ledger("sbx-1")
-    first.sim.forget_sent()  # the new harness process has a new backend
     second = ports(first.sim)
     retry = second.run("run_command", {"command": "echo once"}, call_id="after-restart")
     assert retry.status == "uncertain", retry.content

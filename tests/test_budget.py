@@ -24,7 +24,7 @@ from sandrail.core._budget import (
     parse_omissions,
 )
 from sandrail.core._canonical import canonical_json, escaped_size
-from tests.strategies import (
+from sandrail.testing.strategies import (
     contents,
     contents_and_budgets,
     huge_texts,

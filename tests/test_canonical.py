@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sandrail.core import CanonicalJSONError, canonical_json, canonical_size, escaped_size
-from tests.strategies import MAX_SAFE, json_text, json_values
+from sandrail.testing.strategies import MAX_SAFE, json_text, json_values
 
 
 @given(json_values())

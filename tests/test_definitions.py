@@ -39,7 +39,13 @@ from sandrail.core._definitions import (
     resolve_language,
 )
 from sandrail.core._env import ENV_NAME_PATTERN
-from tests.strategies import Raising, UnreadableDict, foreground_timeouts, junk, tool_definitions
+from sandrail.testing.strategies import (
+    Raising,
+    UnreadableDict,
+    foreground_timeouts,
+    junk,
+    tool_definitions,
+)
 
 
 def _leaf_paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:

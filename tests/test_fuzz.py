@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 import sandrail
 from sandrail.core import ErrorCode, canonical_json
 from sandrail.interpreters.simulator import SimulatedHarness, Simulator
+from sandrail.testing.strategies import identifiers, json_text, json_values
 from tests.rig import SCOPE, native_identity
-from tests.strategies import identifiers, json_text, json_values
 
 REFUSED_BEFORE_ANY_EFFECT = {
     code.value

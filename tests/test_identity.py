@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sandrail.core import AgentOwner, NativeOwner, task_id
-from tests.strategies import identifiers, json_text
+from sandrail.testing.strategies import identifiers, json_text
 
 owners = st.one_of(
     st.builds(AgentOwner, agent_id=identifiers),

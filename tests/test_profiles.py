@@ -34,7 +34,8 @@ from sandrail.core._env import (
 from sandrail.core._env_strict import STRICT_ENV_NAME_PATTERN
 from sandrail.core._validation import ecma_regex
 from sandrail.interpreters.simulator import Simulator
-from tests.strategies import jsonschema_values, schema_values
+from sandrail.testing.strategies import schema_values
+from tests.jsonschema_draws import jsonschema_values
 
 # Every argument-stage error a port can answer: none may follow a schema-valid argument.
 ARGUMENT_ERRORS = {

@@ -276,8 +276,8 @@ def test_a_changed_recorded_outcome_is_caught_at_the_next_effect(tmp_path: Path)
         tmp_path,
         _replace_in(
             "step",
-            '"outcome": {"type": "SandboxReady", "sandbox_id": "sbx-1"}',
-            '"outcome": {"type": "SandboxReady", "sandbox_id": "sbx-9"}',
+            '"outcome": {"type": "SandboxReady", "sandbox_id": "sbx-1", ',
+            '"outcome": {"type": "SandboxReady", "sandbox_id": "sbx-9", ',
             call=2,
         ),
     )

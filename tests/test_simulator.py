@@ -680,7 +680,10 @@ def test_fault_delivered_late_applies_at_the_next_effect(when: When) -> None:
     state = sim(Inspect(session_id=SESSION, owner_key=OWNER))
     assert state == SandboxState(sandbox_id="sbx-1", phase="ready")
     assert sim.late_deliveries == [
-        (Ensure(session_id=SESSION, owner_key=OWNER), SandboxReady(sandbox_id="sbx-1"))
+        (
+            Ensure(session_id=SESSION, owner_key=OWNER),
+            SandboxReady(sandbox_id="sbx-1", ledger_epoch="sbx-1/ledger-0"),
+        )
     ]
 
 

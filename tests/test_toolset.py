@@ -297,10 +297,10 @@ def test_c5_an_identity_function_that_fails_runs_nothing() -> None:
     assert launches(tools) == 0
 
 
-def test_c2_the_command_and_code_ports_share_one_ownership_record() -> None:
+def test_c2_c3_the_command_and_code_ports_share_one_ownership_record() -> None:
     """Both ports derive the same task id from one operation key; a start the
-    command port may have sent makes the code port's call under that key
-    expect its claim, so a wiped ledger cannot make it launch again."""
+    command port may have sent binds the key, so the code port's call under
+    it is a conflict that runs nothing, even with the ledger wiped."""
     from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
 
     sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
@@ -313,7 +313,12 @@ def test_c2_the_command_and_code_ports_share_one_ownership_record() -> None:
     second = tools.call_sync(
         "sandbox_run_code", {"code": "print(1)"}, call_id="c2", operation_key="k"
     )
-    assert second.status == "uncertain", second.content
+    assert second.status == "error", second.content
+    assert second.content["error_type"] == "e2b_command_operation_conflict"
+    again = tools.call_sync(
+        "run_command", {"command": "echo once"}, call_id="c3", operation_key="k"
+    )
+    assert again.status == "uncertain", again.content  # its claim went with the ledger
     assert sum(sim.launches.values()) == 1
 
 

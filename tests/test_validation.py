@@ -29,7 +29,7 @@ from sandrail.core._validation import (
     arguments_rejection,
     check_arguments,
 )
-from tests.strategies import (
+from sandrail.testing.strategies import (
     DEFINITIONS,
     Color,
     Hostile,

@@ -1,51 +1,67 @@
 """The fault campaign behind ``sandrail simulate``: every single-fault plan,
 seeded random multi-fault schedules and mutants of the core, each call judged
-against the simulator's ground truth (DESIGN §4, §6)."""
+against the world's ground truth by :mod:`sandrail.testing`'s judge
+(DESIGN §4, §6, §11)."""
 
-from ._checks import CHECKS, CONTRACT_LINES, Violation, judge
+from ._execute import BUDGET, PlanOutcome, Retry, run_schedule, run_workload
 from ._mutants import MUTANTS, Mutant
-from ._plans import Schedule, Step, Workload, random_schedule, single_fault_plans, workloads
-from ._runner import (
-    DEFAULT_SCHEDULES,
+from ._plans import (
+    Schedule,
+    Step,
+    Workload,
+    random_schedule,
+    schedule_from,
+    single_fault_plans,
+    workloads,
+)
+from ._report import (
+    DECISIVE_GOAL,
     STATUSES,
+    UNCERTAIN_RETRY_CLASSES,
     UNREACHABLE,
     CampaignReport,
     Failure,
+    MergeError,
     MutantResult,
-    PlanOutcome,
+    merge_reports,
+)
+from ._runner import (
+    DEFAULT_SCHEDULES,
+    default_workers,
     run_campaign,
     run_mutant,
-    run_schedule,
-    run_workload,
+    single_fault_runs,
     total_steps,
 )
-from ._world import CallRecord, World
 
 __all__ = [
-    "CHECKS",
-    "CONTRACT_LINES",
+    "BUDGET",
+    "DECISIVE_GOAL",
     "DEFAULT_SCHEDULES",
     "MUTANTS",
     "STATUSES",
+    "UNCERTAIN_RETRY_CLASSES",
     "UNREACHABLE",
-    "CallRecord",
     "CampaignReport",
     "Failure",
+    "MergeError",
     "Mutant",
     "MutantResult",
     "PlanOutcome",
+    "Retry",
     "Schedule",
     "Step",
-    "Violation",
     "Workload",
-    "World",
-    "judge",
+    "default_workers",
+    "merge_reports",
     "random_schedule",
     "run_campaign",
     "run_mutant",
     "run_schedule",
     "run_workload",
+    "schedule_from",
     "single_fault_plans",
+    "single_fault_runs",
     "total_steps",
     "workloads",
 ]

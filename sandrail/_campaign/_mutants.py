@@ -19,6 +19,9 @@ import attrs
 
 from sandrail.core import (
     BudgetError,
+    Cancel,
+    CancelRequested,
+    CommandState,
     Delivery,
     Effect,
     EffectFailure,
@@ -27,6 +30,7 @@ from sandrail.core import (
     OwnedCommand,
     Read,
     ResolveOwned,
+    SandboxReady,
     Start,
     ToolResult,
     canonical_json,
@@ -218,6 +222,84 @@ def _mask_per_page() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _claim_epoch_of_now() -> Iterator[None]:
+    """(l) A retry proves "never claimed" with the sandbox's ledger epoch of
+    now, not the one its first start was sent under."""
+    real = programs._launch
+
+    def launch(call: Any) -> _Program:
+        inner = real(call)
+        now: str | None = None
+        try:
+            effect = next(inner)
+            while True:
+                if isinstance(effect, Start) and effect.expect_claim:
+                    effect = attrs.evolve(effect, claim_epoch=now)
+                try:
+                    outcome = yield effect
+                except EffectFailure as failure:
+                    effect = inner.throw(failure)
+                    continue
+                if isinstance(outcome, SandboxReady):
+                    now = outcome.ledger_epoch
+                effect = inner.send(outcome)
+        except StopIteration as stop:
+            result: ToolResult = stop.value
+            return result
+        finally:
+            inner.close()
+
+    with mock.patch.object(programs, "_launch", launch):
+        yield
+
+
+@contextlib.contextmanager
+def _first_start_without_epoch() -> Iterator[None]:
+    """(m) The first start of a task carries no ledger epoch: a copy held in
+    the network can launch again after the ledger was lost."""
+
+    def start(**fields: Any) -> Start:
+        if not fields.get("expect_claim"):
+            fields["claim_epoch"] = None
+        return Start(**fields)
+
+    with mock.patch.object(programs, "Start", start):
+        yield
+
+
+@contextlib.contextmanager
+def _stop_without_cancel() -> Iterator[None]:
+    """(j) Report a stop as done without sending the Cancel."""
+    real = programs._owned_command
+
+    def pretend(effect: Effect) -> tuple[bool, Any]:
+        if isinstance(effect, Cancel):
+            return True, CancelRequested(state=CommandState(status="canceled", exit_code=143))
+        return False, None
+
+    def owned_command(call: Any) -> _Program:
+        return _proxy(real(call), pretend, _nothing_more)
+
+    with mock.patch.object(programs, "_owned_command", owned_command):
+        yield
+
+
+@contextlib.contextmanager
+def _uncertain_after_dispatch() -> Iterator[None]:
+    """(k) Answer uncertain whenever anything was dispatched: keeps every
+    contract line, and tells the harness nothing."""
+    real = call_module._Call.finish
+
+    def finish(self: Any, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
+        if self.phase is Phase.AFTER_DISPATCH:
+            return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)  # type: ignore[no-any-return]
+        return (yield from real(self, result))
+
+    with mock.patch.object(call_module._Call, "finish", finish):
+        yield
+
+
+@contextlib.contextmanager
 def _ignore_fence() -> Iterator[None]:
     """(e) Send every Start without its execution fence."""
 
@@ -308,5 +390,29 @@ MUTANTS: tuple[Mutant, ...] = (
         "read or stop any task id, another session's included",
         "C4",
         _skip_ownership,
+    ),
+    Mutant(
+        "claim_epoch_of_now",
+        "a retry proves 'never claimed' with the ledger epoch of now, not of its first start",
+        "C2",
+        _claim_epoch_of_now,
+    ),
+    Mutant(
+        "first_start_without_epoch",
+        "the first start carries no ledger epoch: a late copy launches after a wipe",
+        "C2",
+        _first_start_without_epoch,
+    ),
+    Mutant(
+        "stop_without_cancel",
+        "a stop reports the command canceled without sending the Cancel",
+        "C18",
+        _stop_without_cancel,
+    ),
+    Mutant(
+        "uncertain_after_dispatch",
+        "every call that dispatched anything answers uncertain, retries included",
+        "decisive",
+        _uncertain_after_dispatch,
     ),
 )

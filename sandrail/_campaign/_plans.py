@@ -14,19 +14,20 @@ from typing import Any, Literal
 import attrs
 
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
-
-from ._world import SECRET, Mode
+from sandrail.testing._calls import Mode
+from sandrail.testing._commands import BUILD, BUILD_TOKEN, SECRET, SERVE, SERVE_TOKEN
 
 __all__ = [
     "Schedule",
     "Step",
     "Workload",
     "random_schedule",
+    "schedule_from",
     "single_fault_plans",
     "workloads",
 ]
 
-Action = Literal["call", "deliver", "restart", "advance", "concurrent"]
+Action = Literal["call", "deliver", "restart", "advance", "concurrent", "wipe"]
 PortName = Literal["command", "code", "foreign"]
 
 OVERSIZED_CALL_ID = "call-" + "x" * 1_600
@@ -41,7 +42,8 @@ def _frozen_mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
 class Step:
     """One action: a call (``tool`` with ``arguments`` under ``key`` on
     ``port``), or a world event (deliver held requests, restart the harness,
-    let time pass, two concurrent duplicates of a call).
+    let time pass, two concurrent duplicates of a call, a command deleting
+    the session sandbox's ledger of claims).
 
     ``task_of``: read/stop target the task of this key in session-1.
     """
@@ -89,9 +91,9 @@ def workloads(mode: Mode) -> tuple[Workload, ...]:
     the same key (reconciliation), lets held requests arrive, then probes the
     contract lines that need a second call."""
     code_tool = "sandbox_run_code" if mode == "agent" else "run_code"
-    foreground = {"command": "build-token", "timeout": 30, "env": {"API_TOKEN": SECRET}}
+    foreground = {"command": BUILD_TOKEN, "timeout": 30, "env": {"API_TOKEN": SECRET}}
     background = {
-        "command": "serve-token",
+        "command": SERVE_TOKEN,
         "background": True,
         "background_timeout": 60,
         "env": {"API_TOKEN": SECRET},
@@ -173,6 +175,23 @@ def workloads(mode: Mode) -> tuple[Workload, ...]:
             ),
         ),
     ]
+    if mode == "agent":
+        # A start held in the network, its retry, then a command deletes the
+        # ledger before the held start arrives: the late start must not
+        # launch again (C2), and the next retry cannot tell (uncertain).
+        found.append(
+            Workload(
+                name="ledger wiped",
+                mode=mode,
+                steps=(
+                    _run("run_command", {"command": "echo once"}, "op-wipe", "launch"),
+                    _run("run_command", {"command": "echo once"}, "op-wipe", "retry"),
+                    Step(action="wipe", label="a command deletes the ledger"),
+                    deliver,
+                    _run("run_command", {"command": "echo once"}, "op-wipe", "after the wipe"),
+                ),
+            )
+        )
     if mode == "native":
         found.append(
             Workload(
@@ -215,11 +234,17 @@ _CONCURRENT_SAFE = (
 
 def random_schedule(seed: int, index: int) -> Schedule:
     """Schedule ``index`` of campaign ``seed``: the same pair gives the same
-    schedule. Bursts of faults on consecutive occurrences of a few effects
-    (they heal where each burst ends), harness restarts, concurrent
-    duplicates, late deliveries and, for a native owner, fence changes
-    between two holders (N, then N+1, then a stale N)."""
-    rng = random.Random(f"sandrail-campaign:{seed}:{index}")
+    schedule (see :func:`schedule_from`)."""
+    return schedule_from(random.Random(f"sandrail-campaign:{seed}:{index}"), seed=seed)
+
+
+def schedule_from(rng: random.Random, *, seed: int = 0) -> Schedule:
+    """A schedule drawn from ``rng``: bursts of faults on consecutive
+    occurrences of a few effects (they heal where each burst ends), harness
+    restarts, concurrent duplicates, late deliveries and, for a native owner,
+    fence changes between two holders (N, then N+1, then a stale N).
+    ``rng`` may be a hypothesis-controlled random (``st.randoms()``), so a
+    failing schedule shrinks."""
     mode: Mode = rng.choice(("agent", "native"))
     code_tool = "sandbox_run_code" if mode == "agent" else "run_code"
     fence = 2
@@ -229,13 +254,13 @@ def random_schedule(seed: int, index: int) -> Schedule:
         roll = rng.random()
         label = f"step {number + 1}"
         if roll < 0.22:
-            command = rng.choice(("build", "echo hi"))
+            command = rng.choice((BUILD, "echo hi"))
             args: dict[str, Any] = {"command": command, "timeout": 30}
             if rng.random() < 0.3:
                 args["env"] = {"API_TOKEN": SECRET}
             steps.append(_run("run_command", args, key, label, fence=fence))
         elif roll < 0.34:
-            args = {"command": "serve", "background": True, "background_timeout": 60}
+            args = {"command": SERVE, "background": True, "background_timeout": 60}
             steps.append(_run("run_command", args, key, label, fence=fence))
         elif roll < 0.44:
             code = rng.choice(("print(1)", "print(2)"))
@@ -255,10 +280,12 @@ def random_schedule(seed: int, index: int) -> Schedule:
             steps.append(Step(action="restart", label=label))
         elif roll < 0.75:
             steps.append(Step(action="deliver", label=label))
-        elif roll < 0.80:
+        elif roll < 0.78:
             steps.append(Step(action="advance", label=label, seconds=rng.choice((1.0, 60.0))))
+        elif roll < 0.80:
+            steps.append(Step(action="wipe", label=label))
         elif roll < 0.90 or mode == "agent":
-            command = rng.choice(("build", "echo hi"))
+            command = rng.choice((BUILD, "echo hi"))
             steps.append(
                 Step(
                     action="concurrent",

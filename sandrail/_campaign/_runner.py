@@ -1,275 +1,85 @@
-"""The campaign: every single-fault plan, random schedules, mutants; the
-report; shrinking and recording a failing plan.
+"""The campaign: every single-fault plan, random schedules, mutants; run in
+worker processes and shards; shrinking and recording a failing plan.
 
-Strategy: a plan runs in a fresh :class:`~._world.World`; the checker judges
-it once it has ended. A failing plan is shrunk (schedules drop faults and late
-deliveries while the same contract line still breaks), then run once more
-with every port recording, so ``sandrail replay`` re-runs exactly what broke.
+Strategy: the campaign is a fixed list of independent items (each mutant,
+each single-fault plan, each schedule), numbered in one order. ``--shard
+I/N`` takes every N-th item from the I-th, so shards are balanced and
+together cover the list exactly once; within a shard, worker processes take
+chunks of items and send back partial reports, which add up (counts are
+sums, one failure per contract line is kept). A failing plan is shrunk
+(schedules drop faults and late deliveries while the same contract line
+still breaks), then run once more with every port recording, so
+``sandrail replay`` re-runs exactly what broke.
 """
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
+import os
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import attrs
 
-import sandrail
-from sandrail.interpreters.simulator import FaultKind, FaultPlan
+from sandrail.interpreters.simulator import FaultPlan
+from sandrail.testing._faults import TRANSIENT_KINDS
+from sandrail.testing._judge import Violation
 
-from ._checks import CONTRACT_LINES, Violation, judge
+from ._execute import PlanOutcome, run_schedule, run_workload
 from ._mutants import MUTANTS, Mutant
-from ._plans import Schedule, Step, Workload, random_schedule, single_fault_plans, workloads
-from ._world import FOREIGN_SESSION, SESSION, PortHandle, World
+from ._plans import Schedule, Workload, random_schedule, single_fault_plans, workloads
+from ._report import CampaignReport, Failure, MutantResult
 
 __all__ = [
     "DEFAULT_SCHEDULES",
-    "STATUSES",
-    "UNREACHABLE",
-    "CampaignReport",
-    "Failure",
-    "MutantResult",
-    "PlanOutcome",
+    "default_workers",
+    "describe_plan",
+    "describe_schedule",
     "run_campaign",
-    "run_schedule",
-    "run_workload",
+    "run_mutant",
+    "single_fault_runs",
+    "slots_of",
+    "total_steps",
 ]
 
 DEFAULT_SCHEDULES = 3_000
-STATUSES = ("ok", "error", "uncertain")
+_CHUNK = 16
 
-UNREACHABLE: dict[tuple[str, str], str] = {
-    (kind.value, "ok"): "a struck sandbox effect fails or flips the harness: never ok"
-    for kind in FaultKind
-}
-"""Coverage cells (fault kind, status of the struck call) no plan can reach, and why."""
+ItemKind = Literal["mutant", "single", "schedule"]
+Item = tuple[ItemKind, int]
 
 
-@attrs.frozen
-class PlanOutcome:
-    """What one plan did: its world (for inspection), calls and violations."""
-
-    world: World
-    violations: tuple[Violation, ...]
-
-
-@attrs.frozen
-class Failure:
-    """A violation with a clean core: the minimal plan that shows it, and the
-    cassettes that replay it."""
-
-    violation: Violation
-    plan: str
-    recordings: tuple[Path, ...]
-
-
-@attrs.frozen
-class MutantResult:
-    name: str
-    description: str
-    expected: str
-    caught_by: str | None
-    plans: int
-    plan: str | None
-
-    @property
-    def caught(self) -> bool:
-        return self.caught_by is not None
-
-
-@attrs.define
-class CampaignReport:
-    seed: int
-    schedules: int
-    single_fault_plans: int = 0
-    plans: int = 0
-    calls: int = 0
-    violations: Counter[str] = attrs.Factory(Counter)
-    coverage: dict[str, Counter[str]] = attrs.Factory(dict)
-    """Fault kind -> status of the call it struck -> count."""
-    reconciled: dict[str, Counter[str]] = attrs.Factory(dict)
-    """Fault kind -> status of the retry with the same key -> count (single-fault plans)."""
-    mutants: list[MutantResult] = attrs.Factory(list)
-    failures: list[Failure] = attrs.Factory(list)
-    elapsed: float = 0.0
-
-    @property
-    def passed(self) -> bool:
-        """No violation, and mutants ran and every one was caught (a run
-        without mutants cannot pass: it has not shown the checks can fail)."""
-        caught = bool(self.mutants) and all(m.caught for m in self.mutants)
-        return not sum(self.violations.values()) and caught
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "seed": self.seed,
-            "schedules": self.schedules,
-            "single_fault_plans": self.single_fault_plans,
-            "plans": self.plans,
-            "calls": self.calls,
-            "violations": {line: self.violations.get(line, 0) for line in CONTRACT_LINES},
-            "coverage": {
-                kind.value: {
-                    status: _cell(self.coverage, kind.value, status) for status in STATUSES
-                }
-                for kind in FaultKind
-            },
-            "reconciled": {
-                kind.value: {
-                    status: self.reconciled.get(kind.value, Counter()).get(status, 0)
-                    for status in STATUSES
-                }
-                for kind in FaultKind
-            },
-            "mutants": {
-                "caught": sum(m.caught for m in self.mutants),
-                "total": len(self.mutants),
-                "results": [
-                    {
-                        "name": m.name,
-                        "description": m.description,
-                        "expected": m.expected,
-                        "caught_by": m.caught_by,
-                        "plans": m.plans,
-                        "plan": m.plan,
-                    }
-                    for m in self.mutants
-                ],
-            },
-            "failures": [
-                {
-                    "line": f.violation.line,
-                    "call": f.violation.call,
-                    "message": f.violation.message,
-                    "plan": f.plan,
-                    "recordings": [str(path) for path in f.recordings],
-                }
-                for f in self.failures
-            ],
-            "elapsed_seconds": round(self.elapsed, 3),
-        }
-
-
-def _cell(coverage: dict[str, Counter[str]], kind: str, status: str) -> int | str:
-    count = coverage.get(kind, Counter()).get(status, 0)
-    if not count and (kind, status) in UNREACHABLE:
-        return "unreachable: " + UNREACHABLE[(kind, status)]
-    return count
+def default_workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
 
 
 # ---------------------------------------------------------------------------
-# Running plans
-
-
-class _Ports:
-    """The ports of one run: created on first use, dropped on a restart."""
-
-    def __init__(self, world: World, mode: Any) -> None:
-        self.world = world
-        self.mode = mode
-        self._ports: dict[str, PortHandle] = {}
-
-    def get(self, name: str) -> PortHandle:
-        if name not in self._ports:
-            session = FOREIGN_SESSION if name == "foreign" else SESSION
-            self._ports[name] = self.world.port(
-                mode=self.mode, tools="code" if name == "code" else "command", session_id=session
-            )
-        return self._ports[name]
-
-    def restart(self) -> None:
-        """The harness restarts: new ports, and a new backend that has not
-        seen which starts the old one sent."""
-        self._ports.clear()
-        self.world.sim.forget_sent()
-
-
-def _arguments(world: World, step: Step, handle: PortHandle) -> dict[str, Any]:
-    arguments = dict(step.arguments)
-    if step.task_of is not None:
-        owner = handle.owner
-        task = sandrail.task_id(SESSION, owner, step.task_of)
-        arguments["task_id"] = task
-        if step.follow and task in world.read_cursors:
-            arguments["stdout_cursor"], arguments["stderr_cursor"] = world.read_cursors[task]
-    return arguments
-
-
-def _execute(world: World, mode: Any, steps: Sequence[Step]) -> None:
-    ports = _Ports(world, mode)
-    for step in steps:
-        if step.action == "deliver":
-            world.deliver_held()
-        elif step.action == "restart":
-            ports.restart()
-        elif step.action == "advance":
-            world.sim.advance(step.seconds)
-        elif step.action == "concurrent":
-            handle = world.port(mode=mode, tools="command", asynchronous=True)
-            records = [
-                world.prepare(
-                    handle,
-                    step.tool,
-                    step.arguments,
-                    step.key,
-                    label=f"{step.label} (duplicate {n})",
-                    fence=step.fence,
-                    concurrent=True,
-                )
-                for n in (1, 2)
-            ]
-            world.call_concurrently(handle, records)
-        else:
-            handle = ports.get(step.port)
-            record = world.prepare(
-                handle,
-                step.tool,
-                _arguments(world, step, handle),
-                step.key,
-                label=step.label,
-                fence=step.fence,
-                call_id=step.call_id,
-            )
-            world.call(handle, record)
-
-
-def run_workload(
-    workload: Workload, plan: FaultPlan, *, record_dir: Path | None = None
-) -> PlanOutcome:
-    """Run ``workload`` under ``plan`` and judge it."""
-    world = World(plan, record_dir=record_dir)
-    try:
-        _execute(world, workload.mode, workload.steps)
-        violations = judge(world)
-    finally:
-        world.close()
-    return PlanOutcome(world, tuple(violations))
-
-
-def run_schedule(schedule: Schedule, *, record_dir: Path | None = None) -> PlanOutcome:
-    """Run a random schedule and judge it."""
-    world = World(schedule.plan, deliver_at=schedule.deliver_at, record_dir=record_dir)
-    try:
-        _execute(world, schedule.mode, schedule.steps)
-        violations = judge(world)
-    finally:
-        world.close()
-    return PlanOutcome(world, tuple(violations))
+# What the campaign runs
 
 
 def slots_of(workload: Workload) -> dict[str, int]:
     """Effect name -> how many times a fault-free run of ``workload`` sends it."""
     world = run_workload(workload, FaultPlan()).world
+    assert world.sim is not None
     return dict(Counter(type(effect).__name__ for effect in world.sim.effects_seen))
 
 
 def _all_workloads() -> tuple[Workload, ...]:
     return workloads("agent") + workloads("native")
+
+
+@functools.cache
+def _single_runs() -> tuple[tuple[Workload, FaultPlan], ...]:
+    return tuple(single_fault_runs())
 
 
 def single_fault_runs(
@@ -280,6 +90,27 @@ def single_fault_runs(
         yield workload, FaultPlan()
         for plan in single_fault_plans(slots_of(workload)):
             yield workload, plan
+
+
+def _items(schedules: int, mutants: bool) -> list[Item]:
+    """Every item of the campaign, in its one order (mutants first: they take
+    longest, so they must not be left for the end)."""
+    found: list[Item] = []
+    if mutants:
+        found += [("mutant", index) for index in range(len(MUTANTS))]
+    found += [("single", index) for index in range(len(_single_runs()))]
+    found += [("schedule", index) for index in range(schedules)]
+    return found
+
+
+def _shard_items(items: Sequence[Item], shard: tuple[int, int]) -> list[Item]:
+    index, count = shard
+    return [item for number, item in enumerate(items) if number % count == index]
+
+
+def total_steps(schedules: int, *, mutants: bool = True, shard: tuple[int, int] = (0, 1)) -> int:
+    """How many progress steps :func:`run_campaign` reports."""
+    return len(_shard_items(_items(schedules, mutants), shard))
 
 
 # ---------------------------------------------------------------------------
@@ -362,15 +193,23 @@ def mutant_runs() -> Iterator[tuple[Workload, FaultPlan]]:
             yield workload, plan
 
 
+def _undecided(outcome: PlanOutcome) -> bool:
+    """A retry after a transient fault that stayed uncertain."""
+    transient = {kind.value for kind in TRANSIENT_KINDS}
+    return any(r.kind in transient and r.status == "uncertain" for r in outcome.retries)
+
+
 def run_mutant(mutant: Mutant) -> MutantResult:
     """Run ``mutant`` until a check catches it (or the subset runs out)."""
     plans = 0
     with mutant.patch():
         for workload, plan in mutant_runs():
             plans += 1
-            violations = run_workload(workload, plan).violations
-            if violations:
-                lines = {v.line for v in violations}
+            outcome = run_workload(workload, plan)
+            lines = {v.line for v in outcome.violations}
+            if _undecided(outcome):
+                lines.add("decisive")
+            if lines:
                 caught_by = mutant.expected if mutant.expected in lines else sorted(lines)[0]
                 return MutantResult(
                     mutant.name,
@@ -384,12 +223,85 @@ def run_mutant(mutant: Mutant) -> MutantResult:
 
 
 # ---------------------------------------------------------------------------
-# The campaign
+# Running items
+
+_SHOWN: set[str] = set()
+"""Contract lines this process already shrank and recorded a failure for."""
 
 
-def total_steps(schedules: int) -> int:
-    """How many progress steps :func:`run_campaign` reports."""
-    return sum(1 for _ in single_fault_runs()) + schedules + len(MUTANTS)
+def _first_new(violations: Sequence[Violation]) -> Violation | None:
+    """The first violation of a contract line no failure of this process
+    shows yet (one minimal plan and recording per line is enough)."""
+    return next((v for v in violations if v.line not in _SHOWN), None)
+
+
+def _tally(report: CampaignReport, outcome: PlanOutcome) -> None:
+    report.plans += 1
+    world = outcome.world
+    report.calls += len(world.calls)
+    for violation in outcome.violations:
+        report.violations[violation.line] += 1
+    for record in world.calls:
+        assert record.result is not None
+        for fault in record.faults:
+            report.coverage.setdefault(fault.kind.value, Counter())[record.result.status] += 1
+    transient = {kind.value for kind in TRANSIENT_KINDS}
+    for retry in outcome.retries:
+        report.reconciled.setdefault(retry.kind, Counter())[retry.status] += 1
+        if retry.kind in transient:
+            report.retry_steps.setdefault(retry.step, Counter())[retry.status] += 1
+        if retry.status == "uncertain":
+            reasons = report.retry_reasons.setdefault(retry.kind, Counter())
+            reasons[retry.error_type or "?"] += 1
+
+
+def _run_item(report: CampaignReport, item: Item, failures_dir: Path | None) -> None:
+    kind, index = item
+    if kind == "mutant":
+        report.mutants.append(run_mutant(MUTANTS[index]))
+        return
+    if kind == "single":
+        workload, plan = _single_runs()[index]
+        outcome = run_workload(workload, plan)
+        report.single_fault_plans += 1
+        _tally(report, outcome)
+        new = _first_new(outcome.violations)
+        if new is not None:
+            _SHOWN.add(new.line)
+            record_dir = _record_dir(failures_dir)
+            run_workload(workload, plan, record_dir=record_dir)
+            report.failures.append(
+                Failure(new, describe_plan(workload, plan), tuple(sorted(record_dir.iterdir())))
+            )
+        return
+    schedule = random_schedule(report.seed, index)
+    outcome = run_schedule(schedule)
+    _tally(report, outcome)
+    first = _first_new(outcome.violations)
+    if first is not None:
+        _SHOWN.add(first.line)
+        minimal = shrink_schedule(schedule, first.line)
+        record_dir = _record_dir(failures_dir)
+        rerun = run_schedule(minimal, record_dir=record_dir)
+        shown = next((v for v in rerun.violations if v.line == first.line), first)
+        report.failures.append(
+            Failure(shown, describe_schedule(minimal), tuple(sorted(record_dir.iterdir())))
+        )
+
+
+@attrs.frozen
+class _Chunk:
+    seed: int
+    schedules: int
+    items: tuple[Item, ...]
+    failures_dir: Path | None
+
+
+def _run_chunk(chunk: _Chunk) -> tuple[int, CampaignReport]:
+    report = CampaignReport(seed=chunk.seed, schedules=chunk.schedules)
+    for item in chunk.items:
+        _run_item(report, item, chunk.failures_dir)
+    return len(chunk.items), report
 
 
 def run_campaign(
@@ -399,65 +311,51 @@ def run_campaign(
     mutants: bool = True,
     failures_dir: Path | None = None,
     advance: Callable[[int], None] = lambda n: None,
+    workers: int = 1,
+    shard: tuple[int, int] = (0, 1),
 ) -> CampaignReport:
-    """Run the whole campaign; ``advance(n)`` is told of each finished step."""
+    """Run the campaign (or its shard ``shard = (I, N)``) in ``workers``
+    processes; ``advance(n)`` is told of each finished step."""
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: need 0 <= I < N")
+    if workers < 1:
+        raise ValueError("workers must be at least 1")
     started = time.perf_counter()
-    report = CampaignReport(seed=seed, schedules=schedules)
-    for workload, plan in single_fault_runs():
-        outcome = run_workload(workload, plan)
-        report.single_fault_plans += 1
-        _tally(report, outcome, single=True)
-        new = _first_new(report, outcome.violations)
-        if new is not None:
-            record_dir = _record_dir(failures_dir)
-            run_workload(workload, plan, record_dir=record_dir)
-            report.failures.append(
-                Failure(new, describe_plan(workload, plan), tuple(sorted(record_dir.iterdir())))
-            )
-        advance(1)
-    for index in range(schedules):
-        schedule = random_schedule(seed, index)
-        outcome = run_schedule(schedule)
-        _tally(report, outcome, single=False)
-        first = _first_new(report, outcome.violations)
-        if first is not None:
-            minimal = shrink_schedule(schedule, first.line)
-            record_dir = _record_dir(failures_dir)
-            rerun = run_schedule(minimal, record_dir=record_dir)
-            shown = next((v for v in rerun.violations if v.line == first.line), first)
-            report.failures.append(
-                Failure(shown, describe_schedule(minimal), tuple(sorted(record_dir.iterdir())))
-            )
-        advance(1)
-    if mutants:
-        for mutant in MUTANTS:
-            report.mutants.append(run_mutant(mutant))
-            advance(1)
+    _SHOWN.clear()
+    items = _shard_items(_items(schedules, mutants), shard)
+    report = CampaignReport(
+        seed=seed,
+        schedules=schedules,
+        shard=shard,
+        workers=workers,
+        with_mutants=mutants,
+        mutants_expected=sum(1 for kind, _ in items if kind == "mutant"),
+    )
+    chunks = [
+        _Chunk(seed, schedules, tuple(items[n : n + _CHUNK]), failures_dir)
+        for n in range(0, len(items), _CHUNK)
+    ]
+    if workers == 1 or len(chunks) < 2:
+        results: Iterable[tuple[int, CampaignReport]] = map(_run_chunk, chunks)
+        _collect(report, results, advance)
+    else:
+        _single_runs()  # once, before the workers fork
+        context = multiprocessing.get_context(
+            "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        )
+        with context.Pool(min(workers, len(chunks))) as pool:
+            _collect(report, pool.imap_unordered(_run_chunk, chunks), advance)
+    report.mutants.sort(key=lambda m: [mutant.name for mutant in MUTANTS].index(m.name))
     report.elapsed = time.perf_counter() - started
     return report
 
 
-def _first_new(report: CampaignReport, violations: Sequence[Violation]) -> Violation | None:
-    """The first violation of a contract line no failure shows yet (one
-    minimal plan and recording per line is enough to reproduce it)."""
-    shown = {failure.violation.line for failure in report.failures}
-    return next((v for v in violations if v.line not in shown), None)
-
-
-def _tally(report: CampaignReport, outcome: PlanOutcome, *, single: bool) -> None:
-    report.plans += 1
-    world = outcome.world
-    report.calls += len(world.calls)
-    for violation in outcome.violations:
-        report.violations[violation.line] += 1
-    kinds: set[str] = set()
-    for record in world.calls:
-        assert record.result is not None
-        for fault in record.faults:
-            kinds.add(fault.kind.value)
-            report.coverage.setdefault(fault.kind.value, Counter())[record.result.status] += 1
-    if single:
-        for record in world.calls:
-            if record.label == "retry" and record.result is not None:
-                for kind in kinds:
-                    report.reconciled.setdefault(kind, Counter())[record.result.status] += 1
+def _collect(
+    report: CampaignReport,
+    results: Iterable[tuple[int, CampaignReport]],
+    advance: Callable[[int], None],
+) -> None:
+    for done, part in results:
+        report.absorb(part)
+        advance(done)

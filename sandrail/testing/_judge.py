@@ -1,23 +1,43 @@
-"""The checker: each call judged against the simulator's ground truth.
+"""The judge: every call of a :class:`~sandrail.testing.World` held against
+the contract (DESIGN §4) and the world's ground truth.
 
-Every check names the contract line of DESIGN §4 it enforces and returns the
-violations it found (never raises), so a campaign can count them per line.
-:func:`judge` runs them all once a plan has ended and every held request has
-been delivered (C5 must hold even then).
+Every check names the contract line it enforces and yields the violations it
+found (it never raises), so a campaign can count them per line and a test
+can print them all. :func:`judge` runs them once every held request has been
+delivered (C5 must hold even then), plus the checks that look at the world
+as a whole (C2 over all tasks, C10 fence marks, C17 across pages and
+recordings, C18 processes left alive after a stop).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
-from sandrail.core import Delivery, EffectFailure, ErrorCode, StartRefused, canonical_json
+from sandrail.core import (
+    Delivery,
+    EffectFailure,
+    ErrorCode,
+    StartRefused,
+    canonical_json,
+)
 
-from ._world import _SIDE_EFFECTS, LAUNCH_TOOLS, SECRET, CallRecord, World
+from ._calls import _SIDE_EFFECTS, LAUNCH_TOOLS, CallRecord
 
-__all__ = ["CHECKS", "CONTRACT_LINES", "Violation", "judge"]
+if TYPE_CHECKING:
+    from ._world import World
+
+__all__ = [
+    "CHECKS",
+    "CONTRACT_LINES",
+    "ContractViolationError",
+    "Violation",
+    "judge",
+    "split_secrets",
+]
 
 CONTRACT_LINES = (
     "C2",
@@ -33,26 +53,77 @@ CONTRACT_LINES = (
     "C13",
     "C14",
     "C17",
+    "C18",
 )
-"""The lines the checker judges, in table order."""
+"""The lines the judge checks, in table order."""
+
+LINE_SUMMARIES = {
+    "C2": "at most one launch per task id",
+    "C3": "same key, other arguments: conflict, nothing launched",
+    "C4": "read/stop only this session's commands",
+    "C5": "error: executed false, nothing ran, even late",
+    "C6": "uncertain: full locator, never executed false",
+    "C7": "ok launch: exactly one launch",
+    "C9": "authority/drift: before dispatch error, after uncertain",
+    "C10": "a stale fence never runs",
+    "C11": "abort: before dispatch canceled, after uncertain",
+    "C12": "every result within the byte budget",
+    "C13": "identity fields byte-identical",
+    "C14": "oversized identity refused before any effect",
+    "C17": "env values never in results or recordings",
+    "C18": "a stop ends the command's whole process group",
+}
+"""One line of plain words per contract line, for reports."""
 
 
 @attrs.frozen
 class Violation:
-    """One broken contract line: which, at which call, and what was seen."""
+    """One broken contract line: which, at which call (its number in the
+    world, ``None`` for the world as a whole), and what was seen."""
 
     line: str
     call: int | None
     message: str
 
+    def __str__(self) -> str:
+        where = "the world" if self.call is None else f"call {self.call}"
+        return f"{self.line} ({where}): {self.message}"
 
-Check = Callable[[World, CallRecord], Iterable[Violation]]
+
+class ContractViolationError(AssertionError):
+    """Raised by :meth:`World.assert_contract`: lists every violation with the
+    calls they concern, so a failing test says what broke and where."""
+
+    def __init__(self, violations: Sequence[Violation], world: World | None = None) -> None:
+        self.violations = tuple(violations)
+        lines = [f"{len(self.violations)} contract violation(s):"]
+        for violation in self.violations:
+            lines.append(f"  {violation}")
+            if world is not None and violation.call is not None:
+                record = world.calls[violation.call - 1]
+                lines.append(f"      {_describe(record)}")
+        super().__init__("\n".join(lines))
+
+
+def _describe(record: CallRecord) -> str:
+    faults = ", ".join(f"{f.kind.value}@{f.effect}#{f.occurrence}" for f in record.faults)
+    error = None if record.result is None else record.result.content.get("error_type")
+    return (
+        f"{record.tool} key={record.key!r}"
+        + (f" [{record.label}]" if record.label else "")
+        + f" -> {record.status}"
+        + (f" {error}" if error else "")
+        + (f"; faults: {faults}" if faults else "")
+    )
+
+
+Check = Callable[["World", CallRecord], Iterable[Violation]]
 
 
 def _locator(record: CallRecord) -> dict[str, object]:
     request = record.request
-    assert request.identity is not None
-    locator = request.identity.locator()
+    identity = request.identity
+    locator = {} if identity is None else identity.locator()
     locator.update(
         session_id=request.session_id,
         operation_key=request.operation_key,
@@ -93,9 +164,23 @@ def check_c3_conflict(world: World, record: CallRecord) -> Iterable[Violation]:
         for _, answer in record.effects
     )
     code = _content(record).get("error_type")
-    flipped = record.aborted or record.drifted or record.authority_lost  # C9/C11 decide then
+    # Lost authority, drift or an abort during the call: C9 and C11 decide
+    # then (whoever caused them: a fault, or the harness's own callbacks).
+    flipped = record.aborted or record.drifted or record.authority_lost or code in _GUARD_CODES
     if refused and not flipped and code != ErrorCode.OPERATION_CONFLICT.value:
         yield Violation("C3", record.number, f"the sandbox refused the claim, yet {code!r}")
+
+
+_GUARD_CODES = frozenset(
+    code.value
+    for code in (
+        ErrorCode.CANCELED,
+        ErrorCode.ABORTED,
+        ErrorCode.AUTHORITY_UNPROVEN,
+        ErrorCode.AUTHORITY_LOST,
+        ErrorCode.REQUEST_DRIFTED,
+    )
+)
 
 
 def check_c4_foreign_task(world: World, record: CallRecord) -> Iterable[Violation]:
@@ -160,6 +245,16 @@ def check_c6_unknown_side_effect_is_uncertain(
                 f"error after a {type(effect).__name__} that may have reached the sandbox",
             )
             return
+    for effect in record.reached_unanswered:
+        if isinstance(effect, _SIDE_EFFECTS):
+            # The backend said the request never left; the world saw it arrive.
+            yield Violation(
+                "C6",
+                record.number,
+                f"error after a {type(effect).__name__} that reached the sandbox "
+                "(its failure claimed it was not sent)",
+            )
+            return
 
 
 def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:
@@ -167,7 +262,7 @@ def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:
     assert record.result is not None
     if record.result.status != "ok" or record.tool not in LAUNCH_TOOLS or record.task is None:
         return
-    count = world.sim.launches.get(record.task, 0)
+    count = world.truth.launches.get(record.task, 0)
     if count != 1:
         yield Violation("C7", record.number, f"ok, but the task launched {count} times")
 
@@ -189,7 +284,10 @@ def check_c9_c11_authority(world: World, record: CallRecord) -> Iterable[Violati
 
 
 def check_c12_budget(world: World, record: CallRecord) -> Iterable[Violation]:
-    """C12: the canonical JSON of the content fits the budget."""
+    """C12: the canonical JSON of the content fits the budget (unless the
+    runtime governs results)."""
+    if record.governed:
+        return
     size = len(canonical_json(_content(record)))
     if size > record.budget:
         yield Violation("C12", record.number, f"{size} bytes > budget {record.budget}")
@@ -205,7 +303,7 @@ def check_c13_identity_intact(world: World, record: CallRecord) -> Iterable[Viol
 
 def check_c14_admission(world: World, record: CallRecord) -> Iterable[Violation]:
     """C14: an identity too big for the budget is refused before any effect."""
-    if not record.oversized:
+    if not record.oversized or record.governed:
         return
     content = _content(record)
     assert record.result is not None
@@ -222,10 +320,32 @@ def check_c14_admission(world: World, record: CallRecord) -> Iterable[Violation]
 
 
 def check_c17_env_secret(world: World, record: CallRecord) -> Iterable[Violation]:
-    """C17: environment values never appear in results."""
-    if SECRET in canonical_json(_content(record)).decode("utf-8"):
-        yield Violation("C17", record.number, "an environment value appears in the result")
+    """C17: no secret of the world (an env value its calls pass) appears in a result."""
+    text = canonical_json(_content(record)).decode("utf-8")
+    for secret in world.secrets:
+        if secret in text:
+            yield Violation("C17", record.number, "an environment value appears in the result")
+            return
 
+
+CHECKS: tuple[Check, ...] = (
+    check_c2_one_launch,
+    check_c3_conflict,
+    check_c4_foreign_task,
+    check_c5_error_ran_nothing,
+    check_c6_uncertain_locator,
+    check_c6_unknown_side_effect_is_uncertain,
+    check_c7_ok_launch,
+    check_c9_c11_authority,
+    check_c12_budget,
+    check_c13_identity_intact,
+    check_c14_admission,
+    check_c17_env_secret,
+)
+"""The per-call checks, each named after its contract line."""
+
+
+# -- C17 across pages: a secret split over two reads is still shown -------------------
 
 _STREAMS = ("stdout", "stderr")
 
@@ -270,8 +390,9 @@ def _result_pages(world: World, stream: str) -> list[Page]:
         arguments = record.request.call.arguments
         start = arguments.get(f"{stream}_cursor", 0)
         text = content.get(stream)
-        if isinstance(text, str) and record.task is not None:
-            pages.append((record.task, start, text, content[f"{stream}_cursor"]))
+        cursor = content.get(f"{stream}_cursor")
+        if isinstance(text, str) and isinstance(cursor, int) and record.task is not None:
+            pages.append((record.task, start, text, cursor))
     return pages
 
 
@@ -298,56 +419,59 @@ def _cassette_pages(text: str, stream: str) -> list[Page]:
     return pages
 
 
-CHECKS: tuple[Check, ...] = (
-    check_c2_one_launch,
-    check_c3_conflict,
-    check_c4_foreign_task,
-    check_c5_error_ran_nothing,
-    check_c6_uncertain_locator,
-    check_c6_unknown_side_effect_is_uncertain,
-    check_c7_ok_launch,
-    check_c9_c11_authority,
-    check_c12_budget,
-    check_c13_identity_intact,
-    check_c14_admission,
-    check_c17_env_secret,
-)
-
-
-def judge(world: World) -> list[Violation]:
-    """Every violation in ``world``, after delivering what is still held."""
-    world.deliver_held()
-    found: list[Violation] = []
-    twice = {task: n for task, n in world.sim.launches.items() if n > 1}
+def _world_checks(world: World) -> Iterable[Violation]:
+    twice = {task: n for task, n in world.truth.launches.items() if n > 1}
     if twice:
-        found.append(Violation("C2", None, f"tasks launched more than once: {twice}"))
+        yield Violation("C2", None, f"tasks launched more than once: {twice}")
     for record, fence, mark in world.stale_launches:
         number = None if record is None else record.number
-        found.append(Violation("C10", number, f"fence {fence} launched after fence {mark}"))
+        yield Violation("C10", number, f"fence {fence} launched after fence {mark}")
+    for record in world.calls:
+        result = record.result
+        if record.tool != "stop_command" or result is None or result.status != "ok":
+            continue
+        if result.content.get("status") in ("exited", "timed_out", "canceled") and record.task:
+            alive = world.truth.live_processes(record.task)
+            if alive:
+                yield Violation(
+                    "C18", record.number, f"stopped, yet {alive} process(es) of the task live"
+                )
+    for secret in world.secrets:
+        for stream in _STREAMS:
+            for start, end in split_secrets(_result_pages(world, stream), secret):
+                yield Violation(
+                    "C17",
+                    None,
+                    f"an environment value is split across {stream} pages at {start} and {end}",
+                )
+    for path in world.recordings:
+        if not path.exists():
+            continue
+        text = path.read_text(encoding="utf-8")
+        for secret in world.secrets:
+            if secret in text:
+                yield Violation("C17", None, f"an environment value is in {path}")
+            elif any(split_secrets(_cassette_pages(text, stream), secret) for stream in _STREAMS):
+                yield Violation(
+                    "C17", None, f"an environment value is in {path}, split across reads"
+                )
+
+
+def judge(world: World, *, deliver_held: bool = True) -> list[Violation]:
+    """Every violation in ``world``: per call, then the world as a whole.
+
+    With ``deliver_held`` (the default), requests still held for late
+    delivery arrive first, so an ``error`` whose request lands late is
+    caught (C5). A stateful test judging after every step passes ``False``
+    and judges once more at the end."""
+    world.check_watched()
+    if deliver_held:
+        world.deliver_held()
+    found: list[Violation] = []
     for record in world.calls:
         if record.result is None:
             continue
         for check in CHECKS:
             found.extend(check(world, record))
-    for stream in _STREAMS:
-        for start, end in split_secrets(_result_pages(world, stream), SECRET):
-            found.append(
-                Violation(
-                    "C17",
-                    None,
-                    f"an environment value is split across {stream} pages at {start} and {end}",
-                )
-            )
-    for path in world.recordings:
-        if not path.exists():
-            continue
-        text = path.read_text(encoding="utf-8")
-        if SECRET in text:
-            found.append(Violation("C17", None, f"an environment value is in {path}"))
-        elif any(
-            split_secrets(_cassette_pages(text, stream), SECRET) for stream in ("stdout", "stderr")
-        ):
-            found.append(
-                Violation("C17", None, f"an environment value is in {path}, split across reads")
-            )
+    found.extend(_world_checks(world))
     return found

