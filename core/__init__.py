@@ -103,6 +103,7 @@ from ._identity import (
     task_id,
 )
 from ._masking import (
+    MAX_MASKED_BYTES,
     MIN_REDACTED_LENGTH,
     REDACTED,
     MaskingError,
@@ -153,6 +154,7 @@ __all__ = [
     "HARNESS_EFFECTS",
     "LANGUAGES",
     "LANGUAGE_ALIASES",
+    "MAX_MASKED_BYTES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
     "MIN_REDACTED_LENGTH",

@@ -70,7 +70,7 @@ from ._effects import (
 )
 from ._guard import Phase
 from ._identity import NativeIdentity, task_id
-from ._masking import Redactions, mask_text, redaction_secrets
+from ._masking import MAX_MASKED_BYTES, Redactions, mask_text, redaction_secrets
 from ._requests import RUNTIME_ARTIFACTS
 from ._results import (
     AgentCommandRef,
@@ -158,6 +158,19 @@ def _tool_program(
             status="error", content=arguments_rejection(exposed, settings.max_output_bytes)
         )
     call = _Call(snap, settings, secrets)
+    if call.secrets is not secrets and not call.secrets <= secrets:
+        kept = sum(len(value.encode("utf-8", "surrogatepass")) for value in call.secrets)
+        if kept > MAX_MASKED_BYTES:
+            problem = ArgumentProblem(
+                path="arguments.env",
+                reason=f"would make this session mask more than {MAX_MASKED_BYTES} bytes of env "
+                "values (it masks every value it ever passed): reuse values, or start a new "
+                "session",
+            )
+            return ToolResult(
+                status="error",
+                content=arguments_rejection([problem], settings.max_output_bytes),
+            )
     redactions = Redactions(call.secrets)
 
     try:
