@@ -77,6 +77,7 @@ from ._effects import (
 )
 from ._env import (
     ENV_NAME_PATTERN,
+    REFUSED_ENV_NAMES,
     RESERVED_ENV_NAMES,
     RESERVED_ENV_PREFIXES,
     SHELL_OWNED_ENV_NAMES,
@@ -159,6 +160,7 @@ __all__ = [
     "PROFILES",
     "READ_MAX_BYTES",
     "REDACTED",
+    "REFUSED_ENV_NAMES",
     "RESERVED_ENV_NAMES",
     "RESERVED_ENV_PREFIXES",
     "RETAINED_OUTPUT_LIMIT",

@@ -27,8 +27,9 @@ from sandrail.core import (
 )
 from sandrail.core._env import (
     ENV_NAME_PATTERN,
-    RESERVED_ENV_NAMES,
+    REFUSED_ENV_NAMES,
     RESERVED_ENV_PREFIXES,
+    SHELL_OWNED_ENV_NAMES,
     env_name_problem,
 )
 from sandrail.core._env_strict import STRICT_ENV_NAME_PATTERN
@@ -234,13 +235,54 @@ def test_the_handed_schema_states_every_dropped_rule_in_words(
 def test_the_strict_env_name_rule_is_the_full_one_without_lookaround() -> None:
     pattern = ecma_regex(STRICT_ENV_NAME_PATTERN)
     near: set[str] = {"", "_", "a", "9", "é", "A B", "FOO\n"}
-    for word in [*RESERVED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
+    for word in [*REFUSED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
         for cut in range(len(word) + 1):
             for tail in ("", "X", "_", "9", "x", "é"):
                 near.add(word[:cut] + tail)
         near.update({word + "A", "A" + word, word.lower(), word + word})
     for name in near:
         assert (pattern.search(name) is not None) == (env_name_problem(name) is None), name
+
+
+@pytest.mark.parametrize("profile", ["openai-strict", "anthropic-strict"])
+def test_schema_honesty_strict_profiles_refuse_the_names_bash_owns_in_their_shape(
+    profile: Profile,
+) -> None:
+    """UID, PPID, RANDOM, ...: the strict schemas refuse what the port refuses,
+    and the refusal names the entry as the profile has it (never
+    ``arguments.env.UID``, a path the model never wrote)."""
+    toolset = TOOLSETS["agent"]
+    stated = stated_schema(toolset.definition("run_command"), profile)
+    name_rule = stated["properties"]["env"]["anyOf"][0]["items"]["properties"]["name"]
+    for name in sorted(SHELL_OWNED_ENV_NAMES):
+        assert not ecma_regex(name_rule["pattern"]).search(name), name
+        arguments = {
+            "command": "true",
+            "cwd": None,
+            "timeout": None,
+            "background": None,
+            "env": [{"name": "FINE", "value": "1"}, {"name": name, "value": "1"}],
+        }
+        result = toolset.call_sync(
+            "run_command", arguments, call_id="c", operation_key="k", profile=profile
+        )
+        assert result.error_type == ErrorCode.ARGUMENTS_INVALID.value
+        assert [p["field"] for p in result.content["problems"]] == ["arguments.env[1].name"]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("definition", DEFINITIONS, ids=lambda d: d.name)
+def test_schema_honesty_the_env_description_names_every_refused_name(
+    definition: Any, profile: Profile
+) -> None:
+    """A model reads the description; every name and prefix the port refuses
+    is in it, in every profile."""
+    schema = tool_schema(definition, profile)
+    if "env" not in schema["properties"]:
+        return
+    description = schema["properties"]["env"]["description"]
+    for word in [*REFUSED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
+        assert word in description, word
 
 
 @given(st.text(alphabet="ABCDEFGHILMNOPRSTUVX_049abc", max_size=12))
