@@ -15,7 +15,7 @@ from ._budget import (
 )
 from ._call import bound_result, crash_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
-from ._contents import admission_size
+from ._contents import admission_size, minimum_output_bytes
 from ._definitions import (
     COMMAND_TOOL_NAMES,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -263,6 +263,7 @@ __all__ = [
     "mask_chunk",
     "mask_text",
     "minimal_uncertain_size",
+    "minimum_output_bytes",
     "observe",
     "omission_marker",
     "owner_key",

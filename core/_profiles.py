@@ -77,6 +77,7 @@ VENDOR_UNSUPPORTED: Final[Mapping[Profile, frozenset[str]]] = {
 framework is handed states them in the description instead."""
 
 _NON_EMPTY: Final = r"^[\s\S]+$"
+_UNREADABLE: Final = "must be a JSON object whose numbers are within the schema's bounds"
 
 
 # --- deriving the strict schemas ------------------------------------------------------
@@ -272,7 +273,12 @@ def canonical_arguments(
         ]
         if absent:
             arguments = {**arguments, **dict.fromkeys(absent)}
-    problems = check_arguments(stated, arguments)
+    try:
+        problems = check_arguments(stated, arguments)
+    except ValueError:
+        # The schema check writes a refused integer into its message, which
+        # Python will not do past 4,300 digits; no schema admits one.
+        return (ArgumentProblem("arguments", _UNREADABLE),)
     if problems:
         return problems
     assert isinstance(arguments, Mapping)  # check_arguments refuses anything else
