@@ -256,12 +256,12 @@ description it points to say the same)."""
 
 
 def _state_in_description(node: dict[str, Any], dropped: frozenset[str]) -> None:
-    said = []
+    said: list[str] = []
     for key, words in _WORDS.items():
         if key in dropped and key in node:
             value = node.pop(key)
-            said.append(_PATTERN_WORDS.get(value) if key == "pattern" else None)
-            said[-1] = said[-1] or words.format(value)
+            plain = _PATTERN_WORDS.get(value) if key == "pattern" else None
+            said.append(plain if plain is not None else words.format(value))
     if said:
         node["description"] = _sentence(node.get("description", ""), f"({', '.join(said)})")
 
