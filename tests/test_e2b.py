@@ -656,6 +656,9 @@ def test_the_command_line_example_works_through_the_port(backend: E2BBackend) ->
 def test_c2_item3_one_port_from_eight_threads_makes_one_sandbox_and_launches_once(
     server: LocalE2B,
 ) -> None:
+    """And decisively: the duplicates that find no claim yet carry the
+    first one's claim epoch (its record), so every call says ``ok`` (8
+    threads x 15 trials: 120 ok, 15 launches)."""
     session = new_session()
     mark = f"threads-{session}"
     sandboxes_before = len(server.truth().sandboxes)
@@ -677,8 +680,8 @@ def test_c2_item3_one_port_from_eight_threads_makes_one_sandbox_and_launches_onc
     assert len(results) == 8
     assert len(server.truth().sandboxes) - sandboxes_before == 1
     assert server.truth().marked(mark) == 1
-    assert all(r.status in ("ok", "uncertain") for r in results), [r.content for r in results]
-    assert sum(r.status == "ok" and not r.content["deduplicated"] for r in results) == 1
+    assert all(r.status == "ok" for r in results), [r.content for r in results]
+    assert sum(not r.content["deduplicated"] for r in results) == 1
 
 
 def test_c2_item3_concurrent_tasks_and_other_loops_share_one_backend(server: LocalE2B) -> None:
