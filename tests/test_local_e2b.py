@@ -433,6 +433,28 @@ def test_ground_truth_records_requests_by_route(server: LocalE2B, sandbox: e2b.S
     assert {r.status for r in create if r.fault is None} <= {201, 400, 401, 409, 413}
 
 
+def test_ground_truth_counts_the_bytes_sent_for_each_request_and_keeps_each_stdouts_head(
+    server: LocalE2B, sandbox: e2b.Sandbox
+) -> None:
+    """What left the sandbox is measured where it leaves: every byte the
+    server wrote for a request (a stream's whole body included); and a
+    process's first stdout bytes are known even to a test whose client
+    never read them."""
+    before = server.truth().bytes_sent(sandbox.sandbox_id)
+    sandbox.commands.run("head -c 100000 /dev/zero | tr '\\0' x; echo; echo head-test >&2")
+    assert wait_until(
+        lambda: all(
+            r.sent_bytes for r in server.truth().requests if (r.route or "").endswith("Start")
+        )
+    )
+    sent = server.truth().bytes_sent(sandbox.sandbox_id) - before
+    # The JSON codec sends stdout as base64: about 4/3 of it, plus framing.
+    assert 100_000 * 4 // 3 < sent < 100_000 * 3 // 2
+    assert wait_until(lambda: server.truth().launches("head-test")[0].ended_at is not None)
+    (record,) = server.truth().launches("head-test")
+    assert record.stdout_head == "x" * 256
+
+
 class _Killed:
     """A process whose end (killed by its deadline) is already waiting in
     the stream's queue when the stream looks: the race a loaded machine can

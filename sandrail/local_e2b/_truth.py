@@ -5,8 +5,10 @@ directory (flushed line by line), so the record survives even a server that
 was killed mid-stream. :func:`load_truth` folds the events into records.
 
 Events: ``sandbox_created``, ``sandbox_ended``, ``process_started``,
-``process_signalled``, ``process_ended``, ``request`` and ``mark`` (a line a
-command sent to the server's mark listener: see ``LocalE2B.mark``).
+``process_signalled``, ``process_ended`` (with the first bytes of the
+process's stdout), ``request``, ``answered`` (the bytes the server sent for
+a request, once its answer is over) and ``mark`` (a line a command sent to
+the server's mark listener: see ``LocalE2B.mark``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ class ProcessRecord:
     ended_at: float | None = None
     exit_code: int | None = None
     status: str | None = None
+    stdout_head: str = ""
+    """The first 256 bytes of its stdout (UTF-8, errors replaced), known
+    once it ended: what it answered even if no client got the answer."""
 
     @property
     def running(self) -> bool:
@@ -101,6 +106,11 @@ class RequestRecord:
     status: int | None
     fault: str | None
     at: float
+    number: int = 0
+    """Its number among the requests of its listener, from 1."""
+    sent_bytes: int = 0
+    """Every byte the server wrote to the client for it (status line,
+    headers, body; a stream's whole body), once its answer is over."""
 
 
 @attrs.frozen(kw_only=True)
@@ -140,6 +150,15 @@ class GroundTruth:
         """The processes whose command contains ``text``."""
         return tuple(record for record in self.processes if text in record.command)
 
+    def bytes_sent(self, sandbox_id: str, listener: str = "envd") -> int:
+        """Every byte the server sent to clients for requests about
+        ``sandbox_id`` on ``listener`` (``"envd"``: what left the sandbox)."""
+        return sum(
+            record.sent_bytes
+            for record in self.requests
+            if record.sandbox_id == sandbox_id and record.listener == listener
+        )
+
 
 class TruthLog:
     """The server side: appends events to the log file, thread-safe."""
@@ -167,6 +186,7 @@ def load_truth(path: Path) -> GroundTruth:
     processes: dict[tuple[str, int, float], ProcessRecord] = {}
     live: dict[tuple[str, int], tuple[str, int, float]] = {}
     requests: list[RequestRecord] = []
+    numbered: dict[tuple[str, int], int] = {}
     marks: list[MarkRecord] = []
     try:
         text = path.read_text(encoding="utf-8")
@@ -197,10 +217,20 @@ def load_truth(path: Path) -> GroundTruth:
                 processes[found] = attrs.evolve(old_process, signals=(*old_process.signals, signal))
             else:
                 processes[found] = attrs.evolve(
-                    old_process, ended_at=at, exit_code=event["exit_code"], status=event["status"]
+                    old_process,
+                    ended_at=at,
+                    exit_code=event["exit_code"],
+                    status=event["status"],
+                    stdout_head=event.get("stdout_head", ""),
                 )
         elif kind == "request":
-            requests.append(RequestRecord(at=at, **event))
+            record = RequestRecord(at=at, **event)
+            numbered[(record.listener, record.number)] = len(requests)
+            requests.append(record)
+        elif kind == "answered":
+            index = numbered.get((event["listener"], event["number"]))
+            if index is not None:
+                requests[index] = attrs.evolve(requests[index], sent_bytes=event["bytes"])
         elif kind == "mark":
             marks.append(MarkRecord(at=at, text=event["text"]))
     return GroundTruth(
