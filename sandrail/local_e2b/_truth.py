@@ -30,6 +30,7 @@ __all__ = [
     "SandboxRecord",
     "SignalRecord",
     "TruthLog",
+    "TruthReader",
     "load_truth",
 ]
 
@@ -180,43 +181,48 @@ class TruthLog:
             self._file.close()
 
 
-def load_truth(path: Path) -> GroundTruth:
-    """Fold the event log at ``path`` into records (an absent log is empty)."""
-    sandboxes: dict[str, SandboxRecord] = {}
-    processes: dict[tuple[str, int, float], ProcessRecord] = {}
-    live: dict[tuple[str, int], tuple[str, int, float]] = {}
-    requests: list[RequestRecord] = []
-    numbered: dict[tuple[str, int], int] = {}
-    marks: list[MarkRecord] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
-    for line in text.splitlines():
+class _Fold:
+    """The records so far, folded from events one line at a time."""
+
+    def __init__(self) -> None:
+        self.sandboxes: dict[str, SandboxRecord] = {}
+        self.processes: dict[tuple[str, int, float], ProcessRecord] = {}
+        self.live: dict[tuple[str, int], tuple[str, int, float]] = {}
+        self.requests: list[RequestRecord] = []
+        self.numbered: dict[tuple[str, int], int] = {}
+        self.marks: list[MarkRecord] = []
+
+    def add(self, line: str) -> None:
         if not line.endswith("}"):
-            continue  # a line cut by a killed server
+            return  # a line cut by a killed server
         event = json.loads(line)
         kind = event.pop("event")
         at = event.pop("at")
         if kind == "sandbox_created":
-            sandboxes[event["sandbox_id"]] = SandboxRecord(created_at=at, **event)
-        elif kind == "sandbox_ended" and event["sandbox_id"] in sandboxes:
-            old = sandboxes[event["sandbox_id"]]
-            sandboxes[old.sandbox_id] = attrs.evolve(old, ended_at=at, end_reason=event["reason"])
+            self.sandboxes[event["sandbox_id"]] = SandboxRecord(created_at=at, **event)
+        elif kind == "sandbox_ended" and event["sandbox_id"] in self.sandboxes:
+            old = self.sandboxes[event["sandbox_id"]]
+            self.sandboxes[old.sandbox_id] = attrs.evolve(
+                old, ended_at=at, end_reason=event["reason"]
+            )
         elif kind == "process_started":
             key = (event["sandbox_id"], event["pid"], at)
-            live[(event["sandbox_id"], event["pid"])] = key
-            processes[key] = ProcessRecord(started_at=at, **{**event, "argv": tuple(event["argv"])})
+            self.live[(event["sandbox_id"], event["pid"])] = key
+            self.processes[key] = ProcessRecord(
+                started_at=at, **{**event, "argv": tuple(event["argv"])}
+            )
         elif kind in ("process_signalled", "process_ended"):
-            found = live.get((event["sandbox_id"], event["pid"]))
+            found = self.live.get((event["sandbox_id"], event["pid"]))
             if found is None:
-                continue
-            old_process = processes[found]
+                return
+            old_process = self.processes[found]
             if kind == "process_signalled":
                 signal = SignalRecord(signal=event["signal"], reason=event["reason"], at=at)
-                processes[found] = attrs.evolve(old_process, signals=(*old_process.signals, signal))
+                self.processes[found] = attrs.evolve(
+                    old_process, signals=(*old_process.signals, signal)
+                )
             else:
-                processes[found] = attrs.evolve(
+                self.processes[found] = attrs.evolve(
                     old_process,
                     ended_at=at,
                     exit_code=event["exit_code"],
@@ -225,17 +231,52 @@ def load_truth(path: Path) -> GroundTruth:
                 )
         elif kind == "request":
             record = RequestRecord(at=at, **event)
-            numbered[(record.listener, record.number)] = len(requests)
-            requests.append(record)
+            self.numbered[(record.listener, record.number)] = len(self.requests)
+            self.requests.append(record)
         elif kind == "answered":
-            index = numbered.get((event["listener"], event["number"]))
+            index = self.numbered.get((event["listener"], event["number"]))
             if index is not None:
-                requests[index] = attrs.evolve(requests[index], sent_bytes=event["bytes"])
+                self.requests[index] = attrs.evolve(self.requests[index], sent_bytes=event["bytes"])
         elif kind == "mark":
-            marks.append(MarkRecord(at=at, text=event["text"]))
-    return GroundTruth(
-        sandboxes=tuple(sandboxes.values()),
-        processes=tuple(processes.values()),
-        requests=tuple(requests),
-        marks=tuple(marks),
-    )
+            self.marks.append(MarkRecord(at=at, text=event["text"]))
+
+    def result(self) -> GroundTruth:
+        return GroundTruth(
+            sandboxes=tuple(self.sandboxes.values()),
+            processes=tuple(self.processes.values()),
+            requests=tuple(self.requests),
+            marks=tuple(self.marks),
+        )
+
+
+class TruthReader:
+    """Reads a server's event log as it grows: each :meth:`read` parses only
+    the complete lines appended since the last (the log is append-only), so
+    reading ground truth after every step of a long run stays cheap.
+    Thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._offset = 0
+        self._fold = _Fold()
+
+    def read(self) -> GroundTruth:
+        """Everything recorded so far (an absent log is empty)."""
+        with self._lock:
+            try:
+                with self._path.open("rb") as log:
+                    log.seek(self._offset)
+                    data = log.read()
+            except FileNotFoundError:
+                data = b""
+            end = data.rfind(b"\n") + 1
+            for line in data[:end].decode("utf-8").splitlines():
+                self._fold.add(line)
+            self._offset += end
+            return self._fold.result()
+
+
+def load_truth(path: Path) -> GroundTruth:
+    """Fold the event log at ``path`` into records (an absent log is empty)."""
+    return TruthReader(path).read()
