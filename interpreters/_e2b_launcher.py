@@ -470,6 +470,9 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
     end_all KILL "$pid"
   ) 7>&- &
   dog=$!
+  # A pipe nothing writes to, opened now (off the path from the command's
+  # end to its waiter): a builtin pause before the last sweep below.
+  exec 8<> <(:)
   if [ -e "$dir/canceled" ]; then end_all TERM "$pid"; fi
   wait "$pid"; code=$?
   kill -- "$dog" 2>/dev/null
@@ -481,8 +484,12 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
   # One write: a reader sees the whole record or none (then: running).
   printf '%s %s\n' "$status" "$code" > "$dir/exit"
   exec 7>&-
-  # What is left of its session; never the leader's pid itself, reaped
+  # What is left of its session (its group is dead already: only processes
+  # that made a group of their own), a moment later: pkill scans every
+  # process, and run at once it takes the CPU from the waiter answering
+  # now (milliseconds on two cores). Never the leader's pid itself, reaped
   # above and free for any new process to take.
+  read -r -t 0.05 -u 8 _ || true
   pkill -KILL -s "$pid" 2>/dev/null
 }
 

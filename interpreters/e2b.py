@@ -680,9 +680,12 @@ class E2BBackend:
     async def _run(self, box: _Sandbox, args: str, *, seconds: float = 0) -> str:
         """Run the launcher as root with ``args`` (task ids, nonces and
         integers only) and return its stdout. Raises what the SDK raises."""
+        # ``exec``: E2B runs the line in a login shell, which bash never
+        # replaces by its last command itself; one process fewer to end
+        # before the answer (a wait's answer is on the exit-to-result path).
         result = await _sdk(
             box.sandbox.commands.run(
-                f"bash {_BIN}/{LAUNCHER_NAME} {args}",
+                f"exec bash {_BIN}/{LAUNCHER_NAME} {args}",
                 user=_ROOT,
                 timeout=seconds + self._request_timeout,
                 request_timeout=self._request_timeout,
