@@ -1,7 +1,10 @@
-"""E2B through the SDK on local-e2b: round trips per call and exit-to-result latency.
+"""E2B through the SDK on local-e2b: round trips per call, exit-to-result
+latency, and the bytes a big output moves out of the sandbox.
 
 SDK round trips per call are counted at the server; the latency is from a
-command's exit to its result.
+command's exit to its result; bytes moved are every byte the server sent
+for the call's envd requests (status lines, headers, bodies), counted by
+the server.
 
 Round trips are the HTTP requests the server saw for the sandbox. Latency:
 the command prints the wall-clock time it ends at (``date +%s.%N``, its last
@@ -27,8 +30,15 @@ from sandrail.local_e2b import LocalE2B, serve
 
 GOAL = (
     "≤ 3 SDK round trips per warm foreground run_command, 1 per read_command_output; "
-    "the foreground wait adds ≤ 5 ms to a bare commands.run"
+    "the foreground wait adds ≤ 5 ms to a bare commands.run; a foreground run printing "
+    "16 MiB (max_output_bytes=24000, no artifact store) moves ≤ 2 × the budget"
 )
+BUDGET = 24_000
+_BIG = 16 * 1024 * 1024
+_BIG_OUTPUTS = {
+    "16 MiB of text": f"yes 'compiled unit' | head -c {_BIG}",
+    "16 MiB not text (bytes ≥ 0x80)": f"head -c {_BIG} /dev/zero | tr '\\0' '\\377'",
+}
 
 _EXIT_STAMP = "sleep 0.3; date +%s.%N"
 
@@ -42,6 +52,7 @@ class _Session:
             owner=sandrail.AgentOwner(agent_id="agent"),
             authorize=lambda request: sandrail.ALLOW,
             assert_authority=lambda request: True,
+            max_output_bytes=BUDGET,
         )
         self.calls = 0
 
@@ -64,6 +75,36 @@ def _trips(server: LocalE2B, sandbox_id: str) -> int:
     return sum(1 for request in server.truth().requests if request.sandbox_id == sandbox_id)
 
 
+async def _moved(server: LocalE2B, sandbox_id: str, since: int) -> int:
+    """Bytes the server sent for the sandbox's envd requests after the
+    ``since``-th request, once every one of them is answered (bounded)."""
+    for _ in range(500):
+        mine = [
+            request
+            for request in server.truth().requests[since:]
+            if request.sandbox_id == sandbox_id and request.listener == "envd"
+        ]
+        if all(request.sent_bytes for request in mine):
+            break
+        await asyncio.sleep(0.01)
+    return sum(request.sent_bytes for request in mine)
+
+
+async def _big_outputs(server: LocalE2B, session: _Session, sandbox_id: str) -> dict[str, float]:
+    """Bytes moved (and round trips) for each big foreground output."""
+    figures: dict[str, float] = {}
+    for label, command in _BIG_OUTPUTS.items():
+        since = len(server.truth().requests)
+        result = await session.call("run_command", {"command": command})
+        if result.content["stdout_bytes"] != _BIG:
+            raise AssertionError(f"{label}: printed {result.content['stdout_bytes']} bytes")
+        figures[f"{label} bytes"] = await _moved(server, sandbox_id, since)
+        figures[f"{label} trips"] = sum(
+            1 for request in server.truth().requests[since:] if request.sandbox_id == sandbox_id
+        )
+    return figures
+
+
 async def _measure(server: LocalE2B, rounds: int) -> dict[str, float]:
     import e2b
 
@@ -79,6 +120,7 @@ async def _measure(server: LocalE2B, rounds: int) -> dict[str, float]:
         await session.call("read_command_output", {"task_id": launched.content["task_id"]})
         read_trips = _trips(server, sandbox_id) - before
         await session.call("stop_command", {"task_id": launched.content["task_id"]})
+        big = await _big_outputs(server, session, sandbox_id)
 
         bare_box = await e2b.AsyncSandbox.connect(sandbox_id, **server.sdk_options)
         await bare_box.commands.run("true")  # warm its connection too
@@ -117,6 +159,7 @@ async def _measure(server: LocalE2B, rounds: int) -> dict[str, float]:
         "added_ms": statistics.median(a - b for a, b in zip(ours, bare, strict=True)) * 1e3,
         "polled_ms": statistics.median(polled) * 1e3,
         "polled_trips": statistics.median(polled_trips),
+        **big,
     }
 
 
@@ -156,5 +199,29 @@ def run(quick: bool) -> list[dict[str, Any]]:
             "median",
             figures["added_ms"],
             "ms",
+        ),
+        *(
+            row(
+                "bytes moved from the sandbox (at the server)",
+                f"foreground run printing {label}, max_output_bytes {BUDGET}",
+                metric,
+                value,
+                unit,
+            )
+            for label in _BIG_OUTPUTS
+            for metric, value, unit in (
+                ("bytes", figures[f"{label} bytes"], "bytes"),
+                ("÷ budget (goal ≤ 2)", figures[f"{label} bytes"] / BUDGET, "× budget"),
+            )
+        ),
+        *(
+            row(
+                trips,
+                f"foreground run printing {label}",
+                "count",
+                figures[f"{label} trips"],
+                "trips",
+            )
+            for label in _BIG_OUTPUTS
         ),
     ]

@@ -4,7 +4,9 @@ Strategy: an answer is parsed line by line, and each line only as far as
 the outcome needs it. A start's first line is decisive (``started 1|0`` or
 ``refused <reason>``): the lines after it (the ledger epoch, the state)
 refine the outcome but can never turn a decisive answer into a malformed
-one. Anything that is not the protocol raises :class:`Malformed`.
+one. The ``epoch`` line that ends the other answers is read when it is
+there and well-formed (``None`` otherwise: no proof). Anything else that is
+not the protocol raises :class:`Malformed`.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import attrs
 from sandrail.core._effects import CommandState, CommandStatus, OutputChunk, Started, StartRefused
 
 __all__ = [
+    "CancelAnswer",
     "InitAnswer",
     "Malformed",
     "RawRead",
     "StartAnswer",
     "chunk_of",
+    "parse_cancel",
     "parse_init",
     "parse_read",
     "parse_start",
@@ -92,17 +96,21 @@ class StartAnswer:
     epoch: str | None
 
 
+def _epoch(line: str | None) -> str | None:
+    """The epoch an ``epoch <epoch>`` line names, or ``None``."""
+    words = (line or "").split(" ")
+    if len(words) == 2 and words[0] == "epoch" and _EPOCH.fullmatch(words[1]):
+        return words[1]
+    return None
+
+
 def parse_start(text: str, task_id: str) -> StartAnswer:
     """The decisive first line, then the epoch and state lines if readable.
     A first launch whose state line cannot be read is ``running`` (it was
     claimed and launched just now); a retry's is ``unknown``."""
     lines = text.strip("\n").split("\n")
     head = lines[0].split(" ")
-    epoch: str | None = None
-    if len(lines) > 1:
-        words = lines[1].split(" ")
-        if len(words) == 2 and words[0] == "epoch" and _EPOCH.fullmatch(words[1]):
-            epoch = words[1]
+    epoch = _epoch(lines[1] if len(lines) > 1 else None)
     if len(head) == 2 and head[0] == "refused" and head[1] in _REASONS:
         return StartAnswer(outcome=StartRefused(reason=head[1]), epoch=epoch)  # type: ignore[arg-type]
     if len(head) != 2 or head[0] != "started" or head[1] not in ("0", "1"):
@@ -120,14 +128,33 @@ def parse_start(text: str, task_id: str) -> StartAnswer:
 
 
 @attrs.frozen(kw_only=True)
+class CancelAnswer:
+    """What a cancel observed, and the ledger epoch it reported."""
+
+    state: CommandState
+    epoch: str | None
+
+
+def parse_cancel(text: str) -> CancelAnswer:
+    """A state line, then the epoch line if readable."""
+    lines = text.strip("\n").split("\n")
+    return CancelAnswer(
+        state=parse_state(lines[0]), epoch=_epoch(lines[1] if len(lines) > 1 else None)
+    )
+
+
+@attrs.frozen(kw_only=True)
 class RawRead:
-    """One read as the launcher answered it: raw bytes from the cursors."""
+    """One read as the launcher answered it: raw bytes from the cursors.
+    A wait's answer whose output was too big to prefetch carries no bytes
+    (only the sizes)."""
 
     state: CommandState
     stdout: bytes
     stderr: bytes
     stdout_size: int
     stderr_size: int
+    epoch: str | None = None
 
 
 class _Lines:
@@ -136,6 +163,10 @@ class _Lines:
     def __init__(self, text: str) -> None:
         self.text = text
         self.at = 0
+
+    def optional_line(self) -> str | None:
+        """The next line, or ``None`` at the end of the answer."""
+        return self.line() if self.text.find("\n", self.at) >= 0 else None
 
     def line(self) -> str:
         end = self.text.find("\n", self.at)
@@ -171,7 +202,8 @@ def _stream(lines: _Lines, tag: str) -> bytes:
 
 
 def parse_read(text: str) -> RawRead:
-    """A read (or wait) answer: state, out, err and size lines."""
+    """A read (or wait) answer: state, out, err and size lines, then the
+    epoch line if there is one."""
     lines = _Lines(text)
     state = parse_state(lines.line())
     stdout = _stream(lines, "out")
@@ -186,6 +218,7 @@ def parse_read(text: str) -> RawRead:
         stderr=stderr,
         stdout_size=stdout_size,
         stderr_size=stderr_size,
+        epoch=_epoch(lines.optional_line()),
     )
 
 

@@ -15,8 +15,9 @@ made the ledger private::
     L/bin/launcher-<hash>.sh   this script (named by content)
     L/inbox/<task>.<nonce>/    a staged request, written by the files API as
                                root: digest, command, timeout, cwd, env,
-                               fence, expect. Taken (renamed) atomically by
-                               ``start``, deleted on every path.
+                               fence, expect, epoch. Taken (renamed)
+                               atomically by ``start`` or ``discard``, the
+                               only two ways it ever leaves the inbox
     L/tasks/<task>/            the claim: digest, command, timeout, cwd,
                                stdout, stderr, exit, ... (all root, 0600)
     L/claims.<epoch>/<task>    the claim log of this ledger epoch: one empty
@@ -27,23 +28,40 @@ made the ledger private::
                                the directory root's, 0711; each snippet
                                ``user``'s, 0600, so the command can run it
 
+**Staging** (C2, C3): a request is a directory of files, and the files API
+deletes a directory file by file, through a descriptor that outlives a
+rename. So the harness never deletes a staged request itself: when its
+start fails, it asks the launcher to ``discard`` it, which takes it by the
+same atomic rename ``start`` uses. Exactly one of them gets it, whole (a
+start that had taken half-deleted request files could claim a task with no
+digest, and every retry would read as a conflict).
+
 **The claim** (C2): ``start`` takes its staged request with an atomic
 rename, then, under the ledger lock: a task directory already there means a
 retry (same keyed digest: ``started 0``; another: ``refused conflict``);
-otherwise it makes the directory and the claim-log entry and launches.
+otherwise it builds the whole claim in the taken request's directory, logs
+the task in the claim log, and renames the directory into place in one
+step, then launches. Whatever ends the launcher (a deadline, a kill), a
+claim is complete or absent, and a claim that may exist is logged.
 
 **The epoch proof** (C2): the ledger's epoch is the random name of its
 claim-log directory; it changes whenever that directory is lost, and never
-comes back. A start that expects a claim (``expect`` holds the epoch the
-harness knew when it sent this task's first start, or ``-``) and finds none
-launches only if that epoch is the current one and the claim log has no
-entry for the task: then no start of it can ever have claimed in this
-sandbox. Otherwise it answers ``refused claim_lost``. A task directory gone
-while its claim-log entry stays, or a claim-log entry with no task
-directory, is ``claim_lost`` for any start, expected or not. Where ``user``
-is root (no user separation: local-e2b's userns mode), commands could reach
-the ledger, so no proof is accepted: every expected claim that is missing is
-``claim_lost``.
+comes back. Every answer reports it (``init``, and an ``epoch`` line in
+``start``, ``wait``, ``read`` and ``cancel`` answers; a lost claim log is
+made again when an answer is given), and the harness's ``Ensure`` reports
+the epoch it last heard. The core records that epoch, before the task's
+first start may leave, in the durable ownership record, and every start
+carries it (``epoch``, with ``expect`` when a start may already have left).
+A start that finds no claim of its task launches only if the claim log has
+no entry for the task and: with an epoch, that epoch is the current one
+(any claim made since it was current would still be there); without one,
+no start is expected to have left. Otherwise it answers ``refused
+claim_lost``: a retry whose claim was lost, and a late copy of a first
+start that arrives after the ledger was lost, launch nothing. A task
+directory gone while its claim-log entry stays is ``claim_lost`` for any
+start. Where ``user`` is root (no user separation: local-e2b's userns
+mode), commands could reach the ledger, so no proof is accepted for a start
+that expects its claim: a missing expected claim is always ``claim_lost``.
 
 **Digests** (C3, C17): the request digest arrives keyed (an HMAC under a key
 the sandbox never sees), so even a command that could read it could not
@@ -85,14 +103,22 @@ Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
                                          (conflict, stale_fence, claim_lost),
                                          then "epoch <epoch>", then (started)
                                          a state line
-    wait <task> <millis> <max>        -> read of cursors 0 0 once ended or timed out
-    read <task> <out> <err> <max>     -> state, "out <b64>", "err <b64>", "size <o> <e>";
-                                         a whole stream of at most 16 KiB of
-                                         plain ASCII comes as "out:text <n>",
-                                         newline, its n bytes, newline
-    cancel <task>                     -> state after TERM (then KILL) of the group
+    wait <task> <millis> <limit>      -> a read of cursors 0 0 once ended or
+                                         timed out: both streams whole if
+                                         together at most <limit> bytes, else
+                                         none (only sizes)
+    read <task> <out> <err> <max>     -> state, out, err, "size <o> <e>",
+                                         "epoch <epoch>"; a stream's bytes
+                                         are "out <b64>", or, when plain
+                                         ASCII, "out:text <n>", newline, its
+                                         n bytes, newline
+    cancel <task>                     -> state after TERM (then KILL) of the
+                                         group, then "epoch <epoch>"
     publish <task> <nonce> <ext>      -> "published" | "refused publish_conflict"
+    discard <task> <nonce>            -> "discarded" (the staged request is
+                                         gone, or was taken by its start)
     state line: "state <status> <code> <stdout_bytes> <stderr_bytes>"
+    <epoch>: 32 hex, or "-" (no proof: the claim log was tampered with)
 
 Exit status 3 with ``sandrail-error <what>`` means the launcher refused its
 arguments (or could not take its request) before touching any claim.
@@ -145,20 +171,32 @@ first_line() { # <file> <variable>: the file's first line, or "" (one read, no c
   printf -v "$2" '%s' "$line"
 }
 
-epoch() { # under the lock: EPOCH and CLAIMS of the ledger, made if missing
+epoch() { # EPOCH and CLAIMS of the ledger as it is (builtins only; no
+  # change): EPOCH is "-" when there is no claim log, or more than one (the
+  # ledger was tampered with: no proof holds). Fails when there is none.
   local found=() dir
   for dir in "$LEDGER"/claims.*; do
     [[ -d $dir && ! -L $dir && ${dir##*/claims.} =~ ^[0-9a-f]{32}$ ]] && found+=("$dir")
   done
-  if (( ${#found[@]} == 0 )); then
-    EPOCH=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-    [[ $EPOCH =~ ^[0-9a-f]{32}$ ]] || fail no-randomness
-    mkdir -m 700 -- "$LEDGER/claims.$EPOCH" || fail no-ledger
-    found=("$LEDGER/claims.$EPOCH")
-  fi
+  CLAIMS= EPOCH=-
+  (( ${#found[@]} > 0 )) || return 1
   CLAIMS=${found[0]}
-  # More than one claim log: the ledger was tampered with; no proof holds.
-  if (( ${#found[@]} == 1 )); then EPOCH=${CLAIMS##*/claims.}; else EPOCH=-; fi
+  if (( ${#found[@]} == 1 )); then EPOCH=${CLAIMS##*/claims.}; fi
+  return 0
+}
+
+new_epoch() { # under the lock: EPOCH and CLAIMS, a new claim log made if missing
+  epoch && return 0
+  EPOCH=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  [[ $EPOCH =~ ^[0-9a-f]{32}$ ]] || fail no-randomness
+  mkdir -m 700 -- "$LEDGER/claims.$EPOCH" || fail no-ledger
+  CLAIMS=$LEDGER/claims.$EPOCH
+}
+
+print_epoch() { # the "epoch" line every answer ends with (a lost claim log is
+  # made again here, so the harness learns the ledger's new epoch at once)
+  if ! epoch; then lock; new_epoch; unlock; fi
+  printf 'epoch %s\n' "$EPOCH"
 }
 
 claimed_before() { # <task>: in any claim log of this ledger
@@ -167,14 +205,34 @@ claimed_before() { # <task>: in any claim log of this ledger
   return 1
 }
 
+never_claimed() { # <task> <claim epoch> <expect file>: whether this ledger,
+  # holding no claim of the task, can prove it never held one (the epoch
+  # proof, see the module doc)
+  claimed_before "$1" && return 1
+  if [ -n "$2" ]; then
+    # Where `user` is root, a command could have deleted a claim and its
+    # log entry: no proof for a start that expects its claim.
+    [ "$EPOCH" != - ] && [ "$2" = "$EPOCH" ] && { [ ! -e "$3" ] || separated; }
+    return
+  fi
+  [ ! -e "$3" ]
+}
+
 separated() { # whether `user` is another uid than root (read from L/user)
   local uid gid rest
   read -r uid gid rest 2>/dev/null < "$LEDGER/user" || return 1
   [[ $uid =~ ^[1-9][0-9]*$ ]]
 }
 
-forget_stale() { # requests whose start never came or never finished taking them
-  find "$INBOX" -mindepth 1 -maxdepth 1 -mmin +10 -exec rm -rf -- {} + 2>/dev/null
+forget_stale() { # requests whose start never came or never finished taking
+  # them: each taken first by a rename (as `start` and `discard` take one)
+  local entry name
+  while IFS= read -r -d '' entry; do
+    name=${entry##*/}
+    if [[ $name == .swept.* ]]; then rm -rf -- "$entry"
+    elif mv -T -- "$entry" "$INBOX/.swept.$name" 2>/dev/null; then rm -rf -- "$INBOX/.swept.$name"
+    fi
+  done < <(find "$INBOX" -mindepth 1 -maxdepth 1 -mmin +10 -print0 2>/dev/null)
   return 0
 }
 
@@ -222,11 +280,27 @@ state() { # <task>
   printf 'state %s %s %s %s\n' "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE"
 }
 
-chunk() { # <file> <cursor> <max> <size>: base64 of max+4 bytes from the cursor
-  # (the harness backs the text off to a UTF-8 boundary, so it needs the
-  # next bytes), written straight to stdout; nothing when the stream holds
-  # nothing past the cursor. A stream read whole takes one process.
-  (( $4 > $2 )) || return 0
+chunk() { # <file> <cursor> <max> <size> <tag>: the <tag> lines of a read:
+  # max+4 bytes from the cursor (the harness backs the text off to a UTF-8
+  # boundary, so it needs the next bytes), as "<tag>:text <n>", newline and
+  # the n bytes when they are plain ASCII (no NUL), else as "<tag> <base64>";
+  # "<tag> " alone when the stream holds nothing past the cursor.
+  local want=$(( $3 + 4 )) left=$(( $4 - $2 )) LC_ALL=C TEXT=
+  if (( left <= 0 )); then printf '%s \n' "$5"; return 0; fi
+  (( want > left )) && want=$left
+  # `head` stops at `want` bytes, and `read` drops or stops at a NUL: all
+  # `want` bytes arrived, none of them NUL, exactly when the length matches.
+  if (( $2 == 0 )); then
+    IFS= read -r -d '' -N "$want" TEXT < <(head -c "$want" -- "$1" 2>/dev/null)
+  else
+    IFS= read -r -d '' -N "$want" TEXT < <(tail -c "+$(( $2 + 1 ))" -- "$1" 2>/dev/null |
+                                           head -c "$want")
+  fi
+  if (( ${#TEXT} == want )) && [[ $TEXT != *[![:ascii:]]* ]]; then
+    printf '%s:text %s\n%s\n' "$5" "$want" "$TEXT"
+    return 0
+  fi
+  printf '%s ' "$5"
   if (( $2 == 0 && $4 <= $3 + 4 )); then
     base64 -w0 -- "$1"
   elif (( $2 == 0 )); then
@@ -234,6 +308,7 @@ chunk() { # <file> <cursor> <max> <size>: base64 of max+4 bytes from the cursor
   else
     tail -c "+$(( $2 + 1 ))" -- "$1" | head -c "$(( $3 + 4 ))" | base64 -w0
   fi
+  printf '\n'
 }
 
 slurp() { # <file>: the whole stream as TEXT (SIZE bytes) if it is short plain
@@ -252,38 +327,47 @@ slurp() { # <file>: the whole stream as TEXT (SIZE bytes) if it is short plain
   SIZE=$pos
 }
 
-do_read() { # <task> <out> <err> <max>
+do_read() { # <task> <out> <err> <max> [<limit>]: with a limit (a wait's
+  # prefetch), both streams whole when together at most <limit> bytes, else
+  # neither (only their sizes): a big output is read by its two ends later.
   local dir=$TASKS/$1 out_text err_text
   status_of "$1"
   if (( $2 == 0 && $3 == 0 )) && slurp "$dir/stdout"; then
     out_text=$TEXT OUT_SIZE=$SIZE
-    if slurp "$dir/stderr"; then
+    if slurp "$dir/stderr" && (( OUT_SIZE + SIZE <= ${5:-$(( 2 * FAST ))} )); then
       err_text=$TEXT ERR_SIZE=$SIZE
       printf 'state %s %s %s %s\nout:text %s\n%s\nerr:text %s\n%s\nsize %s %s\n' \
         "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE" "$OUT_SIZE" "$out_text" \
         "$ERR_SIZE" "$err_text" "$OUT_SIZE" "$ERR_SIZE"
+      print_epoch
       return
     fi
   fi
   sizes "$dir"
-  printf 'state %s %s %s %s\nout ' "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE"
-  chunk "$dir/stdout" "$2" "$4" "$OUT_SIZE"
-  printf '\nerr '
-  chunk "$dir/stderr" "$3" "$4" "$ERR_SIZE"
-  printf '\nsize %s %s\n' "$OUT_SIZE" "$ERR_SIZE"
+  printf 'state %s %s %s %s\n' "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE"
+  if [ -n "${5:-}" ] && (( OUT_SIZE + ERR_SIZE > $5 )); then
+    printf 'out \nerr \n'
+  else
+    chunk "$dir/stdout" "$2" "$4" "$OUT_SIZE" out
+    chunk "$dir/stderr" "$3" "$4" "$ERR_SIZE" err
+  fi
+  printf 'size %s %s\n' "$OUT_SIZE" "$ERR_SIZE"
+  print_epoch
 }
 
 do_start() { # <task> <nonce>
-  local task=$1 req=$INBOX/.taken.$1.$2 dir=$TASKS/$1 fence highest theirs ours proof f
-  # Take the staged request first: once renamed it is this start's alone,
-  # and a request the harness deletes (its start failed) is simply gone.
+  local task=$1 req=$INBOX/.taken.$1.$2 dir=$TASKS/$1 fence highest theirs ours claim_epoch
+  # Take the staged request first: once renamed it is this start's alone
+  # (the harness discards a request only by the same rename: `discard`).
   mv -T -- "$INBOX/$1.$2" "$req" 2>/dev/null || fail no-request
+  first_line "$req/digest" ours
+  [[ $ours =~ ^[0-9a-f]{64}$ ]] || { rm -rf -- "$req"; fail bad-request; }
   mkdir -p -m 700 -- "$TASKS"
   lock
-  epoch
+  new_epoch
   first_line "$req/fence" fence
   if [ -n "$fence" ]; then
-    [[ $fence =~ ^[0-9]{1,18}$ ]] || { rm -rf -- "$req"; fail bad-fence; }
+    [[ $fence =~ ^[0-9]{1,18}$ ]] || { rm -rf -- "$req"; unlock; fail bad-fence; }
     first_line "$LEDGER/fence" highest
     if [[ $highest =~ ^[0-9]{1,18}$ ]] && (( fence < highest )); then
       rm -rf -- "$req"; unlock; printf 'refused stale_fence\nepoch %s\n' "$EPOCH"; return
@@ -292,36 +376,33 @@ do_start() { # <task> <nonce>
   fi
   if [ -d "$dir" ]; then
     first_line "$dir/digest" theirs
-    first_line "$req/digest" ours
     rm -rf -- "$req"
     unlock
-    if [ -z "$theirs" ] || [ "$theirs" != "$ours" ]; then
+    if [ "$theirs" != "$ours" ]; then
       printf 'refused conflict\nepoch %s\n' "$EPOCH"; return
     fi
     printf 'started 0\nepoch %s\n' "$EPOCH"
     state "$task"
     return
   fi
-  first_line "$req/expect" proof
-  if claimed_before "$task" || {
-       [ -e "$req/expect" ] &&
-       ! { separated && [ "$EPOCH" != - ] && [ "$proof" = "$EPOCH" ]; }
-     }; then
+  first_line "$req/epoch" claim_epoch
+  if ! never_claimed "$task" "$claim_epoch" "$req/expect"; then
     # A claim this ledger cannot show, and cannot prove it never made:
     # launching now could launch twice.
     rm -rf -- "$req"; unlock; printf 'refused claim_lost\nepoch %s\n' "$EPOCH"; return
   fi
-  mkdir -m 700 -- "$dir" || { rm -rf -- "$req"; fail no-claim; }
-  : > "$CLAIMS/$task"
-  for f in digest command timeout cwd env long; do
-    if [ -e "$req/$f" ]; then mv -- "$req/$f" "$dir/$f"; fi
-  done
-  rm -rf -- "$req"
-  : > "$dir/stdout"; : > "$dir/stderr"
+  # The claim is built whole in the request's own directory and put in
+  # place by one rename: whatever ends this process (a deadline, a kill),
+  # a claim is complete (digest and all) or absent. The log entry comes
+  # first: a claim that may exist is always logged.
+  rm -f -- "$req/expect" "$req/epoch" "$req/fence"
+  : > "$req/stdout"; : > "$req/stderr"
   # The supervisor holds an exclusive lock on `alive` for its whole life
   # (it inherits fd 7 and no process of the command does), so a waiter
   # wakes the moment it lets go: an event, not a poll.
-  exec 7>"$dir/alive"; flock -x 7
+  exec 7>"$req/alive"; flock -x 7
+  : > "$CLAIMS/$task"
+  mv -T -- "$req" "$dir" || { exec 7>&-; rm -rf -- "$req"; unlock; fail no-claim; }
   setsid bash "$0" supervise "$task" </dev/null >/dev/null 2>&1 9>&- &
   echo "$!" > "$dir/supervisor"
   exec 7>&-
@@ -330,6 +411,14 @@ do_start() { # <task> <nonce>
   # answer, in the background.
   printf 'started 1\nepoch %s\nstate running - 0 0\n' "$EPOCH"
   forget_stale </dev/null >/dev/null 2>&1 &
+}
+
+do_discard() { # <task> <nonce>: delete a staged request no start has taken,
+  # by the same atomic rename a start takes it with (never a request a
+  # start is using)
+  local gone=$INBOX/.discarded.$1.$2
+  if mv -T -- "$INBOX/$1.$2" "$gone" 2>/dev/null; then rm -rf -- "$gone"; fi
+  echo discarded
 }
 
 # Runs as `user`, never as root: export the command's env (NUL-separated
@@ -381,6 +470,9 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
     end_all KILL "$pid"
   ) 7>&- &
   dog=$!
+  # A pipe nothing writes to, opened now (off the path from the command's
+  # end to its waiter): a builtin pause before the last sweep below.
+  exec 8<> <(:)
   if [ -e "$dir/canceled" ]; then end_all TERM "$pid"; fi
   wait "$pid"; code=$?
   kill -- "$dog" 2>/dev/null
@@ -392,12 +484,16 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
   # One write: a reader sees the whole record or none (then: running).
   printf '%s %s\n' "$status" "$code" > "$dir/exit"
   exec 7>&-
-  # What is left of its session; never the leader's pid itself, reaped
+  # What is left of its session (its group is dead already: only processes
+  # that made a group of their own), a moment later: pkill scans every
+  # process, and run at once it takes the CPU from the waiter answering
+  # now (milliseconds on two cores). Never the leader's pid itself, reaped
   # above and free for any new process to take.
+  read -r -t 0.05 -u 8 _ || true
   pkill -KILL -s "$pid" 2>/dev/null
 }
 
-do_wait() { # <task> <millis> <max>
+do_wait() { # <task> <millis> <limit>: a read of cursors 0 0 (see do_read)
   local dir=$TASKS/$1
   if [ -d "$dir" ] && ! read_exit "$dir" && exec 8<"$dir/alive"; then
     # Wakes when the supervisor lets go of `alive` (after writing `exit`),
@@ -405,7 +501,7 @@ do_wait() { # <task> <millis> <max>
     flock -s -w "$(( $2 / 1000 )).$(printf '%03d' $(( $2 % 1000 )))" 8 2>/dev/null
     exec 8<&-
   fi 2>/dev/null
-  do_read "$1" 0 0 "$3"
+  do_read "$1" 0 0 "$3" "$3"
 }
 
 do_cancel() { # <task>
@@ -424,6 +520,7 @@ do_cancel() { # <task>
     fi
   fi
   state "$1"
+  print_epoch
 }
 
 root_dir() { # <path>: a directory root owns, not a link (in sticky /tmp a
@@ -473,7 +570,7 @@ do_init() { # <final name>: move this freshly written copy into place
     mv -f -- "$LEDGER/user.tmp" "$LEDGER/user"
   if [ "$0" != "$LEDGER/bin/$1" ]; then mv -f -- "$0" "$LEDGER/bin/$1"; fi
   lock
-  epoch
+  new_epoch
   unlock
   if separated; then echo "ready $EPOCH 1"; else echo "ready $EPOCH 0"; fi
 }
@@ -485,6 +582,7 @@ case ${1:-} in
   read) need_task "${2:-}"; need_int "${3:-}"; need_int "${4:-}"; need_int "${5:-}"
         do_read "$2" "$3" "$4" "$5" ;;
   cancel) need_task "${2:-}"; do_cancel "$2" ;;
+  discard) need_task "${2:-}"; need_int "${3:-}"; do_discard "$2" "$3" ;;
   publish) need_task "${2:-}"; need_int "${3:-}"; [[ ${4:-} =~ ^[a-z]{1,8}$ ]] || fail bad-ext
            do_publish "$2" "$3" "$4" ;;
   init) do_init "${2:-}" ;;

@@ -17,17 +17,19 @@ as files written through the files API into that ledger; the only variables
 in shell text this module composes are the validated task id, a nonce and
 integers.
 
-The proof a lost claim needs (C2): for each task, the backend remembers the
-ledger epoch it knew when it sent the task's first start (one sent expecting
-no claim). A later start that expects the claim carries that epoch; the
-sandbox launches it only if its ledger is still of that epoch and never
-logged the task; otherwise it answers ``claim_lost``. So a retry after a
-start that never arrived is decisive, and a wiped ledger never causes a
-second launch. A restarted harness (a new backend) has no such memory: its
-expected claims that are missing are ``claim_lost``. A duplicate expecting
-the claim while the first start is being sent at the same moment (threads
-of one port) waits up to 0.1 s, event-driven, for that first start's record
-instead of giving up at once.
+The proof a lost claim needs (C2) travels in the effects, not in this
+backend: ``Ensure`` reports the ledger epoch the launcher last reported
+(:attr:`~sandrail.core.SandboxReady.ledger_epoch`; the launcher is installed
+during ``Ensure`` when this backend has not yet, and every launcher answer
+reports the epoch again), the core keeps it in the (durable) ownership
+record before the task's first start may leave, and every ``Start`` carries
+it as ``claim_epoch``. The launcher compares it under its lock: a sandbox
+without the task's claim launches only if its ledger is still of that epoch
+and never logged the task. So a retry after a start that never arrived is
+decisive, also after a harness restart with a durable record; a wiped
+ledger never causes a second launch, neither by a retry nor by a late copy
+of the first start; and concurrent duplicates carry the same epoch (the
+first one's record), so they are decisive too.
 
 Threads and event loops: every SDK call runs on one event loop owned by the
 backend, on a thread of its own (:mod:`._e2b_loop`); callers on any thread
@@ -37,11 +39,15 @@ many threads and loops at once. :meth:`E2BBackend.close` (or ``aclose``, or
 stops that thread; a backend left open is closed at interpreter exit.
 
 Round trips on a warm sandbox: ``Ensure`` 0 (the lifetime is refreshed at
-most every ``refresh`` seconds), ``Start`` 2 (write the staged request, run
-``start``), ``Wait`` 1 (it also brings back the first output of an ended
-command), ``Read`` 1, or 0 when the ended command's whole output came back
-with the wait. A foreground ``run_command`` is therefore 3. A failed start
-adds one best-effort call that deletes its staged request.
+most every ``refresh`` seconds; on a sandbox this backend has not yet
+installed its launcher in, 1 or 2 more), ``Start`` 2 (write the staged
+request, run ``start``), ``Wait`` 1, ``Read`` 1. A wait brings back the
+whole output of an ended command when both streams together are at most
+:data:`_WAIT_PREFETCH_BYTES` (then reads of it cost no round trip; a bigger
+output is left where it is, and the core reads only the two ends a result
+can show). A foreground ``run_command`` whose output is that small is
+therefore 3. A failed start adds one best-effort call that discards its
+staged request.
 
 Failure classification
 ----------------------
@@ -78,8 +84,8 @@ Rows, first to last (``name``: delivery; what matches; the real chains seen):
   control plane, after its own retries: alone), ``ServiceBusyException``,
   ``InvalidArgumentException``, ``TemplateException``: refused before acting.
 - ``launcher refused its arguments``: not_sent. Top: ``CommandExitException``,
-  exit 3, stdout ``sandrail-error ...``: the launcher refused before any
-  claim (a staged request that was gone, say).
+  exit 3, stdout ``sandrail-error ...``: the launcher refused before it
+  claimed anything (a staged request that was gone, say).
 - ``launcher missing``: not_sent. Top: ``CommandExitException``, exit 126 or
   127: the launcher file is gone (it is installed again next time).
 - ``cancelled inside the SDK``: maybe_sent. Top: ``CancelledError`` that
@@ -124,6 +130,13 @@ Known limits
   commands can read and delete the ledger; no epoch proof is accepted, so
   every missing expected claim is ``claim_lost`` (:meth:`E2BBackend.separated`
   says which sandboxes these are).
+- ``Ensure`` reports the epoch the launcher last reported to this backend
+  (asking would cost a round trip per call). A ledger lost where no answer
+  of this backend saw it (a root command run outside it, another harness)
+  leaves that epoch stale until the next answer: the next new task's first
+  start is then ``claim_lost`` (``uncertain``), and as its record holds the
+  stale epoch, so are its retries; a new operation key launches. Never a
+  second launch, but not decisive.
 - A sandbox that died is remembered only by this backend instance (a later
   ``Ensure`` for its session fails ``not_sent`` instead of creating a second
   sandbox that could relaunch its tasks); after a harness restart, E2B's
@@ -183,10 +196,10 @@ from ._e2b_answers import (
     Malformed,
     RawRead,
     chunk_of,
+    parse_cancel,
     parse_init,
     parse_read,
     parse_start,
-    parse_state,
 )
 from ._e2b_launcher import LAUNCHER, LAUNCHER_NAME, LEDGER
 from ._e2b_loop import LoopClosedError, LoopThread
@@ -209,13 +222,13 @@ _MIN_READ_BYTES: Final = 4
 _READ_CAP_BYTES: Final = 4 * 1024 * 1024
 """At most this much of each stream per round trip; a bigger read returns
 less and says ``more`` (the core reads on by cursor)."""
-_WAIT_PREFETCH_BYTES: Final = 256 * 1024
-"""A wait brings back this much of each stream; an ended command whose
-output fits is read without another round trip."""
+_WAIT_PREFETCH_BYTES: Final = 32 * 1024
+"""A wait brings back both streams whole when together they are at most
+this big (an output that fits the default budget of 24,000 bytes, read
+later without a round trip), and nothing but their sizes otherwise: a big
+output moves only the two ends the core reads (issue 10: ≤ 2 × the budget
+for 16 MiB)."""
 _CACHED_TASKS: Final = 64
-_REMEMBERED_STARTS: Final = 65_536
-"""First-sent epochs kept; a forgotten one makes a later expected claim
-that is missing ``claim_lost`` (safe, just not decisive)."""
 _ARG_LIMIT: Final = 131_072
 """Linux refuses to exec with one argument or environment string this long
 (MAX_ARG_STRLEN)."""
@@ -227,9 +240,9 @@ _DRAIN_SECONDS: Final = 0.05
 so callbacks the SDK's transport (pyqwest, on its own Rust threads) still
 delivers to it land while the interpreter is alive (issue 9, item 13)."""
 _KEY_LABEL: Final = b"sandrail ledger key v1"
-_SIBLING_GRACE: Final = 0.1
-"""How long a start expecting a claim this backend has no record of waits
-for a first start of the same task being sent at the same moment."""
+_EPOCH = re.compile(r"[0-9a-f]{32}")
+_NO_EPOCH: Final = "-"
+"""Sent for a claim epoch that is no launcher's: it never matches."""
 
 
 # ---------------------------------------------------------------------------
@@ -527,9 +540,7 @@ class E2BBackend:
         self._sessions: dict[tuple[str, str], str] = {}
         self._dead: set[str] = set()
         self._final: OrderedDict[tuple[str, str], RawRead] = OrderedDict()
-        self._first_sent: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._sent_condition: asyncio.Condition | None = None
         _OPEN.add(self)
 
     @property
@@ -628,13 +639,6 @@ class E2BBackend:
             self._key = hmac.new(api_key.encode(), _KEY_LABEL, hashlib.sha256).digest()
         return self._key
 
-    @property
-    def _sent(self) -> asyncio.Condition:
-        """Notified whenever a first start is recorded (made on the loop)."""
-        if self._sent_condition is None:
-            self._sent_condition = asyncio.Condition()
-        return self._sent_condition
-
     def _lock(self, key: tuple[str, str]) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
 
@@ -676,9 +680,12 @@ class E2BBackend:
     async def _run(self, box: _Sandbox, args: str, *, seconds: float = 0) -> str:
         """Run the launcher as root with ``args`` (task ids, nonces and
         integers only) and return its stdout. Raises what the SDK raises."""
+        # ``exec``: E2B runs the line in a login shell, which bash never
+        # replaces by its last command itself; one process fewer to end
+        # before the answer (a wait's answer is on the exit-to-result path).
         result = await _sdk(
             box.sandbox.commands.run(
-                f"bash {_BIN}/{LAUNCHER_NAME} {args}",
+                f"exec bash {_BIN}/{LAUNCHER_NAME} {args}",
                 user=_ROOT,
                 timeout=seconds + self._request_timeout,
                 request_timeout=self._request_timeout,
@@ -689,6 +696,46 @@ class E2BBackend:
             raise Malformed("no stdout")
         return stdout
 
+    async def _install(self, box: _Sandbox, *, fresh: bool) -> None:
+        """Install the launcher and learn the ledger's epoch (``init``).
+        ``fresh``: the sandbox was just created (write the launcher at once);
+        otherwise try the copy a former harness may have left first (one
+        round trip), writing it only when it is missing. Raises what the SDK
+        raises; nothing here can launch a task."""
+        answer: Any = None
+        if not fresh:
+            try:
+                answer = await _sdk(
+                    box.sandbox.commands.run(
+                        f"bash {_BIN}/{LAUNCHER_NAME} init {LAUNCHER_NAME}",
+                        user=_ROOT,
+                        timeout=2 * self._request_timeout,
+                        request_timeout=self._request_timeout,
+                    )
+                )
+            except Exception as exc:
+                if not _launcher_missing(exc, ()):
+                    raise
+        if answer is None:
+            staged = f"{_BIN}/.{LAUNCHER_NAME}.{secrets.randbits(59)}"
+            await _sdk(
+                box.sandbox.files.write_files(
+                    [{"path": staged, "data": LAUNCHER}],
+                    user=_ROOT,
+                    request_timeout=self._request_timeout,
+                )
+            )
+            answer = await _sdk(
+                box.sandbox.commands.run(
+                    f"bash {staged} init {LAUNCHER_NAME}",
+                    user=_ROOT,
+                    timeout=2 * self._request_timeout,
+                    request_timeout=self._request_timeout,
+                )
+            )
+        init = parse_init(str(answer.stdout))
+        box.installed, box.epoch, box.separated = True, init.epoch, init.separated
+
     async def _prepare(self, box: _Sandbox, files: list[dict[str, str | bytes]]) -> None:
         """Install the launcher if needed, then stage ``files`` (as root).
         A request is staged only into a ledger the launcher has made private
@@ -696,24 +743,7 @@ class E2BBackend:
         can launch a task, so every failure is not_sent."""
         try:
             if not box.installed:
-                staged = f"{_BIN}/.{LAUNCHER_NAME}.{secrets.randbits(59)}"
-                await _sdk(
-                    box.sandbox.files.write_files(
-                        [{"path": staged, "data": LAUNCHER}],
-                        user=_ROOT,
-                        request_timeout=self._request_timeout,
-                    )
-                )
-                answer = await _sdk(
-                    box.sandbox.commands.run(
-                        f"bash {staged} init {LAUNCHER_NAME}",
-                        user=_ROOT,
-                        timeout=2 * self._request_timeout,
-                        request_timeout=self._request_timeout,
-                    )
-                )
-                init = parse_init(str(answer.stdout))
-                box.installed, box.epoch, box.separated = True, init.epoch, init.separated
+                await self._install(box, fresh=False)
             if files:
                 await _sdk(
                     box.sandbox.files.write_files(
@@ -737,19 +767,30 @@ class E2BBackend:
                 box.installed = False
             raise _classify(exc, what) from exc
 
-    async def _discard(self, box: _Sandbox, staged: str) -> None:
-        """Delete a staged request whose decisive call failed (best effort:
-        the launcher takes a request atomically, so this removes only one
-        no start will take, and with it any env value it holds)."""
-        # What this cannot delete, the launcher's sweep deletes later.
+    async def _discard(self, box: _Sandbox, task_id: str, nonce: int) -> None:
+        """Discard a staged request whose decisive call failed (best effort),
+        and with it any env value it holds. The launcher takes it by the same
+        atomic rename a start takes it with, so this never touches a request
+        a start is using (deleting it file by file could leave that start a
+        request without its digest: see :mod:`._e2b_launcher`)."""
+        # What this cannot discard, the launcher's sweep deletes later.
         with contextlib.suppress(Exception):
             await _sdk(
-                box.sandbox.files.remove(
-                    staged,
+                box.sandbox.commands.run(
+                    f"bash {_BIN}/{LAUNCHER_NAME} discard {task_id} {nonce}",
                     user=_ROOT,
+                    timeout=min(self._request_timeout, _DISCARD_TIMEOUT_SECONDS),
                     request_timeout=min(self._request_timeout, _DISCARD_TIMEOUT_SECONDS),
                 )
             )
+
+    def _heard(self, box: _Sandbox, epoch: str | None) -> None:
+        """The launcher reported ``epoch`` in an answer: the one ``Ensure``
+        reports from now on. An answer without a readable epoch changes
+        nothing (an epoch that no longer holds only makes starts
+        ``claim_lost``, never a second launch)."""
+        if epoch is not None:
+            box.epoch = epoch
 
     # -- the interpreter ---------------------------------------------------------
 
@@ -845,7 +886,9 @@ class E2BBackend:
             if known is not None:
                 box = await self._box(known)
                 await self._refresh(box)
-                return SandboxReady(sandbox_id=known)
+                if not box.installed:
+                    await self._ready(box, created=False)
+                return SandboxReady(sandbox_id=known, ledger_epoch=box.epoch)
             metadata = self._metadata(*key)
             sandbox: Any = None
             try:
@@ -858,7 +901,8 @@ class E2BBackend:
                 raise EffectFailure(
                     Delivery.NOT_SENT, f"Ensure: lookup failed ({type(exc).__name__})"
                 ) from exc
-            if sandbox is None:
+            created = sandbox is None
+            if created:
                 digest = hashlib.sha256("\0".join(key).encode("utf-8", "surrogatepass"))
                 try:
                     sandbox = await _sdk(
@@ -876,9 +920,29 @@ class E2BBackend:
             sandbox_id = sandbox.sandbox_id
             if not isinstance(sandbox_id, str) or not _SANDBOX_ID.fullmatch(sandbox_id):
                 raise EffectFailure(Delivery.MAYBE_SENT, "Ensure: malformed sandbox id")
-            self._sandboxes[sandbox_id] = _Sandbox(sandbox=sandbox, refreshed_at=time.monotonic())
+            made = self._sandboxes.get(sandbox_id)
+            if made is None:
+                made = self._sandboxes[sandbox_id] = _Sandbox(
+                    sandbox=sandbox, refreshed_at=time.monotonic()
+                )
             self._sessions[key] = sandbox_id
-            return SandboxReady(sandbox_id=sandbox_id)
+            if not made.installed:
+                await self._ready(made, created=created)
+            return SandboxReady(sandbox_id=sandbox_id, ledger_epoch=made.epoch)
+
+    async def _ready(self, box: _Sandbox, *, created: bool) -> None:
+        """Install the launcher during ``Ensure``, so that it reports the
+        ledger's epoch. A failure is ``not_sent`` when this ``Ensure``
+        created nothing, else ``maybe_sent`` (a sandbox was made; a retry
+        finds it again by its metadata)."""
+        try:
+            await self._install(box, fresh=created)
+        except Exception as exc:
+            self._note_gone(box.sandbox.sandbox_id, exc)
+            delivery = Delivery.MAYBE_SENT if created else Delivery.NOT_SENT
+            raise EffectFailure(
+                delivery, f"Ensure: installing the launcher failed ({type(exc).__name__})"
+            ) from exc
 
     async def _refresh(self, box: _Sandbox) -> None:
         if time.monotonic() - box.refreshed_at < self._refresh_every:
@@ -897,19 +961,29 @@ class E2BBackend:
     # -- launches --------------------------------------------------------------
 
     async def _staged_call(
-        self, box: _Sandbox, staged: str, files: list[tuple[str, bytes]], args: str, what: str
+        self,
+        box: _Sandbox,
+        task_id: str,
+        files: list[tuple[str, bytes]],
+        command: str,
+        what: str,
     ) -> str:
-        """Stage ``files`` under ``staged`` and run the launcher with
-        ``args``; a staged request whose call failed is deleted."""
+        """Stage ``files`` as a request of ``task_id`` and run the launcher's
+        ``command`` on it (``command <task> <nonce>``, then any words of
+        ``what``'s own); a staged request whose call failed is discarded."""
+        nonce = secrets.randbits(59)
+        staged = f"{_INBOX}/{task_id}.{nonce}"
         entries: list[dict[str, str | bytes]] = [
             {"path": f"{staged}/{name}", "data": data} for name, data in files
         ]
+        verb, _, extra = command.partition(" ")
+        args = f"{verb} {task_id} {nonce}" + (f" {extra}" if extra else "")
         try:
             await self._prepare(box, entries)
             return await self._decisive(box, args, what)
         except EffectFailure:
             if box.sandbox.sandbox_id not in self._dead:
-                await self._discard(box, staged)
+                await self._discard(box, task_id, nonce)
             raise
 
     async def _publish(self, effect: Publish) -> Published | StartRefused:
@@ -917,12 +991,11 @@ class E2BBackend:
         if match is None or match.group(1) != effect.task_id:
             raise EffectFailure(Delivery.NOT_SENT, "Publish: the snippet path is not sandrail's")
         box = await self._box(effect.sandbox_id)
-        nonce = secrets.randbits(59)
         answer = await self._staged_call(
             box,
-            f"{_INBOX}/{effect.task_id}.{nonce}",
+            effect.task_id,
             [("source", _utf8(effect.source))],
-            f"publish {effect.task_id} {nonce} {match.group(2)}",
+            f"publish {match.group(2)}",
             "Publish",
         )
         line = answer.strip()
@@ -935,58 +1008,14 @@ class E2BBackend:
     async def _start(self, effect: Start) -> Started | StartRefused:
         if not _TASK_ID.fullmatch(effect.task_id):
             raise EffectFailure(Delivery.NOT_SENT, "Start: the task id is malformed")
-        key = (effect.sandbox_id, effect.task_id)
-        proof = await self._proof(key) if effect.expect_claim else None
-        files = self._request_files(effect, proof)
+        files = self._request_files(effect)
         box = await self._box(effect.sandbox_id)
-        nonce = secrets.randbits(59)
-        staged = f"{_INBOX}/{effect.task_id}.{nonce}"
-        entries: list[dict[str, str | bytes]] = [
-            {"path": f"{staged}/{name}", "data": data} for name, data in files
-        ]
-        try:
-            if not effect.expect_claim:
-                await self._note_first(key, box)
-            await self._prepare(box, entries)
-            if not effect.expect_claim:
-                await self._note_first(key, box)
-            answer = await self._decisive(box, f"start {effect.task_id} {nonce}", "Start")
-        except EffectFailure:
-            if box.sandbox.sandbox_id not in self._dead:
-                await self._discard(box, staged)
-            raise
+        answer = await self._staged_call(box, effect.task_id, files, "start", "Start")
         parsed = parse_start(answer, effect.task_id)
-        if parsed.epoch is not None:
-            box.epoch = parsed.epoch
+        self._heard(box, parsed.epoch)
         return parsed.outcome
 
-    async def _note_first(self, key: tuple[str, str], box: _Sandbox) -> None:
-        """Remember, before it is sent, the ledger epoch known when the
-        task's first start (one expecting no claim) goes out: the epoch it
-        may claim in. The earliest known epoch counts; unknown is no proof."""
-        if box.epoch is None or key in self._first_sent:
-            return
-        self._first_sent[key] = box.epoch
-        while len(self._first_sent) > _REMEMBERED_STARTS:
-            self._first_sent.popitem(last=False)
-        async with self._sent:
-            self._sent.notify_all()
-
-    async def _proof(self, key: tuple[str, str]) -> str | None:
-        """The epoch this backend knew when it sent the task's first start,
-        if it sent one. A start expecting its claim may be a duplicate sent
-        at the same moment as that first start (threads of one port): it
-        waits a moment (event-driven) for the first to be recorded, so it can
-        be decisive instead of ``claim_lost``. Safety does not depend on it."""
-        if key not in self._first_sent:
-            async with self._sent:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._sent.wait_for(lambda: key in self._first_sent), _SIBLING_GRACE
-                    )
-        return self._first_sent.get(key)
-
-    def _request_files(self, effect: Start, proof: str | None) -> list[tuple[str, bytes]]:
+    def _request_files(self, effect: Start) -> list[tuple[str, bytes]]:
         """The staged request, one field a file. Refuses (not_sent) what bash
         cannot carry exactly: NUL bytes, and env names that are not shell
         identifiers. Error details never repeat a value (C17)."""
@@ -1009,7 +1038,11 @@ class E2BBackend:
         if effect.fence is not None:
             files.append(("fence", _shell_int(effect.fence).encode()))
         if effect.expect_claim:
-            files.append(("expect", (proof or "-").encode()))
+            files.append(("expect", b"1"))
+        if effect.claim_epoch is not None:
+            epoch = effect.claim_epoch
+            valid = isinstance(epoch, str) and _EPOCH.fullmatch(epoch) is not None
+            files.append(("epoch", (epoch if valid else _NO_EPOCH).encode()))
         if effect.cwd is not None:
             if "\0" in effect.cwd:
                 raise EffectFailure(Delivery.NOT_SENT, "Start: cwd contains a NUL character")
@@ -1094,6 +1127,7 @@ class E2BBackend:
             seconds=seconds,
         )
         raw = parse_read(answer)
+        self._heard(box, raw.epoch)
         self._remember(effect.sandbox_id, effect.task_id, raw)
         return raw.state
 
@@ -1111,6 +1145,7 @@ class E2BBackend:
         await self._prepare(box, [])
         answer = await self._decisive(box, f"read {effect.task_id} {out} {err} {size}", "Read")
         raw = parse_read(answer)
+        self._heard(box, raw.epoch)
         if effect.stdout_cursor == 0 and effect.stderr_cursor == 0:
             self._remember(effect.sandbox_id, effect.task_id, raw)
         return chunk_of(raw, effect.stdout_cursor, effect.stderr_cursor, size)
@@ -1123,7 +1158,9 @@ class E2BBackend:
         answer = await self._decisive(
             box, f"cancel {effect.task_id}", "Cancel", seconds=_CANCEL_GRACE_SECONDS
         )
-        return CancelRequested(state=parse_state(answer.strip().split("\n")[0]))
+        cancelled = parse_cancel(answer)
+        self._heard(box, cancelled.epoch)
+        return CancelRequested(state=cancelled.state)
 
 
 def _utf8(text: str) -> bytes:

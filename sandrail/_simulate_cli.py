@@ -1,4 +1,5 @@
-"""``sandrail simulate``: the fault campaign on the embedded simulator.
+"""``sandrail simulate``: the fault campaign on the embedded simulator, or
+on the wire against a local E2B (``--backend local-e2b``).
 
 Runs every single-fault plan over a workload of each tool and owner mode,
 seeded random multi-fault schedules, and the mutants of the core; judges
@@ -6,19 +7,28 @@ every call against the simulator's ground truth; prints the report. Runs in
 ``--workers`` processes; ``--shard I/N`` runs one N-th of the campaign (for a
 CI matrix), and ``--merge`` adds up the ``--json`` reports of the shards.
 
+``--backend local-e2b`` runs ``--plans`` single-fault wire plans instead:
+the same workloads on the E2B interpreter through the unmodified SDK against
+a local-e2b server per worker, a wire fault struck on one effect's request,
+every call judged against the server's ground truth
+(:mod:`sandrail._campaign._wire`).
+
 Exit status: 0 when no contract line was violated, retries after transient
-faults were decisive, and every mutant was caught; 1 otherwise; 2 for a
-usage error (``--merge`` of reports that are not one campaign's shards).
+faults were decisive, and (simulator) every mutant was caught; 1 otherwise;
+2 for a usage error (``--merge`` of reports that are not one campaign's
+shards, an option the chosen backend does not take).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich import box
 from rich.console import Console, Group
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -36,6 +46,15 @@ from sandrail._campaign import (
     merge_reports,
     run_campaign,
     total_steps,
+)
+from sandrail._campaign._wire import (
+    DEFAULT_WIRE_PLANS,
+    NO_WIRE_EQUIVALENT,
+    TRANSIENT_WIRE_KINDS,
+    WIRE_KINDS,
+    WireKind,
+    WireReport,
+    run_wire_campaign,
 )
 from sandrail.interpreters.simulator import FaultKind
 from sandrail.testing import CONTRACT_LINES, TRANSIENT_KINDS
@@ -156,6 +175,109 @@ def render(report: CampaignReport) -> Group:
     return Group(*parts, mutants, verdict)
 
 
+def render_wire(report: WireReport) -> Group:
+    """The wire campaign's report as rich tables."""
+    summary = Table(
+        title=f"sandrail simulate --backend local-e2b — seed {report.seed}", show_header=False
+    )
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    summary.add_row(
+        "wire plans struck",
+        f"{report.plans} of {report.planned} drawn ({report.not_struck} never struck)",
+    )
+    summary.add_row("fault-free runs (to learn what can be struck)", str(report.fault_free))
+    summary.add_row("calls judged", str(report.calls))
+    summary.add_row("violations", str(sum(report.violations.values())))
+    good, total = report.decisive()
+    share = report.decisive_share
+    mark = "" if share >= DECISIVE_GOAL else "[red]"
+    summary.add_row(
+        "decisive retries (transient wire faults)",
+        f"{mark}{good}/{total} = {100 * share:.1f}%  (goal ≥ {100 * DECISIVE_GOAL:.0f}%)",
+    )
+    summary.add_row("elapsed", f"{report.elapsed:.1f} s on {report.workers} worker(s)")
+
+    lines = Table(title="violations per contract line")
+    lines.add_column("line")
+    lines.add_column("contract")
+    lines.add_column("violations", justify="right")
+    for line in CONTRACT_LINES:
+        count = report.violations.get(line, 0)
+        lines.add_row(line, LINE_SUMMARIES[line], f"[red]{count}[/]" if count else "0")
+
+    kinds = Table(
+        title="wire kinds: what each stands for, the struck call's status, then its retry's (↻)",
+        box=box.SIMPLE_HEAD,
+    )
+    kinds.add_column("wire kind", no_wrap=True)
+    kinds.add_column("stands for", no_wrap=True)
+    for status in STATUSES:
+        kinds.add_column(status, justify="right")
+    for status in STATUSES:
+        kinds.add_column(f"↻ {status}", justify="right")
+    kinds.add_column("↻ decisive", justify="right")
+    for kind, mapping in WIRE_KINDS.items():
+        struck = report.coverage.get(kind.value, Counter())
+        retried = report.reconciled.get(kind.value, Counter())
+        tried = sum(retried.get(status, 0) for status in STATUSES)
+        decided = retried.get("ok", 0) + retried.get("error", 0)
+        rate = f"{100 * decided / tried:.1f}%" if tried else "—"
+        kinds.add_row(
+            kind.value,
+            mapping.stands_for.value,
+            *(str(struck.get(status, 0)) for status in STATUSES),
+            *(str(retried.get(status, 0)) for status in STATUSES),
+            rate if mapping.transient else f"({rate})",
+        )
+    kinds.caption = "  ".join(f"{kind.value}: {m.how}." for kind, m in WIRE_KINDS.items())
+    kinds.caption += "\n(…): evidence-destroying kinds, not held to the goal."
+
+    missing = Table(title="campaign kinds with no wire equivalent", box=box.SIMPLE)
+    missing.add_column("kind", no_wrap=True)
+    missing.add_column("why")
+    for fault_kind, why in NO_WIRE_EQUIVALENT.items():
+        missing.add_row(fault_kind.value, why)
+
+    steps = Table(
+        title="retries after a transient wire fault, by the workload step it struck",
+        box=box.SIMPLE,
+    )
+    steps.add_column("workload · step", no_wrap=True)
+    for status in STATUSES:
+        steps.add_column(f"↻ {status}", justify="right")
+    for step, counts in sorted(report.retry_steps.items()):
+        cells = [str(counts.get(status, 0)) for status in STATUSES]
+        if counts.get("uncertain"):
+            cells[-1] = f"[red]{cells[-1]}[/]"
+        steps.add_row(step, *cells)
+
+    remaining = Table(title="retries that stayed uncertain, and why", box=box.SIMPLE)
+    remaining.add_column("wire kind", no_wrap=True)
+    remaining.add_column("count", justify="right")
+    remaining.add_column("error_type")
+    remaining.add_column("why")
+    transient = {kind.value for kind in TRANSIENT_WIRE_KINDS}
+    for struck_kind, reasons in sorted(report.retry_reasons.items()):
+        stands = WIRE_KINDS[WireKind(struck_kind)].stands_for.value
+        for reason, count in sorted(reasons.items()):
+            why = (
+                "[red]a transient fault left no answer[/]"
+                if struck_kind in transient
+                else UNCERTAIN_RETRY_CLASSES.get(stands, "")
+            )
+            remaining.add_row(struck_kind, str(count), reason, why)
+
+    if report.passed:
+        verdict = "[green bold]PASS[/]: no contract line violated, retries decisive"
+    else:
+        verdict = "[red bold]FAIL[/]: see the violations and retries above"
+    parts = [summary, lines, kinds, missing, steps]
+    if report.retry_reasons:
+        parts.append(remaining)
+    return Group(*parts, verdict)
+
+
 def _print_failures(report: CampaignReport) -> None:
     # Plain echo, not rich: plans and paths must stay unwrapped to be pasted.
     for failure in report.failures:
@@ -190,7 +312,61 @@ def _load(path: Path) -> CampaignReport:
         ) from None
 
 
+def _wire(plans: int, seed: int, workers: int, as_json: bool, console: Console) -> None:
+    """Run the wire campaign, print its report and exit."""
+    # The SDK retries a refused connection with backoff, seconds each: the
+    # same failure in the end (connect failed: not sent). Plans that refuse
+    # or kill the server would spend most of their time there.
+    os.environ.setdefault("E2B_CONNECTION_RETRIES", "0")
+    options = {"plans": plans or None, "seed": seed, "workers": workers}
+    if as_json or not sys.stderr.isatty():
+        report = run_wire_campaign(**options)  # type: ignore[arg-type]
+    else:
+        with Progress(
+            TextColumn("[bold]wire campaign"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as progress:
+            task = progress.add_task("plans", total=None)
+            report = run_wire_campaign(
+                **options,  # type: ignore[arg-type]
+                advance=lambda n: progress.advance(task, n),
+                planned=lambda n: progress.update(task, total=n),
+            )
+    if as_json:
+        click.echo(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        console.print(render_wire(report))
+        for violation, plan in report.failures:
+            click.echo(f"\n{violation.line} violated at call {violation.call}: {violation.message}")
+            click.echo(f"failing plan: {plan}")
+        for plan, error_type in report.undecided:
+            click.echo(f"\nretry stayed uncertain ({error_type}) after a transient fault: {plan}")
+    sys.exit(0 if report.passed else 1)
+
+
+_SIMULATOR_ONLY = ("schedules", "shard", "merge", "failures_dir", "no_mutants")
+
+
 @click.command("simulate")
+@click.option(
+    "--backend",
+    type=click.Choice(["simulator", "local-e2b"]),
+    default="simulator",
+    show_default=True,
+    help="Where the campaign runs: the embedded simulator, or the E2B interpreter on the "
+    "wire against a local E2B server (one per worker; needs the local-e2b extra).",
+)
+@click.option(
+    "--plans",
+    type=click.IntRange(min=0),
+    default=DEFAULT_WIRE_PLANS,
+    show_default=True,
+    help="local-e2b: how many single-fault wire plans to draw (0: every one).",
+)
 @click.option(
     "--schedules",
     type=click.IntRange(min=0),
@@ -226,6 +402,8 @@ def _load(path: Path) -> CampaignReport:
 )
 @click.option("--no-mutants", is_flag=True, help="Skip the mutants (the run cannot pass).")
 def simulate(
+    backend: str,
+    plans: int,
     schedules: int,
     seed: int,
     workers: int | None,
@@ -235,13 +413,27 @@ def simulate(
     failures_dir: Path | None,
     no_mutants: bool,
 ) -> None:
-    """Run the fault campaign on the embedded simulator and judge every call.
+    """Run the fault campaign on the embedded simulator (or, with --backend
+    local-e2b, on the wire) and judge every call.
 
     Exit status: 0 no violations, decisive retries and every mutant caught;
     1 otherwise.
     """
     # Wide enough for the tables when the output is not a terminal.
     console = Console() if sys.stdout.isatty() else Console(width=130)
+    context = click.get_current_context()
+
+    def given(name: str) -> bool:
+        return context.get_parameter_source(name) is not ParameterSource.DEFAULT
+
+    if backend == "local-e2b":
+        for name in _SIMULATOR_ONLY:
+            if given(name):
+                option = "--" + name.replace("_", "-")
+                raise click.UsageError(f"{option} is for the simulator's campaign only")
+        _wire(plans, seed, workers if workers is not None else default_workers(), as_json, console)
+    if given("plans"):
+        raise click.UsageError("--plans is for --backend local-e2b only")
     if merge:
         try:
             report = merge_reports([_load(path) for path in merge])

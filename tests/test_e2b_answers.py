@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from sandrail.core._effects import CommandState, Started, StartRefused
 from sandrail.interpreters._e2b_answers import (
     Malformed,
+    parse_cancel,
     parse_init,
     parse_read,
     parse_start,
@@ -48,6 +49,23 @@ def test_a_start_reports_the_ledger_epoch() -> None:
     answer = parse_start(f"started 1\nepoch {EPOCH}\nstate running - 0 0\n", TASK)
     assert answer.epoch == EPOCH
     assert parse_start("refused claim_lost\nepoch -\n", TASK).epoch is None
+
+
+def test_reads_waits_and_cancels_report_the_ledger_epoch_when_readable() -> None:
+    """Every answer ends with the epoch line; one missing or garbled is no
+    epoch (no proof), never a malformed answer."""
+    read = "state exited 0 3 0\nout:text 3\nhi\n\nerr \nsize 3 0\n"
+    assert parse_read(read + f"epoch {EPOCH}\n").epoch == EPOCH
+    for tail in ("", "epoch -\n", "epoch x y\n", "epoch " + EPOCH[:-1] + "\n"):
+        assert parse_read(read + tail).epoch is None
+    cancelled = parse_cancel(f"state canceled 143 0 0\nepoch {EPOCH}\n")
+    assert (cancelled.state.status, cancelled.epoch) == ("canceled", EPOCH)
+    assert parse_cancel("state canceled 143 0 0\n").epoch is None
+
+
+def test_a_wait_whose_output_was_too_big_to_prefetch_brings_only_sizes() -> None:
+    raw = parse_read(f"state exited 0 16777216 0\nout \nerr \nsize 16777216 0\nepoch {EPOCH}\n")
+    assert (raw.stdout, raw.stdout_size, raw.state.stdout_bytes) == (b"", 16777216, 16777216)
 
 
 @pytest.mark.parametrize("head", ["", "started", "started 2", "refused maybe", "ok"])

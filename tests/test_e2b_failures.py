@@ -105,7 +105,11 @@ def test_row_connection_dropped_on_start_either_way_is_maybe_sent_and_a_retry_la
 ) -> None:
     """Dropped before the request was read, or after its effect: the same raw
     ConnectError ← pyqwest.WriteError. The retry expects the claim; where the
-    start never arrived, the epoch proof lets it launch (decisively)."""
+    start never arrived, the epoch proof lets it launch (decisively). Where
+    it arrived, the launcher may still be taking the staged request when the
+    backend discards it: the discard takes it by the same rename, so the
+    retry never finds a claim without its digest (it was a conflict, under
+    load: ``test_e2b_epochs``)."""
     recording, port = world
     _warm(port)
     mark = _marker()

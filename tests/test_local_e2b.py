@@ -13,15 +13,20 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import e2b
 import httpx
 import pytest
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 from e2b.envd.client_sync import create_rpc_client
 from e2b.envd.process import process_connect, process_pb
 from protobuf import Oneof
 
 from sandrail.local_e2b import LocalE2B, serve
+from sandrail.local_e2b._process_rpc import _follow
+from sandrail.local_e2b._reaper import Exit
 from tests.local_e2b_helpers import gone, wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="these tests assume real root (as CI)")
@@ -193,7 +198,16 @@ def test_stdin_can_be_sent_and_closed(sandbox: e2b.Sandbox) -> None:
 def test_the_server_enforces_the_command_deadline(server: LocalE2B) -> None:
     """The async SDK does not enforce ``timeout`` itself: the server kills
     the command at its Connect-Timeout-Ms and ends the stream with
-    deadline_exceeded, which the SDK raises as TimeoutException."""
+    deadline_exceeded, which the SDK raises as TimeoutException (whether
+    the stream's clock or the killed command's end reaches it first).
+
+    The sandbox is killed only once the command's end is recorded: killing
+    it earlier (a loaded machine reaps late) would send a second, honest
+    ``sandbox_ended`` signal to the dying command."""
+
+    def ended() -> bool:
+        found = server.truth().launches("deadline-test")
+        return bool(found) and found[0].status is not None
 
     async def run() -> None:
         box = await e2b.AsyncSandbox.create(**server.sdk_options)
@@ -201,11 +215,11 @@ def test_the_server_enforces_the_command_deadline(server: LocalE2B) -> None:
             with pytest.raises(e2b.TimeoutException) as raised:
                 await box.commands.run("sleep 30; echo deadline-test", timeout=1)
             assert "deadline passed" in str(raised.value)  # the server's words, not the client's
+            assert await asyncio.to_thread(wait_until, ended, 60)
         finally:
             await box.kill()
 
     asyncio.run(run())
-    assert wait_until(lambda: server.truth().launches("deadline-test")[0].status is not None)
     (record,) = server.truth().launches("deadline-test")
     assert [s.reason for s in record.signals] == ["deadline"]
     assert record.status == "signal: killed"
@@ -417,3 +431,64 @@ def test_ground_truth_records_requests_by_route(server: LocalE2B, sandbox: e2b.S
     create = [r for r in server.truth().requests if r.route == "POST /v2/sandboxes"]
     assert create
     assert {r.status for r in create if r.fault is None} <= {201, 400, 401, 409, 413}
+
+
+def test_ground_truth_counts_the_bytes_sent_for_each_request_and_keeps_each_stdouts_head(
+    server: LocalE2B, sandbox: e2b.Sandbox
+) -> None:
+    """What left the sandbox is measured where it leaves: every byte the
+    server wrote for a request (a stream's whole body included); and a
+    process's first stdout bytes are known even to a test whose client
+    never read them."""
+    before = server.truth().bytes_sent(sandbox.sandbox_id)
+    sandbox.commands.run("head -c 100000 /dev/zero | tr '\\0' x; echo; echo head-test >&2")
+    assert wait_until(
+        lambda: all(
+            r.sent_bytes for r in server.truth().requests if (r.route or "").endswith("Start")
+        )
+    )
+    sent = server.truth().bytes_sent(sandbox.sandbox_id) - before
+    # The JSON codec sends stdout as base64: about 4/3 of it, plus framing.
+    assert 100_000 * 4 // 3 < sent < 100_000 * 3 // 2
+    assert wait_until(lambda: server.truth().launches("head-test")[0].ended_at is not None)
+    (record,) = server.truth().launches("head-test")
+    assert record.stdout_head == "x" * 256
+
+
+class _Killed:
+    """A process whose end (killed by its deadline) is already waiting in
+    the stream's queue when the stream looks: the race a loaded machine can
+    give between the deadline's kill and the stream's own clock."""
+
+    pid = 4242
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[Exit] = asyncio.Queue()
+        self.queue.put_nowait(Exit(exit_code=-1, exited=False, signal=9))
+
+    def watch(self) -> asyncio.Queue[Exit]:
+        return self.queue
+
+    def unwatch(self, queue: asyncio.Queue[Exit]) -> None:
+        pass
+
+    def drained(self, queue: asyncio.Queue[Exit]) -> None:
+        pass
+
+
+def test_a_start_killed_by_its_deadline_ends_deadline_exceeded_whatever_the_stream_sees_first() -> (
+    None
+):
+    async def stream(expired: bool) -> list[Any]:
+        flag = asyncio.Event()
+        if expired:
+            flag.set()
+        sandbox: Any = type("Box", (), {"alive": True, "sandbox_id": "s"})()
+        events = _follow(sandbox, _Killed(), process_pb.StartResponse, 50.0, 60_000, flag)  # type: ignore[arg-type]
+        return [event async for event in events]
+
+    with pytest.raises(ConnectError) as raised:
+        asyncio.run(stream(expired=True))
+    assert raised.value.code is Code.DEADLINE_EXCEEDED
+    _, end = asyncio.run(stream(expired=False))  # an ordinary end is reported as one
+    assert end.event.event.field == "end"

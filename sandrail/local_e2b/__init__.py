@@ -14,7 +14,13 @@ machine (DESIGN §9). A development and test tool, not a security boundary.
         server.truth().processes                         # what really ran
 
 ``sandrail local-e2b`` runs the same server in the foreground.
+
+``e2b_target(server)`` is the E2B interpreter on the server as a
+``sandrail.testing`` target (its ground truth counts real launches per task
+id): ``check_backend(lambda: e2b_target(server))``.
 """
+
+from typing import Any
 
 from ._admin import AdminError
 from ._faults import Fault, FaultKind, Route
@@ -42,5 +48,16 @@ __all__ = [
     "Route",
     "SandboxRecord",
     "SignalRecord",
+    "e2b_target",
     "serve",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The testing kit's target, imported on first use (the server itself
+    never needs the kit)."""
+    if name in ("e2b_target", "LaunchTruth"):
+        from . import _kit
+
+        return getattr(_kit, name)
+    raise AttributeError(f"module 'sandrail.local_e2b' has no attribute {name!r}")

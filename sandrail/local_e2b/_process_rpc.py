@@ -159,20 +159,24 @@ class ProcessService(Process):
         sandbox = CURRENT_SANDBOX.get()
         # As envd: a Connect-Timeout-Ms of 0 means no deadline.
         deadline = ctx.timeout_ms if ctx.request_headers.get("connect-timeout-ms") != "0" else None
+        expired = asyncio.Event()
         if deadline is not None:
             # Like envd's process context: the deadline kills the command
             # whether or not anyone still watches the stream.
             timer = asyncio.get_running_loop().call_later(
-                max(0.0, deadline / 1000), self._deadline, sandbox, process
+                max(0.0, deadline / 1000), self._deadline, sandbox, process, expired
             )
             process.exit_future.add_done_callback(lambda _: timer.cancel())
         async for event in _follow(
-            sandbox, process, pb.StartResponse, _keepalive(ctx, self._keepalive), deadline
+            sandbox, process, pb.StartResponse, _keepalive(ctx, self._keepalive), deadline, expired
         ):
             yield event
 
-    def _deadline(self, sandbox: Sandbox, process: RunningProcess) -> None:
+    def _deadline(self, sandbox: Sandbox, process: RunningProcess, expired: asyncio.Event) -> None:
         if process.exit is None:
+            # Before the kill: the stream ends deadline_exceeded whichever
+            # it sees first, its own clock or the end of the killed command.
+            expired.set()
             self._truth.write(
                 "process_signalled",
                 sandbox_id=sandbox.sandbox_id,
@@ -257,8 +261,11 @@ async def _follow(
     response: type[Any],
     keepalive: float,
     deadline_ms: float | None,
+    expired: asyncio.Event | None = None,
 ) -> AsyncIterator[Any]:
-    """The events of one stream watching ``process`` (see module doc)."""
+    """The events of one stream watching ``process`` (see module doc).
+    ``expired``: set when the command's own deadline killed it (a Start's
+    stream then ends ``deadline_exceeded``, never with the killed exit)."""
     queue = process.watch()
     deadline = None if deadline_ms is None else time.monotonic() + deadline_ms / 1000
     try:
@@ -289,6 +296,8 @@ async def _follow(
                     f"the connection to sandbox {sandbox.sandbox_id} ended before the "
                     "stream completed",
                 )
+            elif expired is not None and expired.is_set():
+                raise ConnectError(Code.DEADLINE_EXCEEDED, "the command's deadline passed")
             else:
                 yield _end_event(response, event)
                 return

@@ -29,6 +29,8 @@ __all__ = ["Output", "ProcessTable", "RunningProcess", "StdinError"]
 
 _CHUNK = 32 * 1024
 _BACKLOG = 256  # chunks (8 MiB) queued for a slow watcher before reading pauses
+STDOUT_HEAD_BYTES = 256
+"""How much of each process's stdout the ground truth keeps."""
 
 
 class StdinError(RuntimeError):
@@ -80,6 +82,9 @@ class RunningProcess:
         self._watchers: list[asyncio.Queue[Event]] = []
         self._paused = False
         self.ended = asyncio.Event()
+        self.stdout_head = bytearray()
+        """The first :data:`STDOUT_HEAD_BYTES` of its stdout (ground truth:
+        what a launcher answered, even to a client that never saw it)."""
 
     def watch(self) -> asyncio.Queue[Event]:
         """A queue receiving this process's events from now on."""
@@ -128,6 +133,8 @@ class RunningProcess:
         if not data:
             self._close(stream)
             return False
+        if stream == "stdout" and len(self.stdout_head) < STDOUT_HEAD_BYTES:
+            self.stdout_head += data[: STDOUT_HEAD_BYTES - len(self.stdout_head)]
         self._publish(Output(stream, data))
         return True
 

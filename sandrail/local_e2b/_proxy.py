@@ -41,6 +41,20 @@ class _Closed(Exception):
     """The client connection is finished (closed, reset or cut on purpose)."""
 
 
+class _Tally:
+    """One exchange: the number its request was recorded under (0: not yet)
+    and every byte written to the client for it."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.number = 0
+        self.sent = 0
+
+    def write(self, data: bytes) -> None:
+        self.sent += len(data)
+        self.writer.write(data)
+
+
 async def _next(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Event:
     while True:
         event = conn.next_event()
@@ -98,6 +112,7 @@ class Proxy:
         self._server: asyncio.Server | None = None
         self._idle: set[asyncio.StreamWriter] = set()
         self._open: set[asyncio.StreamWriter] = set()
+        self._count = 0
         self._kill = kill or (lambda: os.kill(os.getpid(), signal.SIGKILL))
 
     async def open(self) -> None:
@@ -148,15 +163,23 @@ class Proxy:
             writer.close()
 
     def _record(
-        self, request: h11.Request, route: Route | None, status: int | None, fault: Fault | None
+        self,
+        tally: _Tally,
+        request: h11.Request,
+        route: Route | None,
+        status: int | None,
+        fault: Fault | None,
     ) -> None:
         method = request.method.decode()
         path = request.target.decode("latin-1").split("?", 1)[0]
         sandbox_id = dict(request.headers).get(b"e2b-sandbox-id")
         if sandbox_id is None and route is not None and "{id}" in route.value:
             sandbox_id = path.split("/")[3 if path.startswith("/v2/") else 2].encode()
+        self._count += 1
+        tally.number = self._count
         self._truth.write(
             "request",
+            number=tally.number,
             listener=self.listener,
             method=method,
             path=path,
@@ -179,7 +202,7 @@ class Proxy:
                 raise _Closed
 
     async def _answer(
-        self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, value: object
+        self, conn: h11.Connection, tally: _Tally, status: int, value: object
     ) -> None:
         body = json.dumps(value).encode()
         headers = [
@@ -187,10 +210,10 @@ class Proxy:
             ("content-length", str(len(body))),
             ("connection", "close"),
         ]
-        writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
-        writer.write(conn.send(h11.Data(data=body)))
-        writer.write(conn.send(h11.EndOfMessage()))
-        await writer.drain()
+        tally.write(conn.send(h11.Response(status_code=status, headers=headers)))
+        tally.write(conn.send(h11.Data(data=body)))
+        tally.write(conn.send(h11.EndOfMessage()))
+        await tally.writer.drain()
 
     async def _exchange(
         self,
@@ -199,12 +222,29 @@ class Proxy:
         writer: asyncio.StreamWriter,
         request: h11.Request,
     ) -> None:
+        tally = _Tally(writer)
+        try:
+            await self._serve_one(conn, reader, writer, request, tally)
+        finally:
+            if tally.number:
+                self._truth.write(
+                    "answered", listener=self.listener, number=tally.number, bytes=tally.sent
+                )
+
+    async def _serve_one(
+        self,
+        conn: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: h11.Request,
+        tally: _Tally,
+    ) -> None:
         route = route_of(request.method.decode(), request.target.decode("latin-1").split("?", 1)[0])
         body = await self._body(conn, reader) if self._faults.wants_body(route) else None
         fault = self._faults.strike(route, body)
         kind = None if fault is None else fault.kind
         if kind is FaultKind.DROP_BEFORE_READ:
-            self._record(request, route, None, fault)
+            self._record(tally, request, route, None, fault)
             _reset(writer)
             raise _Closed
         if kind in (FaultKind.STATUS_429, FaultKind.STATUS_502_NOT_FOUND):
@@ -218,13 +258,13 @@ class Proxy:
             else:
                 sandbox = dict(request.headers).get(b"e2b-sandbox-id", b"").decode("latin-1")
                 status, value = 502, not_found_body(sandbox)
-            self._record(request, route, status, fault)
-            await self._answer(conn, writer, status, value)
+            self._record(tally, request, route, status, fault)
+            await self._answer(conn, tally, status, value)
             raise _Closed
         up_reader, up_writer = await asyncio.open_unix_connection(self._upstream)
         try:
             await self._relay(
-                conn, reader, writer, request, route, body, fault, up_reader, up_writer
+                conn, reader, tally, request, route, body, fault, up_reader, up_writer
             )
         finally:
             up_writer.close()
@@ -233,7 +273,7 @@ class Proxy:
         self,
         conn: h11.Connection,
         reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        tally: _Tally,
         request: h11.Request,
         route: Route | None,
         body: bytes | None,
@@ -291,7 +331,7 @@ class Proxy:
 
         pump = asyncio.create_task(forward_body())
         try:
-            await self._respond(conn, writer, request, route, fault, up, up_reader)
+            await self._respond(conn, tally, request, route, fault, up, up_reader)
             await pump
         finally:
             if not pump.done():
@@ -302,7 +342,7 @@ class Proxy:
     async def _respond(
         self,
         conn: h11.Connection,
-        writer: asyncio.StreamWriter,
+        tally: _Tally,
         request: h11.Request,
         route: Route | None,
         fault: Fault | None,
@@ -310,25 +350,26 @@ class Proxy:
         up_reader: asyncio.StreamReader,
     ) -> None:
         kind = None if fault is None else fault.kind
+        writer = tally.writer
         try:
             response = await _next(up, up_reader)
             while isinstance(response, h11.InformationalResponse):
                 response = await _next(up, up_reader)
         except (_Closed, ConnectionError, h11.ProtocolError):
-            self._record(request, route, None, fault)
+            self._record(tally, request, route, None, fault)
             _reset(writer)
             raise _Closed from None
         if not isinstance(response, h11.Response):
             raise _Closed
         if kind is FaultKind.DROP_AFTER_EFFECT:
-            self._record(request, route, None, fault)
+            self._record(tally, request, route, None, fault)
             _reset(writer)
             raise _Closed
         if kind is FaultKind.DELAY and fault is not None:
             await asyncio.sleep(fault.seconds)
-        self._record(request, route, response.status_code, fault)
+        self._record(tally, request, route, response.status_code, fault)
         headers = [(k, v) for k, v in response.headers if k not in _HOP]
-        writer.write(
+        tally.write(
             conn.send(
                 h11.Response(
                     status_code=response.status_code, headers=headers, reason=response.reason
@@ -348,13 +389,13 @@ class Proxy:
                 if cutting and fault is not None:
                     end = _stream_cut(data, seen, fault.after_events)
                     if end is not None:
-                        writer.write(conn.send(h11.Data(data=data[:end])) if end else b"")
+                        tally.write(conn.send(h11.Data(data=data[:end])) if end else b"")
                         await writer.drain()
                         self._cut(writer, kind)
-                writer.write(conn.send(h11.Data(data=data)))
+                tally.write(conn.send(h11.Data(data=data)))
                 await writer.drain()
             elif isinstance(event, h11.EndOfMessage):
-                writer.write(conn.send(h11.EndOfMessage()))
+                tally.write(conn.send(h11.EndOfMessage()))
                 await writer.drain()
                 return
             else:

@@ -90,6 +90,7 @@ class Sandbox:
             pid=process.pid,
             exit_code=process.exit.exit_code,
             status=process.exit.status,
+            stdout_head=bytes(process.stdout_head).decode("utf-8", "replace"),
         )
 
     def detail(self) -> dict[str, Any]:

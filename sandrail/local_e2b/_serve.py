@@ -30,7 +30,7 @@ from typing import Any
 from ._admin import admin_call
 from ._faults import Fault, Listener
 from ._isolation import IsolationError, Mark, kill_namespaces
-from ._truth import GroundTruth, load_truth
+from ._truth import GroundTruth, TruthReader
 
 __all__ = ["LocalE2B", "serve"]
 
@@ -55,6 +55,7 @@ class LocalE2B:
         self.mode: str = info["mode"]
         self.mark_port: int = info["mark_port"]
         self._state = Path(info["state_dir"])
+        self._truth = TruthReader(self._state / "truth.jsonl")
 
     @property
     def env(self) -> dict[str, str]:
@@ -95,7 +96,7 @@ class LocalE2B:
     def truth(self) -> GroundTruth:
         """Everything the server has done so far: sandboxes, processes
         (with signals and exits), requests (with the fault that struck each)."""
-        return load_truth(self._state / "truth.jsonl")
+        return self._truth.read()
 
     def _admin(self, request: dict[str, Any]) -> dict[str, Any]:
         return admin_call(self._state / "admin.sock", request)

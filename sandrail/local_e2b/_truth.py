@@ -5,8 +5,10 @@ directory (flushed line by line), so the record survives even a server that
 was killed mid-stream. :func:`load_truth` folds the events into records.
 
 Events: ``sandbox_created``, ``sandbox_ended``, ``process_started``,
-``process_signalled``, ``process_ended``, ``request`` and ``mark`` (a line a
-command sent to the server's mark listener: see ``LocalE2B.mark``).
+``process_signalled``, ``process_ended`` (with the first bytes of the
+process's stdout), ``request``, ``answered`` (the bytes the server sent for
+a request, once its answer is over) and ``mark`` (a line a command sent to
+the server's mark listener: see ``LocalE2B.mark``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "SandboxRecord",
     "SignalRecord",
     "TruthLog",
+    "TruthReader",
     "load_truth",
 ]
 
@@ -80,6 +83,9 @@ class ProcessRecord:
     ended_at: float | None = None
     exit_code: int | None = None
     status: str | None = None
+    stdout_head: str = ""
+    """The first 256 bytes of its stdout (UTF-8, errors replaced), known
+    once it ended: what it answered even if no client got the answer."""
 
     @property
     def running(self) -> bool:
@@ -101,6 +107,11 @@ class RequestRecord:
     status: int | None
     fault: str | None
     at: float
+    number: int = 0
+    """Its number among the requests of its listener, from 1."""
+    sent_bytes: int = 0
+    """Every byte the server wrote to the client for it (status line,
+    headers, body; a stream's whole body), once its answer is over."""
 
 
 @attrs.frozen(kw_only=True)
@@ -140,6 +151,15 @@ class GroundTruth:
         """The processes whose command contains ``text``."""
         return tuple(record for record in self.processes if text in record.command)
 
+    def bytes_sent(self, sandbox_id: str, listener: str = "envd") -> int:
+        """Every byte the server sent to clients for requests about
+        ``sandbox_id`` on ``listener`` (``"envd"``: what left the sandbox)."""
+        return sum(
+            record.sent_bytes
+            for record in self.requests
+            if record.sandbox_id == sandbox_id and record.listener == listener
+        )
+
 
 class TruthLog:
     """The server side: appends events to the log file, thread-safe."""
@@ -161,51 +181,102 @@ class TruthLog:
             self._file.close()
 
 
-def load_truth(path: Path) -> GroundTruth:
-    """Fold the event log at ``path`` into records (an absent log is empty)."""
-    sandboxes: dict[str, SandboxRecord] = {}
-    processes: dict[tuple[str, int, float], ProcessRecord] = {}
-    live: dict[tuple[str, int], tuple[str, int, float]] = {}
-    requests: list[RequestRecord] = []
-    marks: list[MarkRecord] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        text = ""
-    for line in text.splitlines():
+class _Fold:
+    """The records so far, folded from events one line at a time."""
+
+    def __init__(self) -> None:
+        self.sandboxes: dict[str, SandboxRecord] = {}
+        self.processes: dict[tuple[str, int, float], ProcessRecord] = {}
+        self.live: dict[tuple[str, int], tuple[str, int, float]] = {}
+        self.requests: list[RequestRecord] = []
+        self.numbered: dict[tuple[str, int], int] = {}
+        self.marks: list[MarkRecord] = []
+
+    def add(self, line: str) -> None:
         if not line.endswith("}"):
-            continue  # a line cut by a killed server
+            return  # a line cut by a killed server
         event = json.loads(line)
         kind = event.pop("event")
         at = event.pop("at")
         if kind == "sandbox_created":
-            sandboxes[event["sandbox_id"]] = SandboxRecord(created_at=at, **event)
-        elif kind == "sandbox_ended" and event["sandbox_id"] in sandboxes:
-            old = sandboxes[event["sandbox_id"]]
-            sandboxes[old.sandbox_id] = attrs.evolve(old, ended_at=at, end_reason=event["reason"])
+            self.sandboxes[event["sandbox_id"]] = SandboxRecord(created_at=at, **event)
+        elif kind == "sandbox_ended" and event["sandbox_id"] in self.sandboxes:
+            old = self.sandboxes[event["sandbox_id"]]
+            self.sandboxes[old.sandbox_id] = attrs.evolve(
+                old, ended_at=at, end_reason=event["reason"]
+            )
         elif kind == "process_started":
             key = (event["sandbox_id"], event["pid"], at)
-            live[(event["sandbox_id"], event["pid"])] = key
-            processes[key] = ProcessRecord(started_at=at, **{**event, "argv": tuple(event["argv"])})
+            self.live[(event["sandbox_id"], event["pid"])] = key
+            self.processes[key] = ProcessRecord(
+                started_at=at, **{**event, "argv": tuple(event["argv"])}
+            )
         elif kind in ("process_signalled", "process_ended"):
-            found = live.get((event["sandbox_id"], event["pid"]))
+            found = self.live.get((event["sandbox_id"], event["pid"]))
             if found is None:
-                continue
-            old_process = processes[found]
+                return
+            old_process = self.processes[found]
             if kind == "process_signalled":
                 signal = SignalRecord(signal=event["signal"], reason=event["reason"], at=at)
-                processes[found] = attrs.evolve(old_process, signals=(*old_process.signals, signal))
+                self.processes[found] = attrs.evolve(
+                    old_process, signals=(*old_process.signals, signal)
+                )
             else:
-                processes[found] = attrs.evolve(
-                    old_process, ended_at=at, exit_code=event["exit_code"], status=event["status"]
+                self.processes[found] = attrs.evolve(
+                    old_process,
+                    ended_at=at,
+                    exit_code=event["exit_code"],
+                    status=event["status"],
+                    stdout_head=event.get("stdout_head", ""),
                 )
         elif kind == "request":
-            requests.append(RequestRecord(at=at, **event))
+            record = RequestRecord(at=at, **event)
+            self.numbered[(record.listener, record.number)] = len(self.requests)
+            self.requests.append(record)
+        elif kind == "answered":
+            index = self.numbered.get((event["listener"], event["number"]))
+            if index is not None:
+                self.requests[index] = attrs.evolve(self.requests[index], sent_bytes=event["bytes"])
         elif kind == "mark":
-            marks.append(MarkRecord(at=at, text=event["text"]))
-    return GroundTruth(
-        sandboxes=tuple(sandboxes.values()),
-        processes=tuple(processes.values()),
-        requests=tuple(requests),
-        marks=tuple(marks),
-    )
+            self.marks.append(MarkRecord(at=at, text=event["text"]))
+
+    def result(self) -> GroundTruth:
+        return GroundTruth(
+            sandboxes=tuple(self.sandboxes.values()),
+            processes=tuple(self.processes.values()),
+            requests=tuple(self.requests),
+            marks=tuple(self.marks),
+        )
+
+
+class TruthReader:
+    """Reads a server's event log as it grows: each :meth:`read` parses only
+    the complete lines appended since the last (the log is append-only), so
+    reading ground truth after every step of a long run stays cheap.
+    Thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._offset = 0
+        self._fold = _Fold()
+
+    def read(self) -> GroundTruth:
+        """Everything recorded so far (an absent log is empty)."""
+        with self._lock:
+            try:
+                with self._path.open("rb") as log:
+                    log.seek(self._offset)
+                    data = log.read()
+            except FileNotFoundError:
+                data = b""
+            end = data.rfind(b"\n") + 1
+            for line in data[:end].decode("utf-8").splitlines():
+                self._fold.add(line)
+            self._offset += end
+            return self._fold.result()
+
+
+def load_truth(path: Path) -> GroundTruth:
+    """Fold the event log at ``path`` into records (an absent log is empty)."""
+    return TruthReader(path).read()

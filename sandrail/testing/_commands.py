@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from sandrail.interpreters.simulator import Script
+from sandrail.interpreters.simulator import Chunk, Script
 
 __all__ = [
     "BUILD",
     "BUILD_TOKEN",
     "GROUP",
+    "LATER",
     "PRINT_ENV",
     "SCRIPTS",
     "SECRET",
@@ -42,6 +43,9 @@ PRINT_ENV: Final = 'echo "token=$API_TOKEN"'
 """Prints the env value ``API_TOKEN``."""
 GROUP: Final = "sleep 30 & sleep 30 & wait"
 """A command with two children in its process group (C18: a stop ends all three)."""
+LATER: Final = "sleep 0.5; echo bg"
+"""A background command still running when its launch answers (half a
+second, real or virtual), then printing."""
 SNIPPET: Final = "echo \"from $(printf 'a file')\"\n"
 """A bash snippet whose output shows it ran from a file, through a shell (C16)."""
 
@@ -56,6 +60,7 @@ SCRIPTS: Mapping[str, Script] = {
     SERVE_TOKEN: Script.hangs(f"listening, token {SECRET}\n", children=2),
     PRINT_ENV: Script.prints(f"token={SECRET}\n"),
     GROUP: Script(duration=30, children=2),
+    LATER: Script(chunks=(Chunk(offset=0.5, stream="stdout", text="bg\n"),), duration=0.5),
     SNIPPET: Script.prints("from a file\n"),
     "print(1)": Script.prints("1\n"),
     "print(2)": Script.prints("2\n"),

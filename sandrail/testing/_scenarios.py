@@ -1,8 +1,9 @@
 """The conformance scenarios: short call sequences whose results every
 backend must agree on, ids aside (DESIGN §4, §5).
 
-Each scenario takes a fresh :class:`World` and raises ``AssertionError``
-saying what differed; the caller then asks the judge about the whole world
+Each scenario takes a fresh :class:`World` (its ports of the world's
+default owner, so each runs for an agent and a native owner alike) and
+raises ``AssertionError`` saying what differed; the caller then asks the judge about the whole world
 (:meth:`World.assert_contract`). The commands are real shell text (the
 simulator plays them from :data:`~sandrail.testing.SCRIPTS`), so a backend
 that runs a real shell and the simulator must give the same answers.
@@ -18,7 +19,7 @@ import attrs
 from sandrail import ToolResult
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
 
-from ._commands import GROUP, PRINT_ENV, SECRET, SNIPPET
+from ._commands import GROUP, LATER, PRINT_ENV, SECRET, SNIPPET
 from ._world import World
 
 __all__ = ["SCENARIOS", "Scenario"]
@@ -116,8 +117,8 @@ def foreground_timeout_is_timed_out_124(world: World) -> None:
 
 def background_then_read_with_wait(world: World) -> None:
     port = world.command_tools()
-    started = world.call(port, "run_command", {"command": "echo bg", "background": True}, key="k1")
-    _ok(started)
+    started = world.call(port, "run_command", {"command": LATER, "background": True}, key="k1")
+    _ok(started, status="running")
     assert started.background_command_ref is not None, "a background launch names its command"
     task = started.content["task_id"]
     read = world.call(port, "read_command_output", {"task_id": task, "wait_seconds": 10}, key="k2")
@@ -139,7 +140,7 @@ def c16_snippet_runs_from_a_file(world: World) -> None:
     port = world.code_tools()
     arguments = {"code": SNIPPET, "language": "bash"}
     _ok(
-        world.call(port, "sandbox_run_code", arguments, key="k1"),
+        world.call(port, world.code_tool, arguments, key="k1"),
         status="exited",
         exit_code=0,
         stdout="from a file\n",

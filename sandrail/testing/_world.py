@@ -120,6 +120,9 @@ class World:
         self.record_dir = record_dir
         self.secrets = tuple(secrets)
         """Values that must never appear in a result or recording (C17)."""
+        self.default_owner: Mode = "agent"
+        """The owner of ports made without one (``"agent"`` or ``"native"``):
+        the conformance kit runs its scenarios once with each."""
         self.calls: list[CallRecord] = []
         self.claims: dict[str, str] = {}
         """Task id -> the launch digest it was first launched with."""
@@ -239,6 +242,12 @@ class World:
         """A port with the command tools on this world (see :meth:`port`)."""
         return self.port("command", **options)
 
+    @property
+    def code_tool(self) -> str:
+        """The snippet tool's name for :attr:`default_owner` (``run_code``
+        for a native owner, ``sandbox_run_code`` for an agent)."""
+        return "run_code" if self.default_owner == "native" else "sandbox_run_code"
+
     def code_tools(self, **options: Any) -> WatchedPort:
         """A port with the snippet tool on this world (see :meth:`port`)."""
         return self.port("code", **options)
@@ -248,7 +257,7 @@ class World:
         tools: Literal["command", "code"] = "command",
         *,
         session_id: str = SESSION,
-        owner: sandrail.AgentOwner | sandrail.NativeOwner | Mode = "agent",
+        owner: sandrail.AgentOwner | sandrail.NativeOwner | Mode | None = None,
         durable_ownership: bool = False,
         interleave: bool = False,
         **options: Any,
@@ -256,7 +265,8 @@ class World:
         """A new port (a harness process) on this world, its calls recorded.
 
         ``owner`` is an owner, or ``"agent"`` / ``"native"`` for the kit's
-        own (``agent-1``; or the scope :data:`SCOPE`). Every other keyword
+        own (``agent-1``; or the scope :data:`SCOPE`); by default
+        :attr:`default_owner`. Every other keyword
         goes to :func:`sandrail.command_tools` (``authorize``,
         ``assert_authority``, ``max_output_bytes``, ...); ``authorize`` and
         ``assert_authority`` default to allowing everything, and the world's
@@ -268,6 +278,8 @@ class World:
         ``interleave``: an asynchronous port whose effects yield to the event
         loop first, so concurrent calls interleave effect by effect.
         """
+        if owner is None:
+            owner = self.default_owner
         if owner == "agent":
             owner = sandrail.AgentOwner(agent_id=AGENT)
         elif owner == "native":

@@ -48,6 +48,7 @@ __all__ = [
     "PlanFailure",
     "check_backend",
     "run_scenario",
+    "scenario_name",
     "simulator_target",
 ]
 
@@ -125,13 +126,23 @@ def _made(make_target: TargetFactory) -> Target:
     return make_target()  # type: ignore[call-arg]
 
 
-def run_scenario(make_target: TargetFactory, scenario: Scenario) -> None:
-    """Run one scenario in a fresh world of ``make_target`` and judge it;
-    ``AssertionError`` (a :class:`~sandrail.testing.ContractViolationError`
-    for contract lines) says what went wrong."""
+def run_scenario(make_target: TargetFactory, scenario: Scenario, *, owner: Mode = "agent") -> World:
+    """Run one scenario in a fresh world of ``make_target``, its ports of
+    ``owner`` by default, and judge it; ``AssertionError`` (a
+    :class:`~sandrail.testing.ContractViolationError` for contract lines)
+    says what went wrong. Returns the (closed) world, whose ``calls`` hold
+    every result."""
     with World.on(make_target, scenario.plan, secrets=[SECRET]) as world:
+        world.default_owner = owner
         scenario.run(world)
         world.assert_contract()
+    return world
+
+
+def scenario_name(scenario: Scenario, owner: Mode) -> str:
+    """How reports name a scenario run: its name, with ``[native]`` for a
+    native owner."""
+    return scenario.name if owner == "agent" else f"{scenario.name}[{owner}]"
 
 
 def campaign_plans(
@@ -185,21 +196,23 @@ def check_backend(
     effects: Sequence[str] = CAMPAIGN_EFFECTS,
     require_decisive: bool = True,
 ) -> ConformanceReport:
-    """Run the conformance scenarios and a small campaign (``plans``
-    single-fault plans; ``None``: all of them) against fresh worlds of
-    ``make_target``. Never raises for a failing backend: the report says
-    what failed."""
+    """Run the conformance scenarios (once per owner mode in ``modes``) and
+    a small campaign (``plans`` single-fault plans; ``None``: all of them)
+    against fresh worlds of ``make_target``. Never raises for a failing
+    backend: the report says what failed."""
     from sandrail._campaign._execute import run_workload
 
     report = ConformanceReport()
     if scenarios:
-        for scenario in SCENARIOS:
-            try:
-                run_scenario(make_target, scenario)
-            except AssertionError as exc:
-                report.scenarios[scenario.name] = str(exc) or "assertion failed"
-            else:
-                report.scenarios[scenario.name] = None
+        for mode in modes:
+            for scenario in SCENARIOS:
+                name = scenario_name(scenario, mode)
+                try:
+                    run_scenario(make_target, scenario, owner=mode)
+                except AssertionError as exc:
+                    report.scenarios[name] = str(exc) or "assertion failed"
+                else:
+                    report.scenarios[name] = None
     if campaign:
         chosen, report.skipped_kinds = campaign_plans(
             make_target, modes=modes, effects=effects, limit=plans
@@ -227,12 +240,14 @@ class BackendConformance:
     :meth:`make_target`; pytest then runs each conformance scenario as a test
     (``test_echo``, ``test_c2_...``, ...) and ``test_fault_campaign``.
 
-    Class attributes tune the campaign: ``campaign_plans`` (how many
-    single-fault plans; ``None``: all), ``campaign_modes`` (owner modes),
-    ``campaign_effects`` (effects struck), ``require_decisive`` (a retry
-    after a transient fault must say ``ok`` or ``error``).
+    Class attributes tune it: ``scenario_modes`` (each scenario runs once
+    per owner mode), ``campaign_plans`` (how many single-fault plans;
+    ``None``: all), ``campaign_modes`` (owner modes), ``campaign_effects``
+    (effects struck), ``require_decisive`` (a retry after a transient fault
+    must say ``ok`` or ``error``).
     """
 
+    scenario_modes: ClassVar[tuple[Mode, ...]] = ("agent", "native")
     campaign_plans: ClassVar[int | None] = 60
     campaign_modes: ClassVar[tuple[Mode, ...]] = ("agent", "native")
     campaign_effects: ClassVar[tuple[str, ...]] = CAMPAIGN_EFFECTS
@@ -257,8 +272,16 @@ class BackendConformance:
         )
         assert report.passed, report.summary()
 
+    def check_scenario(self, scenario: Scenario, owner: Mode, world: World) -> None:
+        """Called after each scenario passed, with its (closed) world, whose
+        ``calls`` hold every request and result: override it to hold the
+        results to more (sandrail's own tests compare them with the
+        simulator's, field by field). Does nothing by default."""
+
     def _scenario(self, name: str) -> None:
-        run_scenario(self.make_target, _BY_NAME[name])
+        for mode in self.scenario_modes:
+            world = run_scenario(self.make_target, _BY_NAME[name], owner=mode)
+            self.check_scenario(_BY_NAME[name], mode, world)
 
     def test_echo(self) -> None:
         self._scenario("echo")

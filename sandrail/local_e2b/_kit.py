@@ -1,0 +1,222 @@
+"""The E2B interpreter on a local-e2b server as a ``sandrail.testing`` target:
+its ground truth, its world controls, one fresh world per call.
+
+Strategy: the judge needs, per task id, how many times a command really
+launched, up to date as soon as a ``Start`` returns. The launcher's
+supervised commands are not started through envd, so the server's process
+records do not show them. Instead, in front of the backend, every ``Start``
+gets a mark as the first thing its command runs (``server.mark``; a line to
+the server's mark listener, which the sandbox cannot take back): a launch
+is a command that really began, counted by the server, whatever the
+launcher claims. Marks arrive a moment after the start's answer, so after
+every ``Start`` (answered or failed) the target waits, bounded, until the
+server has seen each launcher ``start`` process of that task end and, for
+each that answered ``started 1`` (the first bytes of its stdout, in the
+server's ground truth even when no client got them), a mark. A launch the
+launcher did not own up to is still counted (it arrives late, and the
+judge's check of all launches per task sees it).
+
+Each world is a fresh backend and a fresh mark prefix, on one shared server;
+closing the world kills the sandboxes it made, so the next world's sessions
+create new ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from sandrail.core import Effect, SandboxReady, SandboxState, Start
+from sandrail.interpreters._e2b_launcher import LAUNCHER_NAME, LEDGER
+from sandrail.interpreters.e2b import E2BBackend
+from sandrail.testing import Target
+
+from ._serve import LocalE2B
+from ._truth import GroundTruth
+
+__all__ = ["LaunchTruth", "MarkedBackend", "e2b_target"]
+
+_SETTLE_SECONDS = 20.0
+"""The most a Start waits for its launches to show in the ground truth."""
+_POLL_SECONDS = 0.005
+_WIPE = f"rm -rf {LEDGER}/tasks {LEDGER}/claims.*"
+"""What a root command that loses the ledger does (the launcher stays)."""
+
+
+class LaunchTruth:
+    """A :class:`sandrail.testing.GroundTruth` of one world on a local-e2b
+    server: launches per task id (from the marks its commands sent) and the
+    live processes of a task (its command's session, looked up in the
+    sandbox as root)."""
+
+    def __init__(self, server: LocalE2B, prefix: str) -> None:
+        self.server = server
+        self.prefix = prefix
+        self.sandbox_of: dict[str, str] = {}
+        """Task id -> the sandbox its last Start went to."""
+
+    def mark_of(self, task_id: str) -> str:
+        """The mark a launch of ``task_id`` in this world sends."""
+        return f"{self.prefix}.{task_id}"
+
+    def _counts(self, truth: GroundTruth) -> Counter[str]:
+        found: Counter[str] = Counter()
+        cut = len(self.prefix) + 1
+        for mark in truth.marks:
+            if mark.text.startswith(self.prefix + "."):
+                found[mark.text[cut:]] += 1
+        return found
+
+    @property
+    def launches(self) -> Mapping[str, int]:
+        return self._counts(self.server.truth())
+
+    def live_processes(self, task_id: str) -> int:
+        sandbox_id = self.sandbox_of.get(task_id)
+        if sandbox_id is None or not self.server.alive:
+            return 0
+        session = f"{LEDGER}/tasks/{task_id}/pgid"
+        answer = _as_root(
+            self.server,
+            sandbox_id,
+            f'sid=$(cat {session} 2>/dev/null); [ -n "$sid" ] && pgrep -s "$sid" | wc -l || echo 0',
+        )
+        try:
+            return int(answer.split()[-1])
+        except (IndexError, ValueError):
+            return 0
+
+    def settle(self, task_id: str, launchers_before: int, marks_before: int) -> None:
+        """Wait (bounded) until every launcher ``start`` of ``task_id`` since
+        ``launchers_before`` has ended and each that answered ``started 1``
+        has its mark."""
+        deadline = time.monotonic() + _SETTLE_SECONDS
+        while time.monotonic() < deadline:
+            truth = self.server.truth()
+            starts = _launcher_starts(truth, task_id)[launchers_before:]
+            if all(record.ended_at is not None for record in starts):
+                wanted = sum(1 for r in starts if r.stdout_head.startswith("started 1"))
+                if self._counts(truth)[task_id] >= marks_before + wanted:
+                    return
+            if not self.server.alive:
+                return
+            time.sleep(_POLL_SECONDS)
+
+    def snapshot(self, task_id: str) -> tuple[int, int]:
+        """(launcher starts of ``task_id`` so far, its marks so far)."""
+        truth = self.server.truth()
+        return len(_launcher_starts(truth, task_id)), self._counts(truth)[task_id]
+
+
+def _options(server: LocalE2B) -> dict[str, Any]:
+    """The server's SDK options, typed for any SDK call."""
+    return dict(server.sdk_options)
+
+
+def _launcher_starts(truth: GroundTruth, task_id: str) -> list[Any]:
+    needle = f"{LAUNCHER_NAME} start {task_id} "
+    return [record for record in truth.processes if needle in record.command]
+
+
+def _as_root(server: LocalE2B, sandbox_id: str, command: str) -> str:
+    import e2b
+
+    try:
+        box = e2b.Sandbox.connect(sandbox_id, **_options(server))
+        result = box.commands.run(command, user="root", timeout=30)
+    except e2b.CommandExitException as exc:
+        return str(exc.stdout)
+    except Exception:  # a sandbox gone, a server killed: nothing to read
+        return ""
+    return str(result.stdout)
+
+
+class MarkedBackend:
+    """An E2B backend whose commands count their launches in the server's
+    ground truth (see the module doc). Everything else passes through."""
+
+    asynchronous = True
+
+    def __init__(self, inner: E2BBackend, truth: LaunchTruth) -> None:
+        self.inner = inner
+        self.truth = truth
+        self.sandboxes: set[str] = set()
+
+    async def __call__(self, effect: Effect) -> Any:
+        if not isinstance(effect, Start):
+            outcome = await self.inner(effect)
+            if isinstance(outcome, SandboxReady | SandboxState) and outcome.sandbox_id:
+                self.sandboxes.add(outcome.sandbox_id)
+            return outcome
+        truth = self.truth
+        truth.sandbox_of[effect.task_id] = effect.sandbox_id
+        mark = truth.server.mark(truth.mark_of(effect.task_id))
+        marked = attrs.evolve(effect, command=f"{mark}; {effect.command}")
+        before = await asyncio.to_thread(truth.snapshot, effect.task_id)
+        try:
+            return await self.inner(marked)
+        finally:
+            await asyncio.to_thread(truth.settle, effect.task_id, *before)
+
+
+def e2b_target(
+    server: LocalE2B,
+    *,
+    request_timeout_seconds: float = 10,
+    **backend_options: Any,
+) -> Target:
+    """A :class:`sandrail.testing.Target` of a fresh :class:`E2BBackend` on
+    ``server`` (``backend_options`` go to it): launches counted by marks
+    (:class:`LaunchTruth`), and the world controls ``kill_sandbox`` (the
+    control plane kills it) and ``wipe_ledger`` (a root command deletes the
+    claims and their log). Closing the target closes the backend and kills
+    every sandbox its world used. ``real_processes`` is true."""
+    backend = E2BBackend(
+        **_options(server), request_timeout_seconds=request_timeout_seconds, **backend_options
+    )
+    truth = LaunchTruth(server, f"launch-{secrets.token_hex(6)}")
+    marked = MarkedBackend(backend, truth)
+
+    def kill_sandbox(sandbox_id: str) -> None:
+        import e2b
+
+        if server.alive:
+            e2b.Sandbox.kill(sandbox_id, **_options(server))
+
+    def wipe_ledger(sandbox_id: str) -> None:
+        _as_root(server, sandbox_id, _WIPE)
+
+    def close() -> None:
+        backend.close()
+        # Off the caller's event loop, if it has one: the sync SDK blocks.
+        done = threading.Thread(target=_kill_all, args=(server, set(marked.sandboxes)))
+        done.start()
+        done.join(60)
+
+    return Target(
+        backend=marked,
+        truth=truth,
+        kill_sandbox=kill_sandbox,
+        wipe_ledger=wipe_ledger,
+        close=close,
+        real_processes=True,
+    )
+
+
+def _kill_all(server: LocalE2B, sandboxes: set[str]) -> None:
+    import e2b
+
+    if not server.alive:
+        return
+    for sandbox_id in sandboxes:
+        try:
+            e2b.Sandbox.kill(sandbox_id, **_options(server))
+        except Exception:  # already gone
+            continue
