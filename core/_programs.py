@@ -405,7 +405,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     try:
         ready = yield Ensure(session_id=snap.session_id, owner_key=settings.owner_key)
     except EffectFailure as failure:
-        return call.failed(failure, side_effect=True)
+        return (yield from _failed_before_start(call, failure, wanted))
     call.phase = Phase.AFTER_DISPATCH
     if not isinstance(ready, SandboxReady):
         return (yield from call.settle(call.uncertain(ErrorCode.SANDBOX_OUTCOME_UNKNOWN)))
@@ -530,6 +530,28 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     if isinstance(collected, ToolResult):
         return collected
     return (yield from call.finish(ToolResult(status="ok", content=collected)))
+
+
+def _failed_before_start(
+    call: _Call, failure: EffectFailure, wanted: str
+) -> Generator[Effect, Any, ToolResult]:
+    """A side effect before this call's Start failed. Nothing of this call
+    ran; but when an earlier call of the same key may have started the task
+    (the ownership record says so), "nothing ran, retry" would be false: the
+    task may be running or done, so the answer is ``uncertain`` with the
+    record's locator (C6), never ``executed: false``."""
+    if call.phase is Phase.BEFORE_DISPATCH:
+        try:
+            known = yield ResolveOwned(task_id=wanted, for_launch=True)
+        except EffectFailure:
+            known = None
+        if isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched:
+            call.phase = Phase.AFTER_DISPATCH
+            call.sandbox_id = call.sandbox_id or known.sandbox_id
+            return call.uncertain(
+                ErrorCode.ABORTED if failure.aborted else ErrorCode.SANDBOX_OUTCOME_UNKNOWN
+            )
+    return call.failed(failure, side_effect=True)
 
 
 def _refused(call: _Call, refused: StartRefused) -> Generator[Effect, Any, ToolResult]:

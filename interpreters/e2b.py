@@ -646,7 +646,9 @@ class E2BBackend:
         if not isinstance(sandbox_id, str) or not _SANDBOX_ID.fullmatch(sandbox_id):
             raise EffectFailure(Delivery.NOT_SENT, "the sandbox id is malformed")
         if sandbox_id in self._dead:
-            raise EffectFailure(Delivery.NOT_SENT, f"sandbox {sandbox_id} is gone")
+            # Seen gone once: ask the control plane again (connect) rather
+            # than believe one answer forever; a proxy's 502 is not a death.
+            return None
         return self._sandboxes.get(sandbox_id)
 
     async def _box(self, sandbox_id: str) -> _Sandbox:
@@ -662,6 +664,7 @@ class E2BBackend:
             raise EffectFailure(
                 Delivery.NOT_SENT, f"could not connect to sandbox {sandbox_id}"
             ) from exc
+        self._dead.discard(sandbox_id)
         box = self._sandboxes.get(sandbox_id)
         if box is None:
             box = self._sandboxes[sandbox_id] = _Sandbox(
@@ -854,7 +857,6 @@ class E2BBackend:
             info
             for info in found
             if str(getattr(info.state, "value", info.state)) in ("running", "paused")
-            and info.sandbox_id not in self._dead
         ]
         if not live:
             return None
@@ -865,8 +867,6 @@ class E2BBackend:
     async def _inspect(self, effect: Inspect) -> SandboxState:
         key = (effect.session_id, effect.owner_key)
         known = self._sessions.get(key)
-        if known is not None and known in self._dead:
-            return SandboxState(sandbox_id=known, phase="closed")
         try:
             sandbox_id = await self._find(self._metadata(*key))
         except Exception as exc:

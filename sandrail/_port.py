@@ -22,6 +22,7 @@ import functools
 import inspect
 import json
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeAlias, cast
 
@@ -139,11 +140,11 @@ class ToolPort:
         self._artifacts = artifacts
         self._ledger: dict[str, OwnedCommand] = {}
         self._ledger_lock = threading.Lock()
-        # Env values this port passed to commands, and values the harness
-        # named, masked in all output (C17). Kept in memory only: never in an
-        # effect or a recording.
-        self._secrets: frozenset[str] = redact
-        self._redactions = Redactions(redact)
+        # Env values any port of this session passed to commands, and values
+        # the harness named, masked in all output (C17). Kept in memory only:
+        # never in an effect or a recording.
+        self._masks = _session_masks(settings.session_id, settings.owner_key)
+        self._masks.learn(redact)
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
@@ -187,7 +188,7 @@ class ToolPort:
                 )
             call.open()
             result = drive(
-                tool_program(request, self._settings, call.snapshot, self._secrets),
+                tool_program(request, self._settings, call.snapshot, self._masks.secrets),
                 call.interpret,
             )
         except FatalInterpreterError:
@@ -202,7 +203,7 @@ class ToolPort:
         try:
             call.open()
             result = await drive_async(
-                tool_program(request, self._settings, call.snapshot, self._secrets),
+                tool_program(request, self._settings, call.snapshot, self._masks.secrets),
                 call.interpret_async,
             )
         except FatalInterpreterError:
@@ -213,14 +214,10 @@ class ToolPort:
 
     def _learn(self, values: frozenset[str]) -> None:
         """Mask ``values`` from now on, in this call and every later one."""
-        if values <= self._secrets:
-            return
-        with self._ledger_lock:
-            self._secrets = self._secrets | values
-            self._redactions = Redactions(self._secrets)
+        self._masks.learn(values)
 
     def _current_redactions(self) -> Redactions:
-        return self._redactions
+        return self._masks.redactions
 
 
 def _is_asynchronous(backend: object) -> bool:
@@ -799,6 +796,41 @@ def _build(
         artifacts=artifacts,
         redact=secrets,
     )
+
+
+class _SessionMasks:
+    """The values masked in every output of one session's ports (C17).
+
+    Shared by every port of a (session, owner) in this process, so a value
+    one port passed to a command is masked in what another port shows: the
+    command port's env leaked through the code port of the same toolset, a
+    file the first command wrote read back by the second (outside attack 3).
+    Masking more is always safe; a port built with ``redact=`` adds to it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.secrets: frozenset[str] = frozenset()
+        self.redactions = Redactions(frozenset())
+
+    def learn(self, values: frozenset[str]) -> None:
+        if values <= self.secrets:
+            return
+        with self._lock:
+            self.secrets = self.secrets | values
+            self.redactions = Redactions(self.secrets)
+
+
+_MASKS: weakref.WeakValueDictionary[tuple[str, str], _SessionMasks] = weakref.WeakValueDictionary()
+_MASKS_LOCK = threading.Lock()
+
+
+def _session_masks(session_id: str, owner_key: str) -> _SessionMasks:
+    """The masks of (session, owner), alive while a port of it is."""
+    with _MASKS_LOCK:
+        masks = _MASKS.get((session_id, owner_key))
+        if masks is None:
+            masks = _MASKS[(session_id, owner_key)] = _SessionMasks()
+        return masks
 
 
 def _unicode(text: str) -> bool:

@@ -512,7 +512,7 @@ def _masked(
     """``problems`` with the session's and this call's env values masked:
     a model may write a value into a field name it gets back (C17). Masked
     before the budget fits them (a mask can be longer than the value)."""
-    secrets = set(port._secrets)
+    secrets = set(port._masks.secrets)
     env = arguments.get("env") if isinstance(arguments, Mapping) else None
     if isinstance(env, list):  # the strict profiles' {name, value} entries
         env = {

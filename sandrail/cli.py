@@ -22,6 +22,7 @@ from typing import Any, Final
 import click
 
 import sandrail
+from sandrail._cli_record import FileRecord, RecordError
 from sandrail._local_e2b_cli import local_e2b
 from sandrail._mcp_cli import mcp
 from sandrail._replay_cli import replay
@@ -59,7 +60,11 @@ def _backend(name: str) -> Any:
 
 
 def _port(
-    factory: Callable[..., sandrail.ToolPort], backend: Any, session_id: str, budget: int
+    factory: Callable[..., sandrail.ToolPort],
+    backend: Any,
+    session_id: str,
+    budget: int,
+    record: FileRecord | None = None,
 ) -> sandrail.ToolPort:
     """A port for one command-line call: this process is the harness, so
     policy allows the call and the caller holds its authority. A value the
@@ -72,6 +77,8 @@ def _port(
             authorize=lambda request: sandrail.ALLOW,
             assert_authority=lambda request: True,
             max_output_bytes=budget,
+            remember_owned_command=None if record is None else record.remember,
+            resolve_owned_command=None if record is None else record.resolve,
         )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
@@ -92,13 +99,18 @@ def _call(
     arguments: dict[str, Any],
     key: str | None,
     indent: int | None,
+    record_path: Path | None = None,
 ) -> None:
     """Run one tool call, print its result and exit with its status. The
     backend is closed before the process exits, whatever happened: what the
     E2B SDK opened must not outlive the interpreter (issue 9, item 13)."""
+    try:
+        record = None if record_path is None else FileRecord(record_path)
+    except RecordError as exc:
+        raise click.BadParameter(str(exc), param_hint="--record") from None
     backend = _backend(backend_name)
     try:
-        port = _port(factory, backend, session_id, budget)
+        port = _port(factory, backend, session_id, budget, record)
         result = port.execute_sync(_request(port, tool, arguments, key))
     finally:
         close = getattr(backend, "close", None)
@@ -160,7 +172,18 @@ _key_option = click.option(
     "--operation-key",
     default=None,
     help="Idempotency key: a retry with the same key never launches twice and "
-    "returns the first launch's result. Default: a new key for each invocation.",
+    "returns the first launch's result (across invocations whose sandbox was lost, "
+    "only with --record). Default: a new key for each invocation.",
+)
+_record_option = click.option(
+    "--record",
+    "record_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Keep the ownership record of launched tasks in this file (JSON lines). "
+    "Each invocation is a harness restart: without a record, a retry in a later "
+    "invocation keeps at most once only while the sandbox lives; with it, a retry "
+    "whose sandbox was lost is uncertain, never a second launch.",
 )
 _session_option = click.option(
     "--session",
@@ -200,6 +223,7 @@ def main() -> None:
 @_backend_option
 @_budget_option
 @_key_option
+@_record_option
 @_session_option
 @_indent_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -211,6 +235,7 @@ def run(
     backend: str,
     max_output_bytes: int,
     operation_key: str | None,
+    record_path: Path | None,
     session_id: str,
     indent: int,
     command: tuple[str, ...],
@@ -237,6 +262,7 @@ def run(
         arguments,
         operation_key,
         indent,
+        record_path,
     )
 
 
@@ -252,6 +278,7 @@ def run(
 @_backend_option
 @_budget_option
 @_key_option
+@_record_option
 @_session_option
 @_indent_option
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
@@ -261,6 +288,7 @@ def code(
     backend: str,
     max_output_bytes: int,
     operation_key: str | None,
+    record_path: Path | None,
     session_id: str,
     indent: int,
     file: Path,
@@ -292,6 +320,7 @@ def code(
         arguments,
         operation_key,
         indent,
+        record_path,
     )
 
 

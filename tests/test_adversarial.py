@@ -9,6 +9,7 @@ tests; these pin the contract at the port, where every backend shares it.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import subprocess
 import sys
@@ -223,11 +224,14 @@ def test_c17_item5_a_restarted_port_masks_what_the_harness_hands_it() -> None:
     first = Rig(scripts={"serve": Script.hangs(f"token {SECRET}\n")})
     task = _prints_secret(first)
     durable = dict(first.port.owned_commands)
-    unaware = Rig(sim=first.sim, resolve_owned_command=lambda request, t: durable.get(t))
+    sim = first.sim
+    del first  # the harness restarted: no port of the session is left
+    gc.collect()
+    unaware = Rig(sim=sim, resolve_owned_command=lambda request, t: durable.get(t))
     shown = unaware.run("read_command_output", {"task_id": task}, key="read-1")
     assert SECRET in shown.content["stdout"]  # what the item saw: the port cannot know
     told = Rig(
-        sim=first.sim,
+        sim=sim,
         resolve_owned_command=lambda request, t: durable.get(t),
         redact=[SECRET],
     )
@@ -672,3 +676,41 @@ def test_item12_a_result_that_cannot_be_written_is_not_a_quiet_success() -> None
         )
     assert done.returncode == 5
     assert "its status was ok" in done.stderr
+
+
+# -- the third outside attack (E2B over local-e2b), at the port ---------------
+
+
+@pytest.mark.parametrize("kind", [FaultKind.NOT_DELIVERED, FaultKind.ABORT])
+@pytest.mark.parametrize("tools", ["command", "code"])
+def test_c6_a_retry_whose_ensure_fails_after_the_key_launched_is_uncertain_not_nothing_ran(
+    kind: FaultKind, tools: str
+) -> None:
+    """Attack 3, break 1: the key's first call launched (``ok``); the retry's
+    Ensure was not delivered (E2B: the sandbox looked gone). "Nothing ran,
+    retry" would be false and invites a second launch under a new key: the
+    retry is ``uncertain`` with the record's locator, never ``executed: false``."""
+    name, arguments = (
+        ("run_command", {"command": "echo once"})
+        if tools == "command"
+        else ("sandbox_run_code", {"code": "print(1)", "language": "python"})
+    )
+    rig = Rig(tools=tools, plan=FaultPlan((Fault(effect="Ensure", occurrence=1, kind=kind),)))  # type: ignore[arg-type]
+    first = rig.run(name, arguments)
+    assert first.status == "ok", first.content
+    retry = rig.run(name, arguments, call_id="retry")
+    assert retry.status == "uncertain", retry.content
+    assert "executed" not in retry.content
+    assert retry.content["task_id"] == rig.task_id()
+    assert retry.content["sandbox_id"] == first.content["sandbox_id"]
+    assert rig.sim.launches[rig.task_id()] == 1
+
+
+def test_c5_an_ensure_that_fails_for_a_key_that_never_launched_is_still_nothing_ran() -> None:
+    """The other side: with no earlier start of the key, an undelivered
+    Ensure is ``error`` with ``executed: false`` (C5), and the retry launches once."""
+    rig = Rig(plan=one_fault("Ensure", FaultKind.NOT_DELIVERED))
+    failed = rig.run("run_command", {"command": "echo once"})
+    assert (failed.status, failed.content["executed"]) == ("error", False)
+    assert rig.run("run_command", {"command": "echo once"}, call_id="c2").status == "ok"
+    assert rig.sim.launches[rig.task_id()] == 1

@@ -813,3 +813,43 @@ def test_item13_the_cli_closes_the_backend_and_exits_1_never_aborting() -> None:
         )
         assert done.returncode == 1, (done.returncode, done.stderr[-500:])
         assert json.loads(done.stdout)["status"] == "error"
+
+
+def _cli(server: LocalE2B, *args: str) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "sandrail", "run", "--backend", "e2b", "--indent", "0", *args],
+        env={**os.environ, **server.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_c2_the_command_line_with_a_record_never_relaunches_after_its_sandbox_was_lost(
+    server: LocalE2B, tmp_path: Path
+) -> None:
+    """Outside attack 3, break 5: every ``sandrail run`` is a harness
+    restart; the first invocation ran the command, its sandbox was then
+    lost, and a retry with the same key made a new sandbox and launched it
+    again. With ``--record FILE`` the retry expects its claim: ``uncertain``
+    (exit 3), one launch in all. A record that is not one is a usage error."""
+    session, record = new_session(), tmp_path / "owned.jsonl"
+    mark = f"cli-{session}"
+    common = ["--session", session, "--operation-key", "op-1", "--record", str(record)]
+    status, first = _cli(server, *common, "--", server.mark(mark))
+    assert (status, first["status"]) == (0, "ok"), first
+    e2b.Sandbox.kill(first["content"]["sandbox_id"], **server.sdk_options)
+    status, retry = _cli(server, *common, "--", server.mark(mark))
+    assert (status, retry["status"]) == (3, "uncertain"), retry
+    assert server.truth().marked(mark) == 1
+    record.write_text("not json\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "sandrail", "run", "--record", str(record), "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "line 1: not an ownership record" in done.stderr
+    assert "Traceback" not in done.stderr

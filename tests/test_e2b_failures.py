@@ -379,6 +379,64 @@ def test_row_sandbox_not_found_when_killed_mid_wait(
     assert (again.status, again.content["executed"]) == ("error", False)
 
 
+def test_c6_one_502_on_a_read_does_not_make_a_live_sandbox_dead(
+    server: LocalE2B, world: tuple[Recording, sandrail.ToolPort]
+) -> None:
+    """Outside attack 3, break 1: a single 502 "not found" on a read of
+    another task (a proxy's answer; the sandbox lives) made the backend
+    believe the sandbox dead for good: the retry of a key that had run said
+    "nothing ran, may be retried" and new keys failed. One answer is not a
+    death: the next call asks the control plane again, and the retry
+    deduplicates (C2) while the sandbox still shows ready."""
+    _recording, port = world
+    mark = _marker()
+    first = _run(port, "op", server.mark(mark))
+    assert first.status == "ok", first.content
+    background = _run(port, "bg", "sleep 5", background=True)
+    assert background.status == "ok", background.content
+    server.inject(
+        Fault(kind=FaultKind.STATUS_502_NOT_FOUND, route=Route.START, match=" read ", times=1)
+    )
+    read = port.execute_sync(
+        request(port, "read_command_output", "read", task_id=background.content["task_id"])
+    )
+    assert read.status == "error", read.content  # a read that fails: nothing changed
+    server.clear_faults()
+    retry = _run(port, "op", server.mark(mark))
+    assert (retry.status, retry.content["deduplicated"]) == ("ok", True), retry.content
+    assert _run(port, "new", "true").status == "ok"
+    status = port.execute_sync(request(port, "sandbox_status", "status"))
+    assert status.content["sandbox_phase"] == "ready", status.content
+    assert server.truth().marked(mark) == 1
+
+
+def test_c6_retries_of_a_key_that_ran_in_a_killed_sandbox_stay_uncertain(
+    server: LocalE2B, world: tuple[Recording, sandrail.ToolPort]
+) -> None:
+    """Outside attack 3, break 1: after the sandbox was really killed, the
+    first retry was ``uncertain`` and the next ones said "nothing ran, may be
+    retried" (``executed: false``), which is false: the command ran. Every
+    retry of that key stays ``uncertain`` with its locator; a new key is
+    ``error`` (no second sandbox for the session), truthfully."""
+    _recording, port = world
+    mark = _marker()
+    first = _run(port, "op", server.mark(mark))
+    assert first.status == "ok", first.content
+    e2b.Sandbox.kill(first.content["sandbox_id"], **server.sdk_options)
+    for attempt in range(3):
+        retry = port.execute_sync(
+            request(
+                port, "run_command", "op", call_id=f"retry-{attempt}", command=server.mark(mark)
+            )
+        )
+        assert retry.status == "uncertain", (attempt, retry.content)
+        assert "executed" not in retry.content
+        assert retry.content["sandbox_id"] == first.content["sandbox_id"]
+    fresh = _run(port, "new", "true")
+    assert (fresh.status, fresh.content["executed"]) == ("error", False)
+    assert server.truth().marked(mark) == 1
+
+
 # -- unreachable mid-request: maybe_sent -------------------------------------------
 
 

@@ -330,6 +330,33 @@ def test_c17_a_toolset_masks_what_it_is_told_to_redact() -> None:
     assert result.content["stdout"] == f"token {sandrail.core.REDACTED}\n"
 
 
+def test_c17_an_env_value_of_the_command_port_is_masked_in_the_code_ports_output() -> None:
+    """Outside attack 3, break 4: ``run_command`` with ``env`` wrote the value
+    to a file; ``sandbox_run_code`` of the same toolset printed the file in
+    clear (each port masked only what it had passed). The ports of a session
+    (here the toolset's two) share what they mask."""
+    secret = "pw-0123456789abcdef"
+    task = sandrail.task_id("embed-session", sandrail.AgentOwner(agent_id="embed-agent"), "k2")
+    sim = Simulator(scripts={f"python /tmp/sandrail/code/{task}.py": Script.prints(secret + "\n")})
+    tools = toolset(sim)
+    wrote = tools.call_sync(
+        "run_command",
+        {"command": "echo $PW > /tmp/pw", "env": {"PW": secret}},
+        call_id="c1",
+        operation_key="k1",
+    )
+    assert wrote.status == "ok", wrote.content
+    shown = tools.call_sync(
+        "sandbox_run_code",
+        {"code": "print(open('/tmp/pw').read())"},
+        call_id="c2",
+        operation_key="k2",
+    )
+    assert shown.status == "ok", shown.content
+    assert secret not in shown.to_json()
+    assert shown.content["stdout"] == f"{sandrail.core.REDACTED}\n"
+
+
 def test_c14_a_toolset_whose_budget_cannot_hold_the_identity_is_refused_at_once() -> None:
     """Every result carries the call's full identity (C13, C14): a budget
     below it would refuse every call, so the toolset refuses to be built,
