@@ -341,6 +341,19 @@ def _skip_ownership() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _nothing_ran_after_launch() -> Iterator[None]:
+    """(n) A retry whose Ensure fails says "nothing ran, may be retried",
+    whatever an earlier call of its key started."""
+
+    def failed(call: Any, failure: EffectFailure, wanted: str) -> _Program:
+        return call.failed(failure, side_effect=True)
+        yield  # pragma: no cover - a generator that sends nothing
+
+    with mock.patch.object(programs, "_failed_before_start", failed):
+        yield
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "relaunch_after_uncertain",
@@ -402,6 +415,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "the first start carries no ledger epoch: a late copy launches after a wipe",
         "C2",
         _first_start_without_epoch,
+    ),
+    Mutant(
+        "nothing_ran_after_launch",
+        "a retry whose Ensure fails says nothing ran, though its key's task launched",
+        "C6",
+        _nothing_ran_after_launch,
     ),
     Mutant(
         "stop_without_cancel",

@@ -45,7 +45,8 @@ UNCERTAIN_RETRY_CLASSES: Mapping[str, str] = {
     ),
     FaultKind.SANDBOX_DIES.value: (
         "the sandbox and everything the command did died with it: the retry cannot reach "
-        "it (error, nothing ran) and what ran before is unknowable"
+        "it, and what ran before is unknowable (never 'nothing ran' once its key may "
+        "have started the task)"
     ),
 }
 """Why a retry after an evidence-destroying fault may stay uncertain."""

@@ -107,6 +107,8 @@ class CallRecord:
     oversized: bool = False
     """The identity alone cannot fit the budget (C14)."""
     concurrent: bool = False
+    launched_before: int = 0
+    """Launch tools: how many times the task had launched when the call began."""
     effects: list[tuple[SandboxEffect, object]] = attrs.Factory(list)
     faults: list[Fault] = attrs.Factory(list)
     launched: Counter[str] = attrs.Factory(Counter)

@@ -224,6 +224,27 @@ def check_c6_uncertain_locator(world: World, record: CallRecord) -> Iterable[Vio
         yield Violation("C6", record.number, "uncertain names another task")
 
 
+def check_c6_a_launched_task_is_never_nothing_ran(
+    world: World, record: CallRecord
+) -> Iterable[Violation]:
+    """C6: a launch call whose task had already launched (an earlier call of
+    its key started it) never answers that the sandbox could not be reached
+    and nothing ran: the task may be running or done, so such a call is
+    ``uncertain`` (outside attack 3: "nothing ran, may be retried" after a
+    sandbox looked gone invited a second launch under a new key)."""
+    assert record.result is not None
+    if record.result.status != "error" or record.launched_before == 0:
+        return
+    if record.tool not in LAUNCH_TOOLS:
+        return
+    if _content(record).get("error_type") == ErrorCode.SANDBOX_UNAVAILABLE.value:
+        yield Violation(
+            "C6",
+            record.number,
+            f"says nothing ran, yet its task had launched {record.launched_before} time(s)",
+        )
+
+
 def check_c6_unknown_side_effect_is_uncertain(
     world: World, record: CallRecord
 ) -> Iterable[Violation]:
@@ -334,6 +355,7 @@ CHECKS: tuple[Check, ...] = (
     check_c4_foreign_task,
     check_c5_error_ran_nothing,
     check_c6_uncertain_locator,
+    check_c6_a_launched_task_is_never_nothing_ran,
     check_c6_unknown_side_effect_is_uncertain,
     check_c7_ok_launch,
     check_c9_c11_authority,

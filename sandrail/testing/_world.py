@@ -475,6 +475,7 @@ class World:
             foreign=foreign,
             oversized=oversized,
             concurrent=concurrent,
+            launched_before=0 if task is None else self.truth.launches.get(task, 0),
         )
         self.calls.append(record)
         return record
