@@ -347,8 +347,9 @@ def _nothing_ran_after_launch() -> Iterator[None]:
     whatever an earlier call of its key started."""
 
     def failed(call: Any, failure: EffectFailure, wanted: str) -> _Program:
-        return call.failed(failure, side_effect=True)
-        yield  # pragma: no cover - a generator that sends nothing
+        result: ToolResult = call.failed(failure, side_effect=True)
+        yield from ()
+        return result
 
     with mock.patch.object(programs, "_failed_before_start", failed):
         yield
