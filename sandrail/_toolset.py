@@ -44,17 +44,23 @@ under that earlier call's operation key while the earlier call is
 *unsettled*: its result was ``uncertain`` or ``approval_required``, or it
 never reached the model (its await was cancelled). The repeat then
 reconciles instead of launching a second time, even if the model never saw
-the locator. Once a settled result (``ok`` or ``error``) was returned for
-that key, the next identical call is a new call and runs anew. Two identical
-calls in flight at once are two calls. The record lives in this object (the
-most recent 1024 unsettled calls): a new process starts empty.
+the locator. Repeats match only within one run: the run id the call passes
+(``run_id=``; by default the part of its operation key before
+``:{call_id}``), so a later run's identical call is always a new call,
+never an earlier run's result. Arguments match as the port reads them (a
+``timeout`` of ``null`` is the default it stands for). Once a result of
+the earlier call's own task (``ok``, or an ``error`` naming its
+``task_id``) was returned for that key, the next identical call is a new
+call and runs anew; a refusal that ran nothing (a budget too small for the
+repeat's identity, say) leaves it unsettled. Two identical calls in flight
+at once are two calls. The record lives in this object (the most recent
+1024 unsettled calls): a new process starts empty.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 import threading
 import uuid
 from collections import OrderedDict
@@ -98,14 +104,19 @@ from sandrail.core import (
 from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
 from sandrail.interpreters._cancel import CancelToken
 
-__all__ = ["Toolset", "check_timeout", "refusal"]
+__all__ = ["MAX_CALL_TIMEOUT_SECONDS", "Toolset", "check_timeout", "refusal"]
 
 ToolGroup = Literal["command", "code"]
 IdentitySource = OwnerIdentity | Callable[[], OwnerIdentity]
+_Repeat = tuple[str, str]  # (the run, the launch digest): what repeats match on
 
 _ABANDONED_KEPT: Final = 1024
 _UNSETTLED_KEPT: Final = 1024
 _SETTLED: Final = frozenset({"ok", "error"})
+
+MAX_CALL_TIMEOUT_SECONDS: Final = 86_400 * 366
+"""The longest ``timeout_seconds`` a call takes (a year): longer ones are a
+harness bug (and past ``threading.TIMEOUT_MAX`` no timer can wait them)."""
 
 
 def refusal(code: ErrorCode, instruction: str, max_output_bytes: int) -> ToolResult:
@@ -209,7 +220,7 @@ class Toolset:
                 self._ports[definition.name] = port
         self._session_id = session_id
         self._asynchronous = _answers_with_awaitables(backend)
-        self._unsettled: OrderedDict[str, str] = OrderedDict()
+        self._unsettled: OrderedDict[_Repeat, tuple[str, Mapping[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
         needed, tool = self._needed()
         if max_output_bytes < needed:
@@ -309,6 +320,7 @@ class Toolset:
         cancel: object | None = None,
         timeout_seconds: float | None = None,
         reconcile_repeats: bool = False,
+        run_id: str | None = None,
     ) -> ToolResult:
         """Run one tool call and return its result; never raises but for the
         caller's own cancellation (after which the result is in
@@ -321,12 +333,14 @@ class Toolset:
         bool ``cancelled``, like :class:`~sandrail.CancelToken``);
         ``timeout_seconds`` is the call's deadline, after which it is aborted
         and its ``canceled`` or ``uncertain`` result returned;
-        ``reconcile_repeats`` runs an exact repeat of an unsettled call under
-        that call's operation key (see the module doc).
+        ``reconcile_repeats`` runs an exact repeat of an unsettled call of
+        the same run under that call's operation key (see the module doc);
+        ``run_id`` names that run (by default the part of ``operation_key``
+        before ``:{call_id}``; a key of another form matches no other call).
         """
         deadline = check_timeout(timeout_seconds)
         prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats
+            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats, run_id
         )
         if isinstance(prepared, ToolResult):
             return prepared
@@ -348,9 +362,9 @@ class Toolset:
                 self._abandoned.move_to_end(operation_key)
                 while len(self._abandoned) > _ABANDONED_KEPT:
                     self._abandoned.popitem(last=False)
-            self._record(repeat, request.operation_key, result, returned=False)
+            self._record(repeat, request, result, returned=False)
             raise
-        self._record(repeat, request.operation_key, result, returned=True)
+        self._record(repeat, request, result, returned=True)
         return result
 
     def call_sync(
@@ -364,6 +378,7 @@ class Toolset:
         cancel: object | None = None,
         timeout_seconds: float | None = None,
         reconcile_repeats: bool = False,
+        run_id: str | None = None,
     ) -> ToolResult:
         """:meth:`call` for code without an event loop; never raises but for
         the same harness bugs. With an asynchronous backend (one that declares
@@ -375,7 +390,7 @@ class Toolset:
         """
         deadline = check_timeout(timeout_seconds)
         prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats
+            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats, run_id
         )
         if isinstance(prepared, ToolResult):
             return prepared
@@ -402,7 +417,7 @@ class Toolset:
             finally:
                 if timer is not None:
                     timer.cancel()
-        self._record(repeat, request.operation_key, result, returned=True)
+        self._record(repeat, request, result, returned=True)
         return result
 
     def _prepare(
@@ -414,7 +429,8 @@ class Toolset:
         profile: Profile,
         cancel: object | None,
         reconcile_repeats: bool,
-    ) -> ToolResult | tuple[ToolPort, ToolRequest, CancelToken, str | None]:
+        run_id: str | None,
+    ) -> ToolResult | tuple[ToolPort, ToolRequest, CancelToken, _Repeat | None]:
         port = self._ports.get(name) if isinstance(name, str) else None
         if port is None:
             return bound_result(
@@ -426,6 +442,12 @@ class Toolset:
                 self._max_output_bytes,
             )
         definition = port.definition(name)
+        if not isinstance(arguments, Mapping):
+            # Not an object at all (a list, a tuple, a string): refused as
+            # such, never converted (a tuple would pass for problems).
+            problem = ArgumentProblem("arguments", "must be a JSON object")
+            content = arguments_rejection([problem], self._max_output_bytes)
+            return ToolResult(status="error", content=content)
         converted = canonical_arguments(definition, profile, arguments)
         if not isinstance(converted, (tuple, Mapping)):
             converted = (ArgumentProblem("arguments", "must be a JSON object"),)
@@ -441,10 +463,18 @@ class Toolset:
                 ErrorCode.HARNESS_CALLBACK_FAILED,
                 instruction="The harness's identity function failed; nothing ran.",
             )
-        repeat = _repeat_digest(name, converted) if reconcile_repeats else None
+        repeat = None
+        if reconcile_repeats:
+            digest = _repeat_digest(name, _as_the_port_reads(port, name, converted))
+            if digest is not None:
+                repeat = (_run_of(run_id, operation_key, call_id), digest)
         if repeat is not None:
             with self._lock:
-                operation_key = self._unsettled.get(repeat, operation_key)
+                earlier = self._unsettled.get(repeat)
+            if earlier is not None:
+                # The earlier call's key and arguments: the same launch to
+                # the port, however this repeat spelled its defaults.
+                operation_key, converted = earlier
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),
             operation_key=operation_key,
@@ -455,16 +485,20 @@ class Toolset:
         )
         return port, request, token, repeat
 
-    def _record(self, repeat: str | None, key: str, result: ToolResult, *, returned: bool) -> None:
+    def _record(
+        self, repeat: _Repeat | None, request: ToolRequest, result: ToolResult, *, returned: bool
+    ) -> None:
         """Keep or drop the call as unsettled (see the module doc)."""
         if repeat is None:
             return
+        key = request.operation_key
         with self._lock:
             if returned and result.status in _SETTLED:
-                if self._unsettled.get(repeat) == key:
+                earlier = self._unsettled.get(repeat)
+                if earlier is not None and earlier[0] == key and _of_its_task(result):
                     del self._unsettled[repeat]
                 return
-            self._unsettled[repeat] = key
+            self._unsettled[repeat] = (key, request.call.arguments)
             self._unsettled.move_to_end(repeat)
             while len(self._unsettled) > _UNSETTLED_KEPT:
                 self._unsettled.popitem(last=False)
@@ -483,17 +517,77 @@ async def _run_async(
 
 def check_timeout(timeout_seconds: object) -> float | None:
     """``timeout_seconds`` as a float, or ``ValueError`` unless it is ``None``
-    or a positive finite number."""
+    or a positive number of at most :data:`MAX_CALL_TIMEOUT_SECONDS`."""
     if timeout_seconds is None:
         return None
     if (
         isinstance(timeout_seconds, bool)
         or not isinstance(timeout_seconds, (int, float))
-        or not math.isfinite(timeout_seconds)
-        or timeout_seconds <= 0
+        # Compared as given: an int too large for a float is still refused
+        # as too long (math.isfinite would raise OverflowError on it).
+        or not 0 < timeout_seconds <= MAX_CALL_TIMEOUT_SECONDS
     ):
-        raise ValueError(f"timeout_seconds must be a positive number, got {timeout_seconds!r}")
+        raise ValueError(
+            "timeout_seconds must be a positive number of at most "
+            f"{MAX_CALL_TIMEOUT_SECONDS} (a year), got {_shown(timeout_seconds)}"
+        )
     return float(timeout_seconds)
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut short (a 400-digit int is no message)."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _run_of(run_id: str | None, operation_key: str, call_id: str) -> str:
+    """The run a call belongs to, for matching repeats (see the module doc):
+    ``run_id`` when given, else the run part of a ``f"{run}:{call_id}"``
+    key, else the key itself (a call that matches no other)."""
+    if isinstance(run_id, str):
+        return "run:" + run_id
+    suffix = f":{call_id}" if isinstance(call_id, str) else None
+    if (
+        isinstance(operation_key, str)
+        and suffix is not None
+        and operation_key.endswith(suffix)
+        and len(operation_key) > len(suffix)
+    ):
+        return "run:" + operation_key[: -len(suffix)]
+    return f"key:{operation_key!s}"
+
+
+def _as_the_port_reads(
+    port: ToolPort, name: str, arguments: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """``arguments`` with the timeouts the port would use in place of the
+    ones left out (``null``) or capped: what repeat matching compares."""
+    if name not in ("run_command", "run_code", "sandbox_run_code"):
+        return arguments
+    settings = port.settings
+    filled = dict(arguments)
+    try:
+        if name == "run_command" and filled.get("background") is True:
+            wanted = filled.get("background_timeout") or settings.background_timeout_seconds
+            filled["background_timeout"] = wanted
+        else:
+            wanted = filled.get("timeout") or settings.foreground_timeout_seconds
+            filled["timeout"] = min(wanted, settings.foreground_timeout_seconds)
+    except TypeError:
+        return arguments  # not a number: the port refuses it anyway
+    return filled
+
+
+def _of_its_task(result: ToolResult) -> bool:
+    """Whether ``result`` is its key's task's own outcome (``ok``, or an
+    ``error`` naming its ``task_id``), not a refusal that ran nothing."""
+    if result.status == "ok":
+        return True
+    task = result.content.get("task_id")
+    return isinstance(task, str) and bool(task)
 
 
 def _repeat_digest(name: str, arguments: Mapping[str, Any]) -> str | None:

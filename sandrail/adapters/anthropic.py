@@ -96,6 +96,7 @@ class AnthropicTools:
             profile=self._profile,
             timeout_seconds=self._timeout_seconds,
             reconcile_repeats=True,
+            run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
         )
         return _answer(tool_use_id, result)
 
@@ -112,6 +113,7 @@ class AnthropicTools:
             profile=self._profile,
             timeout_seconds=self._timeout_seconds,
             reconcile_repeats=True,
+            run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
         )
         return _answer(tool_use_id, result)
 
