@@ -806,3 +806,57 @@ def test_timeouts_past_the_documented_maximum_are_a_clear_value_error(bad: objec
         timeout_seconds=sandrail.MAX_CALL_TIMEOUT_SECONDS,
     )
     assert result.status == "ok"
+
+
+@pytest.mark.parametrize("effect", ["Ensure", "Start", "Wait"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_c6_a_backend_s_own_cancelled_error_is_a_backend_failure(
+    effect: str, asynchronous: bool
+) -> None:
+    """A CancelledError the backend raises when nobody cancelled the call
+    (an SDK's own task) is a failure of that effect, with the port's usual
+    result (``uncertain`` once something may have been sent), never an
+    exception out of ``call_sync``; the retry reconciles, launching once."""
+    sim = Simulator()
+    raised = []
+
+    def answer(sent: Any) -> Any:
+        if type(sent).__name__ == effect and not raised:
+            raised.append(sent)
+            raise asyncio.CancelledError
+        return sim(sent)
+
+    async def answer_async(sent: Any) -> Any:
+        return answer(sent)
+
+    tools = toolset(answer_async if asynchronous else answer)
+    first = tools.call_sync("run_command", {"command": "echo x"}, call_id="c", operation_key="k")
+    assert raised
+    assert first.status in ("uncertain", "error")
+    assert not tools.abandoned
+    again = tools.call_sync("run_command", {"command": "echo x"}, call_id="c", operation_key="k")
+    assert again.status == "ok"
+    assert sum(sim.launches.values()) == 1
+
+
+def test_c11_the_caller_s_own_cancellation_still_reaches_the_caller() -> None:
+    """Only a CancelledError nobody asked for is a backend failure: the
+    caller cancelling ``await port.execute(...)`` still gets it."""
+    backend = RealTimeWaits()
+    port = toolset(backend)._ports["run_command"]
+    request = sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c", arguments={"command": "sleep 1"}),
+        operation_key="k",
+        session_id="embed-session",
+        definition=port.definition("run_command"),
+        identity=sandrail.AgentIdentity(agent_id="embed-agent"),
+    )
+
+    async def cancel_while_running() -> None:
+        task = asyncio.ensure_future(port.execute(request))
+        await backend.waiting.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_while_running())
