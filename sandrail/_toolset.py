@@ -129,7 +129,11 @@ class Toolset:
 
     - ``backend``, ``session_id``, ``owner``, ``authorize``,
       ``assert_authority`` and the optional settings are those of
-      :func:`sandrail.command_tools`; both ports share them.
+      :func:`sandrail.command_tools`; both ports share them. A
+      :class:`~sandrail.interpreters.replay.Recorder` backend records one
+      port: the toolset attaches it itself, so give it one tool group
+      (``tools=("command",)`` or ``("code",)``) and a recorder not yet
+      attached (``ValueError`` otherwise).
     - ``identity``: what each request states about its caller. For an
       :class:`~sandrail.AgentOwner` it defaults to the matching
       :class:`~sandrail.AgentIdentity`; a native owner must pass a
@@ -181,6 +185,7 @@ class Toolset:
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
             raise ValueError('tools must name "command", "code" or both')
+        recorder = _recorder(backend, groups)
         if identity is None:
             if not isinstance(owner, AgentOwner):
                 raise TypeError(
@@ -230,6 +235,8 @@ class Toolset:
                 "bytes with one-character call ids and operation keys (longer ones need as "
                 f"many more). Use at least {needed}; the default is {DEFAULT_MAX_OUTPUT_BYTES}."
             )
+        if recorder is not None:  # last: a toolset refused above attaches nothing
+            recorder.attach(next(iter(self._ports.values())))  # writes the header
 
     # -- what the model is offered -------------------------------------------
 
@@ -622,6 +629,27 @@ def _masked(
         ArgumentProblem(mask_text(problem.path, redactions), mask_text(problem.reason, redactions))
         for problem in problems
     ]
+
+
+def _recorder(backend: object, groups: tuple[str, ...]) -> Any:
+    """``backend`` when it is a :class:`~sandrail.interpreters.replay.Recorder`
+    this toolset can attach (one tool group, not yet attached), else ``None``
+    for any other backend; ``ValueError`` naming what to do otherwise."""
+    from sandrail.interpreters.replay import Recorder
+
+    if not isinstance(backend, Recorder):
+        return None
+    if len(set(groups)) != 1:
+        raise ValueError(
+            'a Recorder records one port, and tools=("command", "code") builds two: give '
+            'this toolset tools=("command",) or tools=("code",) (one Recorder per toolset)'
+        )
+    if backend._settings is not None:
+        raise ValueError(
+            "this Recorder already records a port: give the toolset a new Recorder, "
+            "which the toolset attaches itself"
+        )
+    return backend
 
 
 def _answers_with_awaitables(backend: object) -> bool:

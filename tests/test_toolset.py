@@ -860,3 +860,31 @@ def test_c11_the_caller_s_own_cancellation_still_reaches_the_caller() -> None:
             await task
 
     asyncio.run(cancel_while_running())
+
+
+def test_a_recorder_backend_is_attached_by_a_one_group_toolset(tmp_path: Any) -> None:
+    from sandrail.interpreters.replay import Recorder
+
+    cassette = tmp_path / "rec.jsonl"
+    with Recorder(Simulator(), str(cassette)) as recorder:
+        tools = toolset(recorder, tools=("command",))
+        result = tools.call_sync(
+            "run_command", {"command": "echo hi"}, call_id="c", operation_key="k"
+        )
+        assert result.status == "ok"
+    kinds = [json.loads(line)["kind"] for line in cassette.read_text().splitlines()]
+    assert kinds[0] == "header"
+    assert "call" in kinds
+
+
+def test_a_recorder_backend_a_toolset_cannot_attach_is_refused_naming_what_to_do(
+    tmp_path: Any,
+) -> None:
+    from sandrail.interpreters.replay import Recorder
+
+    with Recorder(Simulator(), str(tmp_path / "a.jsonl")) as recorder:
+        with pytest.raises(ValueError, match=r'tools=\("command",\)'):
+            toolset(recorder)
+        toolset(recorder, tools=("code",))
+        with pytest.raises(ValueError, match="already records a port"):
+            toolset(recorder, tools=("command",))
