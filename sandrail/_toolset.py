@@ -331,9 +331,10 @@ class Toolset:
     ) -> ToolResult:
         """Run one tool call and return its result; never raises but for the
         caller's own cancellation (after which the result is in
-        :attr:`abandoned`) and a ``ValueError`` for an unknown ``profile`` or
-        a ``timeout_seconds`` that is not a positive number (harness bugs,
-        not a model's).
+        :attr:`abandoned`) and a ``ValueError`` for an unknown ``profile``, a
+        ``timeout_seconds`` that is not a positive number of at most
+        :data:`MAX_CALL_TIMEOUT_SECONDS` or a ``run_id`` that is not a
+        non-blank string (harness bugs, not a model's).
 
         ``arguments`` are the model's, in the shape of ``profile``'s schema;
         ``cancel`` is an optional abort signal of the harness (anything with a
@@ -346,6 +347,7 @@ class Toolset:
         before ``:{call_id}``; a key of another form matches no other call).
         """
         deadline = check_timeout(timeout_seconds)
+        _check_run_id(run_id)
         prepared = self._prepare(
             name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats, run_id
         )
@@ -396,6 +398,7 @@ class Toolset:
         at the port's next check (a blocking backend call is not interrupted).
         """
         deadline = check_timeout(timeout_seconds)
+        _check_run_id(run_id)
         prepared = self._prepare(
             name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats, run_id
         )
@@ -550,21 +553,26 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _run_of(run_id: str | None, operation_key: str, call_id: str) -> str:
+def _check_run_id(run_id: object) -> None:
+    if run_id is not None and (not isinstance(run_id, str) or not str.__str__(run_id).strip()):
+        raise ValueError("run_id must be a non-blank string")
+
+
+def _run_of(run_id: object, operation_key: object, call_id: object) -> str:
     """The run a call belongs to, for matching repeats (see the module doc):
     ``run_id`` when given, else the run part of a ``f"{run}:{call_id}"``
-    key, else the key itself (a call that matches no other)."""
-    if isinstance(run_id, str):
-        return "run:" + run_id
-    suffix = f":{call_id}" if isinstance(call_id, str) else None
-    if (
-        isinstance(operation_key, str)
-        and suffix is not None
-        and operation_key.endswith(suffix)
-        and len(operation_key) > len(suffix)
-    ):
-        return "run:" + operation_key[: -len(suffix)]
-    return f"key:{operation_key!s}"
+    key, else the key itself (a call that matches no other). Read as plain
+    strings: a ``str`` subclass's own methods are never called."""
+    run, key, call = (
+        str.__str__(v) if isinstance(v, str) else None for v in (run_id, operation_key, call_id)
+    )
+    if run is not None:
+        return "run:" + run
+    if key is None:
+        return "key"  # the port refuses a key that is not a string
+    if call is not None and key.endswith(":" + call) and len(key) > len(call) + 1:
+        return "run:" + key[: -len(call) - 1]
+    return "key:" + key
 
 
 def _as_the_port_reads(

@@ -888,3 +888,10 @@ def test_a_recorder_backend_a_toolset_cannot_attach_is_refused_naming_what_to_do
         toolset(recorder, tools=("code",))
         with pytest.raises(ValueError, match="already records a port"):
             toolset(recorder, tools=("command",))
+
+
+@pytest.mark.parametrize("run_id", ["", "  ", 5])
+def test_c2_a_run_id_that_is_not_a_non_blank_string_is_a_harness_bug(run_id: Any) -> None:
+    tools = toolset()
+    with pytest.raises(ValueError, match="run_id"):
+        tools.call_sync("sandbox_status", {}, call_id="c", operation_key="k", run_id=run_id)
