@@ -247,7 +247,7 @@ def recent_events(limit: int = 10_000) -> Any:
 
 
 def _bad_key(toolset: Toolset, sent: object) -> ToolResult:
-    kind = "an empty string" if isinstance(sent, str) else f"a {type(sent).__name__}"
+    kind = "a blank string" if isinstance(sent, str) else f"a {type(sent).__name__}"
     return refusal(
         ErrorCode.OPERATION_KEY_REQUIRED,
         f'_meta["{OPERATION_KEY_META}"] must be a non-blank string, got {kind}; nothing ran. '
