@@ -178,7 +178,10 @@ def test_row_connect_failed_envd_refused_stop_and_read_are_errors(
         read = port.execute_sync(request(port, "read_command_output", "read", task_id=task))
     finally:
         server.clear_faults()
-    assert (stop.status, stop.content["executed"]) == ("error", False)
+    assert (stop.status, stop.content.get("executed")) == ("error", False), (
+        stop.content,
+        [f.detail for _, f in recording.failures],
+    )
     assert read.status == "error"
     failure = recording.last(sandrail.core.Cancel)
     # The SDK retries the connection; past its timeout the outer exception
