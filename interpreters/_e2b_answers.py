@@ -20,9 +20,9 @@ import attrs
 from sandrail.core._effects import CommandState, CommandStatus, OutputChunk, Started, StartRefused
 
 __all__ = [
+    "NOT_STARTED_REFUSAL",
     "CancelAnswer",
     "InitAnswer",
-    "NOT_STARTED_REFUSAL",
     "Malformed",
     "NotStarted",
     "RawRead",

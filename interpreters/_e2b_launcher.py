@@ -22,6 +22,10 @@ made the ledger private::
                                stdout, stderr, exit, ... (all root, 0600)
     L/claims.<epoch>/<task>    the claim log of this ledger epoch: one empty
                                file per task ever claimed in it
+    L/seal                     "<epoch> <count>": the epoch and how many
+                               claims were logged in it (under the lock)
+    L/void.<epoch>.<n>/        claim logs of voided epochs, kept: their
+                               entries still say "claimed before"
     L/fence, L/lock, L/user    highest fence seen; the ledger lock; the
                                ``user`` uid, gid and the tools to drop to it
     /tmp/sandrail/code/        published snippets (the path the core names):
@@ -45,8 +49,19 @@ step, then launches. Whatever ends the launcher (a deadline, a kill), a
 claim is complete or absent, and a claim that may exist is logged.
 
 **The epoch proof** (C2): the ledger's epoch is the random name of its
-claim-log directory; it changes whenever that directory is lost, and never
-comes back. Every answer reports it (``init``, and an ``epoch`` line in
+claim-log directory, and holds only while the ledger proves it is whole:
+exactly one claim log, the seal naming it, and at least as many entries in
+it as the seal counts (each claim logs its entry, then raises the count, in
+place, under the lock). Any partial deletion (the claim log emptied, the
+seal or any file deleted) breaks one of these and voids the epoch: under
+the lock, the launcher renames the claim log ``void.*`` and makes a new
+epoch, which never comes back. So a retry whose claim was deleted carries
+an epoch the ledger no longer has and is ``claim_lost``, never a second
+launch; a claim whose digest was deleted is ``claim_lost`` too, never a
+``conflict``. The honest limit: root in the sandbox (a template whose
+``user`` has sudo) can still forge a whole, consistent ledger (a claim log
+of the right name, a seal that counts it); sandrail defends against
+deletion, not against forgery by root. Every answer reports it (``init``, and an ``epoch`` line in
 ``start``, ``wait``, ``read`` and ``cancel`` answers; a lost claim log is
 made again when an answer is given), and the harness's ``Ensure`` reports
 the epoch it last heard. The core records that epoch, before the task's
@@ -96,11 +111,26 @@ fallback (a size of 0, a status of ``unknown``/``running``).
 The only values sandrail puts into shell text are the validated task id
 (64 hex), a nonce and integers; the launcher validates them again.
 
+**A command that cannot begin** (C7: ``ok`` means the command began):
+the wrapper that drops to ``user`` reports on a pipe root made, just before
+it execs the command, ``began``; or, instead of running it, why it cannot:
+``cwd`` (missing, not a directory, or not enterable by ``user``) or
+``e2big`` (Linux would refuse the exec as too big: probed with ``/bin/true``
+and the very same argument and environment, only when they are over 16,384
+characters). The supervisor writes that report to the claim's ``verdict``
+(whose lock the start holds for it), and the start answers only once it is
+there (at most 5 s, else as before): ``refused not_started <why>``, on the
+first start and on every retry of the same request (the claim is consumed:
+nothing launches later). None of the wrapper's messages reaches the
+command's output. A concurrent command of ``user`` cannot forge a report
+(it cannot open a root pipe again); one that ptraces the wrapper could.
+
 Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
 
     init <name>                       -> "ready <epoch> <separated 0|1>"
     start <task> <nonce>              -> "started 1|0" | "refused <reason>"
-                                         (conflict, stale_fence, claim_lost),
+                                         (conflict, stale_fence, claim_lost,
+                                         "not_started cwd|e2big"),
                                          then "epoch <epoch>", then (started)
                                          a state line
     wait <task> <millis> <limit>      -> a read of cursors 0 0 once ended or
@@ -118,7 +148,7 @@ Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
     discard <task> <nonce>            -> "discarded" (the staged request is
                                          gone, or was taken by its start)
     state line: "state <status> <code> <stdout_bytes> <stderr_bytes>"
-    <epoch>: 32 hex, or "-" (no proof: the claim log was tampered with)
+    <epoch>: 32 hex, or "-" (no proof could be made)
 
 Exit status 3 with ``sandrail-error <what>`` means the launcher refused its
 arguments (or could not take its request) before touching any claim.
