@@ -112,14 +112,18 @@ The only values sandrail puts into shell text are the validated task id
 (64 hex), a nonce and integers; the launcher validates them again.
 
 **A command that cannot begin** (C7: ``ok`` means the command began):
-the wrapper that drops to ``user`` reports on a pipe root made, just before
+for a request staged with ``check`` (the harness stages it with a cwd, or
+when the argument and env are over 16 KiB), the wrapper that drops to
+``user`` reports on a pipe root made, just before
 it execs the command, ``began``; or, instead of running it, why it cannot:
 ``cwd`` (missing, not a directory, or not enterable by ``user``) or
 ``e2big`` (Linux would refuse the exec as too big: probed with ``/bin/true``
 and the very same argument and environment, only when they are over 16,384
 characters). The supervisor writes that report to the claim's ``verdict``
 (whose lock the start holds for it), and the start answers only once it is
-there (at most 5 s, else as before): ``refused not_started <why>``, on the
+there (a request without ``check`` is answered at once, as a command with
+the default cwd and a small env begins unless ``user``'s home was made
+unenterable) (at most 5 s, else as before): ``refused not_started <why>``, on the
 first start and on every retry of the same request (the claim is consumed:
 nothing launches later). None of the wrapper's messages reaches the
 command's output. A concurrent command of ``user`` cannot forge a report
@@ -473,8 +477,10 @@ do_start() { # <task> <nonce>
   # wakes the moment it lets go: an event, not a poll.
   exec 7>"$req/alive"; flock -x 7
   # Likewise `verdict` (fd 6) until the supervisor writes there whether
-  # the command began (see do_supervise): this start answers only then.
-  exec 6>"$req/verdict"; flock -x 6
+  # the command began (see do_supervise), for a request that may not begin
+  # (`check`: a cwd, or an argument and env over 16 KiB): this start
+  # answers only then. Others answer at once (no wait, no process more).
+  if [ -e "$req/check" ]; then exec 6>"$req/verdict"; flock -x 6; fi
   : > "$CLAIMS/$task"
   printf '%s %s\n' "$EPOCH" "$(( SEALED + 1 ))" > "$LEDGER/seal"
   mv -T -- "$req" "$dir" || { exec 7>&- 6>&-; rm -rf -- "$req"; unlock; fail no-claim; }
@@ -483,7 +489,8 @@ do_start() { # <task> <nonce>
   exec 7>&- 6>&-
   unlock
   forget_stale </dev/null >/dev/null 2>&1 9>&- &
-  verdict_of "$task"
+  VERDICT=
+  [ -e "$dir/check" ] && verdict_of "$task"
   if [[ $VERDICT =~ ^(cwd|e2big)$ ]]; then
     printf 'refused not_started %s\nepoch %s\n' "$VERDICT" "$EPOCH"; return
   fi
