@@ -295,6 +295,8 @@ def test_row_launcher_refused_its_arguments_when_its_request_is_gone(
     outcomes = [_run(port, f"op-{n}", server.mark(mark)) for n, mark in enumerate(marks)]
     as_root(server, sandbox_id, "pkill -f 'seq 3000' ; true")
     starts = [f for effect, f in recording.failures if isinstance(effect, Start)]
+    # no-request: the sweep took it first; bad-request: the start took it
+    # while the sweep was deleting its files (no digest left).
     refusals = [f for f in starts if "no-request" in f.detail or "bad-request" in f.detail]
     assert refusals, [o.content for o in outcomes]
     failure = refusals[0]
