@@ -120,11 +120,23 @@ def plain_arguments(arguments: object) -> dict[str, Any] | None:
     ``None`` when they are not a JSON object. The program checks and uses
     only this copy: a mapping that answers differently on each read cannot
     get one thing checked and another run."""
+    if type(arguments) is dict:
+        # The common case: a dict of strings, integers, booleans and nulls,
+        # whose JSON round trip would be an equal dict with its keys sorted.
+        items = list(arguments.items())  # the single read
+        if all(type(key) is str and type(value) in _FLAT for key, value in items):
+            items.sort()  # distinct keys: values are never compared
+            return dict(items)
     try:
         copy = json.loads(_DIGEST_ENCODER.encode(arguments))
     except (TypeError, ValueError, RecursionError, AttributeError):
         return None
     return copy if isinstance(copy, dict) else None
+
+
+_FLAT: Final = frozenset((str, int, bool, type(None)))
+"""Exact types a JSON round trip returns as equal values of the same type
+(floats are left to the round trip: NaN has no JSON form)."""
 
 
 class _Seen(NamedTuple):
@@ -378,6 +390,13 @@ def unchanged(request: ToolRequest, snap: _Snapshot) -> bool | None:
         or type(request.definition) is not ToolDefinition
     ):
         return None
+    if type(identity) is AgentIdentity:
+        if identity.agent_id is not seen.identity_fields[0]:
+            return None
+        try:
+            return _same_json(call.arguments, seen.plain_arguments)
+        except RecursionError:
+            return None
     assert isinstance(identity, NativeIdentity | AgentIdentity)  # the snapshot checked it
     for now, then in zip(_identity_fields(identity), seen.identity_fields, strict=True):
         if now is not then:

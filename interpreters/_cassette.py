@@ -31,10 +31,11 @@ digest of a weak secret is itself a leak.
 from __future__ import annotations
 
 import json
+import json.scanner
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 from cattrs import Converter
@@ -560,16 +561,25 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
     def fail(number: int, message: str) -> CassetteError:
         return CassetteError(f"{source}:{number}: {message}")
 
+    # Strategy (issue 12): the file is decoded as one text (0x0A never occurs
+    # inside a UTF-8 sequence, so its lines are the byte lines decoded), and
+    # each line goes straight to the C scanner. Only a line the scanner does
+    # not read whole (surrounding spaces, bad JSON) or a file that is not
+    # UTF-8 takes the long way, which names the line.
+    try:
+        texts: list[str] | None = data.decode("utf-8").split("\n")[: len(lines)]
+    except UnicodeDecodeError:
+        texts = None
     records: list[tuple[int, dict[str, Any], str]] = []
     for number, raw in enumerate(lines, start=1):
         try:
-            text = raw.decode("utf-8")
-            record = json.loads(text)
+            text = raw.decode("utf-8") if texts is None else texts[number - 1]
+            record = _read_line(text)
         except UnicodeDecodeError:
             raise fail(number, "not UTF-8 text: the file is corrupt") from None
         except json.JSONDecodeError as exc:
             raise fail(number, f"not valid JSON ({exc.msg}): the file is corrupt") from None
-        if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        if type(record) is not dict or not isinstance(record.get("kind"), str):
             raise fail(number, 'not a cassette record (a JSON object with a "kind")')
         records.append((number, record, text))
 
@@ -629,6 +639,21 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
                 f"on line {call.line}: the file is truncated",
             )
     return Cassette(source=source, header=header, calls=tuple(calls.values()), complete=complete)
+
+
+_SCAN: Final[Callable[[str, int], tuple[Any, int]]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]
+)
+"""The C scanner ``json.loads`` runs under its Python wrappers."""
+
+
+def _read_line(text: str) -> Any:
+    """``json.loads(text)``, raising what it raises, by the shortest way."""
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
+        return json.loads(text)  # the error it names
+    return value if end == len(text) else json.loads(text)
 
 
 def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:
