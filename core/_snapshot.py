@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 from collections.abc import Mapping
+from json.encoder import encode_basestring
 from typing import Any, Final, NamedTuple
 
 import attrs
@@ -98,7 +100,7 @@ def request_digest(request: ToolRequest, arguments: object = None) -> str:
         None if identity is None else identity.locator(),
         request.result_governance,
     )
-    text = _DIGEST_ENCODER.encode(body)
+    text = _digest_text(body)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -112,6 +114,17 @@ def _plain(value: object) -> object:
 _DIGEST_ENCODER = json.JSONEncoder(
     sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain
 )
+_C_ENCODER: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
+
+
+def _digest_text(value: object) -> str:
+    """``_DIGEST_ENCODER.encode(value)``, by the shortest way (issue 12): the
+    C encoder it builds under its Python wrappers on every call, made here
+    directly (with its own circular reference check, as it makes it)."""
+    if _C_ENCODER is None:
+        return _DIGEST_ENCODER.encode(value)
+    encode = _C_ENCODER({}, _plain, encode_basestring, None, ":", ",", True, False, False)
+    return "".join(encode(value, 0))
 
 
 def plain_arguments(arguments: object) -> dict[str, Any] | None:
@@ -128,7 +141,7 @@ def plain_arguments(arguments: object) -> dict[str, Any] | None:
             items.sort()  # distinct keys: values are never compared
             return dict(items)
     try:
-        copy = json.loads(_DIGEST_ENCODER.encode(arguments))
+        copy = json.loads(_digest_text(arguments))
     except (TypeError, ValueError, RecursionError, AttributeError):
         return None
     return copy if isinstance(copy, dict) else None
@@ -342,7 +355,7 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
             identity_fields=fields,
             result_governance=request.result_governance,
             plain_arguments=_copy(arguments),
-            plain_scope=None if scope is None else json.loads(_DIGEST_ENCODER.encode(scope)),
+            plain_scope=None if scope is None else json.loads(_digest_text(scope)),
         )
     return _Snapshot(
         tool=name,
@@ -416,7 +429,7 @@ def _copy(plain: dict[str, Any]) -> dict[str, Any]:
     return {
         key: value
         if type(value) is not dict and type(value) is not list
-        else json.loads(_DIGEST_ENCODER.encode(value))
+        else json.loads(_digest_text(value))
         for key, value in plain.items()
     }
 

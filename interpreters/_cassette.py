@@ -31,6 +31,7 @@ digest of a weak secret is itself a leak.
 from __future__ import annotations
 
 import json
+import json.encoder
 import json.scanner
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -240,9 +241,27 @@ def _reason(exc: BaseException) -> str:
 # JSON lines
 
 
+_C_ENCODER: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
+_DEFAULT: Final = json.JSONEncoder().default  # raises TypeError, naming the type
+
+
+def _dumps(value: Any, *, ensure_ascii: bool = True, allow_nan: bool = True) -> str:
+    """``json.dumps(value, ensure_ascii=..., allow_nan=...)``, by the shortest
+    way (issue 12): the C encoder ``json.dumps`` builds under its Python
+    wrappers on every call, made here directly (with its own circular
+    reference check, as ``json.dumps`` makes it)."""
+    if _C_ENCODER is None or isinstance(value, str):
+        return json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+    escape = (
+        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    )
+    encode = _C_ENCODER({}, _DEFAULT, escape, None, ": ", ", ", False, False, allow_nan)
+    return "".join(encode(value, 0))
+
+
 def normalize(data: Any) -> Any:
     """``data`` as it reads back from a cassette line (tuples become lists...)."""
-    return json.loads(json.dumps(data))
+    return json.loads(_dumps(data))
 
 
 def dump_line(data: Mapping[str, Any]) -> str:
@@ -252,11 +271,11 @@ def dump_line(data: Mapping[str, Any]) -> str:
     escapes instead, so every line stays valid UTF-8 and reads back exactly.
     NaN and infinities are refused (``ValueError``): JSON has no such numbers.
     """
-    line = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    line = _dumps(data, ensure_ascii=False, allow_nan=False)
     try:
         line.encode("utf-8")
     except UnicodeEncodeError:
-        line = json.dumps(data, ensure_ascii=True, allow_nan=False)
+        line = _dumps(data, ensure_ascii=True, allow_nan=False)
     return line
 
 
@@ -320,7 +339,7 @@ def _jsonable(value: Any) -> Any:
     """``value`` if it has a JSON form, else a marker naming its type (the
     core refuses such requests anyway; the marker keeps the line writable)."""
     try:
-        json.dumps(value, allow_nan=False)
+        _dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         return f"<unserializable {type(value).__name__}>"
     return value

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 import sandrail
 from sandrail.core import canonical_json, request_digest, snapshot_request, unchanged
 from sandrail.core._call import _fits_whole, _size_bound
-from sandrail.core._snapshot import _DIGEST_ENCODER, plain_arguments
-from sandrail.interpreters._cassette import _read_line
+from sandrail.core._snapshot import _DIGEST_ENCODER, _digest_text, plain_arguments
+from sandrail.interpreters._cassette import _dumps, _read_line
 from sandrail.testing import World, native_identity
 from sandrail.testing.strategies import anything, json_values, result_json_values
 
@@ -246,3 +246,44 @@ def test_cassette_lines_read_as_json_loads_reads_them(text: str) -> None:
 
 
 _INVALID = object()
+
+
+@given(
+    anything | json_values(6) | st.floats(),
+    st.booleans(),
+    st.booleans(),
+)
+def test_cassette_lines_are_written_as_json_dumps_writes_them(
+    value: Any, ensure_ascii: bool, allow_nan: bool
+) -> None:
+    """The direct C encoder of cassette lines (issue 12) writes exactly what
+    ``json.dumps`` writes, and refuses what it refuses with the same error."""
+    try:
+        expected = json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            _dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+        return
+    assert _dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan) == expected
+
+
+def test_cassette_lines_refuse_a_cycle_as_json_dumps_does() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="Circular reference"):
+        _dumps({"a": cycle})
+    assert _dumps({"a": [1, 2]}) == json.dumps({"a": [1, 2]})  # nothing left behind
+
+
+@given(anything | json_values(6) | st.floats())
+def test_c9_the_digest_text_is_what_its_encoder_writes(value: Any) -> None:
+    """The direct C encoder behind request digests and plain copies
+    (issue 12) writes exactly what the digest encoder writes, and refuses
+    what it refuses with the same error."""
+    try:
+        expected = _DIGEST_ENCODER.encode(value)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            _digest_text(value)
+        return
+    assert _digest_text(value) == expected
