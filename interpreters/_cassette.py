@@ -338,11 +338,16 @@ def encode_request(request: ToolRequest, settings: PortSettings | None) -> dict[
 def _jsonable(value: Any) -> Any:
     """``value`` if it has a JSON form, else a marker naming its type (the
     core refuses such requests anyway; the marker keeps the line writable)."""
+    if value is None or type(value) in _ALWAYS_JSON:
+        return value  # every value of these types has one
     try:
         _dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         return f"<unserializable {type(value).__name__}>"
     return value
+
+
+_ALWAYS_JSON: Final = frozenset((str, bool))  # not int: json refuses a 5,000-digit one
 
 
 def decode_request(data: Mapping[str, Any], definitions: Iterable[ToolDefinition]) -> ToolRequest:
