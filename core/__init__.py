@@ -15,7 +15,7 @@ from ._budget import (
 )
 from ._call import bound_result, crash_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
-from ._contents import admission_size
+from ._contents import admission_size, minimum_output_bytes
 from ._definitions import (
     COMMAND_TOOL_NAMES,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -77,6 +77,7 @@ from ._effects import (
 )
 from ._env import (
     ENV_NAME_PATTERN,
+    REFUSED_ENV_NAMES,
     RESERVED_ENV_NAMES,
     RESERVED_ENV_PREFIXES,
     SHELL_OWNED_ENV_NAMES,
@@ -103,6 +104,7 @@ from ._identity import (
     task_id,
 )
 from ._masking import (
+    MAX_MASKED_BYTES,
     MIN_REDACTED_LENGTH,
     REDACTED,
     MaskingError,
@@ -153,12 +155,14 @@ __all__ = [
     "HARNESS_EFFECTS",
     "LANGUAGES",
     "LANGUAGE_ALIASES",
+    "MAX_MASKED_BYTES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
     "MIN_REDACTED_LENGTH",
     "PROFILES",
     "READ_MAX_BYTES",
     "REDACTED",
+    "REFUSED_ENV_NAMES",
     "RESERVED_ENV_NAMES",
     "RESERVED_ENV_PREFIXES",
     "RETAINED_OUTPUT_LIMIT",
@@ -261,6 +265,7 @@ __all__ = [
     "mask_chunk",
     "mask_text",
     "minimal_uncertain_size",
+    "minimum_output_bytes",
     "observe",
     "omission_marker",
     "owner_key",

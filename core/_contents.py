@@ -19,14 +19,14 @@ from ._effects import (
     CommandState,
     SandboxState,
 )
-from ._identity import AgentIdentity, AgentOwner
+from ._identity import AgentIdentity, AgentOwner, NativeIdentity
 from ._results import (
     ArtifactRef,
     ErrorCode,
 )
 from ._snapshot import _MAX_SAFE_INTEGER, PortSettings, _Snapshot
 
-__all__ = ["admission_size"]
+__all__ = ["admission_size", "minimum_output_bytes"]
 
 _LONGEST_SANDBOX_ID: Final = "s" * 128
 _LONGEST_TASK_ID: Final = "f" * 64
@@ -136,6 +136,51 @@ def admission_size(snap: _Snapshot, settings: PortSettings) -> int:
         size = base + _TASK_ENTRY + (_SANDBOX_ENTRY if with_sandbox else 0)
         sizes.append(size - 1 + overhead)
     return max(sizes)
+
+
+def minimum_output_bytes(
+    settings: PortSettings,
+    tool: str,
+    identity: AgentIdentity | NativeIdentity | None = None,
+    *,
+    call_id: str = "c",
+    operation_key: str = "k",
+) -> int:
+    """The smallest ``max_output_bytes`` with which a call of ``tool`` with
+    ``call_id`` and ``operation_key`` can be admitted (C14):
+    :func:`admission_size` of such a call. By default one-character ids, so
+    no call of ``tool`` at all can be admitted below it (longer ids need
+    more, byte for byte).
+
+    ``identity`` is the one calls will state; ``None`` measures the shortest
+    one the owner allows (for a native owner whose identity is only known
+    call by call: its scope, one-character ids, fence 0).
+    """
+    if identity is None:
+        owner = settings.owner
+        if isinstance(owner, AgentOwner):
+            identity = AgentIdentity(agent_id=owner.agent_id)
+        else:
+            identity = NativeIdentity(
+                scope=owner.scope,
+                run_id="r",
+                turn_id="t",
+                build_id="b",
+                task_chain_id="c",
+                parent_run_id="p",
+                execution_fence=0,
+            )
+    snap = _Snapshot(
+        tool=tool,
+        call_id=call_id,
+        operation_key=operation_key,
+        session_id=settings.session_id,
+        identity=identity,
+        arguments={},
+        digest="",
+        governed=False,
+    )
+    return admission_size(snap, settings)
 
 
 def _entry_size(key: str, value: str) -> int:

@@ -21,7 +21,12 @@ from typing import Any, Final
 import attrs
 
 from ._canonical import canonical_json
-from ._env import ENV_NAME_PATTERN, RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
+from ._env import (
+    ENV_NAME_PATTERN,
+    RESERVED_ENV_NAMES,
+    RESERVED_ENV_PREFIXES,
+    SHELL_OWNED_ENV_NAMES,
+)
 
 __all__ = [
     "CODE_TOOL_NAMES",
@@ -372,6 +377,8 @@ _ENV_RULES: Final = (
     + ", ".join(RESERVED_ENV_PREFIXES)
     + "; and "
     + ", ".join(sorted(RESERVED_ENV_NAMES))
+    + "), nor one bash sets itself, so the command would never see it ("
+    + ", ".join(sorted(SHELL_OWNED_ENV_NAMES))
     + f"); values hold at most {MAX_ENV_VALUE_LENGTH} characters and no NUL; at most "
     f"{MAX_ENV_ENTRIES} variables."
 )

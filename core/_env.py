@@ -70,6 +70,7 @@ from typing import Final
 
 __all__ = [
     "ENV_NAME_PATTERN",
+    "REFUSED_ENV_NAMES",
     "RESERVED_ENV_NAMES",
     "RESERVED_ENV_PREFIXES",
     "SHELL_OWNED_ENV_NAMES",
@@ -126,6 +127,12 @@ SHELL_OWNED_ENV_NAMES: Final[frozenset[str]] = frozenset(
 )
 """Names bash owns: a command given one would never see the value."""
 
+REFUSED_ENV_NAMES: Final[frozenset[str]] = RESERVED_ENV_NAMES | SHELL_OWNED_ENV_NAMES
+"""Every single name refused, for either reason: with
+:data:`RESERVED_ENV_PREFIXES`, the whole rule every schema states
+(:data:`ENV_NAME_PATTERN`, and the strict profiles' pattern derived from the
+same two)."""
+
 _SHELL_NAME: Final = r"[A-Za-z_][A-Za-z0-9_]*"
 _SHELL_NAME_RE: Final = re.compile(_SHELL_NAME)
 
@@ -137,7 +144,7 @@ def _pattern() -> str:
     # quantifiers, no \A or \Z, no inline flags; the entries are plain shell
     # names, so escaping leaves them as they are.
     prefixes = "|".join(re.escape(prefix) for prefix in RESERVED_ENV_PREFIXES)
-    names = "|".join(re.escape(name) for name in sorted(RESERVED_ENV_NAMES | SHELL_OWNED_ENV_NAMES))
+    names = "|".join(re.escape(name) for name in sorted(REFUSED_ENV_NAMES))
     return rf"^(?!(?:{prefixes})|(?:{names})$){_SHELL_NAME}$"
 
 

@@ -3,9 +3,10 @@
 :data:`~sandrail.core._env.ENV_NAME_PATTERN` refuses reserved names with a
 negative lookahead, which strict decoders (OpenAI's and Anthropic's strict
 tool calls) do not take. :data:`STRICT_ENV_NAME_PATTERN` matches the same
-names, derived from the same reserved lists: a trie of the reserved prefixes
-and names, walked into alternatives that never complete a reserved name nor
-enter a reserved prefix.
+names, derived from the same lists (:data:`~sandrail.core._env.RESERVED_ENV_PREFIXES`
+and :data:`~sandrail.core._env.REFUSED_ENV_NAMES`, the reserved names and those
+bash owns): a trie of the refused prefixes and names, walked into
+alternatives that never complete a refused name nor enter a refused prefix.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from ._env import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
+from ._env import REFUSED_ENV_NAMES, RESERVED_ENV_PREFIXES
 
 __all__ = ["STRICT_ENV_NAME_PATTERN"]
 
@@ -76,7 +77,7 @@ def _strict_env_name_pattern(prefixes: Iterable[str], names: Iterable[str]) -> s
     return "^" + _avoiding(root, first=True) + "$"
 
 
-STRICT_ENV_NAME_PATTERN: Final = _strict_env_name_pattern(RESERVED_ENV_PREFIXES, RESERVED_ENV_NAMES)
+STRICT_ENV_NAME_PATTERN: Final = _strict_env_name_pattern(RESERVED_ENV_PREFIXES, REFUSED_ENV_NAMES)
 """The env-name rule of :data:`~sandrail.core._env.ENV_NAME_PATTERN`, derived
-from the same reserved lists, written without lookaround (which strict
-decoders refuse): the same names match."""
+from the same lists, written without lookaround (which strict decoders
+refuse): the same names match."""

@@ -42,6 +42,7 @@ import attrs
 from ._effects import TERMINAL_STATUSES, CommandState, OutputChunk, Read
 
 __all__ = [
+    "MAX_MASKED_BYTES",
     "MIN_REDACTED_LENGTH",
     "REDACTED",
     "MaskingError",
@@ -59,6 +60,12 @@ REDACTED: Final = "<redacted>"
 
 MIN_REDACTED_LENGTH: Final = 8
 """Secret values shorter than this many characters are not searched for."""
+
+MAX_MASKED_BYTES: Final = 8 * 1024 * 1024
+"""The most a port keeps of values to mask, in UTF-8 bytes: it masks every
+env value it passed for the rest of its life, so a session that keeps passing
+new ones is refused more before the memory and the masking work grow without
+bound."""
 
 _REDACTED_BYTES: Final = REDACTED.encode("ascii")
 
@@ -93,7 +100,7 @@ class Redactions:
     valid Unicode count; others are dropped (they cannot be printed as such).
     """
 
-    __slots__ = ("_encoded", "longest", "values")
+    __slots__ = ("_borders", "_encoded", "longest", "values")
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self.values: frozenset[str] = frozenset(values)
@@ -106,6 +113,7 @@ class Redactions:
             except UnicodeEncodeError:
                 continue
         self._encoded = tuple(sorted(usable, key=lambda data: (-len(data), data)))
+        self._borders: dict[bytes, list[int]] = {}
         self.longest = len(self._encoded[0]) if self._encoded else 0
         """The longest value in UTF-8 bytes (0 when there is none)."""
 
@@ -115,16 +123,45 @@ class Redactions:
     def __bool__(self) -> bool:
         return bool(self._encoded)
 
+    def _border(self, secret: bytes) -> list[int]:
+        """The prefix function of ``secret`` (Knuth-Morris-Pratt): for each
+        length, the longest proper prefix that is also a suffix."""
+        border = self._borders.get(secret)
+        if border is None:
+            border = [0] * len(secret)
+            k = 0
+            for i in range(1, len(secret)):
+                while k and secret[i] != secret[k]:
+                    k = border[k - 1]
+                if secret[i] == secret[k]:
+                    k += 1
+                border[i] = k
+            self._borders[secret] = border
+        return border
+
     def intervals(self, data: bytes) -> list[tuple[int, int]]:
         """Merged intervals of ``data`` covered by an occurrence of any value,
         overlapping occurrences included; sorted and disjoint. Occurrences
-        that merely touch stay apart (each reads as its own marker)."""
+        that merely touch stay apart (each reads as its own marker).
+
+        Linear in ``data`` for every value: a run of overlapping occurrences
+        of a periodic value (``aaaa...`` in ``aaaa...``) is followed one period
+        at a time, not found again at every offset."""
         spans: list[tuple[int, int]] = []
         for secret in self._encoded:
+            size = len(secret)
+            period = size - self._border(secret)[-1]
+            tail = secret[size - period :]
             at = data.find(secret)
             while at >= 0:
-                spans.append((at, at + len(secret)))
-                at = data.find(secret, at + 1)
+                end = at + size
+                if period < size:
+                    # The next occurrence overlapping this one starts one
+                    # period on, and exists iff the period continues.
+                    while data[end : end + period] == tail:
+                        end += period
+                spans.append((at, end))
+                at = data.find(secret, max(at + 1, end - size + 1))
         if not spans:
             return []
         spans.sort()
@@ -140,17 +177,24 @@ class Redactions:
     def pending_prefix(self, data: bytes, low: int) -> int | None:
         """The earliest position ``p >= low`` where ``data[p:]`` is a proper
         prefix of some value (a secret that bytes not read yet may complete),
-        or ``None``."""
+        or ``None``. Linear in the longest value."""
         best: int | None = None
         end = len(data)
         for secret in self._encoded:
-            first = secret[:1]
-            at = data.find(first, max(low, end - len(secret) + 1))
-            while at >= 0 and (best is None or at < best):
-                if secret.startswith(data[at:end]):
-                    best = at
-                    break
-                at = data.find(first, at + 1)
+            start = max(low, end - len(secret) + 1)
+            if start >= end:
+                continue
+            border = self._border(secret)
+            state = 0  # the longest prefix of `secret` ending where the scan is
+            for byte in data[start:end]:
+                while state and (state == len(secret) or secret[state] != byte):
+                    state = border[state - 1]
+                if secret[state] == byte:
+                    state += 1
+            if state == len(secret):
+                state = border[state - 1]  # a whole occurrence is an interval
+            if state and (best is None or end - state < best):
+                best = end - state
         return best
 
     def mask(self, data: bytes) -> bytes:

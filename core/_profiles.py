@@ -20,7 +20,8 @@ subset:
 :func:`tool_schema` is what a framework is handed: the same schema with the
 keywords the vendor's strict mode refuses moved into the description, where
 the model still reads them (``openai-strict``: string lengths;
-``anthropic-strict``: numeric bounds, string lengths and array sizes). Those
+``anthropic-strict``: patterns, numeric bounds, string lengths and array
+sizes, so that ``anthropic.transform_schema`` has nothing left to move). Those
 rules are still checked: :func:`canonical_arguments` validates arguments
 against the stated schema and answers argument problems with paths in the
 profile's own shape (``arguments.env[2].name``), then converts them to the
@@ -46,7 +47,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Final, Literal, get_args
 
-from ._definitions import ToolDefinition
+from ._definitions import COMMAND_PATTERN, NO_NUL_PATTERN, TASK_ID_PATTERN, ToolDefinition
 from ._env_strict import STRICT_ENV_NAME_PATTERN
 from ._validation import ArgumentProblem, check_arguments
 
@@ -67,16 +68,22 @@ VENDOR_UNSUPPORTED: Final[Mapping[Profile, frozenset[str]]] = {
     "full": frozenset(),
     # OpenAI's strict mode keeps pattern, minimum/maximum and minItems/maxItems.
     "openai-strict": frozenset({"minLength", "maxLength"}),
-    # Anthropic's strict tool use keeps pattern (without lookaround) and
-    # minItems 0 or 1, and refuses numeric bounds, lengths and maxItems.
+    # Anthropic's strict tool use refuses numeric bounds, lengths and
+    # maxItems, keeps minItems 0 or 1 only, and takes patterns only in a
+    # subset of regular expressions, compiled with every strict tool of a
+    # request into one grammar of limited size: its own SDK
+    # (`anthropic.transform_schema`) and pydantic-ai's Anthropic strict
+    # conversion move every pattern into the description, and so does this
+    # profile (the port checks them when the call comes back).
     "anthropic-strict": frozenset(
-        {"minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"}
+        {"pattern", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"}
     ),
 }
 """Keywords of a stated schema each vendor's strict mode refuses; the schema a
 framework is handed states them in the description instead."""
 
 _NON_EMPTY: Final = r"^[\s\S]+$"
+_UNREADABLE: Final = "must be a JSON object whose numbers are within the schema's bounds"
 
 
 # --- deriving the strict schemas ------------------------------------------------------
@@ -224,6 +231,7 @@ def _nodes(schema: Any) -> Iterator[dict[str, Any]]:
 
 
 _WORDS: Final = {
+    "pattern": "matching the regular expression {}",
     "minimum": "at least {}",
     "maximum": "at most {}",
     "minLength": "at least {} characters",
@@ -232,9 +240,28 @@ _WORDS: Final = {
     "maxItems": "at most {} entries",
 }
 
+_PATTERN_WORDS: Final = {
+    STRICT_ENV_NAME_PATTERN: "a shell variable name (letters, digits and _, not starting with "
+    "a digit) that is none of the names, nor starts with any of the prefixes, that the "
+    "env description refuses",
+    COMMAND_PATTERN: "not blank (at least one character that is not whitespace), with no NUL "
+    "character",
+    NO_NUL_PATTERN: "with no NUL character",
+    TASK_ID_PATTERN: "64 lowercase hexadecimal digits",
+    _NON_EMPTY: "not empty",
+}
+"""Patterns said in plain words where a vendor takes no ``pattern`` (the
+env-name rule is 4.6 KB of regular expression; the words and the env
+description it points to say the same)."""
+
 
 def _state_in_description(node: dict[str, Any], dropped: frozenset[str]) -> None:
-    said = [_WORDS[key].format(node.pop(key)) for key in _WORDS if key in dropped and key in node]
+    said: list[str] = []
+    for key, words in _WORDS.items():
+        if key in dropped and key in node:
+            value = node.pop(key)
+            plain = _PATTERN_WORDS.get(value) if key == "pattern" else None
+            said.append(plain if plain is not None else words.format(value))
     if said:
         node["description"] = _sentence(node.get("description", ""), f"({', '.join(said)})")
 
@@ -272,7 +299,12 @@ def canonical_arguments(
         ]
         if absent:
             arguments = {**arguments, **dict.fromkeys(absent)}
-    problems = check_arguments(stated, arguments)
+    try:
+        problems = check_arguments(stated, arguments)
+    except ValueError:
+        # The schema check writes a refused integer into its message, which
+        # Python will not do past 4,300 digits; no schema admits one.
+        return (ArgumentProblem("arguments", _UNREADABLE),)
     if problems:
         return problems
     assert isinstance(arguments, Mapping)  # check_arguments refuses anything else

@@ -70,7 +70,7 @@ from ._effects import (
 )
 from ._guard import Phase
 from ._identity import NativeIdentity, task_id
-from ._masking import Redactions, mask_text, redaction_secrets
+from ._masking import MAX_MASKED_BYTES, Redactions, mask_text, redaction_secrets
 from ._requests import RUNTIME_ARTIFACTS
 from ._results import (
     AgentCommandRef,
@@ -117,6 +117,21 @@ def tool_program(
     return bound_result(result, settings.max_output_bytes)
 
 
+def _masked_problems(
+    problems: tuple[ArgumentProblem, ...], secrets: frozenset[str]
+) -> tuple[ArgumentProblem, ...]:
+    """``problems`` with env values masked (C17): a model may write one into
+    a name it gets back, an env name or an unknown argument's. Masked before
+    the budget fits them (the mask can be longer than the value)."""
+    if not secrets:
+        return problems
+    redactions = Redactions(secrets)
+    return tuple(
+        ArgumentProblem(mask_text(problem.path, redactions), mask_text(problem.reason, redactions))
+        for problem in problems
+    )
+
+
 def _tool_program(
     request: object, settings: PortSettings, snapshot: _Snapshot | None, secrets: frozenset[str]
 ) -> Program:
@@ -136,7 +151,11 @@ def _tool_program(
     problems = check_arguments(definition, snap.arguments)
     if problems:
         return ToolResult(
-            status="error", content=arguments_rejection(problems, settings.max_output_bytes)
+            status="error",
+            content=arguments_rejection(
+                _masked_problems(problems, secrets | redaction_secrets(snap.arguments.get("env"))),
+                settings.max_output_bytes,
+            ),
         )
     # The snapshot's arguments are already the program's private plain copy.
     arguments = snap.arguments
@@ -158,6 +177,19 @@ def _tool_program(
             status="error", content=arguments_rejection(exposed, settings.max_output_bytes)
         )
     call = _Call(snap, settings, secrets)
+    if call.secrets is not secrets and not call.secrets <= secrets:
+        kept = sum(len(value.encode("utf-8", "surrogatepass")) for value in call.secrets)
+        if kept > MAX_MASKED_BYTES:
+            problem = ArgumentProblem(
+                path="arguments.env",
+                reason=f"would make this session mask more than {MAX_MASKED_BYTES} bytes of env "
+                "values (it masks every value it ever passed): reuse values, or start a new "
+                "session",
+            )
+            return ToolResult(
+                status="error",
+                content=arguments_rejection([problem], settings.max_output_bytes),
+            )
     redactions = Redactions(call.secrets)
 
     try:

@@ -13,7 +13,7 @@ from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
 
 import sandrail
-from sandrail.adapters.pydantic_ai import tools
+from sandrail.adapters import pydantic_ai
 from sandrail.interpreters.simulator import Simulator
 
 toolset = sandrail.Toolset(
@@ -23,7 +23,10 @@ toolset = sandrail.Toolset(
     authorize=lambda request: sandrail.ALLOW,
     assert_authority=lambda request: True,
 )
-agent = Agent(TestModel(call_tools=["run_command", "sandbox_status"]), tools=tools(toolset))
+agent = Agent(
+    TestModel(call_tools=["run_command", "sandbox_status"]),
+    toolsets=[pydantic_ai.toolset(toolset)],
+)
 
 
 def main() -> None:

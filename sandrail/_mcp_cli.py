@@ -22,6 +22,20 @@ __all__ = ["mcp"]
 _LOOPBACK_NAMES = {"localhost"}
 
 
+def _text(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An identity option's value: non-blank, valid Unicode text (the shell
+    may pass bytes that are not UTF-8, which arrive as lone surrogates)."""
+    if value is None:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise click.BadParameter("must be valid UTF-8 text") from None
+    if not value.strip():
+        raise click.BadParameter("must not be blank")
+    return value
+
+
 def _loopback(host: str) -> bool:
     if host in _LOOPBACK_NAMES:
         return True
@@ -60,10 +74,13 @@ def _loopback(host: str) -> bool:
     "--session",
     "session_id",
     default=None,
+    callback=_text,
     help="Session id: task ids and the sandbox are scoped to it. Default: a new one "
     "for each server process; give a fixed one to keep the sandbox across restarts.",
 )
-@click.option("--agent-id", default="mcp-agent", show_default=True, help="The agent owner.")
+@click.option(
+    "--agent-id", default="mcp-agent", show_default=True, callback=_text, help="The agent owner."
+)
 @click.option(
     "--profile",
     type=click.Choice(list(sandrail.core.PROFILES)),
@@ -110,15 +127,24 @@ def mcp(
             f"--host {host} is not loopback and the server has no authentication; "
             "pass --allow-remote to serve it anyway."
         )
-    toolset = sandrail.Toolset(
-        backend=_backend(backend),
-        session_id=session_id or f"mcp-{uuid.uuid4().hex[:12]}",
-        owner=sandrail.AgentOwner(agent_id=agent_id),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-        max_output_bytes=max_output_bytes,
-    )
-    app = mcp_server(toolset, profile=profile)
+    chosen = _backend(backend)
+    try:
+        toolset = sandrail.Toolset(
+            backend=chosen,
+            session_id=session_id if session_id is not None else f"mcp-{uuid.uuid4().hex[:12]}",
+            owner=sandrail.AgentOwner(agent_id=agent_id),
+            authorize=lambda request: sandrail.ALLOW,
+            assert_authority=lambda request: True,
+            max_output_bytes=max_output_bytes,
+        )
+        app = mcp_server(toolset, profile=profile)
+    except (TypeError, ValueError) as exc:
+        # Any value the toolset or server refuses is a usage error, never a
+        # traceback (and a backend already opened is closed).
+        close = getattr(chosen, "close", None)
+        if callable(close):
+            close()
+        raise click.UsageError(str(exc)) from None
     if transport == "stdio":
         from mcp.server.stdio import stdio_server
 

@@ -19,19 +19,42 @@ value a framework reuses across runs on its own: a test model that numbers
 its calls from 1 in every run, for one, would make the second run's calls
 retries of the first run's, so nothing new would run.
 
+Timeouts. ``timeout_seconds=`` is the call's own deadline: when it passes,
+the call is aborted as a :class:`~sandrail.CancelToken` abort is (the port
+finishes at once: its waits wake on abort) and the result is *returned*:
+``canceled`` if nothing was sent, else ``uncertain`` with the full locator.
+This is the timeout to give a model's tool calls. A framework's own tool
+timeout cancels the await instead, and the framework then tells the model
+only that the tool timed out: the locator never reaches it.
+
 Cancellation. A framework that cancels the await of :meth:`Toolset.call`
 (``asyncio.wait_for`` timing out, a task cancelled, an MCP client's cancel)
 gets the effect of a :class:`~sandrail.CancelToken` abort: the call's token
-fires, the port finishes at once (its waits wake on abort), the result is
-kept in :attr:`Toolset.abandoned`, and then the cancellation goes on to the
-caller. Aborted before anything was sent, the call ran nothing
-(``canceled``); after, it is ``uncertain`` and the next call with the same
-operation key reconciles it, never launching a second time.
+fires, the port finishes at once, the result is kept in
+:attr:`Toolset.abandoned`, and then the cancellation goes on to the caller.
+Aborted before anything was sent, the call ran nothing (``canceled``); after,
+it is ``uncertain`` and the next call with the same operation key reconciles
+it, never launching a second time.
+
+Repeats of unsettled calls. A model cannot choose its operation key: its
+retry of a call is a new tool call with a new call id, hence a new key. So a
+call made with ``reconcile_repeats=True`` (the adapters do) that repeats an
+earlier call exactly (same tool, same arguments in canonical form) runs
+under that earlier call's operation key while the earlier call is
+*unsettled*: its result was ``uncertain`` or ``approval_required``, or it
+never reached the model (its await was cancelled). The repeat then
+reconciles instead of launching a second time, even if the model never saw
+the locator. Once a settled result (``ok`` or ``error``) was returned for
+that key, the next identical call is a new call and runs anew. Two identical
+calls in flight at once are two calls. The record lives in this object (the
+most recent 1024 unsettled calls): a new process starts empty.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
+import math
 import threading
 import uuid
 from collections import OrderedDict
@@ -53,11 +76,13 @@ from sandrail.core import (
     AgentIdentity,
     AgentOwner,
     ArgumentProblem,
+    CanonicalJSONError,
     ErrorCode,
     NativeIdentity,
     OwnedCommand,
     Owner,
     OwnerIdentity,
+    Redactions,
     ToolCall,
     ToolDefinition,
     ToolRequest,
@@ -65,16 +90,27 @@ from sandrail.core import (
     arguments_rejection,
     bound_result,
     error_result,
+    launch_digest,
+    mask_text,
+    minimum_output_bytes,
+    redaction_secrets,
 )
 from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
 from sandrail.interpreters._cancel import CancelToken
 
-__all__ = ["Toolset"]
+__all__ = ["Toolset", "check_timeout", "refusal"]
 
 ToolGroup = Literal["command", "code"]
 IdentitySource = OwnerIdentity | Callable[[], OwnerIdentity]
 
 _ABANDONED_KEPT: Final = 1024
+_UNSETTLED_KEPT: Final = 1024
+_SETTLED: Final = frozenset({"ok", "error"})
+
+
+def refusal(code: ErrorCode, instruction: str, max_output_bytes: int) -> ToolResult:
+    """An ``error`` result (nothing ran) with ``instruction``, within the budget."""
+    return bound_result(error_result(code, instruction=instruction), max_output_bytes)
 
 
 class Toolset:
@@ -105,8 +141,10 @@ class Toolset:
     start (a restarted harness's env values).
 
     Raises ``TypeError`` or ``ValueError`` at once for a toolset that could
-    not work; after construction :meth:`call` never raises but for
-    cancellation (see the module doc).
+    not work, a ``max_output_bytes`` too small for the full identity of its
+    tools' results included (the message names the minimum); after
+    construction :meth:`call` never raises but for cancellation (see the
+    module doc).
     """
 
     def __init__(
@@ -170,6 +208,17 @@ class Toolset:
             for definition in port.definitions:
                 self._ports[definition.name] = port
         self._session_id = session_id
+        self._asynchronous = _answers_with_awaitables(backend)
+        self._unsettled: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+        needed, tool = self._needed()
+        if max_output_bytes < needed:
+            raise ValueError(
+                f"max_output_bytes={max_output_bytes} is too small for this toolset: every "
+                f"{tool} result carries the call's full identity, which needs at least {needed} "
+                "bytes with one-character call ids and operation keys (longer ones need as "
+                f"many more). Use at least {needed}; the default is {DEFAULT_MAX_OUTPUT_BYTES}."
+            )
 
     # -- what the model is offered -------------------------------------------
 
@@ -186,6 +235,27 @@ class Toolset:
     def max_output_bytes(self) -> int:
         """The byte budget of every result's :meth:`~sandrail.ToolResult.to_json`."""
         return self._max_output_bytes
+
+    def minimum_output_bytes(self, *, call_id: str = "c", operation_key: str = "k") -> int:
+        """The smallest ``max_output_bytes`` with which every tool here admits
+        a call with ``call_id`` and ``operation_key`` (C14: a result always
+        carries the call's full identity, never cut). Below it such calls are
+        refused (``e2b_command_budget_below_minimum_identity``); the default
+        one-character ids give the floor no call can go below. A native
+        identity given as a function is measured at its shortest."""
+        return self._needed(call_id, operation_key)[0]
+
+    def _needed(self, call_id: str = "c", operation_key: str = "k") -> tuple[int, str]:
+        fixed = None if callable(self._identity) else self._identity
+        return max(
+            (
+                minimum_output_bytes(
+                    port.settings, name, fixed, call_id=call_id, operation_key=operation_key
+                ),
+                name,
+            )
+            for name, port in self._ports.items()
+        )
 
     @property
     def run_id(self) -> str:
@@ -208,16 +278,23 @@ class Toolset:
 
     def operation_key(self, call_id: str, *, run_id: str | None = None) -> str:
         """``f"{run_id}:{call_id}"``, the documented operation-key rule (see
-        the module doc), with this toolset's :attr:`run_id` by default."""
+        the module doc), with this toolset's :attr:`run_id` by default.
+        Raises ``ValueError`` for a blank or non-string ``call_id`` or
+        ``run_id`` (a key of nothing would make different calls one)."""
         if not isinstance(call_id, str) or not call_id.strip():
             raise ValueError("call_id must be a non-blank string")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
+            raise ValueError("run_id must be a non-blank string")
         return f"{self._run_id if run_id is None else run_id}:{call_id}"
 
     @property
     def abandoned(self) -> Mapping[str, ToolResult]:
-        """Results of calls whose caller cancelled the await, by operation key
-        (the most recent 1024): what the port recorded when it stopped."""
-        return dict(self._abandoned)
+        """Results of calls whose caller cancelled the await, by the
+        operation key the caller passed (the most recent 1024): what the port
+        recorded when it stopped. (A repeat that ran under an earlier call's
+        key, see the module doc, names that key in its content.)"""
+        with self._lock:
+            return dict(self._abandoned)
 
     # -- calls -------------------------------------------------------------------
 
@@ -230,31 +307,51 @@ class Toolset:
         operation_key: str,
         profile: Profile = "full",
         cancel: object | None = None,
+        timeout_seconds: float | None = None,
+        reconcile_repeats: bool = False,
     ) -> ToolResult:
         """Run one tool call and return its result; never raises but for the
         caller's own cancellation (after which the result is in
-        :attr:`abandoned`) and a ``ValueError`` for an unknown ``profile``
-        (a harness bug, not a model's).
+        :attr:`abandoned`) and a ``ValueError`` for an unknown ``profile`` or
+        a ``timeout_seconds`` that is not a positive number (harness bugs,
+        not a model's).
 
         ``arguments`` are the model's, in the shape of ``profile``'s schema;
         ``cancel`` is an optional abort signal of the harness (anything with a
-        bool ``cancelled``, like :class:`~sandrail.CancelToken`).
+        bool ``cancelled``, like :class:`~sandrail.CancelToken``);
+        ``timeout_seconds`` is the call's deadline, after which it is aborted
+        and its ``canceled`` or ``uncertain`` result returned;
+        ``reconcile_repeats`` runs an exact repeat of an unsettled call under
+        that call's operation key (see the module doc).
         """
-        prepared = self._prepare(name, arguments, call_id, operation_key, profile, cancel)
+        deadline = check_timeout(timeout_seconds)
+        prepared = self._prepare(
+            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats
+        )
         if isinstance(prepared, ToolResult):
             return prepared
-        port, request, token = prepared
+        port, request, token, repeat = prepared
         task = asyncio.ensure_future(port.execute(request))
         try:
-            return await asyncio.shield(task)
+            if deadline is not None:
+                await asyncio.wait({task}, timeout=deadline)
+                if not task.done():
+                    token.cancel()  # the port finishes at once (C11)
+            result = await asyncio.shield(task)
         except asyncio.CancelledError:
             token.cancel()
             result = await _outlast_cancellation(task)
-            self._abandoned[request.operation_key] = result
-            self._abandoned.move_to_end(request.operation_key)
-            while len(self._abandoned) > _ABANDONED_KEPT:
-                self._abandoned.popitem(last=False)
+            with self._lock:
+                # Under the key the caller knows (a repeat may have run
+                # under an earlier call's: the content names that one).
+                self._abandoned[operation_key] = result
+                self._abandoned.move_to_end(operation_key)
+                while len(self._abandoned) > _ABANDONED_KEPT:
+                    self._abandoned.popitem(last=False)
+            self._record(repeat, request.operation_key, result, returned=False)
             raise
+        self._record(repeat, request.operation_key, result, returned=True)
+        return result
 
     def call_sync(
         self,
@@ -265,14 +362,48 @@ class Toolset:
         operation_key: str,
         profile: Profile = "full",
         cancel: object | None = None,
+        timeout_seconds: float | None = None,
+        reconcile_repeats: bool = False,
     ) -> ToolResult:
-        """:meth:`call` for code without an event loop; never raises. With an
-        asynchronous backend, call it outside any running event loop."""
-        prepared = self._prepare(name, arguments, call_id, operation_key, profile, cancel)
+        """:meth:`call` for code without an event loop; never raises but for
+        the same harness bugs. With an asynchronous backend (one that declares
+        ``asynchronous = True``, or an ``async`` function) it runs the call on
+        a private event loop; inside a running loop it refuses
+        (``e2b_command_sync_contract_invalid``, nothing ran): await
+        :meth:`call` there. With a synchronous backend the deadline is seen
+        at the port's next check (a blocking backend call is not interrupted).
+        """
+        deadline = check_timeout(timeout_seconds)
+        prepared = self._prepare(
+            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats
+        )
         if isinstance(prepared, ToolResult):
             return prepared
-        port, request, _ = prepared
-        return port.execute_sync(request)
+        port, request, token, repeat = prepared
+        if self._asynchronous:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                result = asyncio.run(_run_async(port, request, token, deadline))
+            else:
+                return refusal(
+                    ErrorCode.SYNC_CONTRACT_INVALID,
+                    "call_sync was called inside a running event loop with an asynchronous "
+                    "backend; nothing ran. Await toolset.call(...) there.",
+                    self._max_output_bytes,
+                )
+        else:
+            timer = None if deadline is None else threading.Timer(deadline, token.cancel)
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            try:
+                result = port.execute_sync(request)
+            finally:
+                if timer is not None:
+                    timer.cancel()
+        self._record(repeat, request.operation_key, result, returned=True)
+        return result
 
     def _prepare(
         self,
@@ -282,7 +413,8 @@ class Toolset:
         operation_key: str,
         profile: Profile,
         cancel: object | None,
-    ) -> ToolResult | tuple[ToolPort, ToolRequest, CancelToken]:
+        reconcile_repeats: bool,
+    ) -> ToolResult | tuple[ToolPort, ToolRequest, CancelToken, str | None]:
         port = self._ports.get(name) if isinstance(name, str) else None
         if port is None:
             return bound_result(
@@ -298,7 +430,8 @@ class Toolset:
         if not isinstance(converted, (tuple, Mapping)):
             converted = (ArgumentProblem("arguments", "must be a JSON object"),)
         if isinstance(converted, tuple):
-            content = arguments_rejection(converted, self._max_output_bytes)
+            problems = _masked(converted, port, arguments)
+            content = arguments_rejection(problems, self._max_output_bytes)
             return ToolResult(status="error", content=content)
         token = CancelToken()
         try:
@@ -308,6 +441,10 @@ class Toolset:
                 ErrorCode.HARNESS_CALLBACK_FAILED,
                 instruction="The harness's identity function failed; nothing ran.",
             )
+        repeat = _repeat_digest(name, converted) if reconcile_repeats else None
+        if repeat is not None:
+            with self._lock:
+                operation_key = self._unsettled.get(repeat, operation_key)
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),
             operation_key=operation_key,
@@ -316,7 +453,95 @@ class Toolset:
             identity=identity,
             cancel=token if cancel is None else _Either(cancel, token),
         )
-        return port, request, token
+        return port, request, token, repeat
+
+    def _record(self, repeat: str | None, key: str, result: ToolResult, *, returned: bool) -> None:
+        """Keep or drop the call as unsettled (see the module doc)."""
+        if repeat is None:
+            return
+        with self._lock:
+            if returned and result.status in _SETTLED:
+                if self._unsettled.get(repeat) == key:
+                    del self._unsettled[repeat]
+                return
+            self._unsettled[repeat] = key
+            self._unsettled.move_to_end(repeat)
+            while len(self._unsettled) > _UNSETTLED_KEPT:
+                self._unsettled.popitem(last=False)
+
+
+async def _run_async(
+    port: ToolPort, request: ToolRequest, token: CancelToken, deadline: float | None
+) -> ToolResult:
+    task = asyncio.ensure_future(port.execute(request))
+    if deadline is not None:
+        await asyncio.wait({task}, timeout=deadline)
+        if not task.done():
+            token.cancel()
+    return await task
+
+
+def check_timeout(timeout_seconds: object) -> float | None:
+    """``timeout_seconds`` as a float, or ``ValueError`` unless it is ``None``
+    or a positive finite number."""
+    if timeout_seconds is None:
+        return None
+    if (
+        isinstance(timeout_seconds, bool)
+        or not isinstance(timeout_seconds, (int, float))
+        or not math.isfinite(timeout_seconds)
+        or timeout_seconds <= 0
+    ):
+        raise ValueError(f"timeout_seconds must be a positive number, got {timeout_seconds!r}")
+    return float(timeout_seconds)
+
+
+def _repeat_digest(name: str, arguments: Mapping[str, Any]) -> str | None:
+    """What makes two calls one call's repeat: what the port deems the same
+    launch (C3: the tool and its canonical arguments with defaults filled in,
+    so key order, 1 versus 1.0 or an empty env make no difference)."""
+    try:
+        return launch_digest(name, arguments)
+    except (CanonicalJSONError, TypeError, ValueError, RecursionError):
+        return None  # the port refuses such arguments anyway
+
+
+def _masked(
+    problems: Iterable[ArgumentProblem], port: ToolPort, arguments: object
+) -> list[ArgumentProblem]:
+    """``problems`` with the session's and this call's env values masked:
+    a model may write a value into a field name it gets back (C17). Masked
+    before the budget fits them (a mask can be longer than the value)."""
+    secrets = set(port._secrets)
+    env = arguments.get("env") if isinstance(arguments, Mapping) else None
+    if isinstance(env, list):  # the strict profiles' {name, value} entries
+        env = {
+            str(index): entry.get("value")
+            for index, entry in enumerate(env)
+            if isinstance(entry, Mapping)
+        }
+    secrets |= redaction_secrets(env)
+    if not secrets:
+        return list(problems)
+    redactions = Redactions(secrets)
+    return [
+        ArgumentProblem(mask_text(problem.path, redactions), mask_text(problem.reason, redactions))
+        for problem in problems
+    ]
+
+
+def _answers_with_awaitables(backend: object) -> bool:
+    """Whether ``backend`` is asynchronous: it says so (``asynchronous =
+    True``) or it is an ``async`` function (or object whose ``__call__`` is)."""
+    try:
+        if getattr(backend, "asynchronous", False) is True:
+            return True
+    except Exception:
+        return False  # a backend that cannot be read is the port's to refuse
+    if inspect.iscoroutinefunction(backend):
+        return True
+    call = next((vars(k)["__call__"] for k in type(backend).__mro__ if "__call__" in vars(k)), None)
+    return inspect.iscoroutinefunction(call)
 
 
 class _Either:

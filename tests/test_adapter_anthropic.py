@@ -173,3 +173,57 @@ def test_c11_anthropic_handler_cancelled_aborts_and_the_retry_reconciles() -> No
         return parsed
 
     assert_aborted_then_reconciled(tools, "run-c:toolu_1", retry)
+
+
+class _Unreadable:
+    """A block whose fields raise when read (a broken SDK object, say)."""
+
+    type = "tool_use"
+
+    @property
+    def id(self) -> str:
+        raise RuntimeError("no id today")
+
+    name = "run_command"
+    input = None
+
+
+class _NoType:
+    @property
+    def type(self) -> str:
+        raise RuntimeError("no type today")
+
+
+def test_c5_anthropic_handlers_never_raise_for_any_block() -> None:
+    """A block that cannot be read, an integer too long to print: each is
+    a refusal that ran nothing, from every handler."""
+    tools = toolset()
+    claude = AnthropicTools(tools, run_id="run-1")
+    huge = _use("toolu_1", "run_command", {**NULLS, "command": "x", "timeout": 10**5000})
+    for block in (_Unreadable(), huge, {"type": "tool_use"}, object()):
+        for answer in (claude.handle_sync(block), asyncio.run(claude.handle(block))):
+            assert answer["is_error"] is True
+            assert json.loads(answer["content"])["executed"] is False
+    answered = asyncio.run(claude.handle_all([_NoType(), huge, {"type": "text"}]))
+    assert [block["tool_use_id"] for block in answered] == ["toolu_1"]
+    assert launches(tools) == 0
+
+
+def test_anthropic_handle_all_names_plain_misuse_of_its_argument() -> None:
+    claude = AnthropicTools(toolset(), run_id="run-1")
+    for wrong in (None, 7, "tool_use", {"content": []}):
+        with pytest.raises(TypeError, match="handle_all takes a reply's content"):
+            asyncio.run(claude.handle_all(wrong))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="run_id"):
+        AnthropicTools(toolset(), run_id=" ")
+
+
+def test_c11_anthropic_timeout_sends_the_uncertain_result_and_the_retry_reconciles() -> None:
+    tools = toolset(RealTimeWaits())
+    claude = AnthropicTools(tools, run_id="run-1", timeout_seconds=0.3)
+    call = {**NULLS, "command": "sleep 2"}
+    first = json.loads(asyncio.run(claude.handle(_use("toolu_1", "run_command", call)))["content"])
+    assert first["error_type"] == "e2b_command_aborted"
+    retry = json.loads(asyncio.run(claude.handle(_use("toolu_2", "run_command", call)))["content"])
+    assert retry["task_id"] == first["task_id"]
+    assert launches(tools) == 1

@@ -317,3 +317,37 @@ async def test_c2_mcp_fallback_keys_follow_the_canonical_arguments() -> None:
         retry = await client.call_tool("run_command", {"timeout": 60.0, "command": "sleep 1"})
     assert _content(retry)["deduplicated"] is True
     assert launches(tools) == 1
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--session", " "],
+        ["--session", ""],
+        ["--session", "\udcff"],  # a byte that is not UTF-8, as Python passes it on
+        ["--agent-id", ""],
+        ["--agent-id", " "],
+        ["--agent-id", "\udcff"],
+        ["--max-output-bytes", "256"],
+    ],
+)
+def test_mcp_cli_bad_input_is_a_one_line_error_with_status_2(arguments: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from sandrail.cli import main
+
+    done = CliRunner().invoke(main, ["mcp", *arguments])
+    assert done.exit_code == 2, done.output
+    assert done.exception is None or isinstance(done.exception, SystemExit)
+    errors = [line for line in done.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, done.output
+    assert "Traceback" not in done.output
+
+
+def test_c14_mcp_server_refuses_a_budget_its_fallback_keys_cannot_fit() -> None:
+    """A budget the toolset takes may still be too small for the identity of
+    a call under an MCP fallback key (longer than one character): serving
+    it would refuse every call that brings no key of its own."""
+    smallest = toolset().minimum_output_bytes()
+    with pytest.raises(ValueError, match="fallback operation key needs at least"):
+        server(toolset(max_output_bytes=smallest))

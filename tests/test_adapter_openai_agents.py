@@ -7,12 +7,14 @@ import copy
 import json
 from typing import Any
 
+import pytest
 from agents import Agent, RunConfig, Runner
 from agents.strict_schema import ensure_strict_json_schema
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
+import sandrail
 from sandrail.adapters.openai_agents import function_tools
-from tests.embed_rig import RealTimeWaits, assert_aborted_then_reconciled, launches, toolset
+from tests.embed_rig import RealTimeWaits, launches, toolset
 
 OFFLINE = RunConfig(tracing_disabled=True)
 NULLS = {"cwd": None, "timeout": None, "env": None, "background": None}
@@ -137,7 +139,77 @@ def test_c5_agents_refused_calls_run_nothing() -> None:
     assert launches(tools) == 0
 
 
-def test_c11_agents_tool_timeout_aborts_and_the_resumed_call_reconciles() -> None:
+def test_c11_agents_timeout_gives_the_model_the_uncertain_result_and_its_retry_reconciles() -> None:
+    """The adapter's deadline passes while the command runs: the model is
+    sent the ``uncertain`` result itself (the locator and "do not run this
+    again"), never just "timed out"; its natural retry, a new call id with
+    the same arguments, reconciles instead of launching again (C2, C11)."""
+    backend = RealTimeWaits()
+    tools = toolset(backend)
+    model = ScriptedModel(
+        [
+            [_run_command("sleep 2", "call_1")],
+            [_run_command("sleep 2", "call_2")],  # the model retries, as models do
+            [assistant_message("ok")],
+        ]
+    )
+    adapted = function_tools(tools, timeout_seconds=0.3)
+    asyncio.run(Runner.run(_agent(model, adapted), "go", run_config=OFFLINE))
+    first, retry = (json.loads(text) for text in _outputs(model))
+    assert first["error_type"] == "e2b_command_aborted"
+    assert first["task_id"]
+    assert "Do not run this again" in first["instruction"]
+    assert retry["operation_key"] == first["operation_key"]
+    assert retry["task_id"] == first["task_id"]
+    assert launches(tools) == 1
+    assert tools.abandoned == {}  # nothing was left behind the model's back
+
+
+def test_c11_agents_sdk_tool_timeout_set_anyway_still_shows_the_result() -> None:
+    """The SDK's own per-tool timeout cancels the call; the model is still
+    sent what the call left (``uncertain`` with its locator), and the
+    retry reconciles."""
+    backend = RealTimeWaits()
+    tools = toolset(backend)
+    model = ScriptedModel(
+        [
+            [_run_command("sleep 2", "call_1")],
+            [_run_command("sleep 2", "call_2")],
+            [assistant_message("ok")],
+        ]
+    )
+    adapted = function_tools(tools)
+    for tool in adapted:
+        tool.timeout_seconds = 0.3
+    asyncio.run(Runner.run(_agent(model, adapted), "go", run_config=OFFLINE))
+    first, retry = (json.loads(text) for text in _outputs(model))
+    assert first["error_type"] == "e2b_command_aborted"
+    assert first["task_id"]
+    assert retry["task_id"] == first["task_id"]
+    assert launches(tools) == 1
+
+
+def test_c11_agents_timeout_before_dispatch_runs_nothing() -> None:
+    gate = asyncio.Event()
+
+    async def policy(request: object) -> sandrail.Allow:
+        await gate.wait()
+        return sandrail.ALLOW
+
+    tools = toolset(RealTimeWaits(), authorize=policy)
+    model = ScriptedModel([[_run_command("echo x", "call_1")], [assistant_message("ok")]])
+    asyncio.run(
+        Runner.run(
+            _agent(model, function_tools(tools, timeout_seconds=0.2)), "go", run_config=OFFLINE
+        )
+    )
+    (told,) = (json.loads(text) for text in _outputs(model))
+    assert told["error_type"] == "canceled"
+    assert told["executed"] is False
+    assert launches(tools) == 0
+
+
+def test_c11_agents_a_resumed_run_reconciles_a_timed_out_call() -> None:
     backend = RealTimeWaits()
     tools = toolset(backend)
 
@@ -147,23 +219,69 @@ def test_c11_agents_tool_timeout_aborts_and_the_resumed_call_reconciles() -> Non
     timed = script()
     asyncio.run(
         Runner.run(
-            _agent(timed, function_tools(tools, run_id="r", timeout_seconds=0.5)),
+            _agent(timed, function_tools(tools, run_id="r", timeout_seconds=0.3)),
             "go",
             run_config=OFFLINE,
         )
     )
-    (told,) = _outputs(timed)
-    assert "timed out" in told.lower()
+    (told,) = (json.loads(text) for text in _outputs(timed))
+    assert told["error_type"] == "e2b_command_aborted"
+    resumed = script()
+    asyncio.run(
+        Runner.run(_agent(resumed, function_tools(tools, run_id="r")), "go", run_config=OFFLINE)
+    )
+    (reconciled,) = (json.loads(text) for text in _outputs(resumed))
+    assert reconciled["deduplicated"] is True
+    assert launches(tools) == 1
 
-    def resume() -> dict[str, Any]:
-        resumed = script()
-        tools_again = function_tools(tools, run_id="r")
-        asyncio.run(Runner.run(_agent(resumed, tools_again), "go", run_config=OFFLINE))
-        (reconciled,) = _outputs(resumed)
-        parsed: dict[str, Any] = json.loads(reconciled)
-        return parsed
 
-    assert_aborted_then_reconciled(tools, "r:call_1", resume)
+@pytest.mark.parametrize(
+    ("run_id", "why"),
+    [
+        (lambda ctx: None, "returned None"),
+        (lambda ctx: "", "returned ''"),
+        (lambda ctx: " ", "returned ' '"),
+        (lambda ctx: 7, "returned a value of type int"),
+        (lambda ctx: 1 / 0, "raised ZeroDivisionError"),
+    ],
+)
+def test_c2_agents_a_run_id_function_without_a_run_id_runs_nothing(run_id: Any, why: str) -> None:
+    """A run id of nothing would make every run's ``call_1`` one call (the
+    second run deduplicated against the first, nothing run): refused."""
+    tools = toolset()
+    adapted = function_tools(tools, run_id=run_id)
+    for _ in range(2):
+        model = ScriptedModel([[_run_command("echo deploy", "call_1")], [assistant_message("ok")]])
+        asyncio.run(Runner.run(_agent(model, adapted), "go", run_config=OFFLINE))
+        (refused,) = (json.loads(text) for text in _outputs(model))
+        assert refused["error_type"] == "e2b_command_operation_key_required"
+        assert refused["executed"] is False
+        assert why in refused["instruction"]
+    assert launches(tools) == 0
+
+
+def test_c2_agents_an_async_run_id_function_is_awaited() -> None:
+    tools = toolset()
+
+    async def run_id(ctx: Any) -> str:
+        return "run-async"
+
+    model = ScriptedModel([[_run_command("echo x", "call_1")], [assistant_message("ok")]])
+    asyncio.run(
+        Runner.run(_agent(model, function_tools(tools, run_id=run_id)), "go", run_config=OFFLINE)
+    )
+    (ran,) = (json.loads(text) for text in _outputs(model))
+    assert ran["operation_key"] == "run-async:call_1"
+
+
+def test_agents_adapter_refuses_settings_that_could_not_work() -> None:
+    with pytest.raises(ValueError, match="run_id"):
+        function_tools(toolset(), run_id=" ")
+    with pytest.raises(TypeError, match="run_id"):
+        function_tools(toolset(), run_id=7)  # type: ignore[arg-type]
+    for bad in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="timeout_seconds"):
+            function_tools(toolset(), timeout_seconds=bad)
 
 
 def test_c2_agents_concurrent_runs_sharing_tools_never_share_keys() -> None:

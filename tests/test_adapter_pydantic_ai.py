@@ -9,11 +9,18 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    RetryPromptPart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
-from sandrail.adapters.pydantic_ai import tools as pydantic_tools
+from sandrail.adapters.pydantic_ai import toolset as pydantic_toolset
 from tests.embed_rig import RealTimeWaits, assert_aborted_then_reconciled, launches, toolset
 
 NULLS = {"cwd": None, "timeout": None, "env": None, "background": None}
@@ -47,7 +54,7 @@ def _scripted(*steps: Any) -> FunctionModel:
 def test_pydantic_ai_offers_every_tool_with_its_strict_schema() -> None:
     tools = toolset()
     model = TestModel(call_tools=[])
-    Agent(model, tools=pydantic_tools(tools)).run_sync("go")
+    Agent(model, toolsets=[pydantic_toolset(tools)]).run_sync("go")
     offered = {tool.name: tool for tool in model.last_model_request_parameters.function_tools}
     assert list(offered) == list(tools.names)
     for name, tool in offered.items():
@@ -61,7 +68,7 @@ def test_c12_pydantic_ai_returns_exactly_to_json() -> None:
             lambda _: [("run_command", {**NULLS, "command": "echo héllo"}, "t1")],
             lambda _: [("run_command", {**NULLS, "command": "seq 9000"}, "t2")],
         ),
-        tools=pydantic_tools(tools),
+        toolsets=[pydantic_toolset(tools)],
     )
     small, big = _returns(agent.run_sync("go").all_messages())
     assert isinstance(small, str)
@@ -73,7 +80,7 @@ def test_c2_pydantic_ai_test_model_runs_never_share_keys() -> None:
     """TestModel reuses one call id across runs: each run still launches;
     a run resumed under the same run id reconciles instead."""
     tools = toolset()
-    agent = Agent(TestModel(call_tools=["run_command"]), tools=pydantic_tools(tools))
+    agent = Agent(TestModel(call_tools=["run_command"]), toolsets=[pydantic_toolset(tools)])
     agent.run_sync("go")
     agent.run_sync("go")
     assert launches(tools) == 2
@@ -96,7 +103,7 @@ def test_pydantic_ai_background_run_and_its_read() -> None:
             lambda _: [("run_command", {**NULLS, "command": "echo bg", "background": True}, "t1")],
             read,
         ),
-        tools=pydantic_tools(tools),
+        toolsets=[pydantic_toolset(tools)],
     )
     started, output = (json.loads(text) for text in _returns(agent.run_sync("go").all_messages()))
     assert started["timeout_seconds"] == 300
@@ -115,7 +122,7 @@ def test_c5_pydantic_ai_refused_call_runs_nothing() -> None:
                 )
             ]
         ),
-        tools=pydantic_tools(tools),
+        toolsets=[pydantic_toolset(tools)],
     )
     (refused,) = _returns(agent.run_sync("go").all_messages())
     assert json.loads(refused)["problems"][0]["field"] == "arguments.env[0].name"
@@ -129,7 +136,7 @@ def test_c11_pydantic_ai_run_timed_out_aborts_and_the_resumed_run_reconciles() -
     def agent() -> Agent[None, str]:
         return Agent(
             _scripted(lambda _: [("run_command", {**NULLS, "command": "sleep 2"}, "t1")]),
-            tools=pydantic_tools(tools),
+            toolsets=[pydantic_toolset(tools)],
         )
 
     async def timed() -> None:
@@ -173,8 +180,107 @@ def test_c2_pydantic_ai_calls_without_a_run_id_run_nothing() -> None:
     from pydantic_ai.usage import RunUsage
 
     tools = toolset()
-    (_, run_command, *_) = pydantic_tools(tools)
+    adapted = pydantic_toolset(tools)
     ctx = RunContext(deps=None, model=TestModel(), usage=RunUsage(), tool_call_id="t1", run_id=None)
-    returned = asyncio.run(run_command.function(ctx, command="echo x"))
+    listed = asyncio.run(adapted.get_tools(ctx))
+    returned = asyncio.run(
+        adapted.call_tool("run_command", {"command": "echo x"}, ctx, listed["run_command"])
+    )
     assert json.loads(returned)["error_type"] == "e2b_command_operation_key_required"
     assert launches(tools) == 0
+
+
+def _answers_to(arguments: Any, tools: Any) -> list[Any]:
+    """What the model is sent after calling run_command with ``arguments``
+    (text as a model writes it, or an object)."""
+    seen: list[Any] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        parts = [
+            part
+            for message in messages
+            for part in getattr(message, "parts", ())
+            if isinstance(part, (ToolReturnPart, RetryPromptPart))
+        ]
+        if parts:
+            seen.extend(parts)
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("run_command", arguments, tool_call_id="c1")])
+
+    Agent(FunctionModel(respond), toolsets=[pydantic_toolset(tools)]).run_sync("go")
+    return seen
+
+
+SECRET = "hunter2hunter2"
+NOT_AN_OBJECT = ["[1,2]", '"s"', "123", "true", "null", "[]"]
+NOT_JSON = [
+    '{"command":"echo hi","env":[{"name":"K","value":"'
+    + SECRET
+    + '"}],"pad":"'
+    + "x" * 50_000
+    + '"',
+    '{"command":"echo hi","cwd":null,"timeout":null,"env":[{"name":"K","value":"' + SECRET + '"}]',
+    '{"command":"x","timeout":NaN}',
+    '{"a":' * 3000 + "1" + "}" * 3000,
+]
+
+
+@pytest.mark.parametrize("arguments", NOT_AN_OBJECT + NOT_JSON)
+def test_c5_c12_c17_pydantic_ai_arguments_that_are_not_an_object_are_refused_within_the_budget(
+    arguments: str,
+) -> None:
+    """Valid JSON that is not an object used to crash the run (TypeError);
+    text that is not JSON was answered by pydantic-ai's validation error,
+    quoting the text whole (50 KB past a 1,000-byte budget, an env value in
+    clear). Now each is the port's refusal: nothing ran, within the budget,
+    no value quoted."""
+    tools = toolset(max_output_bytes=1000, redact=[SECRET])
+    (answer,) = _answers_to(arguments, tools)
+    assert isinstance(answer, ToolReturnPart)
+    sent = answer.model_response_str()
+    assert len(sent.encode("utf-8")) <= 1000
+    assert SECRET not in sent
+    refused = json.loads(sent)
+    assert refused["error_type"] == "e2b_command_arguments_invalid"
+    assert refused["problems"][0]["field"] == "arguments"
+    assert launches(tools) == 0
+
+
+def test_c11_pydantic_ai_timeout_returns_the_uncertain_result_and_the_retry_reconciles() -> None:
+    """The adapter's deadline passes while the command runs: the model gets
+    the ``uncertain`` result, and its retry (a new call id, the same
+    arguments) reconciles instead of launching again (C2, C11)."""
+    tools = toolset(RealTimeWaits())
+    call = {**NULLS, "command": "sleep 2"}
+    agent = Agent(
+        _scripted(lambda _: [("run_command", call, "t1")], lambda _: [("run_command", call, "t2")]),
+        toolsets=[pydantic_toolset(tools, timeout_seconds=0.3)],
+    )
+    first, retry = (json.loads(text) for text in _returns(agent.run_sync("go").all_messages()))
+    assert first["error_type"] == "e2b_command_aborted"
+    assert first["task_id"]
+    assert retry["task_id"] == first["task_id"]
+    assert retry["operation_key"] == first["operation_key"]
+    assert launches(tools) == 1
+
+
+def test_c11_pydantic_ai_agent_tool_timeout_never_hides_the_result() -> None:
+    """``Agent(tool_timeout=...)`` cancels function tools and tells the model
+    only "Timed out"; it does not reach this toolset, whose result the model
+    gets whole."""
+    tools = toolset(RealTimeWaits())
+    agent = Agent(
+        _scripted(lambda _: [("run_command", {**NULLS, "command": "sleep 0.6"}, "t1")]),
+        toolsets=[pydantic_toolset(tools)],
+        tool_timeout=0.2,
+    )
+    (returned,) = _returns(agent.run_sync("go").all_messages())
+    assert json.loads(returned)["status"] == "exited"
+    assert tools.abandoned == {}
+
+
+def test_pydantic_ai_adapter_refuses_settings_that_could_not_work() -> None:
+    with pytest.raises(ValueError, match="timeout_seconds"):
+        pydantic_toolset(toolset(), timeout_seconds=0)
+    with pytest.raises(ValueError, match="profile"):
+        pydantic_toolset(toolset(), profile="gemini")  # type: ignore[arg-type]

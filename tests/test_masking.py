@@ -7,6 +7,7 @@ interpreter of one growing stream pair (bytes, some of them not UTF-8).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -329,3 +330,70 @@ def test_async_backends_are_answered_in_kind() -> None:
     asked = Read(sandbox_id="s", task_id=TASK, stdout_cursor=0, stderr_cursor=0, max_bytes=64)
     chunk = asyncio.run(masked(asked))
     assert chunk.stdout == f"x {REDACTED} y"
+
+
+def _naive_intervals(redactions: Redactions, data: bytes) -> list[tuple[int, int]]:
+    spans = []
+    for secret in redactions._encoded:
+        for at in range(len(data) - len(secret) + 1):
+            if data[at : at + len(secret)] == secret:
+                spans.append((at, at + len(secret)))
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _naive_pending(redactions: Redactions, data: bytes, low: int) -> int | None:
+    candidates = [
+        at
+        for secret in redactions._encoded
+        for at in range(max(low, len(data) - len(secret) + 1), len(data))
+        if secret.startswith(data[at:])
+    ]
+    return min(candidates, default=None)
+
+
+periodic = st.builds(
+    lambda unit, times: unit * times,
+    st.text(alphabet="ab", min_size=1, max_size=3),
+    st.integers(3, 12),
+).filter(lambda value: len(value) >= 8)
+
+
+@given(
+    st.lists(periodic | secret_text, min_size=1, max_size=3),
+    st.text(alphabet="abZ", max_size=80),
+    st.integers(0, 80),
+)
+def test_c17_intervals_and_held_tails_agree_with_a_plain_scan(
+    secrets: list[str], text: str, low: int
+) -> None:
+    """The linear scans (runs of a periodic value followed one period at a
+    time; Knuth-Morris-Pratt for a held tail) find exactly what a scan at
+    every offset finds; a model's periodic value cannot make masking slow."""
+    redactions = Redactions(secrets)
+    data = text.encode()
+    assert redactions.intervals(data) == _naive_intervals(redactions, data)
+    assert redactions.pending_prefix(data, low) == _naive_pending(redactions, data, low)
+
+
+def test_c17_a_session_that_keeps_adding_env_values_is_refused_past_the_cap() -> None:
+    from sandrail.core import MAX_MASKED_BYTES
+    from tests.rig import Rig
+
+    big = {f"V{n}": chr(0x4E00 + n) * 31_990 for n in range(30)}  # about 96 KB a value
+    rig = Rig()
+    calls = MAX_MASKED_BYTES // (30 * 96_000) + 2
+    statuses = []
+    for n in range(calls):
+        env = {name: value + str(n) for name, value in big.items()}
+        result = rig.run("run_command", {"command": "true", "env": env}, key=f"op-{n}")
+        statuses.append(result.status)
+    assert statuses[0] == "ok"
+    assert statuses[-1] == "error"
+    assert "mask more than" in json.dumps(result.content)

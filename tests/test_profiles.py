@@ -27,11 +27,13 @@ from sandrail.core import (
 )
 from sandrail.core._env import (
     ENV_NAME_PATTERN,
-    RESERVED_ENV_NAMES,
+    REFUSED_ENV_NAMES,
     RESERVED_ENV_PREFIXES,
+    SHELL_OWNED_ENV_NAMES,
     env_name_problem,
 )
 from sandrail.core._env_strict import STRICT_ENV_NAME_PATTERN
+from sandrail.core._profiles import _PATTERN_WORDS
 from sandrail.core._validation import ecma_regex
 from sandrail.interpreters.simulator import Simulator
 from sandrail.testing.strategies import schema_values
@@ -224,7 +226,10 @@ def test_the_handed_schema_states_every_dropped_rule_in_words(
     text = json.dumps(handed)
     for node in dropped:
         for key in VENDOR_UNSUPPORTED[profile] & set(node):
-            assert f"{node[key]}" in text
+            if key == "pattern" and node[key] in _PATTERN_WORDS:
+                assert json.dumps(_PATTERN_WORDS[node[key]])[1:-1] in text
+            else:
+                assert json.dumps(f"{node[key]}")[1:-1] in text
     assert json.loads(json.dumps(handed)) == handed
     assert pickle.loads(pickle.dumps(handed)) == handed
     handed["properties"]["mutated"] = True  # a fresh copy: nothing here changes
@@ -234,13 +239,54 @@ def test_the_handed_schema_states_every_dropped_rule_in_words(
 def test_the_strict_env_name_rule_is_the_full_one_without_lookaround() -> None:
     pattern = ecma_regex(STRICT_ENV_NAME_PATTERN)
     near: set[str] = {"", "_", "a", "9", "é", "A B", "FOO\n"}
-    for word in [*RESERVED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
+    for word in [*REFUSED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
         for cut in range(len(word) + 1):
             for tail in ("", "X", "_", "9", "x", "é"):
                 near.add(word[:cut] + tail)
         near.update({word + "A", "A" + word, word.lower(), word + word})
     for name in near:
         assert (pattern.search(name) is not None) == (env_name_problem(name) is None), name
+
+
+@pytest.mark.parametrize("profile", ["openai-strict", "anthropic-strict"])
+def test_schema_honesty_strict_profiles_refuse_the_names_bash_owns_in_their_shape(
+    profile: Profile,
+) -> None:
+    """UID, PPID, RANDOM, ...: the strict schemas refuse what the port refuses,
+    and the refusal names the entry as the profile has it (never
+    ``arguments.env.UID``, a path the model never wrote)."""
+    toolset = TOOLSETS["agent"]
+    stated = stated_schema(toolset.definition("run_command"), profile)
+    name_rule = stated["properties"]["env"]["anyOf"][0]["items"]["properties"]["name"]
+    for name in sorted(SHELL_OWNED_ENV_NAMES):
+        assert not ecma_regex(name_rule["pattern"]).search(name), name
+        arguments = {
+            "command": "true",
+            "cwd": None,
+            "timeout": None,
+            "background": None,
+            "env": [{"name": "FINE", "value": "1"}, {"name": name, "value": "1"}],
+        }
+        result = toolset.call_sync(
+            "run_command", arguments, call_id="c", operation_key="k", profile=profile
+        )
+        assert result.error_type == ErrorCode.ARGUMENTS_INVALID.value
+        assert [p["field"] for p in result.content["problems"]] == ["arguments.env[1].name"]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("definition", DEFINITIONS, ids=lambda d: d.name)
+def test_schema_honesty_the_env_description_names_every_refused_name(
+    definition: Any, profile: Profile
+) -> None:
+    """A model reads the description; every name and prefix the port refuses
+    is in it, in every profile."""
+    schema = tool_schema(definition, profile)
+    if "env" not in schema["properties"]:
+        return
+    description = schema["properties"]["env"]["description"]
+    for word in [*REFUSED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
+        assert word in description, word
 
 
 @given(st.text(alphabet="ABCDEFGHILMNOPRSTUVX_049abc", max_size=12))
@@ -318,3 +364,35 @@ def test_anthropic_strict_tools_stay_within_anthropics_limits() -> None:
         )
         assert optional <= 24
         assert unions <= 16
+
+
+def _as_anthropic_sends(node: Any) -> Any:
+    """``node`` as ``anthropic.transform_schema`` leaves a schema it has
+    nothing to move from: the same, less ``type`` beside an ``enum``."""
+    if isinstance(node, dict):
+        kept = {key: _as_anthropic_sends(value) for key, value in node.items()}
+        if "enum" in kept:
+            kept.pop("type", None)
+        return kept
+    if isinstance(node, list):
+        return [_as_anthropic_sends(item) for item in node]
+    return node
+
+
+@pytest.mark.parametrize("definition", DEFINITIONS, ids=lambda d: d.name)
+def test_anthropic_strict_schemas_are_what_anthropics_own_transform_keeps(definition: Any) -> None:
+    """Anthropic's SDK (``transform_schema``) and pydantic-ai's Anthropic
+    strict conversion move every keyword Anthropic's strict tool use may
+    refuse into the description, patterns included (the env-name rule as
+    4.6 KB of regular expression). The profile already states those in
+    words, so both leave it as it is: what the API is sent is what the port
+    checks on return, and the model reads it as it was written."""
+    import anthropic
+    from pydantic_ai.providers.anthropic import AnthropicJsonSchemaTransformer
+
+    handed = tool_schema(definition, "anthropic-strict")
+    assert anthropic.transform_schema(handed) == _as_anthropic_sends(handed)
+    assert AnthropicJsonSchemaTransformer(handed, strict=True).walk() == _as_anthropic_sends(handed)
+    assert len(json.dumps(handed)) < 4_000
+    for node in _walk(handed):
+        assert "pattern" not in node

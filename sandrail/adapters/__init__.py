@@ -8,14 +8,18 @@ Each adapter is one or two lines for a user and sends the model exactly
   streamable HTTP);
 - :mod:`sandrail.adapters.openai_agents`: ``FunctionTool`` s for the OpenAI
   Agents SDK, strict mode on (``sandrail[openai-agents]``);
-- :mod:`sandrail.adapters.pydantic_ai`: pydantic-ai ``Tool`` s
+- :mod:`sandrail.adapters.pydantic_ai`: a pydantic-ai toolset
   (``sandrail[pydantic-ai]``);
 - :mod:`sandrail.adapters.anthropic`: the Messages API ``tools`` list and a
   handler from a ``tool_use`` block to its ``tool_result`` block (plain data;
   the ``anthropic`` SDK is optional).
 
 Each imports its framework only when used and names the extra to install
-when it is missing.
+when it is missing. Each takes ``timeout_seconds`` (where its framework
+has tool timeouts) and enforces it itself, so the model is sent the
+``canceled`` or ``uncertain`` result instead of "timed out", and runs its
+calls with ``reconcile_repeats`` (a model's retry of an unsettled call
+reconciles it); see :class:`~sandrail.Toolset`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,21 @@ SDK's object or its dict form) and returns the ``tool_result`` block:
 Operation keys: ``f"{run_id}:{tool_use.id}"`` with the ``run_id`` given here
 (the toolset's by default). Use one run id per agent run, kept when a run
 resumes; Anthropic's tool-use ids are unique, but a scripted or replayed
-conversation may reuse them.
+conversation may reuse them. A model's retry is a new ``tool_use`` with a
+new id; an exact repeat of a call left unsettled (``uncertain``,
+``approval_required``, or never answered) runs under that call's key and
+reconciles it (see :class:`~sandrail.Toolset`).
+
+``timeout_seconds`` is each call's deadline: when it passes, the call is
+aborted as a :class:`~sandrail.CancelToken` would abort it and the
+``tool_result`` holds the resulting ``canceled`` or ``uncertain`` result.
+Use it rather than a timeout around :meth:`AnthropicTools.handle`, which
+cancels the call and leaves nothing to send the model.
+
+The handlers never raise for any block: a block that cannot be read (an
+attribute that raises, a missing id) is answered with a refusal.
+:meth:`AnthropicTools.handle_all` raises ``TypeError`` only when it is not
+given a list (or other iterable) of blocks.
 """
 
 from __future__ import annotations
@@ -25,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sandrail._toolset import Toolset
+from sandrail._toolset import Toolset, check_timeout
 from sandrail.core import ArgumentProblem, Profile, ToolResult, arguments_rejection
 
 __all__ = ["AnthropicTools"]
@@ -33,13 +47,26 @@ __all__ = ["AnthropicTools"]
 
 class AnthropicTools:
     """``toolset`` as Anthropic Messages tools. ``strict=False`` lists the
-    ``full`` schemas without the ``strict`` flag instead."""
+    ``full`` schemas without the ``strict`` flag instead.
 
-    def __init__(self, toolset: Toolset, *, run_id: str | None = None, strict: bool = True) -> None:
+    Raises ``ValueError`` for a blank ``run_id`` or a ``timeout_seconds``
+    that is not a positive number."""
+
+    def __init__(
+        self,
+        toolset: Toolset,
+        *,
+        run_id: str | None = None,
+        strict: bool = True,
+        timeout_seconds: float | None = None,
+    ) -> None:
+        if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
+            raise ValueError("run_id must be a non-blank string")
         self._toolset = toolset
         self._run_id = run_id
         self._profile: Profile = "anthropic-strict" if strict else "full"
         self._strict = strict
+        self._timeout_seconds = check_timeout(timeout_seconds)
 
     @property
     def definitions(self) -> list[dict[str, Any]]:
@@ -67,6 +94,8 @@ class AnthropicTools:
             call_id=tool_use_id,
             operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
             profile=self._profile,
+            timeout_seconds=self._timeout_seconds,
+            reconcile_repeats=True,
         )
         return _answer(tool_use_id, result)
 
@@ -81,12 +110,22 @@ class AnthropicTools:
             call_id=tool_use_id,
             operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
             profile=self._profile,
+            timeout_seconds=self._timeout_seconds,
+            reconcile_repeats=True,
         )
         return _answer(tool_use_id, result)
 
     async def handle_all(self, content: Iterable[object]) -> list[dict[str, Any]]:
         """``tool_result`` blocks for every ``tool_use`` block of a reply's
-        ``content``, in order: the next user message's content."""
+        ``content``, in order: the next user message's content. A block
+        whose ``type`` cannot be read is not a ``tool_use`` block. Raises
+        ``TypeError`` when ``content`` is not a list (or other iterable) of
+        blocks: pass the reply's ``content``, not the reply."""
+        if isinstance(content, (str, bytes, Mapping)) or not isinstance(content, Iterable):
+            raise TypeError(
+                "handle_all takes a reply's content (a list of blocks), "
+                f"got {type(content).__name__}"
+            )
         return [await self.handle(block) for block in content if _kind(block) == "tool_use"]
 
 
@@ -106,18 +145,24 @@ def _no_id(toolset: Toolset) -> ToolResult:
     )
 
 
+def _field(block: object, name: str) -> object:
+    """``block``'s field ``name`` (a dict's item or an object's attribute), or
+    ``None`` when it is missing or reading it fails (a block is the model's
+    or an SDK's object: reading it may run code that raises)."""
+    try:
+        if isinstance(block, Mapping):
+            return block.get(name)
+        return getattr(block, name, None)
+    except Exception:
+        return None
+
+
 def _kind(block: object) -> object:
-    if isinstance(block, Mapping):
-        return block.get("type")
-    return getattr(block, "type", None)
+    return _field(block, "type")
 
 
 def _read(block: object) -> tuple[str, str, object]:
-    if isinstance(block, Mapping):
-        tool_use_id, name, arguments = block.get("id"), block.get("name"), block.get("input")
-    else:
-        tool_use_id = getattr(block, "id", None)
-        name = getattr(block, "name", None)
-        arguments = getattr(block, "input", None)
+    tool_use_id, name = _field(block, "id"), _field(block, "name")
+    arguments = _field(block, "input")
     clean_id = tool_use_id if isinstance(tool_use_id, str) and tool_use_id.strip() else ""
     return clean_id, name if isinstance(name, str) else "", arguments

@@ -108,11 +108,21 @@ def server(
     streamable HTTP). ``profile`` picks the schemas listed (clients that turn
     them into strict tools may want ``openai-strict``); arguments come back
     in the same shape. Raises ``ImportError`` naming the ``mcp`` extra when
-    the SDK is missing.
+    the SDK is missing, ``ValueError`` when the toolset's budget cannot hold
+    the identity of a call under a fallback key (every call without its own
+    key would be refused).
     """
     lowlevel = require("mcp.server.lowlevel", "mcp")
     types = require("mcp_types", "mcp")
     fallback = _FallbackKeys()
+    longest, _, _ = fallback.key("", None)
+    needed = toolset.minimum_output_bytes(call_id="mcp-999999", operation_key=longest + "9" * 5)
+    if toolset.max_output_bytes < needed:
+        raise ValueError(
+            f"max_output_bytes={toolset.max_output_bytes} is too small to serve over MCP: a "
+            f"call under a fallback operation key needs at least {needed} bytes for its full "
+            f"identity. Use at least {needed}."
+        )
     tools = [
         types.Tool(
             name=tool,

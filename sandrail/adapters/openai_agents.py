@@ -8,21 +8,33 @@ mode takes as it is; the model's arguments come back in that shape and are
 converted for the port. The tool's output is exactly ``result.to_json()``.
 
 Operation keys: ``f"{run_id}:{tool_call_id}"``. ``run_id`` may be a string
-or a function of the SDK's ``ToolContext``; by default it is a fresh id for
-each ``Runner.run`` (the SDK has no run id of its own, so the adapter keeps
-one per run context), which is right for retries inside one process. To make
-a call retried after a process restart reconcile instead of running again,
-pass your own durable run id (for example ``run_id=lambda ctx:
-ctx.context.run_id``).
+or a function of the SDK's ``ToolContext`` (plain or ``async``) returning
+one; by default it is a fresh id for each ``Runner.run`` (the SDK has no run
+id of its own, so the adapter keeps one per run context), which is right
+for retries inside one process. To make a call retried after a process
+restart reconcile instead of running again, pass your own durable run id
+(for example ``run_id=lambda ctx: ctx.context.run_id``). A function that
+fails, or returns anything but a non-blank string (``None``, ``""``), gives
+no safe key: the call is refused (``e2b_command_operation_key_required``)
+and nothing runs.
 
-Timeouts: the SDK's ``timeout_seconds`` (or any cancellation of the tool's
-await) aborts the call as a :class:`~sandrail.CancelToken` would (see
-:class:`~sandrail.Toolset`); the SDK then tells the model the tool timed out,
-and a retry of the call reconciles it.
+A model's retry is a new tool call with a new call id; an exact repeat of a
+call that was left unsettled (``uncertain``, ``approval_required``, or never
+answered) runs under that call's key and reconciles it (see
+:class:`~sandrail.Toolset`).
+
+Timeouts: ``timeout_seconds`` is enforced here, not by the SDK: when it
+passes, the call is aborted as a :class:`~sandrail.CancelToken` would abort
+it and the tool's output is the resulting ``canceled`` or ``uncertain``
+result, with the locator the model needs. Do not set the SDK's own
+``FunctionTool.timeout_seconds`` on these tools: it cancels the call and
+tells the model only "timed out". If it is set anyway, its timeout message
+is replaced by the abandoned call's result when there is one.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import uuid
@@ -30,13 +42,19 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from sandrail._toolset import Toolset
+from sandrail._toolset import Toolset, check_timeout, refusal
 from sandrail.adapters import require
-from sandrail.core import ArgumentProblem, ToolResult, arguments_rejection
+from sandrail.core import (
+    ArgumentProblem,
+    ErrorCode,
+    ToolResult,
+    arguments_rejection,
+    bound_result,
+)
 
 __all__ = ["function_tools"]
 
-RunId = str | Callable[[Any], str] | None
+RunId = str | Callable[[Any], Any] | None
 
 
 def function_tools(
@@ -44,42 +62,111 @@ def function_tools(
 ) -> list[Any]:
     """One ``agents.FunctionTool`` per tool of ``toolset``, strict schemas on.
 
-    ``timeout_seconds`` is passed to each tool (the SDK's per-call timeout).
-    Raises ``ImportError`` naming the ``openai-agents`` extra when the SDK is
-    missing.
+    ``timeout_seconds`` is each call's deadline, enforced by the adapter (see
+    the module doc). Raises ``ImportError`` naming the ``openai-agents``
+    extra when the SDK is missing, ``TypeError`` or ``ValueError`` for a
+    ``run_id`` that is not a non-blank string, a function or ``None``, or a
+    ``timeout_seconds`` that is not a positive number.
     """
     agents = require("agents", "openai-agents")
+    if run_id is not None and not callable(run_id):
+        if not isinstance(run_id, str):
+            raise TypeError(f"run_id must be a string or a function, got {type(run_id).__name__}")
+        if not run_id.strip():
+            raise ValueError("run_id must be a non-blank string")
+    check_timeout(timeout_seconds)
     run_ids = _RunIds(run_id)
+    pending = _Pending()
     return [
         agents.FunctionTool(
             name=name,
             description=toolset.definition(name).description,
             params_json_schema=toolset.schema(name, "openai-strict"),
-            on_invoke_tool=_invoker(toolset, name, run_ids),
+            on_invoke_tool=_invoker(toolset, name, run_ids, pending, timeout_seconds),
             strict_json_schema=True,
-            timeout_seconds=timeout_seconds,
+            timeout_error_function=_timed_out(toolset, pending),
         )
         for name in toolset.names
     ]
 
 
-def _invoker(toolset: Toolset, name: str, run_ids: _RunIds) -> Callable[[Any, str], Any]:
+def _invoker(
+    toolset: Toolset,
+    name: str,
+    run_ids: _RunIds,
+    pending: _Pending,
+    timeout_seconds: float | None,
+) -> Callable[[Any, str], Any]:
     async def invoke(ctx: Any, arguments_json: str) -> str:
         arguments = _parse(arguments_json)
         if isinstance(arguments, ArgumentProblem):
             content = arguments_rejection([arguments], toolset.max_output_bytes)
             return ToolResult(status="error", content=content).to_json()
-        call_id = str(ctx.tool_call_id)
+        call_id = getattr(ctx, "tool_call_id", None)
+        if not isinstance(call_id, str) or not call_id.strip():
+            return _no_key(toolset, "the SDK gave this tool call no tool_call_id")
+        run = await run_ids.of(ctx)
+        if not isinstance(run, str):
+            return _no_key(toolset, run.reason)
+        key = toolset.operation_key(call_id, run_id=run)
+        pending.started(ctx, key)
         result = await toolset.call(
             name,
             arguments,
             call_id=call_id,
-            operation_key=toolset.operation_key(call_id, run_id=run_ids.of(ctx)),
+            operation_key=key,
             profile="openai-strict",
+            timeout_seconds=timeout_seconds,
+            reconcile_repeats=True,
         )
         return result.to_json()
 
     return invoke
+
+
+def _no_key(toolset: Toolset, why: str) -> str:
+    return refusal(
+        ErrorCode.OPERATION_KEY_REQUIRED,
+        f"No safe operation key for this call ({why}); nothing ran.",
+        toolset.max_output_bytes,
+    ).to_json()
+
+
+def _timed_out(toolset: Toolset, pending: _Pending) -> Callable[[Any, Exception], str]:
+    """The SDK's timeout message, replaced by what the call really left: the
+    abandoned result (``canceled`` or ``uncertain``, with its locator)."""
+
+    def message(ctx: Any, error: Exception) -> str:
+        key = pending.key_of(ctx)
+        if key is None:
+            # No key yet: the call was stopped before it reached the port.
+            return refusal(
+                ErrorCode.CANCELED, "The tool timed out before it ran; nothing ran.", budget
+            ).to_json()
+        abandoned = toolset.abandoned.get(key)
+        if abandoned is not None:
+            return abandoned.to_json()
+        # Reached the port, and its result has since left the record.
+        return bound_result(
+            ToolResult(
+                status="uncertain",
+                content={
+                    "ok": False,
+                    "error_type": ErrorCode.ABORTED.value,
+                    "evidence_incomplete": True,
+                    "operation_key": key,
+                    "session_id": toolset.session_id,
+                    "instruction": "The tool timed out and may have run. Do not send it as "
+                    "a new call: call it again with exactly the same arguments to learn what "
+                    "happened (that never runs it twice).",
+                },
+            ),
+            budget,
+        ).to_json()
+
+    budget = toolset.max_output_bytes
+
+    return message
 
 
 def _parse(text: str) -> object:
@@ -95,6 +182,11 @@ def _parse(text: str) -> object:
     return value
 
 
+class _NoRunId:
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
 class _RunIds:
     """The run part of operation keys: given, computed, or one per run context."""
 
@@ -104,11 +196,24 @@ class _RunIds:
         # runs are told apart by it (weakly, so finished runs are forgotten).
         self._per_run: dict[int, tuple[weakref.ref[Any], str]] = {}
 
-    def of(self, ctx: Any) -> str:
+    async def of(self, ctx: Any) -> str | _NoRunId:
         if isinstance(self._run_id, str):
             return self._run_id
         if callable(self._run_id):
-            return str(self._run_id(ctx))
+            try:
+                value = self._run_id(ctx)
+                if inspect.isawaitable(value):
+                    value = await value
+            except Exception as exc:
+                return _NoRunId(f"the run_id function raised {type(exc).__name__}")
+            if not isinstance(value, str) or not value.strip():
+                shown = (
+                    repr(value)
+                    if value is None or isinstance(value, str)
+                    else f"a value of type {type(value).__name__}"
+                )
+                return _NoRunId(f"the run_id function returned {shown}, not a non-blank string")
+            return value
         anchor = getattr(ctx, "usage", None)
         if anchor is None:
             return uuid.uuid4().hex
@@ -119,3 +224,25 @@ class _RunIds:
         fresh = uuid.uuid4().hex
         self._per_run[id(anchor)] = (weakref.ref(anchor), fresh)
         return fresh
+
+
+class _Pending:
+    """The operation key each tool context's call runs under, so the SDK's
+    timeout handler (called with the same context) finds its result."""
+
+    def __init__(self) -> None:
+        self._keys: dict[int, tuple[Callable[[], Any], str]] = {}
+
+    def started(self, ctx: Any, key: str) -> None:
+        try:
+            ref: Callable[[], Any] = weakref.ref(ctx)
+        except TypeError:
+            return  # a context that cannot be referenced weakly is not remembered
+        self._keys = {k: v for k, v in self._keys.items() if v[0]() is not None}
+        self._keys[id(ctx)] = (ref, key)
+
+    def key_of(self, ctx: Any) -> str | None:
+        known = self._keys.get(id(ctx))
+        if known is None or known[0]() is not ctx:
+            return None
+        return known[1]

@@ -1,6 +1,6 @@
-"""pydantic-ai ``Tool`` s for a :class:`~sandrail.Toolset`.
+"""A pydantic-ai toolset for a :class:`~sandrail.Toolset`.
 
-    agent = Agent(model, tools=sandrail.adapters.pydantic_ai.tools(toolset))
+    agent = Agent(model, toolsets=[sandrail.adapters.pydantic_ai.toolset(toolset)])
 
 Each tool carries the ``openai-strict`` profile by default (closed objects,
 every property required and nullable, ``env`` as a ``{name, value}`` list):
@@ -9,63 +9,169 @@ conversion no longer closes ``env`` to ``{}``. Arguments come back in that
 shape and are converted for the port; the tool returns exactly
 ``result.to_json()`` (a string, so pydantic-ai sends it as it is).
 
+It is a toolset (pydantic-ai's ``AbstractToolset``), not a list of
+``Tool`` s, so that the model's arguments reach sandrail as the model wrote
+them: pydantic-ai's own argument validation would answer text that is not
+JSON with a retry prompt quoting that text whole (unbudgeted, env values
+included), and crash the run on JSON that is not an object. Here every
+argument text is taken as it is and answered by the port within the budget:
+text that is not a JSON object is refused (``arguments: must be a JSON
+object``) and nothing runs.
+
 Operation keys: ``f"{ctx.run_id}:{ctx.tool_call_id}"``. pydantic-ai gives
 every run its own ``run_id`` (pass ``run_id=`` to ``Agent.run`` to keep one
 across a resumed run), so a test model that reuses call ids across runs
-never makes a new run's call a retry of an old one.
+never makes a new run's call a retry of an old one. A model's retry is a new
+tool call with a new call id; an exact repeat of a call left unsettled
+(``uncertain``, ``approval_required``, or never answered) runs under that
+call's key and reconciles it (see :class:`~sandrail.Toolset`).
+
+Timeouts: ``timeout_seconds`` is enforced here: when it passes, the call is
+aborted as a :class:`~sandrail.CancelToken` would abort it, and the tool
+returns the resulting ``canceled`` or ``uncertain`` result, with the locator
+the model needs. pydantic-ai's own tool timeouts (``Agent(tool_timeout=)``,
+``Tool(timeout=)``) apply to its function tools only, never to this toolset;
+do not wrap it in one that adds a timeout: it would cancel the call and tell
+the model only "timed out".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any, Final
 
-from sandrail._toolset import Toolset
+from sandrail._toolset import Toolset, check_timeout, refusal
 from sandrail.adapters import require
-from sandrail.core import ErrorCode, Profile, error_result
+from sandrail.core import ArgumentProblem, ErrorCode, Profile, ToolResult, arguments_rejection
 
-__all__ = ["tools"]
+__all__ = ["toolset"]
+
+_NOT_AN_OBJECT: Final = "\x00sandrail/not-an-object"
+"""The key under which the arguments validator hands on text that is not a
+JSON object (no schema of ours admits it, so a model sending it is refused
+all the same)."""
 
 
-def tools(toolset: Toolset, *, profile: Profile = "openai-strict") -> list[Any]:
-    """One ``pydantic_ai.Tool`` per tool of ``toolset``.
+def toolset(
+    toolset: Toolset,
+    *,
+    profile: Profile = "openai-strict",
+    timeout_seconds: float | None = None,
+    id: str | None = "sandrail",
+) -> Any:
+    """A ``pydantic_ai.toolsets.AbstractToolset`` with every tool of
+    ``toolset``: ``Agent(model, toolsets=[...])``.
 
+    ``timeout_seconds`` is each call's deadline (see the module doc); ``id``
+    is the toolset's id for pydantic-ai (durable execution needs one).
     Raises ``ImportError`` naming the ``pydantic-ai`` extra when pydantic-ai
-    is missing.
+    is missing, ``ValueError`` for an unknown ``profile`` or a
+    ``timeout_seconds`` that is not a positive number.
     """
+    cls = _toolset_class()
+    check_timeout(timeout_seconds)
+    schemas = {name: toolset.schema(name, profile) for name in toolset.names}
+    instance: Any = cls(toolset, schemas, profile, timeout_seconds, id)
+    return instance
+
+
+class _RawArguments:
+    """pydantic-ai's argument validator protocol (``SchemaValidatorProt``),
+    taking arguments as the model wrote them: never fails, never quotes them.
+    A JSON object passes as it is; anything else becomes a marker the tool
+    answers with a refusal."""
+
+    def validate_json(self, input: str | bytes | bytearray, **_: Any) -> Any:
+        def refuse(constant: str) -> float:
+            raise ValueError(constant)
+
+        try:
+            value = json.loads(input, parse_constant=refuse)
+        except (ValueError, TypeError, RecursionError):
+            return {_NOT_AN_OBJECT: "must be a JSON object (the text is not JSON)"}
+        return self.validate_python(value)
+
+    def validate_python(self, input: Any, **_: Any) -> Any:
+        if isinstance(input, Mapping) and all(isinstance(key, str) for key in input):
+            return dict(input)
+        return {_NOT_AN_OBJECT: "must be a JSON object"}
+
+
+_RAW: Final = _RawArguments()
+
+
+@functools.cache
+def _toolset_class() -> type[Any]:
     pydantic_ai = require("pydantic_ai", "pydantic-ai")
-    return [
-        pydantic_ai.Tool.from_schema(
-            _function(toolset, name, profile),
-            name=name,
-            description=toolset.definition(name).description,
-            json_schema=toolset.schema(name, profile),
-            takes_ctx=True,
-        )
-        for name in toolset.names
-    ]
+    toolsets = require("pydantic_ai.toolsets", "pydantic-ai")
+
+    class SandrailToolset(toolsets.AbstractToolset):  # type: ignore[misc, name-defined]
+        """Every tool of a :class:`~sandrail.Toolset` (see the module doc)."""
+
+        def __init__(
+            self,
+            tools: Toolset,
+            schemas: dict[str, dict[str, Any]],
+            profile: Profile,
+            timeout_seconds: float | None,
+            id: str | None,
+        ) -> None:
+            self._tools = tools
+            self._schemas = schemas
+            self._profile: Profile = profile
+            self._timeout_seconds = timeout_seconds
+            self._id = id
+
+        @property
+        def id(self) -> str | None:
+            return self._id
+
+        async def get_tools(self, ctx: Any) -> dict[str, Any]:
+            return {
+                name: toolsets.ToolsetTool(
+                    toolset=self,
+                    tool_def=pydantic_ai.ToolDefinition(
+                        name=name,
+                        description=self._tools.definition(name).description,
+                        parameters_json_schema=schema,
+                    ),
+                    max_retries=ctx.max_retries,
+                    args_validator=_RAW,
+                )
+                for name, schema in self._schemas.items()
+            }
+
+        async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> str:
+            tools = self._tools
+            if set(tool_args) == {_NOT_AN_OBJECT}:
+                problem = ArgumentProblem("arguments", str(tool_args[_NOT_AN_OBJECT]))
+                content = arguments_rejection([problem], tools.max_output_bytes)
+                return ToolResult(status="error", content=content).to_json()
+            run_id, call_id = ctx.run_id, ctx.tool_call_id
+            if not _nonblank(run_id) or not _nonblank(call_id):
+                # No run or call id, no safe operation key: a shared stand-in
+                # would make calls of different runs one call, a fresh one
+                # would let a retry launch twice. Nothing runs.
+                return refusal(
+                    ErrorCode.OPERATION_KEY_REQUIRED,
+                    "pydantic-ai gave this tool call no run_id or tool_call_id; nothing ran.",
+                    tools.max_output_bytes,
+                ).to_json()
+            result = await tools.call(
+                name,
+                tool_args,
+                call_id=call_id,
+                operation_key=tools.operation_key(call_id, run_id=run_id),
+                profile=self._profile,
+                timeout_seconds=self._timeout_seconds,
+                reconcile_repeats=True,
+            )
+            return result.to_json()
+
+    return SandrailToolset
 
 
-def _function(toolset: Toolset, name: str, profile: Profile) -> Callable[..., Any]:
-    async def run(ctx: Any, **arguments: Any) -> str:
-        if not ctx.run_id or not ctx.tool_call_id:
-            # No run or call id, no safe operation key: a shared stand-in would
-            # make calls of different runs one call, a fresh one would let a
-            # retry launch twice. Nothing runs.
-            return error_result(
-                ErrorCode.OPERATION_KEY_REQUIRED,
-                instruction="pydantic-ai gave this tool call no run_id or tool_call_id; "
-                "nothing ran.",
-            ).to_json()
-        call_id = str(ctx.tool_call_id)
-        result = await toolset.call(
-            name,
-            arguments,
-            call_id=call_id,
-            operation_key=toolset.operation_key(call_id, run_id=str(ctx.run_id)),
-            profile=profile,
-        )
-        return result.to_json()
-
-    run.__name__ = name
-    return run
+def _nonblank(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())

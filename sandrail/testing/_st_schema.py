@@ -95,7 +95,13 @@ def _strings(schema: Mapping[str, Any]) -> st.SearchStrategy[str]:
         from sandrail.core._validation import ecma_regex
 
         regex = ecma_regex(schema["pattern"])
+        # Also the names next to every refused env name the pattern lets
+        # through: a pattern that lets through one the port refuses (a strict
+        # profile's env-name rule, say) is caught on the first draws.
         drawn = st.from_regex(regex)
+        near = [name for name in _NEAR_RESERVED if regex.search(name)]
+        if near:
+            drawn = drawn | st.sampled_from(near)
         if most is not None:
             # Also the longest legal strings: the shortest match padded by repeating a
             # character the pattern allows where it repeats (checked by the filter).
@@ -150,10 +156,12 @@ def _matches(names: Mapping[str, Any], name: str) -> bool:
 
 
 def _near_reserved() -> list[str]:
-    from sandrail.core._env import RESERVED_ENV_NAMES, RESERVED_ENV_PREFIXES
+    """Names next to every refused env name and prefix (the port's whole
+    rule, :data:`~sandrail.core.REFUSED_ENV_NAMES` included)."""
+    from sandrail.core._env import REFUSED_ENV_NAMES, RESERVED_ENV_PREFIXES
 
     near: set[str] = set()
-    for word in [*RESERVED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
+    for word in [*REFUSED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:
         for cut in range(1, len(word) + 1):
             near.update({word[:cut], word[:cut] + "X", word[:cut] + "_", word[:cut] + "9"})
         near.update({word + "A", "A" + word, word.lower()})
