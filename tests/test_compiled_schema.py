@@ -452,3 +452,22 @@ def test_equal_definitions_share_one_checker_built_once() -> None:
     assert rebuilt is not definition
     assert _checker_for(rebuilt) is _checker_for(definition)
     assert _checker_for(definition).accepts is not None
+
+
+def test_checkers_never_mistake_true_for_one() -> None:
+    """A cache keyed by Python value would hand one schema's checker to the
+    other (``True == 1`` and they hash alike); keyed by the definition's
+    digest (canonical JSON, where ``true`` is not ``1``), each keeps its own."""
+    base = DEFINITIONS["run_command"].to_dict()
+    made = []
+    for const in (True, 1):
+        data = json.loads(json.dumps(base))
+        data["parameters"]["properties"]["flag"] = {"const": const}
+        made.append(ToolDefinition.from_dict(data))
+    as_true, as_one = made
+    assert as_true.digest != as_one.digest
+    assert _checker_for(as_true) is not _checker_for(as_one)
+    arguments = {"command": "x", "flag": 1}
+    assert check_arguments(as_one, arguments) == ()
+    assert [problem.path for problem in check_arguments(as_true, arguments)] == ["arguments.flag"]
+    assert check_arguments(as_true, {"command": "x", "flag": True}) == ()
