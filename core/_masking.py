@@ -144,8 +144,9 @@ class Redactions:
         prepared = _PREPARED.get(self.values)
         if prepared is None:
             prepared = _Prepared(self.values)
-            if len(_PREPARED) >= _PREPARED_KEPT:
-                del _PREPARED[next(iter(_PREPARED))]
+            # Oldest first; ports in other threads may evict at the same time.
+            for oldest in list(_PREPARED)[: max(0, len(_PREPARED) - _PREPARED_KEPT + 1)]:
+                _PREPARED.pop(oldest, None)
             _PREPARED[self.values] = prepared
         self._prepared = prepared
         self.longest = len(prepared.encoded[0]) if prepared.encoded else 0

@@ -22,6 +22,7 @@ skips to the next byte that starts a value with one ``re`` search.
 
 from __future__ import annotations
 
+import bisect
 import re
 from array import array
 from collections.abc import Sequence
@@ -60,6 +61,7 @@ class PatternAutomaton:
         "_firsts",
         "_lcp",
         "_lengths",
+        "_marks",
         "_memo",
         "_offset",
         "_output",
@@ -138,6 +140,7 @@ class PatternAutomaton:
         for j in range(len(values)):
             starts.setdefault(lcp[j] + 1, []).append(j)
         active: list[int] = []
+        marks: dict[int, array[int]] = {}
         output, fail_owner, fail_depth = self._output, self._fail_owner, self._fail_depth
         for depth in range(1, self.longest + 1):
             active = [j for j in active if lengths[j] >= depth]
@@ -157,6 +160,9 @@ class PatternAutomaton:
                     output[number] = depth
                 else:
                     output[number] = output[self._number(owner, at)]
+                if output[number]:
+                    marks.setdefault(j, array("i")).append(depth)
+        self._marks = marks
 
     def _walk(
         self, data: bytes, start: int, found: list[tuple[int, int]] | None
@@ -164,7 +170,7 @@ class PatternAutomaton:
         """Run the automaton over ``data[start:]`` from the root; returns the
         final state. With ``found``, appends spans covered by occurrences
         (see :meth:`occurrences`)."""
-        firsts, memo, runs = self._firsts, self._memo, _RUNS
+        firsts, memo, runs, lengths = self._firsts, self._memo, _RUNS, self._lengths
         if firsts is None:
             return 0, 0
         owner = depth = number = 0
@@ -176,6 +182,13 @@ class PatternAutomaton:
                 if hit is None:
                     return 0, 0
                 at = hit.start()
+            elif not depth & 15 and depth < lengths[owner]:
+                jump = self._climb(data, at, owner, depth)
+                if jump:
+                    at += jump
+                    depth += jump
+                    number += jump  # the owner's own states are numbered in a row
+                    continue
             byte = data[at]
             at += 1
             key = number * 256 + byte
@@ -199,6 +212,24 @@ class PatternAutomaton:
                 found.append((at - length, at))
             number = after
         return owner, depth
+
+    def _climb(self, data: bytes, at: int, owner: int, depth: int) -> int:
+        """How many bytes from ``at`` follow the owner's own states from
+        ``depth`` with no occurrence ending among them (0 when fewer than
+        16 do): the scan skips them in C-speed comparisons."""
+        value = self._values[owner]
+        if data[at : at + 16] != value[depth : depth + 16]:
+            return 0
+        limit = self._lengths[owner]
+        marks = self._marks.get(owner)
+        if marks is not None:
+            nearest = bisect.bisect_right(marks, depth)
+            if nearest < len(marks):
+                limit = marks[nearest] - 1  # the next state with an output
+        limit = min(limit, depth + len(data) - at)
+        if limit <= depth:
+            return 0
+        return _common_prefix(data[at : at + limit - depth], value[depth:limit])
 
     def occurrences(self, data: bytes) -> list[tuple[int, int]]:
         """Spans of ``data`` covered by occurrences of the values, ordered by

@@ -401,7 +401,7 @@ def test_c17_a_session_that_keeps_adding_env_values_is_refused_past_the_cap() ->
 shared_prefix_values = st.lists(
     st.builds(
         lambda head, tail: head + tail,
-        st.sampled_from(["", "aaaaaaa", "abababa", "aaaaaaaaaaaa"]),
+        st.sampled_from(["", "aaaaaaa", "abababa", "aaaaaaaaaaaa", "a" * 40, "ab" * 20]),
         st.text(alphabet="abé", min_size=1, max_size=6),
     ).filter(lambda value: len(value) >= 8),
     min_size=1,
@@ -409,7 +409,16 @@ shared_prefix_values = st.lists(
 )
 
 
-@given(shared_prefix_values, st.text(alphabet="abéZ", max_size=120), st.integers(0, 120))
+runs_of_output = st.lists(
+    st.sampled_from(["a", "b", "é", "Z", "a" * 17, "a" * 45, "ab" * 9]), max_size=12
+).map("".join)
+
+
+@given(
+    shared_prefix_values,
+    st.text(alphabet="abéZ", max_size=120) | runs_of_output,
+    st.integers(0, 120),
+)
 def test_c17_one_pass_over_many_values_sharing_prefixes_agrees_with_a_plain_scan(
     secrets: list[str], text: str, low: int
 ) -> None:
