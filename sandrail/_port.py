@@ -22,7 +22,6 @@ import functools
 import inspect
 import json
 import threading
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeAlias, cast
 
@@ -143,7 +142,7 @@ class ToolPort:
         # Env values any port of this session passed to commands, and values
         # the harness named, masked in all output (C17). Kept in memory only:
         # never in an effect or a recording.
-        self._masks = _session_masks(settings.session_id, settings.owner_key)
+        self._masks = _Masks()
         self._masks.learn(redact)
 
     @property
@@ -798,14 +797,12 @@ def _build(
     )
 
 
-class _SessionMasks:
-    """The values masked in every output of one session's ports (C17).
-
-    Shared by every port of a (session, owner) in this process, so a value
-    one port passed to a command is masked in what another port shows: the
-    command port's env leaked through the code port of the same toolset, a
-    file the first command wrote read back by the second (outside attack 3).
-    Masking more is always safe; a port built with ``redact=`` adds to it."""
+class _Masks:
+    """The values masked in every output of a port (C17): the env values it
+    passed and those the harness named. A :class:`~sandrail.Toolset` gives
+    its ports one, so a value one port passed is masked in what another
+    shows (outside attack 3: a file the command port's env was written to,
+    printed by the code port of the same toolset)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -818,19 +815,6 @@ class _SessionMasks:
         with self._lock:
             self.secrets = self.secrets | values
             self.redactions = Redactions(self.secrets)
-
-
-_MASKS: weakref.WeakValueDictionary[tuple[str, str], _SessionMasks] = weakref.WeakValueDictionary()
-_MASKS_LOCK = threading.Lock()
-
-
-def _session_masks(session_id: str, owner_key: str) -> _SessionMasks:
-    """The masks of (session, owner), alive while a port of it is."""
-    with _MASKS_LOCK:
-        masks = _MASKS.get((session_id, owner_key))
-        if masks is None:
-            masks = _MASKS[(session_id, owner_key)] = _SessionMasks()
-        return masks
 
 
 def _unicode(text: str) -> bool:

@@ -188,6 +188,7 @@ class Toolset:
         self._abandoned: OrderedDict[str, ToolResult] = OrderedDict()
         remember, resolve = _shared_record(remember_owned_command, resolve_owned_command)
         secrets = tuple(redact) if not isinstance(redact, str) else redact
+        shared_masks = None
         for group in dict.fromkeys(groups):
             factory = command_tools if group == "command" else code_tools
             port = factory(
@@ -205,6 +206,9 @@ class Toolset:
                 allow_internet_access=allow_internet_access,
                 redact=secrets,
             )
+            # One memory of values to mask for all the toolset's ports (C17).
+            port._masks = masks = shared_masks if shared_masks is not None else port._masks
+            shared_masks = masks
             for definition in port.definitions:
                 self._ports[definition.name] = port
         self._session_id = session_id

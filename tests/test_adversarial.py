@@ -221,22 +221,16 @@ def test_c17_item4_a_cursor_computed_into_the_secret_shows_none_of_it() -> None:
 def test_c17_item5_a_restarted_port_masks_what_the_harness_hands_it() -> None:
     """Item 5: a new port on the same session (durable resolver) read a task
     launched with env and showed the value; ``redact=`` gives it back."""
-    # A session of its own: a port of the default session that another test
-    # module keeps alive (the kit's) would share what it masks (C17).
-    session = "item5-restarted-session"
-    first = Rig(session_id=session, scripts={"serve": Script.hangs(f"token {SECRET}\n")})
+    first = Rig(scripts={"serve": Script.hangs(f"token {SECRET}\n")})
     task = _prints_secret(first)
     durable = dict(first.port.owned_commands)
     sim = first.sim
     del first  # the harness restarted: no port of the session is left
     gc.collect()
-    unaware = Rig(
-        session_id=session, sim=sim, resolve_owned_command=lambda request, t: durable.get(t)
-    )
+    unaware = Rig(sim=sim, resolve_owned_command=lambda request, t: durable.get(t))
     shown = unaware.run("read_command_output", {"task_id": task}, key="read-1")
     assert SECRET in shown.content["stdout"]  # what the item saw: the port cannot know
     told = Rig(
-        session_id=session,
         sim=sim,
         resolve_owned_command=lambda request, t: durable.get(t),
         redact=[SECRET],

@@ -853,3 +853,22 @@ def test_c2_the_command_line_with_a_record_never_relaunches_after_its_sandbox_wa
     assert done.returncode == 2
     assert "line 1: not an ownership record" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("language", "code"),
+    [("python", "print(1 + 1)"), ("javascript", "console.log(1 + 1)"), ("bash", "echo $((1 + 1))")],
+)
+def test_c7_each_snippet_language_runs_in_a_local_e2b_sandbox(
+    backend: E2BBackend, language: str, code: str
+) -> None:
+    """Outside attack 3: the snippet tool runs ``python``, which E2B's base
+    template has and this machine has only as ``python3``; local-e2b's
+    sandbox now offers it (a login shell's PATH included), so the tool runs
+    on local-e2b as on E2B."""
+    port = port_on(backend, new_session(), code=True)
+    result = port.execute_sync(
+        request(port, "sandbox_run_code", f"op-{language}", code=code, language=language)
+    )
+    assert result.status == "ok", result.content
+    assert (result.content["stdout"], result.content["exit_code"]) == ("2\n", 0), result.content

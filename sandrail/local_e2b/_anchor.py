@@ -94,10 +94,46 @@ def _read_only_rest() -> None:
             # A mount hidden under another cannot be reached; it stays as it is.
 
 
+TEMPLATE_BIN = "/home/.local-e2b/bin"
+"""Programs E2B's base template has and this machine may lack under that
+name (``python``), as links to what it has; last on every command's PATH."""
+
+_SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+
+def _template_programs() -> None:
+    """Link the programs (see :data:`TEMPLATE_BIN`), and put that directory
+    last on a login shell's PATH too: the sandbox's ``/etc/profile.d`` is
+    this machine's plus one script (a login shell's ``/etc/profile`` sets
+    PATH afresh, and E2B runs commands in one)."""
+    os.makedirs(TEMPLATE_BIN, mode=0o755)
+    profile = os.path.join(os.path.dirname(TEMPLATE_BIN), "profile.d")
+    os.mkdir(profile, 0o755)
+    if os.path.isdir("/etc/profile.d"):
+        for name in os.listdir("/etc/profile.d"):
+            source = os.path.join("/etc/profile.d", name)
+            if os.path.isfile(source):
+                with open(source, "rb") as src, open(os.path.join(profile, name), "wb") as dst:
+                    dst.write(src.read())
+        with open(os.path.join(profile, "zz-local-e2b.sh"), "w") as script:
+            script.write(f'PATH="$PATH:{TEMPLATE_BIN}"\n')
+        _mount(profile, "/etc/profile.d", None, _MS_BIND)
+    for name, stand_ins in (("python", ("python3",)), ("node", ("nodejs",))):
+        if any(os.access(os.path.join(d, name), os.X_OK) for d in _SYSTEM_PATH):
+            continue
+        for stand_in in stand_ins:
+            found = [os.path.join(d, stand_in) for d in _SYSTEM_PATH]
+            found = [path for path in found if os.access(path, os.X_OK)]
+            if found:
+                os.symlink(found[0], os.path.join(TEMPLATE_BIN, name))
+                break
+
+
 def main(sandbox_dir: str) -> int:
     try:
         _mount("tmpfs", "/home", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=755")
         os.mkdir("/home/user")
+        _template_programs()
         _mount(f"{sandbox_dir}/home", "/home/user", None, _MS_BIND)
         _mount(f"{sandbox_dir}/root", "/root", None, _MS_BIND)
         _mount(f"{sandbox_dir}/passwd", "/etc/passwd", None, _MS_BIND)

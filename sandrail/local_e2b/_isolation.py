@@ -40,6 +40,7 @@ from pathlib import Path
 
 import attrs
 
+from ._anchor import TEMPLATE_BIN
 from ._reaper import Exit, Reaper
 
 __all__ = [
@@ -251,7 +252,12 @@ class SandboxRoot:
     def environment(self, user: str, *layers: Mapping[str, str]) -> dict[str, str]:
         """A process's environment as envd builds it: PATH, HOME, USER,
         LOGNAME, then each layer (sandbox variables, then the request's)."""
-        env = {"PATH": DEFAULT_PATH, "HOME": self.users[user].home, "USER": user, "LOGNAME": user}
+        env = {
+            "PATH": f"{DEFAULT_PATH}:{TEMPLATE_BIN}",
+            "HOME": self.users[user].home,
+            "USER": user,
+            "LOGNAME": user,
+        }
         for layer in layers:
             env.update(layer)
         return env
