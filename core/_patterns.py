@@ -142,25 +142,31 @@ class PatternAutomaton:
         active: list[int] = []
         marks: dict[int, array[int]] = {}
         output, fail_owner, fail_depth = self._output, self._fail_owner, self._fail_depth
+        offset, parents = self._offset, self._parents
         for depth in range(1, self.longest + 1):
             active = [j for j in active if lengths[j] >= depth]
             active.extend(starts.get(depth, ()))
             for j in active:
-                number = self._number(j, depth)
+                base = offset[j] - lcp[j]  # this value's own states, numbered in a row
+                number = base + depth
                 if depth == 1:
-                    owner, at = 0, 0
+                    owner = at = 0
                 else:
                     # The parent's failure state, stepped by this byte.
-                    parent = self._number(j, depth - 1) if depth - 1 > lcp[j] else self._parents[j]
-                    owner, at = self._step(
-                        fail_owner[parent], fail_depth[parent], values[j][depth - 1]
-                    )
+                    parent = base + depth - 1 if depth - 1 > lcp[j] else parents[j]
+                    owner, at = fail_owner[parent], fail_depth[parent]
+                    byte = values[j][depth - 1]
+                    if at < lengths[owner] and values[owner][at] == byte:
+                        at += 1  # the common case, without a call
+                    else:
+                        owner, at = self._step(owner, at, byte)
                 fail_owner[number], fail_depth[number] = owner, at
                 if depth == lengths[j]:
-                    output[number] = depth
+                    found = depth
                 else:
-                    output[number] = output[self._number(owner, at)]
-                if output[number]:
+                    found = output[offset[owner] + at - lcp[owner]] if at else 0
+                output[number] = found
+                if found:
                     marks.setdefault(j, array("i")).append(depth)
         self._marks = marks
 
