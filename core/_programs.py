@@ -591,6 +591,13 @@ def _refused(call: _Call, refused: StartRefused) -> Generator[Effect, Any, ToolR
 
 
 def _conflict(refused: StartRefused) -> ToolResult:
+    if refused.reason == "not_started":
+        return _refuse(
+            ErrorCode.COMMAND_NOT_STARTED,
+            "The command could not start: its cwd is missing, not a directory or not "
+            "enterable by the sandbox user, or its command and env are too big to "
+            "execute. Nothing ran; this operation_key will not run it.",
+        )
     if refused.reason == "stale_fence":
         return _refuse(
             ErrorCode.FENCE_STALE,

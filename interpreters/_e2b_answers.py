@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Final
+from typing import Final, Literal
 
 import attrs
 
 from sandrail.core._effects import CommandState, CommandStatus, OutputChunk, Started, StartRefused
 
 __all__ = [
+    "NOT_STARTED_REFUSAL",
     "CancelAnswer",
     "InitAnswer",
     "Malformed",
+    "NotStarted",
     "RawRead",
     "StartAnswer",
     "chunk_of",
@@ -40,6 +42,7 @@ _STATUSES: Final[frozenset[str]] = frozenset(
 _EPOCH = re.compile(r"[0-9a-f]{32}")
 _NATURAL = re.compile(r"[0-9]{1,18}")
 _REASONS: Final = ("conflict", "stale_fence", "claim_lost")
+_NOT_STARTED: Final = ("cwd", "e2big")
 
 
 class Malformed(Exception):
@@ -87,13 +90,29 @@ def parse_init(text: str) -> InitAnswer:
     return InitAnswer(epoch=epoch, separated=words[2] == "1")
 
 
+NotStarted = Literal["cwd", "e2big"]
+"""Why the launcher could not begin a claimed command: its cwd is missing,
+not a directory or not enterable by ``user`` (``cwd``); Linux would refuse
+the exec, the command's argument and environment being too big
+(``e2big``)."""
+
+NOT_STARTED_REFUSAL: Final = StartRefused(reason="not_started")
+"""The core outcome of a start whose command could not begin: ``error``,
+``executed: false`` (``e2b_command_not_started``), nothing ran and, the claim
+being consumed, nothing will under this operation key. See
+:attr:`StartAnswer.not_started`."""
+
+
 @attrs.frozen(kw_only=True)
 class StartAnswer:
     """A start's outcome and the ledger epoch it reported (``None`` if none
-    could be read)."""
+    could be read). ``not_started`` says why, when the launcher claimed the
+    task but could not begin its command (the outcome is then
+    :data:`NOT_STARTED_REFUSAL`, on the first start and on every retry)."""
 
     outcome: Started | StartRefused
     epoch: str | None
+    not_started: NotStarted | None = None
 
 
 def _epoch(line: str | None) -> str | None:
@@ -113,6 +132,9 @@ def parse_start(text: str, task_id: str) -> StartAnswer:
     epoch = _epoch(lines[1] if len(lines) > 1 else None)
     if len(head) == 2 and head[0] == "refused" and head[1] in _REASONS:
         return StartAnswer(outcome=StartRefused(reason=head[1]), epoch=epoch)  # type: ignore[arg-type]
+    if len(head) == 3 and head[:2] == ["refused", "not_started"] and head[2] in _NOT_STARTED:
+        why: NotStarted = head[2]  # type: ignore[assignment]
+        return StartAnswer(outcome=NOT_STARTED_REFUSAL, epoch=epoch, not_started=why)
     if len(head) != 2 or head[0] != "started" or head[1] not in ("0", "1"):
         raise Malformed("bad start answer")
     first = head[1] == "1"

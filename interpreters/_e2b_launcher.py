@@ -22,6 +22,10 @@ made the ledger private::
                                stdout, stderr, exit, ... (all root, 0600)
     L/claims.<epoch>/<task>    the claim log of this ledger epoch: one empty
                                file per task ever claimed in it
+    L/seal                     "<epoch> <count>": the epoch and how many
+                               claims were logged in it (under the lock)
+    L/void.<epoch>.<n>/        claim logs of voided epochs, kept: their
+                               entries still say "claimed before"
     L/fence, L/lock, L/user    highest fence seen; the ledger lock; the
                                ``user`` uid, gid and the tools to drop to it
     /tmp/sandrail/code/        published snippets (the path the core names):
@@ -45,8 +49,19 @@ step, then launches. Whatever ends the launcher (a deadline, a kill), a
 claim is complete or absent, and a claim that may exist is logged.
 
 **The epoch proof** (C2): the ledger's epoch is the random name of its
-claim-log directory; it changes whenever that directory is lost, and never
-comes back. Every answer reports it (``init``, and an ``epoch`` line in
+claim-log directory, and holds only while the ledger proves it is whole:
+exactly one claim log, the seal naming it, and at least as many entries in
+it as the seal counts (each claim logs its entry, then raises the count, in
+place, under the lock). Any partial deletion (the claim log emptied, the
+seal or any file deleted) breaks one of these and voids the epoch: under
+the lock, the launcher renames the claim log ``void.*`` and makes a new
+epoch, which never comes back. So a retry whose claim was deleted carries
+an epoch the ledger no longer has and is ``claim_lost``, never a second
+launch; a claim whose digest was deleted is ``claim_lost`` too, never a
+``conflict``. The honest limit: root in the sandbox (a template whose
+``user`` has sudo) can still forge a whole, consistent ledger (a claim log
+of the right name, a seal that counts it); sandrail defends against
+deletion, not against forgery by root. Every answer reports it (``init``, and an ``epoch`` line in
 ``start``, ``wait``, ``read`` and ``cancel`` answers; a lost claim log is
 made again when an answer is given), and the harness's ``Ensure`` reports
 the epoch it last heard. The core records that epoch, before the task's
@@ -96,11 +111,30 @@ fallback (a size of 0, a status of ``unknown``/``running``).
 The only values sandrail puts into shell text are the validated task id
 (64 hex), a nonce and integers; the launcher validates them again.
 
+**A command that cannot begin** (C7: ``ok`` means the command began):
+for a request staged with ``check`` (the harness stages it with a cwd, or
+when the argument and env are over 16 KiB), the wrapper that drops to
+``user`` reports on a pipe root made, just before
+it execs the command, ``began``; or, instead of running it, why it cannot:
+``cwd`` (missing, not a directory, or not enterable by ``user``) or
+``e2big`` (Linux would refuse the exec as too big: probed with ``/bin/true``
+and the very same argument and environment, only when they are over 16,384
+characters). The supervisor writes that report to the claim's ``verdict``
+(whose lock the start holds for it), and the start answers only once it is
+there (a request without ``check`` is answered at once, as a command with
+the default cwd and a small env begins unless ``user``'s home was made
+unenterable) (at most 5 s, else as before): ``refused not_started <why>``, on the
+first start and on every retry of the same request (the claim is consumed:
+nothing launches later). None of the wrapper's messages reaches the
+command's output. A concurrent command of ``user`` cannot forge a report
+(it cannot open a root pipe again); one that ptraces the wrapper could.
+
 Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
 
     init <name>                       -> "ready <epoch> <separated 0|1>"
     start <task> <nonce>              -> "started 1|0" | "refused <reason>"
-                                         (conflict, stale_fence, claim_lost),
+                                         (conflict, stale_fence, claim_lost,
+                                         "not_started cwd|e2big"),
                                          then "epoch <epoch>", then (started)
                                          a state line
     wait <task> <millis> <limit>      -> a read of cursors 0 0 once ended or
@@ -118,7 +152,7 @@ Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
     discard <task> <nonce>            -> "discarded" (the staged request is
                                          gone, or was taken by its start)
     state line: "state <status> <code> <stdout_bytes> <stderr_bytes>"
-    <epoch>: 32 hex, or "-" (no proof: the claim log was tampered with)
+    <epoch>: 32 hex, or "-" (no proof could be made)
 
 Exit status 3 with ``sandrail-error <what>`` means the launcher refused its
 arguments (or could not take its request) before touching any claim.
@@ -156,6 +190,8 @@ SHARED=/tmp/sandrail
 CODE=$SHARED/code
 EPOCH=-
 CLAIMS=
+SEALED=
+VERDICT=
 FAST=16384  # a stream this short is answered as text, with no process
 
 fail() { printf 'sandrail-error %s\n' "$1"; exit 3; }
@@ -171,26 +207,44 @@ first_line() { # <file> <variable>: the file's first line, or "" (one read, no c
   printf -v "$2" '%s' "$line"
 }
 
-epoch() { # EPOCH and CLAIMS of the ledger as it is (builtins only; no
-  # change): EPOCH is "-" when there is no claim log, or more than one (the
-  # ledger was tampered with: no proof holds). Fails when there is none.
-  local found=() dir
+epoch() { # EPOCH, CLAIMS and SEALED of the ledger as it is (builtins only;
+  # no change). Fails, with EPOCH "-", unless the ledger proves its epoch:
+  # exactly one claim log (and nothing else named claims.*), the seal naming
+  # it, and at least as many entries in it as the seal counts. Any partial
+  # deletion of the ledger breaks one of these, and so voids the epoch.
+  local dir found=() sealed= count= entries
   for dir in "$LEDGER"/claims.*; do
-    [[ -d $dir && ! -L $dir && ${dir##*/claims.} =~ ^[0-9a-f]{32}$ ]] && found+=("$dir")
+    [ -e "$dir" ] || [ -L "$dir" ] || continue
+    [[ -d $dir && ! -L $dir && ${dir##*/claims.} =~ ^[0-9a-f]{32}$ ]] || found+=(bad)
+    found+=("$dir")
   done
-  CLAIMS= EPOCH=-
-  (( ${#found[@]} > 0 )) || return 1
-  CLAIMS=${found[0]}
-  if (( ${#found[@]} == 1 )); then EPOCH=${CLAIMS##*/claims.}; fi
-  return 0
+  CLAIMS= EPOCH=- SEALED=
+  (( ${#found[@]} == 1 )) || return 1
+  read -r sealed count 2>/dev/null < "$LEDGER/seal" || return 1
+  [[ $sealed == "${found[0]##*/claims.}" && $count =~ ^[0-9]{1,18}$ ]] || return 1
+  entries=("${found[0]}"/*)
+  [ -e "${entries[0]}" ] || entries=()
+  (( ${#entries[@]} >= count )) || return 1
+  CLAIMS=${found[0]} EPOCH=$sealed SEALED=$count
 }
 
-new_epoch() { # under the lock: EPOCH and CLAIMS, a new claim log made if missing
+new_epoch() { # under the lock: EPOCH, CLAIMS and SEALED; a ledger that cannot
+  # prove its epoch gets a new one (its claim logs kept, renamed void.*, so
+  # their entries still say "claimed before")
+  local dir
   epoch && return 0
+  for dir in "$LEDGER"/claims.*; do
+    [ -e "$dir" ] || [ -L "$dir" ] || continue
+    mv -T -- "$dir" "$LEDGER/void.${dir##*/claims.}.$$.$RANDOM" 2>/dev/null || rm -rf -- "$dir"
+  done
   EPOCH=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
   [[ $EPOCH =~ ^[0-9a-f]{32}$ ]] || fail no-randomness
   mkdir -m 700 -- "$LEDGER/claims.$EPOCH" || fail no-ledger
-  CLAIMS=$LEDGER/claims.$EPOCH
+  # The seal is written in place: a reader that sees it half-written finds
+  # no proof and asks again under the lock (a seal lost to a kill only
+  # voids the epoch again: never a second launch).
+  printf '%s 0\n' "$EPOCH" > "$LEDGER/seal" || fail no-ledger
+  CLAIMS=$LEDGER/claims.$EPOCH SEALED=0
 }
 
 print_epoch() { # the "epoch" line every answer ends with (a lost claim log is
@@ -199,9 +253,9 @@ print_epoch() { # the "epoch" line every answer ends with (a lost claim log is
   printf 'epoch %s\n' "$EPOCH"
 }
 
-claimed_before() { # <task>: in any claim log of this ledger
+claimed_before() { # <task>: in any claim log of this ledger, voided ones too
   local dir
-  for dir in "$LEDGER"/claims.*; do [ -e "$dir/$1" ] && return 0; done
+  for dir in "$LEDGER"/claims.* "$LEDGER"/void.*; do [ -e "$dir/$1" ] && return 0; done
   return 1
 }
 
@@ -355,6 +409,18 @@ do_read() { # <task> <out> <err> <max> [<limit>]: with a limit (a wait's
   print_epoch
 }
 
+verdict_of() { # <task>: VERDICT, what the supervisor wrote to `verdict`, once
+  # it has (waiting, at most 5 s, on the lock the start took for it); ""
+  # when it could not say in time (the command may have begun)
+  local dir=$TASKS/$1
+  first_line "$dir/verdict" VERDICT
+  if [ -z "$VERDICT" ] && [ -e "$dir/verdict" ] && exec 6<"$dir/verdict"; then
+    flock -s -w 5 6 2>/dev/null
+    exec 6<&-
+    first_line "$dir/verdict" VERDICT
+  fi 2>/dev/null
+}
+
 do_start() { # <task> <nonce>
   local task=$1 req=$INBOX/.taken.$1.$2 dir=$TASKS/$1 fence highest theirs ours claim_epoch
   # Take the staged request first: once renamed it is this start's alone
@@ -378,8 +444,17 @@ do_start() { # <task> <nonce>
     first_line "$dir/digest" theirs
     rm -rf -- "$req"
     unlock
+    if [[ ! $theirs =~ ^[0-9a-f]{64}$ ]]; then
+      # A claim without its digest was damaged (claims are put in place
+      # whole): what it launched is unknown, not another request's.
+      printf 'refused claim_lost\nepoch %s\n' "$EPOCH"; return
+    fi
     if [ "$theirs" != "$ours" ]; then
       printf 'refused conflict\nepoch %s\n' "$EPOCH"; return
+    fi
+    verdict_of "$task"
+    if [[ $VERDICT =~ ^(cwd|e2big)$ ]]; then
+      printf 'refused not_started %s\nepoch %s\n' "$VERDICT" "$EPOCH"; return
     fi
     printf 'started 0\nepoch %s\n' "$EPOCH"
     state "$task"
@@ -401,16 +476,26 @@ do_start() { # <task> <nonce>
   # (it inherits fd 7 and no process of the command does), so a waiter
   # wakes the moment it lets go: an event, not a poll.
   exec 7>"$req/alive"; flock -x 7
+  # Likewise `verdict` (fd 6) until the supervisor writes there whether
+  # the command began (see do_supervise), for a request that may not begin
+  # (`check`: a cwd, or an argument and env over 16 KiB): this start
+  # answers only then. Others answer at once (no wait, no process more).
+  if [ -e "$req/check" ]; then exec 6>"$req/verdict"; flock -x 6; fi
   : > "$CLAIMS/$task"
-  mv -T -- "$req" "$dir" || { exec 7>&-; rm -rf -- "$req"; unlock; fail no-claim; }
+  printf '%s %s\n' "$EPOCH" "$(( SEALED + 1 ))" > "$LEDGER/seal"
+  mv -T -- "$req" "$dir" || { exec 7>&- 6>&-; rm -rf -- "$req"; unlock; fail no-claim; }
   setsid bash "$0" supervise "$task" </dev/null >/dev/null 2>&1 9>&- &
   echo "$!" > "$dir/supervisor"
-  exec 7>&-
+  exec 7>&- 6>&-
   unlock
-  # The state at the launch (nothing printed yet); the sweep runs after the
-  # answer, in the background.
+  forget_stale </dev/null >/dev/null 2>&1 9>&- &
+  VERDICT=
+  [ -e "$dir/check" ] && verdict_of "$task"
+  if [[ $VERDICT =~ ^(cwd|e2big)$ ]]; then
+    printf 'refused not_started %s\nepoch %s\n' "$VERDICT" "$EPOCH"; return
+  fi
+  # The state at the launch (nothing printed yet).
   printf 'started 1\nepoch %s\nstate running - 0 0\n' "$EPOCH"
-  forget_stale </dev/null >/dev/null 2>&1 &
 }
 
 do_discard() { # <task> <nonce>: delete a staged request no start has taken,
@@ -426,20 +511,40 @@ do_discard() { # <task> <nonce>: delete a staged request no start has taken,
 # relative one from home, as E2B does; no CDPATH), then run the command as
 # E2B's commands.run does. $1 cwd, $2 "argv" (the command is $3) or "fd"
 # (read it from fd 3). No root process ever runs with the command's env.
-WRAPPER='while IFS= read -r -d "" __sandrail_entry <&4; do
+# On fd 5 (a pipe root made: no process of `user` can open it again) it
+# reports one line, then closes it: "began" just before it execs the
+# command, or why the command cannot begin: "cwd" (missing, not a
+# directory, or not enterable by `user`), "e2big" (Linux would refuse the
+# exec: the argument and environment are too big; probed with /bin/true and
+# the very same argument and environment, only when they are over 16,384
+# characters, far under Linux's least limit of 128 KiB). None of the
+# wrapper's own messages reaches the command's stderr.
+WRAPPER='__sandrail_size=${#3}
+while IFS= read -r -d "" __sandrail_entry <&4; do
   export "$__sandrail_entry" 2>/dev/null
+  __sandrail_size=$(( __sandrail_size + ${#__sandrail_entry} ))
 done
 unset __sandrail_entry; exec 4<&-
-cd /home/user 2>/dev/null; CDPATH= cd -- "$1" || exit 1
-if [ "$2" = argv ]; then exec 3<&-; exec /bin/bash -l -c "$3"; fi
-exec /bin/bash -l -c '"'"'IFS= read -r -d "" __sandrail_command <&3; exec 3<&-
-eval "unset __sandrail_command; $__sandrail_command"'"'"
+cd /home/user 2>/dev/null
+if ! CDPATH= cd -- "$1" 2>/dev/null; then echo cwd >&5; exit 1; fi 2>/dev/null
+[ "$2" = argv ] || set -- "$1" "$2" '"'"'IFS= read -r -d "" __sandrail_command <&3; exec 3<&-
+eval "unset __sandrail_command; $__sandrail_command"'"'"'
+if (( __sandrail_size > 16384 )); then
+  /bin/true -l -c "$3" 3<&- 5>&- 2>/dev/null
+  if [ $? = 126 ]; then echo e2big >&5; exit 1; fi 2>/dev/null
+fi
+unset __sandrail_size
+echo began >&5 2>/dev/null; exec 5>&-
+if [ "$2" = argv ]; then exec 3<&-; fi
+exec /bin/bash -l -c "$3"'
 
 do_supervise() { # <task>; runs detached, as its own session leader, as root
-  local dir=$TASKS/$1 limit pid dog code status uid gid setpriv setsid_bin
+  local dir=$TASKS/$1 limit pid dog code status uid gid setpriv setsid_bin verdict
   first_line "$dir/timeout" limit
   [[ $limit =~ ^[0-9]{1,9}$ ]] || limit=1
   read -r uid gid setpriv setsid_bin < "$LEDGER/user"
+  # The wrapper's report channel: a pipe (read on fd 4, written on fd 5).
+  { exec 4<> <(:) && exec 5>"/proc/$BASHPID/fd/4" 4<"/proc/$BASHPID/fd/4"; } 2>/dev/null
   (
     # First, before anything can fail: the env file is opened for the
     # command and deleted, so no value rests in the sandbox once it runs.
@@ -458,8 +563,9 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
     [ "$uid" = 0 ] && drop=()
     exec "$setsid_bin" "${drop[@]}" \
       /bin/bash -c "$WRAPPER" sandrail "$cwd" "$mode" "$command" 3<"$dir/command"
-  ) </dev/null >"$dir/stdout" 2>"$dir/stderr" 7>&- &
+  ) </dev/null >"$dir/stdout" 2>"$dir/stderr" 7>&- 6>&- 4<&- &
   pid=$!
+  exec 5>&-
   echo "$pid" > "$dir/pgid"
   (
     exec 8<> <(:)
@@ -468,8 +574,19 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
     end_all TERM "$pid"
     read -r -t 2 -u 8 _ || true
     end_all KILL "$pid"
-  ) 7>&- &
+  ) 7>&- 6>&- 4<&- &
   dog=$!
+  # The wrapper's report (see WRAPPER), into `verdict` (fd 6, opened by the
+  # start, whose exclusive lock the start waits on): "began", "cwd" or
+  # "e2big" as reported; "ended" when the pipe closed without a report (the
+  # wrapper ended before the command's exec: canceled, timed out or
+  # killed), or could not be made.
+  verdict=
+  IFS= read -r verdict <&4 2>/dev/null
+  exec 4<&-
+  [[ $verdict =~ ^(began|cwd|e2big)$ ]] || verdict=ended
+  printf '%s\n' "$verdict" >&6 2>/dev/null
+  exec 6>&-
   # A pipe nothing writes to, opened now (off the path from the command's
   # end to its waiter): a builtin pause before the last sweep below.
   exec 8<> <(:)

@@ -232,6 +232,10 @@ _CACHED_TASKS: Final = 64
 _ARG_LIMIT: Final = 131_072
 """Linux refuses to exec with one argument or environment string this long
 (MAX_ARG_STRLEN)."""
+_CHECK_BYTES: Final = 16_384
+"""A start with a cwd, or whose argument and env are this big, waits in
+the launcher until its command began or could not (``refused
+not_started``): see :mod:`._e2b_launcher`. Others answer at once."""
 _LIFETIME_MARGIN_SECONDS: Final = 60
 _CANCEL_GRACE_SECONDS: Final = 5
 _DISCARD_TIMEOUT_SECONDS: Final = 5.0
@@ -1043,10 +1047,12 @@ class E2BBackend:
             epoch = effect.claim_epoch
             valid = isinstance(epoch, str) and _EPOCH.fullmatch(epoch) is not None
             files.append(("epoch", (epoch if valid else _NO_EPOCH).encode()))
+        checked = 0 if len(command) >= _ARG_LIMIT else len(command)
         if effect.cwd is not None:
             if "\0" in effect.cwd:
                 raise EffectFailure(Delivery.NOT_SENT, "Start: cwd contains a NUL character")
             files.append(("cwd", _utf8(effect.cwd)))
+            checked = _CHECK_BYTES
         if effect.env:
             entries = bytearray()
             for name, value in effect.env.items():
@@ -1071,6 +1077,10 @@ class E2BBackend:
                     )
                 entries += entry + b"\0"
             files.append(("env", bytes(entries)))
+            checked += len(entries)
+        if checked >= _CHECK_BYTES:
+            # The start answers once the command began or could not.
+            files.append(("check", b"1"))
         return files
 
     # -- observing -------------------------------------------------------------

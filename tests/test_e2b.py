@@ -39,6 +39,7 @@ from sandrail.core._effects import (
     Started,
     StartRefused,
 )
+from sandrail.interpreters._e2b_answers import NOT_STARTED_REFUSAL
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.local_e2b import LocalE2B, Route
 from tests.e2b_world import (
@@ -248,15 +249,15 @@ def test_a_relative_cwd_is_taken_from_home_as_e2b_does(
     assert finished(backend, sandbox_id, "pwd", cwd="work").stdout == "/home/user/work\n"
 
 
-def test_a_missing_or_forbidden_cwd_fails_the_command_not_the_launch(
+def test_c7_a_missing_or_forbidden_cwd_is_refused_at_the_start_not_run(
     backend: E2BBackend, sandbox_id: str
 ) -> None:
-    chunk = finished(backend, sandbox_id, "pwd", cwd="/no/such/dir")
-    assert (chunk.state.status, chunk.state.exit_code) == ("exited", 1)
-    assert "No such file or directory" in chunk.stderr
-    chunk = finished(backend, sandbox_id, "pwd", cwd="/root", task_id=OTHER)
-    assert (chunk.state.status, chunk.state.exit_code) == ("exited", 1)
-    assert "Permission denied" in chunk.stderr  # the cwd is entered as user
+    """The command never began, so the start says so (an error, not ``ok``
+    with the launcher's failed ``cd``); more in test_e2b_launcher_integrity."""
+    refused = start(backend, sandbox_id, "pwd", cwd="/no/such/dir")
+    assert refused == NOT_STARTED_REFUSAL
+    # The cwd is entered as user: root's home is closed to it.
+    assert start(backend, sandbox_id, "pwd", cwd="/root", task_id=OTHER) == NOT_STARTED_REFUSAL
 
 
 @pytest.mark.parametrize(
@@ -331,8 +332,8 @@ def test_c17_the_env_file_is_gone_even_when_cwd_or_path_break_the_start(
     server: LocalE2B, backend: E2BBackend, sandbox_id: str
 ) -> None:
     secret = "s3cr3t-value-for-cleanup"
-    missing = finished(backend, sandbox_id, "true", env={"TOKEN": secret}, cwd="/no/such/dir")
-    assert missing.state.status == "exited"
+    missing = start(backend, sandbox_id, "true", env={"TOKEN": secret}, cwd="/no/such/dir")
+    assert missing == NOT_STARTED_REFUSAL
     no_path = finished(
         backend, sandbox_id, "echo hi", env={"TOKEN": secret, "PATH": "/nowhere"}, task_id=OTHER
     )

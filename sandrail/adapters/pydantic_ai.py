@@ -70,6 +70,7 @@ def toolset(
     is missing, ``ValueError`` for an unknown ``profile`` or a
     ``timeout_seconds`` that is not a positive number.
     """
+    require("pydantic_ai", "pydantic-ai")  # checked on every call: the class is cached
     cls = _toolset_class()
     check_timeout(timeout_seconds)
     schemas = {name: toolset.schema(name, profile) for name in toolset.names}
