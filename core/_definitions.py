@@ -370,22 +370,41 @@ def _env(description: str) -> dict[str, Any]:
     )
 
 
+_UNICODE: Final = "no lone surrogates such as \\ud800"
+"""What "valid Unicode text" rules out: JSON text can spell a lone surrogate,
+which no UTF-8 command line, path or file can hold, so the port refuses it."""
+
+_ECMA: Final = (
+    "Patterns read as ECMA-262 (JSON Schema's dialect): $ is the end of the text, not a "
+    "place before a final newline."
+)
+
 _ENV_RULES: Final = (
-    "Names are shell variable names (letters, digits and _, not starting with a digit) of "
-    f"at most {MAX_ENV_NAME_LENGTH} characters, and not one the dynamic loader, the C library "
+    "Names are shell variable names (letters, digits and _, not starting with a digit, and "
+    f"nothing after them, not even a newline) of at most {MAX_ENV_NAME_LENGTH} characters, "
+    "and not one the dynamic loader, the C library "
     "or the shell reads as the command starts (names starting with "
     + ", ".join(RESERVED_ENV_PREFIXES)
     + "; and "
     + ", ".join(sorted(RESERVED_ENV_NAMES))
     + "), nor one bash sets itself, so the command would never see it ("
     + ", ".join(sorted(SHELL_OWNED_ENV_NAMES))
-    + f"); values hold at most {MAX_ENV_VALUE_LENGTH} characters and no NUL; at most "
-    f"{MAX_ENV_ENTRIES} variables."
+    + f"); values are valid Unicode text ({_UNICODE}) of at most {MAX_ENV_VALUE_LENGTH} "
+    f"characters and no NUL; at most {MAX_ENV_ENTRIES} variables. {_ECMA}"
 )
 
 
 def _task_id(description: str) -> dict[str, Any]:
-    return {"type": "string", "pattern": TASK_ID_PATTERN, "description": description}
+    return {
+        "type": "string",
+        "pattern": TASK_ID_PATTERN,
+        # The length says in any regex dialect what the pattern says in
+        # ECMA-262's: a validator reading $ as Python does agrees too.
+        "minLength": 64,
+        "maxLength": 64,
+        "description": f"{description} Exactly 64 lowercase hex characters, nothing after "
+        f"them (not even a newline). {_ECMA}",
+    }
 
 
 def _cursor(stream: str) -> dict[str, Any]:
@@ -488,13 +507,14 @@ def command_tool_definitions(
                     "type": "string",
                     "minLength": 1,
                     "pattern": COMMAND_PATTERN,
-                    "description": "The shell command line to run (bash syntax); not blank, "
-                    "and without NUL characters.",
+                    "description": "The shell command line to run (bash syntax): valid "
+                    f"Unicode text ({_UNICODE}), not blank, and without NUL characters.",
                 },
                 "cwd": _nullable(
                     {"type": "string", "pattern": NO_NUL_PATTERN},
                     "Working directory inside the sandbox (a remote path, not one on "
-                    "the host); null means the sandbox's default directory.",
+                    f"the host), valid Unicode text ({_UNICODE}) without NUL characters; "
+                    "null means the sandbox's default directory.",
                 ),
                 "timeout": _seconds(
                     "Seconds a foreground command may run before it is stopped; null "
@@ -593,7 +613,8 @@ def code_tool_definitions(
                 "code": {
                     "type": "string",
                     "minLength": 1,
-                    "description": "The source code of the snippet.",
+                    "description": "The source code of the snippet: valid Unicode text "
+                    f"({_UNICODE}).",
                 },
                 "language": {
                     "type": "string",

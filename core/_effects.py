@@ -199,10 +199,13 @@ class StartRefused:
     snippet path holds other source, ``"claim_lost"`` when the sandbox has
     no claim of the task and cannot prove it never had one (its ledger was
     lost since the first start may have left, see :class:`Start`):
-    launching could launch twice (C2).
+    launching could launch twice (C2); ``"not_started"`` when the sandbox
+    claimed the task but the command could not begin (its working directory
+    is missing or not enterable, its arguments and environment too big to
+    execute): nothing ran, and a retry gets the same answer.
     """
 
-    reason: Literal["conflict", "stale_fence", "publish_conflict", "claim_lost"]
+    reason: Literal["conflict", "stale_fence", "publish_conflict", "claim_lost", "not_started"]
 
 
 @attrs.frozen(kw_only=True)

@@ -27,6 +27,10 @@ and its next cursor, with bytes that are not UTF-8 decoded by
 refuses an answer that breaks it; it also turns lone surrogates into U+FFFD,
 so the text a result shows is always valid Unicode.
 
+Every search for values is one pass of one automaton over all of them
+(:mod:`._patterns`), built once per set of values: a page costs about its
+bytes plus the longest value, however many values there are.
+
 Values shorter than :data:`MIN_REDACTED_LENGTH` characters are not masked: a
 short value (``1``, ``true``) would mask ordinary text; the env-name rule
 (:mod:`._env`) keeps start-up programs from printing short values.
@@ -40,6 +44,7 @@ from typing import Final
 import attrs
 
 from ._effects import TERMINAL_STATUSES, CommandState, OutputChunk, Read
+from ._patterns import PatternAutomaton
 
 __all__ = [
     "MAX_MASKED_BYTES",
@@ -68,6 +73,33 @@ new ones is refused more before the memory and the masking work grow without
 bound."""
 
 _REDACTED_BYTES: Final = REDACTED.encode("ascii")
+
+_PREPARED_KEPT: Final = 8
+"""Value sets kept prepared (the latest ones: each port's set, a call's set
+with its own env, a recorder's with its named secrets): preparing one is
+linear in the values' total size, so it is done once per set, not once per
+call or read."""
+
+
+class _Prepared:
+    """One set of values, encoded and sorted, and its automaton once built."""
+
+    __slots__ = ("automaton", "encoded")
+
+    def __init__(self, values: frozenset[str]) -> None:
+        usable: list[bytes] = []
+        for value in values:
+            if not isinstance(value, str) or len(value) < MIN_REDACTED_LENGTH:
+                continue
+            try:
+                usable.append(value.encode("utf-8"))
+            except UnicodeEncodeError:
+                continue
+        self.encoded = tuple(sorted(usable, key=lambda data: (-len(data), data)))
+        self.automaton: PatternAutomaton | None = None
+
+
+_PREPARED: dict[frozenset[str], _Prepared] = {}
 
 
 def redaction_secrets(env: object) -> frozenset[str]:
@@ -98,24 +130,35 @@ class Redactions:
 
     Only values of at least :data:`MIN_REDACTED_LENGTH` characters that are
     valid Unicode count; others are dropped (they cannot be printed as such).
+
+    Every search goes through one :class:`PatternAutomaton` over all the
+    values, built on first use and shared by every ``Redactions`` of the same
+    values (a port makes one per call and per read): a page costs one pass
+    over its bytes, whatever the number of values (outside attack 4).
     """
 
-    __slots__ = ("_borders", "_encoded", "longest", "values")
+    __slots__ = ("_prepared", "longest", "values")
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         self.values: frozenset[str] = frozenset(values)
-        usable: list[bytes] = []
-        for value in self.values:
-            if not isinstance(value, str) or len(value) < MIN_REDACTED_LENGTH:
-                continue
-            try:
-                usable.append(value.encode("utf-8"))
-            except UnicodeEncodeError:
-                continue
-        self._encoded = tuple(sorted(usable, key=lambda data: (-len(data), data)))
-        self._borders: dict[bytes, list[int]] = {}
-        self.longest = len(self._encoded[0]) if self._encoded else 0
+        prepared = _PREPARED.get(self.values)
+        if prepared is None:
+            prepared = _Prepared(self.values)
+            # Oldest first; ports in other threads may evict at the same time.
+            for oldest in list(_PREPARED)[: max(0, len(_PREPARED) - _PREPARED_KEPT + 1)]:
+                _PREPARED.pop(oldest, None)
+            _PREPARED[self.values] = prepared
+        self._prepared = prepared
+        self.longest = len(prepared.encoded[0]) if prepared.encoded else 0
         """The longest value in UTF-8 bytes (0 when there is none)."""
+
+    @property
+    def _encoded(self) -> tuple[bytes, ...]:
+        return self._prepared.encoded
+
+    @property
+    def _shortest(self) -> int:
+        return len(self._prepared.encoded[-1]) if self._prepared.encoded else 1
 
     def __repr__(self) -> str:
         return f"Redactions(<{len(self._encoded)} values>)"
@@ -123,79 +166,36 @@ class Redactions:
     def __bool__(self) -> bool:
         return bool(self._encoded)
 
-    def _border(self, secret: bytes) -> list[int]:
-        """The prefix function of ``secret`` (Knuth-Morris-Pratt): for each
-        length, the longest proper prefix that is also a suffix."""
-        border = self._borders.get(secret)
-        if border is None:
-            border = [0] * len(secret)
-            k = 0
-            for i in range(1, len(secret)):
-                while k and secret[i] != secret[k]:
-                    k = border[k - 1]
-                if secret[i] == secret[k]:
-                    k += 1
-                border[i] = k
-            self._borders[secret] = border
-        return border
+    def _search(self) -> PatternAutomaton:
+        prepared = self._prepared
+        if prepared.automaton is None:
+            prepared.automaton = PatternAutomaton(prepared.encoded)
+        return prepared.automaton
 
     def intervals(self, data: bytes) -> list[tuple[int, int]]:
         """Merged intervals of ``data`` covered by an occurrence of any value,
         overlapping occurrences included; sorted and disjoint. Occurrences
         that merely touch stay apart (each reads as its own marker).
 
-        Linear in ``data`` for every value: a run of overlapping occurrences
-        of a periodic value (``aaaa...`` in ``aaaa...``) is followed one period
-        at a time, not found again at every offset."""
-        spans: list[tuple[int, int]] = []
-        for secret in self._encoded:
-            size = len(secret)
-            period = size - self._border(secret)[-1]
-            tail = secret[size - period :]
-            at = data.find(secret)
-            while at >= 0:
-                end = at + size
-                if period < size:
-                    # The next occurrence overlapping this one starts one
-                    # period on, and exists iff the period continues.
-                    while data[end : end + period] == tail:
-                        end += period
-                spans.append((at, end))
-                at = data.find(secret, max(at + 1, end - size + 1))
-        if not spans:
-            return []
-        spans.sort()
-        merged = [spans[0]]
-        for start, end in spans[1:]:
-            last_start, last_end = merged[-1]
-            if start < last_end:
-                merged[-1] = (last_start, max(last_end, end))
-            else:
-                merged.append((start, end))
+        One pass over ``data`` for all values together."""
+        if len(data) < self._shortest:
+            return []  # no value fits: no automaton needed
+        merged: list[tuple[int, int]] = []
+        # Occurrences come by end; one may reach back over several earlier
+        # intervals (a longer value ending later), which it then absorbs.
+        for start, end in self._search().occurrences(data):
+            while merged and merged[-1][1] > start:
+                start = min(start, merged.pop()[0])
+            merged.append((start, end))
         return merged
 
     def pending_prefix(self, data: bytes, low: int) -> int | None:
         """The earliest position ``p >= low`` where ``data[p:]`` is a proper
         prefix of some value (a secret that bytes not read yet may complete),
-        or ``None``. Linear in the longest value."""
-        best: int | None = None
-        end = len(data)
-        for secret in self._encoded:
-            start = max(low, end - len(secret) + 1)
-            if start >= end:
-                continue
-            border = self._border(secret)
-            state = 0  # the longest prefix of `secret` ending where the scan is
-            for byte in data[start:end]:
-                while state and (state == len(secret) or secret[state] != byte):
-                    state = border[state - 1]
-                if secret[state] == byte:
-                    state += 1
-            if state == len(secret):
-                state = border[state - 1]  # a whole occurrence is an interval
-            if state and (best is None or end - state < best):
-                best = end - state
-        return best
+        or ``None``. Linear in the longest value, whatever their number."""
+        if not self._encoded or low >= len(data):
+            return None
+        return self._search().pending(data, low)
 
     def mask(self, data: bytes) -> bytes:
         """``data`` with every interval replaced by :data:`REDACTED`."""

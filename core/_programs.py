@@ -107,7 +107,9 @@ def tool_program(
     already took it (the port does, before running the call). ``secrets`` are
     env values this session passed to earlier commands: output that prints
     one shows :data:`REDACTED` instead (C17); this call's own env values are
-    added by the program.
+    added by the program. A call whose identity holds one of them, or one of
+    its own env values, is refused before anything runs (every result shows
+    the identity whole, C13).
     """
     result = yield from _tool_program(request, settings, snapshot, secrets)
     if result.status in ("ok", "uncertain"):
@@ -171,7 +173,7 @@ def _tool_program(
     refused = tool_refusal(snap, settings)
     if refused is not None:
         return refused
-    exposed = _exposed_by_identity(snap)
+    exposed = _exposed_by_identity(snap) + _masked_in_identity(snap, secrets)
     if exposed:
         return ToolResult(
             status="error", content=arguments_rejection(exposed, settings.max_output_bytes)
@@ -254,6 +256,27 @@ def _exposed_by_identity(snap: _Snapshot) -> list[ArgumentProblem]:
         )
         for name, value in sorted(env.items())
         if value in redaction_secrets({name: value}) and any(value in text for text in shown)
+    ]
+
+
+def _masked_in_identity(snap: _Snapshot, secrets: frozenset[str]) -> list[ArgumentProblem]:
+    """The fields of the call's identity that hold a value this session
+    already masks (an earlier call's env value, or a port's ``redact=``
+    value): every result shows the identity whole (C13), so the call is
+    refused before anything runs rather than show it (C17). The problem
+    names the field, never the value."""
+    if not secrets:
+        return []
+    redactions = Redactions(secrets)
+    return [
+        ArgumentProblem(
+            path=field,
+            reason="holds a value this session masks (an env value of an earlier call, or a "
+            "value the harness asked to redact); every result shows the call's identity "
+            "whole, so it could not be kept secret: use an identity without it",
+        )
+        for field, value in sorted(snap.locator().items())
+        if any(mask_text(text, redactions) != text for text in _strings(value))
     ]
 
 
@@ -568,6 +591,13 @@ def _refused(call: _Call, refused: StartRefused) -> Generator[Effect, Any, ToolR
 
 
 def _conflict(refused: StartRefused) -> ToolResult:
+    if refused.reason == "not_started":
+        return _refuse(
+            ErrorCode.COMMAND_NOT_STARTED,
+            "The command could not start: its cwd is missing, not a directory or not "
+            "enterable by the sandbox user, or its command and env are too big to "
+            "execute. Nothing ran; this operation_key will not run it.",
+        )
     if refused.reason == "stale_fence":
         return _refuse(
             ErrorCode.FENCE_STALE,

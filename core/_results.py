@@ -67,6 +67,7 @@ class ErrorCode(StrEnum):
     OWNED_OPERATION_MISMATCH = "e2b_command_owned_operation_mismatch"
     OPERATION_CONFLICT = "e2b_command_operation_conflict"
     FENCE_STALE = "e2b_command_fence_stale"
+    COMMAND_NOT_STARTED = "e2b_command_not_started"
     TASK_NOT_FOUND = "e2b_command_task_not_found"
     # Outcomes the sandbox left unknown (C6).
     SANDBOX_OUTCOME_UNKNOWN = "e2b_sandbox_outcome_unknown"

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 from collections.abc import Mapping
+from json.encoder import encode_basestring
 from typing import Any, Final, NamedTuple
 
 import attrs
@@ -98,7 +100,7 @@ def request_digest(request: ToolRequest, arguments: object = None) -> str:
         None if identity is None else identity.locator(),
         request.result_governance,
     )
-    text = _DIGEST_ENCODER.encode(body)
+    text = _digest_text(body)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -112,6 +114,17 @@ def _plain(value: object) -> object:
 _DIGEST_ENCODER = json.JSONEncoder(
     sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain
 )
+_C_ENCODER: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
+
+
+def _digest_text(value: object) -> str:
+    """``_DIGEST_ENCODER.encode(value)``, by the shortest way (issue 12): the
+    C encoder it builds under its Python wrappers on every call, made here
+    directly (with its own circular reference check, as it makes it)."""
+    if _C_ENCODER is None:
+        return _DIGEST_ENCODER.encode(value)
+    encode = _C_ENCODER({}, _plain, encode_basestring, None, ":", ",", True, False, False)
+    return "".join(encode(value, 0))
 
 
 def plain_arguments(arguments: object) -> dict[str, Any] | None:
@@ -120,11 +133,23 @@ def plain_arguments(arguments: object) -> dict[str, Any] | None:
     ``None`` when they are not a JSON object. The program checks and uses
     only this copy: a mapping that answers differently on each read cannot
     get one thing checked and another run."""
+    if type(arguments) is dict:
+        # The common case: a dict of strings, integers, booleans and nulls,
+        # whose JSON round trip would be an equal dict with its keys sorted.
+        items = list(arguments.items())  # the single read
+        if all(type(key) is str and type(value) in _FLAT for key, value in items):
+            items.sort()  # distinct keys: values are never compared
+            return dict(items)
     try:
-        copy = json.loads(_DIGEST_ENCODER.encode(arguments))
+        copy = json.loads(_digest_text(arguments))
     except (TypeError, ValueError, RecursionError, AttributeError):
         return None
     return copy if isinstance(copy, dict) else None
+
+
+_FLAT: Final = frozenset((str, int, bool, type(None)))
+"""Exact types a JSON round trip returns as equal values of the same type
+(floats are left to the round trip: NaN has no JSON form)."""
 
 
 class _Seen(NamedTuple):
@@ -330,7 +355,7 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
             identity_fields=fields,
             result_governance=request.result_governance,
             plain_arguments=_copy(arguments),
-            plain_scope=None if scope is None else json.loads(_DIGEST_ENCODER.encode(scope)),
+            plain_scope=None if scope is None else json.loads(_digest_text(scope)),
         )
     return _Snapshot(
         tool=name,
@@ -378,6 +403,13 @@ def unchanged(request: ToolRequest, snap: _Snapshot) -> bool | None:
         or type(request.definition) is not ToolDefinition
     ):
         return None
+    if type(identity) is AgentIdentity:
+        if identity.agent_id is not seen.identity_fields[0]:
+            return None
+        try:
+            return _same_json(call.arguments, seen.plain_arguments)
+        except RecursionError:
+            return None
     assert isinstance(identity, NativeIdentity | AgentIdentity)  # the snapshot checked it
     for now, then in zip(_identity_fields(identity), seen.identity_fields, strict=True):
         if now is not then:
@@ -397,7 +429,7 @@ def _copy(plain: dict[str, Any]) -> dict[str, Any]:
     return {
         key: value
         if type(value) is not dict and type(value) is not list
-        else json.loads(_DIGEST_ENCODER.encode(value))
+        else json.loads(_digest_text(value))
         for key, value in plain.items()
     }
 

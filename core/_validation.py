@@ -13,6 +13,12 @@ never recurses deeply, and never quotes a value back: a reason names the
 field and what it must be, never what it held (environment values stay out
 of results, C17).
 
+Almost every call is valid, so a call first takes a fast path: arguments
+that are already plain JSON data and that the tool's schema, compiled to a
+predicate (:mod:`~sandrail.core._compiled_schema`), accepts have no problem
+to report. Everything else goes the whole way above, so every reason is
+still ``jsonschema``'s reading in plain words.
+
 Number semantics follow JSON Schema: ``1.0`` counts as the integer 1 (JSON
 has one number type, and the reference port cannot tell them apart), while
 ``true``/``false`` are never integers. Programs that read an integer argument
@@ -21,10 +27,8 @@ convert it with ``int()``.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
@@ -33,6 +37,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
 from ._canonical import canonical_size, escaped_size
+from ._compiled_schema import Predicate, compile_schema, ecma_regex, is_plain_json
 from ._definitions import (
     COMMAND_PATTERN,
     MIN_MAX_OUTPUT_BYTES,
@@ -105,7 +110,23 @@ def check_arguments(definition: ToolDefinition, arguments: object) -> tuple[Argu
     not a valid JSON Schema raises ``jsonschema.SchemaError``: that is a bug in
     the definition, not in the call.)
     """
-    validator = _validator_for(definition)
+    checker = _checker_for(definition)
+    if (
+        checker.accepts is not None
+        and type(arguments) is dict
+        and is_plain_json(arguments)
+        and checker.accepts(arguments)
+    ):
+        # The fast path (issue 12): plain data its compiled schema accepts,
+        # where jsonschema would find nothing to report either.
+        return ()
+    return _problems(definition, checker.validator, arguments)
+
+
+def _problems(
+    definition: ToolDefinition, validator: Any, arguments: object
+) -> tuple[ArgumentProblem, ...]:
+    """:func:`check_arguments` the whole way: walk, validate, explain."""
     walked = _to_plain_json(arguments)
     if isinstance(walked, ArgumentProblem):
         return (walked,)
@@ -302,36 +323,6 @@ def _format_path(path: Iterable[str | int]) -> str:
 # --- turning jsonschema errors into plain words ------------------------------------
 
 
-def ecma_regex(pattern: str) -> re.Pattern[str]:
-    """``pattern`` compiled to match as ECMA-262 (JSON Schema's dialect) does.
-
-    Python's ``$`` also matches before a final newline; ECMA's (without the
-    ``m`` flag) only at the very end, which Python spells ``\\Z``. Every ``$``
-    outside a character class is translated; the patterns sandrail states use
-    no other construct the two dialects read differently.
-    """
-    return _compiled(pattern)
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    out: list[str] = []
-    in_class = escaped = False
-    for char in pattern:
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-        elif char == "$":
-            char = "\\Z"
-        out.append(char)
-    return re.compile("".join(out))
-
-
 def _ecma_pattern(
     validator: Any, pattern: str, instance: Any, schema: Any
 ) -> Iterator[ValidationError]:
@@ -344,13 +335,37 @@ _Validator: Final = validators.extend(  # type: ignore[no-untyped-call]
 )
 
 
-@functools.lru_cache(maxsize=64)
-def _validator_for(definition: ToolDefinition) -> Any:
-    """Built once per definition and reused for every call; ``pattern`` reads
-    as ECMA-262 (see :func:`ecma_regex`)."""
+@attrs.frozen
+class _Checker:
+    """What checks the arguments of one definition: ``jsonschema``'s
+    validator (``pattern`` read as ECMA-262, see :func:`ecma_regex`), and the
+    schema compiled to a predicate when it can be (the fast path)."""
+
+    validator: Any
+    accepts: Predicate | None
+
+
+_CHECKERS: dict[str, _Checker] = {}
+_CHECKERS_LIMIT: Final = 256
+
+
+def _checker_for(definition: ToolDefinition) -> _Checker:
+    """Built once per definition and reused for every call.
+
+    Keyed by the definition's digest (computed once, when it was made), so a
+    definition equal to one seen before, even another object, finds its
+    checker by one string comparison instead of comparing whole schemas.
+    """
+    found = _CHECKERS.get(definition.digest)
+    if found is not None:
+        return found
     schema = definition.to_dict()["parameters"]
     Draft202012Validator.check_schema(schema)
-    return _Validator(schema)
+    checker = _Checker(validator=_Validator(schema), accepts=compile_schema(schema))
+    if len(_CHECKERS) >= _CHECKERS_LIMIT:
+        _CHECKERS.pop(next(iter(_CHECKERS)), None)  # the oldest
+    _CHECKERS[definition.digest] = checker
+    return checker
 
 
 _DESCRIBED_BY_SCHEMA: Final = frozenset(

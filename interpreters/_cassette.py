@@ -31,10 +31,12 @@ digest of a weak secret is itself a leak.
 from __future__ import annotations
 
 import json
+import json.encoder
+import json.scanner
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 from cattrs import Converter
@@ -239,9 +241,27 @@ def _reason(exc: BaseException) -> str:
 # JSON lines
 
 
+_C_ENCODER: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
+_DEFAULT: Final = json.JSONEncoder().default  # raises TypeError, naming the type
+
+
+def _dumps(value: Any, *, ensure_ascii: bool = True, allow_nan: bool = True) -> str:
+    """``json.dumps(value, ensure_ascii=..., allow_nan=...)``, by the shortest
+    way (issue 12): the C encoder ``json.dumps`` builds under its Python
+    wrappers on every call, made here directly (with its own circular
+    reference check, as ``json.dumps`` makes it)."""
+    if _C_ENCODER is None or isinstance(value, str):
+        return json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+    escape = (
+        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    )
+    encode = _C_ENCODER({}, _DEFAULT, escape, None, ": ", ", ", False, False, allow_nan)
+    return "".join(encode(value, 0))
+
+
 def normalize(data: Any) -> Any:
     """``data`` as it reads back from a cassette line (tuples become lists...)."""
-    return json.loads(json.dumps(data))
+    return json.loads(_dumps(data))
 
 
 def dump_line(data: Mapping[str, Any]) -> str:
@@ -251,11 +271,11 @@ def dump_line(data: Mapping[str, Any]) -> str:
     escapes instead, so every line stays valid UTF-8 and reads back exactly.
     NaN and infinities are refused (``ValueError``): JSON has no such numbers.
     """
-    line = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    line = _dumps(data, ensure_ascii=False, allow_nan=False)
     try:
         line.encode("utf-8")
     except UnicodeEncodeError:
-        line = json.dumps(data, ensure_ascii=True, allow_nan=False)
+        line = _dumps(data, ensure_ascii=True, allow_nan=False)
     return line
 
 
@@ -318,11 +338,16 @@ def encode_request(request: ToolRequest, settings: PortSettings | None) -> dict[
 def _jsonable(value: Any) -> Any:
     """``value`` if it has a JSON form, else a marker naming its type (the
     core refuses such requests anyway; the marker keeps the line writable)."""
+    if value is None or type(value) in _ALWAYS_JSON:
+        return value  # every value of these types has one
     try:
-        json.dumps(value, allow_nan=False)
+        _dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         return f"<unserializable {type(value).__name__}>"
     return value
+
+
+_ALWAYS_JSON: Final = frozenset((str, bool))  # not int: json refuses a 5,000-digit one
 
 
 def decode_request(data: Mapping[str, Any], definitions: Iterable[ToolDefinition]) -> ToolRequest:
@@ -560,16 +585,25 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
     def fail(number: int, message: str) -> CassetteError:
         return CassetteError(f"{source}:{number}: {message}")
 
+    # Strategy (issue 12): the file is decoded as one text (0x0A never occurs
+    # inside a UTF-8 sequence, so its lines are the byte lines decoded), and
+    # each line goes straight to the C scanner. Only a line the scanner does
+    # not read whole (surrounding spaces, bad JSON) or a file that is not
+    # UTF-8 takes the long way, which names the line.
+    try:
+        texts: list[str] | None = data.decode("utf-8").split("\n")[: len(lines)]
+    except UnicodeDecodeError:
+        texts = None
     records: list[tuple[int, dict[str, Any], str]] = []
     for number, raw in enumerate(lines, start=1):
         try:
-            text = raw.decode("utf-8")
-            record = json.loads(text)
+            text = raw.decode("utf-8") if texts is None else texts[number - 1]
+            record = _read_line(text)
         except UnicodeDecodeError:
             raise fail(number, "not UTF-8 text: the file is corrupt") from None
         except json.JSONDecodeError as exc:
             raise fail(number, f"not valid JSON ({exc.msg}): the file is corrupt") from None
-        if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+        if type(record) is not dict or not isinstance(record.get("kind"), str):
             raise fail(number, 'not a cassette record (a JSON object with a "kind")')
         records.append((number, record, text))
 
@@ -629,6 +663,21 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
                 f"on line {call.line}: the file is truncated",
             )
     return Cassette(source=source, header=header, calls=tuple(calls.values()), complete=complete)
+
+
+_SCAN: Final[Callable[[str, int], tuple[Any, int]]] = json.scanner.make_scanner(
+    json.JSONDecoder()  # type: ignore[arg-type]
+)
+"""The C scanner ``json.loads`` runs under its Python wrappers."""
+
+
+def _read_line(text: str) -> Any:
+    """``json.loads(text)``, raising what it raises, by the shortest way."""
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
+        return json.loads(text)  # the error it names
+    return value if end == len(text) else json.loads(text)
 
 
 def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:

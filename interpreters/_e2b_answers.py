@@ -96,12 +96,11 @@ not a directory or not enterable by ``user`` (``cwd``); Linux would refuse
 the exec, the command's argument and environment being too big
 (``e2big``)."""
 
-NOT_STARTED_REFUSAL: Final = StartRefused(reason="conflict")
+NOT_STARTED_REFUSAL: Final = StartRefused(reason="not_started")
 """The core outcome of a start whose command could not begin: ``error``,
-``executed: false``, nothing ran and, the claim being consumed, nothing will
-under this operation key. The core has no refusal reason of its own for it
-yet; ``conflict`` is the closest (this key can launch nothing now, a new key
-with other arguments can). See :attr:`StartAnswer.not_started`."""
+``executed: false`` (``e2b_command_not_started``), nothing ran and, the claim
+being consumed, nothing will under this operation key. See
+:attr:`StartAnswer.not_started`."""
 
 
 @attrs.frozen(kw_only=True)

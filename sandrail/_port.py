@@ -27,7 +27,7 @@ import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Protocol, TypeAlias, cast
+from typing import Any, Final, Protocol, TypeAlias, cast
 
 import attrs
 
@@ -294,7 +294,9 @@ class _Call:
         snapshot = self.snapshot
         if snapshot is None:
             return self.request
-        arguments = json.loads(json.dumps(dict(snapshot.arguments)))
+        arguments = dict(snapshot.arguments)
+        if not all(type(value) in _SCALARS for value in arguments.values()):
+            arguments = json.loads(json.dumps(arguments))  # nested data: a deep copy
         return attrs.evolve(self.request, call=attrs.evolve(self.request.call, arguments=arguments))
 
     def ask_policy(self) -> object:
@@ -553,6 +555,9 @@ class _Call:
         except Exception:
             return True
 
+
+_SCALARS: Final = frozenset((str, int, float, bool, type(None)))
+"""JSON's immutable values: a dict holding only these is copied whole by ``dict()``."""
 
 _REPORTS: dict[tuple[bool, bool, bool], AuthorityReport] = {
     (aborted, drifted, held): AuthorityReport(aborted=aborted, drifted=drifted, authority_held=held)

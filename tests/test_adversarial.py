@@ -643,6 +643,32 @@ def test_c17_an_env_value_the_identity_shows_is_refused_before_anything_runs(fie
     assert rig.sim.effects_seen == []
 
 
+@pytest.mark.parametrize("field", ["operation_key", "call_id"])
+@pytest.mark.parametrize("source", ["earlier_env", "redact"])
+def test_c17_a_value_the_session_masks_is_refused_in_a_later_calls_identity(
+    field: str, source: str
+) -> None:
+    """Outside attack 4: a value masked for the port's life (an earlier call's
+    env value, or a ``redact=`` value) was shown whole inside a later call's
+    operation key or call id. The later call is refused before anything
+    runs, naming the field, never the value."""
+    value = "hunter2hunter2"
+    rig = Rig(redact=[value] if source == "redact" else ())
+    if source == "earlier_env":
+        first = rig.run("run_command", {"command": "true", "env": {"X": value}}, key="op-1")
+        assert first.status == "ok"
+    identity = {"key": "op-2", "call_id": "call-2"}
+    identity["key" if field == "operation_key" else "call_id"] = f"id-{value}"
+    seen = len(rig.sim.effects_seen)
+    result = rig.run("run_command", {"command": "true"}, **identity)
+    assert result.status == "error"
+    assert result.content["error_type"] == ErrorCode.ARGUMENTS_INVALID.value
+    (problem,) = result.content["problems"]
+    assert problem["field"] == field
+    assert value not in result.to_json()
+    assert len(rig.sim.effects_seen) == seen
+
+
 @pytest.mark.parametrize(
     ("args", "status"),
     [

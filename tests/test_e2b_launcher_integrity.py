@@ -46,9 +46,8 @@ pytestmark = needs_root
 server = server_fixture()
 
 _EVIDENCE_INCOMPLETE = "e2b_command_evidence_incomplete"
-_NOT_STARTED_ERROR = "e2b_command_operation_conflict"
-"""What the core makes of :data:`NOT_STARTED_REFUSAL` today (the closest
-refusal it has; see :mod:`sandrail.interpreters._e2b_answers`)."""
+_NOT_STARTED_ERROR = "e2b_command_not_started"
+"""What the core makes of :data:`NOT_STARTED_REFUSAL`."""
 
 
 @pytest.fixture

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import sys
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import sandrail
 from sandrail.core import canonical_json, request_digest, snapshot_request, unchanged
 from sandrail.core._call import _fits_whole, _size_bound
+from sandrail.core._snapshot import _DIGEST_ENCODER, _digest_text, plain_arguments
+from sandrail.interpreters._cassette import _dumps, _read_line
 from sandrail.testing import World, native_identity
 from sandrail.testing.strategies import anything, json_values, result_json_values
 
@@ -180,3 +184,106 @@ def test_c9_what_only_the_digest_can_judge_is_left_to_it() -> None:
     object.__setattr__(request, "operation_key", "op-2")
     assert unchanged(request, snap) is None
     assert request_digest(request) != snap.digest
+
+
+_FLAT_VALUES = st.one_of(
+    st.text(), st.integers(), st.booleans(), st.none(), st.floats(allow_nan=True)
+)
+_FLAT_KEYS = st.one_of(st.text(max_size=4), st.integers(0, 3), st.none())
+
+
+@given(st.dictionaries(_FLAT_KEYS, _FLAT_VALUES, max_size=5) | anything)
+def test_c8_plain_arguments_read_flat_dicts_as_the_json_round_trip_does(value: Any) -> None:
+    """The flat-dict shortcut of :func:`plain_arguments` (issue 12) gives
+    the very copy the JSON round trip gives: equal values of the same exact
+    types, keys in the same order, or no copy at all."""
+    expected: Any
+    try:
+        expected = json.loads(_DIGEST_ENCODER.encode(value))
+    except (TypeError, ValueError, RecursionError, AttributeError):
+        expected = None
+    except Exception as exc:  # a hostile mapping: the shortcut must not hide it
+        with pytest.raises(type(exc)):
+            plain_arguments(value)
+        return
+    if not isinstance(expected, dict):
+        expected = None
+    got = plain_arguments(value)
+    assert (got is None) == (expected is None)
+    if got is not None:
+        assert expected is not None
+        assert got is not value
+        assert list(got) == list(expected)
+        assert [type(item) for item in got.values()] == [type(item) for item in expected.values()]
+        assert json.dumps(got) == json.dumps(expected)
+
+
+_LINE_TEXT = st.one_of(
+    st.text(max_size=12),
+    json_values(4).map(lambda value: json.dumps(value, ensure_ascii=False)),
+    st.tuples(
+        st.sampled_from(["", " ", "\t", "x", ",1", "}", "\r"]),
+        json_values(3).map(json.dumps),
+        st.sampled_from(["", " ", "\t", "x", ",1", "}", "\r"]),
+    ).map("".join),
+)
+
+
+@given(_LINE_TEXT)
+def test_cassette_lines_read_as_json_loads_reads_them(text: str) -> None:
+    """The C scanner's shortcut for cassette lines (issue 12) accepts
+    exactly what ``json.loads`` accepts, with the same value, and raises
+    what it raises otherwise (so errors still name the line)."""
+    try:
+        expected: Any = json.loads(text)
+    except json.JSONDecodeError:
+        expected = _INVALID
+    if expected is _INVALID:
+        with pytest.raises(json.JSONDecodeError):
+            _read_line(text)
+    else:
+        assert json.dumps(_read_line(text)) == json.dumps(expected)
+
+
+_INVALID = object()
+
+
+@given(
+    anything | json_values(6) | st.floats(),
+    st.booleans(),
+    st.booleans(),
+)
+def test_cassette_lines_are_written_as_json_dumps_writes_them(
+    value: Any, ensure_ascii: bool, allow_nan: bool
+) -> None:
+    """The direct C encoder of cassette lines (issue 12) writes exactly what
+    ``json.dumps`` writes, and refuses what it refuses with the same error."""
+    try:
+        expected = json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            _dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+        return
+    assert _dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan) == expected
+
+
+def test_cassette_lines_refuse_a_cycle_as_json_dumps_does() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="Circular reference"):
+        _dumps({"a": cycle})
+    assert _dumps({"a": [1, 2]}) == json.dumps({"a": [1, 2]})  # nothing left behind
+
+
+@given(anything | json_values(6) | st.floats())
+def test_c9_the_digest_text_is_what_its_encoder_writes(value: Any) -> None:
+    """The direct C encoder behind request digests and plain copies
+    (issue 12) writes exactly what the digest encoder writes, and refuses
+    what it refuses with the same error."""
+    try:
+        expected = _DIGEST_ENCODER.encode(value)
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            _digest_text(value)
+        return
+    assert _digest_text(value) == expected

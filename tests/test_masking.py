@@ -373,9 +373,8 @@ periodic = st.builds(
 def test_c17_intervals_and_held_tails_agree_with_a_plain_scan(
     secrets: list[str], text: str, low: int
 ) -> None:
-    """The linear scans (runs of a periodic value followed one period at a
-    time; Knuth-Morris-Pratt for a held tail) find exactly what a scan at
-    every offset finds; a model's periodic value cannot make masking slow."""
+    """The one-pass automaton over all values finds exactly what a scan at
+    every offset finds, periodic values included."""
     redactions = Redactions(secrets)
     data = text.encode()
     assert redactions.intervals(data) == _naive_intervals(redactions, data)
@@ -397,3 +396,49 @@ def test_c17_a_session_that_keeps_adding_env_values_is_refused_past_the_cap() ->
     assert statuses[0] == "ok"
     assert statuses[-1] == "error"
     assert "mask more than" in json.dumps(result.content)
+
+
+shared_prefix_values = st.lists(
+    st.builds(
+        lambda head, tail: head + tail,
+        st.sampled_from(["", "aaaaaaa", "abababa", "aaaaaaaaaaaa", "a" * 40, "ab" * 20]),
+        st.text(alphabet="abé", min_size=1, max_size=6),
+    ).filter(lambda value: len(value) >= 8),
+    min_size=1,
+    max_size=16,
+)
+
+
+runs_of_output = st.lists(
+    st.sampled_from(["a", "b", "é", "Z", "a" * 17, "a" * 45, "ab" * 9]), max_size=12
+).map("".join)
+
+
+@given(
+    shared_prefix_values,
+    st.text(alphabet="abéZ", max_size=120) | runs_of_output,
+    st.integers(0, 120),
+)
+def test_c17_one_pass_over_many_values_sharing_prefixes_agrees_with_a_plain_scan(
+    secrets: list[str], text: str, low: int
+) -> None:
+    """C17 at the schema's largest env (outside attack 4): many values that
+    share long prefixes (``'a' * k + X``) are searched in one pass over the
+    output, and that pass finds exactly what a scan for each value at every
+    offset finds, held tails included."""
+    redactions = Redactions(secrets)
+    data = text.encode()
+    assert redactions.intervals(data) == _naive_intervals(redactions, data)
+    assert redactions.pending_prefix(data, low) == _naive_pending(redactions, data, low)
+
+
+def test_c17_masking_builds_one_automaton_per_set_of_values() -> None:
+    """C17 cost (outside attack 4): a port makes a ``Redactions`` per call and
+    per read; every one of the same values shares the automaton built for the
+    first, so a read costs a pass over its bytes, never a rebuild per value."""
+    values = [f"{'a' * 40}{chr(0x4E00 + n)}" for n in range(64)]
+    first, second = Redactions(values), Redactions(list(reversed(values)))
+    data = ("a" * 200 + values[7] + "a" * 50).encode()
+    assert first.intervals(data) == second.intervals(data) == [(200, 243)]
+    assert first._search() is second._search()
+    assert first.pending_prefix(b"xx" + b"a" * 45, 0) == 2 + 45 - 40

@@ -396,3 +396,67 @@ def test_anthropic_strict_schemas_are_what_anthropics_own_transform_keeps(defini
     assert len(json.dumps(handed)) < 4_000
     for node in _walk(handed):
         assert "pattern" not in node
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("definition", DEFINITIONS, ids=lambda d: d.name)
+def test_schema_honesty_every_text_field_states_the_valid_unicode_rule(
+    definition: Any, profile: Profile
+) -> None:
+    """Outside attack 4: a lone surrogate (JSON text can spell ``\\ud800``)
+    in a command, cwd, snippet or env value was refused although no schema
+    said so. Every such field states the rule, in every profile, and the
+    port's refusal is that rule."""
+    schema = tool_schema(definition, profile)
+    stated = [name for name in ("command", "cwd", "code", "env") if name in schema["properties"]]
+    for name in stated:
+        assert "valid Unicode text" in schema["properties"][name]["description"], name
+    if "command" in stated and profile == "full":
+        result = TOOLSETS["agent"].call_sync(
+            definition.name, {"command": "echo \ud800"}, call_id="c", operation_key="k"
+        )
+        assert result.error_type == ErrorCode.ARGUMENTS_INVALID.value
+        assert "valid Unicode text" in result.to_json()
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_schema_honesty_patterns_read_as_ecma_262_in_the_schema_and_the_port(
+    profile: Profile,
+) -> None:
+    """Outside attack 4: ``"a" * 64 + "\\n"`` and the env name ``"FOO\\n"``
+    pass a validator that reads ``$`` as Python does (before a final
+    newline). JSON Schema's dialect is ECMA-262, where ``$`` is the end of the
+    text: the schema read that way and the port refuse them alike, the
+    descriptions say so, and the task_id's length says it in any dialect."""
+    toolset = TOOLSETS["agent"]
+    for tool in ("read_command_output", "stop_command"):
+        rule = stated_schema(toolset.definition(tool), profile)["properties"]["task_id"]
+        assert not ecma_regex(rule["pattern"]).search("a" * 64 + "\n")
+        assert (
+            "ECMA-262"
+            in tool_schema(toolset.definition(tool), profile)["properties"]["task_id"][
+                "description"
+            ]
+        )
+    if profile == "full":
+        assert (
+            toolset.definition("stop_command").parameters["properties"]["task_id"]["maxLength"]
+            == 64
+        )
+    result = toolset.call_sync(
+        "stop_command",
+        {"task_id": "a" * 64 + "\n"},
+        call_id="c",
+        operation_key="k1",
+        profile=profile,
+    )
+    assert result.error_type == ErrorCode.ARGUMENTS_INVALID.value
+    env = tool_schema(toolset.definition("run_command"), profile)["properties"]["env"]
+    assert "ECMA-262" in env["description"]
+    assert "not even a newline" in env["description"]
+    stated_env = stated_schema(toolset.definition("run_command"), profile)["properties"]["env"]
+    names = stated_env["anyOf"][0]
+    name_rule = (
+        names["propertyNames"] if "propertyNames" in names else names["items"]["properties"]["name"]
+    )
+    assert not ecma_regex(name_rule["pattern"]).search("FOO\n")

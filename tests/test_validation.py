@@ -22,10 +22,10 @@ from sandrail.core._validation import (
     MAX_ARGUMENT_DEPTH,
     MAX_ARGUMENT_VALUES,
     ArgumentProblem,
+    _checker_for,
     _cut_first,
     _marker,
     _shorten,
-    _validator_for,
     arguments_rejection,
     check_arguments,
 )
@@ -350,12 +350,8 @@ def test_c17_reasons_never_quote_a_value() -> None:
 def test_validators_are_built_once_per_definition() -> None:
     definition = DEFINITIONS["run_command"]
     rebuilt = ToolDefinition.from_dict(definition.to_dict())
-    assert _validator_for(definition) is _validator_for(definition)
-    assert _validator_for(rebuilt) is _validator_for(definition)
-    before = _validator_for.cache_info()
-    check_arguments(definition, {"command": "x"})
-    after = _validator_for.cache_info()
-    assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+    assert _checker_for(definition) is _checker_for(definition)
+    assert _checker_for(rebuilt).validator is _checker_for(definition).validator
 
 
 def test_unknown_schema_keywords_still_get_plain_reasons() -> None:
