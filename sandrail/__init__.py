@@ -20,7 +20,7 @@ tool behind ``await toolset.call(...)``) and an adapter from
 """
 
 from sandrail._port import ALLOW, ArtifactStore, ToolPort, code_tools, command_tools
-from sandrail._toolset import Toolset
+from sandrail._toolset import MAX_CALL_TIMEOUT_SECONDS, Toolset
 from sandrail.core import (
     RUNTIME_ARTIFACTS,
     AgentCommandRef,
@@ -53,6 +53,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ALLOW",
+    "MAX_CALL_TIMEOUT_SECONDS",
     "RUNTIME_ARTIFACTS",
     "AgentCommandRef",
     "AgentIdentity",

@@ -4,9 +4,13 @@ A port binds one session and one owner to a backend (any interpreter of the
 sandbox effects) and the harness's callbacks. ``execute`` / ``execute_sync``
 run one request through the pure tool program and return a
 :class:`~sandrail.core.ToolResult` for every input: a malformed request, a
-callback that raises or an interpreter bug all become results. The only
-exception that passes through is a
-:class:`~sandrail.core.FatalInterpreterError` (a replay divergence).
+callback that raises or an interpreter bug all become results, and so does
+an ``asyncio.CancelledError`` a backend raises when nobody cancelled the
+call (an SDK's own task cancelled: a backend failure). What passes through:
+a :class:`~sandrail.core.FatalInterpreterError` (a replay divergence), the
+caller's own cancellation of ``await execute(...)``, and
+``KeyboardInterrupt``/``SystemExit`` (the process is being stopped: never
+turned into a result).
 
 Strategy: the port answers the harness effects itself (policy, authority,
 ownership ledger, artifacts) and passes sandbox effects to the backend. It
@@ -219,6 +223,13 @@ class ToolPort:
         return self._masks.redactions
 
 
+def _cancel_requested() -> bool:
+    """Whether someone asked to cancel the running task (its caller), as
+    opposed to a ``CancelledError`` a backend raised of its own."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 def _is_asynchronous(backend: object) -> bool:
     """Whether ``backend`` answers with awaitables. A backend whose attribute
     cannot even be read is a broken backend: the caller's ``except`` turns
@@ -362,7 +373,9 @@ class _Call:
             return self.answer_harness(effect)
         except (EffectFailure, FatalInterpreterError):
             raise
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            # Blocking, nobody can have cancelled this call: a CancelledError
+            # is the backend's own (an SDK's task), a failure like any other.
             raise _unexpected(effect, exc) from exc
 
     def answer_harness(self, effect: Effect) -> Any:
@@ -397,6 +410,10 @@ class _Call:
             return await self.answer_harness_async(effect)
         except (EffectFailure, FatalInterpreterError):
             raise
+        except asyncio.CancelledError as exc:
+            if _cancel_requested():
+                raise  # the caller's own cancellation goes on to the caller
+            raise _unexpected(effect, exc) from exc  # the backend's own
         except Exception as exc:
             raise _unexpected(effect, exc) from exc
 
@@ -563,7 +580,7 @@ def _discard(awaitable: object) -> None:
         close()
 
 
-def _unexpected(effect: Effect, exc: Exception) -> EffectFailure:
+def _unexpected(effect: Effect, exc: BaseException) -> EffectFailure:
     """Exceptions nobody classified: a side-effect request may have left."""
     delivery = Delivery.NOT_SENT if isinstance(effect, Authorize) else Delivery.MAYBE_SENT
     return EffectFailure(delivery, f"{type(effect).__name__} raised {type(exc).__name__}")

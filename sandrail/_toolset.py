@@ -44,17 +44,23 @@ under that earlier call's operation key while the earlier call is
 *unsettled*: its result was ``uncertain`` or ``approval_required``, or it
 never reached the model (its await was cancelled). The repeat then
 reconciles instead of launching a second time, even if the model never saw
-the locator. Once a settled result (``ok`` or ``error``) was returned for
-that key, the next identical call is a new call and runs anew. Two identical
-calls in flight at once are two calls. The record lives in this object (the
-most recent 1024 unsettled calls): a new process starts empty.
+the locator. Repeats match only within one run: the run id the call passes
+(``run_id=``; by default the part of its operation key before
+``:{call_id}``), so a later run's identical call is always a new call,
+never an earlier run's result. Arguments match as the port reads them (a
+``timeout`` of ``null`` is the default it stands for). Once a result of
+the earlier call's own task (``ok``, or an ``error`` naming its
+``task_id``) was returned for that key, the next identical call is a new
+call and runs anew; a refusal that ran nothing (a budget too small for the
+repeat's identity, say) leaves it unsettled. Two identical calls in flight
+at once are two calls. The record lives in this object (the most recent
+1024 unsettled calls): a new process starts empty.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 import threading
 import uuid
 from collections import OrderedDict
@@ -98,14 +104,19 @@ from sandrail.core import (
 from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
 from sandrail.interpreters._cancel import CancelToken
 
-__all__ = ["Toolset", "check_timeout", "refusal"]
+__all__ = ["MAX_CALL_TIMEOUT_SECONDS", "Toolset", "check_timeout", "refusal"]
 
 ToolGroup = Literal["command", "code"]
 IdentitySource = OwnerIdentity | Callable[[], OwnerIdentity]
+_Repeat = tuple[str, str]  # (the run, the launch digest): what repeats match on
 
 _ABANDONED_KEPT: Final = 1024
 _UNSETTLED_KEPT: Final = 1024
 _SETTLED: Final = frozenset({"ok", "error"})
+
+MAX_CALL_TIMEOUT_SECONDS: Final = 86_400 * 366
+"""The longest ``timeout_seconds`` a call takes (a year): longer ones are a
+harness bug (and past ``threading.TIMEOUT_MAX`` no timer can wait them)."""
 
 
 def refusal(code: ErrorCode, instruction: str, max_output_bytes: int) -> ToolResult:
@@ -118,7 +129,11 @@ class Toolset:
 
     - ``backend``, ``session_id``, ``owner``, ``authorize``,
       ``assert_authority`` and the optional settings are those of
-      :func:`sandrail.command_tools`; both ports share them.
+      :func:`sandrail.command_tools`; both ports share them. A
+      :class:`~sandrail.interpreters.replay.Recorder` backend records one
+      port: the toolset attaches it itself, so give it one tool group
+      (``tools=("command",)`` or ``("code",)``) and a recorder not yet
+      attached (``ValueError`` otherwise).
     - ``identity``: what each request states about its caller. For an
       :class:`~sandrail.AgentOwner` it defaults to the matching
       :class:`~sandrail.AgentIdentity`; a native owner must pass a
@@ -170,6 +185,7 @@ class Toolset:
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
             raise ValueError('tools must name "command", "code" or both')
+        recorder = _recorder(backend, groups)
         if identity is None:
             if not isinstance(owner, AgentOwner):
                 raise TypeError(
@@ -213,7 +229,7 @@ class Toolset:
                 self._ports[definition.name] = port
         self._session_id = session_id
         self._asynchronous = _answers_with_awaitables(backend)
-        self._unsettled: OrderedDict[str, str] = OrderedDict()
+        self._unsettled: OrderedDict[_Repeat, tuple[str, Mapping[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
         needed, tool = self._needed()
         if max_output_bytes < needed:
@@ -223,6 +239,8 @@ class Toolset:
                 "bytes with one-character call ids and operation keys (longer ones need as "
                 f"many more). Use at least {needed}; the default is {DEFAULT_MAX_OUTPUT_BYTES}."
             )
+        if recorder is not None:  # last: a toolset refused above attaches nothing
+            recorder.attach(next(iter(self._ports.values())))  # writes the header
 
     # -- what the model is offered -------------------------------------------
 
@@ -313,24 +331,29 @@ class Toolset:
         cancel: object | None = None,
         timeout_seconds: float | None = None,
         reconcile_repeats: bool = False,
+        run_id: str | None = None,
     ) -> ToolResult:
         """Run one tool call and return its result; never raises but for the
         caller's own cancellation (after which the result is in
-        :attr:`abandoned`) and a ``ValueError`` for an unknown ``profile`` or
-        a ``timeout_seconds`` that is not a positive number (harness bugs,
-        not a model's).
+        :attr:`abandoned`) and a ``ValueError`` for an unknown ``profile``, a
+        ``timeout_seconds`` that is not a positive number of at most
+        :data:`MAX_CALL_TIMEOUT_SECONDS` or a ``run_id`` that is not a
+        non-blank string (harness bugs, not a model's).
 
         ``arguments`` are the model's, in the shape of ``profile``'s schema;
         ``cancel`` is an optional abort signal of the harness (anything with a
         bool ``cancelled``, like :class:`~sandrail.CancelToken``);
         ``timeout_seconds`` is the call's deadline, after which it is aborted
         and its ``canceled`` or ``uncertain`` result returned;
-        ``reconcile_repeats`` runs an exact repeat of an unsettled call under
-        that call's operation key (see the module doc).
+        ``reconcile_repeats`` runs an exact repeat of an unsettled call of
+        the same run under that call's operation key (see the module doc);
+        ``run_id`` names that run (by default the part of ``operation_key``
+        before ``:{call_id}``; a key of another form matches no other call).
         """
         deadline = check_timeout(timeout_seconds)
+        _check_run_id(run_id)
         prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats
+            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats, run_id
         )
         if isinstance(prepared, ToolResult):
             return prepared
@@ -352,9 +375,9 @@ class Toolset:
                 self._abandoned.move_to_end(operation_key)
                 while len(self._abandoned) > _ABANDONED_KEPT:
                     self._abandoned.popitem(last=False)
-            self._record(repeat, request.operation_key, result, returned=False)
+            self._record(repeat, request, result, returned=False)
             raise
-        self._record(repeat, request.operation_key, result, returned=True)
+        self._record(repeat, request, result, returned=True)
         return result
 
     def call_sync(
@@ -368,6 +391,7 @@ class Toolset:
         cancel: object | None = None,
         timeout_seconds: float | None = None,
         reconcile_repeats: bool = False,
+        run_id: str | None = None,
     ) -> ToolResult:
         """:meth:`call` for code without an event loop; never raises but for
         the same harness bugs. With an asynchronous backend (one that declares
@@ -378,8 +402,9 @@ class Toolset:
         at the port's next check (a blocking backend call is not interrupted).
         """
         deadline = check_timeout(timeout_seconds)
+        _check_run_id(run_id)
         prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats
+            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats, run_id
         )
         if isinstance(prepared, ToolResult):
             return prepared
@@ -406,7 +431,7 @@ class Toolset:
             finally:
                 if timer is not None:
                     timer.cancel()
-        self._record(repeat, request.operation_key, result, returned=True)
+        self._record(repeat, request, result, returned=True)
         return result
 
     def _prepare(
@@ -418,7 +443,8 @@ class Toolset:
         profile: Profile,
         cancel: object | None,
         reconcile_repeats: bool,
-    ) -> ToolResult | tuple[ToolPort, ToolRequest, CancelToken, str | None]:
+        run_id: str | None,
+    ) -> ToolResult | tuple[ToolPort, ToolRequest, CancelToken, _Repeat | None]:
         port = self._ports.get(name) if isinstance(name, str) else None
         if port is None:
             return bound_result(
@@ -430,6 +456,12 @@ class Toolset:
                 self._max_output_bytes,
             )
         definition = port.definition(name)
+        if not isinstance(arguments, Mapping):
+            # Not an object at all (a list, a tuple, a string): refused as
+            # such, never converted (a tuple would pass for problems).
+            problem = ArgumentProblem("arguments", "must be a JSON object")
+            content = arguments_rejection([problem], self._max_output_bytes)
+            return ToolResult(status="error", content=content)
         converted = canonical_arguments(definition, profile, arguments)
         if not isinstance(converted, (tuple, Mapping)):
             converted = (ArgumentProblem("arguments", "must be a JSON object"),)
@@ -445,10 +477,18 @@ class Toolset:
                 ErrorCode.HARNESS_CALLBACK_FAILED,
                 instruction="The harness's identity function failed; nothing ran.",
             )
-        repeat = _repeat_digest(name, converted) if reconcile_repeats else None
+        repeat = None
+        if reconcile_repeats:
+            digest = _repeat_digest(name, _as_the_port_reads(port, name, converted))
+            if digest is not None:
+                repeat = (_run_of(run_id, operation_key, call_id), digest)
         if repeat is not None:
             with self._lock:
-                operation_key = self._unsettled.get(repeat, operation_key)
+                earlier = self._unsettled.get(repeat)
+            if earlier is not None:
+                # The earlier call's key and arguments: the same launch to
+                # the port, however this repeat spelled its defaults.
+                operation_key, converted = earlier
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),
             operation_key=operation_key,
@@ -459,16 +499,20 @@ class Toolset:
         )
         return port, request, token, repeat
 
-    def _record(self, repeat: str | None, key: str, result: ToolResult, *, returned: bool) -> None:
+    def _record(
+        self, repeat: _Repeat | None, request: ToolRequest, result: ToolResult, *, returned: bool
+    ) -> None:
         """Keep or drop the call as unsettled (see the module doc)."""
         if repeat is None:
             return
+        key = request.operation_key
         with self._lock:
             if returned and result.status in _SETTLED:
-                if self._unsettled.get(repeat) == key:
+                earlier = self._unsettled.get(repeat)
+                if earlier is not None and earlier[0] == key and _of_its_task(result):
                     del self._unsettled[repeat]
                 return
-            self._unsettled[repeat] = key
+            self._unsettled[repeat] = (key, request.call.arguments)
             self._unsettled.move_to_end(repeat)
             while len(self._unsettled) > _UNSETTLED_KEPT:
                 self._unsettled.popitem(last=False)
@@ -487,17 +531,82 @@ async def _run_async(
 
 def check_timeout(timeout_seconds: object) -> float | None:
     """``timeout_seconds`` as a float, or ``ValueError`` unless it is ``None``
-    or a positive finite number."""
+    or a positive number of at most :data:`MAX_CALL_TIMEOUT_SECONDS`."""
     if timeout_seconds is None:
         return None
     if (
         isinstance(timeout_seconds, bool)
         or not isinstance(timeout_seconds, (int, float))
-        or not math.isfinite(timeout_seconds)
-        or timeout_seconds <= 0
+        # Compared as given: an int too large for a float is still refused
+        # as too long (math.isfinite would raise OverflowError on it).
+        or not 0 < timeout_seconds <= MAX_CALL_TIMEOUT_SECONDS
     ):
-        raise ValueError(f"timeout_seconds must be a positive number, got {timeout_seconds!r}")
+        raise ValueError(
+            "timeout_seconds must be a positive number of at most "
+            f"{MAX_CALL_TIMEOUT_SECONDS} (a year), got {_shown(timeout_seconds)}"
+        )
     return float(timeout_seconds)
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut short (a 400-digit int is no message)."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _check_run_id(run_id: object) -> None:
+    if run_id is not None and (not isinstance(run_id, str) or not str.__str__(run_id).strip()):
+        raise ValueError("run_id must be a non-blank string")
+
+
+def _run_of(run_id: object, operation_key: object, call_id: object) -> str:
+    """The run a call belongs to, for matching repeats (see the module doc):
+    ``run_id`` when given, else the run part of a ``f"{run}:{call_id}"``
+    key, else the key itself (a call that matches no other). Read as plain
+    strings: a ``str`` subclass's own methods are never called."""
+    run, key, call = (
+        str.__str__(v) if isinstance(v, str) else None for v in (run_id, operation_key, call_id)
+    )
+    if run is not None:
+        return "run:" + run
+    if key is None:
+        return "key"  # the port refuses a key that is not a string
+    if call is not None and key.endswith(":" + call) and len(key) > len(call) + 1:
+        return "run:" + key[: -len(call) - 1]
+    return "key:" + key
+
+
+def _as_the_port_reads(
+    port: ToolPort, name: str, arguments: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """``arguments`` with the timeouts the port would use in place of the
+    ones left out (``null``) or capped: what repeat matching compares."""
+    if name not in ("run_command", "run_code", "sandbox_run_code"):
+        return arguments
+    settings = port.settings
+    filled = dict(arguments)
+    try:
+        if name == "run_command" and filled.get("background") is True:
+            wanted = filled.get("background_timeout") or settings.background_timeout_seconds
+            filled["background_timeout"] = wanted
+        else:
+            wanted = filled.get("timeout") or settings.foreground_timeout_seconds
+            filled["timeout"] = min(wanted, settings.foreground_timeout_seconds)
+    except TypeError:
+        return arguments  # not a number: the port refuses it anyway
+    return filled
+
+
+def _of_its_task(result: ToolResult) -> bool:
+    """Whether ``result`` is its key's task's own outcome (``ok``, or an
+    ``error`` naming its ``task_id``), not a refusal that ran nothing."""
+    if result.status == "ok":
+        return True
+    task = result.content.get("task_id")
+    return isinstance(task, str) and bool(task)
 
 
 def _repeat_digest(name: str, arguments: Mapping[str, Any]) -> str | None:
@@ -532,6 +641,27 @@ def _masked(
         ArgumentProblem(mask_text(problem.path, redactions), mask_text(problem.reason, redactions))
         for problem in problems
     ]
+
+
+def _recorder(backend: object, groups: tuple[str, ...]) -> Any:
+    """``backend`` when it is a :class:`~sandrail.interpreters.replay.Recorder`
+    this toolset can attach (one tool group, not yet attached), else ``None``
+    for any other backend; ``ValueError`` naming what to do otherwise."""
+    from sandrail.interpreters.replay import Recorder
+
+    if not isinstance(backend, Recorder):
+        return None
+    if len(set(groups)) != 1:
+        raise ValueError(
+            'a Recorder records one port, and tools=("command", "code") builds two: give '
+            'this toolset tools=("command",) or tools=("code",) (one Recorder per toolset)'
+        )
+    if backend._settings is not None:
+        raise ValueError(
+            "this Recorder already records a port: give the toolset a new Recorder, "
+            "which the toolset attaches itself"
+        )
+    return backend
 
 
 def _answers_with_awaitables(backend: object) -> bool:

@@ -144,11 +144,18 @@ def _request(port: sandrail.ToolPort, name: str, arguments: dict[str, Any], key:
 
 
 def _parse_env(pairs: Sequence[str]) -> dict[str, str] | None:
+    """The ``--env`` pairs as a mapping; a malformed one is a usage error
+    that names its position, never its text (it may hold a secret)."""
     env: dict[str, str] = {}
-    for pair in pairs:
+    for number, pair in enumerate(pairs, start=1):
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise click.BadParameter(f"expected NAME=VALUE, got {pair!r}", param_hint="--env")
+            why = "it has no '='" if not sep else "the name before '=' is empty"
+            raise click.BadParameter(
+                f"--env #{number} must be NAME=VALUE, but {why} (its text is not shown: "
+                "it may hold a secret)",
+                param_hint="--env",
+            )
         env[name] = value
     return env or None
 
@@ -192,8 +199,16 @@ _session_option = click.option(
     show_default=True,
     help="Session id: task ids and the sandbox are scoped to it.",
 )
+_MAX_INDENT = 16
+"""The widest ``--indent``: checked before anything runs (a huge one would
+fail, or write for minutes, only after the command ran)."""
+
 _indent_option = click.option(
-    "--indent", type=click.IntRange(min=0), default=2, show_default=True, help="JSON indent."
+    "--indent",
+    type=click.IntRange(min=0, max=_MAX_INDENT),
+    default=2,
+    show_default=True,
+    help=f"JSON indent, 0 to {_MAX_INDENT}.",
 )
 
 

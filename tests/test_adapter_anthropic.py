@@ -227,3 +227,66 @@ def test_c11_anthropic_timeout_sends_the_uncertain_result_and_the_retry_reconcil
     retry = json.loads(asyncio.run(claude.handle(_use("toolu_2", "run_command", call)))["content"])
     assert retry["task_id"] == first["task_id"]
     assert launches(tools) == 1
+
+
+def test_c2_anthropic_repeats_reconcile_only_within_the_same_run_id() -> None:
+    """Run 1's call is left uncertain; run 2's identical call (another
+    tool_use id) is a new call of run 2, never run 1's result."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
+
+    sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
+    tools = toolset(sim)
+    arguments = {**NULLS, "command": "date"}
+    first = AnthropicTools(tools, run_id="run-1").handle_sync(
+        _use("toolu_A", "run_command", arguments)
+    )
+    assert json.loads(first["content"])["ok"] is False
+    later = json.loads(
+        AnthropicTools(tools, run_id="run-2").handle_sync(
+            _use("toolu_B", "run_command", arguments)
+        )["content"]
+    )
+    assert later["operation_key"] == "run-2:toolu_B"
+    assert later["deduplicated"] is False
+    assert launches(tools) == 2
+
+
+class _InputThatRaises(dict[str, Any]):
+    def get(self, *args: Any) -> Any:
+        raise RuntimeError("get")
+
+    def items(self) -> Any:
+        raise RuntimeError("items")
+
+    def keys(self) -> Any:
+        raise RuntimeError("keys")
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("iter")
+
+
+class _IdThatRaises(str):
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+
+def test_c5_anthropic_handlers_take_plain_copies_of_hostile_ids_and_inputs() -> None:
+    """A block id that is a ``str`` subclass whose methods raise, an input
+    whose ``get``/``items``/iteration raise: never a raise from a handler."""
+    from sandrail.testing import HostileStr
+
+    tools = toolset()
+    claude = AnthropicTools(tools, run_id="run-1")
+    arguments = {**NULLS, "command": "echo hi"}
+    unreadable = {"type": "tool_use", "id": "t1", "name": "run_command"}
+    unreadable["input"] = _InputThatRaises(arguments)
+    for answer in (claude.handle_sync(unreadable), asyncio.run(claude.handle(unreadable))):
+        assert answer["is_error"] is True
+        assert json.loads(answer["content"])["executed"] is False
+    assert launches(tools) == 0
+    for hostile in (HostileStr("t2"), _IdThatRaises("t3")):
+        block = {"type": "tool_use", "id": hostile, "name": "run_command", "input": arguments}
+        for answer in (claude.handle_sync(block), asyncio.run(claude.handle(block))):
+            assert type(answer["tool_use_id"]) is str
+            assert answer["tool_use_id"] == str.__str__(hostile)
+            assert json.loads(answer["content"])["ok"] is True

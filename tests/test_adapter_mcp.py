@@ -351,3 +351,42 @@ def test_c14_mcp_server_refuses_a_budget_its_fallback_keys_cannot_fit() -> None:
     smallest = toolset().minimum_output_bytes()
     with pytest.raises(ValueError, match="fallback operation key needs at least"):
         server(toolset(max_output_bytes=smallest))
+
+
+async def test_c2_mcp_fallback_keys_are_per_mcp_session() -> None:
+    """Client X's call is left uncertain; client Y (another MCP session of
+    the same server, sessionful protocol) making the identical call without a
+    key gets its own
+    fallback key and runs anew, never X's result."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
+
+    plan = FaultPlan(faults=(Fault(effect="Start", kind=FaultKind.RESPONSE_LOST, when="after"),))
+    tools = toolset(Simulator(plan=plan))
+    app = server(tools)
+    async with Client(app, mode="legacy") as x:
+        lost = await x.call_tool("run_command", {"command": "echo once"})
+        lost_again = await x.call_tool("run_command", {"command": "echo once"})
+    assert lost_again.meta[OPERATION_KEY_META] == lost.meta[OPERATION_KEY_META]  # its own session
+    async with Client(app, mode="legacy") as y:
+        other = await y.call_tool("run_command", {"command": "echo once"})
+    assert lost.meta["sandrail/status"] == "uncertain"
+    assert other.meta[OPERATION_KEY_META] != lost.meta[OPERATION_KEY_META]
+    assert _content(other)["deduplicated"] is False
+    assert launches(tools) == 2  # X's call once, Y's once
+
+
+@pytest.mark.parametrize("sent", [123, "", "   ", {"id": "op-1"}])
+async def test_c2_mcp_a_malformed_meta_operation_key_is_refused_naming_the_field(
+    sent: Any,
+) -> None:
+    tools = toolset()
+    async with Client(server(tools)) as client:
+        for _ in range(2):
+            result = await client.call_tool(
+                "run_command", {"command": "echo once"}, meta={OPERATION_KEY_META: sent}
+            )
+            assert result.is_error is True
+            assert _content(result)["error_type"] == "e2b_command_operation_key_required"
+            assert f'_meta["{OPERATION_KEY_META}"]' in _content(result)["instruction"]
+            assert OPERATION_KEY_META not in result.meta
+    assert launches(tools) == 0

@@ -299,3 +299,23 @@ def test_c2_agents_concurrent_runs_sharing_tools_never_share_keys() -> None:
 
     asyncio.run(both())
     assert launches(tools) == 2
+
+
+def test_c2_agents_repeats_reconcile_only_within_the_same_run_id() -> None:
+    """Run 1's call is left uncertain; run 2's identical call (another call
+    id, a fresh run id) is a new call of run 2, never run 1's result."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
+
+    sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
+    tools = toolset(sim)
+    listed = function_tools(tools)
+    outputs = []
+    for call_id in ("call_1", "call_2"):
+        model = ScriptedModel([[_run_command("date", call_id)], [assistant_message("ok")]])
+        asyncio.run(Runner.run(_agent(model, listed), "go", run_config=OFFLINE))
+        outputs += _outputs(model)
+    first, second = (json.loads(text) for text in outputs)
+    assert first["ok"] is False
+    assert second["operation_key"].endswith(":call_2")
+    assert second["deduplicated"] is False
+    assert launches(tools) == 2

@@ -284,3 +284,24 @@ def test_pydantic_ai_adapter_refuses_settings_that_could_not_work() -> None:
         pydantic_toolset(toolset(), timeout_seconds=0)
     with pytest.raises(ValueError, match="profile"):
         pydantic_toolset(toolset(), profile="gemini")  # type: ignore[arg-type]
+
+
+def test_c2_pydantic_ai_repeats_reconcile_only_within_the_same_run_id() -> None:
+    """Run 1's call is left uncertain; run 2's identical call (another
+    call id) is a new call of run 2, never run 1's result."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
+
+    sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
+    tools = toolset(sim)
+    returned = []
+    for call_id in ("t1", "t2"):
+        agent = Agent(
+            _scripted(lambda _, cid=call_id: [("run_command", {**NULLS, "command": "date"}, cid)]),
+            toolsets=[pydantic_toolset(tools)],
+        )
+        returned += _returns(agent.run_sync("go").all_messages())
+    first, second = (json.loads(text) for text in returned)
+    assert first["error_type"] == "e2b_sandbox_outcome_unknown" or first["ok"] is False
+    assert second["operation_key"].endswith(":t2")
+    assert second["deduplicated"] is False
+    assert launches(tools) == 2

@@ -51,7 +51,23 @@ def test_exit_status_follows_the_result_status() -> None:
 def test_bad_env_syntax_is_a_usage_error() -> None:
     code, out = invoke("run", "--env", "NOEQUALS", "--", "env")
     assert code == 2
-    assert "expected NAME=VALUE" in out
+    assert "must be NAME=VALUE" in out
+
+
+@pytest.mark.parametrize("pair", ["=hunter2hunter2", "DB_PASSWORD:hunter2hunter2"])
+def test_c17_a_malformed_env_pair_is_a_usage_error_that_never_echoes_it(pair: str) -> None:
+    code, out = invoke("run", "--env", "A=1", "--env", pair, "--", "echo", "hi")
+    assert code == 2
+    assert "--env #2 must be NAME=VALUE" in out
+    assert "hunter2" not in out
+
+
+@pytest.mark.parametrize("indent", ["17", "100000000000000000000", "-1"])
+def test_an_indent_out_of_range_is_a_usage_error_before_anything_runs(indent: str) -> None:
+    code, out = invoke("run", "--indent", indent, "--", "echo", "hi")
+    assert code == 2
+    assert "0<=x<=16" in out
+    assert '"status"' not in out
 
 
 def test_code_runs_a_file_and_stdin(tmp_path: Path) -> None:

@@ -522,6 +522,7 @@ def test_c2_an_exact_repeat_of_an_uncertain_call_reconciles_under_its_key() -> N
             operation_key=key,
             profile="openai-strict",
             reconcile_repeats=True,
+            run_id="run",
         )
 
     lost = call("k1")
@@ -553,6 +554,7 @@ def test_c2_an_exact_repeat_of_a_cancelled_await_reconciles() -> None:
                 call_id="c",
                 operation_key="k1",
                 reconcile_repeats=True,
+                run_id="run",
             )
         )
         await backend.waiting.wait()
@@ -568,6 +570,7 @@ def test_c2_an_exact_repeat_of_a_cancelled_await_reconciles() -> None:
         call_id="c2",
         operation_key="k2",
         reconcile_repeats=True,
+        run_id="run",
     )
     assert repeat.content["operation_key"] == "k1"
     assert repeat.content["deduplicated"] is True
@@ -589,9 +592,16 @@ def test_c2_without_reconcile_repeats_a_new_key_is_a_new_call() -> None:
 def test_unsettled_calls_are_bounded() -> None:
     tools = toolset()
     for index in range(1030):
-        tools._record(str(index), f"k{index}", _UNCERTAIN, returned=True)
+        request = sandrail.ToolRequest(
+            call=sandrail.ToolCall(name="run_command", call_id="c", arguments={"command": "x"}),
+            operation_key=f"k{index}",
+            session_id="s1",
+            definition=tools.definition("run_command"),
+            identity=sandrail.AgentIdentity(agent_id="agent-1"),
+        )
+        tools._record(("run", str(index)), request, _UNCERTAIN, returned=True)
     assert len(tools._unsettled) == 1024
-    assert "0" not in tools._unsettled
+    assert ("run", "0") not in tools._unsettled
 
 
 _UNCERTAIN = sandrail.ToolResult(status="uncertain", content={"ok": False})
@@ -653,3 +663,235 @@ def test_c17_env_values_never_echo_in_argument_problems(profile: str) -> None:
             assert SECRET not in sent
             assert short not in sent
             assert len(sent.encode("utf-8")) <= budget
+
+
+def _lost_start() -> Simulator:
+    """A simulator whose first Start's response is lost: the call is uncertain."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
+
+    return Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
+
+
+def test_c2_repeats_reconcile_only_within_the_same_run_id() -> None:
+    """A later run's identical call is a new call: it never gets an earlier
+    run's unsettled result (with or without ``run_id=``: by default the run
+    is the part of the key before ``:{call_id}``)."""
+    sim = _lost_start()
+    tools = toolset(sim)
+
+    def call(run: str, call_id: str, *, explicit: bool) -> sandrail.ToolResult:
+        return tools.call_sync(
+            "run_command",
+            {"command": "echo once"},
+            call_id=call_id,
+            operation_key=tools.operation_key(call_id, run_id=run),
+            reconcile_repeats=True,
+            run_id=run if explicit else None,
+        )
+
+    for explicit in (True, False):
+        first = call(f"run-1-{explicit}", "a", explicit=explicit)
+        assert first.status == "uncertain" or explicit is False
+        later = call(f"run-2-{explicit}", "b", explicit=explicit)
+        assert later.content["operation_key"] == f"run-2-{explicit}:b"
+        assert later.content["deduplicated"] is False
+    same_run = call("run-1-True", "c", explicit=True)  # the earlier run still reconciles
+    assert same_run.content["operation_key"] == "run-1-True:a"
+    assert same_run.content["deduplicated"] is True
+
+
+def test_c2_a_key_of_another_form_matches_no_other_call() -> None:
+    """Without ``run_id=`` a key that is not ``f"{run}:{call_id}"`` has no
+    run to match in: the call is its own."""
+    sim = _lost_start()
+    tools = toolset(sim)
+    for key in ("k1", "k2"):
+        result = tools.call_sync(
+            "run_command",
+            {"command": "echo once"},
+            call_id=key,
+            operation_key=key,
+            reconcile_repeats=True,
+        )
+        assert result.content["operation_key"] == key
+
+
+def test_c2_a_refused_repeat_leaves_the_earlier_call_unsettled() -> None:
+    """A repeat refused before anything ran (its identity does not fit the
+    budget) is no outcome of the earlier call's task: the next repeat still
+    reconciles that call instead of launching again."""
+    sim = _lost_start()
+    budget = toolset().minimum_output_bytes(call_id="c" * 8, operation_key="run:" + "c" * 8)
+    tools = toolset(sim, max_output_bytes=budget)
+
+    def call(call_id: str) -> sandrail.ToolResult:
+        return tools.call_sync(
+            "run_command",
+            {"command": "echo once"},
+            call_id=call_id,
+            operation_key=f"run:{call_id}",
+            reconcile_repeats=True,
+        )
+
+    assert call("c1").status == "uncertain"
+    refused = call("c" * 400)
+    assert refused.error_type == "e2b_command_budget_below_minimum_identity"
+    settled = call("c3")
+    assert settled.status == "ok"
+    assert settled.content["operation_key"] == "run:c1"
+    assert settled.content["deduplicated"] is True
+    assert launches(tools) == 1
+    anew = call("c4")  # its own task's result was returned: now a new call
+    assert anew.content["operation_key"] == "run:c4"
+
+
+@pytest.mark.parametrize(
+    ("first", "repeat"),
+    [
+        ({"timeout": None}, {"timeout": 300}),
+        ({"timeout": 900}, {"timeout": 300}),  # capped at the toolset's 300
+        ({"background": None}, {"background": False}),
+        ({"env": None}, {"env": []}),
+        ({"timeout": 5}, {"timeout": 5.0}),
+    ],
+)
+def test_c2_repeats_match_arguments_as_the_port_reads_them(
+    first: dict[str, Any], repeat: dict[str, Any]
+) -> None:
+    sim = _lost_start()
+    tools = toolset(sim)
+
+    def call(call_id: str, arguments: dict[str, Any]) -> sandrail.ToolResult:
+        full = {"command": "echo once", "cwd": None, "timeout": None, "env": None}
+        return tools.call_sync(
+            "run_command",
+            {**full, "background": None, **arguments},
+            call_id=call_id,
+            operation_key=f"run:{call_id}",
+            profile="openai-strict",
+            reconcile_repeats=True,
+        )
+
+    assert call("c1", first).status == "uncertain"
+    again = call("c2", repeat)
+    assert again.status == "ok"
+    assert again.content["operation_key"] == "run:c1"
+    assert launches(tools) == 1
+
+
+@pytest.mark.parametrize("arguments", [(), (None, None), ("command", "echo hi"), [1], "x"])
+def test_c5_arguments_that_are_not_an_object_are_refused_never_raised(arguments: Any) -> None:
+    tools = toolset()
+    results = [
+        tools.call_sync("run_command", arguments, call_id="c", operation_key="k"),
+        asyncio.run(tools.call("run_command", arguments, call_id="c", operation_key="k")),
+    ]
+    for result in results:
+        assert result.error_type == "e2b_command_arguments_invalid"
+    assert launches(tools) == 0
+
+
+@pytest.mark.parametrize(
+    "bad", [sandrail.MAX_CALL_TIMEOUT_SECONDS + 1, 1e10, 10**400, float("inf")]
+)
+def test_timeouts_past_the_documented_maximum_are_a_clear_value_error(bad: object) -> None:
+    tools = toolset()
+    with pytest.raises(ValueError, match="at most"):
+        tools.call_sync("sandbox_status", {}, call_id="c", operation_key="k", timeout_seconds=bad)
+    result = tools.call_sync(
+        "sandbox_status",
+        {},
+        call_id="c",
+        operation_key="k",
+        timeout_seconds=sandrail.MAX_CALL_TIMEOUT_SECONDS,
+    )
+    assert result.status == "ok"
+
+
+@pytest.mark.parametrize("effect", ["Ensure", "Start", "Wait"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_c6_a_backend_s_own_cancelled_error_is_a_backend_failure(
+    effect: str, asynchronous: bool
+) -> None:
+    """A CancelledError the backend raises when nobody cancelled the call
+    (an SDK's own task) is a failure of that effect, with the port's usual
+    result (``uncertain`` once something may have been sent), never an
+    exception out of ``call_sync``; the retry reconciles, launching once."""
+    sim = Simulator()
+    raised = []
+
+    def answer(sent: Any) -> Any:
+        if type(sent).__name__ == effect and not raised:
+            raised.append(sent)
+            raise asyncio.CancelledError
+        return sim(sent)
+
+    async def answer_async(sent: Any) -> Any:
+        return answer(sent)
+
+    tools = toolset(answer_async if asynchronous else answer)
+    first = tools.call_sync("run_command", {"command": "echo x"}, call_id="c", operation_key="k")
+    assert raised
+    assert first.status in ("uncertain", "error")
+    assert not tools.abandoned
+    again = tools.call_sync("run_command", {"command": "echo x"}, call_id="c", operation_key="k")
+    assert again.status == "ok"
+    assert sum(sim.launches.values()) == 1
+
+
+def test_c11_the_caller_s_own_cancellation_still_reaches_the_caller() -> None:
+    """Only a CancelledError nobody asked for is a backend failure: the
+    caller cancelling ``await port.execute(...)`` still gets it."""
+    backend = RealTimeWaits()
+    port = toolset(backend)._ports["run_command"]
+    request = sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c", arguments={"command": "sleep 1"}),
+        operation_key="k",
+        session_id="embed-session",
+        definition=port.definition("run_command"),
+        identity=sandrail.AgentIdentity(agent_id="embed-agent"),
+    )
+
+    async def cancel_while_running() -> None:
+        task = asyncio.ensure_future(port.execute(request))
+        await backend.waiting.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_while_running())
+
+
+def test_a_recorder_backend_is_attached_by_a_one_group_toolset(tmp_path: Any) -> None:
+    from sandrail.interpreters.replay import Recorder
+
+    cassette = tmp_path / "rec.jsonl"
+    with Recorder(Simulator(), str(cassette)) as recorder:
+        tools = toolset(recorder, tools=("command",))
+        result = tools.call_sync(
+            "run_command", {"command": "echo hi"}, call_id="c", operation_key="k"
+        )
+        assert result.status == "ok"
+    kinds = [json.loads(line)["kind"] for line in cassette.read_text().splitlines()]
+    assert kinds[0] == "header"
+    assert "call" in kinds
+
+
+def test_a_recorder_backend_a_toolset_cannot_attach_is_refused_naming_what_to_do(
+    tmp_path: Any,
+) -> None:
+    from sandrail.interpreters.replay import Recorder
+
+    with Recorder(Simulator(), str(tmp_path / "a.jsonl")) as recorder:
+        with pytest.raises(ValueError, match=r'tools=\("command",\)'):
+            toolset(recorder)
+        toolset(recorder, tools=("code",))
+        with pytest.raises(ValueError, match="already records a port"):
+            toolset(recorder, tools=("command",))
+
+
+@pytest.mark.parametrize("run_id", ["", "  ", 5])
+def test_c2_a_run_id_that_is_not_a_non_blank_string_is_a_harness_bug(run_id: Any) -> None:
+    tools = toolset()
+    with pytest.raises(ValueError, match="run_id"):
+        tools.call_sync("sandbox_status", {}, call_id="c", operation_key="k", run_id=run_id)

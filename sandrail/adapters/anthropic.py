@@ -96,6 +96,7 @@ class AnthropicTools:
             profile=self._profile,
             timeout_seconds=self._timeout_seconds,
             reconcile_repeats=True,
+            run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
         )
         return _answer(tool_use_id, result)
 
@@ -112,6 +113,7 @@ class AnthropicTools:
             profile=self._profile,
             timeout_seconds=self._timeout_seconds,
             reconcile_repeats=True,
+            run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
         )
         return _answer(tool_use_id, result)
 
@@ -162,7 +164,29 @@ def _kind(block: object) -> object:
 
 
 def _read(block: object) -> tuple[str, str, object]:
-    tool_use_id, name = _field(block, "id"), _field(block, "name")
-    arguments = _field(block, "input")
-    clean_id = tool_use_id if isinstance(tool_use_id, str) and tool_use_id.strip() else ""
-    return clean_id, name if isinstance(name, str) else "", arguments
+    """Plain copies of the block's id, name and input: a ``str`` subclass's
+    or a mapping's own methods may raise, so nothing past this reads them."""
+    tool_use_id = _plain_text(_field(block, "id"))
+    clean_id = tool_use_id if tool_use_id is not None and tool_use_id.strip() else ""
+    return clean_id, _plain_text(_field(block, "name")) or "", _plain_object(_field(block, "input"))
+
+
+def _plain_text(value: object) -> str | None:
+    """``value`` as a plain ``str`` (never calling a subclass's methods), or
+    ``None`` when it is not a string."""
+    return str.__str__(value) if isinstance(value, str) else None
+
+
+class _Unreadable:
+    """Stands for an input that could not be read: refused as not an object."""
+
+
+def _plain_object(value: object) -> object:
+    """A plain ``dict`` copy of a mapping input (its own ``get``, ``items``
+    or iteration may raise: then it is unreadable), else ``value``."""
+    if not isinstance(value, Mapping):
+        return value
+    try:
+        return {_plain_text(key) or key: value[key] for key in list(value.keys())}
+    except Exception:
+        return _Unreadable()

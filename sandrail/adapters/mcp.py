@@ -16,10 +16,14 @@ what happened and what to do:
 
 Operation keys. MCP has no idempotency key, so a client sends one in the
 request's ``_meta`` under :data:`OPERATION_KEY_META` (``sandrail/operation_key``):
-the same key on a retry never launches twice (C2). A request without one gets
-a fallback key, derived from the tool, its arguments and a generation that
-moves on only once an identical call's settled result (``ok`` or ``error``)
-was returned:
+the same key on a retry never launches twice (C2). A key that is there but
+not a non-blank string (``123``, ``""``, an object) is refused
+(``e2b_command_operation_key_required``, naming the field) and nothing runs:
+it is never silently replaced by the fallback. A request without one gets a
+fallback key of its MCP session (another client, or another session of the
+same client, never shares it), derived from the tool, its arguments and a
+generation that moves on only once an identical call's settled result
+(``ok`` or ``error``) was returned:
 
 - a client's retry of a call whose result it never got (the call was
   cancelled, timed out, or is still running), or whose result was
@@ -29,8 +33,13 @@ was returned:
   a new key and run anew (polling a command works);
 - different arguments never share a key.
 
-Limits of the fallback: two identical calls in flight at once are one call
-(the second sees ``deduplicated: true``); a result lost after the server
+Limits of the fallback: two identical calls of one session in flight at
+once are one call (the second sees ``deduplicated: true``); a retry over a
+new MCP session (a client that reconnected without resuming its session) is
+a new call; the sessionless protocol (MCP 2026-07-28) has no session to
+scope by, so its key-less requests share one fallback scope per server, as
+different clients on it may (they cannot be told apart: send
+``sandrail/operation_key``); a result lost after the server
 returned it (the transport dropped it) is not seen, so a retry then runs
 anew (over streamable HTTP, :func:`recent_events` lets a client resume its
 stream and get that result instead); and the generations live in this
@@ -49,19 +58,22 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
 
 from sandrail import __version__
-from sandrail._toolset import Toolset
+from sandrail._toolset import Toolset, refusal
 from sandrail.adapters import require
-from sandrail.core import CanonicalJSONError, Profile, ToolResult, canonical_json
+from sandrail.core import CanonicalJSONError, ErrorCode, Profile, ToolResult, canonical_json
 
 __all__ = ["OPERATION_KEY_META", "recent_events", "server"]
 
 OPERATION_KEY_META: Final = "sandrail/operation_key"
 """Where a client puts a call's operation key: ``params._meta["sandrail/operation_key"]``."""
+
+_SESSIONS_KEPT: Final = 4096
 
 _NEXT: Final = {
     "uncertain": "The call may have run. Do not send it as a new call: call again with the "
@@ -114,8 +126,33 @@ def server(
     """
     lowlevel = require("mcp.server.lowlevel", "mcp")
     types = require("mcp_types", "mcp")
-    fallback = _FallbackKeys()
-    longest, _, _ = fallback.key("", None)
+    longest, _, _ = _FallbackKeys().key("", None)
+    sessions: weakref.WeakKeyDictionary[Any, _FallbackKeys] = weakref.WeakKeyDictionary()
+    by_id: OrderedDict[str, _FallbackKeys] = OrderedDict()
+    sessionless = _FallbackKeys()
+    modern = frozenset(require("mcp_types.version", "mcp").MODERN_PROTOCOL_VERSIONS)
+
+    def fallback_of(ctx: Any) -> _FallbackKeys:
+        """The fallback keys of the request's MCP session (see the module
+        doc): by its session id, else by its connection while that lives;
+        the requests of the sessionless protocol share one."""
+        try:
+            connection = ctx.session._connection
+            session_id = connection.session_id
+            if isinstance(session_id, str) and session_id:
+                session_id = str.__str__(session_id)
+                found = by_id.get(session_id) or _FallbackKeys()
+                by_id[session_id] = found
+                by_id.move_to_end(session_id)
+                while len(by_id) > _SESSIONS_KEPT:
+                    by_id.popitem(last=False)
+                return found
+            if connection.protocol_version in modern:
+                return sessionless
+            return sessions.setdefault(connection, _FallbackKeys())
+        except Exception:
+            return sessionless
+
     needed = toolset.minimum_output_bytes(call_id="mcp-999999", operation_key=longest + "9" * 5)
     if toolset.max_output_bytes < needed:
         raise ValueError(
@@ -144,11 +181,16 @@ def server(
     async def call_tool(ctx: Any, params: Any) -> Any:
         meta: Mapping[str, Any] = params.meta or {}
         arguments = params.arguments if params.arguments is not None else {}
-        sent = meta.get(OPERATION_KEY_META)
         derived: tuple[str, int] | None = None
-        if isinstance(sent, str) and sent.strip():
-            key = sent
+        if OPERATION_KEY_META in meta:
+            sent = meta[OPERATION_KEY_META]
+            if not isinstance(sent, str) or not sent.strip():
+                # A key the client meant to send but malformed: never the
+                # fallback in its place (its retry would launch again).
+                return _result(types, _bad_key(toolset, sent), None)
+            key = str.__str__(sent)
         else:
+            fallback = fallback_of(ctx)
             key, digest, generation = fallback.key(params.name, arguments)
             derived = (digest, generation)
         call_id = f"mcp-{ctx.request_id}"
@@ -204,8 +246,21 @@ def recent_events(limit: int = 10_000) -> Any:
     return RecentEvents()
 
 
-def _result(types: Any, result: ToolResult, key: str) -> Any:
-    meta: dict[str, Any] = {"sandrail/status": result.status, OPERATION_KEY_META: key}
+def _bad_key(toolset: Toolset, sent: object) -> ToolResult:
+    kind = "a blank string" if isinstance(sent, str) else f"a {type(sent).__name__}"
+    return refusal(
+        ErrorCode.OPERATION_KEY_REQUIRED,
+        f'_meta["{OPERATION_KEY_META}"] must be a non-blank string, got {kind}; nothing ran. '
+        "Send the call's key as a string, or leave the field out to use the server's "
+        "fallback key.",
+        toolset.max_output_bytes,
+    )
+
+
+def _result(types: Any, result: ToolResult, key: str | None) -> Any:
+    meta: dict[str, Any] = {"sandrail/status": result.status}
+    if key is not None:
+        meta[OPERATION_KEY_META] = key
     if result.status in _NEXT:
         meta["sandrail/next"] = _NEXT[result.status]
     return types.CallToolResult(

@@ -118,6 +118,7 @@ def _invoker(
             profile="openai-strict",
             timeout_seconds=timeout_seconds,
             reconcile_repeats=True,
+            run_id=run,
         )
         return result.to_json()
 

@@ -168,6 +168,7 @@ def _toolset_class() -> type[Any]:
                 profile=self._profile,
                 timeout_seconds=self._timeout_seconds,
                 reconcile_repeats=True,
+                run_id=run_id,
             )
             return result.to_json()
 
