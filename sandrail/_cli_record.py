@@ -30,6 +30,8 @@ from sandrail.core import OwnedCommand
 __all__ = ["FileRecord", "RecordError"]
 
 _CONVERTER = cattrs.Converter(forbid_extra_keys=True)
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""A record file larger than this is refused (never read whole into memory)."""
 
 
 class RecordError(ValueError):
@@ -43,9 +45,21 @@ class FileRecord:
         self._path = path
         self._lock = threading.Lock()
         self._known: dict[str, OwnedCommand] = {}
+        # A special file (/dev/zero, a FIFO) could be endless; a missing
+        # directory would fail every remember (every call uncertain): both
+        # are refused before anything runs.
+        if path.exists() and not path.is_file():
+            raise RecordError(f"the record {path} is not a regular file")
+        if not path.parent.is_dir():
+            raise RecordError(f"the record's directory {path.parent} does not exist")
         try:
-            with path.open("r", encoding="utf-8") as handle:
-                lines = handle.read().splitlines()
+            with path.open("rb") as handle:
+                data = handle.read(MAX_RECORD_BYTES + 1)
+            if len(data) > MAX_RECORD_BYTES:
+                raise RecordError(
+                    f"the record {path} is larger than {MAX_RECORD_BYTES // (1024 * 1024)} MiB"
+                )
+            lines = data.decode("utf-8").splitlines()
         except FileNotFoundError:
             lines = []
         except (OSError, UnicodeDecodeError) as exc:

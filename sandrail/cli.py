@@ -189,8 +189,9 @@ _record_option = click.option(
     default=None,
     help="Keep the ownership record of launched tasks in this file (JSON lines). "
     "Each invocation is a harness restart: without a record, a retry in a later "
-    "invocation keeps at most once only while the sandbox lives; with it, a retry "
-    "whose sandbox was lost is uncertain, never a second launch.",
+    "invocation finds the first launch only while the sandbox and its ledger "
+    "survive; with it, a retry whose sandbox or ledger was lost is uncertain, "
+    "never a second launch.",
 )
 _session_option = click.option(
     "--session",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,22 @@ def test_help_reads_well() -> None:
     assert code == 0
     for command in ("run", "code", "replay"):
         assert command in out
+
+
+@pytest.mark.parametrize("where", ["/dev/zero", "missing-dir/owned.jsonl", "."])
+def test_c2_a_record_that_cannot_be_one_is_a_usage_error_before_anything_runs(
+    where: str, tmp_path: Path
+) -> None:
+    """Outside attack 5: ``--record /dev/full`` read an endless file into
+    memory until the kernel killed it; a record in a missing directory made
+    every call uncertain. Both are usage errors (exit 2), nothing run."""
+    path = where if where.startswith("/") else str(tmp_path / where)
+    done = subprocess.run(
+        [sys.executable, "-m", "sandrail", "run", "--record", path, "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "--record" in done.stderr
