@@ -139,8 +139,12 @@ Known limits
   second launch, but not decisive.
 - A sandbox that died is remembered only by this backend instance (a later
   ``Ensure`` for its session fails ``not_sent`` instead of creating a second
-  sandbox that could relaunch its tasks); after a harness restart, E2B's
-  create idempotency key is the only guard.
+  sandbox that could relaunch its tasks; the core then answers a retry of a
+  task it started ``uncertain``, never "nothing ran"); after a harness
+  restart, E2B's create idempotency key and a durable ownership record are
+  the guards. One answer that the sandbox is gone (a 502 "not found") is
+  checked again with the control plane on the next call (a reconnect),
+  never believed for good: a proxy's 502 is not a death.
 - A process that starts a session of its own (``setsid``) leaves the
   command's process group and session, so stop and the deadline cannot reach
   it; processes that only change their process group are reached through the

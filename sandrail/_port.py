@@ -143,9 +143,9 @@ class ToolPort:
         self._artifacts = artifacts
         self._ledger: dict[str, OwnedCommand] = {}
         self._ledger_lock = threading.Lock()
-        # Env values any port of this session passed to commands, and values
-        # the harness named, masked in all output (C17). Kept in memory only:
-        # never in an effect or a recording.
+        # Env values this port (or another of its Toolset) passed to
+        # commands, and values the harness named, masked in all output (C17).
+        # Kept in memory only: never in an effect or a recording.
         self._masks = _Masks()
         self._masks.learn(redact)
 
