@@ -55,6 +55,11 @@ class _Call:
         self.task_id: str | None = None
         self.observed: str | None = None
         self.background_ref: BackgroundCommandRef | None = None
+        self.output_stored = False
+        """The output was already streamed to the artifact store (C15), so
+        :meth:`finish` must not store the content again; ``output_artifact``
+        is the store's reference, or ``None`` if the store failed."""
+        self.output_artifact: ArtifactRef | None = None
         self._check = CheckAuthority(request_digest=snap.digest)
 
     # -- verdicts ----------------------------------------------------------
@@ -121,6 +126,18 @@ class _Call:
         stop = yield from self.guard()
         return result if stop is None else stop
 
+    def masked(self, content: dict[str, Any]) -> dict[str, Any]:
+        """``content`` with this call's secrets masked in its presentation
+        text (stdout, stderr, the command itself): a copy (C17)."""
+        if not self.secrets:
+            return content
+        masked = dict(content)
+        redactions = Redactions(self.secrets)
+        for key in SHRINKABLE_FIELDS:
+            if isinstance(masked.get(key), str):
+                masked[key] = mask_text(masked[key], redactions)
+        return masked
+
     def finish(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
         """Guard, then fit the content to the budget; when text must be cut
         and an artifact store exists, keep the full content there (C12, C15).
@@ -132,10 +149,7 @@ class _Call:
         if self.secrets:
             # A command may print an env value it was given; the model must
             # not see it (C17). Masked before the budget measures anything.
-            redactions = Redactions(self.secrets)
-            for key in SHRINKABLE_FIELDS:  # stdout, stderr, and the command itself
-                if isinstance(content.get(key), str):
-                    content[key] = mask_text(content[key], redactions)
+            content = self.masked(content)
             result = attrs.evolve(result, content=content)
             content = dict(content)
         if self.snap.governed:
@@ -149,8 +163,8 @@ class _Call:
             return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
         if all(fitted.get(key) is content.get(key) for key in SHRINKABLE_FIELDS):
             return result  # nothing was cut
-        artifact: ArtifactRef | None = None
-        if self.settings.artifacts_enabled:
+        artifact = self.output_artifact
+        if self.settings.artifacts_enabled and not self.output_stored:
             try:
                 stored = yield WriteArtifact(
                     key=f"{self.snap.operation_key}:{self.snap.call_id}:output",

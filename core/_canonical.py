@@ -15,11 +15,18 @@ cost lives in C.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any, Final
 
-__all__ = ["CanonicalJSONError", "canonical_json", "canonical_size", "escaped_size"]
+__all__ = [
+    "CanonicalJSONError",
+    "canonical_json",
+    "canonical_json_split",
+    "canonical_size",
+    "escaped_json_text",
+    "escaped_size",
+]
 
 _MAX_SAFE_INTEGER: Final = 2**53 - 1
 
@@ -58,6 +65,65 @@ def escaped_size(text: str) -> int:
     if escaped.isascii():
         return len(escaped) - 2
     return len(escaped.encode("utf-8", "surrogatepass")) - 2
+
+
+def canonical_json_split(
+    value: Mapping[str, Any], holes: Collection[str]
+) -> tuple[list[str], list[str]]:
+    """The canonical JSON text of the object ``value``, cut open inside the
+    string values of its top-level keys named in ``holes``.
+
+    Returns ``(segments, order)``: ``order`` names those keys as the text
+    meets them, and ``segments`` has one more entry than ``order``. The text
+    with each hole's value escaped (:func:`escaped_json_text`) put between
+    consecutive segments is exactly :func:`canonical_json` of ``value`` with
+    those values, so a long string can be written out piece by piece without
+    ever encoding it whole. The holes' own values in ``value`` are ignored.
+
+    Raises :class:`CanonicalJSONError` as :func:`canonical_json` does.
+    """
+    segments: list[str] = []
+    order: list[str] = []
+    current: list[str] = ["{"]
+    for number, key in enumerate(_sorted_keys(value)):
+        if number:
+            current.append(",")
+        current.append(_escape(key))
+        current.append(":")
+        if key in holes:
+            current.append('"')
+            segments.append("".join(current))
+            order.append(key)
+            current = ['"']
+        else:
+            _encode(value[key], current.append)
+    current.append("}")
+    segments.append("".join(current))
+    for segment in segments:
+        _check_unicode(segment)
+    return segments, order
+
+
+def escaped_json_text(text: str) -> str:
+    """``text`` as it appears inside a canonical JSON string, quotes excluded.
+
+    Escaping goes character by character, so the escaped pieces of a text
+    joined are the escaped text. Raises :class:`CanonicalJSONError` for a lone
+    surrogate.
+    """
+    escaped: str = _escape(text)[1:-1]
+    if not escaped.isascii():
+        _check_unicode(escaped)
+    return escaped
+
+
+def _check_unicode(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CanonicalJSONError(
+            f"text holds a lone surrogate at character {exc.start}; JSON text must be valid Unicode"
+        ) from None
 
 
 def _encode(value: object, emit: Any) -> None:
@@ -111,6 +177,19 @@ def _encode_array(value: Sequence[Any], emit: Any) -> None:
 
 
 def _encode_object(value: Mapping[Any, Any], emit: Any) -> None:
+    emit("{")
+    first = True
+    for key in _sorted_keys(value):
+        if not first:
+            emit(",")
+        first = False
+        emit(_escape(key))
+        emit(":")
+        _encode(value[key], emit)
+    emit("}")
+
+
+def _sorted_keys(value: Mapping[Any, Any]) -> list[str]:
     keys = list(value)
     for key in keys:
         if not isinstance(key, str):
@@ -122,16 +201,7 @@ def _encode_object(value: Mapping[Any, Any], emit: Any) -> None:
         keys.sort()
     else:
         keys.sort(key=lambda key: key.encode("utf-16-be", "surrogatepass"))
-    emit("{")
-    first = True
-    for key in keys:
-        if not first:
-            emit(",")
-        first = False
-        emit(_escape(key))
-        emit(":")
-        _encode(value[key], emit)
-    emit("}")
+    return keys
 
 
 def _format_float(value: float) -> str:

@@ -10,9 +10,13 @@ read from each end. The fit then cuts an :class:`~sandrail.core._budget.Excerpt`
 whose marker counts the bytes never read as well. A command's output therefore
 costs about the budget to collect, whatever its size (16 MiB or 16 GiB).
 
-When everything may fit, when an artifact store must receive the full output,
-or when the runtime governs results, every retained byte is read instead, up
-to :data:`~sandrail.core.RETAINED_OUTPUT_LIMIT`.
+With an artifact store, the full output of a cut result is then streamed to
+the store page by page (:mod:`._streamed`), never held whole; unless all of it
+takes at most a page (:data:`~sandrail.core._streamed.STREAM_PAGE_BYTES`):
+then one read of everything costs fewer round trips than the ends and a
+stream, for the same memory. When everything may fit, when output that small
+goes to an artifact store, or when the runtime governs results, every
+retained byte is read instead, up to :data:`~sandrail.core.RETAINED_OUTPUT_LIMIT`.
 
 Between reads the guard runs, as around any external step (C9).
 """
@@ -30,6 +34,7 @@ from ._canonical import CanonicalJSONError, escaped_size
 from ._definitions import RETAINED_OUTPUT_LIMIT
 from ._effects import CommandState, Effect, EffectFailure, OutputChunk, Read
 from ._results import ErrorCode, ToolResult
+from ._streamed import STREAM_PAGE_BYTES, stream_output_artifact
 
 __all__ = ["collect_output"]
 
@@ -54,7 +59,8 @@ def collect_output(
     ``stdout`` and ``stderr``, and the state fields of the last read; or the
     result that ends the call (a failed read, a guard that stopped it)."""
     plan = None
-    if not call.snap.governed and not call.settings.artifacts_enabled:
+    small = ended.stdout_bytes + ended.stderr_bytes <= STREAM_PAGE_BYTES
+    if not call.snap.governed and not (call.settings.artifacts_enabled and small):
         plan = _plan(content, ended, call.settings.max_output_bytes)
     if plan is not None:
         excerpts = yield from _read_ends(call, sandbox_id, task, ended, plan)
@@ -62,7 +68,12 @@ def collect_output(
             return excerpts
         if excerpts is not None:
             stdout, stderr, final = excerpts
-            return _with_output(content, stdout, stderr, final, limited=False)
+            filled = _with_output(content, stdout, stderr, final, limited=False)
+            if call.settings.artifacts_enabled:
+                stop = yield from stream_output_artifact(call, sandbox_id, task, filled)
+                if stop is not None:
+                    return stop
+            return filled
     collected = yield from _read_all(call, sandbox_id, task, ended)
     if isinstance(collected, ToolResult):
         return collected

@@ -10,8 +10,9 @@ compared by value, so a recording can be matched step by step.
 Two families:
 
 - **harness effects** (:class:`Authorize`, :class:`CheckAuthority`,
-  :class:`ResolveOwned`, :class:`RememberOwned`, :class:`WriteArtifact`) are
-  answered by the port from the harness's callbacks and stores;
+  :class:`ResolveOwned`, :class:`RememberOwned`, :class:`WriteArtifact`,
+  :class:`OpenArtifact`, :class:`AppendArtifact`, :class:`CloseArtifact`)
+  are answered by the port from the harness's callbacks and stores;
 - **sandbox effects** (:class:`Inspect`, :class:`Ensure`, :class:`Publish`,
   :class:`Start`, :class:`Wait`, :class:`Read`, :class:`Cancel`) are answered
   by a backend: the simulator, E2B, or a replayer.
@@ -35,12 +36,14 @@ __all__ = [
     "SANDBOX_EFFECTS",
     "TERMINAL_STATUSES",
     "Allow",
+    "AppendArtifact",
     "ApprovalRequired",
     "AuthorityReport",
     "Authorize",
     "Cancel",
     "CancelRequested",
     "CheckAuthority",
+    "CloseArtifact",
     "CommandState",
     "CommandStatus",
     "Delivery",
@@ -51,6 +54,7 @@ __all__ = [
     "FatalInterpreterError",
     "HarnessEffect",
     "Inspect",
+    "OpenArtifact",
     "Outcome",
     "OutcomeValue",
     "OutputChunk",
@@ -359,6 +363,39 @@ class WriteArtifact:
     media_type: str = "application/json"
 
 
+@attrs.frozen(kw_only=True)
+class OpenArtifact:
+    """Begin storing a full, uncut result piece by piece (C15), for output too
+    big to hold whole. Outcome: ``None``.
+
+    The pieces follow as :class:`AppendArtifact` effects under the same
+    ``key``, and one :class:`CloseArtifact` ends it. Their texts, joined, are
+    the canonical JSON text of the result content, as :class:`WriteArtifact`
+    would have stored it.
+    """
+
+    key: str
+    media_type: str = "application/json"
+
+
+@attrs.frozen(kw_only=True)
+class AppendArtifact:
+    """Add ``text`` to the end of the artifact opened under ``key``.
+    Outcome: ``None``."""
+
+    key: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class CloseArtifact:
+    """End the artifact opened under ``key``: ``keep`` it (outcome:
+    :class:`ArtifactRef`) or discard what was appended (outcome: ``None``)."""
+
+    key: str
+    keep: bool
+
+
 # ---------------------------------------------------------------------------
 # Sandbox effects (verbs)
 
@@ -465,7 +502,16 @@ class Cancel:
     task_id: str
 
 
-HarnessEffect = Authorize | CheckAuthority | ResolveOwned | RememberOwned | WriteArtifact
+HarnessEffect = (
+    Authorize
+    | CheckAuthority
+    | ResolveOwned
+    | RememberOwned
+    | WriteArtifact
+    | OpenArtifact
+    | AppendArtifact
+    | CloseArtifact
+)
 SandboxEffect = Inspect | Ensure | Publish | Start | Wait | Read | Cancel
 Effect = HarnessEffect | SandboxEffect
 
@@ -475,6 +521,9 @@ HARNESS_EFFECTS: tuple[type, ...] = (
     ResolveOwned,
     RememberOwned,
     WriteArtifact,
+    OpenArtifact,
+    AppendArtifact,
+    CloseArtifact,
 )
 SANDBOX_EFFECTS: tuple[type, ...] = (Inspect, Ensure, Publish, Start, Wait, Read, Cancel)
 

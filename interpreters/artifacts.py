@@ -3,6 +3,13 @@
 Both stores return an :class:`~sandrail.core.ArtifactRef` with a short URI
 (``artifact://`` plus 16 hex digits of the content's SHA-256), so the
 reference costs the result only a few dozen bytes.
+
+Both take an artifact whole (``write``) or piece by piece (``open`` gives a
+writer: ``write(text)`` as often as needed, then ``commit()`` or ``abort()``).
+The port streams a big command output through ``open``, so
+:class:`DirectoryArtifactStore` never holds one whole in memory: pieces go
+to a temporary file, hashed as they pass, and the file is renamed into place
+on commit.
 """
 
 from __future__ import annotations
@@ -12,7 +19,9 @@ import os
 import tempfile
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from sandrail.core import ArtifactRef
 
@@ -25,8 +34,8 @@ class ArtifactNotFoundError(KeyError):
     """No artifact under that URI (never written, or evicted)."""
 
 
-def _uri(content: bytes) -> str:
-    return _SCHEME + hashlib.sha256(content).hexdigest()[:16]
+def _uri(digest: str) -> str:
+    return _SCHEME + digest[:16]
 
 
 class MemoryArtifactStore:
@@ -37,11 +46,17 @@ class MemoryArtifactStore:
         self._lock = threading.Lock()
 
     def write(self, key: str, content: str, media_type: str) -> ArtifactRef:
-        data = content.encode("utf-8")
-        uri = _uri(data)
+        writer = self.open(key, media_type)
+        writer.write(content)
+        return writer.commit()
+
+    def open(self, key: str, media_type: str) -> _MemoryWriter:
+        """Begin an artifact written piece by piece (held in memory)."""
+        return _MemoryWriter(self._keep, media_type)
+
+    def _keep(self, uri: str, content: str, media_type: str) -> None:
         with self._lock:
             self._items[uri] = (content, media_type)
-        return ArtifactRef(uri=uri, size_bytes=len(data), media_type=media_type)
 
     def read(self, uri: str) -> str:
         with self._lock:
@@ -54,13 +69,45 @@ class MemoryArtifactStore:
         return len(self._items)
 
 
+class _MemoryWriter:
+    def __init__(self, keep: Callable[[str, str, str], None], media_type: str) -> None:
+        self._keep = keep
+        self._media_type = media_type
+        self._pieces: list[str] = []
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self._ended = False
+
+    def write(self, text: str) -> None:
+        if self._ended:
+            raise ValueError("this artifact was already committed or aborted")
+        data = text.encode("utf-8")
+        self._hash.update(data)
+        self._size += len(data)
+        self._pieces.append(text)
+
+    def commit(self) -> ArtifactRef:
+        if self._ended:
+            raise ValueError("this artifact was already committed or aborted")
+        self._ended = True
+        uri = _uri(self._hash.hexdigest())
+        self._keep(uri, "".join(self._pieces), self._media_type)
+        self._pieces = []
+        return ArtifactRef(uri=uri, size_bytes=self._size, media_type=self._media_type)
+
+    def abort(self) -> None:
+        self._ended = True
+        self._pieces = []
+
+
 class DirectoryArtifactStore:
     """Artifacts as files in one directory, within a total size cap.
 
     Writing past ``max_total_bytes`` evicts the oldest artifacts first. An
     artifact larger than the cap on its own is refused with ``ValueError``
-    (the port then reports the cut result without an artifact). Files are
-    written atomically with mode 0600.
+    (the port then reports the cut result without an artifact); a streamed
+    one is refused as soon as it grows past the cap. Files are written
+    atomically with mode 0600.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, max_total_bytes: int = 256 * 2**20):
@@ -90,26 +137,37 @@ class DirectoryArtifactStore:
             raise ValueError(
                 f"artifact of {len(data)} bytes exceeds the store's cap of {self._cap}"
             )
-        uri = _uri(data)
+        writer = self.open(key, media_type)
+        try:
+            writer.write_bytes(data)
+        except BaseException:
+            writer.abort()
+            raise
+        return writer.commit()
+
+    def open(self, key: str, media_type: str) -> _FileWriter:
+        """Begin an artifact written piece by piece to a temporary file in
+        the directory; ``commit()`` renames it into place."""
+        fd, tmp = tempfile.mkstemp(dir=self._dir, prefix=".tmp-")
+        os.fchmod(fd, 0o600)
+        return _FileWriter(self, os.fdopen(fd, "wb"), Path(tmp), media_type)
+
+    def _install(self, tmp: Path, digest: str, size: int) -> str:
+        """Move a written temporary file into place as the artifact ``digest``
+        names, evicting the oldest artifacts to stay within the cap; its URI."""
+        uri = _uri(digest)
         name = uri.removeprefix(_SCHEME)
         with self._lock:
             if name in self._sizes:
                 self._sizes.move_to_end(name)
-            else:
-                while self._sizes and sum(self._sizes.values()) + len(data) > self._cap:
-                    oldest, _ = self._sizes.popitem(last=False)
-                    (self._dir / f"{oldest}.artifact").unlink(missing_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=self._dir, prefix=".tmp-")
-                try:
-                    with os.fdopen(fd, "wb") as handle:
-                        handle.write(data)
-                    os.chmod(tmp, 0o600)
-                    os.replace(tmp, self._dir / f"{name}.artifact")
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
-                self._sizes[name] = len(data)
-        return ArtifactRef(uri=uri, size_bytes=len(data), media_type=media_type)
+                tmp.unlink(missing_ok=True)  # the same content is already kept
+                return uri
+            while self._sizes and sum(self._sizes.values()) + size > self._cap:
+                oldest, _ = self._sizes.popitem(last=False)
+                (self._dir / f"{oldest}.artifact").unlink(missing_ok=True)
+            os.replace(tmp, self._dir / f"{name}.artifact")
+            self._sizes[name] = size
+        return uri
 
     def read(self, uri: str) -> str:
         name = uri.removeprefix(_SCHEME)
@@ -117,3 +175,59 @@ class DirectoryArtifactStore:
         if not uri.startswith(_SCHEME) or not path.is_file():
             raise ArtifactNotFoundError(uri)
         return path.read_text(encoding="utf-8")
+
+
+class _FileWriter:
+    """One artifact being written to a temporary file of its store."""
+
+    def __init__(
+        self, store: DirectoryArtifactStore, handle: Any, tmp: Path, media_type: str
+    ) -> None:
+        self._store = store
+        self._handle = handle
+        self._tmp = tmp
+        self._media_type = media_type
+        self._hash = hashlib.sha256()
+        self._size = 0
+        self._ended = False
+
+    def write(self, text: str) -> None:
+        self.write_bytes(text.encode("utf-8"))
+
+    def write_bytes(self, data: bytes) -> None:
+        if self._ended:
+            raise ValueError("this artifact was already committed or aborted")
+        if self._size + len(data) > self._store._cap:
+            self.abort()
+            raise ValueError(
+                f"artifact of over {self._size + len(data)} bytes exceeds the store's cap "
+                f"of {self._store._cap}"
+            )
+        try:
+            self._handle.write(data)
+        except BaseException:
+            self.abort()
+            raise
+        self._hash.update(data)
+        self._size += len(data)
+
+    def commit(self) -> ArtifactRef:
+        if self._ended:
+            raise ValueError("this artifact was already committed or aborted")
+        self._ended = True
+        try:
+            self._handle.close()
+            uri = self._store._install(self._tmp, self._hash.hexdigest(), self._size)
+        except BaseException:
+            self._tmp.unlink(missing_ok=True)
+            raise
+        return ArtifactRef(uri=uri, size_bytes=self._size, media_type=self._media_type)
+
+    def abort(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self._handle.close()
+        finally:
+            self._tmp.unlink(missing_ok=True)

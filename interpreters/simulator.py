@@ -120,11 +120,10 @@ from types import MappingProxyType
 from typing import Any, Literal, assert_never
 
 from sandrail.core._effects import (
+    HARNESS_EFFECTS,
     Allow,
-    Authorize,
     Cancel,
     CancelRequested,
-    CheckAuthority,
     CommandState,
     Delivery,
     Effect,
@@ -137,8 +136,6 @@ from sandrail.core._effects import (
     Publish,
     Published,
     Read,
-    RememberOwned,
-    ResolveOwned,
     SandboxEffect,
     SandboxPhase,
     SandboxReady,
@@ -147,7 +144,6 @@ from sandrail.core._effects import (
     Started,
     StartRefused,
     Wait,
-    WriteArtifact,
 )
 from sandrail.core._requests import ToolRequest
 
@@ -335,9 +331,7 @@ class Simulator:
         Raises :class:`TypeError` for harness effects and non-effects.
         """
         if type(effect) not in _APPLY:
-            if isinstance(
-                effect, Authorize | CheckAuthority | ResolveOwned | RememberOwned | WriteArtifact
-            ):
+            if isinstance(effect, HARNESS_EFFECTS):
                 raise TypeError(f"{type(effect).__name__} is a harness effect: the port answers it")
             if not isinstance(effect, Inspect | Ensure | Publish | Start | Wait | Read | Cancel):
                 raise TypeError(f"not a sandbox effect: {type(effect).__name__}")

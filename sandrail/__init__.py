@@ -19,7 +19,15 @@ tool behind ``await toolset.call(...)``) and an adapter from
 :mod:`sandrail.adapters`.
 """
 
-from sandrail._port import ALLOW, ArtifactStore, ToolPort, code_tools, command_tools
+from sandrail._port import (
+    ALLOW,
+    ArtifactStore,
+    ArtifactWriter,
+    StreamingArtifactStore,
+    ToolPort,
+    code_tools,
+    command_tools,
+)
 from sandrail._toolset import MAX_CALL_TIMEOUT_SECONDS, Toolset
 from sandrail.core import (
     RUNTIME_ARTIFACTS,
@@ -62,6 +70,7 @@ __all__ = [
     "ApprovalRequired",
     "ArtifactRef",
     "ArtifactStore",
+    "ArtifactWriter",
     "BackgroundCommandRef",
     "BudgetError",
     "CancelToken",
@@ -74,6 +83,7 @@ __all__ = [
     "NativeOwner",
     "OwnedCommand",
     "Profile",
+    "StreamingArtifactStore",
     "ToolCall",
     "ToolDefinition",
     "ToolPort",

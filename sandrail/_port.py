@@ -27,10 +27,16 @@ import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Protocol, TypeAlias, cast
+from typing import Any, Final, TypeAlias, cast
 
 import attrs
 
+from sandrail._artifact_calls import (
+    ArtifactStore,
+    ArtifactWriter,
+    CallArtifacts,
+    StreamingArtifactStore,
+)
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
     MAX_TIMEOUT_SECONDS,
@@ -38,12 +44,13 @@ from sandrail.core import (
     SANDBOX_EFFECTS,
     AgentOwner,
     Allow,
+    AppendArtifact,
     ApprovalRequired,
-    ArtifactRef,
     AuthorityReport,
     Authorize,
     Cancel,
     CheckAuthority,
+    CloseArtifact,
     Delivery,
     Deny,
     Effect,
@@ -52,6 +59,7 @@ from sandrail.core import (
     ErrorCode,
     FatalInterpreterError,
     NativeOwner,
+    OpenArtifact,
     OwnedCommand,
     Owner,
     PolicyDecision,
@@ -83,10 +91,12 @@ from sandrail.interpreters._masking import MaskedReads
 __all__ = [
     "ALLOW",
     "ArtifactStore",
+    "ArtifactWriter",
     "AuthorityCallback",
     "AuthorizeCallback",
     "RememberOwnedCallback",
     "ResolveOwnedCallback",
+    "StreamingArtifactStore",
     "ToolPort",
     "code_tools",
     "command_tools",
@@ -106,14 +116,6 @@ _SANDBOX_TYPES = frozenset(SANDBOX_EFFECTS)
 _DECISIONS = frozenset((Allow, ApprovalRequired, Deny))
 _NOTED = frozenset((*SANDBOX_EFFECTS, RememberOwned))
 """Effects whose sending :meth:`_Call._note` records (what a crash report needs)."""
-
-
-class ArtifactStore(Protocol):
-    """Where full results go when a budget cuts them (C15)."""
-
-    def write(self, key: str, content: str, media_type: str) -> ArtifactRef:
-        """Store ``content`` and return a short reference to it."""
-        ...
 
 
 class ToolPort:
@@ -180,6 +182,12 @@ class ToolPort:
         """
         call = _Call(self, request, asynchronous=False)
         try:
+            return self._execute_sync(call, request)
+        finally:
+            call.artifacts.abort_all()
+
+    def _execute_sync(self, call: _Call, request: ToolRequest) -> ToolResult:
+        try:
             if _is_asynchronous(self._backend):
                 try:
                     asyncio.get_running_loop()
@@ -203,6 +211,12 @@ class ToolPort:
     async def execute(self, request: ToolRequest) -> ToolResult:
         """Run one call to its result. Never raises (see module doc)."""
         call = _Call(self, request, asynchronous=True)
+        try:
+            return await self._execute(call, request)
+        finally:
+            call.artifacts.abort_all()
+
+    async def _execute(self, call: _Call, request: ToolRequest) -> ToolResult:
         try:
             call.open()
             result = await drive_async(
@@ -267,6 +281,8 @@ class _Call:
         # locator the request had when it arrived (C6).
         self.snapshot = snapshot_request(request, port.settings)
         self.shown: ToolRequest = request
+        self.artifacts = CallArtifacts(port._artifacts)
+        """Artifacts this call writes; whatever is left open when it ends is aborted."""
         self.policy_drifted = False
         """The policy changed the arguments it was shown: the harness changed
         the request mid-call, which the next guard reports as drift (C9)."""
@@ -508,13 +524,14 @@ class _Call:
                 # program must not go on to a start it could not reconcile.
                 port._remember_owned(self.request, record)
             return None
+        if isinstance(effect, AppendArtifact):
+            return self.artifacts.append(effect)
+        if isinstance(effect, OpenArtifact):
+            return self.artifacts.open(effect)
+        if isinstance(effect, CloseArtifact):
+            return self.artifacts.close(effect)
         if isinstance(effect, WriteArtifact):
-            if port._artifacts is None:
-                raise EffectFailure(Delivery.NOT_SENT, "no artifact store")
-            ref = port._artifacts.write(effect.key, effect.content, effect.media_type)
-            if not isinstance(ref, ArtifactRef):
-                raise EffectFailure(Delivery.NOT_SENT, "artifact store returned no ArtifactRef")
-            return ref
+            return self.artifacts.write(effect)
         raise TypeError(f"not an effect: {effect!r}")
 
     def _check(self, effect: CheckAuthority) -> AuthorityReport:

@@ -680,6 +680,50 @@ def test_c12_a_big_foreground_output_moves_only_its_two_ends_out_of_the_sandbox(
     assert sum(r.sent_bytes for r in mine()) <= 2.5 * budget
 
 
+def test_c15_a_big_output_streams_to_the_artifact_store_through_the_sdk(
+    server: LocalE2B, backend: E2BBackend, tmp_path: Path
+) -> None:
+    """Issue 10: with an artifact store, 3 MiB printed reach the store
+    whole, byte for byte, in reads of at most a page (1 MiB), never read
+    whole by the core; the result shows the same two ends as without a
+    store, and names the artifact."""
+    size = 3 * 1024 * 1024 + 17
+    store = sandrail.DirectoryArtifactStore(tmp_path)
+    port = port_on(backend, new_session(), max_output_bytes=24_000, artifacts=store)
+    warm = port.execute_sync(request(port, "run_command", "op-0", command="true"))
+    sandbox_id = warm.content["sandbox_id"]
+    since = len(server.truth().requests)
+    result = port.execute_sync(
+        request(
+            port,
+            "run_command",
+            "op-1",
+            command=f"yes 'stream unit é' | head -c {size}; echo warn >&2",
+        )
+    )
+    assert result.status == "ok", result.content
+    (ref,) = result.artifact_refs
+    artifact = json.loads(store.read(ref.uri))
+    printed = ("stream unit é\n".encode() * (size // 15 + 1))[:size]
+    assert artifact["stdout"] == printed.decode("utf-8", "replace")
+    assert (artifact["stderr"], artifact["stdout_bytes"]) == ("warn\n", size)
+    assert "retention_limited" not in artifact
+    assert len(sandrail.canonical_json(result.content)) <= 24_000
+    assert result.content["output_budget"]["artifact_uri"] == ref.uri
+    assert [path.name for path in tmp_path.iterdir()] == [
+        f"{ref.uri[len('artifact://') :]}.artifact"
+    ]
+    sent = [
+        r
+        for r in server.truth().requests[since:]
+        if r.sandbox_id == sandbox_id and r.listener == "envd"
+    ]
+    assert _eventually(lambda: all(r.sent_bytes for r in sent))
+    moved = sum(r.sent_bytes for r in sent)
+    assert size <= moved <= 2.5 * size  # all of it came out, once (base64 on the wire)
+    assert max(r.sent_bytes for r in sent) <= 2.5 * 1024 * 1024  # a page a request
+
+
 def test_the_command_line_example_works_through_the_port(backend: E2BBackend) -> None:
     port = port_on(backend, new_session())
     result = port.execute_sync(request(port, "run_command", "op-1", command="echo hi >&2; exit 4"))

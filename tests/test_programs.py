@@ -8,6 +8,7 @@ prove that no answer, however odd, makes a program guess: it reports
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -17,11 +18,13 @@ import sandrail
 from sandrail.core import (
     RETAINED_OUTPUT_LIMIT,
     Allow,
+    AppendArtifact,
     ArtifactRef,
     AuthorityReport,
     Authorize,
     Cancel,
     CheckAuthority,
+    CloseArtifact,
     CommandState,
     Delivery,
     Effect,
@@ -29,6 +32,7 @@ from sandrail.core import (
     Ensure,
     ErrorCode,
     Inspect,
+    OpenArtifact,
     OutputChunk,
     OwnedCommand,
     PortSettings,
@@ -52,6 +56,7 @@ from sandrail.core import (
 )
 from sandrail.core._budget import parse_omissions
 from sandrail.core._canonical import canonical_json
+from sandrail.core._streamed import STREAM_PAGE_BYTES
 from sandrail.interpreters._drivers import drive
 from sandrail.interpreters.simulator import Script, Simulator
 
@@ -124,6 +129,10 @@ def run(
             return None
         if isinstance(effect, WriteArtifact):
             return ArtifactRef(uri="artifact://0123", size_bytes=len(effect.content))
+        if isinstance(effect, OpenArtifact | AppendArtifact):
+            return None
+        if isinstance(effect, CloseArtifact):
+            return ArtifactRef(uri="artifact://0123", size_bytes=1) if effect.keep else None
         return sim(effect)
 
     return drive(tool_program(live, port_settings), interpret)
@@ -502,16 +511,35 @@ def test_integer_arguments_list_matches_the_schemas() -> None:
     assert named == _INTEGER_ARGUMENTS
 
 
-def test_retention_limit_bounds_both_streams_together() -> None:
-    """With an artifact store the whole output is read (for the store), at
-    most RETAINED_OUTPUT_LIMIT bytes of both streams together."""
+def test_c15_the_store_gets_at_most_the_retention_limit_of_both_streams_a_page_a_read() -> None:
+    """With an artifact store the full output is streamed to it, at most
+    RETAINED_OUTPUT_LIMIT bytes of both streams together, each read at most
+    a page; the result shows the real ends of the output."""
     big = "o" * (RETAINED_OUTPUT_LIMIT * 5 // 8)
     sim = Simulator(scripts={"x": Script.prints(big, stderr=big.replace("o", "e"))})
-    result = run("run_command", {"command": "x"}, sim=sim, budget=24_000, artifacts=True)
+    pieces: list[str] = []
+
+    def append(effect: AppendArtifact) -> None:
+        pieces.append(effect.text)
+
+    result = run(
+        "run_command",
+        {"command": "x"},
+        {AppendArtifact: append},
+        sim=sim,
+        budget=24_000,
+        artifacts=True,
+    )
     assert result.status == "ok"
-    assert result.content["retention_limited"] is True
+    assert result.artifact_refs
+    assert "retention_limited" not in result.content
+    artifact = json.loads("".join(pieces))
+    assert artifact["retention_limited"] is True
+    assert len(artifact["stdout"]) == len(artifact["stderr"]) == RETAINED_OUTPUT_LIMIT // 2
+    assert artifact["stdout_bytes"] == len(big)
     reads = [e for e in sim.applied if isinstance(e, Read)]
-    assert all(2 * e.max_bytes <= RETAINED_OUTPUT_LIMIT for e in reads)
+    assert all(e.max_bytes <= STREAM_PAGE_BYTES for e in reads)
+    assert max(len(piece) for piece in pieces) <= STREAM_PAGE_BYTES
 
 
 @pytest.mark.parametrize("stderr", ["", "e" * 3_000_000, "warning\n"])
