@@ -13,6 +13,7 @@ cancelled, it crashed) is aborted, so a store never keeps half an artifact.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Final, Protocol
 
 from sandrail.core import (
@@ -135,10 +136,16 @@ class CallArtifacts:
         if writer is None:
             raise _failure(f"artifact {effect.key!r} is not open")
         try:
-            writer.write(effect.text)
+            answer: object = writer.write(effect.text)  # type: ignore[func-returns-value]
         except BaseException:
             self._abort(effect.key)
             raise
+        if inspect.isawaitable(answer):
+            # An asynchronous writer would take the pieces later, if ever:
+            # what it committed would not be what was appended.
+            _discard(answer)
+            self._abort(effect.key)
+            raise _failure("the artifact writer's write() is asynchronous; it must not be")
 
     def close(self, effect: CloseArtifact) -> ArtifactRef | None:
         if effect.key not in self._open:
@@ -165,6 +172,12 @@ class CallArtifacts:
         writer = self._open.pop(key, None)
         if writer is not None:
             _quietly_abort(writer)
+
+
+def _discard(awaitable: object) -> None:
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()  # a coroutine never awaited: no warning, nothing runs
 
 
 def _quietly_abort(writer: ArtifactWriter) -> None:

@@ -477,3 +477,59 @@ def test_c15_artifact_effects_are_harness_effects_the_simulator_refuses() -> Non
     ):
         with pytest.raises(TypeError, match="harness effect"):
             sim(effect)
+
+
+class _OddStore:
+    """A store whose ``open`` gives something that is not a usable writer."""
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self.whole = sandrail.MemoryArtifactStore()
+
+    def write(self, key: str, content: str, media_type: str) -> ArtifactRef:
+        return self.whole.write(key, content, media_type)
+
+    def open(self, key: str, media_type: str) -> Any:
+        return self.writer
+
+
+class _AsyncWriter:
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.aborted = False
+
+    async def write(self, text: str) -> None:  # never awaited by the port
+        self.pieces.append(text)
+
+    def commit(self) -> ArtifactRef:
+        return ArtifactRef(uri="artifact://partial", size_bytes=len("".join(self.pieces)))
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+class _LyingWriter(_AsyncWriter):
+    def write(self, text: str) -> None:  # type: ignore[override]
+        self.pieces.append(text)
+
+    def commit(self) -> Any:
+        return {"uri": "artifact://x", "size_bytes": 1}
+
+
+@pytest.mark.parametrize(
+    "writer",
+    [object(), None, "not a writer", _AsyncWriter(), _LyingWriter()],
+    ids=["object", "none", "string", "async-write", "commit-not-a-ref"],
+)
+def test_c15_a_store_whose_writer_cannot_be_trusted_keeps_no_artifact(writer: Any) -> None:
+    """Whatever ``open`` returns, the call still fits and names no artifact it
+    cannot vouch for; an asynchronous ``write`` (pieces taken later, if ever)
+    is refused at the first piece, so no partial artifact is committed."""
+    with page_size(512):
+        result = run_big(_OddStore(writer), "k" * 10_000)
+    assert result.status == "ok"
+    assert result.artifact_refs == ()
+    assert result.content["output_budget"] == {"truncated": True}
+    if isinstance(writer, _AsyncWriter) and not isinstance(writer, _LyingWriter):
+        assert writer.pieces == []
+        assert writer.aborted
