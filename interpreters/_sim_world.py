@@ -101,7 +101,9 @@ class SimTask:
     def output(self, now: float, stream: Stream) -> bytes:
         """Everything ``stream`` holds at ``now``, as UTF-8."""
         data = self._stream(stream)
-        return data.data[: data.size_at(min(now, self.ending()[0]))]
+        size = data.size_at(min(now, self.ending()[0]))
+        # All of it (an ended command's): the bytes themselves, not a copy.
+        return data.data if size >= len(data.data) else data.data[:size]
 
     def state(self, now: float) -> CommandState:
         end, status, code = self.ending()
