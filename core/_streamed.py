@@ -15,7 +15,8 @@ output's size. Pages follow each other by their cursors; any page that does
 not (a gap, no progress, a stream shorter than its reported size) or any
 failure of the store or a read discards the artifact: the result then goes
 without one, as when :class:`~sandrail.core.WriteArtifact` fails. The guard
-runs between pages, as around any external step (C9).
+runs before and after every step, reads and store steps alike (C9); when it
+says stop, the artifact is discarded and its verdict ends the call.
 
 At most :data:`~sandrail.core.RETAINED_OUTPUT_LIMIT` bytes of both streams go
 to the store, shared as :func:`retained` says; an artifact holding less than
@@ -81,8 +82,14 @@ def stream_output_artifact(
     and ``stderr`` may be excerpts) as an artifact, reading it from the
     sandbox page by page. Sets ``call.output_artifact`` when the store kept a
     usable one. Returns the result that ends the call when the guard says
-    stop, else ``None`` (with or without an artifact, the call goes on)."""
+    stop, else ``None`` (with or without an artifact, the call goes on).
+
+    The guard runs before the first step and after every step, the store's
+    included (C9): no read or store step follows a stop."""
     call.output_stored = True  # an excerpt must never be stored as the output
+    stop = yield from call.guard()
+    if stop is not None:
+        return stop
     sizes = {key: filled[f"{key}_bytes"] for key in _STREAMS}
     keep = dict(zip(_STREAMS, retained(sizes["stdout"], sizes["stderr"]), strict=True))
     whole = dict(filled, stdout="", stderr="")
@@ -94,24 +101,45 @@ def stream_output_artifact(
         return None
     key = f"{call.snap.operation_key}:{call.snap.call_id}:output"
     try:
-        yield OpenArtifact(key=key)
+        yield from _step(call, OpenArtifact(key=key))
     except EffectFailure:
         return (yield from call.guard())
+    except _Stopped as stopped:
+        yield from _discard(key)
+        return stopped.result
     try:
-        yield AppendArtifact(key=key, text=segments[0])
+        yield from _step(call, AppendArtifact(key=key, text=segments[0]))
         for name, after in zip(order, segments[1:], strict=True):
-            stop = yield from _stream(call, sandbox_id, task, key, name, sizes, keep[name])
-            if stop is not None:
-                yield from _discard(key)
-                return stop
-            yield AppendArtifact(key=key, text=after)
+            yield from _stream(call, sandbox_id, task, key, name, sizes, keep[name])
+            yield from _step(call, AppendArtifact(key=key, text=after))
         stored = yield CloseArtifact(key=key, keep=True)
+    except _Stopped as stopped:
+        yield from _discard(key)
+        return stopped.result
     except (EffectFailure, _Broken):
         yield from _discard(key)
         return (yield from call.guard())
     if isinstance(stored, ArtifactRef) and usable_artifact(stored):
         call.output_artifact = stored
     return (yield from call.guard())
+
+
+class _Stopped(Exception):
+    """The guard after a step said stop: ``result`` ends the call."""
+
+    def __init__(self, result: ToolResult) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+def _step(call: _Call, effect: Effect) -> Generator[Effect, Any, Any]:
+    """``effect``'s outcome, then the guard; raises :class:`_Stopped` when
+    the guard says stop (an effect's failure propagates)."""
+    outcome = yield effect
+    stop = yield from call.guard()
+    if stop is not None:
+        raise _Stopped(stop)
+    return outcome
 
 
 def _stream(
@@ -122,20 +150,24 @@ def _stream(
     name: str,
     sizes: dict[str, int],
     keep: int,
-) -> Generator[Effect, Any, ToolResult | None]:
+) -> Generator[Effect, Any, None]:
     """Append the first ``keep`` bytes of stream ``name``, escaped, a page at
     a time; the other stream is read from its end. Raises :class:`_Broken`
-    when the pages do not follow each other."""
+    when the pages do not follow each other, :class:`_Stopped` when a guard
+    says stop."""
     cursor = 0
     while cursor < keep:
         asked = max(min(STREAM_PAGE_BYTES, keep - cursor), _MIN_READ_BYTES)
         cursors = {**sizes, name: cursor}
-        chunk = yield Read(
-            sandbox_id=sandbox_id,
-            task_id=task,
-            stdout_cursor=cursors["stdout"],
-            stderr_cursor=cursors["stderr"],
-            max_bytes=asked,
+        chunk = yield from _step(
+            call,
+            Read(
+                sandbox_id=sandbox_id,
+                task_id=task,
+                stdout_cursor=cursors["stdout"],
+                stderr_cursor=cursors["stderr"],
+                max_bytes=asked,
+            ),
         )
         if not isinstance(chunk, OutputChunk):
             raise _Broken
@@ -149,12 +181,8 @@ def _stream(
             escaped = escaped_json_text(text)
         except CanonicalJSONError:
             raise _Broken from None
-        yield AppendArtifact(key=key, text=escaped)
+        yield from _step(call, AppendArtifact(key=key, text=escaped))
         cursor = after
-        stop = yield from call.guard()
-        if stop is not None:
-            return stop
-    return None
 
 
 def _discard(key: str) -> Generator[Effect, Any, None]:

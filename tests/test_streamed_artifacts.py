@@ -533,3 +533,84 @@ def test_c15_a_store_whose_writer_cannot_be_trusted_keeps_no_artifact(writer: An
     if isinstance(writer, _AsyncWriter) and not isinstance(writer, _LyingWriter):
         assert writer.pieces == []
         assert writer.aborted
+
+
+def _streamed_call(lost_after: int | None) -> tuple[list[Any], sandrail.ToolResult]:
+    """One streamed call driven straight through the core; authority is lost
+    right after the ``lost_after``-th effect that is not a guard check.
+    Returns every effect in order, and the result."""
+    from sandrail.core import (
+        Allow,
+        AuthorityReport,
+        Authorize,
+        CheckAuthority,
+        PortSettings,
+        RememberOwned,
+        ResolveOwned,
+        command_tool_definitions,
+        tool_program,
+    )
+    from sandrail.interpreters._drivers import drive
+
+    settings = PortSettings(
+        session_id="s",
+        owner=sandrail.AgentOwner(agent_id="a"),
+        definitions=command_tool_definitions(),
+        contract="test",
+        max_output_bytes=2_000,
+        artifacts_enabled=True,
+    )
+    definition = next(d for d in settings.definitions if d.name == "run_command")
+    live = sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "big"}),
+        operation_key="op-1",
+        session_id="s",
+        definition=definition,
+        identity=sandrail.AgentIdentity(agent_id="a"),
+    )
+    sim = Simulator(scripts={"big": Script.prints("p" * 3_000, stderr="e" * 2_500)})
+    seen: list[Any] = []
+    lost = False
+
+    def interpret(effect: Any) -> Any:
+        nonlocal lost
+        seen.append(effect)
+        if isinstance(effect, CheckAuthority):
+            return AuthorityReport(aborted=False, drifted=False, authority_held=not lost)
+        steps = sum(not isinstance(e, CheckAuthority) for e in seen)
+        if lost_after is not None and steps == lost_after:
+            lost = True
+        if isinstance(effect, Authorize):
+            return Allow()
+        if isinstance(effect, ResolveOwned | RememberOwned | OpenArtifact | AppendArtifact):
+            return None
+        if isinstance(effect, CloseArtifact):
+            return ArtifactRef(uri="artifact://0123", size_bytes=1) if effect.keep else None
+        return sim(effect)
+
+    return seen, drive(tool_program(live, settings), interpret)
+
+
+def test_c9_no_read_or_store_step_follows_a_lost_authority_while_streaming() -> None:
+    """Authority lost right after any step of the stream (the last end read,
+    opening the artifact, any page read, any piece stored): the next guard
+    sees it before any other step, the artifact is discarded, and the call is
+    uncertain (C9, C15)."""
+    from sandrail.core import CheckAuthority, Read
+
+    with page_size(1_000):
+        effects, result = _streamed_call(None)
+        assert result.status == "ok"
+        steps = [e for e in effects if not isinstance(e, CheckAuthority)]
+        first = next(n for n, e in enumerate(steps) if isinstance(e, OpenArtifact)) - 1
+        assert isinstance(steps[first], Read)  # the tail of the two ends
+        assert sum(isinstance(e, Read) for e in steps[first:]) >= 6  # pages of both streams
+        for lost_after in range(first + 1, len(steps) + 1):
+            effects, result = _streamed_call(lost_after)
+            assert result.status == "uncertain", lost_after
+            assert result.content["error_type"] == sandrail.ErrorCode.AUTHORITY_LOST.value
+            after = [e for e in effects if not isinstance(e, CheckAuthority)][lost_after:]
+            assert all(isinstance(e, CloseArtifact) and not e.keep for e in after), (
+                lost_after,
+                after,
+            )
