@@ -5,10 +5,11 @@ the call's result to the cassette (redacted, C17)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import IO, Any
 
@@ -214,18 +215,8 @@ class _RecordingCall:
             with self._recorder._lock:
                 self._recorder._seen_env.update(redaction_secrets(effect.env))
         answer = self._answer_harness if isinstance(effect, HARNESS_EFFECTS) else self._sandbox
-        try:
+        with _failures_recorded(effect, self._record):
             outcome = answer(effect)
-        except EffectFailure as failure:
-            self._record(effect, failure)
-            raise
-        except FatalInterpreterError:
-            raise
-        except Exception as exc:
-            # Convert as the port would, so the replay raises the very same failure.
-            converted = _unexpected(effect, exc)
-            self._record(effect, converted)
-            raise converted from exc
         if inspect.isawaitable(outcome):
             self._pending = effect
             return self._settle(effect, outcome)
@@ -234,19 +225,11 @@ class _RecordingCall:
 
     async def _settle(self, effect: Effect, awaitable: Awaitable[Any]) -> Any:
         try:
-            outcome = await awaitable
-        except EffectFailure as failure:
-            self._record_pending(effect, failure)
-            raise
+            with _failures_recorded(effect, self._record_pending):
+                outcome = await awaitable
         except asyncio.CancelledError:
             self._settle_abandoned()
             raise
-        except FatalInterpreterError:
-            raise
-        except Exception as exc:
-            converted = _unexpected(effect, exc)
-            self._record_pending(effect, converted)
-            raise converted from exc
         self._record_pending(effect, outcome)
         return outcome
 
@@ -268,3 +251,25 @@ class _RecordingCall:
     def finish(self, result: ToolResult) -> None:
         self._settle_abandoned()
         self._recorder._write_result(self._number, self._redaction, result)
+
+
+@contextlib.contextmanager
+def _failures_recorded(
+    effect: Effect, record: Callable[[Effect, EffectFailure], None]
+) -> Iterator[None]:
+    """Let through whatever the block raises answering ``effect``, after
+    ``record``-ing the failure the port will make of it: an
+    :class:`EffectFailure` as it is, another ``Exception`` converted as the
+    port converts it (so the replay raises the very same failure). A fatal
+    error, or a ``BaseException`` such as cancellation, is not recorded."""
+    try:
+        yield
+    except EffectFailure as failure:
+        record(effect, failure)
+        raise
+    except FatalInterpreterError:
+        raise
+    except Exception as exc:
+        converted = _unexpected(effect, exc)
+        record(effect, converted)
+        raise converted from exc

@@ -220,17 +220,7 @@ class _ReplayCall:
             if _same_effect(effect, step.effect_value):
                 # The very effect recorded: nothing to redact in it (a value
                 # the recorder redacted would differ), nothing to explain.
-                self._position += 1
-                self._replayer._log(
-                    StepEntry(
-                        call=self._recorded.number,
-                        step=step.step,
-                        effect=step.effect,
-                        outcome=step.outcome,
-                        failure=step.failure,
-                    )
-                )
-                return self._answer(step)
+                return self._take(step)
         live = self._redaction.scrub(encode_effect(effect), env_slot=isinstance(effect, Start))
         if self._position >= len(steps):
             raise self._diverged(
@@ -250,6 +240,11 @@ class _ReplayCall:
                 got=live,
                 field=field,
             )
+        return self._take(step)
+
+    def _take(self, step: RecordedStep) -> Outcome:
+        """Move past ``step`` (the effect matched it), log it, and give its
+        recorded answer (raising a recorded failure)."""
         self._position += 1
         self._replayer._log(
             StepEntry(
