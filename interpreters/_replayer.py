@@ -9,7 +9,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 import attrs
 
@@ -156,17 +156,7 @@ class Replayer:
         same_line = dump_line({"kind": "call", "call": recorded.number, "request": live})
         found = None if same_line == recorded.request_text else difference(recorded.request, live)
         if found is not None:
-            field, expected, got = found
-            raise DivergenceError(
-                f"replay diverged at the request of {recorded.describe()} "
-                f"(recording line {recorded.line})\n"
-                f"{differs('request.' + field, expected, got)}",
-                call=recorded.number,
-                line=recorded.line,
-                expected=recorded.request,
-                got=live,
-                field=f"request.{field}",
-            )
+            raise _diverged_at("request", recorded, found, live)
         self._log(CallEntry(call=recorded.number, request=recorded.request))
         return _ReplayCall(self, recorded, redaction)
 
@@ -281,18 +271,7 @@ class _ReplayCall:
         live = self._redaction.scrub(result_data(result), env_slot=False)
         found = difference(recorded.result, live)
         if found is not None:
-            field, expected, got = found
-            raise DivergenceError(
-                f"replay diverged at the result of {recorded.describe()} "
-                f"(request on recording line {recorded.line})\n"
-                f"{self._ran()}"
-                f"{differs('result.' + field, expected, got)}",
-                call=recorded.number,
-                line=recorded.line,
-                expected=recorded.result,
-                got=live,
-                field=f"result.{field}",
-            )
+            raise _diverged_at("result", recorded, found, live, ran=self._ran())
         self._replayer._log(ResultEntry(call=recorded.number, result=recorded.result))
 
     def _ran(self) -> str:
@@ -325,6 +304,30 @@ class _ReplayCall:
             got=got,
             field=field,
         )
+
+
+def _diverged_at(
+    part: Literal["request", "result"],
+    recorded: RecordedCall,
+    found: tuple[str, Any, Any],
+    live: Any,
+    *,
+    ran: str = "",
+) -> DivergenceError:
+    """A divergence at the request or the result of ``recorded``: ``found``
+    is the first difference (field, recorded value, live value), ``live``
+    the live record, ``ran`` what ran before it in the call."""
+    field, expected, got = found
+    where = "recording line" if part == "request" else "request on recording line"
+    return DivergenceError(
+        f"replay diverged at the {part} of {recorded.describe()} ({where} {recorded.line})\n"
+        f"{ran}{differs(f'{part}.{field}', expected, got)}",
+        call=recorded.number,
+        line=recorded.line,
+        expected=recorded.request if part == "request" else recorded.result,
+        got=live,
+        field=f"{part}.{field}",
+    )
 
 
 def _same_effect(live: Effect, recorded: Effect | None) -> bool:

@@ -462,14 +462,16 @@ def test_C17_a_replayer_redacts_live_effects_the_same_way(tmp_path: Path) -> Non
 # Async recording
 
 
-def _async_port(path: Path, inner: Any) -> tuple[Recorder, sandrail.ToolPort]:
+def _recording_port(
+    path: Path, inner: Any, *, authorize: Callable[[ToolRequest], Any]
+) -> tuple[Recorder, sandrail.ToolPort]:
     recorder = Recorder(inner, path)
     port = recorder.attach(
         sandrail.command_tools(
             backend=recorder,
             session_id=golden.SESSION,
             owner=sandrail.AgentOwner(agent_id=golden.AGENT),
-            authorize=_async_allow,
+            authorize=authorize,
             assert_authority=lambda request: True,
         )
     )
@@ -496,7 +498,7 @@ class _SlowSimulator:
 
 def test_an_async_session_records_and_replays(tmp_path: Path) -> None:
     path = tmp_path / "async.jsonl"
-    recorder, port = _async_port(path, Simulator())
+    recorder, port = _recording_port(path, Simulator(), authorize=_async_allow)
 
     async def session() -> None:
         request = _request(port, "echo async", call_id="call-1", key="op-1")
@@ -512,7 +514,7 @@ def test_an_async_effect_abandoned_on_abort_is_recorded_as_the_port_failed_it(
 ) -> None:
     """C11: the port wakes at once on abort; the recording says so in order."""
     path = tmp_path / "abandoned.jsonl"
-    recorder, port = _async_port(path, _SlowSimulator())
+    recorder, port = _recording_port(path, _SlowSimulator(), authorize=_async_allow)
 
     async def session() -> sandrail.ToolResult:
         request = _request(port, "sleep 100", call_id="call-1", key="op-1")
@@ -580,16 +582,8 @@ class _RaisesOnStart:
 
 
 def _record_one_call(path: Path, inner: _RaisesOnStart) -> sandrail.ToolResult:
-    recorder = Recorder(inner, path)
-    port = recorder.attach(
-        sandrail.command_tools(
-            backend=recorder,
-            session_id=golden.SESSION,
-            owner=sandrail.AgentOwner(agent_id=golden.AGENT),
-            authorize=_async_allow if inner.asynchronous else lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-        )
-    )
+    authorize = _async_allow if inner.asynchronous else lambda request: sandrail.ALLOW
+    recorder, port = _recording_port(path, inner, authorize=authorize)
     request = _request(port, "echo hi", call_id="call-1", key="op-1")
     try:
         if inner.asynchronous:
