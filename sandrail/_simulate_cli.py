@@ -21,12 +21,15 @@ shards, an option the chosen backend does not take).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import attrs
 import click
 from click.core import ParameterSource
 from rich import box
@@ -68,9 +71,7 @@ def render(report: CampaignReport) -> Group:
     title = f"sandrail simulate — seed {report.seed}"
     if report.shard[1] > 1:
         title += f", shard {report.shard[0]}/{report.shard[1]}"
-    summary = Table(title=title, show_header=False)
-    summary.add_column(style="bold")
-    summary.add_column(justify="right")
+    summary = _summary(title)
     summary.add_row(
         "plans explored",
         f"{report.plans} ({report.single_fault_plans} single-fault, "
@@ -78,35 +79,19 @@ def render(report: CampaignReport) -> Group:
     )
     summary.add_row("calls judged", str(report.calls))
     summary.add_row("violations", str(sum(report.violations.values())))
-    good, total = report.decisive()
-    share = report.decisive_share
-    mark = "" if share >= DECISIVE_GOAL else "[red]"
-    summary.add_row(
-        "decisive retries (transient faults)",
-        f"{mark}{good}/{total} = {100 * share:.1f}%  (goal ≥ {100 * DECISIVE_GOAL:.0f}%)",
+    _add_decisive_row(
+        summary, "decisive retries (transient faults)", report.decisive(), report.decisive_share
     )
     caught = sum(m.caught for m in report.mutants)
     summary.add_row("mutants caught", f"{caught}/{report.mutants_expected}")
     summary.add_row("elapsed", f"{report.elapsed:.1f} s on {report.workers} worker(s)")
-
-    lines = Table(title="violations per contract line")
-    lines.add_column("line")
-    lines.add_column("contract")
-    lines.add_column("violations", justify="right")
-    for line in CONTRACT_LINES:
-        count = report.violations.get(line, 0)
-        lines.add_row(line, LINE_SUMMARIES[line], f"[red]{count}[/]" if count else "0")
 
     coverage = Table(
         title="coverage: fault kind × status of the struck call, then of its retry (↻)",
         box=box.SIMPLE_HEAD,
     )
     coverage.add_column("fault kind", no_wrap=True)
-    for status in STATUSES:
-        coverage.add_column(status, justify="right")
-    for status in STATUSES:
-        coverage.add_column(f"↻ {status}", justify="right")
-    coverage.add_column("↻ decisive", justify="right")
+    _add_status_columns(coverage)
     notes: dict[str, str] = {}
     transient = {kind.value for kind in TRANSIENT_KINDS}
     for kind in FaultKind:
@@ -120,39 +105,13 @@ def render(report: CampaignReport) -> Group:
             else:
                 cells.append(str(count) if count else "[yellow]0[/]")
         retried = report.reconciled.get(kind.value, Counter())
-        cells += [str(retried.get(status, 0)) for status in STATUSES]
-        tried = sum(retried.get(status, 0) for status in STATUSES)
-        decided = retried.get("ok", 0) + retried.get("error", 0)
-        rate = f"{100 * decided / tried:.1f}%" if tried else "—"
-        cells.append(rate if kind.value in transient else f"({rate})")
+        cells += _retry_cells(retried, transient=kind.value in transient)
         coverage.add_row(kind.value, *cells)
     coverage.caption = "  ".join(f"{mark} unreachable: {reason}" for reason, mark in notes.items())
     coverage.caption += (
         "\n↻: the retry with the same operation key after a struck call came back uncertain."
         " (…): evidence-destroying kinds, not held to the goal."
     )
-
-    steps = Table(
-        title="retries after a transient fault, by the workload step it struck", box=box.SIMPLE
-    )
-    steps.add_column("workload · step", no_wrap=True)
-    for status in STATUSES:
-        steps.add_column(f"↻ {status}", justify="right")
-    for step, counts in sorted(report.retry_steps.items()):
-        cells = [str(counts.get(status, 0)) for status in STATUSES]
-        if counts.get("uncertain"):
-            cells[-1] = f"[red]{cells[-1]}[/]"
-        steps.add_row(step, *cells)
-
-    remaining = Table(title="retries that stayed uncertain, and why", box=box.SIMPLE)
-    remaining.add_column("fault kind", no_wrap=True)
-    remaining.add_column("count", justify="right")
-    remaining.add_column("error_type")
-    remaining.add_column("why")
-    for struck, reasons in sorted(report.retry_reasons.items()):
-        for reason, count in sorted(reasons.items()):
-            why = UNCERTAIN_RETRY_CLASSES.get(struck, "[red]a transient fault left no answer[/]")
-            remaining.add_row(struck, str(count), reason, why)
 
     mutants = Table(title="mutants (deliberately broken cores)")
     mutants.add_column("mutant", no_wrap=True)
@@ -169,19 +128,28 @@ def render(report: CampaignReport) -> Group:
         )
     else:
         verdict = "[red bold]FAIL[/]: see the violations, retries and mutants above"
-    parts = [summary, lines, coverage, steps]
+    parts = [
+        summary,
+        _violations_table(report.violations),
+        coverage,
+        _steps_table(
+            report.retry_steps, "retries after a transient fault, by the workload step it struck"
+        ),
+    ]
     if report.retry_reasons:
-        parts.append(remaining)
+        parts.append(
+            _uncertain_table(
+                "fault kind",
+                report.retry_reasons,
+                lambda struck: UNCERTAIN_RETRY_CLASSES.get(struck, _NO_ANSWER),
+            )
+        )
     return Group(*parts, mutants, verdict)
 
 
 def render_wire(report: WireReport) -> Group:
     """The wire campaign's report as rich tables."""
-    summary = Table(
-        title=f"sandrail simulate --backend local-e2b — seed {report.seed}", show_header=False
-    )
-    summary.add_column(style="bold")
-    summary.add_column(justify="right")
+    summary = _summary(f"sandrail simulate --backend local-e2b — seed {report.seed}")
     summary.add_row(
         "wire plans struck",
         f"{report.plans} of {report.planned} drawn ({report.not_struck} never struck)",
@@ -189,22 +157,13 @@ def render_wire(report: WireReport) -> Group:
     summary.add_row("fault-free runs (to learn what can be struck)", str(report.fault_free))
     summary.add_row("calls judged", str(report.calls))
     summary.add_row("violations", str(sum(report.violations.values())))
-    good, total = report.decisive()
-    share = report.decisive_share
-    mark = "" if share >= DECISIVE_GOAL else "[red]"
-    summary.add_row(
+    _add_decisive_row(
+        summary,
         "decisive retries (transient wire faults)",
-        f"{mark}{good}/{total} = {100 * share:.1f}%  (goal ≥ {100 * DECISIVE_GOAL:.0f}%)",
+        report.decisive(),
+        report.decisive_share,
     )
     summary.add_row("elapsed", f"{report.elapsed:.1f} s on {report.workers} worker(s)")
-
-    lines = Table(title="violations per contract line")
-    lines.add_column("line")
-    lines.add_column("contract")
-    lines.add_column("violations", justify="right")
-    for line in CONTRACT_LINES:
-        count = report.violations.get(line, 0)
-        lines.add_row(line, LINE_SUMMARIES[line], f"[red]{count}[/]" if count else "0")
 
     kinds = Table(
         title="wire kinds: what each stands for, the struck call's status, then its retry's (↻)",
@@ -212,23 +171,14 @@ def render_wire(report: WireReport) -> Group:
     )
     kinds.add_column("wire kind", no_wrap=True)
     kinds.add_column("stands for", no_wrap=True)
-    for status in STATUSES:
-        kinds.add_column(status, justify="right")
-    for status in STATUSES:
-        kinds.add_column(f"↻ {status}", justify="right")
-    kinds.add_column("↻ decisive", justify="right")
+    _add_status_columns(kinds)
     for kind, mapping in WIRE_KINDS.items():
         struck = report.coverage.get(kind.value, Counter())
-        retried = report.reconciled.get(kind.value, Counter())
-        tried = sum(retried.get(status, 0) for status in STATUSES)
-        decided = retried.get("ok", 0) + retried.get("error", 0)
-        rate = f"{100 * decided / tried:.1f}%" if tried else "—"
         kinds.add_row(
             kind.value,
             mapping.stands_for.value,
             *(str(struck.get(status, 0)) for status in STATUSES),
-            *(str(retried.get(status, 0)) for status in STATUSES),
-            rate if mapping.transient else f"({rate})",
+            *_retry_cells(report.reconciled.get(kind.value, Counter()), mapping.transient),
         )
     kinds.caption = "  ".join(f"{kind.value}: {m.how}." for kind, m in WIRE_KINDS.items())
     kinds.caption += "\n(…): evidence-destroying kinds, not held to the goal."
@@ -239,43 +189,153 @@ def render_wire(report: WireReport) -> Group:
     for fault_kind, why in NO_WIRE_EQUIVALENT.items():
         missing.add_row(fault_kind.value, why)
 
-    steps = Table(
-        title="retries after a transient wire fault, by the workload step it struck",
-        box=box.SIMPLE,
-    )
-    steps.add_column("workload · step", no_wrap=True)
-    for status in STATUSES:
-        steps.add_column(f"↻ {status}", justify="right")
-    for step, counts in sorted(report.retry_steps.items()):
-        cells = [str(counts.get(status, 0)) for status in STATUSES]
-        if counts.get("uncertain"):
-            cells[-1] = f"[red]{cells[-1]}[/]"
-        steps.add_row(step, *cells)
-
-    remaining = Table(title="retries that stayed uncertain, and why", box=box.SIMPLE)
-    remaining.add_column("wire kind", no_wrap=True)
-    remaining.add_column("count", justify="right")
-    remaining.add_column("error_type")
-    remaining.add_column("why")
     transient = {kind.value for kind in TRANSIENT_WIRE_KINDS}
-    for struck_kind, reasons in sorted(report.retry_reasons.items()):
-        stands = WIRE_KINDS[WireKind(struck_kind)].stands_for.value
-        for reason, count in sorted(reasons.items()):
-            why = (
-                "[red]a transient fault left no answer[/]"
-                if struck_kind in transient
-                else UNCERTAIN_RETRY_CLASSES.get(stands, "")
-            )
-            remaining.add_row(struck_kind, str(count), reason, why)
+
+    def uncertain_why(struck: str) -> str:
+        stands = WIRE_KINDS[WireKind(struck)].stands_for.value
+        return _NO_ANSWER if struck in transient else UNCERTAIN_RETRY_CLASSES.get(stands, "")
 
     if report.passed:
         verdict = "[green bold]PASS[/]: no contract line violated, retries decisive"
     else:
         verdict = "[red bold]FAIL[/]: see the violations and retries above"
-    parts = [summary, lines, kinds, missing, steps]
+    parts = [
+        summary,
+        _violations_table(report.violations),
+        kinds,
+        missing,
+        _steps_table(
+            report.retry_steps,
+            "retries after a transient wire fault, by the workload step it struck",
+        ),
+    ]
     if report.retry_reasons:
-        parts.append(remaining)
+        parts.append(_uncertain_table("wire kind", report.retry_reasons, uncertain_why))
     return Group(*parts, verdict)
+
+
+# ---------------------------------------------------------------------------
+# Tables both reports show
+
+_NO_ANSWER = "[red]a transient fault left no answer[/]"
+"""Why a retry after a transient fault stayed uncertain: no reason, a finding."""
+
+
+def _summary(title: str) -> Table:
+    """A two-column table of labelled numbers (rows are added by the caller)."""
+    summary = Table(title=title, show_header=False)
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    return summary
+
+
+def _add_decisive_row(summary: Table, label: str, decisive: tuple[int, int], share: float) -> None:
+    """The row of decisive retries (good, total) and their share, red below the goal."""
+    good, total = decisive
+    mark = "" if share >= DECISIVE_GOAL else "[red]"
+    summary.add_row(
+        label, f"{mark}{good}/{total} = {100 * share:.1f}%  (goal ≥ {100 * DECISIVE_GOAL:.0f}%)"
+    )
+
+
+def _violations_table(violations: Mapping[str, int]) -> Table:
+    """Violations per contract line, every line shown (a non-zero count red)."""
+    lines = Table(title="violations per contract line")
+    lines.add_column("line")
+    lines.add_column("contract")
+    lines.add_column("violations", justify="right")
+    for line in CONTRACT_LINES:
+        count = violations.get(line, 0)
+        lines.add_row(line, LINE_SUMMARIES[line], f"[red]{count}[/]" if count else "0")
+    return lines
+
+
+def _add_status_columns(table: Table) -> None:
+    """A column per status of the struck call, one per status of its retry
+    (↻), and the retry's decisive share: the cells of a kind's row after its
+    name (the struck call's, then :func:`_retry_cells`)."""
+    for status in STATUSES:
+        table.add_column(status, justify="right")
+    for status in STATUSES:
+        table.add_column(f"↻ {status}", justify="right")
+    table.add_column("↻ decisive", justify="right")
+
+
+def _retry_cells(retried: Mapping[str, int], transient: bool) -> list[str]:
+    """The retries of one kind per status, then the decisive share (``—``
+    when none was retried; in parentheses unless ``transient``: an
+    evidence-destroying kind is not held to the goal)."""
+    tried = sum(retried.get(status, 0) for status in STATUSES)
+    decided = retried.get("ok", 0) + retried.get("error", 0)
+    rate = f"{100 * decided / tried:.1f}%" if tried else "—"
+    return [
+        *(str(retried.get(status, 0)) for status in STATUSES),
+        rate if transient else f"({rate})",
+    ]
+
+
+def _steps_table(retry_steps: Mapping[str, Mapping[str, int]], title: str) -> Table:
+    """Retry statuses per workload step struck (uncertain retries red)."""
+    steps = Table(title=title, box=box.SIMPLE)
+    steps.add_column("workload · step", no_wrap=True)
+    for status in STATUSES:
+        steps.add_column(f"↻ {status}", justify="right")
+    for step, counts in sorted(retry_steps.items()):
+        cells = [str(counts.get(status, 0)) for status in STATUSES]
+        if counts.get("uncertain"):
+            cells[-1] = f"[red]{cells[-1]}[/]"
+        steps.add_row(step, *cells)
+    return steps
+
+
+def _uncertain_table(
+    kind_column: str,
+    retry_reasons: Mapping[str, Mapping[str, int]],
+    why: Callable[[str], str],
+) -> Table:
+    """The retries that stayed uncertain per kind and error_type, and
+    ``why(kind)`` they may (kinds and error types sorted)."""
+    remaining = Table(title="retries that stayed uncertain, and why", box=box.SIMPLE)
+    remaining.add_column(kind_column, no_wrap=True)
+    remaining.add_column("count", justify="right")
+    remaining.add_column("error_type")
+    remaining.add_column("why")
+    for struck, reasons in sorted(retry_reasons.items()):
+        for reason, count in sorted(reasons.items()):
+            remaining.add_row(struck, str(count), reason, why(struck))
+    return remaining
+
+
+@attrs.frozen
+class _Bar:
+    """A campaign's progress callbacks: ``planned(n)`` steps in all,
+    ``advance(n)`` steps finished (both do nothing without a bar)."""
+
+    planned: Callable[[int], None] = lambda n: None
+    advance: Callable[[int], None] = lambda n: None
+
+
+@contextlib.contextmanager
+def _progress(label: str, *, quiet: bool, total: int | None = None) -> Iterator[_Bar]:
+    """A transient progress bar labelled ``label`` on stderr while the block
+    runs, of ``total`` steps (``None``: until ``planned`` says); none when
+    ``quiet`` (``--json``) or stderr is not a terminal."""
+    if quiet or not sys.stderr.isatty():
+        yield _Bar()
+        return
+    with Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("plans", total=total)
+        yield _Bar(
+            planned=lambda n: progress.update(task, total=n),
+            advance=lambda n: progress.advance(task, n),
+        )
 
 
 def _print_failures(report: CampaignReport) -> None:
@@ -318,24 +378,14 @@ def _wire(plans: int, seed: int, workers: int, as_json: bool, console: Console) 
     # same failure in the end (connect failed: not sent). Plans that refuse
     # or kill the server would spend most of their time there.
     os.environ.setdefault("E2B_CONNECTION_RETRIES", "0")
-    options = {"plans": plans or None, "seed": seed, "workers": workers}
-    if as_json or not sys.stderr.isatty():
-        report = run_wire_campaign(**options)  # type: ignore[arg-type]
-    else:
-        with Progress(
-            TextColumn("[bold]wire campaign"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        ) as progress:
-            task = progress.add_task("plans", total=None)
-            report = run_wire_campaign(
-                **options,  # type: ignore[arg-type]
-                advance=lambda n: progress.advance(task, n),
-                planned=lambda n: progress.update(task, total=n),
-            )
+    with _progress("wire campaign", quiet=as_json) as bar:
+        report = run_wire_campaign(
+            plans=plans or None,
+            seed=seed,
+            workers=workers,
+            advance=bar.advance,
+            planned=bar.planned,
+        )
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:
@@ -440,34 +490,17 @@ def simulate(
         except MergeError as exc:
             raise click.UsageError(str(exc)) from None
     else:
-        part = shard
-        count = workers if workers is not None else default_workers()
-        options = {
-            "seed": seed,
-            "schedules": schedules,
-            "mutants": not no_mutants,
-            "failures_dir": failures_dir,
-            "workers": count,
-            "shard": part,
-        }
-        if as_json or not sys.stderr.isatty():
-            report = run_campaign(**options)  # type: ignore[arg-type]
-        else:
-            with Progress(
-                TextColumn("[bold]campaign"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=Console(stderr=True),
-                transient=True,
-            ) as progress:
-                task = progress.add_task(
-                    "plans", total=total_steps(schedules, mutants=not no_mutants, shard=part)
-                )
-                report = run_campaign(
-                    **options,  # type: ignore[arg-type]
-                    advance=lambda n: progress.advance(task, n),
-                )
+        total = total_steps(schedules, mutants=not no_mutants, shard=shard)
+        with _progress("campaign", quiet=as_json, total=total) as bar:
+            report = run_campaign(
+                seed=seed,
+                schedules=schedules,
+                mutants=not no_mutants,
+                failures_dir=failures_dir,
+                workers=workers if workers is not None else default_workers(),
+                shard=shard,
+                advance=bar.advance,
+            )
     if as_json:
         click.echo(json.dumps(report.to_json(), ensure_ascii=False))
     else:

@@ -37,6 +37,7 @@ from sandrail.core import (
     Deny,
     EffectFailure,
     Ensure,
+    FatalInterpreterError,
     Inspect,
     OutputChunk,
     OwnedCommand,
@@ -461,14 +462,16 @@ def test_C17_a_replayer_redacts_live_effects_the_same_way(tmp_path: Path) -> Non
 # Async recording
 
 
-def _async_port(path: Path, inner: Any) -> tuple[Recorder, sandrail.ToolPort]:
+def _recording_port(
+    path: Path, inner: Any, *, authorize: Callable[[ToolRequest], Any]
+) -> tuple[Recorder, sandrail.ToolPort]:
     recorder = Recorder(inner, path)
     port = recorder.attach(
         sandrail.command_tools(
             backend=recorder,
             session_id=golden.SESSION,
             owner=sandrail.AgentOwner(agent_id=golden.AGENT),
-            authorize=_async_allow,
+            authorize=authorize,
             assert_authority=lambda request: True,
         )
     )
@@ -495,7 +498,7 @@ class _SlowSimulator:
 
 def test_an_async_session_records_and_replays(tmp_path: Path) -> None:
     path = tmp_path / "async.jsonl"
-    recorder, port = _async_port(path, Simulator())
+    recorder, port = _recording_port(path, Simulator(), authorize=_async_allow)
 
     async def session() -> None:
         request = _request(port, "echo async", call_id="call-1", key="op-1")
@@ -511,7 +514,7 @@ def test_an_async_effect_abandoned_on_abort_is_recorded_as_the_port_failed_it(
 ) -> None:
     """C11: the port wakes at once on abort; the recording says so in order."""
     path = tmp_path / "abandoned.jsonl"
-    recorder, port = _async_port(path, _SlowSimulator())
+    recorder, port = _recording_port(path, _SlowSimulator(), authorize=_async_allow)
 
     async def session() -> sandrail.ToolResult:
         request = _request(port, "sleep 100", call_id="call-1", key="op-1")
@@ -549,6 +552,76 @@ def test_a_recorder_needs_its_port_attached_first() -> None:
     recorder.attach(port)
     with pytest.raises(RuntimeError, match="already records"):
         recorder.attach(port)
+
+
+# ---------------------------------------------------------------------------
+# What the recorder writes when its interpreter raises
+
+
+class _RaisesOnStart:
+    """The simulator, except that ``Start`` raises ``error`` (sync or async)."""
+
+    def __init__(self, error: BaseException, *, asynchronous: bool) -> None:
+        self.sim = Simulator()
+        self.error = error
+        self.asynchronous = asynchronous
+
+    def __call__(self, effect: Any) -> Any:
+        if not self.asynchronous:
+            return self._answer(effect)
+
+        async def answer() -> Any:
+            return self._answer(effect)
+
+        return answer()
+
+    def _answer(self, effect: Any) -> Any:
+        if isinstance(effect, Start):
+            raise self.error
+        return self.sim(effect)
+
+
+def _record_one_call(path: Path, inner: _RaisesOnStart) -> sandrail.ToolResult:
+    authorize = _async_allow if inner.asynchronous else lambda request: sandrail.ALLOW
+    recorder, port = _recording_port(path, inner, authorize=authorize)
+    request = _request(port, "echo hi", call_id="call-1", key="op-1")
+    try:
+        if inner.asynchronous:
+            return asyncio.run(port.execute(request))
+        return port.execute_sync(request)
+    finally:
+        recorder.close()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_an_unexpected_error_is_recorded_as_the_failure_the_port_made_of_it(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    """DESIGN §7: the recording holds what the core saw (the port's
+    conversion of an unclassified error), so the replay runs the same."""
+    path = tmp_path / "raises.jsonl"
+    result = _record_one_call(path, _RaisesOnStart(ValueError("boom"), asynchronous=asynchronous))
+    assert result.status == "uncertain"
+    starts = [
+        json.loads(line)
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if '"type": "Start"' in line
+    ]
+    assert [step["failure"] for step in starts] == [
+        {"delivery": "maybe_sent", "detail": "Start raised ValueError", "aborted": False}
+    ]
+    assert replay_file(path).calls == 1
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_fatal_interpreter_error_is_let_through_and_not_recorded(
+    tmp_path: Path, asynchronous: bool
+) -> None:
+    path = tmp_path / "fatal.jsonl"
+    fatal = FatalInterpreterError("the backend is misconfigured")
+    with pytest.raises(FatalInterpreterError, match="misconfigured"):
+        _record_one_call(path, _RaisesOnStart(fatal, asynchronous=asynchronous))
+    assert '"type": "Start"' not in path.read_text(encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from sandrail.interpreters.simulator import FaultKind
 from sandrail.testing._faults import TRANSIENT_KINDS
 from sandrail.testing._judge import CONTRACT_LINES, Violation
 
+from ._tallies import DECISIVE_GOAL, STATUSES, Tallies
+
 __all__ = [
     "DECISIVE_GOAL",
     "STATUSES",
@@ -27,15 +29,13 @@ __all__ = [
     "merge_reports",
 ]
 
-STATUSES = ("ok", "error", "uncertain")
-DECISIVE_GOAL = 0.99
-"""The share of retries after a transient fault that must say ``ok`` or ``error``."""
-
 UNREACHABLE: dict[tuple[str, str], str] = {
     (kind.value, "ok"): "a struck sandbox effect fails or flips the harness: never ok"
     for kind in FaultKind
 }
 """Coverage cells (fault kind, status of the struck call) no plan can reach, and why."""
+
+_TRANSIENT = tuple(kind.value for kind in TRANSIENT_KINDS)
 
 UNCERTAIN_RETRY_CLASSES: Mapping[str, str] = {
     FaultKind.LEDGER_WIPED.value: (
@@ -85,7 +85,10 @@ def _counters(data: Mapping[str, Mapping[str, int]]) -> dict[str, Counter[str]]:
 
 
 @attrs.define
-class CampaignReport:
+class CampaignReport(Tallies):
+    """What the simulator's campaign found: its :class:`Tallies` (keyed by
+    fault kind), plans, mutants and failures (see ``run_campaign``)."""
+
     seed: int
     schedules: int
     shard: tuple[int, int] = (0, 1)
@@ -93,16 +96,6 @@ class CampaignReport:
     workers: int = 1
     single_fault_plans: int = 0
     plans: int = 0
-    calls: int = 0
-    violations: Counter[str] = attrs.Factory(Counter)
-    coverage: dict[str, Counter[str]] = attrs.Factory(dict)
-    """Fault kind -> status of the call it struck -> count."""
-    reconciled: dict[str, Counter[str]] = attrs.Factory(dict)
-    """Fault kind -> status of the retry after a struck call came back uncertain."""
-    retry_steps: dict[str, Counter[str]] = attrs.Factory(dict)
-    """``workload · step`` struck by a transient fault -> retry status -> count."""
-    retry_reasons: dict[str, Counter[str]] = attrs.Factory(dict)
-    """Fault kind -> error_type of the retries that stayed uncertain -> count."""
     mutants: list[MutantResult] = attrs.Factory(list)
     failures: list[Failure] = attrs.Factory(list)
     elapsed: float = 0.0
@@ -115,16 +108,11 @@ class CampaignReport:
 
     def decisive(self, kinds: Iterable[FaultKind] = TRANSIENT_KINDS) -> tuple[int, int]:
         """(decisive retries, all retries) after faults of ``kinds``."""
-        counts: Counter[str] = Counter()
-        for kind in kinds:
-            counts.update(self.reconciled.get(kind.value, Counter()))
-        total = sum(counts[status] for status in STATUSES)
-        return counts["ok"] + counts["error"], total
+        return self.count_decisive(kind.value for kind in kinds)
 
     @property
     def decisive_share(self) -> float:
-        good, total = self.decisive()
-        return 1.0 if total == 0 else good / total
+        return self.decisive_share_of(_TRANSIENT)
 
     @property
     def passed(self) -> bool:
@@ -144,7 +132,6 @@ class CampaignReport:
     # -- JSON --------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        good, total = self.decisive()
         return {
             "passed": self.passed,
             "seed": self.seed,
@@ -155,33 +142,9 @@ class CampaignReport:
             "plans": self.plans,
             "calls": self.calls,
             "violations": {line: self.violations.get(line, 0) for line in CONTRACT_LINES},
-            "coverage": {
-                kind.value: {
-                    status: _cell(self.coverage, kind.value, status) for status in STATUSES
-                }
-                for kind in FaultKind
-            },
-            "reconciled": {
-                kind.value: {
-                    status: self.reconciled.get(kind.value, Counter()).get(status, 0)
-                    for status in STATUSES
-                }
-                for kind in FaultKind
-            },
-            "decisive": {
-                "transient_kinds": [kind.value for kind in TRANSIENT_KINDS],
-                "decisive": good,
-                "retries": total,
-                "share": round(self.decisive_share, 6),
-                "goal": DECISIVE_GOAL,
-            },
-            "retry_steps": {
-                step: {status: counts.get(status, 0) for status in STATUSES}
-                for step, counts in sorted(self.retry_steps.items())
-            },
-            "uncertain_retries": {
-                kind: dict(reasons) for kind, reasons in sorted(self.retry_reasons.items())
-            },
+            **self.tallies_json(
+                (kind.value for kind in FaultKind), _TRANSIENT, unreachable=UNREACHABLE
+            ),
             "mutants": {
                 "caught": sum(m.caught for m in self.mutants),
                 "total": len(self.mutants),
@@ -245,29 +208,13 @@ class CampaignReport:
         failure per contract line is kept: the first)."""
         self.single_fault_plans += other.single_fault_plans
         self.plans += other.plans
-        self.calls += other.calls
-        self.violations.update(other.violations)
-        for mine, theirs in (
-            (self.coverage, other.coverage),
-            (self.reconciled, other.reconciled),
-            (self.retry_steps, other.retry_steps),
-            (self.retry_reasons, other.retry_reasons),
-        ):
-            for key, counts in theirs.items():
-                mine.setdefault(key, Counter()).update(counts)
+        self.absorb_tallies(other)
         self.mutants.extend(other.mutants)
         shown = {failure.violation.line for failure in self.failures}
         for failure in other.failures:
             if failure.violation.line not in shown:
                 self.failures.append(failure)
                 shown.add(failure.violation.line)
-
-
-def _cell(coverage: dict[str, Counter[str]], kind: str, status: str) -> int | str:
-    count = coverage.get(kind, Counter()).get(status, 0)
-    if not count and (kind, status) in UNREACHABLE:
-        return "unreachable: " + UNREACHABLE[(kind, status)]
-    return count
 
 
 def merge_reports(reports: Sequence[CampaignReport]) -> CampaignReport:

@@ -62,7 +62,7 @@ from sandrail.testing._world import World
 
 from ._execute import PlanOutcome, _execute
 from ._plans import Workload, workloads
-from ._report import DECISIVE_GOAL, STATUSES
+from ._tallies import DECISIVE_GOAL, Tallies
 
 __all__ = [
     "DEFAULT_WIRE_PLANS",
@@ -172,6 +172,7 @@ campaign strikes them)."""
 TRANSIENT_WIRE_KINDS: tuple[WireKind, ...] = tuple(
     kind for kind, mapping in WIRE_KINDS.items() if mapping.transient
 )
+_TRANSIENT = tuple(kind.value for kind in TRANSIENT_WIRE_KINDS)
 
 # The effect's decisive request: (route, a word of its body that picks it).
 _DECISIVE: Mapping[type, tuple[str, str | None]] = {
@@ -486,8 +487,9 @@ def wire_plans(
 
 
 @attrs.define
-class WireReport:
-    """What the wire campaign found (see :func:`run_wire_campaign`)."""
+class WireReport(Tallies):
+    """What the wire campaign found (see :func:`run_wire_campaign`): its
+    :class:`Tallies` keyed by wire kind, plans, failures and undecided retries."""
 
     seed: int
     workers: int = 1
@@ -496,12 +498,6 @@ class WireReport:
     """Plans whose fault struck (the others are :attr:`not_struck`)."""
     not_struck: int = 0
     fault_free: int = 0
-    calls: int = 0
-    violations: Counter[str] = attrs.Factory(Counter)
-    coverage: dict[str, Counter[str]] = attrs.Factory(dict)
-    reconciled: dict[str, Counter[str]] = attrs.Factory(dict)
-    retry_steps: dict[str, Counter[str]] = attrs.Factory(dict)
-    retry_reasons: dict[str, Counter[str]] = attrs.Factory(dict)
     failures: list[tuple[Violation, str]] = attrs.Factory(list)
     undecided: list[tuple[str, str]] = attrs.Factory(list)
     """(plan, error_type) of the first :data:`_UNDECIDED_SHOWN` retries that
@@ -510,16 +506,11 @@ class WireReport:
 
     def decisive(self) -> tuple[int, int]:
         """(decisive retries, all retries) after transient wire faults."""
-        counts: Counter[str] = Counter()
-        for kind in TRANSIENT_WIRE_KINDS:
-            counts.update(self.reconciled.get(kind.value, Counter()))
-        total = sum(counts[status] for status in STATUSES)
-        return counts["ok"] + counts["error"], total
+        return self.count_decisive(_TRANSIENT)
 
     @property
     def decisive_share(self) -> float:
-        good, total = self.decisive()
-        return 1.0 if total == 0 else good / total
+        return self.decisive_share_of(_TRANSIENT)
 
     @property
     def passed(self) -> bool:
@@ -545,15 +536,14 @@ class WireReport:
                 continue
             for fault in record.faults:
                 self.coverage.setdefault(fault.kind.value, Counter())[record.result.status] += 1
-        transient = {kind.value for kind in TRANSIENT_WIRE_KINDS}
         for retry in outcome.retries:
             self.reconciled.setdefault(retry.kind, Counter())[retry.status] += 1
-            if retry.kind in transient:
+            if retry.kind in _TRANSIENT:
                 self.retry_steps.setdefault(retry.step, Counter())[retry.status] += 1
             if retry.status == "uncertain":
                 reasons = self.retry_reasons.setdefault(retry.kind, Counter())
                 reasons[retry.error_type or "?"] += 1
-                if retry.kind in transient and len(self.undecided) < _UNDECIDED_SHOWN:
+                if retry.kind in _TRANSIENT and len(self.undecided) < _UNDECIDED_SHOWN:
                     self.undecided.append((plan, retry.error_type or "?"))
 
     def absorb(self, other: WireReport) -> None:
@@ -561,16 +551,7 @@ class WireReport:
         self.plans += other.plans
         self.not_struck += other.not_struck
         self.fault_free += other.fault_free
-        self.calls += other.calls
-        self.violations.update(other.violations)
-        for mine, theirs in (
-            (self.coverage, other.coverage),
-            (self.reconciled, other.reconciled),
-            (self.retry_steps, other.retry_steps),
-            (self.retry_reasons, other.retry_reasons),
-        ):
-            for key, counts in theirs.items():
-                mine.setdefault(key, Counter()).update(counts)
+        self.absorb_tallies(other)
         room = _UNDECIDED_SHOWN - len(self.undecided)
         self.undecided.extend(other.undecided[: max(0, room)])
         shown = {violation.line for violation, _ in self.failures}
@@ -580,7 +561,6 @@ class WireReport:
                 shown.add(violation.line)
 
     def to_json(self) -> dict[str, Any]:
-        good, total = self.decisive()
         return {
             "backend": "local-e2b",
             "passed": self.passed,
@@ -601,34 +581,7 @@ class WireReport:
                 for kind, mapping in WIRE_KINDS.items()
             },
             "no_wire_equivalent": {kind.value: why for kind, why in NO_WIRE_EQUIVALENT.items()},
-            "coverage": {
-                kind.value: {
-                    status: self.coverage.get(kind.value, Counter()).get(status, 0)
-                    for status in STATUSES
-                }
-                for kind in WireKind
-            },
-            "reconciled": {
-                kind.value: {
-                    status: self.reconciled.get(kind.value, Counter()).get(status, 0)
-                    for status in STATUSES
-                }
-                for kind in WireKind
-            },
-            "decisive": {
-                "transient_kinds": [kind.value for kind in TRANSIENT_WIRE_KINDS],
-                "decisive": good,
-                "retries": total,
-                "share": round(self.decisive_share, 6),
-                "goal": DECISIVE_GOAL,
-            },
-            "retry_steps": {
-                step: {status: counts.get(status, 0) for status in STATUSES}
-                for step, counts in sorted(self.retry_steps.items())
-            },
-            "uncertain_retries": {
-                kind: dict(reasons) for kind, reasons in sorted(self.retry_reasons.items())
-            },
+            **self.tallies_json((kind.value for kind in WireKind), _TRANSIENT),
             "undecided_plans": [
                 {"plan": plan, "error_type": error_type} for plan, error_type in self.undecided
             ],

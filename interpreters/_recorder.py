@@ -1,0 +1,275 @@
+"""Recording (DESIGN §7): the :class:`Recorder` an interpreter is wrapped
+in, and the per-call interpreter that writes each effect, its answer and
+the call's result to the cassette (redacted, C17)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import IO, Any
+
+import sandrail
+from sandrail._port import ToolPort, _unexpected
+from sandrail.core import (
+    HARNESS_EFFECTS,
+    Delivery,
+    Effect,
+    EffectFailure,
+    FatalInterpreterError,
+    Outcome,
+    PortSettings,
+    Start,
+    ToolRequest,
+    ToolResult,
+    redaction_secrets,
+)
+
+from ._cassette import (
+    CallRedaction,
+    dump_line,
+    encode_effect,
+    encode_failure,
+    encode_outcome,
+    encode_request,
+    header_line,
+    normalize,
+    result_data,
+)
+
+__all__ = ["Recorder", "RecorderNotAttachedError"]
+
+_ABANDONED = EffectFailure(Delivery.MAYBE_SENT, "aborted by the harness", aborted=True)
+"""What the port raises when it abandons an async sandbox effect on abort (C11)."""
+
+
+class RecorderNotAttachedError(FatalInterpreterError, RuntimeError):
+    """A recorder was used before :meth:`Recorder.attach`: a setup mistake the
+    port lets through rather than report as a tool outcome."""
+
+
+class Recorder:
+    """An interpreter that passes every effect through and writes it down.
+
+    ``inner`` answers sandbox effects (sync or async, e.g. ``Simulator()``);
+    harness effects are answered by the port. ``sink`` is a path (the file is
+    created or replaced) or an open text stream. ``secrets`` are extra strings
+    that must never reach the cassette (C17); environment values never do.
+
+    Call :meth:`attach` with the port built on this recorder before the first
+    request: it writes the header from the port's settings. A recorder
+    records one port; :meth:`close` closes a file it opened.
+    """
+
+    def __init__(
+        self,
+        inner: Callable[[Any], Any],
+        sink: str | os.PathLike[str] | IO[str],
+        *,
+        secrets: Iterable[str] = (),
+    ) -> None:
+        self.inner = inner
+        if isinstance(sink, str | os.PathLike):
+            self._stream: IO[str] = open(sink, "w", encoding="utf-8", newline="\n")  # noqa: SIM115
+            self._owns_stream = True
+        else:
+            self._stream = sink
+            self._owns_stream = False
+        self._secrets = tuple(secrets)
+        self._seen_env: set[str] = set()
+        self._closed = False
+        self._settings: PortSettings | None = None
+        self._lock = threading.Lock()
+        self._calls = 0
+        self._steps = 0
+
+    @property
+    def asynchronous(self) -> bool:
+        """True when the wrapped interpreter is (the port then runs async)."""
+        return getattr(self.inner, "asynchronous", False) is True
+
+    def attach(self, port: ToolPort) -> ToolPort:
+        """Bind to ``port`` (built with this recorder as its backend), write
+        the header, and return ``port``. ``RuntimeError`` if already attached."""
+        with self._lock:
+            if self._settings is not None:
+                raise RuntimeError("this recorder already records a port")
+            self._settings = port.settings
+            self._write(header_line(port.settings, sandrail.__version__))
+        return port
+
+    def __call__(self, effect: Effect) -> Any:
+        raise TypeError("a Recorder answers through open_call: use it as a port's backend")
+
+    def open_call(
+        self,
+        request: ToolRequest,
+        answer_harness: Callable[[Effect], Any],
+        mask_reads: Callable[..., Callable[[Effect], Any]] | None = None,
+    ) -> _RecordingCall:
+        """Start recording one call (the port calls this; see ``_port._Call``).
+
+        Sandbox effects go to ``inner`` through ``mask_reads``: output is
+        masked (env values, and this recorder's named ``secrets``) before it
+        is recorded, across page boundaries, so no cassette holds a secret
+        even in pieces (C17)."""
+        with self._lock:
+            # Env values earlier calls passed are secrets for this call too:
+            # a later read may print them (C17).
+            named = (*self._secrets, *sorted(self._seen_env))
+        redaction = CallRedaction.of(request, named)
+        with self._lock:
+            if self._settings is None:
+                raise RecorderNotAttachedError(
+                    "attach the recorder to its port first: port = recorder.attach(port)"
+                )
+            self._calls += 1
+            number = self._calls
+            data = redaction.scrub(
+                encode_request(redaction.request, self._settings), env_slot=False
+            )
+            self._write({"kind": "call", "call": number, "request": data})
+        sandbox = self.inner if mask_reads is None else mask_reads(self.inner, self._secrets)
+        return _RecordingCall(self, number, redaction, answer_harness, sandbox)
+
+    def close(self) -> None:
+        """Write the end line (it counts the calls, so a replay can tell a
+        complete recording from one cut short), flush, and close the file if
+        the recorder opened it. Closing twice does nothing more."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._settings is not None:
+                self._write({"kind": "end", "calls": self._calls})
+        self._stream.flush()
+        if self._owns_stream:
+            self._stream.close()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _write(self, record: Mapping[str, Any]) -> None:
+        self._stream.write(dump_line(record) + "\n")
+        self._stream.flush()
+
+    def _write_step(
+        self,
+        call: int,
+        redaction: CallRedaction,
+        effect: Effect,
+        answer: Outcome | EffectFailure,
+    ) -> None:
+        record: dict[str, Any] = {"kind": "step", "call": call, "step": 0}
+        record["effect"] = redaction.scrub(
+            normalize(encode_effect(effect)), env_slot=isinstance(effect, Start)
+        )
+        if isinstance(answer, EffectFailure):
+            record["failure"] = redaction.scrub(encode_failure(answer), env_slot=False)
+        else:
+            record["outcome"] = redaction.scrub(normalize(encode_outcome(answer)), env_slot=False)
+        with self._lock:
+            self._steps += 1
+            record["step"] = self._steps
+            self._write(record)
+
+    def _write_result(self, call: int, redaction: CallRedaction, result: ToolResult) -> None:
+        data = redaction.scrub(result_data(result), env_slot=False)
+        with self._lock:
+            self._write({"kind": "result", "call": call, "result": data})
+
+
+class _RecordingCall:
+    """The recorder's interpreter for one call."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        number: int,
+        redaction: CallRedaction,
+        answer_harness: Callable[[Effect], Any],
+        sandbox: Callable[[Effect], Any],
+    ) -> None:
+        self._recorder = recorder
+        self._number = number
+        self._redaction = redaction
+        self._answer_harness = answer_harness
+        self._sandbox = sandbox
+        self._pending: Effect | None = None
+
+    def __call__(self, effect: Effect) -> Any:
+        self._settle_abandoned()
+        if isinstance(effect, Start) and effect.env:
+            with self._recorder._lock:
+                self._recorder._seen_env.update(redaction_secrets(effect.env))
+        answer = self._answer_harness if isinstance(effect, HARNESS_EFFECTS) else self._sandbox
+        with _failures_recorded(effect, self._record):
+            outcome = answer(effect)
+        if inspect.isawaitable(outcome):
+            self._pending = effect
+            return self._settle(effect, outcome)
+        self._record(effect, outcome)
+        return outcome
+
+    async def _settle(self, effect: Effect, awaitable: Awaitable[Any]) -> Any:
+        try:
+            with _failures_recorded(effect, self._record_pending):
+                outcome = await awaitable
+        except asyncio.CancelledError:
+            self._settle_abandoned()
+            raise
+        self._record_pending(effect, outcome)
+        return outcome
+
+    def _record_pending(self, effect: Effect, answer: Outcome | EffectFailure) -> None:
+        if self._pending is effect:
+            self._pending = None
+            self._record(effect, answer)
+
+    def _settle_abandoned(self) -> None:
+        # The program only moves on once an effect is answered: an effect still
+        # pending now was abandoned by the port because the harness aborted.
+        if self._pending is not None:
+            effect, self._pending = self._pending, None
+            self._record(effect, _ABANDONED)
+
+    def _record(self, effect: Effect, answer: Outcome | EffectFailure) -> None:
+        self._recorder._write_step(self._number, self._redaction, effect, answer)
+
+    def finish(self, result: ToolResult) -> None:
+        self._settle_abandoned()
+        self._recorder._write_result(self._number, self._redaction, result)
+
+
+@contextlib.contextmanager
+def _failures_recorded(
+    effect: Effect, record: Callable[[Effect, EffectFailure], None]
+) -> Iterator[None]:
+    """Let through whatever the block raises answering ``effect``, after
+    ``record``-ing the failure the port will make of it: an
+    :class:`EffectFailure` as it is, another ``Exception`` converted as the
+    port converts it (so the replay raises the very same failure). A fatal
+    error, or a ``BaseException`` such as cancellation, is not recorded."""
+    try:
+        yield
+    except EffectFailure as failure:
+        record(effect, failure)
+        raise
+    except FatalInterpreterError:
+        raise
+    except Exception as exc:
+        converted = _unexpected(effect, exc)
+        record(effect, converted)
+        raise converted from exc

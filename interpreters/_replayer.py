@@ -1,0 +1,379 @@
+"""Replaying (DESIGN §7): the :class:`Replayer` that answers every effect
+of a port's calls from a recording and raises
+:class:`~sandrail.interpreters._divergence.DivergenceError` at the first
+difference, and the transcript (:class:`ReplayReport`) of what it ran."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, get_args
+
+import attrs
+
+from sandrail.core import (
+    AgentOwner,
+    Effect,
+    Outcome,
+    OwnedCommand,
+    PortSettings,
+    Start,
+    ToolRequest,
+    ToolResult,
+    code_tool_definitions,
+    command_tool_definitions,
+)
+
+from ._cassette import (
+    CallRedaction,
+    Cassette,
+    CassetteError,
+    RecordedCall,
+    RecordedStep,
+    dump_line,
+    encode_effect,
+    encode_request,
+    load_cassette,
+    result_data,
+)
+from ._divergence import DivergenceError, describe_request, difference, differs, render
+
+__all__ = ["CallEntry", "Entry", "ReplayReport", "Replayer", "ResultEntry", "StepEntry"]
+
+
+@attrs.frozen(kw_only=True)
+class StepEntry:
+    """One replayed effect and the recorded answer it got."""
+
+    call: int
+    step: int
+    effect: Mapping[str, Any]
+    outcome: Mapping[str, Any] | None
+    failure: Mapping[str, Any] | None
+
+
+@attrs.frozen(kw_only=True)
+class CallEntry:
+    """A replayed call begins: its request (as recorded, redacted)."""
+
+    call: int
+    request: Mapping[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class ResultEntry:
+    """The result a replayed call ended with (equal to the recorded one)."""
+
+    call: int
+    result: Mapping[str, Any]
+
+
+Entry = CallEntry | StepEntry | ResultEntry
+
+
+@attrs.frozen(kw_only=True)
+class ReplayReport:
+    """What a replay ran: the header and a transcript in order."""
+
+    source: str
+    header: Mapping[str, Any]
+    transcript: tuple[Entry, ...]
+    complete: bool = True
+    """False when the recording has no end line: it may have been cut short."""
+
+    @property
+    def calls(self) -> int:
+        return sum(isinstance(entry, ResultEntry) for entry in self.transcript)
+
+    @property
+    def steps(self) -> int:
+        return sum(isinstance(entry, StepEntry) for entry in self.transcript)
+
+
+class Replayer:
+    """An interpreter that answers every effect from a recording.
+
+    ``source`` is a cassette path or a :class:`Cassette`. Calls are matched
+    in recorded order; in each call, effects in order, by value, after the
+    same redaction the recorder applied (name the same ``secrets`` when the
+    live requests carry them). Any difference raises
+    :class:`DivergenceError`. Call :meth:`assert_consumed` at the end.
+    """
+
+    def __init__(
+        self, source: str | os.PathLike[str] | Cassette, *, secrets: Iterable[str] = ()
+    ) -> None:
+        self.cassette = source if isinstance(source, Cassette) else load_cassette(source)
+        self._secrets = tuple(secrets)
+        self._settings = _settings_of(self.cassette)
+        self._lock = threading.Lock()
+        self._opened = 0
+        self._finished = 0
+        self._transcript: list[Entry] = []
+
+    def __call__(self, effect: Effect) -> Any:
+        raise TypeError("a Replayer answers through open_call: use it as a port's backend")
+
+    @property
+    def transcript(self) -> tuple[Entry, ...]:
+        with self._lock:
+            return tuple(self._transcript)
+
+    def report(self) -> ReplayReport:
+        """The replay so far."""
+        return ReplayReport(
+            source=self.cassette.source,
+            header=self.cassette.header,
+            transcript=self.transcript,
+            complete=self.cassette.complete,
+        )
+
+    def open_call(
+        self,
+        request: ToolRequest,
+        answer_harness: Callable[[Effect], Any],
+        mask_reads: Callable[..., Callable[[Effect], Any]] | None = None,
+    ) -> _ReplayCall:
+        """Match ``request`` with the next recorded call (the port calls this).
+
+        ``mask_reads`` is not used: recorded outputs were masked when they
+        were recorded."""
+        redaction = CallRedaction.of(request, self._secrets)
+        live = redaction.scrub(encode_request(redaction.request, self._settings), env_slot=False)
+        with self._lock:
+            calls = self.cassette.calls
+            if self._opened >= len(calls):
+                raise DivergenceError(
+                    f"replay diverged: the recording holds {len(calls)} calls, and a call "
+                    f"{len(calls) + 1} came ({describe_request(live)})",
+                    call=len(calls) + 1,
+                    got=live,
+                )
+            recorded = calls[self._opened]
+            self._opened += 1
+        same_line = dump_line({"kind": "call", "call": recorded.number, "request": live})
+        found = None if same_line == recorded.request_text else difference(recorded.request, live)
+        if found is not None:
+            raise _diverged_at("request", recorded, found, live)
+        self._log(CallEntry(call=recorded.number, request=recorded.request))
+        return _ReplayCall(self, recorded, redaction)
+
+    def assert_consumed(self) -> None:
+        """Raise :class:`DivergenceError` unless every recorded call ran to its result."""
+        with self._lock:
+            calls = self.cassette.calls
+            if self._finished >= len(calls):
+                return
+            missing = calls[self._finished]
+            more = len(calls) - self._finished - 1
+        also = f" and {more} more" if more else ""
+        raise DivergenceError(
+            f"replay diverged: the recording was not fully consumed: {missing.describe()} "
+            f"(recording line {missing.line}){also} never ran to the end",
+            call=missing.number,
+            line=missing.line,
+            expected=missing.request,
+        )
+
+    def _log(self, entry: Entry) -> None:
+        with self._lock:
+            self._transcript.append(entry)
+            if isinstance(entry, ResultEntry):
+                self._finished += 1
+
+
+class _ReplayCall:
+    """The replayer's interpreter for one call."""
+
+    def __init__(self, replayer: Replayer, recorded: RecordedCall, redaction: CallRedaction):
+        self._replayer = replayer
+        self._recorded = recorded
+        self._redaction = redaction
+        self._position = 0
+        # A digest over secret-bearing arguments was recorded as the digest of
+        # the redacted ones; the live core (with the secrets) must get its own
+        # back where an outcome carries one.
+        self._live_digests = {swapped: live for live, swapped in redaction.digests.items()}
+
+    def _answer(self, step: RecordedStep) -> Outcome:
+        answer = step.answer()
+        if isinstance(answer, OwnedCommand) and answer.launch_digest in self._live_digests:
+            return attrs.evolve(answer, launch_digest=self._live_digests[answer.launch_digest])
+        return answer
+
+    def __call__(self, effect: Effect) -> Outcome:
+        steps = self._recorded.steps
+        if self._position < len(steps):
+            step = steps[self._position]
+            if _same_effect(effect, step.effect_value):
+                # The very effect recorded: nothing to redact in it (a value
+                # the recorder redacted would differ), nothing to explain.
+                return self._take(step)
+        live = self._redaction.scrub(encode_effect(effect), env_slot=isinstance(effect, Start))
+        if self._position >= len(steps):
+            raise self._diverged(
+                f"  the recording has no more effects for this call\n  got:      {render(live)}",
+                step=None,
+                got=live,
+            )
+        step = steps[self._position]
+        found = difference(step.effect, live)
+        if found is not None:
+            field, expected, got = found
+            raise self._diverged(
+                f"  expected: {render(step.effect)}\n"
+                f"  got:      {render(live)}\n"
+                f"{differs(field, expected, got)}",
+                step=step,
+                got=live,
+                field=field,
+            )
+        return self._take(step)
+
+    def _take(self, step: RecordedStep) -> Outcome:
+        """Move past ``step`` (the effect matched it), log it, and give its
+        recorded answer (raising a recorded failure)."""
+        self._position += 1
+        self._replayer._log(
+            StepEntry(
+                call=self._recorded.number,
+                step=step.step,
+                effect=step.effect,
+                outcome=step.outcome,
+                failure=step.failure,
+            )
+        )
+        return self._answer(step)
+
+    def finish(self, result: ToolResult) -> None:
+        recorded = self._recorded
+        steps = recorded.steps
+        if self._position < len(steps):
+            step = steps[self._position]
+            raise self._diverged(
+                f"  the call ended, but the recording expects more effects\n"
+                f"  expected: {render(step.effect)}",
+                step=step,
+                got=None,
+            )
+        assert recorded.result is not None  # parse_cassette refuses calls without one
+        if self._redaction.bare and recorded.result_text:
+            # The line the recorder wrote for this result, if nothing differs.
+            with contextlib.suppress(TypeError, ValueError):
+                line = dump_line(
+                    {"kind": "result", "call": recorded.number, "result": result.to_dict()}
+                )
+                if line == recorded.result_text:
+                    self._replayer._log(ResultEntry(call=recorded.number, result=recorded.result))
+                    return
+        live = self._redaction.scrub(result_data(result), env_slot=False)
+        found = difference(recorded.result, live)
+        if found is not None:
+            raise _diverged_at("result", recorded, found, live, ran=self._ran())
+        self._replayer._log(ResultEntry(call=recorded.number, result=recorded.result))
+
+    def _ran(self) -> str:
+        done = self._recorded.steps[: self._position]
+        if not done:
+            return "  ran before it in this call: nothing\n"
+        lines = [f"    step {s.step}  {render(s.effect)} -> {_answer(s)}\n" for s in done]
+        return "  ran before it in this call:\n" + "".join(lines)
+
+    def _diverged(
+        self, body: str, *, step: RecordedStep | None, got: Any, field: str | None = None
+    ) -> DivergenceError:
+        """A divergence at this call's next effect; ``step`` is the recorded
+        one expected there (``None`` when the recording has no more)."""
+        recorded = self._recorded
+        index = self._position + 1
+        if step is None:
+            where = f"effect {index} of {recorded.describe()}"
+        else:
+            where = (
+                f"step {step.step} (recording line {step.line}), "
+                f"effect {index} of {recorded.describe()}"
+            )
+        return DivergenceError(
+            f"replay diverged at {where}\n{self._ran()}{body}",
+            call=recorded.number,
+            step=None if step is None else step.step,
+            line=None if step is None else step.line,
+            expected=None if step is None else step.effect,
+            got=got,
+            field=field,
+        )
+
+
+def _diverged_at(
+    part: Literal["request", "result"],
+    recorded: RecordedCall,
+    found: tuple[str, Any, Any],
+    live: Any,
+    *,
+    ran: str = "",
+) -> DivergenceError:
+    """A divergence at the request or the result of ``recorded``: ``found``
+    is the first difference (field, recorded value, live value), ``live``
+    the live record, ``ran`` what ran before it in the call."""
+    field, expected, got = found
+    where = "recording line" if part == "request" else "request on recording line"
+    return DivergenceError(
+        f"replay diverged at the {part} of {recorded.describe()} ({where} {recorded.line})\n"
+        f"{ran}{differs(f'{part}.{field}', expected, got)}",
+        call=recorded.number,
+        line=recorded.line,
+        expected=recorded.request if part == "request" else recorded.result,
+        got=live,
+        field=f"{part}.{field}",
+    )
+
+
+def _same_effect(live: Effect, recorded: Effect | None) -> bool:
+    """Whether ``live`` is ``recorded``, field by field, with the same types
+    (``1`` is not ``True``): the replay's fast path."""
+    if recorded is None or type(live) is not type(recorded) or live != recorded:
+        return False
+    return all(
+        type(getattr(live, name)) is type(getattr(recorded, name)) for name in _FIELDS[type(live)]
+    )
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {
+    kind: tuple(field.name for field in attrs.fields(kind)) for kind in get_args(Effect)
+}
+
+
+def _answer(step: RecordedStep) -> str:
+    if step.failure is not None:
+        failure = step.failure
+        aborted = ", aborted" if failure.get("aborted") else ""
+        return f"failure({failure.get('delivery')}: {failure.get('detail')!r}{aborted})"
+    return render(step.outcome)
+
+
+def _settings_of(cassette: Cassette) -> PortSettings:
+    """The port settings the header describes (``CassetteError`` if impossible)."""
+    header = cassette.header
+    settings = header["settings"]
+    owner = cassette.owner
+    foreground = settings["foreground_timeout_seconds"]
+    try:
+        if header["tools"] == "command":
+            definitions = command_tool_definitions(foreground)
+        else:
+            definitions = code_tool_definitions(
+                foreground, agent_owner=isinstance(owner, AgentOwner)
+            )
+    except (TypeError, ValueError) as exc:
+        raise CassetteError(
+            f"{cassette.source}:1: the header's settings are invalid: {exc}"
+        ) from None
+    return PortSettings(
+        session_id=header["session_id"],
+        owner=owner,
+        definitions=definitions,
+        contract=header["contract"],
+        **settings,
+    )
