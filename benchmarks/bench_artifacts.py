@@ -8,9 +8,10 @@ the call runs, on the simulator and on E2B through the SDK on local-e2b
 (whose server runs in this process too: its allocations count as well).
 The simulator's row includes the simulator's own copy of the output (its
 "sandbox", 16 MiB encoded when the command is first looked at), so 16 MiB is
-its floor; the local-e2b server keeps the output in files. The baseline, in the same run: the same store behind a wrapper with only
-``write``, which the port must hand the whole artifact at once (what every
-store got before streaming). Both store the same output (checked); the time
+its floor; the local-e2b server keeps the output in files. The baseline, in
+the same run: the same store behind a wrapper with only ``write``, which the
+port must hand the whole artifact at once (what every store got before
+streaming). Both store the same output (checked); the time
 each call took is shown too (streaming reads the output's two ends for the
 result, then the whole output a page at a time for the store).
 """
