@@ -4,7 +4,8 @@ have left, and the verdicts that follow from that (C5, C6, C9, C11, C12).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import contextlib
+from collections.abc import Callable, Generator
 from typing import Any, Final
 
 import attrs
@@ -17,12 +18,14 @@ from ._contents import (
     usable_artifact,
 )
 from ._effects import (
+    AppendArtifact,
     AuthorityReport,
     CheckAuthority,
+    CloseArtifact,
     Delivery,
     Effect,
     EffectFailure,
-    WriteArtifact,
+    OpenArtifact,
 )
 from ._guard import Continue, Phase, Refuse, decide, observe
 from ._masking import Redactions, mask_text, redaction_secrets
@@ -35,9 +38,28 @@ from ._results import (
 )
 from ._snapshot import PortSettings, _refuse, _Snapshot
 
-__all__ = ["bound_result", "crash_result"]
+__all__ = ["BrokenArtifactError", "StoppedError", "bound_result", "crash_result"]
 
 _MAX_SAFE: Final = 2**53 - 1
+
+
+class StoppedError(Exception):
+    """The guard after a step said stop: ``result`` ends the call."""
+
+    def __init__(self, result: ToolResult) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+class BrokenArtifactError(Exception):
+    """An artifact cannot be completed as asked; it is discarded, the call
+    goes on without it."""
+
+
+def _discard(key: str) -> Generator[Effect, Any, None]:
+    # Should this fail, the port aborts what a call left open when it ends.
+    with contextlib.suppress(EffectFailure):
+        yield CloseArtifact(key=key, keep=False)
 
 
 class _Call:
@@ -126,6 +148,59 @@ class _Call:
         stop = yield from self.guard()
         return result if stop is None else stop
 
+    # -- artifacts ------------------------------------------------------------
+
+    @property
+    def artifact_key(self) -> str:
+        return f"{self.snap.operation_key}:{self.snap.call_id}:output"
+
+    def step(self, effect: Effect) -> Generator[Effect, Any, Any]:
+        """``effect``'s outcome, then the guard (C9). Raises
+        :class:`StoppedError` when the guard says stop; an effect's failure
+        propagates."""
+        outcome = yield effect
+        stop = yield from self.guard()
+        if stop is not None:
+            raise StoppedError(stop)
+        return outcome
+
+    def append_artifact(self, text: str) -> Generator[Effect, Any, None]:
+        """Add ``text`` to this call's open artifact, then guard."""
+        yield from self.step(AppendArtifact(key=self.artifact_key, text=text))
+
+    def store_artifact(
+        self, write: Callable[[], Generator[Effect, Any, None]]
+    ) -> Generator[Effect, Any, ToolResult | None]:
+        """Keep the full result content in the artifact store (C15): open an
+        artifact, let ``write`` append its text, then commit it. The guard
+        runs after every step (C9); the store is told to commit only after
+        the last piece passed it, so a stop, a failed step or a ``write``
+        that raises :class:`BrokenArtifactError` discards what was written.
+        Sets ``output_stored``, and ``output_artifact`` when the store kept a
+        usable artifact. Returns the result that ends the call when a guard
+        says stop, else ``None`` (the call goes on, with or without one)."""
+        self.output_stored = True
+        key = self.artifact_key
+        try:
+            yield from self.step(OpenArtifact(key=key))
+        except EffectFailure:
+            return (yield from self.guard())
+        except StoppedError as stopped:
+            yield from _discard(key)
+            return stopped.result
+        try:
+            yield from write()
+            stored = yield CloseArtifact(key=key, keep=True)
+        except StoppedError as stopped:
+            yield from _discard(key)
+            return stopped.result
+        except (EffectFailure, BrokenArtifactError):
+            yield from _discard(key)
+            return (yield from self.guard())
+        if isinstance(stored, ArtifactRef) and usable_artifact(stored):
+            self.output_artifact = stored
+        return (yield from self.guard())
+
     def masked(self, content: dict[str, Any]) -> dict[str, Any]:
         """``content`` with this call's secrets masked in its presentation
         text (stdout, stderr, the command itself): a copy (C17)."""
@@ -163,20 +238,12 @@ class _Call:
             return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
         if all(fitted.get(key) is content.get(key) for key in SHRINKABLE_FIELDS):
             return result  # nothing was cut
-        artifact = self.output_artifact
         if self.settings.artifacts_enabled and not self.output_stored:
-            try:
-                stored = yield WriteArtifact(
-                    key=f"{self.snap.operation_key}:{self.snap.call_id}:output",
-                    content=canonical_json(content).decode("utf-8"),
-                )
-            except EffectFailure:
-                stored = None
-            if isinstance(stored, ArtifactRef) and usable_artifact(stored):
-                artifact = stored
-            stop = yield from self.guard()
+            text = canonical_json(content).decode("utf-8")
+            stop = yield from self.store_artifact(lambda: self.append_artifact(text))
             if stop is not None:
                 return stop
+        artifact = self.output_artifact
         content["output_budget"] = _output_budget_note(artifact)
         try:
             fitted = fit_to_budget(content, budget)

@@ -353,9 +353,13 @@ class RememberOwned:
 
 @attrs.frozen(kw_only=True)
 class WriteArtifact:
-    """Store a full, uncut result (C15). Outcome: :class:`ArtifactRef`.
+    """Store a full, uncut result whole (C15). Outcome: :class:`ArtifactRef`.
 
-    ``content`` is the canonical JSON text of the result content.
+    ``content`` is the canonical JSON text of the result content. The tool
+    programs write artifacts through :class:`OpenArtifact`,
+    :class:`AppendArtifact` and :class:`CloseArtifact` instead, so that the
+    guard runs before the store commits and big output never has to be held
+    whole; the port still answers this effect for programs of its own.
     """
 
     key: str
@@ -365,13 +369,13 @@ class WriteArtifact:
 
 @attrs.frozen(kw_only=True)
 class OpenArtifact:
-    """Begin storing a full, uncut result piece by piece (C15), for output too
-    big to hold whole. Outcome: ``None``.
+    """Begin storing a full, uncut result piece by piece (C15). Outcome:
+    ``None``.
 
     The pieces follow as :class:`AppendArtifact` effects under the same
     ``key``, and one :class:`CloseArtifact` ends it. Their texts, joined, are
     the canonical JSON text of the result content, as :class:`WriteArtifact`
-    would have stored it.
+    stores it.
     """
 
     key: str

@@ -14,20 +14,27 @@ on commit.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from sandrail.core import ArtifactRef
 
 __all__ = ["ArtifactNotFoundError", "DirectoryArtifactStore", "MemoryArtifactStore"]
 
 _SCHEME = "artifact://"
+
+STALE_TEMPORARY_SECONDS: Final = 3600
+"""A temporary file of a :class:`DirectoryArtifactStore` older than this is
+left over from a writer that could not remove it; the next store made on the
+directory removes it."""
 
 
 class ArtifactNotFoundError(KeyError):
@@ -107,7 +114,10 @@ class DirectoryArtifactStore:
     artifact larger than the cap on its own is refused with ``ValueError``
     (the port then reports the cut result without an artifact); a streamed
     one is refused as soon as it grows past the cap. Files are written
-    atomically with mode 0600.
+    atomically with mode 0600: into a temporary file (``.tmp-*``) renamed into
+    place on commit and removed on abort. One that could not be removed (the
+    directory was read-only when the writer was aborted) is removed by the
+    next store made on the directory once an hour old.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, max_total_bytes: int = 256 * 2**20):
@@ -122,9 +132,21 @@ class DirectoryArtifactStore:
         self._cap = max_total_bytes
         self._lock = threading.Lock()
         self._sizes: OrderedDict[str, int] = OrderedDict()
+        self._sweep()
         existing = sorted(self._dir.glob("*.artifact"), key=lambda p: p.stat().st_mtime_ns)
         for path in existing:
             self._sizes[path.stem] = path.stat().st_size
+
+    def _sweep(self) -> None:
+        """Remove temporary files no writer has touched for
+        :data:`STALE_TEMPORARY_SECONDS`: what a writer could not delete when
+        it was aborted (the directory was read-only then) or a process that
+        died mid-write left. A live writer touches its file at every piece."""
+        stale = time.time() - STALE_TEMPORARY_SECONDS
+        for path in self._dir.glob(".tmp-*"):
+            with contextlib.suppress(OSError):  # gone already, or not ours to remove
+                if path.stat().st_mtime < stale:
+                    path.unlink()
 
     @property
     def total_bytes(self) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections.abc import Callable
 from typing import Final, Protocol
 
 from sandrail.core import (
@@ -25,6 +26,7 @@ from sandrail.core import (
     OpenArtifact,
     WriteArtifact,
 )
+from sandrail.core._masking import Redactions, mask_text
 
 __all__ = ["ArtifactStore", "ArtifactWriter", "CallArtifacts", "StreamingArtifactStore"]
 
@@ -101,8 +103,11 @@ class CallArtifacts:
     without an artifact); a store that raises is converted by the port.
     """
 
-    def __init__(self, store: ArtifactStore | None) -> None:
+    def __init__(
+        self, store: ArtifactStore | None, masked: Callable[[], Redactions] | None = None
+    ) -> None:
         self._store = store
+        self._masked = masked
         self._open: dict[str, ArtifactWriter] = {}
 
     def _need_store(self) -> ArtifactStore:
@@ -111,9 +116,21 @@ class CallArtifacts:
         return self._store
 
     def write(self, effect: WriteArtifact) -> ArtifactRef:
-        ref = self._need_store().write(effect.key, effect.content, effect.media_type)
+        return self._checked(
+            self._need_store().write(effect.key, effect.content, effect.media_type)
+        )
+
+    def _checked(self, ref: object) -> ArtifactRef:
+        """``ref`` if a result may name it: an :class:`ArtifactRef` that shows
+        no value the port masks (its URI and media type reach the model)."""
         if not isinstance(ref, ArtifactRef):
+            _discard(ref)
             raise _failure("artifact store returned no ArtifactRef")
+        redactions = self._masked() if self._masked is not None else None
+        if redactions and any(
+            mask_text(text, redactions) != text for text in (ref.uri, ref.media_type)
+        ):
+            raise _failure("artifact store's reference holds a masked value; it is not shown")
         return ref
 
     def open(self, effect: OpenArtifact) -> None:
@@ -123,9 +140,8 @@ class CallArtifacts:
         opener = getattr(store, "open", None)
         if callable(opener):
             writer = opener(effect.key, effect.media_type)
-            if not all(
-                callable(getattr(writer, name, None)) for name in ("write", "commit", "abort")
-            ):
+            if not all(callable(getattr(writer, name, None)) for name in _WRITER_METHODS):
+                _discard(writer)
                 raise _failure("artifact store's open() returned no writer")
         else:
             writer = _Joined(store, effect.key, effect.media_type)
@@ -159,9 +175,11 @@ class CallArtifacts:
         except BaseException:
             _quietly_abort(writer)
             raise
-        if not isinstance(ref, ArtifactRef):
-            raise _failure("artifact store returned no ArtifactRef")
-        return ref
+        try:
+            return self._checked(ref)
+        except EffectFailure:
+            _quietly_abort(writer)  # what it kept, if anything, no result names
+            raise
 
     def abort_all(self) -> None:
         """Abort every artifact still open (the call is over)."""
@@ -174,10 +192,11 @@ class CallArtifacts:
             _quietly_abort(writer)
 
 
-def _discard(awaitable: object) -> None:
-    close = getattr(awaitable, "close", None)
-    if callable(close):
-        close()  # a coroutine never awaited: no warning, nothing runs
+def _discard(answer: object) -> None:
+    """Close ``answer`` if it is a coroutine never to be awaited (no warning,
+    nothing of it runs)."""
+    if inspect.iscoroutine(answer):
+        answer.close()
 
 
 def _quietly_abort(writer: ArtifactWriter) -> None:

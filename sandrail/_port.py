@@ -281,7 +281,7 @@ class _Call:
         # locator the request had when it arrived (C6).
         self.snapshot = snapshot_request(request, port.settings)
         self.shown: ToolRequest = request
-        self.artifacts = CallArtifacts(port._artifacts)
+        self.artifacts = CallArtifacts(port._artifacts, port._current_redactions)
         """Artifacts this call writes; whatever is left open when it ends is aborted."""
         self.policy_drifted = False
         """The policy changed the arguments it was shown: the harness changed

@@ -327,7 +327,7 @@ def test_c15_an_artifact_uri_too_long_to_promise_is_left_out() -> None:
     sim = Simulator(scripts={"x": Script.prints("y" * 50_000)})
     long_ref = ArtifactRef(uri="artifact://" + "9" * 400, size_bytes=1)
     result = run(
-        "run_command", {"command": "x"}, {WriteArtifact: long_ref}, sim=sim, artifacts=True
+        "run_command", {"command": "x"}, {CloseArtifact: long_ref}, sim=sim, artifacts=True
     )
     assert result.status == "ok"
     assert result.content["output_budget"] == {"truncated": True}
@@ -338,10 +338,10 @@ def test_c9_authority_lost_while_storing_the_artifact_is_uncertain() -> None:
     sim = Simulator(scripts={"x": Script.prints("y" * 50_000)})
     lost = False
 
-    def store(effect: WriteArtifact) -> ArtifactRef:
+    def store(effect: CloseArtifact) -> ArtifactRef:
         nonlocal lost
-        lost = True  # the lease lapses while the artifact is written
-        return ArtifactRef(uri="artifact://0123", size_bytes=len(effect.content))
+        lost = True  # the lease lapses while the artifact is committed
+        return ArtifactRef(uri="artifact://0123", size_bytes=1)
 
     def check(effect: CheckAuthority) -> AuthorityReport:
         return AuthorityReport(aborted=False, drifted=False, authority_held=not lost)
@@ -349,7 +349,7 @@ def test_c9_authority_lost_while_storing_the_artifact_is_uncertain() -> None:
     result = run(
         "run_command",
         {"command": "x"},
-        {CheckAuthority: check, WriteArtifact: store},
+        {CheckAuthority: check, CloseArtifact: store},
         sim=sim,
         artifacts=True,
     )

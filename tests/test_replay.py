@@ -750,7 +750,7 @@ def test_c17_a_secret_with_json_escapes_leaves_no_trace_in_an_artifact(tmp_path:
     session.run("run_command", {"command": "dump", "env": {"TOKEN": secret}}, key="op-1")
     session.close()
     raw = path.read_bytes().decode("utf-8")
-    assert "WriteArtifact" in raw
+    assert "AppendArtifact" in raw
     for form in (secret, json.dumps(secret, ensure_ascii=False)[1:-1]):
         assert form not in raw
 

@@ -169,12 +169,17 @@ def test_c15_a_store_without_open_gets_the_same_artifact_whole() -> None:
     assert streaming.whole_writes == 0
 
 
-def test_c15_output_within_one_page_is_read_once_and_written_whole() -> None:
+def test_c15_output_within_one_page_is_read_once_and_stored_in_one_piece() -> None:
+    """Up to a page (the real one: 1 MiB) the output is read at once and
+    stored as one piece; still through ``open``, so the guard runs before the
+    store commits (C9)."""
     store = SpyStore()
-    result = run_big(store, "y" * 50_000)  # the real page: 1 MiB
+    rig = Rig(scripts={"big": Script.prints("y" * 50_000)}, artifacts=store, max_output_bytes=2_000)
+    result = rig.run("run_command", {"command": "big"})
     assert result.artifact_refs
-    assert store.whole_writes == 1
-    assert store.opens == 0
+    reads = [effect for effect in rig.sim.applied if type(effect).__name__ == "Read"]
+    assert len(reads) == 1
+    assert (store.opens, store.commits, store.whole_writes, len(store.pieces)) == (1, 1, 0, 1)
 
 
 _CHARACTERS = st.sampled_from(["a", "b", " ", "\n", "é", "€", "😀", '"', "\\", "\x00", "\x1f"])
@@ -614,3 +619,96 @@ def test_c9_no_read_or_store_step_follows_a_lost_authority_while_streaming() -> 
                 lost_after,
                 after,
             )
+
+
+@pytest.mark.parametrize("printed", [50_000, 10_000], ids=["one-piece", "streamed"])
+def test_c9_c15_authority_lost_while_the_store_writes_keeps_no_artifact(
+    tmp_path: Path, printed: int
+) -> None:
+    """From outside attack 6: the lease lapses (or the harness cancels) while
+    the store takes the output, whole or streamed: the guard after that
+    piece sees it before the store is told to commit, so nothing is kept."""
+    store = sandrail.DirectoryArtifactStore(tmp_path)
+    rig = Rig(
+        scripts={"big": Script.prints("a" * printed)}, artifacts=store, max_output_bytes=2_000
+    )
+    writer_class: Any = sandrail.interpreters.artifacts._FileWriter
+    original = writer_class.write_bytes
+
+    def write_bytes(self: Any, data: bytes) -> None:
+        original(self, data)
+        if len(data) > 100:  # a piece of output, not the template
+            rig.harness.authority_held = False
+
+    with page_size(1_024 if printed == 10_000 else 10**9), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer_class, "write_bytes", write_bytes)
+        result = rig.run("run_command", {"command": "big"})
+    assert result.status == "uncertain"
+    assert result.content["error_type"] == sandrail.ErrorCode.AUTHORITY_LOST.value
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_c15_a_stale_temporary_file_is_removed_by_the_next_store(tmp_path: Path) -> None:
+    """From outside attack 6: a writer aborted while the directory was
+    read-only cannot remove its temporary file; the next store made on the
+    directory removes it once it is an hour old, and leaves a live one."""
+    import os
+
+    from sandrail.interpreters.artifacts import STALE_TEMPORARY_SECONDS
+
+    stale, live = tmp_path / ".tmp-stale", tmp_path / ".tmp-live"
+    stale.write_bytes(b"x" * 1_000)
+    live.write_bytes(b"y" * 1_000)
+    old = stale.stat().st_mtime - STALE_TEMPORARY_SECONDS - 60
+    os.utime(stale, (old, old))
+    store = sandrail.DirectoryArtifactStore(tmp_path)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".tmp-live"]
+    assert store.total_bytes == 0
+
+
+class _NamingStore(SpyStore):
+    """A store whose references show whatever it likes."""
+
+    def __init__(self, uri: str = "", media_type: str = "") -> None:
+        super().__init__()
+        self.uri, self.media_type = uri, media_type
+
+    def open(self, key: str, media_type: str) -> Any:
+        writer = super().open(key, media_type)
+        inner_commit = writer.commit
+
+        def commit() -> ArtifactRef:
+            ref = inner_commit()
+            return ArtifactRef(
+                uri=self.uri or ref.uri,
+                size_bytes=ref.size_bytes,
+                media_type=self.media_type or ref.media_type,
+            )
+
+        writer.commit = commit  # type: ignore[method-assign]
+        return writer
+
+
+@pytest.mark.parametrize("field", ["uri", "media_type"])
+def test_c17_an_artifact_reference_showing_an_env_value_is_not_named(field: str) -> None:
+    """From outside attack 6: the reference's URI and media type reach the
+    model; one that holds a value the port masks is left out (C17)."""
+    secret = "tok-0123456789abcdef"
+    store = _NamingStore(**{field: f"x://{secret}"})
+    rig = Rig(scripts={"big": Script.prints("b" * 5_000)}, artifacts=store, max_output_bytes=2_000)
+    result = rig.run("run_command", {"command": "big", "env": {"TOKEN": secret}})
+    assert result.status == "ok"
+    assert result.artifact_refs == ()
+    assert result.content["output_budget"] == {"truncated": True}
+    assert secret not in json.dumps(result.to_dict())
+    assert store.aborts == 1
+
+
+def test_c15_a_commit_that_returns_no_reference_aborts_the_writer() -> None:
+    """From outside attack 6: the writer is told to abort, so a store that
+    kept the artifact anyway can drop what no result names."""
+    writer = _LyingWriter()
+    with page_size(512):
+        result = run_big(_OddStore(writer), "k" * 10_000)
+    assert result.artifact_refs == ()
+    assert writer.aborted
