@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
+import stat
 import tempfile
 import threading
 import time
@@ -30,6 +32,7 @@ from sandrail.core import ArtifactRef
 __all__ = ["ArtifactNotFoundError", "DirectoryArtifactStore", "MemoryArtifactStore"]
 
 _SCHEME = "artifact://"
+_NAME = re.compile(r"[0-9a-f]{16}")
 
 STALE_TEMPORARY_SECONDS: Final = 3600
 """A temporary file of a :class:`DirectoryArtifactStore` older than this is
@@ -133,9 +136,14 @@ class DirectoryArtifactStore:
         self._lock = threading.Lock()
         self._sizes: OrderedDict[str, int] = OrderedDict()
         self._sweep()
-        existing = sorted(self._dir.glob("*.artifact"), key=lambda p: p.stat().st_mtime_ns)
-        for path in existing:
-            self._sizes[path.stem] = path.stat().st_size
+        existing = []
+        for path in self._dir.glob("*.artifact"):
+            with contextlib.suppress(OSError):
+                found = path.lstat()
+                if stat.S_ISREG(found.st_mode):  # an artifact is a file, never a link
+                    existing.append((found.st_mtime_ns, path.stem, found.st_size))
+        for _, name, size in sorted(existing):
+            self._sizes[name] = size
 
     def _sweep(self) -> None:
         """Remove temporary files no writer has touched for
@@ -145,7 +153,8 @@ class DirectoryArtifactStore:
         stale = time.time() - STALE_TEMPORARY_SECONDS
         for path in self._dir.glob(".tmp-*"):
             with contextlib.suppress(OSError):  # gone already, or not ours to remove
-                if path.stat().st_mtime < stale:
+                found = path.lstat()  # the file itself, never what a link points to
+                if stat.S_ISREG(found.st_mode) and found.st_mtime < stale:
                     path.unlink()
 
     @property
@@ -193,10 +202,14 @@ class DirectoryArtifactStore:
 
     def read(self, uri: str) -> str:
         name = uri.removeprefix(_SCHEME)
-        path = self._dir / f"{name}.artifact"
-        if not uri.startswith(_SCHEME) or not path.is_file():
+        if not uri.startswith(_SCHEME) or not _NAME.fullmatch(name):
             raise ArtifactNotFoundError(uri)
-        return path.read_text(encoding="utf-8")
+        try:
+            fd = os.open(self._dir / f"{name}.artifact", os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            raise ArtifactNotFoundError(uri) from None
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read().decode("utf-8")
 
 
 class _FileWriter:
@@ -227,6 +240,7 @@ class _FileWriter:
             )
         try:
             self._handle.write(data)
+            self._handle.flush()  # on disk now: the file's age says the writer is alive
         except BaseException:
             self.abort()
             raise

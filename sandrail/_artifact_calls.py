@@ -26,6 +26,7 @@ from sandrail.core import (
     OpenArtifact,
     WriteArtifact,
 )
+from sandrail.core._contents import usable_artifact
 from sandrail.core._masking import Redactions, mask_text
 
 __all__ = ["ArtifactStore", "ArtifactWriter", "CallArtifacts", "StreamingArtifactStore"]
@@ -126,6 +127,11 @@ class CallArtifacts:
         if not isinstance(ref, ArtifactRef):
             _discard(ref)
             raise _failure("artifact store returned no ArtifactRef")
+        if not usable_artifact(ref) or not isinstance(ref.media_type, str):
+            raise _failure(
+                "artifact store's reference cannot be named (a URI over 256 characters, "
+                "a size that is not a non-negative integer, or a media type not a string)"
+            )
         redactions = self._masked() if self._masked is not None else None
         if redactions and any(
             mask_text(text, redactions) != text for text in (ref.uri, ref.media_type)
@@ -202,4 +208,4 @@ def _discard(answer: object) -> None:
 def _quietly_abort(writer: ArtifactWriter) -> None:
     # The store's own trouble: nothing of it reaches a result.
     with contextlib.suppress(Exception):
-        writer.abort()
+        _discard(writer.abort())  # type: ignore[func-returns-value]

@@ -281,7 +281,9 @@ class _Call:
         # locator the request had when it arrived (C6).
         self.snapshot = snapshot_request(request, port.settings)
         self.shown: ToolRequest = request
-        self.artifacts = CallArtifacts(port._artifacts, port._current_redactions)
+        self.named: frozenset[str] = frozenset()
+        """Values a layered backend (a recorder) masks besides the port's."""
+        self.artifacts = CallArtifacts(port._artifacts, self.redactions)
         """Artifacts this call writes; whatever is left open when it ends is aborted."""
         self.policy_drifted = False
         """The policy changed the arguments it was shown: the harness changed
@@ -338,9 +340,15 @@ class _Call:
         extra = frozenset(named)
         if not extra:
             return MaskedReads(inner, self.port._current_redactions)
+        self.named |= extra  # an artifact reference must not show them either
         return MaskedReads(
             inner, lambda: Redactions(self.port._current_redactions().values | extra)
         )
+
+    def redactions(self) -> Redactions:
+        """Every value this call masks: the port's, and a recorder's named ones."""
+        current = self.port._current_redactions()
+        return Redactions(current.values | self.named) if self.named else current
 
     def finish(self, result: ToolResult) -> ToolResult:
         try:

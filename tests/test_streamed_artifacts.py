@@ -712,3 +712,107 @@ def test_c15_a_commit_that_returns_no_reference_aborts_the_writer() -> None:
         result = run_big(_OddStore(writer), "k" * 10_000)
     assert result.artifact_refs == ()
     assert writer.aborted
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"uri": "x://" + "u" * 300}, {"size_bytes": -1}, {"size_bytes": True}, {"media_type": 7}],
+    ids=["long-uri", "negative-size", "bool-size", "media-type-not-text"],
+)
+def test_c15_a_reference_the_port_cannot_name_aborts_the_writer(changes: dict[str, Any]) -> None:
+    """From outside attack 7: a reference no result can carry (C14's room for
+    it) is refused where the store answers, and the writer is told to abort,
+    so what the store kept can be dropped; the result still fits."""
+
+    class Store(SpyStore):
+        def open(self, key: str, media_type: str) -> Any:
+            writer = super().open(key, media_type)
+            inner_commit = writer.commit
+
+            def commit() -> ArtifactRef:
+                ref = inner_commit()
+                values = {
+                    "uri": ref.uri,
+                    "size_bytes": ref.size_bytes,
+                    "media_type": ref.media_type,
+                }
+                values.update(changes)
+                return ArtifactRef(**values)
+
+            writer.commit = commit  # type: ignore[method-assign]
+            return writer
+
+    store = Store()
+    rig = Rig(scripts={"big": Script.prints("b" * 5_000)}, artifacts=store, max_output_bytes=2_000)
+    result = rig.run("run_command", {"command": "big"})
+    assert result.status == "ok"
+    assert result.artifact_refs == ()
+    assert store.aborts == 1
+    assert len(canonical_json(result.content)) <= 2_000
+
+
+def test_c17_a_recorded_call_whose_reference_shows_a_named_secret_replays(tmp_path: Path) -> None:
+    """From outside attack 7: a reference showing a value the recorder masks
+    (``Recorder(secrets=...)``) is not named live either, so the recording
+    replays exactly and holds no trace of the value."""
+    from sandrail.interpreters.replay import replay_file
+
+    named = "NamedSecret!!42"
+    path = tmp_path / "named.jsonl"
+    store = _NamingStore(uri=f"artifact://0123-{named}")
+    recorder = Recorder(
+        Simulator(scripts={"big": Script.prints("n" * 100_000)}), path, secrets=[named]
+    )
+    port = recorder.attach(
+        sandrail.command_tools(
+            backend=recorder,
+            session_id="s",
+            owner=sandrail.AgentOwner(agent_id="a"),
+            authorize=lambda request: sandrail.ALLOW,
+            assert_authority=lambda request: True,
+            artifacts=store,
+            max_output_bytes=2_000,
+        )
+    )
+    result = port.execute_sync(
+        sandrail.ToolRequest(
+            call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "big"}),
+            operation_key="op-1",
+            session_id="s",
+            definition=port.definition("run_command"),
+            identity=sandrail.AgentIdentity(agent_id="a"),
+        )
+    )
+    recorder.close()
+    assert result.status == "ok"
+    assert result.artifact_refs == ()
+    assert store.aborts == 1
+    assert named not in path.read_text(encoding="utf-8")
+    assert replay_file(path).calls == 1
+
+
+def test_c15_a_directory_store_ignores_links_it_did_not_make(tmp_path: Path) -> None:
+    """From outside attack 7: a ``.tmp-*`` or ``*.artifact`` link someone
+    else put in the directory is neither swept, counted nor read through."""
+    import os
+
+    from sandrail.interpreters.artifacts import STALE_TEMPORARY_SECONDS, ArtifactNotFoundError
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "precious"
+    target.write_bytes(b"keep me" * 1_000)
+    old = target.stat().st_mtime - STALE_TEMPORARY_SECONDS - 60
+    os.utime(target, (old, old))
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    (store_dir / ".tmp-link").symlink_to(target)
+    (store_dir / "0123456789abcdef.artifact").symlink_to(target)
+    store = sandrail.DirectoryArtifactStore(store_dir)
+    assert (store_dir / ".tmp-link").is_symlink()
+    assert target.read_bytes() == b"keep me" * 1_000
+    assert store.total_bytes == 0
+    with pytest.raises(ArtifactNotFoundError):
+        store.read("artifact://0123456789abcdef")
+    with pytest.raises(ArtifactNotFoundError):
+        store.read("artifact://../outside/precious")
