@@ -120,7 +120,8 @@ class DirectoryArtifactStore:
     atomically with mode 0600: into a temporary file (``.tmp-*``) renamed into
     place on commit and removed on abort. One that could not be removed (the
     directory was read-only when the writer was aborted) is removed by the
-    next store made on the directory once an hour old.
+    next store made on the directory once an hour old. Only regular files
+    count: a link in the directory is never followed, swept or read.
     """
 
     def __init__(self, directory: str | os.PathLike[str], *, max_total_bytes: int = 256 * 2**20):
