@@ -19,9 +19,9 @@ made the ledger private::
                                atomically by ``start`` or ``discard``, the
                                only two ways it ever leaves the inbox
     L/tasks/<task>/            the claim: digest, command, timeout, cwd,
-                               stdout, stderr, exit ("<status> <code>
-                               <stdout bytes> <stderr bytes>"), ... (all
-                               root, 0600)
+                               stdout, stderr, exit ("<status> <code>",
+                               then "<status> <code> <stdout bytes>
+                               <stderr bytes>"), ... (all root, 0600)
     L/claims.<epoch>/<task>    the claim log of this ledger epoch: one empty
                                file per task ever claimed in it
     L/seal                     "<epoch> <count>": the epoch and how many
@@ -113,17 +113,19 @@ fallback (a size of 0, a status of ``unknown``/``running``).
 **Output that is gone** (C6, C7): a claim is put in place with its
 ``stdout`` and ``stderr`` already made (the rename moves them with it), so
 a fresh task is never seen without them; after that only root can delete
-them. The exit record keeps both sizes when the command ended (what is
-left of its session may still write more), so a stream found shorter was
-cut since. A claim missing either file, or with one shorter than its exit
-record says, has the state ``unknown`` (code ``-``, sizes 0, no bytes) in
-every answer: what the command printed is not known, so the core never
-answers ``ok`` with empty or partial output. A record without sizes (an
-earlier launcher's) is read as before. What this cannot see: root
-deleting a file in the moment between an answer's size lookup and its
-read of the bytes (that one answer comes back with fewer bytes than its
-sizes, so a read says there is more; the next answer is ``unknown``), and
-a cut made while the command still runs (no final size is recorded yet).
+them. Once the command and what was left of its session are gone, the
+supervisor adds both sizes to the exit record (a moment after writing it:
+off the path from the command's end to its waiter), so a stream found
+shorter was cut since. A claim missing either file, or with one shorter
+than its exit record says, has the state ``unknown`` (code ``-``, sizes 0,
+no bytes) in every answer: what the command printed is not known, so the
+core never answers ``ok`` with empty or partial output. A record without
+sizes (not yet, or an earlier launcher's) is read as before. What this
+cannot see: root deleting a file in the moment between an answer's size
+lookup and its read of the bytes (that one answer comes back with fewer
+bytes than its sizes, so a read says there is more; the next answer is
+``unknown``), and a cut made before the sizes are recorded (while the
+command runs, or in the ~50 ms after it ends).
 
 The only values sandrail puts into shell text are the validated task id
 (64 hex), a nonce and integers; the launcher validates them again.
@@ -640,12 +642,8 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
   elif [ -e "$dir/deadline" ]; then status=timed_out; code=124
   else status=exited
   fi
-  # With the streams' sizes now (what is left of its session may still
-  # write more): a read that finds one shorter knows it was cut since
-  # (`evidence`). One write: a reader sees the whole record or none (then:
-  # running).
-  sizes "$dir"
-  printf '%s %s %s %s\n' "$status" "$code" "$OUT_SIZE" "$ERR_SIZE" > "$dir/exit"
+  # One write: a reader sees the whole record or none (then: running).
+  printf '%s %s\n' "$status" "$code" > "$dir/exit"
   exec 7>&-
   # What is left of its session (its group is dead already: only processes
   # that made a group of their own), a moment later: pkill scans every
@@ -654,6 +652,15 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
   # above and free for any new process to take.
   read -r -t 0.05 -u 8 _ || true
   pkill -KILL -s "$pid" 2>/dev/null
+  # Then, off that path too, the streams' sizes join the record, put in
+  # place by a rename (a reader sees one record or the other). Its session
+  # gone, nothing of the command writes less from now on (one that left
+  # the session may still write more), so a read that finds a stream
+  # shorter knows it was cut since (`evidence`).
+  if sizes "$dir"; then
+    printf '%s %s %s %s\n' "$status" "$code" "$OUT_SIZE" "$ERR_SIZE" > "$dir/exit.sized" &&
+      mv -f -T -- "$dir/exit.sized" "$dir/exit"
+  fi
 }
 
 do_wait() { # <task> <millis> <limit>: a read of cursors 0 0 (see do_read)

@@ -318,12 +318,16 @@ def _task_dir(result: sandrail.ToolResult) -> str:
     return f"{LEDGER}/tasks/{result.content['task_id']}"
 
 
-def _ended(server: LocalE2B, result: sandrail.ToolResult) -> None:
-    """Until the launched task's exit record is written (bounded: 10 s)."""
+def _sized(server: LocalE2B, result: sandrail.ToolResult) -> None:
+    """Until the launched task's exit record holds the streams' final sizes
+    (the supervisor adds them a moment after the command ended; a cut made
+    before cannot be told from the command's own output). Bounded: 10 s."""
     as_root(
         server,
         result.content["sandbox_id"],
-        f"for i in $(seq 200); do [ -s {_task_dir(result)}/exit ] && break; sleep 0.05; done",
+        "for i in $(seq 200); do "
+        f'read -r s c o e < {_task_dir(result)}/exit 2>/dev/null; [ -n "$e" ] && break; '
+        "sleep 0.05; done",
     )
 
 
@@ -349,6 +353,7 @@ def test_c6_a_retry_after_roots_deleted_output_file_is_uncertain_not_ok(
     command = f"{server.mark(mark)}; {_PRINTS}"
     first = harness.call("run_command", "op", command=command)
     assert (first.status, first.content["stdout"], first.content["stderr"]) == ("ok", _OUT, _ERR)
+    _sized(server, first)
     as_root(server, first.content["sandbox_id"], _DAMAGE[damage].format(task=_task_dir(first)))
     for attempt in range(2):
         _uncertain(harness.call("run_command", "op", command=command, call_id=f"retry-{attempt}"))
@@ -389,8 +394,8 @@ def test_c6_the_same_harness_never_reports_output_it_did_not_see_after_root_dama
         request(port, "run_command", "bg", command=_PRINTS, background=True)
     )
     assert background.status == "ok", background.content
-    _ended(server, background)
     for launched in (first, background):
+        _sized(server, launched)
         as_root(
             server, launched.content["sandbox_id"], _DAMAGE[damage].format(task=_task_dir(launched))
         )
@@ -408,11 +413,13 @@ def test_c6_the_same_harness_never_reports_output_it_did_not_see_after_root_dama
 
 def test_c6_an_exit_record_without_sizes_is_still_read(server: LocalE2B) -> None:
     """Launchers before this one wrote ``<status> <code>`` alone, and a
-    sandbox keeps its ledger across launcher versions: such a record is
-    read as before (no size to compare), never as damage."""
+    sandbox keeps its ledger across launcher versions (and the sizes join
+    a record a moment after it is written): such a record is read as before
+    (no size to compare), never as damage."""
     harness = _Harness(server)
     first = harness.call("run_command", "op", command=_PRINTS)
     assert first.status == "ok", first.content
+    _sized(server, first)
     as_root(server, first.content["sandbox_id"], f"echo 'exited 0' > {_task_dir(first)}/exit")
     retry = harness.call("run_command", "op", command=_PRINTS)
     assert (retry.status, retry.content["deduplicated"]) == ("ok", True), retry.content
