@@ -345,7 +345,7 @@ def test_c6_a_retry_after_roots_deleted_output_file_is_uncertain_not_ok(
 ) -> None:
     """The outside attack: root deletes (or cuts) one claim's output, and a
     restarted harness retries the key. The output existed and is gone, so
-    the retry, and a read of the task, are ``uncertain``
+    the retry, a read and a stop of the task are ``uncertain``
     (evidence incomplete), never ``ok`` with empty or partial output; and
     nothing launches again (C2)."""
     harness = _Harness(server)
@@ -358,6 +358,7 @@ def test_c6_a_retry_after_roots_deleted_output_file_is_uncertain_not_ok(
     for attempt in range(2):
         _uncertain(harness.call("run_command", "op", command=command, call_id=f"retry-{attempt}"))
     _uncertain(harness.call("read_command_output", "read", task_id=first.content["task_id"]))
+    _uncertain(harness.call("stop_command", "stop", task_id=first.content["task_id"]))
     assert server.truth().marked(mark) == 1
 
 
