@@ -24,7 +24,7 @@ Between reads the guard runs, as around any external step (C9).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import attrs
 
@@ -213,9 +213,17 @@ def _read(
         )
     except EffectFailure as failure:
         return call.failed(failure, side_effect=False)
-    if not isinstance(chunk, OutputChunk):
+    if not _evidence(chunk):
         return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
     return chunk
+
+
+def _evidence(chunk: object) -> TypeGuard[OutputChunk]:
+    """Whether a read answered with output the sandbox can still show. A
+    state of ``unknown`` (the task's record or output is gone, say deleted
+    since the wait) is no evidence: its empty text is not the command's
+    output, so the result is ``uncertain``, never ``ok`` (C6, C7)."""
+    return isinstance(chunk, OutputChunk) and chunk.state.status != "unknown"
 
 
 def _read_all(
@@ -250,7 +258,7 @@ def _read_all(
             )
         except EffectFailure as failure:
             return call.failed(failure, side_effect=False)
-        if not isinstance(chunk, OutputChunk):
+        if not _evidence(chunk):
             return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         final = chunk.state
         stdout.append(chunk.stdout)

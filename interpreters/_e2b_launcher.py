@@ -19,7 +19,9 @@ made the ledger private::
                                atomically by ``start`` or ``discard``, the
                                only two ways it ever leaves the inbox
     L/tasks/<task>/            the claim: digest, command, timeout, cwd,
-                               stdout, stderr, exit, ... (all root, 0600)
+                               stdout, stderr, exit ("<status> <code>",
+                               then "<status> <code> <stdout bytes>
+                               <stderr bytes>"), ... (all root, 0600)
     L/claims.<epoch>/<task>    the claim log of this ledger epoch: one empty
                                file per task ever claimed in it
     L/seal                     "<epoch> <count>": the epoch and how many
@@ -107,6 +109,23 @@ session and the leader.
 reads to answer is reachable by ``user``, every field is read once
 (no check-then-use) and validated, and an unreadable field has a fixed
 fallback (a size of 0, a status of ``unknown``/``running``).
+
+**Output that is gone** (C6, C7): a claim is put in place with its
+``stdout`` and ``stderr`` already made (the rename moves them with it), so
+a fresh task is never seen without them; after that only root can delete
+them. Once the command and what was left of its session are gone, the
+supervisor adds both sizes to the exit record (a moment after writing it:
+off the path from the command's end to its waiter), so a stream found
+shorter was cut since. A claim missing either file, or with one shorter
+than its exit record says, has the state ``unknown`` (code ``-``, sizes 0,
+no bytes) in every answer: what the command printed is not known, so the
+core never answers ``ok`` with empty or partial output. A record without
+sizes (not yet, or an earlier launcher's) is read as before. What this
+cannot see: root deleting a file in the moment between an answer's size
+lookup and its read of the bytes (that one answer comes back with fewer
+bytes than its sizes, so a read says there is more; the next answer is
+``unknown``), and a cut made before the sizes are recorded (while the
+command runs, or in the ~50 ms after it ends).
 
 The only values sandrail puts into shell text are the validated task id
 (64 hex), a nonce and integers; the launcher validates them again.
@@ -299,16 +318,20 @@ end_all() { # <signal> <leader pid>: its process group, its session (processes
   return 0
 }
 
-read_exit() { # <dir>: sets EXIT_STATUS EXIT_CODE from a complete exit record
-  local status= code=
-  read -r status code 2>/dev/null < "$1/exit"
+read_exit() { # <dir>: sets EXIT_STATUS EXIT_CODE, and FINAL_OUT FINAL_ERR (the
+  # streams' sizes when the command ended; 0 in a record without them),
+  # from a complete exit record
+  local status= code= out= err=
+  read -r status code out err 2>/dev/null < "$1/exit"
   [[ $status =~ ^(exited|timed_out|canceled)$ && $code =~ ^[0-9]{1,3}$ ]] || return 1
-  EXIT_STATUS=$status EXIT_CODE=$code
+  [[ $out =~ ^(0|[1-9][0-9]{0,17})$ && $err =~ ^(0|[1-9][0-9]{0,17})$ ]] || out=0 err=0
+  EXIT_STATUS=$status EXIT_CODE=$code FINAL_OUT=$out FINAL_ERR=$err
 }
 
-status_of() { # <task>: sets STATUS and CODE (builtins only: no process)
+status_of() { # <task>: sets STATUS and CODE, and FINAL_OUT FINAL_ERR (0 unless
+  # STATUS is from the exit record) (builtins only: no process)
   local dir=$TASKS/$1 pid
-  STATUS=unknown CODE=-
+  STATUS=unknown CODE=- FINAL_OUT=0 FINAL_ERR=0
   [ -d "$dir" ] || return 0
   if read_exit "$dir"; then STATUS=$EXIT_STATUS CODE=$EXIT_CODE; return 0; fi
   first_line "$dir/supervisor" pid
@@ -318,19 +341,35 @@ status_of() { # <task>: sets STATUS and CODE (builtins only: no process)
   return 0
 }
 
-sizes() { # <dir>: sets OUT_SIZE ERR_SIZE (0 for a size that cannot be read)
+sizes() { # <dir>: sets OUT_SIZE ERR_SIZE; fails, both 0, unless both files are there
   local both
   both=$(stat -c %s -- "$1/stdout" "$1/stderr" 2>/dev/null)
   if [[ $both =~ ^([0-9]+)$'\n'([0-9]+)$ ]]; then
     OUT_SIZE=${BASH_REMATCH[1]} ERR_SIZE=${BASH_REMATCH[2]}
   else
     OUT_SIZE=0 ERR_SIZE=0
+    return 1
+  fi
+}
+
+whole() { # <out size> <err size>: neither stream is shorter than when the
+  # command ended (FINAL_OUT FINAL_ERR, from status_of)
+  (( $1 >= FINAL_OUT && $2 >= FINAL_ERR ))
+}
+
+evidence() { # <dir>, after status_of: OUT_SIZE ERR_SIZE. A claim is put in
+  # place with both files made (do_start), and only root can delete them;
+  # one missing, or shorter than the exit record says it was, means what
+  # the command printed is not known, and so neither is its state: STATUS
+  # unknown, CODE -, sizes 0 (never "ok, no output").
+  if ! sizes "$1" || ! whole "$OUT_SIZE" "$ERR_SIZE"; then
+    STATUS=unknown CODE=- OUT_SIZE=0 ERR_SIZE=0
   fi
 }
 
 state() { # <task>
   status_of "$1"
-  sizes "$TASKS/$1"
+  evidence "$TASKS/$1"
   printf 'state %s %s %s %s\n' "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE"
 }
 
@@ -388,7 +427,8 @@ do_read() { # <task> <out> <err> <max> [<limit>]: with a limit (a wait's
   status_of "$1"
   if (( $2 == 0 && $3 == 0 )) && slurp "$dir/stdout"; then
     out_text=$TEXT OUT_SIZE=$SIZE
-    if slurp "$dir/stderr" && (( OUT_SIZE + SIZE <= ${5:-$(( 2 * FAST ))} )); then
+    if slurp "$dir/stderr" && (( OUT_SIZE + SIZE <= ${5:-$(( 2 * FAST ))} )) &&
+       whole "$OUT_SIZE" "$SIZE"; then
       err_text=$TEXT ERR_SIZE=$SIZE
       printf 'state %s %s %s %s\nout:text %s\n%s\nerr:text %s\n%s\nsize %s %s\n' \
         "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE" "$OUT_SIZE" "$out_text" \
@@ -397,7 +437,7 @@ do_read() { # <task> <out> <err> <max> [<limit>]: with a limit (a wait's
       return
     fi
   fi
-  sizes "$dir"
+  evidence "$dir"
   printf 'state %s %s %s %s\n' "$STATUS" "$CODE" "$OUT_SIZE" "$ERR_SIZE"
   if [ -n "${5:-}" ] && (( OUT_SIZE + ERR_SIZE > $5 )); then
     printf 'out \nerr \n'
@@ -471,7 +511,11 @@ do_start() { # <task> <nonce>
   # a claim is complete (digest and all) or absent. The log entry comes
   # first: a claim that may exist is always logged.
   rm -f -- "$req/expect" "$req/epoch" "$req/fence"
-  : > "$req/stdout"; : > "$req/stderr"
+  # Both output files exist before the claim is visible (the rename below
+  # moves them with it), so a claim without one was damaged (`evidence`).
+  if ! { : > "$req/stdout" && : > "$req/stderr"; } 2>/dev/null; then
+    rm -rf -- "$req"; unlock; fail no-claim
+  fi
   # The supervisor holds an exclusive lock on `alive` for its whole life
   # (it inherits fd 7 and no process of the command does), so a waiter
   # wakes the moment it lets go: an event, not a poll.
@@ -608,6 +652,15 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
   # above and free for any new process to take.
   read -r -t 0.05 -u 8 _ || true
   pkill -KILL -s "$pid" 2>/dev/null
+  # Then, off that path too, the streams' sizes join the record, put in
+  # place by a rename (a reader sees one record or the other). Its session
+  # gone, nothing of the command writes less from now on (one that left
+  # the session may still write more), so a read that finds a stream
+  # shorter knows it was cut since (`evidence`).
+  if sizes "$dir"; then
+    printf '%s %s %s %s\n' "$status" "$code" "$OUT_SIZE" "$ERR_SIZE" > "$dir/exit.sized" &&
+      mv -f -T -- "$dir/exit.sized" "$dir/exit"
+  fi
 }
 
 do_wait() { # <task> <millis> <limit>: a read of cursors 0 0 (see do_read)

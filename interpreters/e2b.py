@@ -121,8 +121,12 @@ Known limits
 - The ledger is out of reach of ``user`` commands, not of ``root``: a
   template that gives ``user`` sudo lets a command read or delete it. A
   deleted ledger still never causes a second launch (the epoch proof), and
-  the keyed digest gives a reader nothing to test guesses against; but such
-  a command can read the env values of tasks being staged or running.
+  the keyed digest gives a reader nothing to test guesses against; an
+  output file deleted, or cut below its size at the command's end, makes
+  the task's state ``unknown`` (never ``ok`` with empty or partial output;
+  :mod:`._e2b_launcher`). But such a command can read the env values of
+  tasks being staged or running, and root can forge a consistent ledger,
+  or an output no shorter than the real one.
 - Env values reach the command's environment, which other processes of
   ``user`` can read (``/proc/<pid>/environ``) while it runs: E2B runs every
   command as the same ``user``.

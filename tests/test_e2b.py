@@ -475,8 +475,13 @@ def test_the_deadline_ends_the_command_in_the_sandbox_without_the_harness(
         start(gone, sandbox_id, "echo $$ > pid; exec sleep 300", timeout_seconds=1)
     # The harness is gone: nobody waits.
     exit_file = f"{LEDGER}/tasks/{TASK}/exit"
-    assert _eventually(lambda: as_root(server, sandbox_id, f"cat {exit_file}") != "", seconds=8)
-    assert as_root(server, sandbox_id, f"cat {exit_file}") == "timed_out 124\n"
+
+    def record() -> str:
+        return as_root(server, sandbox_id, f"cat {exit_file}")
+
+    # The record: status and code, then (a moment later) the streams' sizes.
+    assert _eventually(lambda: len(record().split()) == 4, seconds=8)
+    assert record() == "timed_out 124 0 0\n"
     pid = int(as_root(server, sandbox_id, "cat /home/user/pid"))
     assert _eventually(lambda: not _alive(pid))
     with E2BBackend(**server.sdk_options) as later:

@@ -17,6 +17,7 @@ cannot enter, or an exec Linux refuses as too big, is a decisive
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -269,3 +270,235 @@ def test_c7_the_backend_maps_a_start_that_could_not_begin_to_the_not_started_ref
         outcome = start(backend, ready.sandbox_id, server.mark(mark), cwd="/nowhere")
         assert outcome == NOT_STARTED_REFUSAL
     assert server.truth().marked(mark) == 0
+
+
+# -- C6, C7: never ok for output that is not there -----------------------------------
+
+_OUT, _ERR = "out-1\n", "err-22\n"
+_PRINTS = f"printf {_OUT!r}; printf {_ERR!r} >&2"
+"""A command whose two streams differ in size (a swap would show)."""
+
+_DAMAGE = {
+    # Root deletes one claim's output files (the outside attack).
+    "stdout-deleted": "rm -f {task}/stdout",
+    "stderr-deleted": "rm -f {task}/stderr",
+    "both-deleted": "rm -f {task}/stdout {task}/stderr",
+    # Or cuts one below the size it had when the command ended (the exit
+    # record keeps those sizes).
+    "stdout-emptied": ": > {task}/stdout",
+    "stderr-cut": "truncate -s 2 {task}/stderr",
+    "stdout-replaced-by-a-shorter-file": "printf o > {task}/new && mv -f {task}/new {task}/stdout",
+}
+
+
+class _Harness:
+    """A harness whose ownership record survives its restarts: each
+    :meth:`port` is a new backend (a new harness process) on the same
+    durable record."""
+
+    def __init__(self, server: LocalE2B) -> None:
+        self.server = server
+        self.session = new_session()
+        self.durable: dict[str, OwnedCommand] = {}
+
+    def call(self, tool: str, key: str, **arguments: Any) -> sandrail.ToolResult:
+        with E2BBackend(**self.server.sdk_options, request_timeout_seconds=10) as restarted:
+            port = port_on(
+                restarted,
+                self.session,
+                resolve_owned_command=lambda request, task: self.durable.get(task),
+                remember_owned_command=lambda request, owned: self.durable.__setitem__(
+                    owned.task_id, owned
+                ),
+            )
+            return port.execute_sync(request(port, tool, key, **arguments))
+
+
+def _task_dir(result: sandrail.ToolResult) -> str:
+    return f"{LEDGER}/tasks/{result.content['task_id']}"
+
+
+def _sized(server: LocalE2B, result: sandrail.ToolResult) -> None:
+    """Until the launched task's exit record holds the streams' final sizes
+    (the supervisor adds them a moment after the command ended; a cut made
+    before cannot be told from the command's own output). Bounded: 10 s."""
+    as_root(
+        server,
+        result.content["sandbox_id"],
+        "for i in $(seq 200); do "
+        f'read -r s c o e < {_task_dir(result)}/exit 2>/dev/null; [ -n "$e" ] && break; '
+        "sleep 0.05; done",
+    )
+
+
+def _uncertain(result: sandrail.ToolResult) -> None:
+    assert result.status == "uncertain", result.content
+    assert result.content["error_type"] == _EVIDENCE_INCOMPLETE, result.content
+    assert result.content["evidence_incomplete"] is True
+    assert "stdout" not in result.content
+    assert "stderr" not in result.content
+
+
+@pytest.mark.parametrize("damage", sorted(_DAMAGE))
+def test_c6_a_retry_after_roots_deleted_output_file_is_uncertain_not_ok(
+    server: LocalE2B, damage: str
+) -> None:
+    """The outside attack: root deletes (or cuts) one claim's output, and a
+    restarted harness retries the key. The output existed and is gone, so
+    the retry, a read and a stop of the task are ``uncertain``
+    (evidence incomplete), never ``ok`` with empty or partial output; and
+    nothing launches again (C2)."""
+    harness = _Harness(server)
+    mark = _mark()
+    command = f"{server.mark(mark)}; {_PRINTS}"
+    first = harness.call("run_command", "op", command=command)
+    assert (first.status, first.content["stdout"], first.content["stderr"]) == ("ok", _OUT, _ERR)
+    _sized(server, first)
+    as_root(server, first.content["sandbox_id"], _DAMAGE[damage].format(task=_task_dir(first)))
+    for attempt in range(2):
+        _uncertain(harness.call("run_command", "op", command=command, call_id=f"retry-{attempt}"))
+    _uncertain(harness.call("read_command_output", "read", task_id=first.content["task_id"]))
+    _uncertain(harness.call("stop_command", "stop", task_id=first.content["task_id"]))
+    assert server.truth().marked(mark) == 1
+
+
+def test_c7_the_same_harness_answers_a_retry_from_the_output_it_saw_never_empty(
+    server: LocalE2B, backend: E2BBackend
+) -> None:
+    """A backend keeps an ended command's whole output once it has seen it
+    (it can no longer change): a retry after root deleted the files is
+    answered from that, the command's true output, deduplicated."""
+    port = _durable_port(backend, new_session())
+    command = f"{_PRINTS}"
+    first = port.execute_sync(request(port, "run_command", "op", command=command))
+    assert first.status == "ok", first.content
+    as_root(server, first.content["sandbox_id"], f"rm -f {_task_dir(first)}/stdout")
+    retry = port.execute_sync(request(port, "run_command", "op", command=command))
+    assert (retry.status, retry.content["deduplicated"]) == ("ok", True), retry.content
+    assert (retry.content["stdout"], retry.content["stderr"]) == (_OUT, _ERR)
+
+
+@pytest.mark.parametrize("damage", ["stdout-deleted", "stderr-cut"])
+def test_c6_the_same_harness_never_reports_output_it_did_not_see_after_root_damaged_it(
+    server: LocalE2B, backend: E2BBackend, damage: str
+) -> None:
+    """Output the backend never held whole (too big for a wait to bring
+    back; a background command never read) is read from the sandbox again:
+    once root deleted or cut it, the foreground retry and the reads are
+    ``uncertain``. A background retry still acknowledges its one launch
+    (``ok``, deduplicated), with the state ``unknown``."""
+    port = _durable_port(backend, new_session())
+    big = "head -c 40000 /dev/zero | tr '\\0' o; head -c 40000 /dev/zero | tr '\\0' e >&2"
+    first = port.execute_sync(request(port, "run_command", "big", command=big))
+    assert (first.status, first.content["stdout_bytes"]) == ("ok", 40_000), first.content
+    background = port.execute_sync(
+        request(port, "run_command", "bg", command=_PRINTS, background=True)
+    )
+    assert background.status == "ok", background.content
+    for launched in (first, background):
+        _sized(server, launched)
+        as_root(
+            server, launched.content["sandbox_id"], _DAMAGE[damage].format(task=_task_dir(launched))
+        )
+    _uncertain(port.execute_sync(request(port, "run_command", "big", command=big)))
+    for launched in (first, background):
+        _uncertain(
+            port.execute_sync(
+                request(port, "read_command_output", "read", task_id=launched.content["task_id"])
+            )
+        )
+    again = port.execute_sync(request(port, "run_command", "bg", command=_PRINTS, background=True))
+    assert again.status == "ok", again.content
+    assert (again.content["deduplicated"], again.content["status"]) == (True, "unknown")
+
+
+def test_c6_an_exit_record_without_sizes_is_still_read(server: LocalE2B) -> None:
+    """Launchers before this one wrote ``<status> <code>`` alone, and a
+    sandbox keeps its ledger across launcher versions (and the sizes join
+    a record a moment after it is written): such a record is read as before
+    (no size to compare), never as damage."""
+    harness = _Harness(server)
+    first = harness.call("run_command", "op", command=_PRINTS)
+    assert first.status == "ok", first.content
+    _sized(server, first)
+    as_root(server, first.content["sandbox_id"], f"echo 'exited 0' > {_task_dir(first)}/exit")
+    retry = harness.call("run_command", "op", command=_PRINTS)
+    assert (retry.status, retry.content["deduplicated"]) == ("ok", True), retry.content
+    assert (retry.content["stdout"], retry.content["stderr"]) == (_OUT, _ERR)
+
+
+_WATCHER = (
+    "nohup bash -c 'looked=0; n=0; "
+    "while [ ! -e /root/watch.stop ] && (( n++ < 20000 )); do "
+    f'for claim in {LEDGER}/tasks/*/; do [ -d "$claim" ] || continue; '
+    "looked=$(( looked + 1 )); "
+    '[ -e "$claim/stdout" ] && [ -e "$claim/stderr" ] || echo "missing $claim"; '
+    'done; sleep 0.002; done > /root/watch.out; echo "looked $looked" >> /root/watch.out; '
+    "mv /root/watch.out /root/watch.log' >/dev/null 2>&1 &"
+)
+"""As root, until told to stop (bounded): every claim it sees, and whether
+it lacks an output file. Writes ``/root/watch.log`` last, whole."""
+
+
+def test_c6_fresh_tasks_under_concurrency_are_never_unknown(
+    server: LocalE2B, backend: E2BBackend
+) -> None:
+    """The rule cannot touch a healthy task: a claim becomes visible only
+    by the rename that moves its already-made output files with it, so
+    there is no moment a fresh task lacks them. 20 quick tasks from 4
+    threads, half in the background read at once (while their supervisor
+    starts): every answer is ``ok``, none ``unknown``, every output whole;
+    and a root watcher looking at every claim all the while never sees one
+    without both files."""
+    port = _durable_port(backend, new_session())
+    warm = port.execute_sync(request(port, "run_command", "warm", command="true"))
+    assert warm.status == "ok", warm.content
+    sandbox_id = warm.content["sandbox_id"]
+    as_root(server, sandbox_id, _WATCHER)
+    results: dict[int, list[sandrail.ToolResult]] = {}
+
+    def task(n: int) -> None:
+        command = f"printf 'o{n}\\n'; printf 'e{n}\\n' >&2"
+        background = n % 2 == 1
+        launched = port.execute_sync(
+            request(port, "run_command", f"op-{n}", command=command, background=background)
+        )
+        results[n] = [launched]
+        if background and launched.status == "ok":
+            for wait_seconds in (0, 20):
+                results[n].append(
+                    port.execute_sync(
+                        request(
+                            port,
+                            "read_command_output",
+                            f"read-{n}-{wait_seconds}",
+                            task_id=launched.content["task_id"],
+                            wait_seconds=wait_seconds,
+                        )
+                    )
+                )
+
+    def worker(first: int) -> None:
+        for n in range(first, 20, 4):
+            task(n)
+
+    threads = [threading.Thread(target=worker, args=(first,)) for first in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    as_root(server, sandbox_id, ": > /root/watch.stop")
+    seen = as_root(
+        server,
+        sandbox_id,
+        "for i in $(seq 200); do grep -q '^looked' /root/watch.log && break; sleep 0.05; done; "
+        "cat /root/watch.log",
+    )
+    assert seen.startswith("looked "), seen  # no "missing" line before it
+    assert int(seen.split()[1]) >= 20, seen
+    assert sorted(results) == list(range(20))
+    for n, answers in results.items():
+        assert [a.status for a in answers] == ["ok"] * len(answers), [a.content for a in answers]
+        assert "unknown" not in [a.content["status"] for a in answers], n
+        last = answers[-1].content
+        assert (last["status"], last["stdout"], last["stderr"]) == ("exited", f"o{n}\n", f"e{n}\n")

@@ -301,6 +301,30 @@ def test_c6_a_read_that_cannot_tell_the_state_is_uncertain() -> None:
     assert result.content["task_id"] == TASK
 
 
+@pytest.mark.parametrize("stdout_bytes", [4, 1_000_000])
+def test_c6_a_foreground_read_that_finds_its_output_gone_is_uncertain_not_ok(
+    stdout_bytes: int,
+) -> None:
+    """The wait saw the command end; the reads that collect its output find
+    the task's output gone (state ``unknown``: root deleted it meanwhile).
+    Its empty text is not the command's output: ``uncertain``, never ``ok``
+    with empty or partial output, whether the output is read whole (small)
+    or at its two ends (too big for the budget)."""
+    ended = CommandState(status="exited", exit_code=0, stdout_bytes=stdout_bytes)
+    gone = OutputChunk(
+        stdout="",
+        stderr="",
+        next_stdout_cursor=0,
+        next_stderr_cursor=0,
+        more=False,
+        state=CommandState(status="unknown"),
+    )
+    result = run("run_command", {"command": "x"}, {Wait: ended, Read: gone})
+    assert result.status == "uncertain", result.content
+    assert result.content["error_type"] == ErrorCode.EVIDENCE_INCOMPLETE.value
+    assert result.content["task_id"] == TASK
+
+
 @pytest.mark.parametrize("answer", ["garbage", None])
 def test_c6_a_stop_with_an_unexpected_answer_is_uncertain(answer: Any) -> None:
     sim = Simulator(scripts={"serve": Script.hangs()})
