@@ -124,8 +124,8 @@ def _stream(
                 max_bytes=asked,
             ),
         )
-        if not isinstance(chunk, OutputChunk):
-            raise BrokenArtifactError
+        if not isinstance(chunk, OutputChunk) or chunk.state.status == "unknown":
+            raise BrokenArtifactError  # no answer, or the output is gone: no evidence
         if name == "stdout":
             text, start, after = chunk.stdout, chunk.stdout_start, chunk.next_stdout_cursor
         else:

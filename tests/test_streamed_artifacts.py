@@ -816,3 +816,46 @@ def test_c15_a_directory_store_ignores_links_it_did_not_make(tmp_path: Path) -> 
         store.read("artifact://0123456789abcdef")
     with pytest.raises(ArtifactNotFoundError):
         store.read("artifact://../outside/precious")
+
+
+def test_c6_c15_a_page_that_finds_the_output_gone_keeps_no_artifact() -> None:
+    """A page read while streaming answers ``unknown`` (root deleted the
+    output since the ends were read): no evidence, so the artifact is
+    discarded; the result shows the ends it had read."""
+    from sandrail.core import CommandState, OutputChunk, Read
+
+    sim = Simulator(scripts={"big": Script.prints("g" * 10_000)})
+    reads = 0
+
+    def backend(effect: Any) -> Any:
+        nonlocal reads
+        if isinstance(effect, Read):
+            reads += 1
+            if reads == 4:  # the ends, then two pages, then the output is gone
+                return OutputChunk(
+                    stdout="",
+                    stderr="",
+                    next_stdout_cursor=effect.stdout_cursor,
+                    next_stderr_cursor=effect.stderr_cursor,
+                    more=False,
+                    state=CommandState(status="unknown"),
+                )
+        return sim(effect)
+
+    store = SpyStore()
+    rig = Rig(sim=sim, artifacts=store, max_output_bytes=2_000)
+    port = sandrail.command_tools(
+        backend=backend,
+        session_id=rig.session_id,
+        owner=rig.owner,
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        artifacts=store,
+        max_output_bytes=2_000,
+    )
+    with page_size(1_000):
+        result = port.execute_sync(rig.request("run_command", {"command": "big"}))
+    assert reads == 4
+    assert result.status == "ok"
+    assert result.artifact_refs == ()
+    assert (store.commits, store.aborts) == (0, 1)
