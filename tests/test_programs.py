@@ -285,18 +285,23 @@ def test_c5_reads_change_nothing_so_their_failures_are_errors(
     assert waited.status == "error"
 
 
+UNKNOWN_PAGE = OutputChunk(
+    stdout="",
+    stderr="",
+    next_stdout_cursor=0,
+    next_stderr_cursor=0,
+    more=False,
+    state=CommandState(status="unknown"),
+)
+"""A read's answer when the sandbox cannot tell (or the output is gone)."""
+
+
 def test_c6_a_read_that_cannot_tell_the_state_is_uncertain() -> None:
     sim = Simulator(scripts={"serve": Script.hangs()})
     owned = launched_background(sim)
-    unknown = OutputChunk(
-        stdout="",
-        stderr="",
-        next_stdout_cursor=0,
-        next_stderr_cursor=0,
-        more=False,
-        state=CommandState(status="unknown"),
+    result = run(
+        "read_command_output", {"task_id": TASK}, {Read: UNKNOWN_PAGE}, sim=sim, owned=owned
     )
-    result = run("read_command_output", {"task_id": TASK}, {Read: unknown}, sim=sim, owned=owned)
     assert result.status == "uncertain"
     assert result.content["task_id"] == TASK
 
@@ -311,15 +316,7 @@ def test_c6_a_foreground_read_that_finds_its_output_gone_is_uncertain_not_ok(
     with empty or partial output, whether the output is read whole (small)
     or at its two ends (too big for the budget)."""
     ended = CommandState(status="exited", exit_code=0, stdout_bytes=stdout_bytes)
-    gone = OutputChunk(
-        stdout="",
-        stderr="",
-        next_stdout_cursor=0,
-        next_stderr_cursor=0,
-        more=False,
-        state=CommandState(status="unknown"),
-    )
-    result = run("run_command", {"command": "x"}, {Wait: ended, Read: gone})
+    result = run("run_command", {"command": "x"}, {Wait: ended, Read: UNKNOWN_PAGE})
     assert result.status == "uncertain", result.content
     assert result.content["error_type"] == ErrorCode.EVIDENCE_INCOMPLETE.value
     assert result.content["task_id"] == TASK

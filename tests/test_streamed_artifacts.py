@@ -119,6 +119,29 @@ def run_big(
     return rig.run("run_command", {"command": "big"})
 
 
+def port_for(backend: Any, store: Any) -> Any:
+    """A command port on ``backend`` with ``store``, allowing everything."""
+    return sandrail.command_tools(
+        backend=backend,
+        session_id="session-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        artifacts=store,
+        max_output_bytes=2_000,
+    )
+
+
+def big_request(port: Any) -> sandrail.ToolRequest:
+    return sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "big"}),
+        operation_key="op-1",
+        session_id="session-1",
+        definition=port.definition("run_command"),
+        identity=sandrail.AgentIdentity(agent_id="agent-1"),
+    )
+
+
 def stored(store: Any, result: sandrail.ToolResult) -> dict[str, Any]:
     (ref,) = result.artifact_refs
     text = store.memory.read(ref.uri) if hasattr(store, "memory") else store.read(ref.uri)
@@ -392,16 +415,7 @@ def test_c15_a_cancelled_call_leaves_no_artifact_open(tmp_path: Path) -> None:
     whatever the call opened is aborted, no temporary file is left."""
     store = sandrail.DirectoryArtifactStore(tmp_path)
     sim = Simulator(scripts={"big": Script.prints("c" * 10_000)})
-    rig = Rig(sim=sim, artifacts=store, max_output_bytes=2_000)
-    port = sandrail.command_tools(
-        backend=_YieldingSimulator(sim),
-        session_id=rig.session_id,
-        owner=rig.owner,
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-        artifacts=store,
-        max_output_bytes=2_000,
-    )
+    port = port_for(_YieldingSimulator(sim), store)
     writer_class: Any = sandrail.interpreters.artifacts._FileWriter
     original = writer_class.write_bytes
     writes = 0
@@ -422,7 +436,7 @@ def test_c15_a_cancelled_call_leaves_no_artifact_open(tmp_path: Path) -> None:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(writer_class, "write_bytes", write_bytes)
             with pytest.raises(asyncio.CancelledError):
-                await port.execute(rig.request("run_command", {"command": "big"}))
+                await port.execute(big_request(port))
 
     with page_size(512):
         asyncio.run(main())
@@ -442,26 +456,9 @@ def test_c15_a_streamed_artifact_records_and_replays(tmp_path: Path) -> None:
     path = tmp_path / "streamed.jsonl"
     recorder = Recorder(Simulator(scripts={"big": Script.prints("r" * 6_000)}), path)
     store = SpyStore()
-    port = recorder.attach(
-        sandrail.command_tools(
-            backend=recorder,
-            session_id="s",
-            owner=sandrail.AgentOwner(agent_id="a"),
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-            artifacts=store,
-            max_output_bytes=2_000,
-        )
-    )
-    request = sandrail.ToolRequest(
-        call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "big"}),
-        operation_key="op-1",
-        session_id="s",
-        definition=port.definition("run_command"),
-        identity=sandrail.AgentIdentity(agent_id="a"),
-    )
+    port = recorder.attach(port_for(recorder, store))
     with page_size(1_000):
-        result = port.execute_sync(request)
+        result = port.execute_sync(big_request(port))
         recorder.close()
         kinds = [json.loads(line).get("effect", {}).get("type") for line in path.open()]
         assert {"OpenArtifact", "AppendArtifact", "CloseArtifact"} <= set(kinds)
@@ -763,26 +760,8 @@ def test_c17_a_recorded_call_whose_reference_shows_a_named_secret_replays(tmp_pa
     recorder = Recorder(
         Simulator(scripts={"big": Script.prints("n" * 100_000)}), path, secrets=[named]
     )
-    port = recorder.attach(
-        sandrail.command_tools(
-            backend=recorder,
-            session_id="s",
-            owner=sandrail.AgentOwner(agent_id="a"),
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-            artifacts=store,
-            max_output_bytes=2_000,
-        )
-    )
-    result = port.execute_sync(
-        sandrail.ToolRequest(
-            call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "big"}),
-            operation_key="op-1",
-            session_id="s",
-            definition=port.definition("run_command"),
-            identity=sandrail.AgentIdentity(agent_id="a"),
-        )
-    )
+    port = recorder.attach(port_for(recorder, store))
+    result = port.execute_sync(big_request(port))
     recorder.close()
     assert result.status == "ok"
     assert result.artifact_refs == ()
@@ -843,18 +822,9 @@ def test_c6_c15_a_page_that_finds_the_output_gone_keeps_no_artifact() -> None:
         return sim(effect)
 
     store = SpyStore()
-    rig = Rig(sim=sim, artifacts=store, max_output_bytes=2_000)
-    port = sandrail.command_tools(
-        backend=backend,
-        session_id=rig.session_id,
-        owner=rig.owner,
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-        artifacts=store,
-        max_output_bytes=2_000,
-    )
+    port = port_for(backend, store)
     with page_size(1_000):
-        result = port.execute_sync(rig.request("run_command", {"command": "big"}))
+        result = port.execute_sync(big_request(port))
     assert reads == 4
     assert result.status == "ok"
     assert result.artifact_refs == ()
