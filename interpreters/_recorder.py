@@ -28,6 +28,7 @@ from sandrail.core import (
     ToolResult,
     redaction_secrets,
 )
+from sandrail.core._masking import MIN_REDACTED_LENGTH
 
 from ._cassette import (
     CallRedaction,
@@ -52,6 +53,21 @@ class RecorderNotAttachedError(FatalInterpreterError, RuntimeError):
     port lets through rather than report as a tool outcome."""
 
 
+def _named_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
+    """``secrets`` checked: strings of at least ``MIN_REDACTED_LENGTH`` characters."""
+    named = (secrets,) if isinstance(secrets, str) else tuple(secrets)
+    for secret in named:
+        if not isinstance(secret, str):
+            raise ValueError(f"Recorder secrets must be strings, got {type(secret).__name__}")
+        if len(secret) < MIN_REDACTED_LENGTH:
+            raise ValueError(
+                f"Recorder secrets must have at least {MIN_REDACTED_LENGTH} characters, got one "
+                f"of {len(secret)}: a shorter one cannot be masked in output without masking "
+                "ordinary text"
+            )
+    return named
+
+
 class Recorder:
     """An interpreter that passes every effect through and writes it down.
 
@@ -59,6 +75,11 @@ class Recorder:
     harness effects are answered by the port. ``sink`` is a path (the file is
     created or replaced) or an open text stream. ``secrets`` are extra strings
     that must never reach the cassette (C17); environment values never do.
+    Each is masked in output as env values are, so each must be a string of
+    at least :data:`~sandrail.core._masking.MIN_REDACTED_LENGTH` (8)
+    characters: a shorter one would mask ordinary text (``ok``, JSON keys)
+    and make the recording unreplayable; ``ValueError`` otherwise, before
+    the sink is touched.
 
     Call :meth:`attach` with the port built on this recorder before the first
     request: it writes the header from the port's settings. A recorder
@@ -72,6 +93,7 @@ class Recorder:
         *,
         secrets: Iterable[str] = (),
     ) -> None:
+        named = _named_secrets(secrets)
         self.inner = inner
         if isinstance(sink, str | os.PathLike):
             self._stream: IO[str] = open(sink, "w", encoding="utf-8", newline="\n")  # noqa: SIM115
@@ -79,7 +101,7 @@ class Recorder:
         else:
             self._stream = sink
             self._owns_stream = False
-        self._secrets = tuple(secrets)
+        self._secrets = named
         self._seen_env: set[str] = set()
         self._closed = False
         self._settings: PortSettings | None = None

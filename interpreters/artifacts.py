@@ -205,11 +205,14 @@ class DirectoryArtifactStore:
         name = uri.removeprefix(_SCHEME)
         if not uri.startswith(_SCHEME) or not _NAME.fullmatch(name):
             raise ArtifactNotFoundError(uri)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK  # no link, no waiting on a FIFO
         try:
-            fd = os.open(self._dir / f"{name}.artifact", os.O_RDONLY | os.O_NOFOLLOW)
+            fd = os.open(self._dir / f"{name}.artifact", flags)
         except OSError:
             raise ArtifactNotFoundError(uri) from None
         with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ArtifactNotFoundError(uri)  # only regular files are artifacts
             return handle.read().decode("utf-8")
 
 
@@ -253,7 +256,11 @@ class _FileWriter:
             raise ValueError("this artifact was already committed or aborted")
         self._ended = True
         try:
+            written = os.fstat(self._handle.fileno())
             self._handle.close()
+            found = self._tmp.lstat()
+            if (found.st_dev, found.st_ino) != (written.st_dev, written.st_ino):
+                raise FileNotFoundError(f"{self._tmp} is no longer the file this writer wrote")
             uri = self._store._install(self._tmp, self._hash.hexdigest(), self._size)
         except BaseException:
             self._tmp.unlink(missing_ok=True)

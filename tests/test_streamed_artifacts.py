@@ -829,3 +829,58 @@ def test_c6_c15_a_page_that_finds_the_output_gone_keeps_no_artifact() -> None:
     assert result.status == "ok"
     assert result.artifact_refs == ()
     assert (store.commits, store.aborts) == (0, 1)
+
+
+def test_c15_a_fifo_named_like_an_artifact_is_not_read(tmp_path: Path) -> None:
+    """From outside attack 8: reading waited forever on a FIFO."""
+    import os
+
+    from sandrail.interpreters.artifacts import ArtifactNotFoundError
+
+    store = sandrail.DirectoryArtifactStore(tmp_path)
+    os.mkfifo(tmp_path / "0123456789abcdef.artifact")
+    with pytest.raises(ArtifactNotFoundError):
+        store.read("artifact://0123456789abcdef")
+
+
+def test_c15_a_temporary_file_swapped_mid_stream_is_not_committed(tmp_path: Path) -> None:
+    """From outside attack 8: someone replaces the writer's temporary file
+    by a link to another file while it streams; the commit refuses a file it
+    did not write, and the result names no artifact."""
+    import os
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text("not the output")
+    store_dir = tmp_path / "store"
+    store = sandrail.DirectoryArtifactStore(store_dir)
+    writer_class: Any = sandrail.interpreters.artifacts._FileWriter
+    original = writer_class.write_bytes
+    swapped = False
+
+    def write_bytes(self: Any, data: bytes) -> None:
+        nonlocal swapped
+        original(self, data)
+        if not swapped:
+            swapped = True
+            os.unlink(self._tmp)
+            os.link(elsewhere, self._tmp)
+
+    with page_size(512), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer_class, "write_bytes", write_bytes)
+        result = run_big(store, "s" * 10_000)
+    assert swapped
+    assert result.status == "ok"
+    assert result.artifact_refs == ()
+    assert elsewhere.read_text() == "not the output"
+
+
+@pytest.mark.parametrize("secret", ["", "hunter2", "ok", 12345678])
+def test_c17_a_recorder_refuses_a_named_secret_it_cannot_mask(tmp_path: Path, secret: Any) -> None:
+    """From outside attack 8: a named secret under 8 characters was scrubbed
+    from the cassette but not masked in output, so the recording did not
+    replay (and ``ok`` or a JSON key scrubbed broke it). Refused at once,
+    before the file is touched."""
+    path = tmp_path / "never.jsonl"
+    with pytest.raises(ValueError, match="Recorder secrets must"):
+        Recorder(Simulator(), path, secrets=[secret])
+    assert not path.exists()
