@@ -170,11 +170,7 @@ class DirectoryArtifactStore:
                 f"artifact of {len(data)} bytes exceeds the store's cap of {self._cap}"
             )
         writer = self.open(key, media_type)
-        try:
-            writer.write_bytes(data)
-        except BaseException:
-            writer.abort()
-            raise
+        writer.write_bytes(data)  # aborts the writer itself if it fails
         return writer.commit()
 
     def open(self, key: str, media_type: str) -> _FileWriter:
