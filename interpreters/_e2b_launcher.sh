@@ -34,13 +34,13 @@ epoch() { # EPOCH, CLAIMS and SEALED of the ledger as it is (builtins only;
   # exactly one claim log (and nothing else named claims.*), the seal naming
   # it, and at least as many entries in it as the seal counts. Any partial
   # deletion of the ledger breaks one of these, and so voids the epoch.
-  local dir found=() sealed= count= entries
+  local dir found=() sealed='' count='' entries
   for dir in "$LEDGER"/claims.*; do
     [ -e "$dir" ] || [ -L "$dir" ] || continue
     [[ -d $dir && ! -L $dir && ${dir##*/claims.} =~ ^[0-9a-f]{32}$ ]] || found+=(bad)
     found+=("$dir")
   done
-  CLAIMS= EPOCH=- SEALED=
+  CLAIMS='' EPOCH=- SEALED=''
   (( ${#found[@]} == 1 )) || return 1
   read -r sealed count 2>/dev/null < "$LEDGER/seal" || return 1
   [[ $sealed == "${found[0]##*/claims.}" && $count =~ ^[0-9]{1,18}$ ]] || return 1
@@ -124,7 +124,7 @@ end_all() { # <signal> <leader pid>: its process group, its session (processes
 read_exit() { # <dir>: sets EXIT_STATUS EXIT_CODE, and FINAL_OUT FINAL_ERR (the
   # streams' sizes when the command ended; 0 in a record without them),
   # from a complete exit record
-  local status= code= out= err=
+  local status='' code='' out='' err=''
   read -r status code out err 2>/dev/null < "$1/exit"
   [[ $status =~ ^(exited|timed_out|canceled)$ && $code =~ ^[0-9]{1,3}$ ]] || return 1
   [[ $out =~ ^(0|[1-9][0-9]{0,17})$ && $err =~ ^(0|[1-9][0-9]{0,17})$ ]] || out=0 err=0
@@ -271,6 +271,7 @@ do_start() { # <task> <nonce>
   mv -T -- "$INBOX/$1.$2" "$req" 2>/dev/null || fail no-request
   first_line "$req/digest" ours
   [[ $ours =~ ^[0-9a-f]{64}$ ]] || { rm -rf -- "$req"; fail bad-request; }
+  # shellcheck disable=SC2174  # -m is for $TASKS only: its parent is the ledger
   mkdir -p -m 700 -- "$TASKS"
   lock
   new_epoch
@@ -366,6 +367,7 @@ do_discard() { # <task> <nonce>: delete a staged request no start has taken,
 # the very same argument and environment, only when they are over 16,384
 # characters, far under Linux's least limit of 128 KiB). None of the
 # wrapper's own messages reaches the command's stderr.
+# shellcheck disable=SC2016  # single quotes on purpose: the wrapper's bash expands it
 WRAPPER='__sandrail_size=${#3}
 while IFS= read -r -d "" __sandrail_entry <&4; do
   export "$__sandrail_entry" 2>/dev/null
@@ -391,6 +393,7 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
   [[ $limit =~ ^[0-9]{1,9}$ ]] || limit=1
   read -r uid gid setpriv setsid_bin < "$LEDGER/user"
   # The wrapper's report channel: a pipe (read on fd 4, written on fd 5).
+  # shellcheck disable=SC2094  # on purpose: both ends of one pipe, reopened by its /proc name
   { exec 4<> <(:) && exec 5>"/proc/$BASHPID/fd/4" 4<"/proc/$BASHPID/fd/4"; } 2>/dev/null
   (
     # First, before anything can fail: the env file is opened for the
@@ -531,12 +534,13 @@ do_init() { # <final name>: move this freshly written copy into place
   local uid gid setpriv setsid_bin
   [[ $1 =~ ^launcher-[0-9a-f]{16}\.sh$ ]] || fail bad-name
   [ "$EUID" = 0 ] || fail not-root
+  # shellcheck disable=SC2174  # parents made by -p get 0700 from `umask 077` (and chmod below)
   mkdir -p -m 700 -- "$LEDGER/bin" "$TASKS" "$INBOX"
   # Private whatever the files API made (0755): root's home as Debian has
   # it, and the ledger in it.
   chmod go-rwx -- "${LEDGER%/*}"
   chmod 700 -- "$LEDGER" "$LEDGER/bin" "$TASKS" "$INBOX"
-  uid=$(id -u user 2>/dev/null) && gid=$(id -g user 2>/dev/null) || fail no-user
+  if ! uid=$(id -u user 2>/dev/null) || ! gid=$(id -g user 2>/dev/null); then fail no-user; fi
   setpriv=$(command -v setpriv) || fail no-setpriv
   setsid_bin=$(command -v setsid) || fail no-setsid
   printf '%s %s %s %s\n' "$uid" "$gid" "$setpriv" "$setsid_bin" > "$LEDGER/user.tmp" &&
