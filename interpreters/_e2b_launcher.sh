@@ -5,10 +5,13 @@
 {
 set -u
 umask 077
+# Where things live: the ledger is where this script is (L/bin/<name>);
+# the two other places are named once, here.
 LEDGER=${0%/bin/*}
 TASKS=$LEDGER/tasks
 INBOX=$LEDGER/inbox
 SHARED=/tmp/sandrail
+USER_HOME=/home/user
 CODE=$SHARED/code
 EPOCH=-
 CLAIMS=
@@ -368,13 +371,13 @@ do_discard() { # <task> <nonce>: delete a staged request no start has taken,
 # characters, far under Linux's least limit of 128 KiB). None of the
 # wrapper's own messages reaches the command's stderr.
 # shellcheck disable=SC2016  # single quotes on purpose: the wrapper's bash expands it
-WRAPPER='__sandrail_size=${#3}
+WRAPPER='__sandrail_size=${#3} __sandrail_home=$HOME
 while IFS= read -r -d "" __sandrail_entry <&4; do
   export "$__sandrail_entry" 2>/dev/null
   __sandrail_size=$(( __sandrail_size + ${#__sandrail_entry} ))
 done
 unset __sandrail_entry; exec 4<&-
-cd /home/user 2>/dev/null
+cd "$__sandrail_home" 2>/dev/null; unset __sandrail_home
 if ! CDPATH= cd -- "$1" 2>/dev/null; then echo cwd >&5; exit 1; fi 2>/dev/null
 [ "$2" = argv ] || set -- "$1" "$2" '"'"'IFS= read -r -d "" __sandrail_command <&3; exec 3<&-
 eval "unset __sandrail_command; $__sandrail_command"'"'"'
@@ -400,13 +403,13 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
     # command and deleted, so no value rests in the sandbox once it runs.
     if [ -f "$dir/env" ]; then exec 4<"$dir/env"; rm -f -- "$dir/env"
     else exec 4</dev/null; fi
-    cwd=/home/user
+    cwd=$USER_HOME
     if [ -f "$dir/cwd" ]; then IFS= read -r -d '' cwd < "$dir/cwd"; fi
     mode=argv command=
     if [ -e "$dir/long" ]; then mode=fd
     else IFS= read -r -d '' command < "$dir/command"; fi
     if [ -e "$dir/canceled" ]; then exit 143; fi
-    export HOME=/home/user USER=user LOGNAME=user
+    export HOME=$USER_HOME USER=user LOGNAME=user
     drop=("$setpriv" --reuid="$uid" --regid="$gid" --init-groups --)
     # Where `user` is root (no separation) there is nothing to drop, and a
     # user namespace may refuse setgroups.
@@ -499,14 +502,15 @@ do_cancel() { # <task>
   print_epoch
 }
 
-root_dir() { # <path>: a directory root owns, not a link (in sticky /tmp a
-  # user could have made the name first: move theirs aside)
+root_dir() { # <path>: a directory root (this script's own uid) owns, not a
+  # link (in sticky /tmp a user could have made the name first: move theirs
+  # aside)
   local owner
-  if [ -L "$1" ] || { [ -e "$1" ] && owner=$(stat -c %u -- "$1") && [ "$owner" != 0 ]; }; then
+  if [ -L "$1" ] || { [ -e "$1" ] && owner=$(stat -c %u -- "$1") && [ "$owner" != "$EUID" ]; }; then
     mv -f -T -- "$1" "$1.moved.$$.$RANDOM" || return 1
   fi
   mkdir -m 711 -- "$1" 2>/dev/null
-  [ -d "$1" ] && [ ! -L "$1" ] && owner=$(stat -c %u -- "$1") && [ "$owner" = 0 ] &&
+  [ -d "$1" ] && [ ! -L "$1" ] && owner=$(stat -c %u -- "$1") && [ "$owner" = "$EUID" ] &&
     chmod 711 -- "$1"
 }
 
