@@ -108,13 +108,8 @@ class LauncherCalls:
         # ``exec``: E2B runs the line in a login shell, which bash never
         # replaces by its last command itself; one process fewer to end
         # before the answer (a wait's answer is on the exit-to-result path).
-        result = await sdk_call(
-            box.sandbox.commands.run(
-                f"exec bash {_BIN}/{LAUNCHER_NAME} {args}",
-                user=_ROOT,
-                timeout=seconds + self._request_timeout,
-                request_timeout=self._request_timeout,
-            )
+        result = await self._as_root(
+            box, f"exec bash {_BIN}/{LAUNCHER_NAME} {args}", seconds + self._request_timeout
         )
         stdout = result.stdout
         if not isinstance(stdout, str):
@@ -128,15 +123,11 @@ class LauncherCalls:
         round trip), writing it only when it is missing. Raises what the SDK
         raises; nothing here can launch a task."""
         answer: Any = None
+        init_seconds = 2 * self._request_timeout
         if not fresh:
             try:
-                answer = await sdk_call(
-                    box.sandbox.commands.run(
-                        f"bash {_BIN}/{LAUNCHER_NAME} init {LAUNCHER_NAME}",
-                        user=_ROOT,
-                        timeout=2 * self._request_timeout,
-                        request_timeout=self._request_timeout,
-                    )
+                answer = await self._as_root(
+                    box, f"bash {_BIN}/{LAUNCHER_NAME} init {LAUNCHER_NAME}", init_seconds
                 )
             except Exception as exc:
                 if not launcher_missing(exc, ()):
@@ -150,14 +141,7 @@ class LauncherCalls:
                     request_timeout=self._request_timeout,
                 )
             )
-            answer = await sdk_call(
-                box.sandbox.commands.run(
-                    f"bash {staged} init {LAUNCHER_NAME}",
-                    user=_ROOT,
-                    timeout=2 * self._request_timeout,
-                    request_timeout=self._request_timeout,
-                )
-            )
+            answer = await self._as_root(box, f"bash {staged} init {LAUNCHER_NAME}", init_seconds)
         init = parse_init(str(answer.stdout))
         box.installed, box.epoch, box.separated = True, init.epoch, init.separated
 
@@ -199,12 +183,28 @@ class LauncherCalls:
         a start is using (deleting it file by file could leave that start a
         request without its digest: see :mod:`._e2b_launcher`)."""
         # What this cannot discard, the launcher's sweep deletes later.
+        seconds = min(self._request_timeout, _DISCARD_TIMEOUT_SECONDS)
         with contextlib.suppress(Exception):
-            await sdk_call(
-                box.sandbox.commands.run(
-                    f"bash {_BIN}/{LAUNCHER_NAME} discard {task_id} {nonce}",
-                    user=_ROOT,
-                    timeout=min(self._request_timeout, _DISCARD_TIMEOUT_SECONDS),
-                    request_timeout=min(self._request_timeout, _DISCARD_TIMEOUT_SECONDS),
-                )
+            await self._as_root(
+                box,
+                f"bash {_BIN}/{LAUNCHER_NAME} discard {task_id} {nonce}",
+                seconds,
+                request_timeout=seconds,
             )
+
+    async def _as_root(
+        self, box: Box, line: str, seconds: float, *, request_timeout: float | None = None
+    ) -> Any:
+        """Run the shell ``line`` as root in ``box``, ended after ``seconds``;
+        each request of it times out after ``request_timeout`` (default: the
+        backend's). Returns the SDK's result; raises what the SDK raises."""
+        return await sdk_call(
+            box.sandbox.commands.run(
+                line,
+                user=_ROOT,
+                timeout=seconds,
+                request_timeout=self._request_timeout
+                if request_timeout is None
+                else request_timeout,
+            )
+        )

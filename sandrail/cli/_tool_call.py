@@ -3,7 +3,8 @@
 This process is the harness: it builds a port on a backend, runs one call
 through it, prints the tool result as JSON and exits with the result's
 status (:data:`EXIT_STATUS`; 5 when the result could not be written). The
-options both commands take are defined here once.
+options both commands take are defined here once (:func:`tool_call_options`),
+and their values reach :func:`call_tool` by name.
 """
 
 from __future__ import annotations
@@ -13,25 +14,18 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import click
 
 import sandrail
 
-from ._backends import close_backend, make_backend
+from ._backends import backend_option, close_backend, make_backend
 from ._record import FileRecord, RecordError
 
-__all__ = [
-    "EXIT_STATUS",
-    "UNWRITTEN",
-    "budget_option",
-    "call_tool",
-    "indent_option",
-    "key_option",
-    "record_option",
-    "session_option",
-]
+__all__ = ["EXIT_STATUS", "UNWRITTEN", "call_tool", "tool_call_options"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_STATUS: Final = {"ok": 0, "error": 1, "uncertain": 3, "approval_required": 4}
 """The exit status of each result status (2 is click's, for bad usage)."""
@@ -41,21 +35,21 @@ UNWRITTEN: Final = 5
 
 _AGENT = "cli-agent"
 
-budget_option = click.option(
+_budget_option = click.option(
     "--max-output-bytes",
     type=click.IntRange(min=256),
     default=24_000,
     show_default=True,
     help="Byte budget for the result's canonical JSON.",
 )
-key_option = click.option(
+_key_option = click.option(
     "--operation-key",
     default=None,
     help="Idempotency key: a retry with the same key never launches twice and "
     "returns the first launch's result (across invocations whose sandbox was lost, "
     "only with --record). Default: a new key for each invocation.",
 )
-record_option = click.option(
+_record_option = click.option(
     "--record",
     "record_path",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -66,7 +60,7 @@ record_option = click.option(
     "survive; with it, a retry whose sandbox or ledger was lost is uncertain, "
     "never a second launch.",
 )
-session_option = click.option(
+_session_option = click.option(
     "--session",
     "session_id",
     default="cli-session",
@@ -77,7 +71,7 @@ _MAX_INDENT = 16
 """The widest ``--indent``: checked before anything runs (a huge one would
 fail, or write for minutes, only after the command ran)."""
 
-indent_option = click.option(
+_indent_option = click.option(
     "--indent",
     type=click.IntRange(min=0, max=_MAX_INDENT),
     default=2,
@@ -86,30 +80,50 @@ indent_option = click.option(
 )
 
 
+def tool_call_options(command: F) -> F:
+    """Give ``command`` the options ``run`` and ``code`` share, listed in
+    this order: ``--backend``, ``--max-output-bytes``, ``--operation-key``,
+    ``--record``, ``--session``, ``--indent``."""
+    shared = (
+        backend_option,
+        _budget_option,
+        _key_option,
+        _record_option,
+        _session_option,
+        _indent_option,
+    )
+    # Applied last to first, as a stack of decorators is.
+    for option in reversed(shared):
+        command = option(command)
+    return command
+
+
 def call_tool(
     factory: Callable[..., sandrail.ToolPort],
-    backend_name: str,
-    session_id: str,
-    budget: int,
     tool: str,
     arguments: dict[str, Any],
-    key: str | None,
+    *,
+    backend: str,
+    max_output_bytes: int,
+    operation_key: str | None,
+    record_path: Path | None,
+    session_id: str,
     indent: int | None,
-    record_path: Path | None = None,
 ) -> None:
     """Run one tool call, print its result and exit with its status. The
+    keyword arguments are the values of :func:`tool_call_options`. The
     backend is closed before the process exits, whatever happened: what the
     E2B SDK opened must not outlive the interpreter (issue 9, item 13)."""
     try:
         record = None if record_path is None else FileRecord(record_path)
     except RecordError as exc:
         raise click.BadParameter(str(exc), param_hint="--record") from None
-    backend = make_backend(backend_name)
+    chosen = make_backend(backend)
     try:
-        port = _port(factory, backend, session_id, budget, record)
-        result = port.execute_sync(_request(port, tool, arguments, key))
+        port = _port(factory, chosen, session_id, max_output_bytes, record)
+        result = port.execute_sync(_request(port, tool, arguments, operation_key))
     finally:
-        close_backend(backend)
+        close_backend(chosen)
     try:
         click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
         sys.stdout.flush()

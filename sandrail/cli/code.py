@@ -15,15 +15,7 @@ import click
 
 import sandrail
 
-from ._backends import backend_option
-from ._tool_call import (
-    budget_option,
-    call_tool,
-    indent_option,
-    key_option,
-    record_option,
-    session_option,
-)
+from ._tool_call import call_tool, tool_call_options
 
 __all__ = ["code"]
 
@@ -39,39 +31,19 @@ _MAX_SNIPPET_BYTES: Final = 8 * 1024 * 1024
     help="python, javascript or bash (aliases: py, python3, js, node, nodejs, sh, shell).",
 )
 @click.option("--timeout", type=click.IntRange(1, 86_400), help="Seconds before it is ended.")
-@backend_option
-@budget_option
-@key_option
-@record_option
-@session_option
-@indent_option
+@tool_call_options
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True, path_type=Path))
 def code(
     language: str,
     timeout: int | None,
-    backend: str,
-    max_output_bytes: int,
-    operation_key: str | None,
-    record_path: Path | None,
-    session_id: str,
-    indent: int,
     file: Path,
+    **options: Any,
 ) -> None:
     """Run the snippet in FILE (- for standard input) with sandbox_run_code."""
     arguments: dict[str, Any] = {"code": _read_snippet(file), "language": language}
     if timeout is not None:
         arguments["timeout"] = timeout
-    call_tool(
-        sandrail.code_tools,
-        backend,
-        session_id,
-        max_output_bytes,
-        "sandbox_run_code",
-        arguments,
-        operation_key,
-        indent,
-        record_path,
-    )
+    call_tool(sandrail.code_tools, "sandbox_run_code", arguments, **options)
 
 
 def _read_snippet(file: Path) -> str:

@@ -7,22 +7,13 @@ Exit status: 0 ok, 1 error, 2 bad usage, 3 uncertain, 4 approval required,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import click
 
 import sandrail
 
-from ._backends import backend_option
-from ._tool_call import (
-    budget_option,
-    call_tool,
-    indent_option,
-    key_option,
-    record_option,
-    session_option,
-)
+from ._tool_call import call_tool, tool_call_options
 
 __all__ = ["run"]
 
@@ -32,25 +23,15 @@ __all__ = ["run"]
 @click.option("--timeout", type=click.IntRange(1, 86_400), help="Seconds before it is ended.")
 @click.option("--cwd", help="Working directory inside the sandbox.")
 @click.option("--env", "env_pairs", multiple=True, metavar="NAME=VALUE", help="Repeatable.")
-@backend_option
-@budget_option
-@key_option
-@record_option
-@session_option
-@indent_option
+@tool_call_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
     background: bool,
     timeout: int | None,
     cwd: str | None,
     env_pairs: tuple[str, ...],
-    backend: str,
-    max_output_bytes: int,
-    operation_key: str | None,
-    record_path: Path | None,
-    session_id: str,
-    indent: int,
     command: tuple[str, ...],
+    **options: Any,
 ) -> None:
     """Run COMMAND with run_command. Put -- before it: sandrail run -- ls -la"""
     arguments: dict[str, Any] = {"command": " ".join(command)}
@@ -65,17 +46,7 @@ def run(
     env = _parse_env(env_pairs)
     if env is not None:
         arguments["env"] = env
-    call_tool(
-        sandrail.command_tools,
-        backend,
-        session_id,
-        max_output_bytes,
-        "run_command",
-        arguments,
-        operation_key,
-        indent,
-        record_path,
-    )
+    call_tool(sandrail.command_tools, "run_command", arguments, **options)
 
 
 def _parse_env(pairs: Sequence[str]) -> dict[str, str] | None:
