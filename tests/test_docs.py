@@ -175,7 +175,9 @@ def test_shell_blocks_sandrail_lines_run(block: Block, tmp_path: Path) -> None:
             timeout=300,
             check=False,
         )
-        assert done.returncode == 0, f"{block.where}: {line!r} exited {done.returncode}:\n{done.stderr}"
+        assert done.returncode == 0, (
+            f"{block.where}: {line!r} exited {done.returncode}:\n{done.stderr}"
+        )
 
 
 @pytest.mark.parametrize(
@@ -240,7 +242,9 @@ PUBLIC_MODULES = (
 )
 """The modules whose ``__all__`` is sandrail's public surface."""
 
-_DIRECTIVE = re.compile(r"^::: (?P<path>[\w.]+)[ \t]*\n(?P<options>(?:[ \t]+.*\n|\n(?=[ \t]))*)", re.M)
+_DIRECTIVE = re.compile(
+    r"^::: (?P<path>[\w.]+)[ \t]*\n(?P<options>(?:[ \t]+.*\n|\n(?=[ \t]))*)", re.M
+)
 
 
 def _documented() -> dict[str, list[str] | None]:
@@ -289,7 +293,9 @@ def test_reference_documents_every_public_name() -> None:
 def test_reference_directives_name_public_paths() -> None:
     """Issue 21: the reference names public paths only (``sandrail.Toolset``,
     never a private module), so moving private modules cannot break it."""
-    private = [path for path in _documented() if any(part.startswith("_") for part in path.split("."))]
+    private = [
+        path for path in _documented() if any(part.startswith("_") for part in path.split("."))
+    ]
     assert not private
 
 
@@ -336,7 +342,9 @@ def test_cli_page_states_every_commands_exit_status() -> None:
         for number, meaning in re.findall(r"(\d) ([^,;]+)", stated.group(1)):
             assert f"{number} " in by_command[name], (name, number, meaning)
     group_help = " ".join((main.help or "").split())
-    for number in re.findall(r"(\d) (?:ok|error|bad usage|uncertain|approval required)", group_help):
+    for number in re.findall(
+        r"(\d) (?:ok|error|bad usage|uncertain|approval required)", group_help
+    ):
         assert f"{number} " in by_command["run"]
 
 

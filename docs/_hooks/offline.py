@@ -127,7 +127,9 @@ class _Loads(HTMLParser):
         for name in _LOADED.get(tag, ()):
             if name in values:
                 # srcset: "url 1x, url 2x"
-                self.urls.extend(part.split()[0] for part in values[name].split(",") if part.split())
+                self.urls.extend(
+                    part.split()[0] for part in values[name].split(",") if part.split()
+                )
         if "style" in values:
             self.urls.extend(_CSS_URL.findall(values["style"]))
 
@@ -156,4 +158,6 @@ def on_post_build(config: MkDocsConfig, **kwargs: Any) -> None:
     found = external_loads(Path(config.site_dir))
     if found:
         lines = "; ".join(f"{page}: {', '.join(urls)}" for page, urls in found.items())
-        raise PluginError(f"pages load resources from other hosts (the site must work offline): {lines}")
+        raise PluginError(
+            f"pages load resources from other hosts (the site must work offline): {lines}"
+        )

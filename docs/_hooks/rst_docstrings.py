@@ -106,9 +106,9 @@ def _tables(lines: list[str]) -> list[str]:
     index = 0
     while index < len(lines):
         rule = _TABLE_RULE.match(lines[index])
-        rules = [
-            n for n in range(index, len(lines)) if _TABLE_RULE.match(lines[n])
-        ][:3] if rule else []
+        rules = (
+            [n for n in range(index, len(lines)) if _TABLE_RULE.match(lines[n])][:3] if rule else []
+        )
         if len(rules) < 3 or rules[0] != index:
             out.append(lines[index])
             index += 1
