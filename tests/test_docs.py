@@ -47,7 +47,7 @@ RUN_LANGUAGES = {"python", "bash"}
 SHOWN_LANGUAGES = {"json", "yaml", "toml", "text", "mermaid"}
 """Blocks in these languages are shown, not run (JSON is parsed)."""
 
-MAX_NOT_RUN_SHARE = 0.15
+MAX_NOT_RUN_SHARE = 0.2
 """At most this share of the runnable blocks may be marked ``# not run:``."""
 
 
@@ -180,12 +180,16 @@ def test_shell_blocks_sandrail_lines_run(block: Block, tmp_path: Path) -> None:
         )
 
 
-@pytest.mark.parametrize(
-    "block", [b for b in ALL_BLOCKS if b.lang == "json"], ids=lambda block: block.where
-)
-def test_json_blocks_parse(block: Block) -> None:
+def test_json_blocks_parse() -> None:
     """Issue 21: a configuration a reader copies is valid JSON."""
-    json.loads(block.body)
+    broken = []
+    for block in ALL_BLOCKS:
+        if block.lang == "json":
+            try:
+                json.loads(block.body)
+            except ValueError as exc:
+                broken.append(f"{block.where}: {exc}")
+    assert not broken
 
 
 def test_every_block_names_a_known_language() -> None:
