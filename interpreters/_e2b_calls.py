@@ -166,6 +166,11 @@ class LauncherCalls:
             raise EffectFailure(Delivery.NOT_SENT, f"staging failed ({what}); nothing ran") from exc
 
     async def decisive(self, box: Box, args: str, what: str, *, seconds: float = 0) -> str:
+        """The launcher's answer to the decisive call of the effect ``what``
+        (``seconds``: how long the launcher may take beyond a request). A
+        failure is :class:`EffectFailure`: a malformed answer ``maybe_sent``,
+        anything else as the failure table says; a missing launcher is
+        installed again by the next call."""
         try:
             return await self.run(box, args, seconds=seconds)
         except Malformed as exc:
