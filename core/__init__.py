@@ -139,7 +139,7 @@ from ._results import (
     ToolResult,
     error_result,
 )
-from ._rules import launch_digest
+from ._rules import launch_digest, recorded_digest
 from ._snapshot import (
     PortSettings,
     owner_key,
@@ -268,6 +268,7 @@ __all__ = [
     "fit_to_budget",
     "fixed_size",
     "launch_digest",
+    "recorded_digest",
     "mask_chunk",
     "mask_text",
     "minimal_uncertain_size",

@@ -530,8 +530,15 @@ class _Call:
             if port._remember_owned is not None:
                 # The harness's durable record; if it cannot be written, the
                 # program must not go on to a start it could not reconcile.
-                port._remember_owned(self.request, record)
-            return None
+                stored = port._remember_owned(self.request, record)
+                if isinstance(stored, OwnedCommand) and stored.task_id == effect.task_id:
+                    # A record that settles races answers with its row: another
+                    # writer's start may have been recorded first (issue 17).
+                    record = stored
+                    with port._ledger_lock:
+                        port._ledger[effect.task_id] = stored
+            # The program needs the row only when it is not what it asked for.
+            return None if record == _asked(effect) else record
         if isinstance(effect, AppendArtifact):
             return self.artifacts.append(effect)
         if isinstance(effect, OpenArtifact):
@@ -591,6 +598,18 @@ _REPORTS: dict[tuple[bool, bool, bool], AuthorityReport] = {
     for held in (False, True)
 }
 """Every guard observation, made once (they are frozen values)."""
+
+
+def _asked(effect: RememberOwned) -> OwnedCommand:
+    """The row ``effect`` asks the record to keep, as it asks for it."""
+    return OwnedCommand(
+        task_id=effect.task_id,
+        operation_key=effect.operation_key,
+        sandbox_id=effect.sandbox_id,
+        launched=effect.launched,
+        ledger_epoch=effect.ledger_epoch,
+        launch_digest=effect.launch_digest,
+    )
 
 
 def _policy(decision: object) -> PolicyDecision:

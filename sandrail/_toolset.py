@@ -731,11 +731,13 @@ def _shared_record(
     record: dict[str, OwnedCommand] = {}
     lock = threading.Lock()
 
-    def remember_here(request: ToolRequest, owned: OwnedCommand) -> None:
+    def remember_here(request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
+        stored = remember(request, owned) if remember is not None else None
+        # A record that settles races answers with its row (issue 17).
+        kept = stored if isinstance(stored, OwnedCommand) else owned
         with lock:
-            record[owned.task_id] = owned
-        if remember is not None:
-            remember(request, owned)
+            record[owned.task_id] = kept
+        return kept
 
     def resolve_here(request: ToolRequest, task: str) -> OwnedCommand | None:
         found = resolve(request, task) if resolve is not None else None
