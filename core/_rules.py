@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ._canonical import canonical_json
-from ._masking import REDACTED
 from ._definitions import (
     LANGUAGES,
     resolve_language,
 )
+from ._masking import REDACTED
 from ._results import (
     ErrorCode,
     ToolResult,

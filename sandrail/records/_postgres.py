@@ -97,6 +97,11 @@ ON CONFLICT (session_id, task_id) DO UPDATE SET
     updated_at = now()
 """
 
+_SETTLE: Final = (
+    "UPDATE sandrail_answers SET status = %s, error_type = %s, updated_at = now() "
+    "WHERE session_id = %s AND task_id = %s AND status = 'uncertain'"
+)
+
 _UNRESOLVED: Final = (
     "SELECT session_id, task_id, status, error_type, tool, owner, locator, "
     "to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS updated_at "
@@ -233,7 +238,13 @@ class PostgresRecord:
         )
         try:
             with self._connection() as conn:
-                conn.execute(_NOTE, values)
+                if answer.status == "uncertain":
+                    conn.execute(_NOTE, values)
+                else:
+                    conn.execute(
+                        _SETTLE,
+                        (answer.status, answer.error_type, answer.session_id, answer.task_id),
+                    )
         except self._errors as exc:
             raise RecordError(f"cannot write {self._where}: {_first_line(exc)}") from None
 

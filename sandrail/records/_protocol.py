@@ -19,6 +19,7 @@ start expecting the winner's claim: the sandbox answers ``deduplicated``, or
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from typing import Any, Final, Protocol, runtime_checkable
@@ -43,6 +44,7 @@ __all__ = [
     "OwnershipRecord",
     "RecordError",
     "merge_owned",
+    "note_answer",
     "owned_from_row",
 ]
 
@@ -98,7 +100,10 @@ class OwnershipRecord(Protocol):
         ...
 
     def note(self, answer: Answer) -> None:
-        """Keep ``answer`` as the last answer of its task (replacing the one before)."""
+        """Keep the last answer of a task an operator must see: an
+        ``uncertain`` one is kept (replacing the one before); any other
+        settles an ``uncertain`` one kept before, and is otherwise dropped
+        (so a call that went well costs at most one cheap statement)."""
         ...
 
     def unresolved(self, *, limit: int = 1000) -> list[Answer]:
@@ -300,3 +305,21 @@ def answer_from_row(row: Mapping[str, Any], where: str) -> Answer:
         locator=locator,
         updated_at=None if updated is None else str(updated),
     )
+
+
+_log = logging.getLogger("sandrail")
+
+
+def note_answer(
+    record: OwnershipRecord, request: ToolRequest, owner: Owner, result: ToolResult
+) -> None:
+    """Note ``result`` as the last answer of the task it names in ``record``
+    (what a port with ``record=`` does after every call). Never raises: the
+    result is true whatever the record makes of it, so a record that cannot
+    take the note is logged (a warning on the ``sandrail`` logger)."""
+    try:
+        answer = Answer.of(request, owner, result)
+        if answer is not None:
+            record.note(answer)
+    except Exception as exc:
+        _log.warning("could not note a call's answer in the ownership record: %s", exc)

@@ -133,11 +133,11 @@ class SQLiteRecord:
 
     def remember(self, request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
         """See :meth:`~sandrail.records.OwnershipRecord.remember`."""
-        session = _session(request)
+        session, where = _session(request), self._where
         try:
             with self._transaction() as db:
                 row = db.execute(_SELECT_OWNED, (session, owned.task_id)).fetchone()
-                known = None if row is None else owned_from_row(owned.task_id, row, self._where)
+                known = None if row is None else owned_from_row(owned.task_id, dict(row), where)
                 kept = merge_owned(known, owned)
                 db.execute(
                     """INSERT INTO sandrail_owned (session_id, task_id, operation_key,
@@ -172,11 +172,15 @@ class SQLiteRecord:
                 row = self._db.execute(_SELECT_OWNED, (session, task_id)).fetchone()
         except sqlite3.Error as exc:
             raise RecordError(f"cannot read {self._where}: {exc}") from None
-        return None if row is None else owned_from_row(task_id, row, self._where)
+        return None if row is None else owned_from_row(task_id, dict(row), self._where)
 
     def note(self, answer: Answer) -> None:
         """See :meth:`~sandrail.records.OwnershipRecord.note`."""
         try:
+            if answer.status != "uncertain":
+                with self._lock:  # one statement: its own transaction
+                    self._db.execute(_SETTLE, _settle_values(answer))
+                return
             with self._transaction() as db:
                 db.execute(
                     """INSERT INTO sandrail_answers (session_id, task_id, status, error_type,
@@ -225,6 +229,17 @@ _SELECT_OWNED: Final = (
     "SELECT operation_key, sandbox_id, launched, ledger_epoch, launch_digest "
     "FROM sandrail_owned WHERE session_id = ? AND task_id = ?"
 )
+
+
+_SETTLE: Final = (
+    "UPDATE sandrail_answers SET status = ?, error_type = ?, "
+    "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+    "WHERE session_id = ? AND task_id = ? AND status = 'uncertain'"
+)
+
+
+def _settle_values(answer: Answer) -> tuple[Any, ...]:
+    return (answer.status, answer.error_type, answer.session_id, answer.task_id)
 
 
 def _session(request: ToolRequest) -> str:
