@@ -95,6 +95,14 @@ def _loopback(host: str) -> bool:
     show_default=True,
     help="Byte budget of each result's text.",
 )
+@click.option(
+    "--record",
+    "record_spec",
+    metavar="PATH|postgresql://...",
+    default=None,
+    help="Keep the ownership record in this SQLite file or PostgreSQL database, so a "
+    "restarted server (same --session) never launches a task twice.",
+)
 def mcp(
     transport: str,
     host: str,
@@ -105,6 +113,7 @@ def mcp(
     agent_id: str,
     profile: sandrail.Profile,
     max_output_bytes: int,
+    record_spec: str | None,
 ) -> None:
     """Serve the sandrail tools over MCP (needs the mcp extra).
 
@@ -127,6 +136,9 @@ def mcp(
             f"--host {host} is not loopback and the server has no authentication; "
             "pass --allow-remote to serve it anyway."
         )
+    from sandrail._records_cli import open_record_option
+
+    record = open_record_option(record_spec)  # kept until the process ends
     chosen = _backend(backend)
     try:
         toolset = sandrail.Toolset(
@@ -136,6 +148,7 @@ def mcp(
             authorize=lambda request: sandrail.ALLOW,
             assert_authority=lambda request: True,
             max_output_bytes=max_output_bytes,
+            record=record,
         )
         app = mcp_server(toolset, profile=profile)
     except (TypeError, ValueError) as exc:

@@ -22,11 +22,12 @@ from typing import Any, Final
 import click
 
 import sandrail
-from sandrail._cli_record import FileRecord, RecordError
 from sandrail._local_e2b_cli import local_e2b
 from sandrail._mcp_cli import mcp
+from sandrail._records_cli import migrate_record, open_record_option, uncertain
 from sandrail._replay_cli import replay
 from sandrail._simulate_cli import simulate
+from sandrail.records import OwnershipRecord
 
 __all__ = ["main"]
 
@@ -64,7 +65,7 @@ def _port(
     backend: Any,
     session_id: str,
     budget: int,
-    record: FileRecord | None = None,
+    record: OwnershipRecord | None = None,
 ) -> sandrail.ToolPort:
     """A port for one command-line call: this process is the harness, so
     policy allows the call and the caller holds its authority. A value the
@@ -77,8 +78,7 @@ def _port(
             authorize=lambda request: sandrail.ALLOW,
             assert_authority=lambda request: True,
             max_output_bytes=budget,
-            remember_owned_command=None if record is None else record.remember,
-            resolve_owned_command=None if record is None else record.resolve,
+            record=record,
         )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
@@ -99,23 +99,24 @@ def _call(
     arguments: dict[str, Any],
     key: str | None,
     indent: int | None,
-    record_path: Path | None = None,
+    record_spec: str | None = None,
 ) -> None:
     """Run one tool call, print its result and exit with its status. The
     backend is closed before the process exits, whatever happened: what the
     E2B SDK opened must not outlive the interpreter (issue 9, item 13)."""
+    record = open_record_option(record_spec)
     try:
-        record = None if record_path is None else FileRecord(record_path)
-    except RecordError as exc:
-        raise click.BadParameter(str(exc), param_hint="--record") from None
-    backend = _backend(backend_name)
-    try:
-        port = _port(factory, backend, session_id, budget, record)
-        result = port.execute_sync(_request(port, tool, arguments, key))
+        backend = _backend(backend_name)
+        try:
+            port = _port(factory, backend, session_id, budget, record)
+            result = port.execute_sync(_request(port, tool, arguments, key))
+        finally:
+            close = getattr(backend, "close", None)
+            if callable(close):
+                close()
     finally:
-        close = getattr(backend, "close", None)
-        if callable(close):
-            close()
+        if record is not None:
+            record.close()
     try:
         click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
         sys.stdout.flush()
@@ -184,14 +185,15 @@ _key_option = click.option(
 )
 _record_option = click.option(
     "--record",
-    "record_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    "record_spec",
+    metavar="PATH|postgresql://...",
     default=None,
-    help="Keep the ownership record of launched tasks in this file (JSON lines). "
-    "Each invocation is a harness restart: without a record, a retry in a later "
-    "invocation finds the first launch only while the sandbox and its ledger "
-    "survive; with it, a retry whose sandbox or ledger was lost is uncertain, "
-    "never a second launch.",
+    help="Keep the ownership record of launched tasks in this SQLite file (made if "
+    "missing) or PostgreSQL database (needs the postgres extra). Each invocation is "
+    "a harness restart: without a record, a retry in a later invocation finds the "
+    "first launch only while the sandbox and its ledger survive; with it, a retry "
+    "whose sandbox or ledger was lost is uncertain, never a second launch. "
+    "`sandrail uncertain --record ...` lists what stayed uncertain.",
 )
 _session_option = click.option(
     "--session",
@@ -251,7 +253,7 @@ def run(
     backend: str,
     max_output_bytes: int,
     operation_key: str | None,
-    record_path: Path | None,
+    record_spec: str | None,
     session_id: str,
     indent: int,
     command: tuple[str, ...],
@@ -278,7 +280,7 @@ def run(
         arguments,
         operation_key,
         indent,
-        record_path,
+        record_spec,
     )
 
 
@@ -304,7 +306,7 @@ def code(
     backend: str,
     max_output_bytes: int,
     operation_key: str | None,
-    record_path: Path | None,
+    record_spec: str | None,
     session_id: str,
     indent: int,
     file: Path,
@@ -336,7 +338,7 @@ def code(
         arguments,
         operation_key,
         indent,
-        record_path,
+        record_spec,
     )
 
 
@@ -344,3 +346,5 @@ main.add_command(local_e2b)
 main.add_command(replay)
 main.add_command(simulate)
 main.add_command(mcp)
+main.add_command(uncertain)
+main.add_command(migrate_record)
