@@ -163,3 +163,58 @@ def test_c2_issue17_a_record_that_settles_a_race_makes_the_loser_expect_the_winn
     assert answered, "the loser wrote its record"
     assert result.status == "uncertain", result.content
     assert winner.sim.launches[winner.task_id()] == 1
+
+
+# -- the record's faults in the testing kit and the campaign ----------------------------
+
+
+def test_c2_c5_issue17_the_judge_catches_a_launch_after_a_record_fault() -> None:
+    """A database down under the world's durable record: the port keeps the
+    contract, and the judge's record check would catch a core that launched
+    after an unreadable record, or started after an unwritten one."""
+    from sandrail.testing import World
+    from sandrail.testing._record_faults import RecordFault, RecordFaultPlan, check_record_faults
+
+    with World.simulated() as world:
+        world.strike_record(RecordFaultPlan((RecordFault(occurrence=0, kind="record_down"),)))
+        port = world.command_tools(durable_ownership=True)
+        result = world.call(port, "run_command", {"command": "echo hi"}, key="op-1")
+        assert result.status == "uncertain"
+        assert world.violations() == []
+        struck = world.calls[-1]
+        assert struck.record_faults == [("resolve", "record_down")]
+        struck.launched["task"] += 1  # as a core that launched anyway would have
+        assert [v.line for v in check_record_faults(world, struck)] == ["C2"]
+        struck.launched.clear()
+        struck.record_faults.append(("remember", "record_down"))
+        start = Start(
+            sandbox_id="sbx-1",
+            task_id="a" * 64,
+            request_digest="d",
+            command="echo hi",
+            cwd=None,
+            env=None,
+            timeout_seconds=30,
+            fence=None,
+            expect_claim=False,
+            claim_epoch=None,
+        )
+        struck.effects.append((start, None))
+        assert [v.line for v in check_record_faults(world, struck)] == ["C5"]
+
+
+def test_c2_issue17_every_record_fault_of_the_campaign_keeps_the_contract() -> None:
+    """The campaign's record plans (each record operation of each workload,
+    each kind): no violation, and every retry of an uncertain call decisive."""
+    from sandrail._campaign._records import record_fault_runs, run_record_plan
+
+    runs = record_fault_runs()
+    assert {fault.kind for _, fault in runs} == {"record_down", "record_dropped", "record_slow"}
+    retries = []
+    for workload, fault in runs[::3]:
+        outcome = run_record_plan(workload, fault)
+        assert outcome.violations == (), (workload.name, fault, outcome.violations)
+        retries += outcome.retries
+    after_record_faults = [r for r in retries if r.kind.startswith("record_")]
+    assert after_record_faults
+    assert all(retry.status in ("ok", "error") for retry in after_record_faults)
