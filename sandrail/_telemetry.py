@@ -29,6 +29,8 @@ their fields, so ``Start.env`` never leaves the call.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
@@ -63,6 +65,20 @@ def _load_api() -> tuple[ModuleType, ModuleType] | None:
     return trace, metrics
 
 
+_UNKNOWN: Final = object()
+
+
+def _nothing_set(module: ModuleType | None, name: str) -> bool:
+    """Whether the API's global ``name`` says no provider was ever set.
+
+    Strategy: the public getters (``get_tracer_provider``) read the process
+    environment on every call while nothing is set, a few microseconds that
+    every call would pay; the module global they return is read here instead,
+    and only trusted when it is there and empty (any other API version, or a
+    provider named by the environment, takes the public path)."""
+    return module is not None and getattr(module, name, _UNKNOWN) is None
+
+
 class Telemetry:
     """The telemetry of one port: where its spans and metrics go.
 
@@ -82,6 +98,14 @@ class Telemetry:
         self._meter_provider = meter_provider
         self._tracers: tuple[Any, Any] | None = None  # (provider, tracer)
         self._histograms: tuple[Any, Any] | None = None  # (provider, histogram)
+        # Where the global providers live, when a quick look can tell that
+        # none was set (see _nothing_set); None: always ask the public getters.
+        self._globals: tuple[ModuleType, ModuleType] | None = None
+        named = {"OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"} & set(os.environ)
+        if self._api is not None and not named:
+            internal = sys.modules.get("opentelemetry.metrics._internal")
+            if internal is not None:
+                self._globals = (self._api[0], internal)
 
     def begin(
         self, request: ToolRequest, tool_names: frozenset[str], redactions: Callable[[], Redactions]
@@ -103,6 +127,8 @@ class Telemetry:
         trace, _ = self._api
         provider = self._tracer_provider
         if provider is None:
+            if self._globals is not None and _nothing_set(self._globals[0], "_TRACER_PROVIDER"):
+                return None
             provider = trace.get_tracer_provider()
             if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
                 return None  # nobody configured one: no span at all
@@ -117,6 +143,8 @@ class Telemetry:
         _, metrics = self._api
         provider = self._meter_provider
         if provider is None:
+            if self._globals is not None and _nothing_set(self._globals[1], "_METER_PROVIDER"):
+                return None
             provider = metrics.get_meter_provider()
             if isinstance(provider, metrics.NoOpMeterProvider) or (
                 type(provider).__name__ == "_ProxyMeterProvider"
@@ -264,8 +292,13 @@ class CallTrace:
         error_type = content.get("error_type")
         error = (error_type if isinstance(error_type, str) else status) if status != "ok" else None
         executed = content.get("executed")
+        if not isinstance(executed, bool):
+            # Stated on errors (false) and uncertain results (true) where a
+            # result says it; otherwise an ok call did what it was asked and
+            # an uncertain one may have: unknown, so left out.
+            executed = {"ok": True, "error": False}.get(status)
         attributes: dict[str, Any] = {"sandrail.status": status}
-        if isinstance(executed, bool):
+        if executed is not None:
             attributes["sandrail.executed"] = executed
         if error is not None:
             attributes["error.type"] = error
