@@ -5,6 +5,7 @@ faults: a database that is down, slow, restarted or edited by hand."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -474,3 +475,21 @@ def test_issue17_open_record_picks_the_store_by_its_name(
     pg.close()
     with pytest.raises(RecordError, match="cannot use"):
         open_record(f"postgresql://sandrail@/nowhere?host={postgres.socket_dir}")
+
+
+# -- the docs' examples ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("page", "number"),
+    [("records-and-fleet.md", 0), ("traces.md", 0)],
+)
+def test_issue17_the_docs_offline_examples_run(
+    page: str, number: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The how-to pages' examples that need no account or collector run."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "howto" / page).read_text()
+    block = re.findall(r"```python\n(.*?)```", text, re.S)[number]
+    exec(compile(block, page, "exec"), {"__name__": "docs_example"})
+    if page == "records-and-fleet.md":
+        assert capsys.readouterr().out == "ok\n"
