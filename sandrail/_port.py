@@ -695,7 +695,8 @@ def command_tools(
       means ``uncertain``, never a launch.
     - ``tracer_provider`` / ``meter_provider``: where the call's span and the
       ``gen_ai.execute_tool.duration`` histogram go (OpenTelemetry; default:
-      the global providers, if opentelemetry-api is installed).
+      the global providers, if opentelemetry-api is installed; giving one
+      without it raises ``ImportError`` with the install hint).
     - ``artifacts``: optional store for results cut to fit the budget.
     - ``redact``: values to mask in all output from the start (C17), e.g.
       the env values a restarted harness passed to this session's commands
