@@ -12,6 +12,12 @@ otherwise). Routes and answers are the ones the e2b SDK parses:
 ``POST /sandboxes/{id}/timeout``         204; 404
 =======================================  ======================================
 
+Every other route of E2B's API (pause, resume, fork, snapshots, metrics,
+logs, network updates, templates, volumes, secrets...) answers ``501
+{"message": "local-e2b does not support ..."}``, which the SDK raises as a
+``SandboxException`` carrying that text: never a 404, which the SDK would
+report as "sandbox not found" about a sandbox that runs.
+
 Errors answer ``{"code": status, "message": text}``.
 """
 
@@ -36,7 +42,9 @@ from ._asgi import (
     send_json,
 )
 from ._faults import Route, route_of
-from ._sandboxes import MAX_TIMEOUT, SandboxError, Sandboxes
+from ._options import DEFAULT_TIMEOUT, MAX_TIMEOUT
+from ._sandboxes import SandboxError, Sandboxes, parse_time
+from ._unsupported import unsupported_api
 
 __all__ = ["ControlPlane"]
 
@@ -51,10 +59,8 @@ def _metadata_filter(raw: str | None) -> dict[str, str]:
     return {unquote(key): unquote(value) for key, value in parse_qsl(raw, keep_blank_values=True)}
 
 
-def _timeout(body: dict[str, Any], required: bool) -> int | None:
-    value = body.get("timeout")
-    if value is None and not required:
-        return None
+def _timeout(body: dict[str, Any], default: int | None = None) -> int:
+    value = body.get("timeout", default)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMEOUT:
         raise SandboxError(400, f"timeout must be an integer from 0 to {MAX_TIMEOUT} seconds")
     return value
@@ -114,13 +120,15 @@ class ControlPlane:
         if route is Route.LIST:
             return self._list(scope)
         if route is None or not sandbox_id:
-            raise SandboxError(404, f"no route for {scope['method']} {path}")
+            raise SandboxError(501, unsupported_api(scope["method"], path))
         if route is Route.CONNECT:
             body = await self._body(receive)
             sandbox = boxes.require(sandbox_id[0])
-            seconds = _timeout(body, required=False)
-            if seconds is not None:
-                boxes.extend(sandbox, seconds)
+            # ``memory`` only matters to a paused sandbox, and none ever is.
+            if body.get("memory") not in (None, True, False):
+                raise SandboxError(400, "memory must be a boolean")
+            # E2B: an omitted timeout is 300 s; connect only ever extends.
+            boxes.extend(sandbox, _timeout(body, DEFAULT_TIMEOUT))
             return 200, sandbox.created(), []
         if route is Route.INFO:
             sandbox = boxes.require(sandbox_id[0])
@@ -130,11 +138,9 @@ class ControlPlane:
             return 204, None, []
         if route is Route.SET_TIMEOUT:
             body = await self._body(receive)
-            seconds = _timeout(body, required=True)
-            assert seconds is not None
-            boxes.set_timeout(boxes.require(sandbox_id[0]), seconds)
+            boxes.set_timeout(boxes.require(sandbox_id[0]), _timeout(body))
             return 204, None, []
-        raise SandboxError(404, f"no route for {scope['method']} {path}")
+        raise SandboxError(501, unsupported_api(scope["method"], path))
 
     def _list(self, scope: Scope) -> tuple[int, Any, list[tuple[str, str]]]:
         params = query(scope)
@@ -147,15 +153,18 @@ class ControlPlane:
             raise SandboxError(400, "limit must be an integer") from exc
         if not 1 <= limit <= 100:
             raise SandboxError(400, "limit must be from 1 to 100")
-        order = params.get("order") or "asc"
+        order = params.get("order") or "desc"  # E2B lists the newest first
         if order not in ("asc", "desc"):
             raise SandboxError(400, "order must be asc or desc")
+        after = params.get("startedAfter")
         page, token = self._sandboxes.listing(
             metadata=_metadata_filter(params.get("metadata")),
             states=states,
+            started_after=None if not after else parse_time(after),
+            template=params.get("template") or None,
             limit=limit,
             next_token=params.get("nextToken") or None,
             descending=order == "desc",
         )
         headers = [("x-next-token", token)] if token else []
-        return 200, [sandbox.detail() for sandbox in page], headers
+        return 200, [sandbox.listed() for sandbox in page], headers
