@@ -62,10 +62,13 @@ def _entry(entry: Entry) -> pb.EntryInfo:
         owner=entry.owner,
         group=entry.group,
         modified_time=Timestamp.from_nanos(entry.modified_ns),
-        is_symlink=entry.is_symlink,
+        # ``is_symlink`` stays unset: envd 0.6.4, the version advertised, has
+        # no such field; a link shows by its ``symlink_target``.
     )
     if entry.symlink_target is not None:
         info.symlink_target = entry.symlink_target
+    if entry.metadata:
+        info.metadata = dict(entry.metadata)
     return info
 
 

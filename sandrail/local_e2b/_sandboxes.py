@@ -188,6 +188,10 @@ class Sandboxes:
         """The live sandbox ``sandbox_id``, or ``None``."""
         return self._live.get(sandbox_id)
 
+    def live(self) -> list[Sandbox]:
+        """Every live sandbox."""
+        return list(self._live.values())
+
     def require(self, sandbox_id: str) -> Sandbox:
         sandbox = self._live.get(sandbox_id)
         if sandbox is None:
