@@ -49,7 +49,7 @@ def local_e2b(port: int, isolation: str, signal_scope: str) -> None:
     A development and test tool, NOT a security boundary: sandboxes share this
     machine's kernel, network and process table.
     """
-    for module in ("e2b", "uvicorn", "python_multipart"):
+    for module in ("e2b", "uvicorn", "python_multipart", "inotify_simple"):
         if importlib.util.find_spec(module) is None:
             raise click.UsageError(
                 f"local-e2b needs {module}: pip install 'sandrail[local-e2b]'", ctx=None

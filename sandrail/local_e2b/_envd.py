@@ -104,6 +104,8 @@ class Envd:
         if files is None and user not in sandbox.root.users:
             await _unauthorized(send, f"invalid username: '{user}'")
             return
+        # A change made by an earlier request is in every watch before this one.
+        sandbox.pump_watches()
         sandbox_token = CURRENT_SANDBOX.set(sandbox)
         user_token = CURRENT_USER.set(user or "user")
         try:

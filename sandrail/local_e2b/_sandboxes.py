@@ -23,6 +23,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from connectrpc.code import Code
+
 from ._fsview import FsView
 from ._isolation import Isolation, SandboxRoot
 from ._marks import Marks
@@ -30,6 +32,7 @@ from ._options import MAX_TIMEOUT, CreateOptions, OptionError, parse_create
 from ._processes import ProcessTable, RunningProcess
 from ._reaper import Reaper
 from ._truth import TruthLog
+from ._watch import Watcher, WatchError
 
 __all__ = ["ENVD_VERSION", "MAX_TIMEOUT", "Sandbox", "SandboxError", "Sandboxes"]
 
@@ -83,6 +86,10 @@ class Sandbox:
         self.processes = ProcessTable(reaper, self._process_ended, group_signals)
         self.marks: asyncio.Server | None = None
         """The mark listener on the sandbox's own loopback (no egress)."""
+        self.watches: set[Watcher] = set()
+        """Every live directory watch (streamed or polled)."""
+        self.polled_watches: dict[str, tuple[Watcher, list[Any]]] = {}
+        """The watches of ``CreateWatcher``, by id, with their events so far."""
         self._truth = truth
         self._timer: asyncio.TimerHandle | None = None
 
@@ -96,6 +103,11 @@ class Sandbox:
             status=process.exit.status,
             stdout_head=bytes(process.stdout_head).decode("utf-8", "replace"),
         )
+
+    def pump_watches(self) -> None:
+        """Let every watch take the events queued so far (see ``_watch``)."""
+        for watcher in list(self.watches):
+            watcher.pump()
 
     def listed(self) -> dict[str, Any]:
         """The control plane's ``ListedSandbox`` body."""
@@ -308,6 +320,10 @@ class Sandboxes:
                 reason="sandbox_ended",
             )
         sandbox.processes.kill_all()
+        for watcher in list(sandbox.watches):
+            watcher.close(WatchError(f"the sandbox {sandbox.sandbox_id} ended", Code.UNAVAILABLE))
+        sandbox.watches.clear()
+        sandbox.polled_watches.clear()
         if sandbox.marks is not None:
             sandbox.marks.close()
         await sandbox.root.destroy()

@@ -138,7 +138,7 @@ async def run_server(
     envd = Envd(
         sandboxes,
         process_app(ProcessService(truth, options.keepalive_seconds)),
-        filesystem_app(FilesystemService()),
+        filesystem_app(FilesystemService(options.keepalive_seconds)),
         options.max_upload_bytes,
     )
     api_server, api_task = await _start_uvicorn(
