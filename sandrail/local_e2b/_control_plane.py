@@ -10,11 +10,12 @@ otherwise). Routes and answers are the ones the e2b SDK parses:
 ``GET /sandboxes/{id}``                  200 ``SandboxDetail``; 404
 ``DELETE /sandboxes/{id}``               204; 404
 ``POST /sandboxes/{id}/timeout``         204; 404
+``GET /sandboxes/{id}/metrics``          200 ``[SandboxMetric]``; 404
 =======================================  ======================================
 
-Every other route of E2B's API (pause, resume, fork, snapshots, metrics,
-logs, network updates, templates, volumes, secrets...) answers ``501
-{"message": "local-e2b does not support ..."}``, which the SDK raises as a
+Every other route of E2B's API (pause, resume, fork, snapshots, logs,
+network updates, templates, volumes, secrets...) answers ``501 {"message":
+"local-e2b does not support ..."}``, which the SDK raises as a
 ``SandboxException`` carrying that text: never a 404, which the SDK would
 report as "sandbox not found" about a sandbox that runs.
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 import traceback
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -43,7 +45,7 @@ from ._asgi import (
 )
 from ._faults import Route, route_of
 from ._options import DEFAULT_TIMEOUT, MAX_TIMEOUT
-from ._sandboxes import SandboxError, Sandboxes, parse_time
+from ._sandboxes import Sandbox, SandboxError, Sandboxes, parse_time
 from ._unsupported import unsupported_api
 
 __all__ = ["ControlPlane"]
@@ -136,11 +138,25 @@ class ControlPlane:
         if route is Route.KILL:
             await boxes.end(boxes.require(sandbox_id[0]), "killed")
             return 204, None, []
+        if route is Route.METRICS:
+            return 200, self._metrics(scope, boxes.require(sandbox_id[0])), []
         if route is Route.SET_TIMEOUT:
             body = await self._body(receive)
             boxes.set_timeout(boxes.require(sandbox_id[0]), _timeout(body))
             return 204, None, []
         raise SandboxError(501, unsupported_api(scope["method"], path))
+
+    def _metrics(self, scope: Scope, sandbox: Sandbox) -> list[dict[str, Any]]:
+        """Measure now, then every sample from ``start`` (default: the
+        sandbox's start) to ``end`` (default: now), in Unix seconds."""
+        params = query(scope)
+        sandbox.meter.sample()
+        try:
+            start = int(params.get("start") or int(sandbox.started_at))
+            end = int(params.get("end") or int(time.time()))
+        except ValueError as exc:
+            raise SandboxError(400, "start and end must be Unix seconds") from exc
+        return [sample.to_json() for sample in sandbox.meter.between(start, end)]
 
     def _list(self, scope: Scope) -> tuple[int, Any, list[tuple[str, str]]]:
         params = query(scope)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import secrets
 import string
 import time
@@ -28,6 +29,7 @@ from connectrpc.code import Code
 from ._fsview import FsView
 from ._isolation import Isolation, SandboxRoot
 from ._marks import Marks
+from ._metrics import HOST, Meter
 from ._options import MAX_TIMEOUT, CreateOptions, OptionError, parse_create
 from ._processes import ProcessTable, RunningProcess
 from ._reaper import Reaper
@@ -42,6 +44,8 @@ watch events with entry info (0.6.3) and watches that may cross network
 mounts (0.6.4) are all served, as is everything older."""
 
 _ID_CHARS = string.ascii_lowercase + string.digits
+_OWN = ("tmp", "home", "root")
+_MIB = 1024 * 1024
 
 
 class SandboxError(Exception):
@@ -84,6 +88,7 @@ class Sandbox:
             {user.uid: user.name for user in reversed(root.users.values())},
         )
         self.processes = ProcessTable(reaper, self._process_ended, group_signals)
+        self.meter = Meter(root.processes, [root.directory / name for name in _OWN])
         self.marks: asyncio.Server | None = None
         """The mark listener on the sandbox's own loopback (no egress)."""
         self.watches: set[Watcher] = set()
@@ -104,6 +109,15 @@ class Sandbox:
             stdout_head=bytes(process.stdout_head).decode("utf-8", "replace"),
         )
 
+    @property
+    def disk_size(self) -> int:
+        """Bytes of the filesystem its directories are on."""
+        try:
+            disk = os.statvfs(self.root.directory)
+        except OSError:
+            return 0
+        return disk.f_blocks * disk.f_frsize
+
     def pump_watches(self) -> None:
         """Let every watch take the events queued so far (see ``_watch``)."""
         for watcher in list(self.watches):
@@ -115,9 +129,10 @@ class Sandbox:
             **self.created(),
             "startedAt": _iso_us(self.started_us),
             "endAt": _iso(self.end_at),
-            "cpuCount": 2,
-            "memoryMB": 512,
-            "diskSizeMB": 1024,
+            # It shares this machine: its sizes are the machine's.
+            "cpuCount": HOST.cpu_count,
+            "memoryMB": HOST.mem_total // _MIB,
+            "diskSizeMB": self.disk_size // _MIB,
             "state": "running",
             "metadata": self.metadata,
         }

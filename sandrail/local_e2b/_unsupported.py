@@ -18,7 +18,7 @@ _FEATURES: tuple[tuple[str, str], ...] = (
     (r"POST /sandboxes/[^/]+/resume", "resuming paused sandboxes"),
     (r"POST /sandboxes/[^/]+/fork", "forking sandboxes"),
     (r"\w+ /sandboxes/[^/]+/snapshots|\w+ /snapshots(/.*)?", "snapshots"),
-    (r"GET /sandboxes/metrics|GET /sandboxes/[^/]+/metrics", "sandbox metrics"),
+    (r"GET /sandboxes/metrics", "metrics of many sandboxes at once (ask each sandbox)"),
     (r"GET (/v2)?/sandboxes/[^/]+/logs", "sandbox logs"),
     (r"PUT /sandboxes/[^/]+/network", "changing a sandbox's network (update_network)"),
     (r"POST /sandboxes/[^/]+/refreshes", "refreshes (set_timeout does the same)"),
