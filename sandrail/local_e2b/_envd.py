@@ -75,7 +75,7 @@ class Envd:
         files = {"GET": "read", "POST": "write"}.get(method) if path == "/files" else None
         sandbox_id = header(scope, "e2b-sandbox-id") or ""
         sandbox = self._sandboxes.get(sandbox_id)
-        if sandbox is None and not sandbox_id and files is not None:
+        if sandbox is None and not sandbox_id and files and "signature" in query(scope):
             sandbox = self._signed(scope, files)
             if sandbox is None:
                 await _unauthorized(send, "invalid signature")
