@@ -116,7 +116,7 @@ class ProcessService(Process):
         user = CURRENT_USER.get()
         config = request.process or pb.ProcessConfig()
         if request.pty is not None:
-            raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not offer PTYs")
+            raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not support PTYs")
         if not config.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
         home = sandbox.root.users[user].home
@@ -215,7 +215,9 @@ class ProcessService(Process):
 
     async def update(self, request: pb.UpdateRequest, ctx: Any, /) -> pb.UpdateResponse:
         self._find(request.process)
-        raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not offer PTYs to resize")
+        raise ConnectError(
+            Code.UNIMPLEMENTED, "local-e2b does not support PTYs (nothing to resize)"
+        )
 
     async def stream_input(
         self, request: AsyncIterator[pb.StreamInputRequest], ctx: Any, /
@@ -239,7 +241,7 @@ class ProcessService(Process):
                 except StdinError as exc:
                     raise ConnectError(Code.FAILED_PRECONDITION, str(exc)) from exc
             case Oneof(field="pty"):
-                raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not offer PTYs")
+                raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not support PTYs")
             case _:
                 raise ConnectError(Code.INVALID_ARGUMENT, "input must be stdin bytes")
 
