@@ -53,11 +53,6 @@ def _basic_user(value: str | None) -> str | None:
 class Envd:
     """The ASGI app of envd (see module doc)."""
 
-    def _signed(self, scope: Scope, operation: str) -> Sandbox | None:
-        """The live sandbox whose token signed this ``/files`` request."""
-        live = ((box.access_token, box) for box in self._sandboxes.live())
-        return signed_by(query(scope), operation, live)
-
     def __init__(
         self, sandboxes: Sandboxes, process_app: Any, filesystem_app: Any, max_upload_bytes: int
     ) -> None:
@@ -65,6 +60,11 @@ class Envd:
         self._process = process_app
         self._filesystem = filesystem_app
         self._max_upload = max_upload_bytes
+
+    def _signed(self, scope: Scope, operation: str) -> Sandbox | None:
+        """The live sandbox whose token signed this ``/files`` request."""
+        live = ((box.access_token, box) for box in self._sandboxes.live())
+        return signed_by(query(scope), operation, live)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
