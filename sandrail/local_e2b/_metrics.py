@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +29,8 @@ import attrs
 __all__ = ["HOST", "Host", "Meter", "Sample"]
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+_KEPT = 4096
+"""Samples kept per sandbox (the oldest go first)."""
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -106,7 +109,7 @@ class Meter:
     def __init__(self, processes: Callable[[], Iterable[int]], directories: list[Path]) -> None:
         self._processes = processes
         self._directories = directories
-        self._samples: list[Sample] = []
+        self._samples: deque[Sample] = deque(maxlen=_KEPT)
         self._last = (time.monotonic(), 0)
 
     def sample(self) -> Sample:
