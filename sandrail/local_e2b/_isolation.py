@@ -18,7 +18,7 @@ Anything else is refused (``IsolationError``): a plain directory with path
 rewriting would give commands a different ``/tmp`` than the file API, and
 silently let every sandbox see every other one.
 
-A sandbox created without internet access (``allowInternetAccess: false``)
+A sandbox created without internet access (``allow_internet_access=False``)
 also gets a network namespace of its own, holding only loopback: it reaches
 nothing of this machine's network, its loopback included, but the server's
 mark listener (see ``_anchor``).
@@ -92,14 +92,15 @@ class Isolation:
             return (
                 "root: a private mount namespace per sandbox (its own /tmp, /home/user, "
                 "/root, /dev/shm; the rest of this machine read-only); 'user' runs as an "
-                "unprivileged uid of its own per sandbox, 'root' as root; same network and "
-                "process table as this machine"
+                "unprivileged uid of its own per sandbox, 'root' as root; same process "
+                "table as this machine, and its network unless created without internet access"
             )
         return (
             "userns: a private user+mount namespace per sandbox (its own /tmp, /home/user, "
             "/root, /dev/shm; the rest of this machine read-only); NO USER SEPARATION: "
             f"'root' and 'user' are the same uid ({os.geteuid()}), so a 'user' command can "
-            "read and delete what 'root' wrote; same network and process table as this machine"
+            "read and delete what 'root' wrote; same process table as this machine, and its "
+            "network unless created without internet access"
         )
 
 
