@@ -119,6 +119,17 @@ def test_issue16_item4_unserved_operations_say_so_and_never_not_found(
     assert sandbox.is_running()  # none of them touched it
 
 
+def test_issue16_item4_an_unserved_operation_on_a_gone_sandbox_is_not_found(
+    server: LocalE2B,
+) -> None:
+    gone = e2b.Sandbox.create(**server.sdk_options)
+    gone.kill()
+    with pytest.raises(e2b.SandboxNotFoundException):
+        gone.pause()
+    with pytest.raises(e2b.SandboxNotFoundException):
+        gone.fork()
+
+
 def test_issue16_item4_an_unknown_route_is_named_on_both_listeners(
     server: LocalE2B, sandbox: e2b.Sandbox
 ) -> None:

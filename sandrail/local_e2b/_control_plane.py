@@ -17,7 +17,8 @@ Every other route of E2B's API (pause, resume, fork, snapshots, logs,
 network updates, templates, volumes, secrets...) answers ``501 {"message":
 "local-e2b does not support ..."}``, which the SDK raises as a
 ``SandboxException`` carrying that text: never a 404, which the SDK would
-report as "sandbox not found" about a sandbox that runs.
+report as "sandbox not found" about a sandbox that runs (an operation on a
+sandbox that does not exist is a 404, as on E2B).
 
 Errors answer ``{"code": status, "message": text}``.
 """
@@ -25,6 +26,7 @@ Errors answer ``{"code": status, "message": text}``.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 import traceback
@@ -51,6 +53,7 @@ from ._unsupported import unsupported_api
 __all__ = ["ControlPlane"]
 
 _BODY_LIMIT = 1024 * 1024
+_SANDBOX_OPERATION = re.compile(r"^/(?:v2/)?sandboxes/([^/]+)/.+")
 
 
 def _metadata_filter(raw: str | None) -> dict[str, str]:
@@ -122,7 +125,7 @@ class ControlPlane:
         if route is Route.LIST:
             return self._list(scope)
         if route is None or not sandbox_id:
-            raise SandboxError(501, unsupported_api(scope["method"], path))
+            raise self._unsupported(scope["method"], path)
         if route is Route.CONNECT:
             body = await self._body(receive)
             sandbox = boxes.require(sandbox_id[0])
@@ -144,7 +147,15 @@ class ControlPlane:
             body = await self._body(receive)
             boxes.set_timeout(boxes.require(sandbox_id[0]), _timeout(body))
             return 204, None, []
-        raise SandboxError(501, unsupported_api(scope["method"], path))
+        raise self._unsupported(scope["method"], path)
+
+    def _unsupported(self, method: str, path: str) -> SandboxError:
+        """501 naming what is not supported; but 404 for an operation on a
+        sandbox that does not exist (E2B's answer, and true)."""
+        on_sandbox = _SANDBOX_OPERATION.match(path)
+        if on_sandbox is not None:
+            self._sandboxes.require(on_sandbox.group(1))
+        return SandboxError(501, unsupported_api(method, path))
 
     def _metrics(self, scope: Scope, sandbox: Sandbox) -> list[dict[str, Any]]:
         """Measure now, then every sample from ``start`` (default: the
