@@ -17,6 +17,8 @@ import click
 
 import sandrail
 
+from ._backends import backend_option, close_backend, make_backend
+
 __all__ = ["mcp"]
 
 _LOOPBACK_NAMES = {"localhost"}
@@ -45,7 +47,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-@click.command()
+@click.command("mcp")
 @click.option(
     "--transport",
     type=click.Choice(["stdio", "http"]),
@@ -62,14 +64,7 @@ def _loopback(host: str) -> bool:
     is_flag=True,
     help="HTTP: allow a --host that is not loopback (the server has no authentication).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["simulator", "e2b"]),
-    default="simulator",
-    show_default=True,
-    help="Where commands run: the in-memory simulator (no account needed) or E2B "
-    "(needs E2B_API_KEY and the e2b extra).",
-)
+@backend_option
 @click.option(
     "--session",
     "session_id",
@@ -113,8 +108,6 @@ def mcp(
     Without one, an identical call whose settled result was not yet returned
     reuses the earlier call's key (see sandrail.adapters.mcp).
     """
-    from sandrail.cli import _backend
-
     try:
         from sandrail.adapters.mcp import recent_events
         from sandrail.adapters.mcp import server as mcp_server
@@ -127,7 +120,7 @@ def mcp(
             f"--host {host} is not loopback and the server has no authentication; "
             "pass --allow-remote to serve it anyway."
         )
-    chosen = _backend(backend)
+    chosen = make_backend(backend)
     try:
         toolset = sandrail.Toolset(
             backend=chosen,
@@ -141,9 +134,7 @@ def mcp(
     except (TypeError, ValueError) as exc:
         # Any value the toolset or server refuses is a usage error, never a
         # traceback (and a backend already opened is closed).
-        close = getattr(chosen, "close", None)
-        if callable(close):
-            close()
+        close_backend(chosen)
         raise click.UsageError(str(exc)) from None
     if transport == "stdio":
         from mcp.server.stdio import stdio_server
