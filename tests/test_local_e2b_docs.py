@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from sandrail._local_e2b_cli import local_e2b
+from sandrail.cli.local_e2b import local_e2b
 
 
 def test_issue16_the_help_says_what_local_e2b_does_not_do() -> None:

@@ -67,7 +67,8 @@ def local_e2b(port: int, isolation: str, signal_scope: str) -> None:
         click.echo("sandrail local-e2b: an E2B control plane and envd on this machine.")
         click.secho(
             "A development and test tool, NOT a security boundary: sandboxes share this "
-            "machine's kernel, network and process table.",
+            "machine's kernel and process table (and its network, unless created without "
+            "internet access).",
             fg="yellow",
             bold=True,
         )
