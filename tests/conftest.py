@@ -10,13 +10,7 @@
 - ``campaign``: long hunts for rare bugs (5,000 examples a property).
 
 Coverage is off unless ``--cov`` asks for it (pyproject.toml: 95% branch
-coverage of ``sandrail.core``), so one file runs green alone. In a ``--cov``
-run, the tests that repeat whole tool calls hundreds of times (the schema
-properties, the state machines, the whole-campaign tests) carry
-``pytest.mark.no_cover``: tracing them was more than half of coverage's cost,
-and every branch they reach is reached by a traced test too, so the report is
-the same without them (checked when they were marked; a branch only they
-reached would show as missing, never as covered).
+coverage of ``sandrail.core``), so one file runs green alone.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -134,9 +133,6 @@ class PortMachine(RuleBasedStateMachine):
 class NativePortMachine(PortMachine):
     mode = "native"
 
-
-# Both machines run untraced in a --cov run (tests/conftest.py says why).
-pytestmark = pytest.mark.no_cover
 
 machine_settings = settings(
     stateful_step_count=25,
