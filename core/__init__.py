@@ -15,9 +15,21 @@ from ._budget import (
 )
 from ._call import bound_result, crash_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
+from ._claim import (
+    ClaimProof,
+    ClaimVerdict,
+    LaunchClaim,
+    claim_proof,
+    claim_verdict,
+    known_to_launch,
+    launch_claim,
+    remembered,
+)
 from ._contents import admission_size, minimum_output_bytes
 from ._definitions import (
     COMMAND_TOOL_NAMES,
+    DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
+    DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
     DEFAULT_MAX_OUTPUT_BYTES,
     LANGUAGE_ALIASES,
     LANGUAGES,
@@ -37,6 +49,7 @@ from ._definitions import (
 from ._effects import (
     HARNESS_EFFECTS,
     SANDBOX_EFFECTS,
+    SIDE_EFFECTS,
     TERMINAL_STATUSES,
     Allow,
     AppendArtifact,
@@ -77,6 +90,7 @@ from ._effects import (
     StartRefused,
     Wait,
     WriteArtifact,
+    unexpected_failure,
 )
 from ._env import (
     ENV_NAME_PATTERN,
@@ -139,7 +153,7 @@ from ._results import (
     ToolResult,
     error_result,
 )
-from ._rules import launch_digest
+from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout
 from ._snapshot import (
     PortSettings,
     owner_key,
@@ -152,12 +166,15 @@ from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [
     "COMMAND_TOOL_NAMES",
+    "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
+    "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "ENV_NAME_PATTERN",
     "GUARD_TABLE",
     "HARNESS_EFFECTS",
     "LANGUAGES",
     "LANGUAGE_ALIASES",
+    "LAUNCH_TOOLS",
     "MAX_MASKED_BYTES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
@@ -174,6 +191,7 @@ __all__ = [
     "SANDBOX_ID_PATTERN",
     "SHELL_OWNED_ENV_NAMES",
     "SHRINKABLE_FIELDS",
+    "SIDE_EFFECTS",
     "TASK_ID_PATTERN",
     "TERMINAL_STATUSES",
     "TOOL_NAMES",
@@ -196,6 +214,8 @@ __all__ = [
     "CancelToken",
     "CanonicalJSONError",
     "CheckAuthority",
+    "ClaimProof",
+    "ClaimVerdict",
     "CloseArtifact",
     "CommandState",
     "CommandStatus",
@@ -209,6 +229,7 @@ __all__ = [
     "FatalInterpreterError",
     "HarnessEffect",
     "Inspect",
+    "LaunchClaim",
     "MaskingError",
     "NativeCommandRef",
     "NativeIdentity",
@@ -257,6 +278,8 @@ __all__ = [
     "canonical_json",
     "canonical_size",
     "check_arguments",
+    "claim_proof",
+    "claim_verdict",
     "code_tool_definitions",
     "command_tool_definitions",
     "crash_result",
@@ -267,7 +290,10 @@ __all__ = [
     "escaped_size",
     "fit_to_budget",
     "fixed_size",
+    "known_to_launch",
+    "launch_claim",
     "launch_digest",
+    "launch_timeout",
     "mask_chunk",
     "mask_text",
     "minimal_uncertain_size",
@@ -277,6 +303,7 @@ __all__ = [
     "owner_key",
     "plain_arguments",
     "redaction_secrets",
+    "remembered",
     "request_digest",
     "resolve_language",
     "sanitize_text",
@@ -286,5 +313,6 @@ __all__ = [
     "tool_program",
     "tool_schema",
     "unchanged",
+    "unexpected_failure",
     "widen",
 ]

@@ -18,14 +18,11 @@ import attrs
 import sandrail
 from sandrail import ToolPort, ToolRequest, ToolResult
 from sandrail.core import (
-    Cancel,
+    SIDE_EFFECTS,
     Delivery,
     EffectFailure,
-    Ensure,
     NativeIdentity,
-    Publish,
     SandboxEffect,
-    Start,
 )
 from sandrail.interpreters._cancel import CancelToken
 from sandrail.interpreters.simulator import Fault
@@ -35,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT",
-    "LAUNCH_TOOLS",
     "OWNED_TOOLS",
     "SCOPE",
     "SESSION",
@@ -52,9 +48,7 @@ LateDelivery = Literal["manual", "next_effect"]
 SESSION = "session-1"
 AGENT = "agent-1"
 SCOPE: Mapping[str, Any] = {"tenant": "acme", "project": "rails"}
-LAUNCH_TOOLS = frozenset({"run_command", "run_code", "sandbox_run_code"})
 OWNED_TOOLS = frozenset({"read_command_output", "stop_command"})
-_SIDE_EFFECTS = (Ensure, Publish, Start, Cancel)
 
 _CURRENT: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
     "sandrail_testing_call", default=None
@@ -136,7 +130,7 @@ class CallRecord:
     def dispatched(self) -> bool:
         """Whether a side-effect request of this call may have reached the sandbox."""
         return any(
-            isinstance(effect, _SIDE_EFFECTS)
+            isinstance(effect, SIDE_EFFECTS)
             and not (isinstance(answer, EffectFailure) and answer.delivery is Delivery.NOT_SENT)
             for effect, answer in self.effects
         )
@@ -173,7 +167,9 @@ class WatchedPort(ToolPort):
     :meth:`World.command_tools` / :meth:`World.code_tools`; otherwise an
     ordinary :class:`~sandrail.ToolPort`)."""
 
-    _world: World
+    def __init__(self, *, world: World, **port: Any) -> None:
+        super().__init__(**port)
+        self._world = world
 
     def execute_sync(self, request: ToolRequest) -> ToolResult:
         with self._world._watching(self, request) as record:

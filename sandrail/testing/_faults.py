@@ -36,6 +36,7 @@ from sandrail.core import (
     SandboxReady,
     SandboxState,
 )
+from sandrail.interpreters._drivers import is_asynchronous
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, SimulatedHarness
 
 from ._truth import Target
@@ -118,7 +119,9 @@ class FaultyBackend:
 
     @property
     def asynchronous(self) -> bool:
-        return getattr(self.inner, "asynchronous", False) is True
+        """Whether the backend in front of which faults strike is (see
+        :func:`~sandrail.interpreters._drivers.is_asynchronous`)."""
+        return is_asynchronous(self.inner)
 
     # -- held requests -----------------------------------------------------------
 

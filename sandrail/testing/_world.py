@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,7 +27,10 @@ import attrs
 
 import sandrail
 from sandrail import ToolPort, ToolRequest, ToolResult
+from sandrail._options import given_options
+from sandrail._port import build_port
 from sandrail.core import (
+    LAUNCH_TOOLS,
     Effect,
     EffectFailure,
     NativeIdentity,
@@ -40,6 +44,7 @@ from sandrail.core import (
     launch_digest,
     plain_arguments,
 )
+from sandrail.interpreters._drivers import is_asynchronous
 from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import (
     Fault,
@@ -54,7 +59,6 @@ from ._calls import (
     _CURRENT,
     _LABEL,
     AGENT,
-    LAUNCH_TOOLS,
     OWNED_TOOLS,
     SCOPE,
     SESSION,
@@ -233,8 +237,9 @@ class World:
 
     @property
     def asynchronous(self) -> bool:
-        """Whether the backend answers with awaitables (ports then run async)."""
-        return getattr(self.backend, "asynchronous", False) is True
+        """Whether the backend answers with awaitables (ports then run async;
+        see :func:`~sandrail.interpreters._drivers.is_asynchronous`)."""
+        return is_asynchronous(self.backend)
 
     # -- ports -------------------------------------------------------------------------
 
@@ -309,18 +314,19 @@ class World:
             self.recordings.append(path)
             self._recorders.append(recorder)
             backend = recorder
-        factory = sandrail.command_tools if tools == "command" else sandrail.code_tools
-        base = factory(
-            backend=backend,
-            session_id=session_id,
-            owner=owner,
-            authorize=authorize_both,
-            assert_authority=authority_both,
-            **options,
+        given = given_options(
+            {
+                "backend": backend,
+                "session_id": session_id,
+                "owner": owner,
+                "authorize": authorize_both,
+                "assert_authority": authority_both,
+                **options,
+            },
+            f"{tools}_tools",
         )
-        port = WatchedPort.__new__(WatchedPort)
-        port.__dict__.update(base.__dict__)
-        port._world = self
+        port = build_port(tools, given, port_type=functools.partial(WatchedPort, world=self))
+        assert isinstance(port, WatchedPort)
         if recorder is not None:
             recorder.attach(port)
         return port
