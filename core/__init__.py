@@ -156,9 +156,12 @@ from ._results import (
 from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout
 from ._snapshot import (
     PortSettings,
+    RequestParts,
+    digest_text,
     owner_key,
     plain_arguments,
     request_digest,
+    request_parts,
     snapshot_request,
     unchanged,
 )
@@ -254,6 +257,7 @@ __all__ = [
     "Redactions",
     "Refuse",
     "RememberOwned",
+    "RequestParts",
     "ResolveOwned",
     "SandboxEffect",
     "SandboxPhase",
@@ -285,6 +289,7 @@ __all__ = [
     "crash_result",
     "decide",
     "definitions_equal",
+    "digest_text",
     "env_name_problem",
     "error_result",
     "escaped_size",
@@ -305,6 +310,7 @@ __all__ = [
     "redaction_secrets",
     "remembered",
     "request_digest",
+    "request_parts",
     "resolve_language",
     "sanitize_text",
     "snapshot_request",

@@ -38,13 +38,16 @@ from ._results import (
 )
 from ._snapshot import PortSettings, _refuse, _Snapshot
 
-__all__ = ["BrokenArtifactError", "StoppedError", "bound_result", "crash_result"]
+__all__ = ["BrokenArtifactError", "CallState", "StoppedError", "bound_result", "crash_result"]
 
 _MAX_SAFE: Final = 2**53 - 1
 
 
 class StoppedError(Exception):
-    """The guard after a step said stop: ``result`` ends the call."""
+    """A step ends the call with ``result``: the guard after it said stop, or
+    what it got (a failure, a refusal, an answer of the wrong kind) leaves
+    nothing more to do. Raised by the steps of a program, caught where the
+    program returns its result."""
 
     def __init__(self, result: ToolResult) -> None:
         super().__init__(result)
@@ -62,9 +65,10 @@ def _discard(key: str) -> Generator[Effect, Any, None]:
         yield CloseArtifact(key=key, keep=False)
 
 
-class _Call:
+class CallState:
     """The state one tool call carries between steps: what is known of its
-    locator and whether a side effect may have been dispatched."""
+    locator and whether a side effect may have been dispatched (its
+    :class:`Phase`, changed only by :meth:`dispatched`)."""
 
     def __init__(
         self, snap: _Snapshot, settings: PortSettings, secrets: frozenset[str] = frozenset()
@@ -83,6 +87,12 @@ class _Call:
         is the store's reference, or ``None`` if the store failed."""
         self.output_artifact: ArtifactRef | None = None
         self._check = CheckAuthority(request_digest=snap.digest)
+
+    def dispatched(self) -> None:
+        """A side-effect request may have reached the sandbox: from now on
+        every failure is ``uncertain`` (C6). The one place the phase
+        changes, and it never changes back."""
+        self.phase = Phase.AFTER_DISPATCH
 
     # -- verdicts ----------------------------------------------------------
 
@@ -110,7 +120,7 @@ class _Call:
             reason = ErrorCode.ABORTED if failure.aborted else ErrorCode.EVIDENCE_INCOMPLETE
             return self.uncertain(reason)
         if side_effect and failure.delivery is Delivery.MAYBE_SENT:
-            self.phase = Phase.AFTER_DISPATCH
+            self.dispatched()
             reason = ErrorCode.ABORTED if failure.aborted else ErrorCode.SANDBOX_OUTCOME_UNKNOWN
             return self.uncertain(reason)
         if failure.aborted:
@@ -141,6 +151,13 @@ class _Call:
             return _refuse(verdict.code, "Nothing ran. Check the harness's authority and retry.")
         return self.uncertain(verdict.reason)
 
+    def go_on(self) -> Generator[Effect, Any, None]:
+        """The guard (C9, C11) as a step: raises :class:`StoppedError` when
+        it says stop."""
+        stop = yield from self.guard()
+        if stop is not None:
+            raise StoppedError(stop)
+
     def settle(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
         """``result``, unless the guard after the step that led to it says
         otherwise (C9, C11: checked after every external step, whatever the
@@ -159,9 +176,7 @@ class _Call:
         :class:`StoppedError` when the guard says stop; an effect's failure
         propagates."""
         outcome = yield effect
-        stop = yield from self.guard()
-        if stop is not None:
-            raise StoppedError(stop)
+        yield from self.go_on()
         return outcome
 
     def append_artifact(self, text: str) -> Generator[Effect, Any, None]:
@@ -347,9 +362,9 @@ def crash_result(
             ErrorCode.INTERNAL, instruction="sandrail failed before anything ran; nothing ran."
         )
     if snap is not None:
-        call = _Call(snap, settings)
+        call = CallState(snap, settings)
         call.sandbox_id, call.task_id = sandbox_id, task
-        call.phase = Phase.AFTER_DISPATCH
+        call.dispatched()
         try:
             return call.uncertain(ErrorCode.INTERNAL)
         except (BudgetError, CanonicalJSONError):

@@ -118,14 +118,14 @@ def _relaunch_after_uncertain() -> Iterator[None]:
 @contextlib.contextmanager
 def _maybe_sent_is_not_executed() -> Iterator[None]:
     """(b) A failure that may have reached the sandbox is reported as nothing ran."""
-    real = call_module._Call.failed
+    real = call_module.CallState.failed
 
     def failed(self: Any, failure: EffectFailure, *, side_effect: bool) -> ToolResult:
         if failure.delivery is Delivery.MAYBE_SENT and not failure.aborted:
             return error_result(ErrorCode.SANDBOX_UNAVAILABLE, instruction="Nothing ran.")
         return real(self, failure, side_effect=side_effect)
 
-    with mock.patch.object(call_module._Call, "failed", failed):
+    with mock.patch.object(call_module.CallState, "failed", failed):
         yield
 
 
@@ -288,14 +288,14 @@ def _stop_without_cancel() -> Iterator[None]:
 def _uncertain_after_dispatch() -> Iterator[None]:
     """(k) Answer uncertain whenever anything was dispatched: keeps every
     contract line, and tells the harness nothing."""
-    real = call_module._Call.finish
+    real = call_module.CallState.finish
 
     def finish(self: Any, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
         if self.phase is Phase.AFTER_DISPATCH:
             return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)  # type: ignore[no-any-return]
         return (yield from real(self, result))
 
-    with mock.patch.object(call_module._Call, "finish", finish):
+    with mock.patch.object(call_module.CallState, "finish", finish):
         yield
 
 
