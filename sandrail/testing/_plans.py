@@ -1,5 +1,6 @@
-"""What the campaign runs: workloads (short call sequences per tool and owner
-mode), the single-fault plans over them, and seeded random schedules.
+"""What the fault campaign and the conformance kit run: workloads (short
+call sequences per tool and owner mode), the single-fault plans over them,
+and seeded random schedules.
 
 Everything here is a plain frozen value, so a failing plan prints as code
 that can be pasted into a regression test.
@@ -14,8 +15,9 @@ from typing import Any, Literal
 import attrs
 
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
-from sandrail.testing._calls import Mode
-from sandrail.testing._commands import BUILD, BUILD_TOKEN, SECRET, SERVE, SERVE_TOKEN
+
+from ._calls import Mode
+from ._commands import BUILD, BUILD_TOKEN, SECRET, SERVE, SERVE_TOKEN
 
 __all__ = [
     "Schedule",
