@@ -142,7 +142,7 @@ from ._profiles import (
     tool_schema,
 )
 from ._programs import WAIT_GRACE_SECONDS, Program, tool_program
-from ._requests import RUNTIME_ARTIFACTS, CancelToken, ToolCall, ToolRequest
+from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
 from ._results import (
     AgentCommandRef,
     ArtifactRef,
@@ -200,6 +200,7 @@ __all__ = [
     "TOOL_NAMES",
     "VENDOR_UNSUPPORTED",
     "WAIT_GRACE_SECONDS",
+    "AbortSignal",
     "AgentCommandRef",
     "AgentIdentity",
     "AgentOwner",
@@ -214,7 +215,6 @@ __all__ = [
     "BudgetError",
     "Cancel",
     "CancelRequested",
-    "CancelToken",
     "CanonicalJSONError",
     "CheckAuthority",
     "ClaimProof",

@@ -85,6 +85,8 @@ CommandStatus = Literal["running", "exited", "timed_out", "canceled", "unknown"]
 """What the sandbox knows about a command. ``unknown``: the sandbox could not tell."""
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"exited", "timed_out", "canceled"})
+"""The statuses of a command that has ended (every :data:`CommandStatus` but
+``running`` and ``unknown``)."""
 
 SandboxPhase = Literal["absent", "creating", "ready", "closing", "closed", "unknown"]
 

@@ -100,7 +100,7 @@ from sandrail.core import (
     redaction_secrets,
 )
 from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
-from sandrail.interpreters._cancel import CancelToken
+from sandrail.interpreters._cancel import CancelToken, EitherSignal
 from sandrail.interpreters._drivers import is_asynchronous
 
 __all__ = ["MAX_CALL_TIMEOUT_SECONDS", "Toolset", "check_timeout", "refusal"]
@@ -472,7 +472,7 @@ class Toolset:
             session_id=self._session_id,
             definition=definition,
             identity=identity,
-            cancel=token if cancel is None else _Either(cancel, token),
+            cancel=token if cancel is None else EitherSignal(token, cancel),
         )
         return _Prepared(port, request, token, repeat, deadline)
 
@@ -687,37 +687,6 @@ def _recorder(backend: object, groups: tuple[str, ...]) -> Any:
             "which the toolset attaches itself"
         )
     return backend
-
-
-class _Either:
-    """An abort signal that fires when the harness's own signal or the
-    toolset's token does (the toolset's fires when the await is cancelled)."""
-
-    def __init__(self, harness: object, own: CancelToken) -> None:
-        self._harness = harness
-        self._own = own
-
-    @property
-    def cancelled(self) -> bool:
-        if self._own.cancelled:
-            return True
-        try:
-            return getattr(self._harness, "cancelled", False) is True
-        except Exception:
-            return True  # a signal that cannot be read may have fired
-
-    def add_callback(self, callback: Callable[[], object]) -> Callable[[], None]:
-        removers = [self._own.add_callback(callback)]
-        add = getattr(self._harness, "add_callback", None)
-        if callable(add):
-            removers.append(add(callback))
-
-        def remove() -> None:
-            for remover in removers:
-                if callable(remover):
-                    remover()
-
-        return remove
 
 
 async def _outlast_cancellation(task: asyncio.Future[ToolResult]) -> ToolResult:

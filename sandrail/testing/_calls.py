@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextvars
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -24,7 +24,6 @@ from sandrail.core import (
     NativeIdentity,
     SandboxEffect,
 )
-from sandrail.interpreters._cancel import CancelToken
 from sandrail.interpreters.simulator import Fault
 
 if TYPE_CHECKING:
@@ -134,32 +133,6 @@ class CallRecord:
             and not (isinstance(answer, EffectFailure) and answer.delivery is Delivery.NOT_SENT)
             for effect, answer in self.effects
         )
-
-
-class _EitherToken:
-    """The harness's own cancel token and the world's, as one: fired when
-    either is (the world's fires under an ``ABORT`` fault)."""
-
-    def __init__(self, shared: CancelToken, own: Any) -> None:
-        self._shared = shared
-        self._own = own
-
-    @property
-    def cancelled(self) -> bool:
-        own = self._own
-        return self._shared.cancelled or (own is not None and bool(own.cancelled))
-
-    def add_callback(self, callback: Callable[[], object]) -> Callable[[], None]:
-        removers = [self._shared.add_callback(callback)]
-        add = getattr(self._own, "add_callback", None)
-        if callable(add):
-            removers.append(add(callback))
-
-        def remove() -> None:
-            for remover in removers:
-                remover()
-
-        return remove
 
 
 class WatchedPort(ToolPort):

@@ -44,6 +44,7 @@ from sandrail.core import (
     launch_digest,
     plain_arguments,
 )
+from sandrail.interpreters._cancel import EitherSignal
 from sandrail.interpreters._drivers import is_asynchronous
 from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import (
@@ -66,7 +67,6 @@ from ._calls import (
     LateDelivery,
     Mode,
     WatchedPort,
-    _EitherToken,
     native_identity,
 )
 from ._faults import FaultyBackend
@@ -444,7 +444,7 @@ class World:
         identity = request.identity
         fence = identity.execution_fence if isinstance(identity, NativeIdentity) else None
         watched = attrs.evolve(
-            request, cancel=_EitherToken(self.harness.cancel_token, request.cancel)
+            request, cancel=EitherSignal(self.harness.cancel_token, request.cancel)
         )
         tool = request.call.name
         arguments = plain_arguments(request.call.arguments) or {}
