@@ -347,6 +347,12 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
             ErrorCode.REQUEST_INVALID,
             f"result_governance must be None or {RUNTIME_ARTIFACTS!r}.",
         )
+    return _snapshot_of(request)
+
+
+def _snapshot_of(request: ToolRequest) -> _Snapshot | ToolResult:
+    """The snapshot of a request whose every part but its arguments was
+    checked; the refusal of arguments that are not a JSON object."""
     identity = request.identity
     assert isinstance(identity, (NativeIdentity, AgentIdentity))
     if isinstance(identity, NativeIdentity):
@@ -354,7 +360,7 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
         # is reported as drift, while every locator keeps the scope it began
         # with (C13).
         identity = attrs.evolve(identity, scope=json.loads(canonical_json(identity.scope)))
-    arguments = plain_arguments(call.arguments)
+    arguments = plain_arguments(request.call.arguments)
     if arguments is None:
         return _refuse(
             ErrorCode.ARGUMENTS_INVALID,
@@ -365,28 +371,29 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
         digest = request_digest(request, arguments)
     except (ValueError, AttributeError, TypeError, RecursionError):
         digest = ""  # a request with no JSON form: every guard reports drift
-    assert isinstance(call_id, str)
-    seen: _Seen | None = None
-    if digest:
-        live = request.identity
-        assert isinstance(live, NativeIdentity | AgentIdentity)  # checked above
-        scope = live.scope if isinstance(live, NativeIdentity) else None
-        seen = _Seen(
-            parts=request_parts(request),
-            identity_fields=_identity_fields(live),
-            plain_arguments=_copy(arguments),
-            plain_scope=None if scope is None else json.loads(digest_text(scope)),
-        )
     return _Snapshot(
-        tool=name,
-        call_id=call_id,
+        tool=request.call.name,
+        call_id=request.call.call_id,
         operation_key=request.operation_key,
         session_id=request.session_id,
         identity=identity,
         arguments=arguments,
         digest=digest,
         governed=request.result_governance == RUNTIME_ARTIFACTS,
-        seen=seen,
+        seen=_seen(request, arguments) if digest else None,
+    )
+
+
+def _seen(request: ToolRequest, arguments: dict[str, Any]) -> _Seen:
+    """What :func:`unchanged` compares ``request`` with later."""
+    live = request.identity
+    assert isinstance(live, NativeIdentity | AgentIdentity)  # checked
+    scope = live.scope if isinstance(live, NativeIdentity) else None
+    return _Seen(
+        parts=request_parts(request),
+        identity_fields=_identity_fields(live),
+        plain_arguments=_copy(arguments),
+        plain_scope=None if scope is None else json.loads(digest_text(scope)),
     )
 
 

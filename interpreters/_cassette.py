@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -569,6 +569,30 @@ _SETTINGS_KEYS = {
 
 def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
     """Parse cassette bytes (see :func:`load_cassette`)."""
+
+    def fail(number: int, message: str) -> CassetteError:
+        return CassetteError(f"{source}:{number}: {message}")
+
+    records = _records(data, source, fail)
+    header = _check_header(records[0][1], lambda message: fail(1, message))
+    calls, complete = _calls(records[1:], fail)
+    for call in calls.values():
+        if call.result is None:
+            raise fail(
+                records[-1][0],
+                f"the recording ends before the result of {call.describe()}, whose request is "
+                f"on line {call.line}: the file is truncated",
+            )
+    return Cassette(source=source, header=header, calls=tuple(calls.values()), complete=complete)
+
+
+_Record = tuple[int, dict[str, Any], str]
+"""A line's number, its record, and its text."""
+
+
+def _records(data: bytes, source: str, fail: Callable[[int, str], CassetteError]) -> list[_Record]:
+    """Every line of ``data`` read as a record (a JSON object with a
+    ``kind``); ``CassetteError`` naming the first line that is not one."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -578,20 +602,16 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
         )
     if not lines:
         raise CassetteError(f"{source}: the file is empty: not a sandrail cassette")
-
-    def fail(number: int, message: str) -> CassetteError:
-        return CassetteError(f"{source}:{number}: {message}")
-
     # Strategy (issue 12): the file is decoded as one text (0x0A never occurs
     # inside a UTF-8 sequence, so its lines are the byte lines decoded), and
-    # each line goes straight to the C scanner. Only a line the scanner does
-    # not read whole (surrounding spaces, bad JSON) or a file that is not
-    # UTF-8 takes the long way, which names the line.
+    # each line goes straight to the decoder. Only a line it does not read
+    # whole (surrounding spaces, bad JSON) or a file that is not UTF-8 takes
+    # the long way, which names the line.
     try:
         texts: list[str] | None = data.decode("utf-8").split("\n")[: len(lines)]
     except UnicodeDecodeError:
         texts = None
-    records: list[tuple[int, dict[str, Any], str]] = []
+    records: list[_Record] = []
     for number, raw in enumerate(lines, start=1):
         try:
             text = raw.decode("utf-8") if texts is None else texts[number - 1]
@@ -603,12 +623,18 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
         if type(record) is not dict or not isinstance(record.get("kind"), str):
             raise fail(number, 'not a cassette record (a JSON object with a "kind")')
         records.append((number, record, text))
+    return records
 
-    header = _check_header(records[0][1], lambda message: fail(1, message))
+
+def _calls(
+    records: list[_Record], fail: Callable[[int, str], CassetteError]
+) -> tuple[dict[int, RecordedCall], bool]:
+    """The calls the records after the header hold, in order, and whether
+    the end line closed them; ``CassetteError`` for records out of order."""
     calls: dict[int, RecordedCall] = {}
     last_step = 0
     complete = False
-    for number, record, text in records[1:]:
+    for number, record, text in records:
         kind = record["kind"]
         if complete:
             raise fail(number, "a line after the end line")
@@ -652,14 +678,7 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
             raise fail(number, f"{kind} record without {exc.args[0]!r}") from None
         except ValueError as exc:
             raise fail(number, str(exc)) from None
-    for call in calls.values():
-        if call.result is None:
-            raise fail(
-                len(lines),
-                f"the recording ends before the result of {call.describe()}, whose request is "
-                f"on line {call.line}: the file is truncated",
-            )
-    return Cassette(source=source, header=header, calls=tuple(calls.values()), complete=complete)
+    return calls, complete
 
 
 _DECODER: Final = json.JSONDecoder()

@@ -433,19 +433,9 @@ class Toolset:
                 self._max_output_bytes,
             )
         definition = port.definition(name)
-        if not isinstance(arguments, Mapping):
-            # Not an object at all (a list, a tuple, a string): refused as
-            # such, never converted (a tuple would pass for problems).
-            problem = ArgumentProblem("arguments", "must be a JSON object")
-            content = arguments_rejection([problem], self._max_output_bytes)
-            return ToolResult(status="error", content=content)
-        converted = canonical_arguments(definition, profile, arguments)
-        if not isinstance(converted, (tuple, Mapping)):
-            converted = (ArgumentProblem("arguments", "must be a JSON object"),)
-        if isinstance(converted, tuple):
-            problems = _masked(converted, self._masks.secrets, arguments)
-            content = arguments_rejection(problems, self._max_output_bytes)
-            return ToolResult(status="error", content=content)
+        converted = self._converted(definition, profile, arguments)
+        if isinstance(converted, ToolResult):
+            return converted
         token = CancelToken()
         try:
             identity = self._identity() if callable(self._identity) else self._identity
@@ -475,6 +465,26 @@ class Toolset:
             cancel=token if cancel is None else EitherSignal(token, cancel),
         )
         return _Prepared(port, request, token, repeat, deadline)
+
+    def _converted(
+        self, definition: ToolDefinition, profile: Profile, arguments: object
+    ) -> Mapping[str, Any] | ToolResult:
+        """The model's ``arguments`` in the port's form (``profile``'s
+        undone), or their refusal with the session's values masked."""
+        if not isinstance(arguments, Mapping):
+            # Not an object at all (a list, a tuple, a string): refused as
+            # such, never converted (a tuple would pass for problems).
+            problem = ArgumentProblem("arguments", "must be a JSON object")
+            content = arguments_rejection([problem], self._max_output_bytes)
+            return ToolResult(status="error", content=content)
+        converted = canonical_arguments(definition, profile, arguments)
+        if not isinstance(converted, (tuple, Mapping)):
+            converted = (ArgumentProblem("arguments", "must be a JSON object"),)
+        if isinstance(converted, tuple):
+            problems = _masked(converted, self._masks.secrets, arguments)
+            content = arguments_rejection(problems, self._max_output_bytes)
+            return ToolResult(status="error", content=content)
+        return converted
 
     def _abandon(self, operation_key: str, result: ToolResult) -> None:
         """Keep the result of a call whose caller cancelled the await."""
