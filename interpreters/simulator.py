@@ -151,7 +151,7 @@ from sandrail.core._effects import (
 from sandrail.core._requests import ToolRequest
 
 from ._cancel import CancelToken
-from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan
+from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan, deliver_held
 from ._sim_scripts import Chunk, Script, Stream, emulate
 from ._sim_world import SandboxFile, SimSandbox, SimTask, read_utf8
 
@@ -314,17 +314,7 @@ class Simulator:
             return self._deliver_held()
 
     def _deliver_held(self) -> list[Outcome | EffectFailure]:
-        results: list[Outcome | EffectFailure] = []
-        while self.held:
-            effect = self.held.pop(0)
-            result: Outcome | EffectFailure
-            try:
-                result = self._apply(effect)
-            except EffectFailure as failure:
-                result = failure
-            self.late_deliveries.append((effect, result))
-            results.append(result)
-        return results
+        return deliver_held(self.held, self._apply, self.late_deliveries)
 
     # -- the interpreter -----------------------------------------------------
 

@@ -499,34 +499,35 @@ class World:
 
     def deliver_held(self) -> None:
         """Deliver every held request now, attributing late launches."""
-        held = list(getattr(self.faults, "held", ()))
-        if not held:
-            return
-        before = {
-            effect.task_id: self.truth.launches.get(effect.task_id, 0)
-            for effect in held
-            if isinstance(effect, Start)
-        }
-        start = len(self.faults.late_deliveries)
-        self.faults.deliver_held()
-        self._attribute_late(before, start)
+        marks = self._before_late_delivery()
+        if marks is not None:
+            self.faults.deliver_held()
+            self._attribute_late(*marks)
 
     async def _deliver_held_async(self) -> None:
+        """:meth:`deliver_held` from inside the event loop of an asynchronous port."""
+        marks = self._before_late_delivery()
+        if marks is not None:
+            deliver = getattr(self.faults, "deliver_held_async", None)
+            if deliver is not None:
+                await deliver()
+            else:
+                self.faults.deliver_held()
+            self._attribute_late(*marks)
+
+    def _before_late_delivery(self) -> tuple[dict[str, int], int] | None:
+        """How often each held start's task had launched, and how many late
+        deliveries there were, before the held requests arrive (``None``:
+        nothing is held)."""
         held = list(getattr(self.faults, "held", ()))
         if not held:
-            return
+            return None
         before = {
             effect.task_id: self.truth.launches.get(effect.task_id, 0)
             for effect in held
             if isinstance(effect, Start)
         }
-        start = len(self.faults.late_deliveries)
-        deliver = getattr(self.faults, "deliver_held_async", None)
-        if deliver is not None:
-            await deliver()
-        else:
-            self.faults.deliver_held()
-        self._attribute_late(before, start)
+        return before, len(self.faults.late_deliveries)
 
     def _attribute_late(self, before: Mapping[str, int], start: int) -> None:
         """Charge the launches the ground truth counted while held requests
