@@ -29,7 +29,7 @@ dispatch a failure is an ``error`` with ``executed: false`` (C5), after it an
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 
@@ -544,19 +544,10 @@ def _ensure(call: CallState, launch: _Launch) -> Generator[Effect, Any, SandboxR
 def _publish(call: CallState, ready: SandboxReady, launch: _Launch) -> Generator[Effect, Any, None]:
     """Write the snippet to its file (C16), a side effect."""
     assert launch.source is not None
-    try:
-        published = yield Publish(
-            sandbox_id=ready.sandbox_id,
-            task_id=launch.task_id,
-            path=launch.path,
-            source=launch.source,
-        )
-    except EffectFailure as failure:
-        raise StoppedError(call.failed(failure, side_effect=True)) from None
-    if isinstance(published, StartRefused):
-        raise StoppedError((yield from _refused(call, published)))
-    if not isinstance(published, Published):
-        raise StoppedError((yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE))))
+    publish = Publish(
+        sandbox_id=ready.sandbox_id, task_id=launch.task_id, path=launch.path, source=launch.source
+    )
+    yield from _request_launch(call, publish, Published)
     yield from call.go_on()
 
 
@@ -599,27 +590,44 @@ def _start(
     args = call.snap.arguments
     identity = call.snap.identity
     fence = identity.execution_fence if isinstance(identity, NativeIdentity) else None
-    try:
-        started = yield Start(
-            sandbox_id=ready.sandbox_id,
-            task_id=launch.task_id,
-            request_digest=digest,
-            command=launch.command,
-            cwd=args.get("cwd"),
-            env=args.get("env"),
-            timeout_seconds=launch.timeout_seconds,
-            fence=fence,
-            expect_claim=claim.expect_claim,
-            claim_epoch=claim.claim_epoch,
-        )
-    except EffectFailure as failure:
-        raise StoppedError(call.failed(failure, side_effect=True)) from None
-    if isinstance(started, StartRefused):
-        raise StoppedError((yield from _refused(call, started)))
-    if not isinstance(started, Started) or started.task_id != launch.task_id:
+    start = Start(
+        sandbox_id=ready.sandbox_id,
+        task_id=launch.task_id,
+        request_digest=digest,
+        command=launch.command,
+        cwd=args.get("cwd"),
+        env=args.get("env"),
+        timeout_seconds=launch.timeout_seconds,
+        fence=fence,
+        expect_claim=claim.expect_claim,
+        claim_epoch=claim.claim_epoch,
+    )
+    started = yield from _request_launch(call, start, Started)
+    if started.task_id != launch.task_id:
         raise StoppedError((yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE))))
     yield from call.go_on()
     return started
+
+
+_Answer = TypeVar("_Answer")
+
+
+def _request_launch(
+    call: CallState, effect: Publish | Start, answered: type[_Answer]
+) -> Generator[Effect, Any, _Answer]:
+    """Send a side-effect request of a launch (a publish, a start): its
+    answer, when it is an ``answered``; else the call ends: a failure as the
+    phase says (C5, C6), a refusal after the guard, an answer of another
+    kind as incomplete evidence."""
+    try:
+        answer = yield effect
+    except EffectFailure as failure:
+        raise StoppedError(call.failed(failure, side_effect=True)) from None
+    if isinstance(answer, StartRefused):
+        raise StoppedError((yield from _refused(call, answer)))
+    if not isinstance(answer, answered):
+        raise StoppedError((yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE))))
+    return answer
 
 
 def _background_result(
