@@ -5,7 +5,10 @@ Strategy: a program yields an effect; the driver hands it to an interpreter
 and resumes the program with the outcome, or throws the interpreter's
 :class:`EffectFailure` into it. Anything else the interpreter raises is the
 interpreter's business (the port converts it before it gets here). The
-generator is closed in ``finally`` whatever happens.
+generator is closed in ``finally`` whatever happens. The two drivers are
+one loop written twice, as psycopg 3 writes its ``wait``/``wait_async``:
+they differ only in that :func:`drive_async` awaits an outcome that is
+awaitable, and everything else about a call lives in the program they drive.
 
 Which driver runs a call is decided by :func:`is_asynchronous` alone: every
 entry point (the port's ``execute_sync``, the toolset's ``call_sync``, a
