@@ -120,6 +120,7 @@ from ._identity import (
     OwnerIdentity,
     task_id,
 )
+from ._launch import WAIT_GRACE_SECONDS
 from ._masking import (
     MAX_MASKED_BYTES,
     MIN_REDACTED_LENGTH,
@@ -141,7 +142,7 @@ from ._profiles import (
     stated_schema,
     tool_schema,
 )
-from ._programs import WAIT_GRACE_SECONDS, Program, tool_program
+from ._programs import Program, tool_program
 from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
 from ._results import (
     AgentCommandRef,

@@ -126,6 +126,11 @@ class Recorder:
         :func:`~sandrail.interpreters._drivers.is_asynchronous`)."""
         return is_asynchronous(self.inner)
 
+    @property
+    def attached(self) -> bool:
+        """Whether :meth:`attach` bound this recorder to its port already."""
+        return self._settings is not None
+
     def attach(self, port: _P) -> _P:
         """Bind to ``port`` (built with this recorder as its backend), write
         the header, and return ``port``. ``RuntimeError`` if already attached."""

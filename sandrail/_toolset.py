@@ -691,7 +691,7 @@ def _recorder(backend: object, groups: tuple[str, ...]) -> Any:
             'a Recorder records one port, and tools=("command", "code") builds two: give '
             'this toolset tools=("command",) or tools=("code",) (one Recorder per toolset)'
         )
-    if backend._settings is not None:
+    if backend.attached:
         raise ValueError(
             "this Recorder already records a port: give the toolset a new Recorder, "
             "which the toolset attaches itself"
