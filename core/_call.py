@@ -59,6 +59,17 @@ class BrokenArtifactError(Exception):
     goes on without it."""
 
 
+def _all_well(report: object) -> bool:
+    """Whether a guard observation is all well: no abort, no drift, the
+    authority held."""
+    return (
+        type(report) is AuthorityReport
+        and report.authority_held
+        and not report.aborted
+        and not report.drifted
+    )
+
+
 def _discard(key: str) -> Generator[Effect, Any, None]:
     # Should this fail, the port aborts what a call left open when it ends.
     with contextlib.suppress(EffectFailure):
@@ -131,12 +142,29 @@ class CallState:
         )
 
     def guard(self) -> Generator[Effect, Any, ToolResult | None]:
-        """Check abort, drift and authority now (C9, C11)."""
+        """Check abort, drift and authority now (C9, C11): the result that
+        ends the call, or ``None`` to go on."""
         report = yield self._check
+        if _all_well(report):
+            return None  # the common case, decided without the table
+        return self._stop_for(report)
+
+    def go_on(self) -> Generator[Effect, Any, None]:
+        """:meth:`guard` as a step: raises :class:`StoppedError` when it
+        says stop."""
+        report = yield self._check
+        if _all_well(report):
+            return  # the common case, decided without the table
+        stop = self._stop_for(report)
+        if stop is not None:
+            raise StoppedError(stop)
+
+    def _stop_for(self, report: object) -> ToolResult | None:
+        """What a guard observation means now (the table, C9, C11)."""
         if not isinstance(report, AuthorityReport):
             report = AuthorityReport(aborted=False, drifted=False, authority_held=False)
-        elif report.authority_held and not report.aborted and not report.drifted:
-            return None  # all well: go on, before and after dispatch alike
+        elif _all_well(report):
+            return None  # go on, before and after dispatch alike
         verdict = decide(
             self.phase,
             observe(
@@ -150,13 +178,6 @@ class CallState:
         if isinstance(verdict, Refuse):
             return _refuse(verdict.code, "Nothing ran. Check the harness's authority and retry.")
         return self.uncertain(verdict.reason)
-
-    def go_on(self) -> Generator[Effect, Any, None]:
-        """The guard (C9, C11) as a step: raises :class:`StoppedError` when
-        it says stop."""
-        stop = yield from self.guard()
-        if stop is not None:
-            raise StoppedError(stop)
 
     def settle(self, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
         """``result``, unless the guard after the step that led to it says

@@ -12,9 +12,7 @@ follows is :mod:`sandrail.core._claim`'s (C2).
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, Final, TypeVar
-
-import attrs
+from typing import Any, Final, NamedTuple, TypeVar
 
 from ._call import CallState, StoppedError
 from ._claim import LaunchClaim, launch_claim
@@ -51,8 +49,7 @@ WAIT_GRACE_SECONDS: Final = 15
 sandbox's own timeout verdict (with its exit code) is normally observed."""
 
 
-@attrs.frozen
-class _Launch:
+class _Launch(NamedTuple):
     """What a launch runs: its task id, its command (for a snippet, the
     file it is published to and its source), its deadline."""
 

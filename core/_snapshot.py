@@ -107,19 +107,17 @@ class RequestParts(NamedTuple):
     result_governance: object
 
 
+_CALL_FIELDS: Final = frozenset(field.name for field in attrs.fields(ToolCall))
+_PART_PATHS: Final = tuple(
+    f"call.{name}" if name in _CALL_FIELDS else name for name in RequestParts._fields
+)
+"""Where each part lives: in the request, or in its call."""
+_parts_of: Final[Callable[[object], tuple[object, ...]]] = operator.attrgetter(*_PART_PATHS)
+
+
 def request_parts(request: ToolRequest) -> RequestParts:
     """The parts of ``request`` (``AttributeError`` if it has none)."""
-    call = request.call
-    return RequestParts(
-        call.name,
-        call.call_id,
-        call.arguments,
-        request.operation_key,
-        request.session_id,
-        request.definition,
-        request.identity,
-        request.result_governance,
-    )
+    return RequestParts._make(_parts_of(request))
 
 
 def request_digest(request: ToolRequest, arguments: object = None) -> str:
@@ -136,17 +134,21 @@ def request_digest(request: ToolRequest, arguments: object = None) -> str:
     ``TypeError`` or ``ValueError`` (or ``AttributeError``) for a request
     with no JSON form; a port treats that as drift.
     """
-    parts = request_parts(request)
-    definition, identity = parts.definition, parts.identity
-    body = parts._replace(
-        arguments=parts.arguments if arguments is None else arguments,
-        definition=(
-            "sha256:" + definition.digest if isinstance(definition, ToolDefinition) else definition
-        ),
-        identity=None if identity is None else identity.locator(),  # type: ignore[attr-defined]
-    )
+    body = list(_parts_of(request))
+    if arguments is not None:
+        body[_ARGUMENTS] = arguments
+    definition = body[_DEFINITION]
+    if isinstance(definition, ToolDefinition):
+        body[_DEFINITION] = "sha256:" + definition.digest
+    identity = body[_IDENTITY]
+    body[_IDENTITY] = None if identity is None else identity.locator()  # type: ignore[attr-defined]
     text = digest_text(body)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_ARGUMENTS, _DEFINITION, _IDENTITY = (
+    RequestParts._fields.index(name) for name in ("arguments", "definition", "identity")
+)
 
 
 def _plain(value: object) -> object:
@@ -191,16 +193,46 @@ _FLAT: Final = frozenset((str, int, bool, type(None)))
 
 class _Seen(NamedTuple):
     """The request as the snapshot saw it, for :func:`unchanged`: its parts
-    (strings and frozen objects cannot change in place, so still holding the
-    very same object means unchanged), the identity's own fields likewise,
-    and plain copies of the mutable parts (the arguments, a native scope),
-    taken in the same pass as the digest's. (A named tuple: made on every
-    call, it must be cheap to make.)"""
+    (in :class:`RequestParts` order) and then its identity's own fields, the
+    objects ``still`` checks (strings and
+    frozen objects cannot change in place, so still holding the very same
+    object means unchanged), and plain copies of the mutable parts (the
+    arguments, a native scope), taken in the same pass as the digest's. (A
+    named tuple: made on every call, it must be cheap to make.)"""
 
-    parts: RequestParts
-    identity_fields: tuple[object, ...]
+    still: Callable[[object, tuple[object, ...]], bool]
+    objects: tuple[object, ...]
     plain_arguments: object
     plain_scope: object
+
+
+def _paths(kind: type) -> tuple[str, ...]:
+    """Where the parts of a request whose identity is a ``kind`` live, and
+    then every field of that identity, as its class declares them."""
+    return (*_PART_PATHS, *(f"identity.{field.name}" for field in attrs.fields(kind)))
+
+
+def _still(paths: tuple[str, ...]) -> Callable[[object, tuple[object, ...]], bool]:
+    """A check that a request still holds, at each of ``paths``, the very
+    object at the same place in ``objects`` (read by ``attrgetter(*paths)``).
+
+    Strategy: the guard runs this several times a call, so it is generated
+    once per identity class from the paths (as attrs generates ``__eq__``):
+    one plain attribute load and one ``is`` per part, stopping at the first
+    part that differs; nothing of the harness's objects runs but their
+    attribute reads.
+    """
+    test = " and ".join(f"request.{path} is objects[{i}]" for i, path in enumerate(paths))
+    still: Callable[[object, tuple[object, ...]], bool] = eval(f"lambda request, objects: {test}")
+    return still
+
+
+_READERS: Final = {
+    kind: (operator.attrgetter(*_paths(kind)), _still(_paths(kind)))
+    for kind in (NativeIdentity, AgentIdentity)
+}
+"""For each identity class: how the snapshot reads a request's parts and its
+identity's fields, and how the guard checks they are still the same."""
 
 
 @attrs.frozen(kw_only=True)
@@ -387,11 +419,13 @@ def _snapshot_of(request: ToolRequest) -> _Snapshot | ToolResult:
 def _seen(request: ToolRequest, arguments: dict[str, Any]) -> _Seen:
     """What :func:`unchanged` compares ``request`` with later."""
     live = request.identity
-    assert isinstance(live, NativeIdentity | AgentIdentity)  # checked
+    assert isinstance(live, (NativeIdentity, AgentIdentity))  # checked
+    read, still = _READERS[type(live)]
+    objects = read(request)
     scope = live.scope if isinstance(live, NativeIdentity) else None
     return _Seen(
-        parts=request_parts(request),
-        identity_fields=_identity_fields(live),
+        still=still,
+        objects=objects,
         plain_arguments=_copy(arguments),
         plain_scope=None if scope is None else json.loads(digest_text(scope)),
     )
@@ -415,22 +449,22 @@ def unchanged(request: ToolRequest, snap: _Snapshot) -> bool | None:
     seen = snap.seen
     if seen is None:
         return None
-    parts = request_parts(request)
-    if (
-        not all(map(operator.is_, parts, seen.parts))
-        or type(parts.definition) is not ToolDefinition
-    ):
+    objects = seen.objects
+    try:
+        if not seen.still(request, objects):
+            return None
+    except Exception:
+        return None  # an identity replaced by something without its fields
+    # From here on, the very objects the request holds now.
+    if type(objects[_DEFINITION]) is not ToolDefinition:
         return None
-    identity = parts.identity
-    assert isinstance(identity, NativeIdentity | AgentIdentity)  # the snapshot checked it
-    if not all(map(operator.is_, _identity_fields(identity), seen.identity_fields)):
-        return None
+    identity = objects[_IDENTITY]
     if isinstance(identity, NativeIdentity):
         same_scope = _same_json(identity.scope, seen.plain_scope)
         if same_scope is not True:
             return same_scope
     try:
-        return _same_json(parts.arguments, seen.plain_arguments)
+        return _same_json(objects[_ARGUMENTS], seen.plain_arguments)
     except RecursionError:
         return None
 
@@ -443,22 +477,6 @@ def _copy(plain: dict[str, Any]) -> dict[str, Any]:
         else json.loads(digest_text(value))
         for key, value in plain.items()
     }
-
-
-def _identity_fields(identity: NativeIdentity | AgentIdentity) -> tuple[object, ...]:
-    """Every field of ``identity``, as its class declares them."""
-    return _FIELD_GETTERS[type(identity)](identity)
-
-
-def _field_getter(kind: type) -> Callable[[object], tuple[object, ...]]:
-    names = [field.name for field in attrs.fields(kind)]
-    if len(names) == 1:
-        name = names[0]
-        return lambda value: (getattr(value, name),)
-    return operator.attrgetter(*names)
-
-
-_FIELD_GETTERS: Final = {kind: _field_getter(kind) for kind in (NativeIdentity, AgentIdentity)}
 
 
 def _same_json(live: object, plain: object) -> bool | None:

@@ -18,11 +18,14 @@ backend is asynchronous everywhere or nowhere (issue 19).
 
 from __future__ import annotations
 
+import functools
 import inspect
+import types
+import typing
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
-from sandrail.core import Delivery, Effect, EffectFailure, Program, ToolResult
+from sandrail.core import Delivery, Effect, EffectFailure, OutcomeValue, Program, ToolResult
 
 __all__ = [
     "AsyncInterpreter",
@@ -54,11 +57,28 @@ def is_asynchronous(backend: object) -> bool:
             return True
     except Exception:
         return False
-    if inspect.iscoroutinefunction(backend):
-        return True
-    # The class's own __call__, as Python calls it (not an instance attribute).
-    call = next((vars(k)["__call__"] for k in type(backend).__mro__ if "__call__" in vars(k)), None)
-    return inspect.iscoroutinefunction(call)
+    if isinstance(backend, _ROUTINES):
+        return inspect.iscoroutinefunction(backend)
+    return _calls_a_coroutine(type(backend))
+
+
+_ROUTINES: Final = (types.FunctionType, types.MethodType, functools.partial)
+"""What :func:`inspect.iscoroutinefunction` can tell about (and quickly);
+any other backend is an object, asynchronous when its class's ``__call__`` is."""
+
+
+def _calls_a_coroutine(kind: type) -> bool:
+    """Whether calling an instance of ``kind`` runs an ``async def``: its
+    class's own ``__call__``, as Python calls it (not an instance attribute).
+    Asked once a class."""
+    known = _ASYNC_CALL.get(kind)
+    if known is None:
+        call = next((vars(k)["__call__"] for k in kind.__mro__ if "__call__" in vars(k)), None)
+        known = _ASYNC_CALL[kind] = inspect.iscoroutinefunction(call)
+    return known
+
+
+_ASYNC_CALL: dict[type, bool] = {}
 
 
 def answered_now(backend: Callable[[Effect], Any]) -> SyncInterpreter:
@@ -70,6 +90,8 @@ def answered_now(backend: Callable[[Effect], Any]) -> SyncInterpreter:
 
     def answer(effect: Effect) -> Any:
         outcome = backend(effect)
+        if type(outcome) in _OUTCOMES:
+            return outcome  # the common case, without an ABC check
         if inspect.isawaitable(outcome):
             close = getattr(outcome, "close", None)
             if callable(close):
@@ -82,6 +104,10 @@ def answered_now(backend: Callable[[Effect], Any]) -> SyncInterpreter:
         return outcome
 
     return answer
+
+
+_OUTCOMES: Final = frozenset((type(None), *typing.get_args(OutcomeValue)))
+"""The types of every outcome an effect can have: never awaitable."""
 
 
 def drive(program: Program, interpret: SyncInterpreter) -> ToolResult:

@@ -13,7 +13,7 @@ and types here, and :func:`given_options` refuses a name that is not one
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Required, TypeAlias, TypedDict
+from typing import Any, Final, TypeAlias, TypedDict, cast
 
 from sandrail._artifact_calls import ArtifactStore
 from sandrail._masks import checked_redact, is_text
@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULTS",
     "AuthorityCallback",
     "AuthorizeCallback",
+    "Defaulted",
     "PortOptions",
     "RememberOwnedCallback",
     "ResolveOwnedCallback",
@@ -52,15 +53,9 @@ ResolveOwnedCallback: TypeAlias = Callable[[ToolRequest, str], OwnedCommand | No
 RememberOwnedCallback: TypeAlias = Callable[[ToolRequest, OwnedCommand], object]
 
 
-class PortOptions(TypedDict, total=False):
-    """The keyword options of a port (see :func:`sandrail.command_tools` for
-    what each means); the first five are required."""
+class Defaulted(TypedDict, total=False):
+    """The optional keyword options of a port (:data:`DEFAULTS` has them all)."""
 
-    backend: Required[Callable[[Any], Any]]
-    session_id: Required[str]
-    owner: Required[Owner]
-    authorize: Required[AuthorizeCallback]
-    assert_authority: Required[AuthorityCallback]
     max_output_bytes: int
     artifacts: ArtifactStore | None
     resolve_owned_command: ResolveOwnedCallback | None
@@ -71,7 +66,19 @@ class PortOptions(TypedDict, total=False):
     redact: Iterable[str]
 
 
-DEFAULTS: Final[PortOptions] = {  # type: ignore[typeddict-item]  # the optional ones only
+class PortOptions(Defaulted):
+    """The keyword options of a port (see :func:`sandrail.command_tools` for
+    what each means): these five are required, the :class:`Defaulted` ones
+    are not."""
+
+    backend: Callable[[Any], Any]
+    session_id: str
+    owner: Owner
+    authorize: AuthorizeCallback
+    assert_authority: AuthorityCallback
+
+
+DEFAULTS: Final[Defaulted] = {
     "max_output_bytes": DEFAULT_MAX_OUTPUT_BYTES,
     "artifacts": None,
     "resolve_owned_command": None,
@@ -97,7 +104,7 @@ def given_options(
     if missing:
         names = ", ".join(repr(name) for name in missing)
         raise TypeError(f"{caller}() missing required keyword argument(s): {names}")
-    return {**DEFAULTS, **options}  # type: ignore[typeddict-item]
+    return cast(PortOptions, {**DEFAULTS, **options})
 
 
 def checked_timeout(name: str, value: object) -> int:
