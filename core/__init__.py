@@ -19,11 +19,14 @@ from ._claim import (
     ClaimProof,
     ClaimVerdict,
     LaunchClaim,
+    asked,
     claim_proof,
     claim_verdict,
     known_to_launch,
     launch_claim,
+    merged,
     remembered,
+    settled_claim,
 )
 from ._contents import admission_size, minimum_output_bytes
 from ._definitions import (
@@ -154,7 +157,7 @@ from ._results import (
     ToolResult,
     error_result,
 )
-from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout
+from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout, recorded_digest
 from ._snapshot import (
     PortSettings,
     RequestParts,
@@ -278,6 +281,7 @@ __all__ = [
     "WriteArtifact",
     "admission_size",
     "arguments_rejection",
+    "asked",
     "bound_result",
     "canonical_arguments",
     "canonical_json",
@@ -302,18 +306,21 @@ __all__ = [
     "launch_timeout",
     "mask_chunk",
     "mask_text",
+    "merged",
     "minimal_uncertain_size",
     "minimum_output_bytes",
     "observe",
     "omission_marker",
     "owner_key",
     "plain_arguments",
+    "recorded_digest",
     "redaction_secrets",
     "remembered",
     "request_digest",
     "request_parts",
     "resolve_language",
     "sanitize_text",
+    "settled_claim",
     "snapshot_request",
     "stated_schema",
     "task_id",

@@ -17,6 +17,13 @@ the sandbox's ledger. Two ledgers keep that promise together:
   second start of the same task finds the claim and launches nothing
   (the same digest: the first launch's state; another: ``conflict``, C3).
 
+The ownership record is trusted only as far as it answers: a record that
+cannot be read could hide a start that may have left, so the launch is then
+``uncertain``, never a launch; one that cannot be written means the start
+never leaves. And a record that settles races (one row per task, many
+workers) answers the write with its row as it stands: a start another
+writer recorded first is expected like one read (:func:`settled_claim`).
+
 The epoch closes the gap between them. Once a start may have left, every
 later start of the task expects its claim (:func:`launch_claim`). A sandbox
 that holds no claim of the task launches it only if it can prove its ledger
@@ -27,9 +34,11 @@ launches nothing (``claim_lost``) and the call is ``uncertain``: a lost
 answer, a crash or a wiped ledger never turns a retry, or a late copy of
 the first start, into a second launch.
 
-Who calls what: the launch program (:mod:`._programs`) asks
-:func:`launch_claim` before every start; the port answers ``ResolveOwned``
-and ``RememberOwned`` with :func:`known_to_launch` and :func:`remembered`;
+Who calls what: the launch program (:mod:`._launch`) asks
+:func:`launch_claim` before every start, and :func:`settled_claim` once the
+record answered; the port answers ``ResolveOwned``
+and ``RememberOwned`` with :func:`known_to_launch` and :func:`remembered`
+(:func:`merged` is also every durable record's rule, :mod:`sandrail.records`);
 a sandbox answers a start with :func:`claim_verdict` (the simulator) or
 applies the same :class:`ClaimProof` in its own launcher (the E2B backend,
 whose launcher is a shell program in the sandbox).
@@ -47,11 +56,14 @@ __all__ = [
     "ClaimProof",
     "ClaimVerdict",
     "LaunchClaim",
+    "asked",
     "claim_proof",
     "claim_verdict",
     "known_to_launch",
     "launch_claim",
+    "merged",
     "remembered",
+    "settled_claim",
 ]
 
 
@@ -88,6 +100,24 @@ def launch_claim(
     return LaunchClaim(expect_claim=True, claim_epoch=epoch)
 
 
+def settled_claim(
+    claim: LaunchClaim, kept: object, task_id: str, ready: SandboxReady, digest: str
+) -> LaunchClaim | None:
+    """``claim`` once the record answered its write with ``kept`` (its row
+    as it stands, or ``None``): when another writer's start of the task was
+    recorded first, in another sandbox or under another epoch, that start
+    is expected as one read would be (:func:`launch_claim` of ``kept``;
+    ``None``: a conflict, C3)."""
+    if (
+        isinstance(kept, OwnedCommand)
+        and kept.task_id == task_id
+        and kept.launched
+        and (kept.sandbox_id, kept.ledger_epoch) != (ready.sandbox_id, claim.claim_epoch)
+    ):
+        return launch_claim(kept, task_id, ready, digest)
+    return claim
+
+
 def known_to_launch(
     mine: OwnedCommand | None, theirs: object, *, for_launch: bool
 ) -> OwnedCommand | None:
@@ -106,25 +136,44 @@ def known_to_launch(
     return mine if knows_more else owned
 
 
-def remembered(known: OwnedCommand | None, effect: RememberOwned) -> OwnedCommand:
-    """The record to keep after ``effect``, where ``known`` is the one kept
-    so far: once a start may have left, its epoch (for the same sandbox) and
-    its digest stay, whatever a concurrent call of the same key records
-    later, and ``launched`` never goes back to false."""
-    epoch, digest = effect.ledger_epoch, effect.launch_digest
-    if known is not None and known.launched:
-        if known.sandbox_id == effect.sandbox_id:
-            epoch = known.ledger_epoch
-        if known.launch_digest is not None:
-            digest = known.launch_digest
+def merged(known: OwnedCommand | None, new: OwnedCommand) -> OwnedCommand:
+    """The row a record keeps when ``new`` is written over ``known`` (the
+    port's own record, and every durable one, :mod:`sandrail.records`):
+    once a start of the task may have left, the ledger epoch it was sent
+    under stays while the sandbox stays the same, and so does what it asked
+    for (its launch digest): a later or concurrent writer must not replace
+    the proof the first start carries (C2) nor its arguments (C3).
+    ``launched`` never goes back to false."""
+    if known is None or not known.launched:
+        return new
+    epoch = known.ledger_epoch if known.sandbox_id == new.sandbox_id else new.ledger_epoch
+    digest = known.launch_digest if known.launch_digest is not None else new.launch_digest
+    return OwnedCommand(
+        task_id=new.task_id,
+        operation_key=new.operation_key,
+        sandbox_id=new.sandbox_id,
+        launched=True,
+        ledger_epoch=epoch,
+        launch_digest=digest,
+    )
+
+
+def asked(effect: RememberOwned) -> OwnedCommand:
+    """The row ``effect`` asks a record to keep, as it asks for it."""
     return OwnedCommand(
         task_id=effect.task_id,
         operation_key=effect.operation_key,
         sandbox_id=effect.sandbox_id,
-        launched=effect.launched or (known is not None and known.launched),
-        ledger_epoch=epoch,
-        launch_digest=digest,
+        launched=effect.launched,
+        ledger_epoch=effect.ledger_epoch,
+        launch_digest=effect.launch_digest,
     )
+
+
+def remembered(known: OwnedCommand | None, effect: RememberOwned) -> OwnedCommand:
+    """The row to keep after ``effect`` where ``known`` is the one kept so
+    far: :func:`merged` of what it asks."""
+    return merged(known, asked(effect))
 
 
 @attrs.frozen

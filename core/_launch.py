@@ -15,7 +15,7 @@ from collections.abc import Generator
 from typing import Any, Final, NamedTuple, TypeVar
 
 from ._call import CallState, StoppedError
-from ._claim import LaunchClaim, launch_claim
+from ._claim import LaunchClaim, launch_claim, settled_claim
 from ._collect import collect_output
 from ._contents import _launch_content
 from ._definitions import LANGUAGES, resolve_language
@@ -39,10 +39,10 @@ from ._effects import (
 from ._guard import Phase
 from ._identity import NativeIdentity, task_id
 from ._results import AgentCommandRef, BackgroundCommandRef, ErrorCode, NativeCommandRef, ToolResult
-from ._rules import launch_digest, launch_timeout
+from ._rules import launch_digest, launch_timeout, recorded_digest
 from ._snapshot import _refuse, _Snapshot
 
-__all__ = ["WAIT_GRACE_SECONDS", "launch_program"]
+__all__ = ["WAIT_GRACE_SECONDS", "launch_program", "record_unavailable"]
 
 WAIT_GRACE_SECONDS: Final = 15
 """A foreground wait outlasts the in-sandbox deadline by this much, so the
@@ -155,24 +155,36 @@ def _claim(
     try:
         known = yield ResolveOwned(task_id=launch.task_id, for_launch=True)
     except EffectFailure:
-        known = None
+        # A record that cannot be read could hide a start: never a launch.
+        raise StoppedError(call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)) from None
     digest = launch_digest(snap.tool, snap.arguments)
-    claim = launch_claim(known, launch.task_id, ready, digest)
+    recorded = recorded_digest(snap.tool, snap.arguments)  # what the record may keep: no env value
+    claim = launch_claim(known, launch.task_id, ready, recorded)
     if claim is None:
         # C3 before anything is sent: the key's first start, which may still
         # arrive, asked for something else; this call's command never runs.
         raise StoppedError(_conflict(StartRefused(reason="conflict")))
     try:
-        yield RememberOwned(
+        kept = yield RememberOwned(
             task_id=launch.task_id,
             operation_key=snap.operation_key,
             sandbox_id=ready.sandbox_id,
             launched=True,
             ledger_epoch=claim.claim_epoch,
-            launch_digest=digest,
+            launch_digest=recorded,
         )
     except EffectFailure:
-        raise StoppedError(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)) from None
+        # Not recorded: the start never leaves (still uncertain when an
+        # earlier one may have).
+        unrecorded = (
+            call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)
+            if claim.expect_claim
+            else record_unavailable()
+        )
+        raise StoppedError(unrecorded) from None
+    claim = settled_claim(claim, kept, launch.task_id, ready, recorded)
+    if claim is None:
+        raise StoppedError(_conflict(StartRefused(reason="conflict")))
     return claim, digest
 
 
@@ -298,7 +310,10 @@ def _failed_before_start(
         try:
             known = yield ResolveOwned(task_id=wanted, for_launch=True)
         except EffectFailure:
-            known = None
+            # The record cannot say whether an earlier call launched:
+            # "nothing ran" could be false for the task.
+            call.dispatched()
+            return call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)
         if isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched:
             call.dispatched()
             call.sandbox_id = call.sandbox_id or known.sandbox_id
@@ -306,6 +321,16 @@ def _failed_before_start(
                 ErrorCode.ABORTED if failure.aborted else ErrorCode.SANDBOX_OUTCOME_UNKNOWN
             )
     return call.failed(failure, side_effect=True)
+
+
+def record_unavailable() -> ToolResult:
+    """The refusal of a call whose ownership record could not be read or
+    written before anything was sent (``error``, executed false)."""
+    return _refuse(
+        ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE,
+        "The ownership record could not be read or written; nothing was sent. "
+        "Try again with the same operation_key once it is back.",
+    )
 
 
 def _refused(call: CallState, refused: StartRefused) -> Generator[Effect, Any, ToolResult]:

@@ -65,6 +65,7 @@ from ._effects import (
 )
 from ._identity import task_id
 from ._launch import launch_program as _launch
+from ._launch import record_unavailable
 from ._masking import MAX_MASKED_BYTES, Redactions, mask_text, redaction_secrets
 from ._requests import RUNTIME_ARTIFACTS
 from ._results import (
@@ -347,7 +348,8 @@ def _owned_task(call: CallState) -> Generator[Effect, Any, tuple[str, str]]:
     try:
         owned = yield ResolveOwned(task_id=wanted)
     except EffectFailure:
-        owned = None
+        # Ownership unproven: nothing is sent (C4).
+        raise StoppedError(record_unavailable()) from None
     if not isinstance(owned, OwnedCommand) or owned.task_id != wanted:
         raise StoppedError(
             _refuse(ErrorCode.NOT_OWNED, "This session launched no command with that task_id.")

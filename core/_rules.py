@@ -20,6 +20,7 @@ from ._definitions import (
     MAX_TIMEOUT_SECONDS,
     resolve_language,
 )
+from ._masking import REDACTED
 from ._results import (
     ErrorCode,
     ToolResult,
@@ -27,7 +28,7 @@ from ._results import (
 from ._snapshot import PortSettings, _refuse, _Snapshot
 from ._validation import ArgumentProblem, arguments_rejection
 
-__all__ = ["LAUNCH_TOOLS", "launch_digest", "launch_timeout", "tool_refusal"]
+__all__ = ["LAUNCH_TOOLS", "launch_digest", "launch_timeout", "recorded_digest", "tool_refusal"]
 
 LAUNCH_TOOLS: Final = frozenset({"run_command", "run_code", "sandbox_run_code"})
 """The tools that launch a command (the others read, stop or inspect)."""
@@ -78,6 +79,22 @@ def launch_timeout(
         return "background_timeout", min(requested, MAX_TIMEOUT_SECONDS)
     requested = arguments.get("timeout") or settings.foreground_timeout_seconds
     return "timeout", min(requested, settings.foreground_timeout_seconds)
+
+
+def recorded_digest(tool: str, arguments: Mapping[str, Any]) -> str:
+    """The launch digest an ownership record keeps (issue 20, item 1): that
+    of the request with every env value replaced by the redaction marker.
+
+    A plain digest over env values would let anyone who reads the record
+    test guesses of a weak value offline, so the record holds none: two
+    launches that differ only in env values have the same recorded digest,
+    and the sandbox's claim (which keeps the full digest, keyed where it
+    rests) is what tells them apart (C3). The same digest a recording keeps
+    for the redacted request, so a replay computes it again."""
+    env = arguments.get("env")
+    if isinstance(env, Mapping) and env:
+        arguments = {**arguments, "env": dict.fromkeys(env, REDACTED)}
+    return launch_digest(tool, arguments)
 
 
 def tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:

@@ -1,6 +1,6 @@
 """The options a port is built with, written once.
 
-:class:`PortOptions` names the thirteen keyword options of
+:class:`PortOptions` names the keyword options of
 :func:`sandrail.command_tools`, :func:`sandrail.code_tools` and
 :class:`sandrail.Toolset` (which adds its own); :data:`DEFAULTS` holds the
 defaults of the optional ones; :func:`port_settings` checks them all and
@@ -33,6 +33,7 @@ from sandrail.core import (
     ToolRequest,
     canonical_json,
 )
+from sandrail.records._protocol import OwnershipRecord
 
 __all__ = [
     "DEFAULTS",
@@ -44,6 +45,7 @@ __all__ = [
     "ResolveOwnedCallback",
     "checked_timeout",
     "given_options",
+    "owned_callbacks",
     "port_settings",
 ]
 
@@ -64,6 +66,9 @@ class Defaulted(TypedDict, total=False):
     background_timeout_seconds: int
     allow_internet_access: bool
     redact: Iterable[str]
+    record: OwnershipRecord | None
+    tracer_provider: Any
+    meter_provider: Any
 
 
 class PortOptions(Defaulted):
@@ -87,6 +92,9 @@ DEFAULTS: Final[Defaulted] = {
     "background_timeout_seconds": DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
     "allow_internet_access": False,
     "redact": (),
+    "record": None,
+    "tracer_provider": None,
+    "meter_provider": None,
 }
 
 
@@ -171,17 +179,37 @@ def port_settings(
     return settings, secrets
 
 
+def owned_callbacks(
+    options: PortOptions,
+) -> tuple[RememberOwnedCallback | None, ResolveOwnedCallback | None]:
+    """The ownership callbacks a port (or a toolset) uses: those of
+    ``record=`` when one is given, else the harness's pair. ``TypeError``
+    for both at once, or a ``record`` that is not an ownership record."""
+    record = options["record"]
+    remember, resolve = options["remember_owned_command"], options["resolve_owned_command"]
+    if record is None:
+        return remember, resolve
+    if remember is not None or resolve is not None:
+        raise TypeError(
+            "give record= or the remember_owned_command/resolve_owned_command pair, not both"
+        )
+    if not all(callable(getattr(record, name, None)) for name in ("remember", "resolve", "note")):
+        raise TypeError(
+            "record must be a sandrail.records.OwnershipRecord (SQLiteRecord, PostgresRecord)"
+        )
+    return record.remember, record.resolve
+
+
 def _check_callbacks(options: PortOptions) -> None:
     if not callable(options["authorize"]):
         raise TypeError("authorize must be a callable: request -> ALLOW | ApprovalRequired | Deny")
     if not callable(options["assert_authority"]):
         raise TypeError("assert_authority must be a callable: request -> bool")
-    remember = options["remember_owned_command"]
+    remember, resolve = owned_callbacks(options)
     if remember is not None and not callable(remember):
         raise TypeError(
             "remember_owned_command must be None or a callable: (request, OwnedCommand) -> None"
         )
-    resolve = options["resolve_owned_command"]
     if resolve is not None and not callable(resolve):
         raise TypeError(
             "resolve_owned_command must be None or a callable: "

@@ -40,9 +40,11 @@ from sandrail._options import (
     RememberOwnedCallback,
     ResolveOwnedCallback,
     given_options,
+    owned_callbacks,
     port_settings,
 )
 from sandrail._port_call import Binding, Ledger, PortCall
+from sandrail._telemetry import Telemetry
 from sandrail.core import (
     AgentOwner,
     Allow,
@@ -57,6 +59,7 @@ from sandrail.core import (
     error_result,
 )
 from sandrail.interpreters._drivers import drive, drive_async, is_asynchronous
+from sandrail.records._protocol import OwnershipRecord
 
 __all__ = [
     "ALLOW",
@@ -101,6 +104,8 @@ class ToolPort:
         redact: frozenset[str] = frozenset(),
         remember_owned_command: RememberOwnedCallback | None = None,
         masks: Masks | None = None,
+        answers: OwnershipRecord | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if masks is None:
             masks = Masks()
@@ -116,6 +121,8 @@ class ToolPort:
             artifacts=artifacts,
             ledger=Ledger(),
             masks=masks,
+            answers=answers,
+            telemetry=telemetry if telemetry is not None else Telemetry(),
         )
 
     @property
@@ -153,20 +160,25 @@ class ToolPort:
         call = PortCall(self._binding, request, asynchronous=False)
         try:
             with call:
-                call.result = drive(call.program(), call.interpret)
+                call.result = drive(call.program(), call.trace.step(call.interpret))
             return call.finish()
         finally:
             call.artifacts.abort_all()
+            call.trace.abandon("no_result")  # nothing when the call ended with one
 
     async def execute(self, request: ToolRequest) -> ToolResult:
         """Run one call to its result. Never raises (see module doc)."""
         call = PortCall(self._binding, request, asynchronous=True)
         try:
             with call:
-                call.result = await drive_async(call.program(), call.interpret_async)
+                program = call.program()
+                call.result = await drive_async(
+                    program, call.trace.step_async(call.interpret_async)
+                )
             return call.finish()
         finally:
             call.artifacts.abort_all()
+            call.trace.abandon("no_result")  # nothing when the call ended with one
 
     def _execute_on_own_loop(self, request: ToolRequest) -> ToolResult:
         try:
@@ -213,6 +225,17 @@ def command_tools(**options: Unpack[PortOptions]) -> ToolPort:
       a command; default 300, at most 86,400.
     - ``allow_internet_access``: whether a sandbox this port creates may
       reach the internet; default ``False``.
+    - ``record``: a durable ownership record (``sandrail.records.SQLiteRecord``
+      or ``PostgresRecord``) in place of the two callbacks: the port
+      remembers and resolves through it, and notes each task's last answer
+      there for operators (``sandrail uncertain``). A record (or
+      ``remember_owned_command``) that cannot be written means the start
+      never leaves (``error``, ``executed: false``); one that cannot be read
+      means ``uncertain``, never a launch.
+    - ``tracer_provider`` / ``meter_provider``: where the call's span and the
+      ``gen_ai.execute_tool.duration`` histogram go (OpenTelemetry; default:
+      the global providers, if opentelemetry-api is installed; giving one
+      without it raises ``ImportError`` with the install hint).
     - ``redact``: values to mask in all output from the start (C17), e.g.
       the env values a restarted harness passed to this session's commands
       before its restart. The port also masks every env value it passes
@@ -239,13 +262,16 @@ def build_port(
     options: PortOptions,
     *,
     masks: Masks | None = None,
+    answers: OwnershipRecord | None = None,
     port_type: Callable[..., ToolPort] = ToolPort,
 ) -> ToolPort:
     """A port of tool ``group`` with ``options`` (defaults filled in, see
     :func:`~sandrail._options.given_options`), checked as
     :func:`command_tools` says. For the package's own builders: a toolset
-    passes the ``masks`` its ports share, the testing kit its own
-    ``port_type`` (called with :class:`ToolPort`'s keywords)."""
+    passes the ``masks`` its ports share and the record its ports note
+    answers in (``answers``: it turned ``record=`` into the callbacks it
+    shares), the testing kit its own ``port_type`` (called with
+    :class:`ToolPort`'s keywords)."""
     if group == "command":
         settings, secrets = port_settings(
             options, "sandrail.command-tools/v1", _command_definitions
@@ -257,16 +283,20 @@ def build_port(
             "sandrail.code-tools/v1",
             lambda foreground: _code_definitions(foreground, agent),
         )
+    remember, resolve = owned_callbacks(options)
+    record = options["record"]
     return port_type(
         settings=settings,
         backend=options["backend"],
         authorize=options["authorize"],
         assert_authority=options["assert_authority"],
-        resolve_owned_command=options["resolve_owned_command"],
-        remember_owned_command=options["remember_owned_command"],
+        resolve_owned_command=resolve,
+        remember_owned_command=remember,
         artifacts=options["artifacts"],
         redact=secrets,
         masks=masks,
+        answers=record if record is not None else answers,
+        telemetry=Telemetry(options["tracer_provider"], options["meter_provider"]),
     )
 
 

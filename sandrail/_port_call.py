@@ -47,6 +47,7 @@ from sandrail._options import (
     RememberOwnedCallback,
     ResolveOwnedCallback,
 )
+from sandrail._telemetry import Telemetry
 from sandrail.core import (
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
@@ -76,6 +77,7 @@ from sandrail.core import (
     ToolRequest,
     ToolResult,
     WriteArtifact,
+    asked,
     crash_result,
     known_to_launch,
     redaction_secrets,
@@ -88,6 +90,7 @@ from sandrail.core import (
 )
 from sandrail.interpreters._drivers import answered_now
 from sandrail.interpreters._masking import MaskedReads
+from sandrail.records._protocol import OwnershipRecord, note_answer
 
 __all__ = ["Binding", "Ledger", "PortCall"]
 
@@ -125,6 +128,11 @@ class Ledger:
                 self._owned[effect.task_id] = record
             return record
 
+    def keep(self, record: OwnedCommand) -> None:
+        """Keep ``record`` as it is: the row a durable record answered with."""
+        with self._lock:
+            self._owned[record.task_id] = record
+
 
 @attrs.frozen(kw_only=True)
 class Binding:
@@ -140,6 +148,14 @@ class Binding:
     artifacts: ArtifactStore | None
     ledger: Ledger
     masks: Masks
+    answers: OwnershipRecord | None
+    """Where each task's last answer is noted for operators (``record=``)."""
+    telemetry: Telemetry
+    tool_names: frozenset[str] = attrs.field(init=False)
+
+    @tool_names.default
+    def _names(self) -> frozenset[str]:
+        return frozenset(definition.name for definition in self.settings.definitions)
 
 
 class PortCall:
@@ -180,6 +196,7 @@ class PortCall:
         """The policy changed the arguments it was shown: the harness changed
         the request mid-call, which the next guard reports as drift (C9)."""
         self.result: ToolResult | None = None
+        self.trace = binding.telemetry.begin(request, binding.tool_names, self.redactions)
 
     # -- the call's life ----------------------------------------------------------
 
@@ -212,7 +229,8 @@ class PortCall:
         return True
 
     def finish(self) -> ToolResult:
-        """The call's result, after a layered backend was told it."""
+        """The call's result, after a layered backend was told it, the
+        ownership record noted it and its trace ended."""
         result = self.result
         assert result is not None  # set by the driver, or by __exit__
         try:
@@ -225,6 +243,9 @@ class PortCall:
             # The result is true whatever the recorder makes of it; a
             # recorder that cannot write must report that itself.
             pass
+        if self.binding.answers is not None:
+            note_answer(self.binding.answers, self.request, self.binding.settings.owner, result)
+        self.trace.end(result)
         return result
 
     # -- masking ------------------------------------------------------------------
@@ -416,13 +437,7 @@ class PortCall:
         if isinstance(effect, ResolveOwned):
             return self._resolve(effect)
         if isinstance(effect, RememberOwned):
-            record = self.binding.ledger.remember(effect)
-            remember = self.binding.remember_owned
-            if remember is not None:
-                # The harness's durable record; if it cannot be written, the
-                # program must not go on to a start it could not reconcile.
-                remember(self.request, record)
-            return None
+            return self._remember(effect)
         if isinstance(effect, AppendArtifact):
             return self.artifacts.append(effect)
         if isinstance(effect, OpenArtifact):
@@ -432,6 +447,23 @@ class PortCall:
         if isinstance(effect, WriteArtifact):
             return self.artifacts.write(effect)
         raise TypeError(f"not an effect: {effect!r}")
+
+    def _remember(self, effect: RememberOwned) -> OwnedCommand | None:
+        """Keep ``effect``'s row in the port's ledger and the harness's
+        durable record; answer with the row kept when it is not the one
+        asked for (a record that settles races answers with its row:
+        another writer's start may have been recorded first, issue 17)."""
+        ledger = self.binding.ledger
+        record = ledger.remember(effect)
+        remember = self.binding.remember_owned
+        if remember is not None:
+            # If it cannot be written, the program must not go on to a start
+            # it could not reconcile.
+            stored = remember(self.request, record)
+            if isinstance(stored, OwnedCommand) and stored.task_id == effect.task_id:
+                record = stored
+                ledger.keep(stored)
+        return None if record == asked(effect) else record
 
     def _resolve(self, effect: ResolveOwned) -> OwnedCommand | None:
         mine = self.binding.ledger.get(effect.task_id)

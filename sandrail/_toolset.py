@@ -72,6 +72,7 @@ from sandrail._options import (
     RememberOwnedCallback,
     ResolveOwnedCallback,
     given_options,
+    owned_callbacks,
 )
 from sandrail._port import ToolGroup, ToolPort, build_port
 from sandrail.core import (
@@ -150,8 +151,10 @@ class Toolset:
     (C2). A second toolset for the same session, or one after a restart,
     reaches them only through a durable record: pass
     ``remember_owned_command`` and ``resolve_owned_command`` (see the README's
-    "Retries, restarts and threads"). ``redact`` are values to mask from the
-    start (a restarted harness's env values).
+    "Retries, restarts and threads"), or ``record=`` (a
+    :mod:`sandrail.records` store). ``redact`` are values to mask from the
+    start (a restarted harness's env values). ``tracer_provider`` and
+    ``meter_provider``: see :func:`~sandrail.command_tools`.
 
     Raises ``TypeError`` or ``ValueError`` at once for a toolset that could
     not work, a ``max_output_bytes`` too small for the full identity of its
@@ -190,12 +193,13 @@ class Toolset:
         self._max_output_bytes = max_output_bytes = given["max_output_bytes"]
         self._ports: dict[str, ToolPort] = {}
         self._abandoned: OrderedDict[str, ToolResult] = OrderedDict()
-        remember, resolve = _shared_record(
-            given["remember_owned_command"], given["resolve_owned_command"]
-        )
+        # The ports share one record, as they share the callbacks (record=
+        # stands for its pair of them).
+        remember, resolve = _shared_record(*owned_callbacks(given))
         redact = given["redact"]
         shared: PortOptions = {
             **given,
+            "record": None,
             "resolve_owned_command": resolve,
             "remember_owned_command": remember,
             "redact": tuple(redact) if not isinstance(redact, str) else redact,
@@ -203,7 +207,7 @@ class Toolset:
         # One memory of values to mask for all the toolset's ports (C17).
         self._masks = Masks()
         for group in dict.fromkeys(groups):
-            port = build_port(group, shared, masks=self._masks)
+            port = build_port(group, shared, masks=self._masks, answers=given["record"])
             for definition in port.definitions:
                 self._ports[definition.name] = port
         self._session_id = given["session_id"]
@@ -721,11 +725,13 @@ def _shared_record(
     record: dict[str, OwnedCommand] = {}
     lock = threading.Lock()
 
-    def remember_here(request: ToolRequest, owned: OwnedCommand) -> None:
+    def remember_here(request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
+        stored = remember(request, owned) if remember is not None else None
+        # A record that settles races answers with its row (issue 17).
+        kept = stored if isinstance(stored, OwnedCommand) else owned
         with lock:
-            record[owned.task_id] = owned
-        if remember is not None:
-            remember(request, owned)
+            record[owned.task_id] = kept
+        return kept
 
     def resolve_here(request: ToolRequest, task: str) -> OwnedCommand | None:
         found = resolve(request, task) if resolve is not None else None

@@ -17,6 +17,9 @@ import click
 
 import sandrail
 
+from ._backends import backend_option, close_backend, make_backend
+from ._record import open_record_option
+
 __all__ = ["mcp"]
 
 _LOOPBACK_NAMES = {"localhost"}
@@ -45,7 +48,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-@click.command()
+@click.command("mcp")
 @click.option(
     "--transport",
     type=click.Choice(["stdio", "http"]),
@@ -62,14 +65,7 @@ def _loopback(host: str) -> bool:
     is_flag=True,
     help="HTTP: allow a --host that is not loopback (the server has no authentication).",
 )
-@click.option(
-    "--backend",
-    type=click.Choice(["simulator", "e2b"]),
-    default="simulator",
-    show_default=True,
-    help="Where commands run: the in-memory simulator (no account needed) or E2B "
-    "(needs E2B_API_KEY and the e2b extra).",
-)
+@backend_option
 @click.option(
     "--session",
     "session_id",
@@ -95,6 +91,14 @@ def _loopback(host: str) -> bool:
     show_default=True,
     help="Byte budget of each result's text.",
 )
+@click.option(
+    "--record",
+    "record_spec",
+    metavar="PATH|postgresql://...",
+    default=None,
+    help="Keep the ownership record in this SQLite file or PostgreSQL database, so a "
+    "restarted server (same --session) never launches a task twice.",
+)
 def mcp(
     transport: str,
     host: str,
@@ -105,6 +109,7 @@ def mcp(
     agent_id: str,
     profile: sandrail.Profile,
     max_output_bytes: int,
+    record_spec: str | None,
 ) -> None:
     """Serve the sandrail tools over MCP (needs the mcp extra).
 
@@ -113,8 +118,6 @@ def mcp(
     Without one, an identical call whose settled result was not yet returned
     reuses the earlier call's key (see sandrail.adapters.mcp).
     """
-    from sandrail.cli import _backend
-
     try:
         from sandrail.adapters.mcp import recent_events
         from sandrail.adapters.mcp import server as mcp_server
@@ -127,7 +130,8 @@ def mcp(
             f"--host {host} is not loopback and the server has no authentication; "
             "pass --allow-remote to serve it anyway."
         )
-    chosen = _backend(backend)
+    record = open_record_option(record_spec)  # kept until the process ends
+    chosen = make_backend(backend)
     try:
         toolset = sandrail.Toolset(
             backend=chosen,
@@ -136,14 +140,13 @@ def mcp(
             authorize=lambda request: sandrail.ALLOW,
             assert_authority=lambda request: True,
             max_output_bytes=max_output_bytes,
+            record=record,
         )
         app = mcp_server(toolset, profile=profile)
     except (TypeError, ValueError) as exc:
         # Any value the toolset or server refuses is a usage error, never a
         # traceback (and a backend already opened is closed).
-        close = getattr(chosen, "close", None)
-        if callable(close):
-            close()
+        close_backend(chosen)
         raise click.UsageError(str(exc)) from None
     if transport == "stdio":
         from mcp.server.stdio import stdio_server
