@@ -15,9 +15,24 @@ from ._budget import (
 )
 from ._call import bound_result, crash_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
+from ._claim import (
+    ClaimProof,
+    ClaimVerdict,
+    LaunchClaim,
+    asked,
+    claim_proof,
+    claim_verdict,
+    known_to_launch,
+    launch_claim,
+    merged,
+    remembered,
+    settled_claim,
+)
 from ._contents import admission_size, minimum_output_bytes
 from ._definitions import (
     COMMAND_TOOL_NAMES,
+    DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
+    DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
     DEFAULT_MAX_OUTPUT_BYTES,
     LANGUAGE_ALIASES,
     LANGUAGES,
@@ -37,6 +52,7 @@ from ._definitions import (
 from ._effects import (
     HARNESS_EFFECTS,
     SANDBOX_EFFECTS,
+    SIDE_EFFECTS,
     TERMINAL_STATUSES,
     Allow,
     AppendArtifact,
@@ -77,6 +93,7 @@ from ._effects import (
     StartRefused,
     Wait,
     WriteArtifact,
+    unexpected_failure,
 )
 from ._env import (
     ENV_NAME_PATTERN,
@@ -106,6 +123,7 @@ from ._identity import (
     OwnerIdentity,
     task_id,
 )
+from ._launch import WAIT_GRACE_SECONDS
 from ._masking import (
     MAX_MASKED_BYTES,
     MIN_REDACTED_LENGTH,
@@ -127,8 +145,8 @@ from ._profiles import (
     stated_schema,
     tool_schema,
 )
-from ._programs import WAIT_GRACE_SECONDS, Program, tool_program
-from ._requests import RUNTIME_ARTIFACTS, CancelToken, ToolCall, ToolRequest
+from ._programs import Program, tool_program
+from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
 from ._results import (
     AgentCommandRef,
     ArtifactRef,
@@ -139,12 +157,15 @@ from ._results import (
     ToolResult,
     error_result,
 )
-from ._rules import launch_digest, recorded_digest
+from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout, recorded_digest
 from ._snapshot import (
     PortSettings,
+    RequestParts,
+    digest_text,
     owner_key,
     plain_arguments,
     request_digest,
+    request_parts,
     snapshot_request,
     unchanged,
 )
@@ -152,12 +173,15 @@ from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [
     "COMMAND_TOOL_NAMES",
+    "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
+    "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "ENV_NAME_PATTERN",
     "GUARD_TABLE",
     "HARNESS_EFFECTS",
     "LANGUAGES",
     "LANGUAGE_ALIASES",
+    "LAUNCH_TOOLS",
     "MAX_MASKED_BYTES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
@@ -174,11 +198,13 @@ __all__ = [
     "SANDBOX_ID_PATTERN",
     "SHELL_OWNED_ENV_NAMES",
     "SHRINKABLE_FIELDS",
+    "SIDE_EFFECTS",
     "TASK_ID_PATTERN",
     "TERMINAL_STATUSES",
     "TOOL_NAMES",
     "VENDOR_UNSUPPORTED",
     "WAIT_GRACE_SECONDS",
+    "AbortSignal",
     "AgentCommandRef",
     "AgentIdentity",
     "AgentOwner",
@@ -193,9 +219,10 @@ __all__ = [
     "BudgetError",
     "Cancel",
     "CancelRequested",
-    "CancelToken",
     "CanonicalJSONError",
     "CheckAuthority",
+    "ClaimProof",
+    "ClaimVerdict",
     "CloseArtifact",
     "CommandState",
     "CommandStatus",
@@ -209,6 +236,7 @@ __all__ = [
     "FatalInterpreterError",
     "HarnessEffect",
     "Inspect",
+    "LaunchClaim",
     "MaskingError",
     "NativeCommandRef",
     "NativeIdentity",
@@ -233,6 +261,7 @@ __all__ = [
     "Redactions",
     "Refuse",
     "RememberOwned",
+    "RequestParts",
     "ResolveOwned",
     "SandboxEffect",
     "SandboxPhase",
@@ -252,24 +281,32 @@ __all__ = [
     "WriteArtifact",
     "admission_size",
     "arguments_rejection",
+    "asked",
     "bound_result",
     "canonical_arguments",
     "canonical_json",
     "canonical_size",
     "check_arguments",
+    "claim_proof",
+    "claim_verdict",
     "code_tool_definitions",
     "command_tool_definitions",
     "crash_result",
     "decide",
     "definitions_equal",
+    "digest_text",
     "env_name_problem",
     "error_result",
     "escaped_size",
     "fit_to_budget",
     "fixed_size",
+    "known_to_launch",
+    "launch_claim",
     "launch_digest",
+    "launch_timeout",
     "mask_chunk",
     "mask_text",
+    "merged",
     "minimal_uncertain_size",
     "minimum_output_bytes",
     "observe",
@@ -278,14 +315,18 @@ __all__ = [
     "plain_arguments",
     "recorded_digest",
     "redaction_secrets",
+    "remembered",
     "request_digest",
+    "request_parts",
     "resolve_language",
     "sanitize_text",
+    "settled_claim",
     "snapshot_request",
     "stated_schema",
     "task_id",
     "tool_program",
     "tool_schema",
     "unchanged",
+    "unexpected_failure",
     "widen",
 ]
