@@ -35,6 +35,7 @@ from ._definitions import (
     resolve_language,
 )
 from ._effects import (
+    BACKEND_LABELS,
     HARNESS_EFFECTS,
     SANDBOX_EFFECTS,
     TERMINAL_STATUSES,
@@ -43,6 +44,7 @@ from ._effects import (
     ApprovalRequired,
     AuthorityReport,
     Authorize,
+    BackendLabel,
     Cancel,
     CancelRequested,
     CheckAuthority,
@@ -130,6 +132,7 @@ from ._profiles import (
 from ._programs import WAIT_GRACE_SECONDS, Program, tool_program
 from ._requests import RUNTIME_ARTIFACTS, CancelToken, ToolCall, ToolRequest
 from ._results import (
+    APPROVAL_REJECTED_INSTRUCTION,
     AgentCommandRef,
     ArtifactRef,
     BackgroundCommandRef,
@@ -138,6 +141,7 @@ from ._results import (
     Status,
     ToolResult,
     error_result,
+    next_step,
 )
 from ._rules import launch_digest
 from ._snapshot import (
@@ -151,6 +155,8 @@ from ._snapshot import (
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [
+    "APPROVAL_REJECTED_INSTRUCTION",
+    "BACKEND_LABELS",
     "COMMAND_TOOL_NAMES",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "ENV_NAME_PATTERN",
@@ -189,6 +195,7 @@ __all__ = [
     "ArtifactRef",
     "AuthorityReport",
     "Authorize",
+    "BackendLabel",
     "BackgroundCommandRef",
     "BudgetError",
     "Cancel",
@@ -264,6 +271,7 @@ __all__ = [
     "definitions_equal",
     "env_name_problem",
     "error_result",
+    "next_step",
     "escaped_size",
     "fit_to_budget",
     "fixed_size",

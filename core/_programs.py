@@ -20,14 +20,18 @@ its :class:`Phase`; before dispatch a failure is an ``error`` with
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any, Final
 
 import attrs
 
+from ._budget import BudgetError, fit_to_budget
 from ._call import _Call, bound_result
 from ._collect import collect_output
 from ._contents import (
+    APPROVAL_INSTRUCTION,
+    FOLLOW_BACKGROUND,
     _launch_content,
     _read_content,
     _status_content,
@@ -211,10 +215,12 @@ def _tool_program(
         # an identity the harness needs whole, so one too long for the budget
         # (C12) is a harness error rather than a cut.
         content = {
+            "status": "approval_required",
             "ok": False,
             "approval_required": True,
             "executed": False,
             "interaction_id": decision.interaction_id,
+            "instruction": APPROVAL_INSTRUCTION,
         }
         if mask_text(decision.interaction_id, redactions) != decision.interaction_id:
             # C17 over C8: a secret cannot be shown, and an id cannot be cut.
@@ -224,6 +230,10 @@ def _tool_program(
             )
         if snap.governed or _fits(content, settings.max_output_bytes):
             return ToolResult(status="approval_required", content=content)
+        # The instruction is words: cut them (head and tail) before the id.
+        with contextlib.suppress(BudgetError):
+            fitted = fit_to_budget(content, settings.max_output_bytes)
+            return ToolResult(status="approval_required", content=fitted)
         return _refuse(
             ErrorCode.HARNESS_CALLBACK_FAILED,
             "The policy asked for approval with an interaction id too long for the budget.",
@@ -519,9 +529,19 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     if background:
         call.observed = started.state.status
         content = _launch_content(
-            snap, settings, ready.sandbox_id, wanted, started.state, command, None, deduplicated
+            snap,
+            settings,
+            ready.sandbox_id,
+            wanted,
+            started.state,
+            command,
+            None,
+            deduplicated,
+            ready.backend,
         )
         content["timeout_seconds"] = timeout_seconds
+        if call.readable:
+            content["instruction"] = FOLLOW_BACKGROUND
         result = ToolResult(
             status="ok", content=content, background_command_ref=call.background_ref
         )
@@ -547,7 +567,7 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
 
     content = _launch_content(
-        snap, settings, ready.sandbox_id, wanted, state, command, language, deduplicated
+        snap, settings, ready.sandbox_id, wanted, state, command, language, deduplicated, ready.backend
     )
     collected = yield from collect_output(call, ready.sandbox_id, wanted, state, content)
     if isinstance(collected, ToolResult):
@@ -596,7 +616,8 @@ def _conflict(refused: StartRefused) -> ToolResult:
             ErrorCode.COMMAND_NOT_STARTED,
             "The command could not start: its cwd is missing, not a directory or not "
             "enterable by the sandbox user, or its command and env are too big to "
-            "execute. Nothing ran; this operation_key will not run it.",
+            "execute. Nothing ran, and repeating this call will not run it: change the cwd "
+            "or shrink the command and env, then make a new call.",
         )
     if refused.reason == "stale_fence":
         return _refuse(
@@ -605,7 +626,8 @@ def _conflict(refused: StartRefused) -> ToolResult:
         )
     return _refuse(
         ErrorCode.OPERATION_CONFLICT,
-        "This operation_key already launched with different arguments; nothing new ran.",
+        "This call's operation key already launched a command with different arguments; "
+        "nothing new ran. Make a new call for the new command.",
     )
 
 

@@ -114,6 +114,11 @@ class Recorder:
         """True when the wrapped interpreter is (the port then runs async)."""
         return getattr(self.inner, "asynchronous", False) is True
 
+    @property
+    def backend_label(self) -> object:
+        """The wrapped interpreter's ``backend_label`` (``None`` without one)."""
+        return getattr(self.inner, "backend_label", None)
+
     def attach(self, port: ToolPort) -> ToolPort:
         """Bind to ``port`` (built with this recorder as its backend), write
         the header, and return ``port``. ``RuntimeError`` if already attached."""

@@ -119,7 +119,7 @@ async def test_mcp_background_run_and_its_read() -> None:
         read = await client.call_tool(
             "read_command_output", {"task_id": task_id, "wait_seconds": 5}, meta=_key("read-1")
         )
-    assert _content(started)["status"] in ("running", "exited")
+    assert _content(started)["command_status"] in ("running", "exited")
     assert _content(read)["stdout"] == "bg\n"
     assert read.is_error is False
 

@@ -158,7 +158,7 @@ def test_c11_agents_timeout_gives_the_model_the_uncertain_result_and_its_retry_r
     first, retry = (json.loads(text) for text in _outputs(model))
     assert first["error_type"] == "e2b_command_aborted"
     assert first["task_id"]
-    assert "Do not run this again" in first["instruction"]
+    assert "repeat exactly this call" in first["instruction"]
     assert retry["operation_key"] == first["operation_key"]
     assert retry["task_id"] == first["task_id"]
     assert launches(tools) == 1
