@@ -14,8 +14,8 @@ from ._budget import SHRINKABLE_FIELDS, BudgetError, fit_to_budget
 from ._canonical import CanonicalJSONError, canonical_json
 from ._contents import (
     _output_budget_note,
-    cut_output_instruction,
     _uncertain_content,
+    cut_output_instruction,
     usable_artifact,
 )
 from ._effects import (

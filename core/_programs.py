@@ -567,7 +567,15 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
         return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
 
     content = _launch_content(
-        snap, settings, ready.sandbox_id, wanted, state, command, language, deduplicated, ready.backend
+        snap,
+        settings,
+        ready.sandbox_id,
+        wanted,
+        state,
+        command,
+        language,
+        deduplicated,
+        ready.backend,
     )
     collected = yield from collect_output(call, ready.sandbox_id, wanted, state, content)
     if isinstance(collected, ToolResult):

@@ -177,55 +177,55 @@ class ToolResult:
         """``False`` when nothing ran and nothing will (every ``error`` and
         ``approval_required`` result); ``None`` when the content does not say
         (``ok`` and ``uncertain`` results)."""
-        return self._typed("executed", bool)
+        return self._flag("executed")
 
     @property
     def command_status(self) -> str | None:
         """The command's own state: ``running``, ``exited``, ``timed_out``,
         ``canceled`` (launches, reads and stops that observed it)."""
-        return self._typed("command_status", str)
+        return self._text("command_status")
 
     @property
     def exit_code(self) -> int | None:
         """The command's exit code, once the sandbox observed one."""
-        return self._typed("exit_code", int)
+        return self._integer("exit_code")
 
     @property
     def stdout(self) -> str | None:
         """The command's standard output as shown (env values masked; cut
         around a marker when it did not fit the budget)."""
-        return self._typed("stdout", str)
+        return self._text("stdout")
 
     @property
     def stderr(self) -> str | None:
         """The command's standard error as shown (see :attr:`stdout`)."""
-        return self._typed("stderr", str)
+        return self._text("stderr")
 
     @property
     def task_id(self) -> str | None:
         """The task id of the command this result concerns."""
-        return self._typed("task_id", str)
+        return self._text("task_id")
 
     @property
     def sandbox_id(self) -> str | None:
         """The sandbox the command ran in, once known."""
-        return self._typed("sandbox_id", str)
+        return self._text("sandbox_id")
 
     @property
     def operation_key(self) -> str | None:
         """The operation key the call ran under (every result with a locator)."""
-        return self._typed("operation_key", str)
+        return self._text("operation_key")
 
     @property
     def instruction(self) -> str | None:
         """What the model (or the harness) can do next, in words."""
-        return self._typed("instruction", str)
+        return self._text("instruction")
 
     @property
     def deduplicated(self) -> bool | None:
         """For a launch: ``True`` when this call found its task already
         launched (a retry) and nothing new ran."""
-        return self._typed("deduplicated", bool)
+        return self._flag("deduplicated")
 
     @property
     def truncated(self) -> bool:
@@ -233,11 +233,17 @@ class ToolResult:
         note = self.content.get("output_budget")
         return isinstance(note, Mapping) and note.get("truncated") is True
 
-    def _typed(self, key: str, kind: type[Any]) -> Any:
+    def _text(self, key: str) -> str | None:
         value = self.content.get(key)
-        if kind is int and isinstance(value, bool):
-            return None
-        return value if isinstance(value, kind) else None
+        return value if isinstance(value, str) else None
+
+    def _flag(self, key: str) -> bool | None:
+        value = self.content.get(key)
+        return value if isinstance(value, bool) else None
+
+    def _integer(self, key: str) -> int | None:
+        value = self.content.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def to_json(self) -> str:
         """What the model is sent: the canonical JSON of ``content`` (RFC

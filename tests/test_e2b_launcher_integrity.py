@@ -501,4 +501,8 @@ def test_c6_fresh_tasks_under_concurrency_are_never_unknown(
         assert [a.status for a in answers] == ["ok"] * len(answers), [a.content for a in answers]
         assert "unknown" not in [a.content["command_status"] for a in answers], n
         last = answers[-1].content
-        assert (last["command_status"], last["stdout"], last["stderr"]) == ("exited", f"o{n}\n", f"e{n}\n")
+        assert (last["command_status"], last["stdout"], last["stderr"]) == (
+            "exited",
+            f"o{n}\n",
+            f"e{n}\n",
+        )

@@ -452,7 +452,8 @@ def _world_checks(world: World) -> Iterable[Violation]:
         result = record.result
         if record.tool != "stop_command" or result is None or result.status != "ok":
             continue
-        if result.content.get("command_status") in ("exited", "timed_out", "canceled") and record.task:
+        ended = result.content.get("command_status") in ("exited", "timed_out", "canceled")
+        if ended and record.task:
             alive = world.truth.live_processes(record.task)
             if alive:
                 yield Violation(
