@@ -55,6 +55,7 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_LANGUAGE = "unsupported_language"
     COMMAND_REQUIRED = "command_required"
     BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND = "background_timeout_requires_background"
+    TIMEOUT_REQUIRES_FOREGROUND = "timeout_requires_foreground"
     SYNC_CONTRACT_INVALID = "e2b_command_sync_contract_invalid"
     # Policy, approval, authority, drift, abort (C8, C9, C11).
     POLICY_DENIED = "policy_denied"

@@ -766,6 +766,22 @@ def test_background_timeout_without_background_is_refused() -> None:
     assert rig.sim.effects_seen == []
 
 
+def test_issue18_a_foreground_timeout_with_background_is_refused_not_ignored() -> None:
+    """``timeout`` is the foreground command's; with ``background: true`` it
+    used to be accepted and ignored. Now the schema says so (its ``then``
+    rule) and the port refuses it before anything runs, naming the field to
+    use; ``background_timeout`` alone still runs."""
+    rig = Rig()
+    both = rig.run("run_command", {"command": "x", "background": True, "timeout": 5})
+    assert_error_nothing_ran(both, ErrorCode.TIMEOUT_REQUIRES_FOREGROUND)
+    assert "background_timeout" in both.content["instruction"]
+    assert rig.sim.effects_seen == []
+    schema = rig.port.definition("run_command").to_dict()["parameters"]
+    assert schema["then"] == {"properties": {"timeout": {"type": "null"}}}
+    fine = rig.run("run_command", {"command": "x", "background": True, "background_timeout": 5})
+    assert fine.status == "ok"
+
+
 # ---------------------------------------------------------------------------
 # execute never raises
 

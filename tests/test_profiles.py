@@ -44,6 +44,7 @@ ARGUMENT_ERRORS = {
     ErrorCode.ARGUMENTS_INVALID.value,
     ErrorCode.COMMAND_REQUIRED.value,
     ErrorCode.BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND.value,
+    ErrorCode.TIMEOUT_REQUIRES_FOREGROUND.value,
     ErrorCode.UNSUPPORTED_LANGUAGE.value,
 }
 TOOLS_WITH_ARGUMENTS = ("run_command", "read_command_output", "stop_command", "code")
