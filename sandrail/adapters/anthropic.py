@@ -22,6 +22,17 @@ new id; an exact repeat of a call left unsettled (``uncertain``,
 ``approval_required``, or never answered) runs under that call's key and
 reconciles it (see :class:`~sandrail.Toolset`).
 
+Approval (DESIGN §12). When the harness's policy answers
+``ApprovalRequired``, :meth:`AnthropicTools.handle` runs nothing and returns
+the ``approval_required`` result (``AnthropicTools.needs_approval(answer)``
+says so). Do not send it to the model: ask a person, then answer the block
+with ``await tools.approve(block)`` (runs that very call once, under its own
+operation key, so approving again, after a restart say, launches nothing
+new: C2) or ``tools.reject(block, reason=...)`` (runs nothing; the model
+reads ``approval_rejected``). A ``Deny`` never asks: the model reads
+``policy_denied``. The key's run part is ``run_id=``: keep it with the
+conversation when an approval may be answered by another process.
+
 ``timeout_seconds`` is each call's deadline: when it passes, the call is
 aborted as a :class:`~sandrail.CancelToken` would abort it and the
 ``tool_result`` holds the resulting ``canceled`` or ``uncertain`` result.
@@ -36,6 +47,7 @@ given a list (or other iterable) of blocks.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -84,38 +96,76 @@ class AnthropicTools:
         return listed
 
     async def handle(self, block: object) -> dict[str, Any]:
-        """The ``tool_result`` block answering one ``tool_use`` block."""
+        """The ``tool_result`` block answering one ``tool_use`` block (an
+        ``approval_required`` one when a person must decide first: see
+        :meth:`approve`)."""
+        return await self._run(block, approved=False)
+
+    def handle_sync(self, block: object) -> dict[str, Any]:
+        """:meth:`handle` for code without an event loop."""
+        return self._run_sync(block, approved=False)
+
+    async def approve(self, block: object) -> dict[str, Any]:
+        """A person approved this ``tool_use`` block: run it (once, under
+        its own operation key) and return its ``tool_result`` block. The
+        harness's ``ApprovalRequired`` for exactly this call is taken as
+        ``ALLOW``; a ``Deny`` still refuses it."""
+        return await self._run(block, approved=True)
+
+    def approve_sync(self, block: object) -> dict[str, Any]:
+        """:meth:`approve` for code without an event loop."""
+        return self._run_sync(block, approved=True)
+
+    def reject(self, block: object, reason: str | None = None) -> dict[str, Any]:
+        """A person rejected this ``tool_use`` block: nothing runs; the
+        ``tool_result`` block says ``approval_rejected`` (``executed:
+        false``), what to do instead, and ``reason`` when given."""
+        tool_use_id, _, _ = _read(block)
+        if not tool_use_id:
+            return _answer(tool_use_id, _no_id(self._toolset))
+        return _answer(tool_use_id, self._toolset.rejection(reason))
+
+    @staticmethod
+    def needs_approval(answer: object) -> bool:
+        """Whether a ``tool_result`` block from :meth:`handle` waits for a
+        person (``status: "approval_required"``; nothing ran): answer its
+        ``tool_use`` block with :meth:`approve` or :meth:`reject` instead of
+        sending it to the model."""
+        content = answer.get("content") if isinstance(answer, Mapping) else None
+        if not isinstance(content, str) or '"approval_required"' not in content:
+            return False
+        try:
+            return bool(json.loads(content).get("status") == "approval_required")
+        except (ValueError, AttributeError, RecursionError):
+            return False
+
+    async def _run(self, block: object, *, approved: bool) -> dict[str, Any]:
         tool_use_id, name, arguments = _read(block)
         if not tool_use_id:
             return _answer(tool_use_id, _no_id(self._toolset))
         result = await self._toolset.call(
-            name,
-            arguments,
-            call_id=tool_use_id,
-            operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
-            profile=self._profile,
-            timeout_seconds=self._timeout_seconds,
-            reconcile_repeats=True,
-            run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
+            name, arguments, call_id=tool_use_id, approved=approved, **self._settings(tool_use_id)
         )
         return _answer(tool_use_id, result)
 
-    def handle_sync(self, block: object) -> dict[str, Any]:
-        """:meth:`handle` for code without an event loop."""
+    def _run_sync(self, block: object, *, approved: bool) -> dict[str, Any]:
         tool_use_id, name, arguments = _read(block)
         if not tool_use_id:
             return _answer(tool_use_id, _no_id(self._toolset))
         result = self._toolset.call_sync(
-            name,
-            arguments,
-            call_id=tool_use_id,
-            operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
-            profile=self._profile,
-            timeout_seconds=self._timeout_seconds,
-            reconcile_repeats=True,
-            run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
+            name, arguments, call_id=tool_use_id, approved=approved, **self._settings(tool_use_id)
         )
         return _answer(tool_use_id, result)
+
+    def _settings(self, tool_use_id: str) -> dict[str, Any]:
+        """What :meth:`Toolset.call` takes besides the block's own fields."""
+        return {
+            "operation_key": self._toolset.operation_key(tool_use_id, run_id=self._run_id),
+            "profile": self._profile,
+            "timeout_seconds": self._timeout_seconds,
+            "reconcile_repeats": True,
+            "run_id": self._run_id if self._run_id is not None else self._toolset.run_id,
+        }
 
     async def handle_all(self, content: Iterable[object]) -> list[dict[str, Any]]:
         """``tool_result`` blocks for every ``tool_use`` block of a reply's
