@@ -10,8 +10,10 @@ non-loopback ``--host`` needs ``--allow-remote``.
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 import uuid
+from typing import Any
 
 import click
 
@@ -65,10 +67,10 @@ def _loopback(host: str) -> bool:
 @click.option(
     "--backend",
     type=click.Choice(["simulator", "e2b"]),
-    default="simulator",
-    show_default=True,
-    help="Where commands run: the in-memory simulator (no account needed) or E2B "
-    "(needs E2B_API_KEY and the e2b extra).",
+    default=None,
+    help="Where commands run: E2B (needs E2B_API_KEY and the e2b extra) or sandrail's "
+    "in-memory simulator (nothing really runs; for trying a client). Default: e2b when "
+    "E2B_API_KEY is set; without it the server refuses to start until you choose.",
 )
 @click.option(
     "--session",
@@ -100,7 +102,7 @@ def mcp(
     host: str,
     port: int,
     allow_remote: bool,
-    backend: str,
+    backend: str | None,
     session_id: str | None,
     agent_id: str,
     profile: sandrail.Profile,
@@ -111,12 +113,14 @@ def mcp(
     A client sends each call's operation key in the request's _meta as
     "sandrail/operation_key"; a retry with the same key never launches twice.
     Without one, an identical call whose settled result was not yet returned
-    reuses the earlier call's key (see sandrail.adapters.mcp).
+    reuses the earlier call's key (see sandrail.adapters.mcp). Ctrl-C or
+    SIGTERM stops an HTTP server cleanly (exit status 0).
     """
     from sandrail.cli import _backend
 
     try:
-        from sandrail.adapters.mcp import recent_events
+        from sandrail.adapters import _mcp_serve as serving
+        from sandrail.adapters.mcp import minimum_output_bytes, recent_events
         from sandrail.adapters.mcp import server as mcp_server
 
         anyio = __import__("anyio")
@@ -127,16 +131,28 @@ def mcp(
             f"--host {host} is not loopback and the server has no authentication; "
             "pass --allow-remote to serve it anyway."
         )
+    try:
+        backend = serving.choose_backend(backend, os.environ)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     chosen = _backend(backend)
     try:
-        toolset = sandrail.Toolset(
-            backend=chosen,
-            session_id=session_id if session_id is not None else f"mcp-{uuid.uuid4().hex[:12]}",
-            owner=sandrail.AgentOwner(agent_id=agent_id),
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-            max_output_bytes=max_output_bytes,
-        )
+        settings: dict[str, Any] = {
+            "backend": chosen,
+            "session_id": session_id if session_id is not None else f"mcp-{uuid.uuid4().hex[:12]}",
+            "owner": sandrail.AgentOwner(agent_id=agent_id),
+            "authorize": lambda request: sandrail.ALLOW,
+            "assert_authority": lambda request: True,
+        }
+        # The real minimum (a fallback key's identity), named before any
+        # smaller one the toolset alone would name.
+        needed = minimum_output_bytes(sandrail.Toolset(**settings))
+        if max_output_bytes < needed:
+            raise ValueError(
+                f"--max-output-bytes {max_output_bytes} is too small to serve over MCP: every "
+                f"result carries the call's full identity; use at least {needed}."
+            )
+        toolset = sandrail.Toolset(**settings, max_output_bytes=max_output_bytes)
         app = mcp_server(toolset, profile=profile)
     except (TypeError, ValueError) as exc:
         # Any value the toolset or server refuses is a usage error, never a
@@ -145,6 +161,8 @@ def mcp(
         if callable(close):
             close()
         raise click.UsageError(str(exc)) from None
+    where = f" (session {toolset.session_id})"
+    click.echo(serving.startup_line(backend, transport, where), err=True)
     if transport == "stdio":
         from mcp.server.stdio import stdio_server
 
@@ -154,10 +172,6 @@ def mcp(
 
         anyio.run(serve_stdio)
         return
-    import uvicorn
-
-    click.echo(f"sandrail mcp: serving http://{host}:{port}/mcp", err=True)
     starlette_app = app.streamable_http_app(host=host, event_store=recent_events())
-    config = uvicorn.Config(starlette_app, host=host, port=port, log_level="warning")
-    uvicorn.Server(config).run()
+    serving.serve_http(starlette_app, host, port, lambda line: click.echo(line, err=True))
     sys.exit(0)
