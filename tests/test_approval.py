@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -100,10 +99,6 @@ def test_issue18_c8_a_denied_call_never_asks(framework: str) -> None:
 
 
 # -- on local-e2b -------------------------------------------------------------------
-
-
-def _on_e2b(server: LocalE2B, session: str) -> Any:
-    return E2BBackend(**server.sdk_options)
 
 
 @needs_root
