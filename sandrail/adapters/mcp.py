@@ -263,7 +263,7 @@ def server(
         if asked == "reject":
             result = toolset.rejection()
         else:
-            ticking = _progress(ctx, meta, interval)
+            ticking = _progress(ctx, interval)
             try:
                 result = await toolset.call(
                     params.name,
@@ -401,10 +401,13 @@ async def _elicit(ctx: Any, question: str) -> approval.Answer:
     return approval.answer_of(answer)
 
 
-def _progress(ctx: Any, meta: Mapping[str, Any], interval: float | None) -> Any:
-    """A task sending ``notifications/progress`` every ``interval`` seconds
-    while the call waits, when the request asked for progress."""
-    if interval is None or meta.get("progress_token", meta.get("progressToken")) is None:
+def _progress(ctx: Any, interval: float | None) -> Any:
+    """A task sending progress every ``interval`` seconds while the call
+    waits. The SDK sends it only when the request asked for progress (a
+    progress token, or an in-memory client's callback) and drops it
+    otherwise, so every call gets one: a sleeping task, cancelled when the
+    call ends."""
+    if interval is None:
         return None
 
     async def tick() -> None:
