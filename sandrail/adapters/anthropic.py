@@ -7,9 +7,12 @@
 :attr:`AnthropicTools.definitions` are plain dicts (``name``,
 ``description``, ``input_schema`` and ``strict: true``) with the
 ``anthropic-strict`` schemas: what Anthropic's strict tool use accepts
-(patterns without lookaround; no numeric bounds, lengths or ``maxItems``,
-which are stated in the descriptions instead and checked when the call
-comes back). :meth:`AnthropicTools.handle` takes a ``tool_use`` block (the
+(the patterns written in the regular-expression subset Anthropic documents,
+such as the task id's; no numeric bounds, lengths, ``maxItems`` or other
+patterns, which are stated in the descriptions instead and checked when the
+call comes back: a model can send ``timeout: 0``, which is refused naming
+the field and runs nothing; see :mod:`sandrail.core._profiles` for what each
+profile gives up). :meth:`AnthropicTools.handle` takes a ``tool_use`` block (the
 SDK's object or its dict form) and returns the ``tool_result`` block:
 ``content`` is exactly ``result.to_json()``, ``is_error`` is
 ``result.is_error``. No SDK import is needed: the blocks are plain data.
