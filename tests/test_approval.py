@@ -16,11 +16,13 @@ unmodified e2b SDK over HTTP):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,3 +167,60 @@ def test_issue18_c8_local_e2b_a_denied_call_never_asks(server: LocalE2B, framewo
     assert first.sent is not None
     assert json.loads(first.sent)["error_type"] == "policy_denied"
     assert server.truth().marked(mark) == 0
+
+
+def test_issue18_c2_agents_sdk_resumed_twice_with_tracing_off_runs_once() -> None:
+    """With tracing off the saved state carries no trace id: an approved
+    call's key is then its call id's alone (``approved:{call_id}``), still
+    the same in every process that resumes the state."""
+    from agents import RunConfig, Runner, RunState
+    from agents.testing import assistant_message, function_call
+
+    from tests.approval_rig import NULLS, _agents_agent
+
+    sim = Simulator()
+    offline = RunConfig(tracing_disabled=True)
+    call = function_call("run_command", {**NULLS, "command": "echo deploy"}, call_id="call_9")
+    first = asyncio.run(
+        Runner.run(
+            _agents_agent(make_toolset(sim), [[call], [assistant_message("done")]]),
+            "go",
+            run_config=offline,
+        )
+    )
+    saved = first.to_state().to_string()
+    keys = []
+    for _ in range(2):
+        agent = _agents_agent(make_toolset(sim), [[assistant_message("done")]])
+
+        async def resume(agent: Any = agent) -> Any:
+            state = await RunState.from_string(agent, saved)
+            state.approve(state.get_interruptions()[0])
+            return await Runner.run(agent, state, run_config=offline)
+
+        result = asyncio.run(resume())
+        (sent,) = [i.output for i in result.new_items if i.type == "tool_call_output_item"]
+        keys.append(json.loads(sent)["operation_key"])
+    assert keys == ["approved:call_9", "approved:call_9"]
+    assert _launches(sim) == 1
+
+
+def test_issue18_pydantic_ai_an_approval_with_other_arguments_runs_what_the_person_gave() -> None:
+    """``ToolApproved(override_args=...)``: the person approved the call as
+    they wrote it; that runs, once, and the model's own version never."""
+    from pydantic_ai import DeferredToolResults, ToolApproved
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    from tests.approval_rig import NULLS, _pydantic_agent, _pydantic_returned
+
+    sim = Simulator()
+    tools = make_toolset(sim)
+    first = FIRST["pydantic_ai"](tools, "echo deploy everything")
+    override = ToolApproved(override_args={**NULLS, "command": "echo deploy staging"})
+    result = _pydantic_agent(tools, "").run_sync(
+        message_history=ModelMessagesTypeAdapter.validate_json(first.saved),
+        deferred_tool_results=DeferredToolResults(approvals={"t1": override}),
+    )
+    sent = json.loads(_pydantic_returned(result))
+    assert (sent["status"], sent["stdout"]) == ("ok", "deploy staging\n")
+    assert _launches(sim) == 1
