@@ -6,7 +6,13 @@ from __future__ import annotations
 import runpy
 from pathlib import Path
 
+import mcp.client.stdio  # noqa: F401
 import pytest
+
+# The MCP SDK's stdio client binds ``sys.stderr`` as a default argument when it
+# is first imported. Imported here, at collection (before any test captures
+# output), it keeps the real one; imported first inside an example run under
+# ``capfd`` (approval_mcp.py), it would keep that test's capture, closed after it.
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
