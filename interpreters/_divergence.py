@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sandrail.core import FatalInterpreterError
 
-if TYPE_CHECKING:
-    from ._replayer import ReplayReport
+from ._transcript import ReplayReport
 
 __all__ = [
     "DivergenceError",

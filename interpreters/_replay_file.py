@@ -11,7 +11,8 @@ from sandrail.core import ArtifactRef, FatalInterpreterError
 
 from ._cassette import Cassette, CassetteError, decode_request, load_cassette
 from ._divergence import DivergenceError
-from ._replayer import Replayer, ReplayReport
+from ._replayer import Replayer
+from ._transcript import ReplayReport
 
 __all__ = ["replay_file", "replay_port"]
 

@@ -1,14 +1,15 @@
 """Replaying (DESIGN §7): the :class:`Replayer` that answers every effect
 of a port's calls from a recording and raises
 :class:`~sandrail.interpreters._divergence.DivergenceError` at the first
-difference, and the transcript (:class:`ReplayReport`) of what it ran."""
+difference, and keeps the transcript
+(:class:`~sandrail.interpreters._transcript.ReplayReport`) of what it ran."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, get_args
 
 import attrs
@@ -39,57 +40,9 @@ from ._cassette import (
     result_data,
 )
 from ._divergence import DivergenceError, describe_request, difference, differs, render
+from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
-__all__ = ["CallEntry", "Entry", "ReplayReport", "Replayer", "ResultEntry", "StepEntry"]
-
-
-@attrs.frozen(kw_only=True)
-class StepEntry:
-    """One replayed effect and the recorded answer it got."""
-
-    call: int
-    step: int
-    effect: Mapping[str, Any]
-    outcome: Mapping[str, Any] | None
-    failure: Mapping[str, Any] | None
-
-
-@attrs.frozen(kw_only=True)
-class CallEntry:
-    """A replayed call begins: its request (as recorded, redacted)."""
-
-    call: int
-    request: Mapping[str, Any]
-
-
-@attrs.frozen(kw_only=True)
-class ResultEntry:
-    """The result a replayed call ended with (equal to the recorded one)."""
-
-    call: int
-    result: Mapping[str, Any]
-
-
-Entry = CallEntry | StepEntry | ResultEntry
-
-
-@attrs.frozen(kw_only=True)
-class ReplayReport:
-    """What a replay ran: the header and a transcript in order."""
-
-    source: str
-    header: Mapping[str, Any]
-    transcript: tuple[Entry, ...]
-    complete: bool = True
-    """False when the recording has no end line: it may have been cut short."""
-
-    @property
-    def calls(self) -> int:
-        return sum(isinstance(entry, ResultEntry) for entry in self.transcript)
-
-    @property
-    def steps(self) -> int:
-        return sum(isinstance(entry, StepEntry) for entry in self.transcript)
+__all__ = ["Replayer"]
 
 
 class Replayer:

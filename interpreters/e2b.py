@@ -49,71 +49,18 @@ can show). A foreground ``run_command`` whose output is that small is
 therefore 3. A failed start adds one best-effort call that discards its
 staged request.
 
-Failure classification
-----------------------
+Failures are classified by the one table in :mod:`._e2b_failures`
+(:data:`FAILURE_TABLE`, re-exported here with :func:`classify_failure`):
+calls that only prepare are ``not_sent``; a decisive call is matched
+against the table's rows, and no row matching means ``maybe_sent``.
 
-Calls that only prepare (listing sandboxes, connecting to a known one,
-installing the launcher, staging a request file) cannot launch anything: any
-failure there is ``not_sent``. For the decisive call of a side effect (create,
-``start``, ``publish``, ``cancel``) and for reads, the exception and its
-``__cause__``/``__context__`` chain are matched against :data:`FAILURE_TABLE`,
-first row first; no row matching means ``maybe_sent``. Each row is proven by
-a test that produces the SDK's real exception chain through local-e2b
-(``tests/test_e2b_failures.py``); the chains seen are noted.
-
-Rows, first to last (``name``: delivery; what matches; the real chains seen):
-
-- ``connection dropped``: maybe_sent. Anywhere in the chain:
-  ``httpx.ReadError``/``WriteError``/``RemoteProtocolError``,
-  ``pyqwest.ReadError``/``WriteError``/``RemoteProtocolError``,
-  ``ConnectionResetError``, ``BrokenPipeError``: a write or read had begun.
-  An envd request dropped before it was read OR after its effect gives the
-  same raw ``connectrpc.ConnectError`` ← ``pyqwest.WriteError`` (the two
-  cannot be told apart); a create dropped after its effect,
-  ``httpx.WriteError`` ← ``pyqwest.WriteError`` (the sandbox exists); the
-  server killed mid-stream, ``SandboxUnreachableException`` ←
-  ``ConnectError`` ← ``pyqwest.RemoteProtocolError``.
-- ``connect failed``: not_sent. Anywhere in the chain: ``httpx.ConnectError``,
-  ``httpx.ConnectTimeout``, exactly the builtin ``ConnectionError`` (pyqwest
-  raises it only before writing), ``ConnectionRefusedError``,
-  ``socket.gaierror``: no connection, so no request. Control plane refused:
-  ``httpx.ConnectError`` ← ``ConnectionError``; envd refused:
-  ``SandboxUnreachableException`` ← ``ConnectError`` ← ``ConnectionError``.
-- ``refused by E2B``: not_sent. Top: ``AuthenticationException`` (a bad key:
-  alone), ``RateLimitException`` (429 on envd: ← ``ConnectError``; on the
-  control plane, after its own retries: alone), ``ServiceBusyException``,
-  ``InvalidArgumentException``, ``TemplateException``: refused before acting.
-- ``launcher refused its arguments``: not_sent. Top: ``CommandExitException``,
-  exit 3, stdout ``sandrail-error ...``: the launcher refused before it
-  claimed anything (a staged request that was gone, say).
-- ``launcher missing``: not_sent. Top: ``CommandExitException``, exit 126 or
-  127: the launcher file is gone (it is installed again next time).
-- ``cancelled inside the SDK``: maybe_sent. Top: ``CancelledError`` that
-  nobody cancelling sandrail's call raised: the SDK gave up on a request it
-  had sent.
-- ``sandbox not found``: maybe_sent. Top: ``SandboxNotFoundException``,
-  ``SandboxNotRunningException``: the sandbox vanished; the request may have
-  run first. A 502 "not found" and a sandbox killed mid-stream give the same
-  chain, ``SandboxNotRunningException`` ← ``ConnectError``.
-- ``unreachable mid-request``: maybe_sent. Top:
-  ``SandboxUnreachableException`` (with no connect failure beneath): a stream
-  cut after it started, with no cause at all (also from a background
-  handle's ``wait()``).
-- ``timed out``: maybe_sent. Top: ``TimeoutException``,
-  ``httpx.TimeoutException``, ``TimeoutError``: sent, answer not seen. The
-  server's command deadline: ``TimeoutException`` alone; an answer held past
-  ``request_timeout``: ``TimeoutException`` ← ``ConnectError`` ←
-  ``CancelledError``; a create answered late: ``httpx.ReadTimeout`` ←
-  ``TimeoutError`` ← ``CancelledError`` (the sandbox exists).
-- anything else: maybe_sent (``unknown``): assume it left.
-
-The two connection rows look at the whole chain, the dropped one first: any
-sign that a request was being written or answered outweighs a failed
-connect beneath it. The other rows look at the top exception, in order
-(``SandboxUnreachableException`` and ``SandboxNotRunningException`` are
-``TimeoutException`` subclasses, so they come first). A ``CancelledError``
-in a cause chain is the SDK's own timeout machinery, never taken for a
-cancellation of sandrail's call.
+The parts live in private modules, one concern each: the failure table in
+``_e2b_failures``, the launcher script and its protocol in ``_e2b_launcher``
+(the script itself is ``_e2b_launcher.sh``, package data), the round trips
+that run it in ``_e2b_calls``, the files a start stages in
+``_e2b_request``, reading its answers in ``_e2b_answers``, and the event
+loop every SDK call runs on in ``_e2b_loop``. This module is the one to
+import from.
 
 Known limits
 ------------
@@ -168,13 +115,11 @@ import hmac
 import importlib
 import os
 import re
-import secrets
-import socket
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Final, TypeVar, overload
+from collections.abc import Mapping
+from typing import Any, Final, overload
 
 import attrs
 
@@ -205,27 +150,26 @@ from ._e2b_answers import (
     RawRead,
     chunk_of,
     parse_cancel,
-    parse_init,
     parse_read,
     parse_start,
 )
-from ._e2b_launcher import LAUNCHER, LAUNCHER_NAME, LEDGER
+from ._e2b_calls import Box, LauncherCalls
+from ._e2b_failures import (
+    FAILURE_TABLE,
+    FailureRule,
+    classify,
+    classify_failure,
+    sdk_call,
+    sdk_types,
+)
 from ._e2b_loop import LoopClosedError, LoopThread
+from ._e2b_request import request_files, shell_int, utf8
 
 __all__ = ["FAILURE_TABLE", "E2BBackend", "FailureRule", "classify_failure"]
 
-T = TypeVar("T")
-
-_BIN: Final = f"{LEDGER}/bin"
-_INBOX: Final = f"{LEDGER}/inbox"
-_ROOT: Final = "root"
 _TASK_ID = re.compile(r"[0-9a-f]{64}")
 _SANDBOX_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _SNIPPET_PATH = re.compile(r"/tmp/sandrail/code/([0-9a-f]{64})\.([a-z]{1,8})")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RESERVED_ENV_PREFIX: Final = "__sandrail"
-"""The launcher's own shell variables (it exports the env with them)."""
-_LAUNCHER_REFUSED: Final = 3
 _MIN_READ_BYTES: Final = 4
 _READ_CAP_BYTES: Final = 4 * 1024 * 1024
 """At most this much of each stream per round trip; a bigger read returns
@@ -237,225 +181,13 @@ later without a round trip), and nothing but their sizes otherwise: a big
 output moves only the two ends the core reads (issue 10: ≤ 2 × the budget
 for 16 MiB)."""
 _CACHED_TASKS: Final = 64
-_ARG_LIMIT: Final = 131_072
-"""Linux refuses to exec with one argument or environment string this long
-(MAX_ARG_STRLEN)."""
-_CHECK_BYTES: Final = 16_384
-"""A start with a cwd, or whose argument and env are this big, waits in
-the launcher until its command began or could not (``refused
-not_started``): see :mod:`._e2b_launcher`. Others answer at once."""
 _LIFETIME_MARGIN_SECONDS: Final = 60
 _CANCEL_GRACE_SECONDS: Final = 5
-_DISCARD_TIMEOUT_SECONDS: Final = 5.0
 _DRAIN_SECONDS: Final = 0.05
 """How long a closing backend's loop keeps running after its last SDK call,
 so callbacks the SDK's transport (pyqwest, on its own Rust threads) still
 delivers to it land while the interpreter is alive (issue 9, item 13)."""
 _KEY_LABEL: Final = b"sandrail ledger key v1"
-_EPOCH = re.compile(r"[0-9a-f]{32}")
-_NO_EPOCH: Final = "-"
-"""Sent for a claim epoch that is no launcher's: it never matches."""
-
-
-# ---------------------------------------------------------------------------
-# Failure classification
-
-
-@attrs.frozen(kw_only=True)
-class FailureRule:
-    """One row of :data:`FAILURE_TABLE`."""
-
-    name: str
-    delivery: Delivery
-    matches: Callable[[BaseException, tuple[BaseException, ...]], bool]
-    """``matches(top, chain)``: whether the row applies."""
-
-
-def _chain(exc: BaseException) -> tuple[BaseException, ...]:
-    """``exc`` and its causes, as a traceback would show them."""
-    links: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in links:
-        links.append(current)
-        if current.__cause__ is not None:
-            current = current.__cause__
-        elif current.__suppress_context__:
-            current = None
-        else:
-            current = current.__context__
-    return tuple(links)
-
-
-def _sdk_types(*names: str) -> tuple[type[BaseException], ...]:
-    """The named exception classes of the SDK and its transports that are installed."""
-    found: list[type[BaseException]] = []
-    for name in names:
-        module_name, _, attribute = name.rpartition(".")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        value = getattr(module, attribute, None)
-        if isinstance(value, type) and issubclass(value, BaseException):
-            found.append(value)
-    return tuple(found)
-
-
-def _top(*names: str) -> Callable[[BaseException, tuple[BaseException, ...]], bool]:
-    def matches(top: BaseException, _chain: tuple[BaseException, ...]) -> bool:
-        return isinstance(top, _sdk_types(*names))
-
-    return matches
-
-
-def _connect_failed(_top: BaseException, chain: tuple[BaseException, ...]) -> bool:
-    connect = _sdk_types("httpx.ConnectError", "httpx.ConnectTimeout")
-    return any(
-        isinstance(link, (ConnectionRefusedError, socket.gaierror, *connect))
-        or type(link) is ConnectionError
-        for link in chain
-    )
-
-
-def _dropped(_top: BaseException, chain: tuple[BaseException, ...]) -> bool:
-    dropped: tuple[type[BaseException], ...] = (
-        ConnectionResetError,
-        BrokenPipeError,
-        *_sdk_types(
-            "httpx.ReadError",
-            "httpx.WriteError",
-            "httpx.RemoteProtocolError",
-            "pyqwest.ReadError",
-            "pyqwest.WriteError",
-            "pyqwest.RemoteProtocolError",
-        ),
-    )
-    return any(isinstance(link, dropped) for link in chain)
-
-
-def _exit_code(top: BaseException) -> int | None:
-    if not isinstance(top, _sdk_types("e2b.CommandExitException")):
-        return None
-    code = getattr(top, "exit_code", None)
-    return code if isinstance(code, int) else None
-
-
-def _launcher_refused(top: BaseException, _chain: tuple[BaseException, ...]) -> bool:
-    stdout = getattr(top, "stdout", None)
-    return (
-        _exit_code(top) == _LAUNCHER_REFUSED
-        and isinstance(stdout, str)
-        and stdout.startswith("sandrail-error ")
-    )
-
-
-def _launcher_missing(top: BaseException, _chain: tuple[BaseException, ...]) -> bool:
-    return _exit_code(top) in (126, 127)
-
-
-FAILURE_TABLE: Final[tuple[FailureRule, ...]] = (
-    FailureRule(name="connection dropped", delivery=Delivery.MAYBE_SENT, matches=_dropped),
-    FailureRule(name="connect failed", delivery=Delivery.NOT_SENT, matches=_connect_failed),
-    FailureRule(
-        name="refused by E2B",
-        delivery=Delivery.NOT_SENT,
-        matches=_top(
-            "e2b.AuthenticationException",
-            "e2b.RateLimitException",
-            "e2b.exceptions.ServiceBusyException",
-            "e2b.InvalidArgumentException",
-            "e2b.TemplateException",
-        ),
-    ),
-    FailureRule(
-        name="launcher refused its arguments",
-        delivery=Delivery.NOT_SENT,
-        matches=_launcher_refused,
-    ),
-    FailureRule(name="launcher missing", delivery=Delivery.NOT_SENT, matches=_launcher_missing),
-    FailureRule(
-        name="cancelled inside the SDK",
-        delivery=Delivery.MAYBE_SENT,
-        matches=lambda top, _chain: isinstance(top, asyncio.CancelledError),
-    ),
-    FailureRule(
-        name="sandbox not found",
-        delivery=Delivery.MAYBE_SENT,
-        matches=_top("e2b.SandboxNotFoundException", "e2b.exceptions.SandboxNotRunningException"),
-    ),
-    FailureRule(
-        name="unreachable mid-request",
-        delivery=Delivery.MAYBE_SENT,
-        matches=_top("e2b.exceptions.SandboxUnreachableException"),
-    ),
-    FailureRule(
-        name="timed out",
-        delivery=Delivery.MAYBE_SENT,
-        matches=lambda top, _chain: isinstance(
-            top, (TimeoutError, *_sdk_types("e2b.TimeoutException", "httpx.TimeoutException"))
-        ),
-    ),
-)
-"""The one table from SDK and transport exceptions to a delivery (see the
-module doc). First matching row wins; no match is ``maybe_sent``."""
-
-
-def classify_failure(exc: BaseException) -> tuple[Delivery, str]:
-    """The delivery of a failed decisive call and the name of the row that
-    decided it (``"unknown"`` when none did)."""
-    chain = _chain(exc)
-    for rule in FAILURE_TABLE:
-        if rule.matches(exc, chain):
-            return rule.delivery, rule.name
-    return Delivery.MAYBE_SENT, "unknown"
-
-
-def _failure(exc: BaseException, what: str) -> EffectFailure:
-    delivery, row = classify_failure(exc)
-    # Name the exception type only: SDK messages can echo request contents.
-    # The launcher's own refusals are fixed words, safe to repeat.
-    if _launcher_refused(exc, ()):
-        row = str(getattr(exc, "stdout", "")).strip()
-    return EffectFailure(delivery, f"{what}: {row} ({type(exc).__name__})")
-
-
-class _SdkCancelled(Exception):
-    """The SDK raised ``CancelledError`` although nobody cancelled sandrail's
-    task: it gave up on a request of its own. Carried as an ordinary
-    exception so it is classified like any other failure."""
-
-
-async def _sdk(call: Coroutine[Any, Any, T]) -> T:
-    """Await one SDK call. A ``CancelledError`` that is not a cancellation
-    of the calling task becomes :class:`_SdkCancelled` (chained)."""
-    try:
-        return await call
-    except asyncio.CancelledError as exc:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
-            raise
-        raise _SdkCancelled("the SDK cancelled its own request") from exc
-
-
-def _classify(exc: BaseException, what: str) -> EffectFailure:
-    if isinstance(exc, _SdkCancelled) and exc.__cause__ is not None:
-        return _failure(exc.__cause__, what)
-    return _failure(exc, what)
-
-
-# ---------------------------------------------------------------------------
-# The backend
-
-
-@attrs.define
-class _Sandbox:
-    sandbox: Any
-    refreshed_at: float
-    installed: bool = False
-    epoch: str | None = None
-    """The ledger epoch last reported by the launcher (``None``: unknown)."""
-    separated: bool = True
-    """Whether ``user`` is another uid than root in this sandbox."""
 
 
 _OPEN: weakref.WeakSet[E2BBackend] = weakref.WeakSet()
@@ -468,8 +200,8 @@ def _close_open_backends() -> None:
 
 
 class E2BBackend:
-    """Sandbox effects on E2B (see the module doc for the strategy, the
-    threading rule and the failure table).
+    """Sandbox effects on E2B (see the module doc for the strategy and the
+    threading rule, and :mod:`._e2b_failures` for the failure table).
 
     - ``api_key``: passed to every SDK call (``None``: the SDK reads
       ``E2B_API_KEY``). ``api_url``, ``sandbox_url``: where the control
@@ -551,11 +283,14 @@ class E2BBackend:
         self._loop = LoopThread("sandrail-e2b")
         # Everything below is touched only on the backend's own loop.
         self._sdk_module: Any = None
-        self._sandboxes: dict[str, _Sandbox] = {}
+        self._sandboxes: dict[str, Box] = {}
         self._sessions: dict[tuple[str, str], str] = {}
         self._dead: set[str] = set()
         self._final: OrderedDict[tuple[str, str], RawRead] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._calls = LauncherCalls(
+            self._request_timeout, note_gone=self._note_gone, is_dead=self._dead.__contains__
+        )
         _OPEN.add(self)
 
     @property
@@ -657,7 +392,7 @@ class E2BBackend:
     def _lock(self, key: tuple[str, str]) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
 
-    def _known(self, sandbox_id: str) -> _Sandbox | None:
+    def _known(self, sandbox_id: str) -> Box | None:
         if not isinstance(sandbox_id, str) or not _SANDBOX_ID.fullmatch(sandbox_id):
             raise EffectFailure(Delivery.NOT_SENT, "the sandbox id is malformed")
         if sandbox_id in self._dead:
@@ -666,14 +401,14 @@ class E2BBackend:
             return None
         return self._sandboxes.get(sandbox_id)
 
-    async def _box(self, sandbox_id: str) -> _Sandbox:
+    async def _box(self, sandbox_id: str) -> Box:
         """The connected sandbox ``sandbox_id`` (connecting, without a lifetime
         change, if this backend has not seen it yet). Failures are not_sent."""
         box = self._known(sandbox_id)
         if box is not None:
             return box
         try:
-            sandbox = await _sdk(self._sdk.AsyncSandbox.connect(sandbox_id, **self._api()))
+            sandbox = await sdk_call(self._sdk.AsyncSandbox.connect(sandbox_id, **self._api()))
         except Exception as exc:
             self._note_gone(sandbox_id, exc)
             raise EffectFailure(
@@ -682,133 +417,16 @@ class E2BBackend:
         self._dead.discard(sandbox_id)
         box = self._sandboxes.get(sandbox_id)
         if box is None:
-            box = self._sandboxes[sandbox_id] = _Sandbox(
-                sandbox=sandbox, refreshed_at=time.monotonic()
-            )
+            box = self._sandboxes[sandbox_id] = Box(sandbox=sandbox, refreshed_at=time.monotonic())
         return box
 
     def _note_gone(self, sandbox_id: str, exc: BaseException) -> None:
-        gone = _sdk_types(
+        gone = sdk_types(
             "e2b.SandboxNotFoundException", "e2b.exceptions.SandboxNotRunningException"
         )
         if isinstance(exc, gone):
             self._dead.add(sandbox_id)
             self._sandboxes.pop(sandbox_id, None)
-
-    async def _run(self, box: _Sandbox, args: str, *, seconds: float = 0) -> str:
-        """Run the launcher as root with ``args`` (task ids, nonces and
-        integers only) and return its stdout. Raises what the SDK raises."""
-        # ``exec``: E2B runs the line in a login shell, which bash never
-        # replaces by its last command itself; one process fewer to end
-        # before the answer (a wait's answer is on the exit-to-result path).
-        result = await _sdk(
-            box.sandbox.commands.run(
-                f"exec bash {_BIN}/{LAUNCHER_NAME} {args}",
-                user=_ROOT,
-                timeout=seconds + self._request_timeout,
-                request_timeout=self._request_timeout,
-            )
-        )
-        stdout = result.stdout
-        if not isinstance(stdout, str):
-            raise Malformed("no stdout")
-        return stdout
-
-    async def _install(self, box: _Sandbox, *, fresh: bool) -> None:
-        """Install the launcher and learn the ledger's epoch (``init``).
-        ``fresh``: the sandbox was just created (write the launcher at once);
-        otherwise try the copy a former harness may have left first (one
-        round trip), writing it only when it is missing. Raises what the SDK
-        raises; nothing here can launch a task."""
-        answer: Any = None
-        if not fresh:
-            try:
-                answer = await _sdk(
-                    box.sandbox.commands.run(
-                        f"bash {_BIN}/{LAUNCHER_NAME} init {LAUNCHER_NAME}",
-                        user=_ROOT,
-                        timeout=2 * self._request_timeout,
-                        request_timeout=self._request_timeout,
-                    )
-                )
-            except Exception as exc:
-                if not _launcher_missing(exc, ()):
-                    raise
-        if answer is None:
-            staged = f"{_BIN}/.{LAUNCHER_NAME}.{secrets.randbits(59)}"
-            await _sdk(
-                box.sandbox.files.write_files(
-                    [{"path": staged, "data": LAUNCHER}],
-                    user=_ROOT,
-                    request_timeout=self._request_timeout,
-                )
-            )
-            answer = await _sdk(
-                box.sandbox.commands.run(
-                    f"bash {staged} init {LAUNCHER_NAME}",
-                    user=_ROOT,
-                    timeout=2 * self._request_timeout,
-                    request_timeout=self._request_timeout,
-                )
-            )
-        init = parse_init(str(answer.stdout))
-        box.installed, box.epoch, box.separated = True, init.epoch, init.separated
-
-    async def _prepare(self, box: _Sandbox, files: list[dict[str, str | bytes]]) -> None:
-        """Install the launcher if needed, then stage ``files`` (as root).
-        A request is staged only into a ledger the launcher has made private
-        (installed first: the files API makes directories 0755). Nothing here
-        can launch a task, so every failure is not_sent."""
-        try:
-            if not box.installed:
-                await self._install(box, fresh=False)
-            if files:
-                await _sdk(
-                    box.sandbox.files.write_files(
-                        files, user=_ROOT, request_timeout=self._request_timeout
-                    )
-                )
-        except Exception as exc:
-            self._note_gone(box.sandbox.sandbox_id, exc)
-            detail = getattr(exc, "stdout", "") if _launcher_refused(exc, ()) else ""
-            what = str(detail).strip() or type(exc).__name__
-            raise EffectFailure(Delivery.NOT_SENT, f"staging failed ({what}); nothing ran") from exc
-
-    async def _decisive(self, box: _Sandbox, args: str, what: str, *, seconds: float = 0) -> str:
-        try:
-            return await self._run(box, args, seconds=seconds)
-        except Malformed as exc:
-            raise EffectFailure(Delivery.MAYBE_SENT, f"{what}: malformed answer") from exc
-        except Exception as exc:
-            self._note_gone(box.sandbox.sandbox_id, exc)
-            if _launcher_missing(exc, ()):
-                box.installed = False
-            raise _classify(exc, what) from exc
-
-    async def _discard(self, box: _Sandbox, task_id: str, nonce: int) -> None:
-        """Discard a staged request whose decisive call failed (best effort),
-        and with it any env value it holds. The launcher takes it by the same
-        atomic rename a start takes it with, so this never touches a request
-        a start is using (deleting it file by file could leave that start a
-        request without its digest: see :mod:`._e2b_launcher`)."""
-        # What this cannot discard, the launcher's sweep deletes later.
-        with contextlib.suppress(Exception):
-            await _sdk(
-                box.sandbox.commands.run(
-                    f"bash {_BIN}/{LAUNCHER_NAME} discard {task_id} {nonce}",
-                    user=_ROOT,
-                    timeout=min(self._request_timeout, _DISCARD_TIMEOUT_SECONDS),
-                    request_timeout=min(self._request_timeout, _DISCARD_TIMEOUT_SECONDS),
-                )
-            )
-
-    def _heard(self, box: _Sandbox, epoch: str | None) -> None:
-        """The launcher reported ``epoch`` in an answer: the one ``Ensure``
-        reports from now on. An answer without a readable epoch changes
-        nothing (an epoch that no longer holds only makes starts
-        ``claim_lost``, never a second launch)."""
-        if epoch is not None:
-            box.epoch = epoch
 
     # -- the interpreter ---------------------------------------------------------
 
@@ -867,7 +485,7 @@ class E2BBackend:
         )
         found: list[Any] = []
         while paginator.has_next:
-            found.extend(await _sdk(paginator.next_items()))
+            found.extend(await sdk_call(paginator.next_items()))
         live = [
             info
             for info in found
@@ -909,7 +527,7 @@ class E2BBackend:
             try:
                 found = await self._find(metadata)
                 if found is not None:
-                    sandbox = await _sdk(
+                    sandbox = await sdk_call(
                         self._sdk.AsyncSandbox.connect(found, **self._api(timeout=self._lifetime))
                     )
             except Exception as exc:
@@ -920,7 +538,7 @@ class E2BBackend:
             if created:
                 digest = hashlib.sha256("\0".join(key).encode("utf-8", "surrogatepass"))
                 try:
-                    sandbox = await _sdk(
+                    sandbox = await sdk_call(
                         self._sdk.AsyncSandbox.create(
                             template=self._template,
                             timeout=self._lifetime,
@@ -931,13 +549,13 @@ class E2BBackend:
                         )
                     )
                 except Exception as exc:
-                    raise _classify(exc, "Ensure: create") from exc
+                    raise classify(exc, "Ensure: create") from exc
             sandbox_id = sandbox.sandbox_id
             if not isinstance(sandbox_id, str) or not _SANDBOX_ID.fullmatch(sandbox_id):
                 raise EffectFailure(Delivery.MAYBE_SENT, "Ensure: malformed sandbox id")
             made = self._sandboxes.get(sandbox_id)
             if made is None:
-                made = self._sandboxes[sandbox_id] = _Sandbox(
+                made = self._sandboxes[sandbox_id] = Box(
                     sandbox=sandbox, refreshed_at=time.monotonic()
                 )
             self._sessions[key] = sandbox_id
@@ -945,13 +563,13 @@ class E2BBackend:
                 await self._ready(made, created=created)
             return SandboxReady(sandbox_id=sandbox_id, ledger_epoch=made.epoch)
 
-    async def _ready(self, box: _Sandbox, *, created: bool) -> None:
+    async def _ready(self, box: Box, *, created: bool) -> None:
         """Install the launcher during ``Ensure``, so that it reports the
         ledger's epoch. A failure is ``not_sent`` when this ``Ensure``
         created nothing, else ``maybe_sent`` (a sandbox was made; a retry
         finds it again by its metadata)."""
         try:
-            await self._install(box, fresh=created)
+            await self._calls.install(box, fresh=created)
         except Exception as exc:
             self._note_gone(box.sandbox.sandbox_id, exc)
             delivery = Delivery.MAYBE_SENT if created else Delivery.NOT_SENT
@@ -959,11 +577,11 @@ class E2BBackend:
                 delivery, f"Ensure: installing the launcher failed ({type(exc).__name__})"
             ) from exc
 
-    async def _refresh(self, box: _Sandbox) -> None:
+    async def _refresh(self, box: Box) -> None:
         if time.monotonic() - box.refreshed_at < self._refresh_every:
             return
         try:
-            await _sdk(
+            await sdk_call(
                 box.sandbox.set_timeout(self._lifetime, request_timeout=self._request_timeout)
             )
         except Exception as exc:
@@ -975,41 +593,15 @@ class E2BBackend:
 
     # -- launches --------------------------------------------------------------
 
-    async def _staged_call(
-        self,
-        box: _Sandbox,
-        task_id: str,
-        files: list[tuple[str, bytes]],
-        command: str,
-        what: str,
-    ) -> str:
-        """Stage ``files`` as a request of ``task_id`` and run the launcher's
-        ``command`` on it (``command <task> <nonce>``, then any words of
-        ``what``'s own); a staged request whose call failed is discarded."""
-        nonce = secrets.randbits(59)
-        staged = f"{_INBOX}/{task_id}.{nonce}"
-        entries: list[dict[str, str | bytes]] = [
-            {"path": f"{staged}/{name}", "data": data} for name, data in files
-        ]
-        verb, _, extra = command.partition(" ")
-        args = f"{verb} {task_id} {nonce}" + (f" {extra}" if extra else "")
-        try:
-            await self._prepare(box, entries)
-            return await self._decisive(box, args, what)
-        except EffectFailure:
-            if box.sandbox.sandbox_id not in self._dead:
-                await self._discard(box, task_id, nonce)
-            raise
-
     async def _publish(self, effect: Publish) -> Published | StartRefused:
         match = _SNIPPET_PATH.fullmatch(effect.path)
         if match is None or match.group(1) != effect.task_id:
             raise EffectFailure(Delivery.NOT_SENT, "Publish: the snippet path is not sandrail's")
         box = await self._box(effect.sandbox_id)
-        answer = await self._staged_call(
+        answer = await self._calls.staged_call(
             box,
             effect.task_id,
-            [("source", _utf8(effect.source))],
+            [("source", utf8(effect.source))],
             f"publish {match.group(2)}",
             "Publish",
         )
@@ -1023,76 +615,14 @@ class E2BBackend:
     async def _start(self, effect: Start) -> Started | StartRefused:
         if not _TASK_ID.fullmatch(effect.task_id):
             raise EffectFailure(Delivery.NOT_SENT, "Start: the task id is malformed")
-        files = self._request_files(effect)
+        files = request_files(
+            effect, ledger_key=self._ledger_key, max_seconds=self.max_command_seconds
+        )
         box = await self._box(effect.sandbox_id)
-        answer = await self._staged_call(box, effect.task_id, files, "start", "Start")
+        answer = await self._calls.staged_call(box, effect.task_id, files, "start", "Start")
         parsed = parse_start(answer, effect.task_id)
-        self._heard(box, parsed.epoch)
+        box.heard(parsed.epoch)
         return parsed.outcome
-
-    def _request_files(self, effect: Start) -> list[tuple[str, bytes]]:
-        """The staged request, one field a file. Refuses (not_sent) what bash
-        cannot carry exactly: NUL bytes, and env names that are not shell
-        identifiers. Error details never repeat a value (C17)."""
-        if "\0" in effect.command:
-            raise EffectFailure(Delivery.NOT_SENT, "Start: the command contains a NUL character")
-        deadline = max(1, min(effect.timeout_seconds, self.max_command_seconds))
-        digest = hmac.new(
-            self._ledger_key(),
-            effect.request_digest.encode("utf-8", "surrogatepass"),
-            hashlib.sha256,
-        ).hexdigest()
-        command = _utf8(effect.command)
-        files: list[tuple[str, bytes]] = [
-            ("digest", digest.encode()),
-            ("command", command),
-            ("timeout", str(deadline).encode()),
-        ]
-        if len(command) >= _ARG_LIMIT:
-            files.append(("long", b"1"))
-        if effect.fence is not None:
-            files.append(("fence", _shell_int(effect.fence).encode()))
-        if effect.expect_claim:
-            files.append(("expect", b"1"))
-        if effect.claim_epoch is not None:
-            epoch = effect.claim_epoch
-            valid = isinstance(epoch, str) and _EPOCH.fullmatch(epoch) is not None
-            files.append(("epoch", (epoch if valid else _NO_EPOCH).encode()))
-        checked = 0 if len(command) >= _ARG_LIMIT else len(command)
-        if effect.cwd is not None:
-            if "\0" in effect.cwd:
-                raise EffectFailure(Delivery.NOT_SENT, "Start: cwd contains a NUL character")
-            files.append(("cwd", _utf8(effect.cwd)))
-            checked = _CHECK_BYTES
-        if effect.env:
-            entries = bytearray()
-            for name, value in effect.env.items():
-                if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-                    raise EffectFailure(
-                        Delivery.NOT_SENT, "Start: an env name is not a shell identifier"
-                    )
-                if name.startswith(_RESERVED_ENV_PREFIX):
-                    raise EffectFailure(
-                        Delivery.NOT_SENT,
-                        f"Start: env names starting with {name[:10]} are sandrail's",
-                    )
-                if not isinstance(value, str) or "\0" in value:
-                    raise EffectFailure(
-                        Delivery.NOT_SENT, f"Start: env {name} holds a NUL character"
-                    )
-                entry = _utf8(f"{name}={value}")
-                if len(entry) >= _ARG_LIMIT:
-                    raise EffectFailure(
-                        Delivery.NOT_SENT,
-                        f"Start: env {name} is too long (Linux allows under 128 KiB per variable)",
-                    )
-                entries += entry + b"\0"
-            files.append(("env", bytes(entries)))
-            checked += len(entries)
-        if checked >= _CHECK_BYTES:
-            # The start answers once the command began or could not.
-            files.append(("check", b"1"))
-        return files
 
     # -- observing -------------------------------------------------------------
 
@@ -1138,17 +668,17 @@ class E2BBackend:
         if cached is not None:
             return cached
         box = await self._box(effect.sandbox_id)
-        await self._prepare(box, [])
+        await self._calls.prepare(box, [])
         seconds = max(0.0, float(effect.timeout_seconds))
         millis = int(seconds * 1000)
-        answer = await self._decisive(
+        answer = await self._calls.decisive(
             box,
             f"wait {effect.task_id} {millis} {_WAIT_PREFETCH_BYTES}",
             "Wait",
             seconds=seconds,
         )
         raw = parse_read(answer)
-        self._heard(box, raw.epoch)
+        box.heard(raw.epoch)
         self._remember(effect.sandbox_id, effect.task_id, raw)
         return raw.state
 
@@ -1157,16 +687,18 @@ class E2BBackend:
             raise EffectFailure(Delivery.NOT_SENT, "Read: the task id is malformed")
         if effect.max_bytes < _MIN_READ_BYTES:
             raise EffectFailure(Delivery.NOT_SENT, f"Read: max_bytes must be >= {_MIN_READ_BYTES}")
-        out, err = _shell_int(effect.stdout_cursor), _shell_int(effect.stderr_cursor)
+        out, err = shell_int(effect.stdout_cursor), shell_int(effect.stderr_cursor)
         size = min(effect.max_bytes, _READ_CAP_BYTES)
         cached = self._cached(effect)
         if cached is not None:
             return cached
         box = await self._box(effect.sandbox_id)
-        await self._prepare(box, [])
-        answer = await self._decisive(box, f"read {effect.task_id} {out} {err} {size}", "Read")
+        await self._calls.prepare(box, [])
+        answer = await self._calls.decisive(
+            box, f"read {effect.task_id} {out} {err} {size}", "Read"
+        )
         raw = parse_read(answer)
-        self._heard(box, raw.epoch)
+        box.heard(raw.epoch)
         if effect.stdout_cursor == 0 and effect.stderr_cursor == 0:
             self._remember(effect.sandbox_id, effect.task_id, raw)
         return chunk_of(raw, effect.stdout_cursor, effect.stderr_cursor, size)
@@ -1175,23 +707,10 @@ class E2BBackend:
         if not _TASK_ID.fullmatch(effect.task_id):
             raise EffectFailure(Delivery.NOT_SENT, "Cancel: the task id is malformed")
         box = await self._box(effect.sandbox_id)
-        await self._prepare(box, [])
-        answer = await self._decisive(
+        await self._calls.prepare(box, [])
+        answer = await self._calls.decisive(
             box, f"cancel {effect.task_id}", "Cancel", seconds=_CANCEL_GRACE_SECONDS
         )
         cancelled = parse_cancel(answer)
-        self._heard(box, cancelled.epoch)
+        box.heard(cancelled.epoch)
         return CancelRequested(state=cancelled.state)
-
-
-def _utf8(text: str) -> bytes:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise EffectFailure(Delivery.NOT_SENT, "a value is not valid Unicode text") from None
-
-
-def _shell_int(value: int) -> str:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise EffectFailure(Delivery.NOT_SENT, "a launcher argument is not a natural number")
-    return str(value)

@@ -28,9 +28,12 @@ no clock.
 
 The parts live in private modules, one concern each: the cassette's line
 format in ``_cassette``, recording in ``_recorder``, replaying effects and
-the transcript in ``_replayer``, replaying a whole file (and the port it
-rebuilds, with ``_NoArtifacts`` as its artifact store) in ``_replay_file``,
-and the divergence error with rendering and comparing in ``_divergence``.
+the transcript it writes in ``_replayer``, what a replay ran (the
+transcript's entries and the report) in ``_transcript``, replaying a whole
+file (and the port it rebuilds, with ``_NoArtifacts`` as its artifact store)
+in ``_replay_file``, and the divergence error with rendering and comparing in
+``_divergence``. Imports run one way: ``replay`` ← ``_replay_file`` ←
+``_replayer`` ← ``_divergence`` ← ``_transcript``.
 This module is the one to import from.
 """
 
@@ -54,7 +57,8 @@ from ._divergence import DivergenceError, render
 from ._recorder import Recorder, RecorderNotAttachedError
 from ._replay_file import replay_file
 from ._replay_file import replay_port as replay_port  # importable as before, not in __all__
-from ._replayer import CallEntry, Entry, Replayer, ReplayReport, ResultEntry, StepEntry
+from ._replayer import Replayer
+from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
 __all__ = [
     "MARKER",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -110,6 +111,23 @@ def test_help_reads_well() -> None:
     assert code == 0
     for command in ("run", "code", "replay"):
         assert command in out
+
+
+@pytest.mark.parametrize("width", [80, 50])
+def test_issue21_help_shows_every_command_summary_whole(width: int) -> None:
+    """``sandrail --help`` lists each command with its summary (the first
+    sentence of its help) whole, wrapped to the terminal, never cut."""
+    done = CliRunner().invoke(main, ["--help"], terminal_width=width)
+    assert done.exit_code == 0
+    listing = done.output.split("Commands:", 1)[1]
+    assert "..." not in listing
+    flowing = " ".join(listing.split())
+    assert sorted(main.commands) == ["code", "local-e2b", "mcp", "replay", "run", "simulate"]
+    for name, command in main.commands.items():
+        paragraph = " ".join(inspect.cleandoc(command.help or "").split("\n\n")[0].split())
+        summary = paragraph.split(". ")[0].rstrip(".") + "."
+        assert len(summary) > 20, name
+        assert f"{name} {summary}" in flowing, (name, summary)
 
 
 @pytest.mark.parametrize("where", ["/dev/zero", "missing-dir/owned.jsonl", "."])

@@ -23,7 +23,7 @@ from connectrpc.errors import ConnectError
 
 import sandrail
 from sandrail.core._effects import Delivery, Effect, EffectFailure, Start, Wait
-from sandrail.interpreters import e2b as e2b_module
+from sandrail.interpreters import _e2b_failures
 from sandrail.interpreters._e2b_launcher import LAUNCHER_NAME, LEDGER
 from sandrail.interpreters.e2b import FAILURE_TABLE, E2BBackend, classify_failure
 from sandrail.local_e2b import Fault, FaultKind, LocalE2B, Route, serve
@@ -346,13 +346,13 @@ def test_row_cancelled_inside_the_sdk_is_not_taken_for_our_cancellation() -> Non
 
     async def call() -> BaseException:
         try:
-            await e2b_module._sdk(gives_up())
+            await _e2b_failures.sdk_call(gives_up())
         except Exception as exc:  # what the backend's handlers see
             return exc
         raise AssertionError("should fail")
 
     raised = asyncio.run(call())
-    failure = e2b_module._classify(raised, "Start")
+    failure = _e2b_failures.classify(raised, "Start")
     assert failure.delivery is Delivery.MAYBE_SENT
     assert "cancelled inside the SDK" in failure.detail
 
@@ -546,6 +546,6 @@ def test_every_row_has_its_wire_test() -> None:
 
 
 def test_the_module_doc_lists_the_rows_in_order_with_their_delivery() -> None:
-    doc = e2b_module.__doc__ or ""
+    doc = _e2b_failures.__doc__ or ""
     listed = re.findall(r"^- ``([^`]+)``: (not_sent|maybe_sent)\.", doc, re.MULTILINE)
     assert listed == [(rule.name, rule.delivery.value) for rule in FAILURE_TABLE]

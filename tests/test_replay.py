@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sandrail
-from sandrail._replay_cli import replay as replay_command
+from sandrail.cli.replay import replay as replay_command
 from sandrail.core import (
     Allow,
     ApprovalRequired,

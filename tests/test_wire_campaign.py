@@ -24,7 +24,7 @@ from sandrail._campaign._wire import (
     WirePlan,
     wire_plans,
 )
-from sandrail._simulate_cli import simulate
+from sandrail.cli.simulate import simulate
 from sandrail.interpreters.simulator import FaultKind
 from sandrail.testing import TRANSIENT_KINDS
 from tests.e2b_world import needs_root

@@ -19,6 +19,8 @@ import click
 
 import sandrail
 
+from ._backends import close_backend, make_backend
+
 __all__ = ["mcp"]
 
 _LOOPBACK_NAMES = {"localhost"}
@@ -47,7 +49,7 @@ def _loopback(host: str) -> bool:
         return False
 
 
-@click.command()
+@click.command("mcp")
 @click.option(
     "--transport",
     type=click.Choice(["stdio", "http"]),
@@ -116,8 +118,6 @@ def mcp(
     reuses the earlier call's key (see sandrail.adapters.mcp). Ctrl-C or
     SIGTERM stops an HTTP server cleanly (exit status 0).
     """
-    from sandrail.cli import _backend
-
     try:
         from sandrail.adapters import _mcp_serve as serving
         from sandrail.adapters.mcp import minimum_output_bytes, recent_events
@@ -135,7 +135,7 @@ def mcp(
         backend = serving.choose_backend(backend, os.environ)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    chosen = _backend(backend)
+    chosen = make_backend(backend)
     try:
         settings: dict[str, Any] = {
             "backend": chosen,
@@ -157,9 +157,7 @@ def mcp(
     except (TypeError, ValueError) as exc:
         # Any value the toolset or server refuses is a usage error, never a
         # traceback (and a backend already opened is closed).
-        close = getattr(chosen, "close", None)
-        if callable(close):
-            close()
+        close_backend(chosen)
         raise click.UsageError(str(exc)) from None
     where = f" (session {toolset.session_id})"
     click.echo(serving.startup_line(backend, transport, where), err=True)

@@ -1,0 +1,381 @@
+"""The documentation site (docs/, issue 21): every code block runs, and the
+reference pages agree with the code they describe.
+
+- Python blocks run in page order, one namespace per page, in a fresh
+  working directory; a function a page defines named ``test_*`` is then
+  called, as pytest would (a how-to's test must pass, not only compile).
+- Shell blocks: every line that starts with ``sandrail`` runs (offline:
+  the simulator, a recording); other lines (``pip install``, ``export``)
+  are instructions for the reader and are not run.
+- A block that must not run says so on its first line, visibly to the
+  reader: ``# not run: <why>``. The convention is checked to stay rare.
+- JSON blocks parse.
+
+The checks that need the site built (``mkdocs build --strict``: links,
+anchors, every docstring rendering, no resource from another host) run in
+CI's docs step, not here: this module needs only the test extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PAGES = sorted(path for path in DOCS.rglob("*.md") if "_hooks" not in path.parts)
+
+_FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
+    re.M | re.S,
+)
+_NOT_RUN = re.compile(r"^#\s*not run:\s*(?P<reason>.*\S)?\s*$")
+
+RUN_LANGUAGES = {"python", "bash"}
+"""Blocks in these languages run."""
+SHOWN_LANGUAGES = {"json", "yaml", "toml", "text", "mermaid"}
+"""Blocks in these languages are shown, not run (JSON is parsed)."""
+
+MAX_NOT_RUN_SHARE = 0.2
+"""At most this share of the runnable blocks may be marked ``# not run:``."""
+
+
+class Block:
+    """One fenced code block of a page."""
+
+    def __init__(self, page: Path, line: int, lang: str, body: str) -> None:
+        self.page = page
+        self.line = line
+        self.lang = lang
+        self.body = body
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+    @property
+    def not_run_reason(self) -> str | None:
+        """The reason a ``# not run:`` first line gives ("" when it gives
+        none); None for a block that runs."""
+        first = self.body.lstrip("\n").split("\n", 1)[0]
+        match = _NOT_RUN.match(first.strip())
+        if match is None:
+            return None
+        return match.group("reason") or ""
+
+
+def blocks(page: Path) -> list[Block]:
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for match in _FENCE.finditer(text):
+        indent = match.group("indent")
+        body = "".join(
+            line[len(indent) :] if line.startswith(indent) else line
+            for line in match.group("body").splitlines(keepends=True)
+        )
+        line = text.count("\n", 0, match.start()) + 1
+        found.append(Block(page, line, match.group("lang"), body))
+    return found
+
+
+ALL_BLOCKS = [block for page in PAGES for block in blocks(page)]
+
+
+def _page_id(page: Path) -> str:
+    return str(page.relative_to(DOCS))
+
+
+@contextlib.contextmanager
+def _working_directory(path: Path) -> Iterator[None]:
+    before = Path.cwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+# -- the blocks run ----------------------------------------------------------------
+
+
+def test_docs_have_pages_and_blocks() -> None:
+    """The checks below look at something (a moved docs/ would pass them all)."""
+    assert len(PAGES) >= 20
+    assert sum(block.lang == "python" for block in ALL_BLOCKS) >= 10
+
+
+PYTHON_PAGES = sorted(
+    {block.page for block in ALL_BLOCKS if block.lang == "python" and block.not_run_reason is None}
+)
+
+
+@pytest.mark.parametrize("page", PYTHON_PAGES, ids=_page_id)
+def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: every Python block of the page runs, in order, in one
+    namespace; then every ``test_*`` function the page defines passes."""
+    for name in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DOMAIN"):
+        monkeypatch.delenv(name, raising=False)
+    namespace: dict[str, Any] = {"__name__": f"docs.{page.stem}"}
+    with _working_directory(tmp_path):
+        for block in blocks(page):
+            if block.lang != "python" or block.not_run_reason is not None:
+                continue
+            code = compile("\n" * (block.line) + block.body, str(page), "exec")
+            exec(code, namespace)
+        tests = [value for key, value in namespace.items() if key.startswith("test_")]
+        for test in tests:
+            if callable(test):
+                test()
+
+
+def _shell_lines(block: Block) -> list[str]:
+    """The ``sandrail ...`` lines of a shell block, continuation lines joined."""
+    joined = block.body.replace("\\\n", " ")
+    lines = []
+    for raw in joined.splitlines():
+        line = raw.strip()
+        if line.startswith("sandrail ") or line == "sandrail":
+            lines.append(line)
+    return lines
+
+
+SHELL_BLOCKS = [
+    block
+    for block in ALL_BLOCKS
+    if block.lang == "bash" and block.not_run_reason is None and _shell_lines(block)
+]
+
+
+@pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda block: block.where)
+def test_shell_blocks_sandrail_lines_run(block: Block, tmp_path: Path) -> None:
+    """Issue 21: every ``sandrail`` command of a shell block exits 0, run
+    by bash in a fresh directory, in order (a line may use a file an
+    earlier one wrote). Offline: no E2B variables reach it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    shutil.copytree(ROOT / "tests" / "golden", tmp_path / "tests" / "golden")
+    for line in _shell_lines(block):
+        done = subprocess.run(
+            ["bash", "-c", line],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert done.returncode == 0, (
+            f"{block.where}: {line!r} exited {done.returncode}:\n{done.stderr}"
+        )
+
+
+def test_json_blocks_parse() -> None:
+    """Issue 21: a configuration a reader copies is valid JSON."""
+    broken = []
+    for block in ALL_BLOCKS:
+        if block.lang == "json":
+            try:
+                json.loads(block.body)
+            except ValueError as exc:
+                broken.append(f"{block.where}: {exc}")
+    assert not broken
+
+
+def test_every_block_names_a_known_language() -> None:
+    """Issue 21: a block without a language (or an unknown one) would be
+    neither run nor checked; none hides that way."""
+    unknown = [
+        f"{block.where} ({block.lang or 'no language'})"
+        for block in ALL_BLOCKS
+        if block.lang not in RUN_LANGUAGES | SHOWN_LANGUAGES
+    ]
+    assert not unknown
+
+
+def test_not_run_blocks_are_rare_and_say_why() -> None:
+    """Issue 21: the ``# not run:`` convention is used sparingly, each time
+    with a reason, and only on blocks that would otherwise run."""
+    runnable = [block for block in ALL_BLOCKS if block.lang in RUN_LANGUAGES]
+    marked = [block for block in runnable if block.not_run_reason is not None]
+    assert all(len(block.not_run_reason or "") >= 10 for block in marked), [
+        block.where for block in marked
+    ]
+    assert len(marked) <= MAX_NOT_RUN_SHARE * len(runnable), [block.where for block in marked]
+    shown = [b.where for b in ALL_BLOCKS if b.lang in SHOWN_LANGUAGES and b.not_run_reason]
+    assert not shown
+
+
+def test_not_run_convention_is_recognised() -> None:
+    """The marker the reader sees is the one the tests skip on, and nothing
+    else is skipped (a regression guard for the parser above)."""
+    page = DOCS / "tutorial.md"
+    block = Block(page, 1, "python", "# not run: needs an E2B API key\nimport os\n")
+    assert block.not_run_reason == "needs an E2B API key"
+    assert Block(page, 1, "python", "# not running this is fine\n").not_run_reason is None
+    assert Block(page, 1, "python", "x = 1  # not run: here\n").not_run_reason is None
+
+
+# -- the reference agrees with the code --------------------------------------------
+
+PUBLIC_MODULES = (
+    "sandrail",
+    "sandrail.interpreters.simulator",
+    "sandrail.interpreters.e2b",
+    "sandrail.interpreters.replay",
+    "sandrail.interpreters.artifacts",
+    "sandrail.testing",
+    "sandrail.testing.conformance",
+    "sandrail.testing.strategies",
+    "sandrail.adapters",
+    "sandrail.adapters.mcp",
+    "sandrail.adapters.openai_agents",
+    "sandrail.adapters.pydantic_ai",
+    "sandrail.adapters.anthropic",
+    "sandrail.local_e2b",
+)
+"""The modules whose ``__all__`` is sandrail's public surface."""
+
+_DIRECTIVE = re.compile(
+    r"^::: (?P<path>[\w.]+)[ \t]*\n(?P<options>(?:[ \t]+.*\n|\n(?=[ \t]))*)", re.M
+)
+
+
+def _documented() -> dict[str, list[str] | None]:
+    """Each ``::: path`` of the reference, with its ``members:`` list if any."""
+    found: dict[str, list[str] | None] = {}
+    for page in (DOCS / "reference").glob("*.md"):
+        for match in _DIRECTIVE.finditer(page.read_text(encoding="utf-8")):
+            options = match.group("options")
+            members = re.findall(r"^\s+- (\w+)\s*$", options, re.M)
+            found[match.group("path")] = members or None
+    return found
+
+
+def _resolve(path: str) -> Any:
+    try:
+        return importlib.import_module(path)
+    except ImportError:
+        module, _, name = path.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+
+def test_reference_documents_every_public_name() -> None:
+    """Issue 21: the API reference covers every public name: each name in
+    the ``__all__`` of a public module is rendered by a ``::: path``
+    directive, as itself or as the same object under another public path."""
+    documented = _documented()
+    covered: list[Any] = []
+    for path, members in documented.items():
+        target = _resolve(path)
+        covered.append(target)
+        names = members if members is not None else getattr(target, "__all__", ())
+        if isinstance(target, type(sys)) and path in PUBLIC_MODULES:
+            covered.extend(getattr(target, name) for name in names)
+    missing = []
+    for module_name in PUBLIC_MODULES:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            if name.startswith("__"):
+                continue
+            value = getattr(module, name)
+            if not any(value is seen for seen in covered):
+                missing.append(f"{module_name}.{name}")
+    assert not missing
+
+
+def test_reference_directives_name_public_paths() -> None:
+    """Issue 21: the reference names public paths only (``sandrail.Toolset``,
+    never a private module), so moving private modules cannot break it."""
+    private = [
+        path for path in _documented() if any(part.startswith("_") for part in path.split("."))
+    ]
+    assert not private
+
+
+def _table_codes(page: Path) -> list[str]:
+    return re.findall(r"^\| `([a-z0-9_]+)` \|", page.read_text(encoding="utf-8"), re.M)
+
+
+def test_error_codes_page_lists_every_error_code_once() -> None:
+    """Issue 21: the error-code table and ``sandrail.ErrorCode`` are equal."""
+    from sandrail import ErrorCode
+
+    listed = _table_codes(DOCS / "reference" / "errors.md")
+    statuses = {"ok", "error", "uncertain", "approval_required"}
+    codes = [code for code in listed if code not in statuses | {"error_type"}]
+    assert len(codes) == len(set(codes))
+    assert set(codes) == {code.value for code in ErrorCode}
+
+
+def test_statuses_table_lists_every_status() -> None:
+    """Issue 21: the status table names exactly the statuses a result has."""
+    import typing
+
+    from sandrail.core import Status
+
+    listed = set(_table_codes(DOCS / "reference" / "errors.md"))
+    assert set(typing.get_args(Status)) <= listed
+
+
+def test_cli_page_states_every_commands_exit_status() -> None:
+    """Issue 21: every command has an exit-status row, and where the
+    command's own help states its exit status, the row says the same."""
+    from sandrail.cli import main
+
+    text = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| (`[^|]+`) \| (.+) \|$", text, re.M))
+    by_command = {
+        name.strip("` "): statuses for names, statuses in rows.items() for name in names.split(",")
+    }
+    assert set(by_command) == set(main.commands)
+    for name, command in main.commands.items():
+        stated = re.search(r"Exit status: (.*?)\.?$", command.help or "", re.M | re.S)
+        if stated is None:
+            continue
+        for number, meaning in re.findall(r"(\d) ([^,;]+)", stated.group(1)):
+            assert f"{number} " in by_command[name], (name, number, meaning)
+    group_help = " ".join((main.help or "").split())
+    for number in re.findall(
+        r"(\d) (?:ok|error|bad usage|uncertain|approval required)", group_help
+    ):
+        assert f"{number} " in by_command["run"]
+
+
+def test_explanation_cites_test_files_that_exist() -> None:
+    """Issue 21: every ``tests/...`` path the pages cite as proof exists, and
+    every contract line cited as tested by ``test_cN_*`` has such tests."""
+    text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+    cited = set(re.findall(r"`(tests/[\w/]+\.py)`", text))
+    assert cited
+    assert sorted(path for path in cited if not (ROOT / path).is_file()) == []
+    families = set(re.findall(r"`test_(c\d+)_\*`", text))
+    sources = "\n".join(path.read_text(encoding="utf-8") for path in (ROOT / "tests").glob("*.py"))
+    assert sorted(f for f in families if f"def test_{f}_" not in sources) == []
+
+
+def test_every_page_is_in_the_navigation() -> None:
+    """Issue 21: a page outside the navigation would be found by no reader;
+    a page the navigation names must exist."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = config[config.index("\nnav:") :]
+    named = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M))
+    pages = {str(page.relative_to(DOCS)) for page in PAGES}
+    assert named == pages
+
+
+def test_shell_lines_run_the_installed_command_line() -> None:
+    """The shell-block runner finds ``sandrail`` (a runner that found
+    nothing would pass every block)."""
+    assert SHELL_BLOCKS
+    assert shutil.which("sandrail", path=str(Path(sys.executable).parent)) is not None
