@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import sandrail
-from sandrail.core import APPROVAL_REJECTED_INSTRUCTION
+from sandrail.core import APPROVAL_REJECTED_INSTRUCTION, canonical_json
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
 from tests.approval_rig import NULLS
 
@@ -278,3 +278,86 @@ def test_issue18_tool_result_accessors_read_the_content_typed() -> None:
     assert (cut.truncated, cut.instruction) == (True, CUT)
     odd = sandrail.ToolResult(status="ok", content={"exit_code": True, "stdout": 5})
     assert (odd.exit_code, odd.stdout) == (None, None)  # typed: a bool is no exit code
+
+
+def _port(tools: str = "command", **settings: Any) -> sandrail.ToolPort:
+    factory = sandrail.command_tools if tools == "command" else sandrail.code_tools
+    options: dict[str, Any] = {
+        "backend": Simulator(),
+        "session_id": "facing",
+        "owner": sandrail.AgentOwner(agent_id="agent-1"),
+        "authorize": lambda request: sandrail.ALLOW,
+        "assert_authority": lambda request: True,
+        **settings,
+    }
+    return factory(**options)
+
+
+def _request(port: sandrail.ToolPort, name: str, arguments: dict[str, Any], key: str) -> Any:
+    return sandrail.ToolRequest(
+        call=sandrail.ToolCall(name=name, call_id=f"call-{key}", arguments=arguments),
+        operation_key=key,
+        session_id="facing",
+        definition=port.definition(name),
+        identity=sandrail.AgentIdentity(agent_id="agent-1"),
+    )
+
+
+def test_issue18_an_uncertain_result_names_only_tools_the_port_has() -> None:
+    """A code port has no read_command_output: its uncertain result tells
+    the model to repeat the call, and nothing about a tool it cannot call."""
+    lost = Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)
+    port = _port("code", backend=Simulator(plan=FaultPlan((lost,))))
+    result = port.execute_sync(_request(port, "sandbox_run_code", {"code": "print(1)"}, "k1"))
+    assert result.status == "uncertain"
+    assert result.instruction is not None
+    assert result.instruction.startswith("This call may have run")
+    assert "read_command_output" not in result.instruction
+
+
+def test_issue18_uncertain_reads_and_stops_say_to_repeat_them() -> None:
+    """A read whose task's state is unknown (its start never arrived, so the
+    sandbox never launched it), and a stop whose answer is unconfirmed
+    (authority lost right after it), say to repeat that very call."""
+    never = Fault(effect="Start", kind=FaultKind.NOT_DELIVERED)
+    port = _port(backend=Simulator(plan=FaultPlan((never,))))
+    started = port.execute_sync(
+        _request(port, "run_command", {"command": "sleep 30", "background": True}, "k1")
+    )
+    read = port.execute_sync(
+        _request(port, "read_command_output", {"task_id": started.task_id}, "k2")
+    )
+    assert read.status == "uncertain"
+    assert read.instruction == (
+        "What this read found could not be confirmed; reading changes nothing. Repeat "
+        "exactly this call to read again."
+    )
+    lost = Fault(effect="Cancel", kind=FaultKind.AUTHORITY_LOST, when="after")
+    sim = Simulator(plan=FaultPlan((lost,)))
+    port = _port(
+        backend=sim, authorize=sim.harness.authorize, assert_authority=sim.harness.assert_authority
+    )
+    started = port.execute_sync(
+        _request(port, "run_command", {"command": "sleep 30", "background": True}, "k1")
+    )
+    stop = port.execute_sync(_request(port, "stop_command", {"task_id": started.task_id}, "k2"))
+    assert stop.status == "uncertain"
+    assert stop.instruction == (
+        "The stop request may not have reached the command. Repeat exactly this call, then "
+        "confirm with read_command_output."
+    )
+
+
+def test_issue18_c12_an_approval_s_instruction_gives_way_to_its_interaction_id() -> None:
+    """The interaction id is an identity the harness needs whole (C8, C13);
+    the instruction is words, cut to fit a small budget."""
+    interaction = "i" * 150
+
+    def asks(request: sandrail.ToolRequest) -> Any:
+        return sandrail.ApprovalRequired(interaction_id=interaction)
+
+    port = _port(authorize=asks, max_output_bytes=1_100)
+    result = port.execute_sync(_request(port, "run_command", {"command": "echo x"}, "k1"))
+    assert result.status == "approval_required"
+    assert result.content["interaction_id"] == interaction
+    assert len(canonical_json(result.content)) <= 1_100
