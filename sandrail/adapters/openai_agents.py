@@ -239,6 +239,7 @@ def _timed_out(toolset: Toolset, pending: _Pending) -> Callable[[Any, Exception]
             ToolResult(
                 status="uncertain",
                 content={
+                    "status": "uncertain",
                     "ok": False,
                     "error_type": ErrorCode.ABORTED.value,
                     "evidence_incomplete": True,
