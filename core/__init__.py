@@ -143,7 +143,7 @@ from ._results import (
     error_result,
     next_step,
 )
-from ._rules import launch_digest
+from ._rules import launch_digest, recorded_digest
 from ._snapshot import (
     PortSettings,
     owner_key,
@@ -284,6 +284,7 @@ __all__ = [
     "omission_marker",
     "owner_key",
     "plain_arguments",
+    "recorded_digest",
     "redaction_secrets",
     "request_digest",
     "resolve_language",

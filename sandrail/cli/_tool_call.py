@@ -13,15 +13,15 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import click
 
 import sandrail
+from sandrail.records import OwnershipRecord
 
 from ._backends import backend_option, close_backend, make_backend
-from ._record import FileRecord, RecordError
+from ._record import open_record_option
 
 __all__ = ["EXIT_STATUS", "UNWRITTEN", "call_tool", "tool_call_options"]
 
@@ -51,14 +51,15 @@ _key_option = click.option(
 )
 _record_option = click.option(
     "--record",
-    "record_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    "record_spec",
+    metavar="PATH|postgresql://...",
     default=None,
-    help="Keep the ownership record of launched tasks in this file (JSON lines). "
-    "Each invocation is a harness restart: without a record, a retry in a later "
-    "invocation finds the first launch only while the sandbox and its ledger "
-    "survive; with it, a retry whose sandbox or ledger was lost is uncertain, "
-    "never a second launch.",
+    help="Keep the ownership record of launched tasks in this SQLite file (made if "
+    "missing) or PostgreSQL database (needs the postgres extra). Each invocation is "
+    "a harness restart: without a record, a retry in a later invocation finds the "
+    "first launch only while the sandbox and its ledger survive; with it, a retry "
+    "whose sandbox or ledger was lost is uncertain, never a second launch. "
+    "`sandrail uncertain --record ...` lists what stayed uncertain.",
 )
 _session_option = click.option(
     "--session",
@@ -106,7 +107,7 @@ def call_tool(
     backend: str,
     max_output_bytes: int,
     operation_key: str | None,
-    record_path: Path | None,
+    record_spec: str | None,
     session_id: str,
     indent: int | None,
 ) -> None:
@@ -114,16 +115,17 @@ def call_tool(
     keyword arguments are the values of :func:`tool_call_options`. The
     backend is closed before the process exits, whatever happened: what the
     E2B SDK opened must not outlive the interpreter (issue 9, item 13)."""
+    record = open_record_option(record_spec)
     try:
-        record = None if record_path is None else FileRecord(record_path)
-    except RecordError as exc:
-        raise click.BadParameter(str(exc), param_hint="--record") from None
-    chosen = make_backend(backend)
-    try:
-        port = _port(factory, chosen, session_id, max_output_bytes, record)
-        result = port.execute_sync(_request(port, tool, arguments, operation_key))
+        chosen = make_backend(backend)
+        try:
+            port = _port(factory, chosen, session_id, max_output_bytes, record)
+            result = port.execute_sync(_request(port, tool, arguments, operation_key))
+        finally:
+            close_backend(chosen)
     finally:
-        close_backend(chosen)
+        if record is not None:
+            record.close()
     try:
         click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
         sys.stdout.flush()
@@ -144,7 +146,7 @@ def _port(
     backend: Any,
     session_id: str,
     budget: int,
-    record: FileRecord | None = None,
+    record: OwnershipRecord | None = None,
 ) -> sandrail.ToolPort:
     """A port for one command-line call: this process is the harness, so
     policy allows the call and the caller holds its authority. A value the
@@ -157,8 +159,7 @@ def _port(
             authorize=lambda request: sandrail.ALLOW,
             assert_authority=lambda request: True,
             max_output_bytes=budget,
-            remember_owned_command=None if record is None else record.remember,
-            resolve_owned_command=None if record is None else record.resolve,
+            record=record,
         )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None

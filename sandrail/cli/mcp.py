@@ -20,6 +20,7 @@ import click
 import sandrail
 
 from ._backends import close_backend, make_backend
+from ._record import open_record_option
 
 __all__ = ["mcp"]
 
@@ -99,6 +100,14 @@ def _loopback(host: str) -> bool:
     show_default=True,
     help="Byte budget of each result's text.",
 )
+@click.option(
+    "--record",
+    "record_spec",
+    metavar="PATH|postgresql://...",
+    default=None,
+    help="Keep the ownership record in this SQLite file or PostgreSQL database, so a "
+    "restarted server (same --session) never launches a task twice.",
+)
 def mcp(
     transport: str,
     host: str,
@@ -109,6 +118,7 @@ def mcp(
     agent_id: str,
     profile: sandrail.Profile,
     max_output_bytes: int,
+    record_spec: str | None,
 ) -> None:
     """Serve the sandrail tools over MCP (needs the mcp extra).
 
@@ -135,6 +145,7 @@ def mcp(
         backend = serving.choose_backend(backend, os.environ)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    record = open_record_option(record_spec)  # kept until the process ends
     chosen = make_backend(backend)
     try:
         settings: dict[str, Any] = {
@@ -143,10 +154,12 @@ def mcp(
             "owner": sandrail.AgentOwner(agent_id=agent_id),
             "authorize": lambda request: sandrail.ALLOW,
             "assert_authority": lambda request: True,
+            "record": record,
         }
         # The real minimum (a fallback key's identity), named before any
         # smaller one the toolset alone would name.
-        needed = minimum_output_bytes(sandrail.Toolset(**settings))
+        probe = {name: value for name, value in settings.items() if name != "record"}
+        needed = minimum_output_bytes(sandrail.Toolset(**probe))
         if max_output_bytes < needed:
             raise ValueError(
                 f"--max-output-bytes {max_output_bytes} is too small to serve over MCP: every "
