@@ -353,9 +353,8 @@ def _description(toolset: Toolset, tool: str) -> str:
 
 def _instructions(where: str) -> str:
     return (
-        f"sandrail: shell commands and code snippets run in {where}, never on this machine "
-        "unless that is what it says. A retried call never runs twice; an uncertain result "
-        "says how to learn what happened."
+        f"sandrail: shell commands and code snippets run in {where}. A retried call never "
+        "runs twice; an uncertain result says how to learn what happened."
     )
 
 
