@@ -397,7 +397,7 @@ async def test_c12_issue20_meta_never_echoes_a_client_key_whole_past_a_bound() -
     assert short.meta[OPERATION_KEY_META] == short_key
 
 
-async def test_issue18_mcp_over_stdio_asks_through_a_desktop_clients_elicitation() -> None:
+async def test_issue18_sandrail_mcp_over_stdio_serves_an_eliciting_client_without_asking() -> None:
     """``sandrail mcp`` allows every call (this process is the harness), so
     over stdio a call just runs; the approval path is the embedded server's
     (above). Here: the stdio server starts, says what it runs on, and runs a
