@@ -15,9 +15,24 @@ from ._budget import (
 )
 from ._call import bound_result, crash_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
+from ._claim import (
+    ClaimProof,
+    ClaimVerdict,
+    LaunchClaim,
+    asked,
+    claim_proof,
+    claim_verdict,
+    known_to_launch,
+    launch_claim,
+    merged,
+    remembered,
+    settled_claim,
+)
 from ._contents import admission_size, minimum_output_bytes
 from ._definitions import (
     COMMAND_TOOL_NAMES,
+    DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
+    DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
     DEFAULT_MAX_OUTPUT_BYTES,
     LANGUAGE_ALIASES,
     LANGUAGES,
@@ -38,6 +53,7 @@ from ._effects import (
     BACKEND_LABELS,
     HARNESS_EFFECTS,
     SANDBOX_EFFECTS,
+    SIDE_EFFECTS,
     TERMINAL_STATUSES,
     Allow,
     AppendArtifact,
@@ -79,6 +95,7 @@ from ._effects import (
     StartRefused,
     Wait,
     WriteArtifact,
+    unexpected_failure,
 )
 from ._env import (
     ENV_NAME_PATTERN,
@@ -108,6 +125,7 @@ from ._identity import (
     OwnerIdentity,
     task_id,
 )
+from ._launch import WAIT_GRACE_SECONDS
 from ._masking import (
     MAX_MASKED_BYTES,
     MIN_REDACTED_LENGTH,
@@ -129,8 +147,8 @@ from ._profiles import (
     stated_schema,
     tool_schema,
 )
-from ._programs import WAIT_GRACE_SECONDS, Program, tool_program
-from ._requests import RUNTIME_ARTIFACTS, CancelToken, ToolCall, ToolRequest
+from ._programs import Program, tool_program
+from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
 from ._results import (
     APPROVAL_REJECTED_INSTRUCTION,
     AgentCommandRef,
@@ -143,12 +161,15 @@ from ._results import (
     error_result,
     next_step,
 )
-from ._rules import launch_digest, recorded_digest
+from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout, recorded_digest
 from ._snapshot import (
     PortSettings,
+    RequestParts,
+    digest_text,
     owner_key,
     plain_arguments,
     request_digest,
+    request_parts,
     snapshot_request,
     unchanged,
 )
@@ -158,12 +179,15 @@ __all__ = [
     "APPROVAL_REJECTED_INSTRUCTION",
     "BACKEND_LABELS",
     "COMMAND_TOOL_NAMES",
+    "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
+    "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "ENV_NAME_PATTERN",
     "GUARD_TABLE",
     "HARNESS_EFFECTS",
     "LANGUAGES",
     "LANGUAGE_ALIASES",
+    "LAUNCH_TOOLS",
     "MAX_MASKED_BYTES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
@@ -180,11 +204,13 @@ __all__ = [
     "SANDBOX_ID_PATTERN",
     "SHELL_OWNED_ENV_NAMES",
     "SHRINKABLE_FIELDS",
+    "SIDE_EFFECTS",
     "TASK_ID_PATTERN",
     "TERMINAL_STATUSES",
     "TOOL_NAMES",
     "VENDOR_UNSUPPORTED",
     "WAIT_GRACE_SECONDS",
+    "AbortSignal",
     "AgentCommandRef",
     "AgentIdentity",
     "AgentOwner",
@@ -200,9 +226,10 @@ __all__ = [
     "BudgetError",
     "Cancel",
     "CancelRequested",
-    "CancelToken",
     "CanonicalJSONError",
     "CheckAuthority",
+    "ClaimProof",
+    "ClaimVerdict",
     "CloseArtifact",
     "CommandState",
     "CommandStatus",
@@ -216,6 +243,7 @@ __all__ = [
     "FatalInterpreterError",
     "HarnessEffect",
     "Inspect",
+    "LaunchClaim",
     "MaskingError",
     "NativeCommandRef",
     "NativeIdentity",
@@ -240,6 +268,7 @@ __all__ = [
     "Redactions",
     "Refuse",
     "RememberOwned",
+    "RequestParts",
     "ResolveOwned",
     "SandboxEffect",
     "SandboxPhase",
@@ -259,24 +288,32 @@ __all__ = [
     "WriteArtifact",
     "admission_size",
     "arguments_rejection",
+    "asked",
     "bound_result",
     "canonical_arguments",
     "canonical_json",
     "canonical_size",
     "check_arguments",
+    "claim_proof",
+    "claim_verdict",
     "code_tool_definitions",
     "command_tool_definitions",
     "crash_result",
     "decide",
     "definitions_equal",
+    "digest_text",
     "env_name_problem",
     "error_result",
     "escaped_size",
     "fit_to_budget",
     "fixed_size",
+    "known_to_launch",
+    "launch_claim",
     "launch_digest",
+    "launch_timeout",
     "mask_chunk",
     "mask_text",
+    "merged",
     "minimal_uncertain_size",
     "minimum_output_bytes",
     "next_step",
@@ -286,14 +323,18 @@ __all__ = [
     "plain_arguments",
     "recorded_digest",
     "redaction_secrets",
+    "remembered",
     "request_digest",
+    "request_parts",
     "resolve_language",
     "sanitize_text",
+    "settled_claim",
     "snapshot_request",
     "stated_schema",
     "task_id",
     "tool_program",
     "tool_schema",
     "unchanged",
+    "unexpected_failure",
     "widen",
 ]

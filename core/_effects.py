@@ -35,6 +35,7 @@ __all__ = [
     "BACKEND_LABELS",
     "HARNESS_EFFECTS",
     "SANDBOX_EFFECTS",
+    "SIDE_EFFECTS",
     "TERMINAL_STATUSES",
     "Allow",
     "AppendArtifact",
@@ -76,6 +77,7 @@ __all__ = [
     "Started",
     "Wait",
     "WriteArtifact",
+    "unexpected_failure",
 ]
 
 # ---------------------------------------------------------------------------
@@ -91,6 +93,8 @@ BACKEND_LABELS: tuple[BackendLabel, ...] = ("e2b", "simulator")
 """What the sandbox knows about a command. ``unknown``: the sandbox could not tell."""
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"exited", "timed_out", "canceled"})
+"""The statuses of a command that has ended (every :data:`CommandStatus` but
+``running`` and ``unknown``)."""
 
 SandboxPhase = Literal["absent", "creating", "ready", "closing", "closed", "unknown"]
 
@@ -302,6 +306,16 @@ class EffectFailure(Exception):
 
     def __repr__(self) -> str:
         return f"EffectFailure({self.delivery.value!r}, {self.detail!r}, aborted={self.aborted})"
+
+
+def unexpected_failure(effect: object, exc: BaseException) -> EffectFailure:
+    """The failure an exception nobody classified stands for, answering
+    ``effect``: the port converts every such exception with this, and a
+    recorder records what it converts (so a replay raises the same).
+    Asking the policy sends nothing; any other effect's request may have
+    left (C6)."""
+    delivery = Delivery.NOT_SENT if isinstance(effect, Authorize) else Delivery.MAYBE_SENT
+    return EffectFailure(delivery, f"{type(effect).__name__} raised {type(exc).__name__}")
 
 
 class FatalInterpreterError(Exception):
@@ -546,6 +560,9 @@ HARNESS_EFFECTS: tuple[type, ...] = (
     CloseArtifact,
 )
 SANDBOX_EFFECTS: tuple[type, ...] = (Inspect, Ensure, Publish, Start, Wait, Read, Cancel)
+SIDE_EFFECTS: tuple[type, ...] = (Ensure, Publish, Start, Cancel)
+"""The sandbox effects that change the sandbox (C5): once one may have
+reached it, a failure is ``uncertain`` (C6). Reads and inspections are not."""
 
 OutcomeValue = (
     PolicyDecision

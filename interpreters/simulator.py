@@ -36,7 +36,9 @@ Semantics
   ``StartRefused("conflict")``. An unclaimed one launches
   (``launches[task_id] += 1``) when the sandbox can prove it never held its
   claim: its ledger epoch is the start's ``claim_epoch`` or, without one,
-  the start expects no claim; otherwise ``StartRefused("claim_lost")``.
+  the start expects no claim; otherwise ``StartRefused("claim_lost")``
+  (:func:`~sandrail.core.claim_verdict`, the rule of
+  :mod:`sandrail.core._claim`).
   ``Ensure`` reports the ledger epoch, ``"<sandbox id>/ledger-<n>"``, where
   ``n`` counts the times its ledger was wiped. Env values stay in the task:
   no outcome, detail or exception carries them (C17).
@@ -124,6 +126,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, Literal, assert_never
 
+from sandrail.core._claim import claim_verdict
 from sandrail.core._effects import (
     HARNESS_EFFECTS,
     Allow,
@@ -153,7 +156,7 @@ from sandrail.core._effects import (
 from sandrail.core._requests import ToolRequest
 
 from ._cancel import CancelToken
-from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan
+from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan, deliver_held
 from ._sim_scripts import NOT_EMULATED, NOT_EMULATED_EXIT_CODE, Chunk, Script, Stream, emulate
 from ._sim_world import SandboxFile, SimSandbox, SimTask, read_utf8
 
@@ -322,17 +325,7 @@ class Simulator:
             return self._deliver_held()
 
     def _deliver_held(self) -> list[Outcome | EffectFailure]:
-        results: list[Outcome | EffectFailure] = []
-        while self.held:
-            effect = self.held.pop(0)
-            result: Outcome | EffectFailure
-            try:
-                result = self._apply(effect)
-            except EffectFailure as failure:
-                result = failure
-            self.late_deliveries.append((effect, result))
-            results.append(result)
-        return results
+        return deliver_held(self.held, self._apply, self.late_deliveries)
 
     # -- the interpreter -----------------------------------------------------
 
@@ -498,27 +491,18 @@ class Simulator:
                 return StartRefused(reason="stale_fence")
             box.highest_fence = effect.fence
         task = box.tasks.get(effect.task_id)
-        if task is not None:
-            if task.request.request_digest != effect.request_digest:
-                return StartRefused(reason="conflict")
+        claimed = None if task is None else task.request.request_digest
+        verdict = claim_verdict(effect, claimed, box.epoch_token)
+        if task is not None and verdict == "deduplicated":
             return Started(task_id=effect.task_id, first_launch=False, state=task.state(self.clock))
-        if not self._never_claimed(box, effect):
-            return StartRefused(reason="claim_lost")
+        if verdict != "launch":
+            return StartRefused(reason="conflict" if verdict == "conflict" else "claim_lost")
         task = SimTask(
             request=effect, script=self._script_for(box, effect.command), started_at=self.clock
         )
         box.tasks[effect.task_id] = task
         self._launches[effect.task_id] += 1
         return Started(task_id=effect.task_id, first_launch=True, state=task.state(self.clock))
-
-    def _never_claimed(self, box: SimSandbox, effect: Start) -> bool:
-        """Whether the sandbox, holding no claim of the task, can prove it
-        never held one: its ledger is still of the epoch the task's first
-        start was sent under (any claim made since would still be there), or,
-        without an epoch, no start of the task may have left before."""
-        if effect.claim_epoch is not None:
-            return effect.claim_epoch == box.epoch_token
-        return not effect.expect_claim
 
     def _script_for(self, box: SimSandbox, command: str) -> Script:
         script = self.scripts.get(command)

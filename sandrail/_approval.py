@@ -106,12 +106,12 @@ class Approvals:
         return self._policy
 
     @contextmanager
-    def approved(self, request: ToolRequest) -> Iterator[None]:
+    def approved(self, request: ToolRequest, approved: bool = True) -> Iterator[None]:
         """While the block runs, ``request`` (its key, tool and arguments) is
-        approved by a person. A request whose arguments have no launch
-        digest is refused by the port before the policy is asked, so it needs
-        no entry."""
-        entry = _entry(request)
+        approved by a person, when ``approved``. A request whose arguments
+        have no launch digest is refused by the port before the policy is
+        asked, so it needs no entry."""
+        entry = _entry(request) if approved else None
         if entry is None:
             yield
             return

@@ -8,7 +8,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from sandrail._port import ToolPort
-from sandrail.core import CanonicalJSONError, ToolResult, launch_digest
+from sandrail.core import (
+    LAUNCH_TOOLS,
+    CanonicalJSONError,
+    ToolResult,
+    launch_digest,
+    launch_timeout,
+)
 
 __all__ = ["as_the_port_reads", "of_its_task", "repeat_digest", "run_of"]
 
@@ -31,22 +37,16 @@ def run_of(run_id: object, operation_key: object, call_id: object) -> str:
 
 
 def as_the_port_reads(port: ToolPort, name: str, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``arguments`` with the timeouts the port would use in place of the
-    ones left out (``null``) or capped: what repeat matching compares."""
-    if name not in ("run_command", "run_code", "sandbox_run_code"):
+    """``arguments`` with the deadline the port would use in place of one
+    left out (``null``) or capped (:func:`~sandrail.core.launch_timeout`,
+    the program's own rule): what repeat matching compares."""
+    if name not in LAUNCH_TOOLS:
         return arguments
-    settings = port.settings
-    filled = dict(arguments)
     try:
-        if name == "run_command" and filled.get("background") is True:
-            wanted = filled.get("background_timeout") or settings.background_timeout_seconds
-            filled["background_timeout"] = wanted
-        else:
-            wanted = filled.get("timeout") or settings.foreground_timeout_seconds
-            filled["timeout"] = min(wanted, settings.foreground_timeout_seconds)
+        argument, seconds = launch_timeout(name, arguments, port.settings)
     except TypeError:
         return arguments  # not a number: the port refuses it anyway
-    return filled
+    return {**arguments, argument: seconds}
 
 
 def of_its_task(result: ToolResult) -> bool:

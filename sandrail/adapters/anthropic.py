@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from sandrail._toolset import Toolset, check_timeout
 from sandrail.core import ArgumentProblem, Profile, ToolResult, arguments_rejection
@@ -98,26 +98,41 @@ class AnthropicTools:
             listed.append(tool)
         return listed
 
+    # The twins differ only in the toolset call they make (awaited, or
+    # blocking): everything else is :meth:`_call_for`'s and :func:`_answer`'s.
+
     async def handle(self, block: object) -> dict[str, Any]:
         """The ``tool_result`` block answering one ``tool_use`` block (an
         ``approval_required`` one when a person must decide first: see
         :meth:`approve`)."""
-        return await self._run(block, approved=False)
+        tool_use_id, call = self._call_for(block)
+        if isinstance(call, ToolResult):
+            return _answer(tool_use_id, call)
+        return _answer(tool_use_id, await self._toolset.call(**call))
 
     def handle_sync(self, block: object) -> dict[str, Any]:
         """:meth:`handle` for code without an event loop."""
-        return self._run_sync(block, approved=False)
+        tool_use_id, call = self._call_for(block)
+        if isinstance(call, ToolResult):
+            return _answer(tool_use_id, call)
+        return _answer(tool_use_id, self._toolset.call_sync(**call))
 
     async def approve(self, block: object) -> dict[str, Any]:
         """A person approved this ``tool_use`` block: run it (once, under
         its own operation key) and return its ``tool_result`` block. The
         harness's ``ApprovalRequired`` for exactly this call is taken as
         ``ALLOW``; a ``Deny`` still refuses it."""
-        return await self._run(block, approved=True)
+        tool_use_id, call = self._call_for(block, approved=True)
+        if isinstance(call, ToolResult):
+            return _answer(tool_use_id, call)
+        return _answer(tool_use_id, await self._toolset.call(**call))
 
     def approve_sync(self, block: object) -> dict[str, Any]:
         """:meth:`approve` for code without an event loop."""
-        return self._run_sync(block, approved=True)
+        tool_use_id, call = self._call_for(block, approved=True)
+        if isinstance(call, ToolResult):
+            return _answer(tool_use_id, call)
+        return _answer(tool_use_id, self._toolset.call_sync(**call))
 
     def reject(self, block: object, reason: str | None = None) -> dict[str, Any]:
         """A person rejected this ``tool_use`` block: nothing runs; the
@@ -142,33 +157,26 @@ class AnthropicTools:
         except (ValueError, AttributeError, RecursionError):
             return False
 
-    async def _run(self, block: object, *, approved: bool) -> dict[str, Any]:
+    def _call_for(
+        self, block: object, *, approved: bool = False
+    ) -> tuple[str, ToolResult | _ToolsetCall]:
+        """The block's id, and the toolset call it asks for (its keyword
+        arguments), or the refusal of a block without an id. ``approved``:
+        a person approved it (see :meth:`approve`)."""
         tool_use_id, name, arguments = _read(block)
         if not tool_use_id:
-            return _answer(tool_use_id, _no_id(self._toolset))
-        result = await self._toolset.call(
-            name, arguments, call_id=tool_use_id, approved=approved, **self._settings(tool_use_id)
+            return tool_use_id, _no_id(self._toolset)
+        return tool_use_id, _ToolsetCall(
+            name=name,
+            arguments=arguments,
+            call_id=tool_use_id,
+            operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
+            profile=self._profile,
+            timeout_seconds=self._timeout_seconds,
+            reconcile_repeats=True,
+            run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
+            approved=approved,
         )
-        return _answer(tool_use_id, result)
-
-    def _run_sync(self, block: object, *, approved: bool) -> dict[str, Any]:
-        tool_use_id, name, arguments = _read(block)
-        if not tool_use_id:
-            return _answer(tool_use_id, _no_id(self._toolset))
-        result = self._toolset.call_sync(
-            name, arguments, call_id=tool_use_id, approved=approved, **self._settings(tool_use_id)
-        )
-        return _answer(tool_use_id, result)
-
-    def _settings(self, tool_use_id: str) -> dict[str, Any]:
-        """What :meth:`Toolset.call` takes besides the block's own fields."""
-        return {
-            "operation_key": self._toolset.operation_key(tool_use_id, run_id=self._run_id),
-            "profile": self._profile,
-            "timeout_seconds": self._timeout_seconds,
-            "reconcile_repeats": True,
-            "run_id": self._run_id if self._run_id is not None else self._toolset.run_id,
-        }
 
     async def handle_all(self, content: Iterable[object]) -> list[dict[str, Any]]:
         """``tool_result`` blocks for every ``tool_use`` block of a reply's
@@ -182,6 +190,21 @@ class AnthropicTools:
                 f"got {type(content).__name__}"
             )
         return [await self.handle(block) for block in content if _kind(block) == "tool_use"]
+
+
+class _ToolsetCall(TypedDict):
+    """The keyword arguments of :meth:`~sandrail.Toolset.call` (and of
+    ``call_sync``) for one ``tool_use`` block."""
+
+    name: str
+    arguments: object
+    call_id: str
+    operation_key: str
+    profile: Profile
+    timeout_seconds: float | None
+    reconcile_repeats: bool
+    run_id: str
+    approved: bool
 
 
 def _answer(tool_use_id: str, result: ToolResult) -> dict[str, Any]:
