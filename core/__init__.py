@@ -50,6 +50,7 @@ from ._definitions import (
     resolve_language,
 )
 from ._effects import (
+    BACKEND_LABELS,
     HARNESS_EFFECTS,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
@@ -59,6 +60,7 @@ from ._effects import (
     ApprovalRequired,
     AuthorityReport,
     Authorize,
+    BackendLabel,
     Cancel,
     CancelRequested,
     CheckAuthority,
@@ -148,6 +150,7 @@ from ._profiles import (
 from ._programs import Program, tool_program
 from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
 from ._results import (
+    APPROVAL_REJECTED_INSTRUCTION,
     AgentCommandRef,
     ArtifactRef,
     BackgroundCommandRef,
@@ -156,6 +159,7 @@ from ._results import (
     Status,
     ToolResult,
     error_result,
+    next_step,
 )
 from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout, recorded_digest
 from ._snapshot import (
@@ -172,6 +176,8 @@ from ._snapshot import (
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
 __all__ = [
+    "APPROVAL_REJECTED_INSTRUCTION",
+    "BACKEND_LABELS",
     "COMMAND_TOOL_NAMES",
     "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
     "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
@@ -215,6 +221,7 @@ __all__ = [
     "ArtifactRef",
     "AuthorityReport",
     "Authorize",
+    "BackendLabel",
     "BackgroundCommandRef",
     "BudgetError",
     "Cancel",
@@ -309,6 +316,7 @@ __all__ = [
     "merged",
     "minimal_uncertain_size",
     "minimum_output_bytes",
+    "next_step",
     "observe",
     "omission_marker",
     "owner_key",

@@ -260,6 +260,7 @@ def minimal_uncertain_content(
     needs at least.
     """
     return {
+        "status": "uncertain",
         "ok": False,
         "error_type": max(reason_codes, key=escaped_size),
         "evidence_incomplete": True,

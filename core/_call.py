@@ -15,6 +15,7 @@ from ._canonical import CanonicalJSONError, canonical_json
 from ._contents import (
     _output_budget_note,
     _uncertain_content,
+    cut_output_instruction,
     usable_artifact,
 )
 from ._effects import (
@@ -107,10 +108,16 @@ class CallState:
 
     # -- verdicts ----------------------------------------------------------
 
+    @property
+    def readable(self) -> bool:
+        """Whether this port offers ``read_command_output``: what a result
+        may tell the model to call (it can only call the tools it has)."""
+        return self.settings.definition("read_command_output") is not None
+
     def uncertain(self, reason: ErrorCode) -> ToolResult:
         """C6: the full locator, never ``executed: false``, never a retry."""
         content = _uncertain_content(
-            self.snap, reason, self.observed, self.sandbox_id, self.task_id
+            self.snap, reason, self.observed, self.sandbox_id, self.task_id, self.readable
         )
         return ToolResult(
             status="uncertain",
@@ -281,6 +288,10 @@ class CallState:
                 return stop
         artifact = self.output_artifact
         content["output_budget"] = _output_budget_note(artifact)
+        said = cut_output_instruction(self.readable and isinstance(content.get("task_id"), str))
+        if said:
+            earlier = content.get("instruction")
+            content["instruction"] = f"{earlier} {said}" if isinstance(earlier, str) else said
         try:
             fitted = fit_to_budget(content, budget)
         except BudgetError:
@@ -359,7 +370,7 @@ def bound_result(result: ToolResult, max_output_bytes: int) -> ToolResult:
             return result
         return attrs.evolve(result, content=fit_to_budget(result.content, max_output_bytes))
     except (BudgetError, CanonicalJSONError):
-        keep = ("ok", "error_type", "executed", "evidence_incomplete")
+        keep = ("status", "ok", "error_type", "executed", "evidence_incomplete")
         bare = {key: result.content[key] for key in keep if key in result.content}
         return attrs.evolve(result, content=bare)
 
@@ -391,6 +402,7 @@ def crash_result(
         except (BudgetError, CanonicalJSONError):
             pass
     content: dict[str, Any] = {
+        "status": "uncertain",
         "ok": False,
         "error_type": ErrorCode.INTERNAL.value,
         "evidence_incomplete": True,

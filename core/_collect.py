@@ -91,7 +91,7 @@ def _with_output(
 ) -> dict[str, Any]:
     filled = dict(content)
     filled.update(
-        status=final.status,
+        command_status=final.status,
         exit_code=final.exit_code,
         stdout_bytes=final.stdout_bytes,
         stderr_bytes=final.stderr_bytes,

@@ -32,6 +32,7 @@ import attrs
 from ._results import ArtifactRef
 
 __all__ = [
+    "BACKEND_LABELS",
     "HARNESS_EFFECTS",
     "SANDBOX_EFFECTS",
     "SIDE_EFFECTS",
@@ -41,6 +42,7 @@ __all__ = [
     "ApprovalRequired",
     "AuthorityReport",
     "Authorize",
+    "BackendLabel",
     "Cancel",
     "CancelRequested",
     "CheckAuthority",
@@ -82,6 +84,12 @@ __all__ = [
 # Outcomes (nouns)
 
 CommandStatus = Literal["running", "exited", "timed_out", "canceled", "unknown"]
+
+BackendLabel = Literal["e2b", "simulator"]
+"""What a backend says it is, in every result that names the backend: ``e2b``
+(commands run in a remote E2B sandbox) or ``simulator`` (sandrail's in-memory
+simulator: nothing really runs)."""
+BACKEND_LABELS: tuple[BackendLabel, ...] = ("e2b", "simulator")
 """What the sandbox knows about a command. ``unknown``: the sandbox could not tell."""
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"exited", "timed_out", "canceled"})
@@ -146,10 +154,14 @@ class OwnedCommand:
 
 @attrs.frozen(kw_only=True)
 class SandboxState:
-    """What :class:`Inspect` found. ``sandbox_id`` is ``None`` when absent."""
+    """What :class:`Inspect` found. ``sandbox_id`` is ``None`` when absent.
+    ``backend`` is what answered (see :data:`BackendLabel`)."""
 
     sandbox_id: str | None
     phase: SandboxPhase
+    backend: BackendLabel = attrs.field(
+        default="e2b", validator=attrs.validators.in_(BACKEND_LABELS)
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -159,10 +171,14 @@ class SandboxReady:
     ``ledger_epoch`` names the sandbox's ledger of task claims as it is now:
     it changes whenever that ledger is lost (a command deleted it), and never
     otherwise. ``None``: the sandbox cannot tell (then a retry after a start
-    that may have left can only expect its claim)."""
+    that may have left can only expect its claim). ``backend`` is what
+    answered (see :data:`BackendLabel`)."""
 
     sandbox_id: str
     ledger_epoch: str | None = None
+    backend: BackendLabel = attrs.field(
+        default="e2b", validator=attrs.validators.in_(BACKEND_LABELS)
+    )
 
 
 @attrs.frozen(kw_only=True)

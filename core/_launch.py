@@ -17,7 +17,7 @@ from typing import Any, Final, NamedTuple, TypeVar
 from ._call import CallState, StoppedError
 from ._claim import LaunchClaim, launch_claim, settled_claim
 from ._collect import collect_output
-from ._contents import _launch_content
+from ._contents import FOLLOW_BACKGROUND, _launch_content
 from ._definitions import LANGUAGES, resolve_language
 from ._effects import (
     TERMINAL_STATUSES,
@@ -249,8 +249,11 @@ def _background_result(
         launch.command,
         None,
         not started.first_launch,
+        ready.backend,
     )
     content["timeout_seconds"] = launch.timeout_seconds
+    if call.readable:
+        content["instruction"] = FOLLOW_BACKGROUND
     return ToolResult(status="ok", content=content, background_command_ref=call.background_ref)
 
 
@@ -291,6 +294,7 @@ def _collect(
         launch.command,
         launch.language,
         not started.first_launch,
+        ready.backend,
     )
     collected = yield from collect_output(call, ready.sandbox_id, launch.task_id, ended, content)
     if isinstance(collected, ToolResult):
@@ -352,7 +356,8 @@ def _conflict(refused: StartRefused) -> ToolResult:
             ErrorCode.COMMAND_NOT_STARTED,
             "The command could not start: its cwd is missing, not a directory or not "
             "enterable by the sandbox user, or its command and env are too big to "
-            "execute. Nothing ran; this operation_key will not run it.",
+            "execute. Nothing ran, and repeating this call will not run it: change the cwd "
+            "or shrink the command and env, then make a new call.",
         )
     if refused.reason == "stale_fence":
         return _refuse(
@@ -361,7 +366,8 @@ def _conflict(refused: StartRefused) -> ToolResult:
         )
     return _refuse(
         ErrorCode.OPERATION_CONFLICT,
-        "This operation_key already launched with different arguments; nothing new ran.",
+        "This call's operation key already launched a command with different arguments; "
+        "nothing new ran. Make a new call for the new command.",
     )
 
 

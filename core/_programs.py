@@ -29,13 +29,16 @@ dispatch a failure is an ``error`` with ``executed: false`` (C5), after it an
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
 
+from ._budget import BudgetError, fit_to_budget
 from ._call import CallState, StoppedError, bound_result
 from ._contents import (
+    APPROVAL_INSTRUCTION,
     _read_content,
     _status_content,
     _stop_content,
@@ -240,10 +243,12 @@ def _approval(
     interaction id is an identity the harness needs whole, so one too long
     for the budget (C12) is a harness error rather than a cut."""
     content = {
+        "status": "approval_required",
         "ok": False,
         "approval_required": True,
         "executed": False,
         "interaction_id": interaction_id,
+        "instruction": APPROVAL_INSTRUCTION,
     }
     if mask_text(interaction_id, redactions) != interaction_id:
         # C17 over C8: a secret cannot be shown, and an id cannot be cut.
@@ -253,6 +258,10 @@ def _approval(
         )
     if snap.governed or _fits(content, settings.max_output_bytes):
         return ToolResult(status="approval_required", content=content)
+    # The instruction is words: cut them (head and tail) before the id.
+    with contextlib.suppress(BudgetError):
+        fitted = fit_to_budget(content, settings.max_output_bytes)
+        return ToolResult(status="approval_required", content=fitted)
     return _refuse(
         ErrorCode.HARNESS_CALLBACK_FAILED,
         "The policy asked for approval with an interaction id too long for the budget.",

@@ -105,7 +105,8 @@ def tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:
     lists, so every rule here is also stated in the tool's schema: a command
     with a NUL character (``e2b_command_arguments_invalid``) or nothing but
     whitespace (``command_required``), ``background_timeout`` without
-    ``background=true`` (``background_timeout_requires_background``), a
+    ``background=true`` (``background_timeout_requires_background``),
+    ``timeout`` with it (``timeout_requires_foreground``), a
     language outside :data:`LANGUAGES` and their aliases
     (``unsupported_language``).
     """
@@ -125,6 +126,12 @@ def tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:
             return _refuse(
                 ErrorCode.BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND,
                 "background_timeout applies only with background=true; use timeout.",
+            )
+        if args.get("background") is True and args.get("timeout") is not None:
+            return _refuse(
+                ErrorCode.TIMEOUT_REQUIRES_FOREGROUND,
+                "timeout applies only to a foreground command; with background=true, "
+                "use background_timeout.",
             )
     elif (
         snap.tool in ("run_code", "sandbox_run_code")

@@ -127,6 +127,11 @@ class Recorder:
         return is_asynchronous(self.inner)
 
     @property
+    def backend_label(self) -> object:
+        """The wrapped interpreter's ``backend_label`` (``None`` without one)."""
+        return getattr(self.inner, "backend_label", None)
+
+    @property
     def attached(self) -> bool:
         """Whether :meth:`attach` bound this recorder to its port already."""
         return self._settings is not None

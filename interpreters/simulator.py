@@ -23,6 +23,9 @@ Semantics
   names sandboxes ``sbx-1``, ``sbx-2``, ... in creation order. ``Inspect``
   reports ``absent``, ``ready``, or ``closed`` (the sandbox died). An effect
   naming an unknown sandbox fails ``NOT_SENT`` (``sandbox <id> not found``).
+  Both answer ``backend="simulator"``, so every result says
+  ``"backend": "simulator"`` and ``sandbox_status`` says ``"isolated": false``:
+  nothing it reports ran anywhere.
 - **Publish** writes the source with mode 0600; the same source again is
   ``Published`` again, other source is ``StartRefused("publish_conflict")``.
 - **Start** checks the fence first (C10): a fence below the highest seen in
@@ -47,7 +50,9 @@ Semantics
   ``scripts`` entry for the source of a file published in that sandbox whose
   path appears in the command (a snippet run); failing that, ``default``
   (a :class:`Script`, or a function of the command; by default
-  :func:`emulate`, see there for the few commands it knows).
+  :func:`emulate`, see there for the few commands it knows). A command it
+  does not know exits 127 and prints :data:`NOT_EMULATED` on stderr, so an
+  offline test cannot pass by accident on a command that never ran.
 - **Ends.** Past ``timeout_seconds`` a command's group is killed: status
   ``timed_out``, exit code 124. ``Cancel`` kills the group of a running
   command (``canceled``, 143) and answers ``CancelRequested`` with the state
@@ -119,7 +124,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Literal, assert_never
+from typing import Any, Final, Literal, assert_never
 
 from sandrail.core._claim import claim_verdict
 from sandrail.core._effects import (
@@ -152,10 +157,12 @@ from sandrail.core._requests import ToolRequest
 
 from ._cancel import CancelToken
 from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan, deliver_held
-from ._sim_scripts import Chunk, Script, Stream, emulate
+from ._sim_scripts import NOT_EMULATED, NOT_EMULATED_EXIT_CODE, Chunk, Script, Stream, emulate
 from ._sim_world import SandboxFile, SimSandbox, SimTask, read_utf8
 
 __all__ = [
+    "NOT_EMULATED",
+    "NOT_EMULATED_EXIT_CODE",
     "SANDBOX_EFFECT_NAMES",
     "Chunk",
     "Fault",
@@ -236,6 +243,10 @@ class Simulator:
     held requests arrive: at the start of the next effect received
     (``"next_effect"``) or only on :meth:`deliver_held` (``"manual"``).
     """
+
+    backend_label: Final = "simulator"
+    """What this backend is, for what a harness shows its users (an MCP
+    server's tool descriptions, say); every result says it too."""
 
     def __init__(
         self,
@@ -448,9 +459,9 @@ class Simulator:
     def _inspect(self, effect: Inspect) -> SandboxState:
         sandbox_id = self._sessions.get((effect.session_id, effect.owner_key))
         if sandbox_id is None:
-            return SandboxState(sandbox_id=None, phase="absent")
+            return SandboxState(sandbox_id=None, phase="absent", backend="simulator")
         phase: SandboxPhase = "closed" if self._sandboxes[sandbox_id].dead else "ready"
-        return SandboxState(sandbox_id=sandbox_id, phase=phase)
+        return SandboxState(sandbox_id=sandbox_id, phase=phase, backend="simulator")
 
     def _ensure(self, effect: Ensure) -> SandboxReady:
         key = (effect.session_id, effect.owner_key)
@@ -460,7 +471,9 @@ class Simulator:
             self._sessions[key] = sandbox_id
             self._sandboxes[sandbox_id] = SimSandbox(sandbox_id=sandbox_id)
         box = self._box(sandbox_id)
-        return SandboxReady(sandbox_id=box.sandbox_id, ledger_epoch=box.epoch_token)
+        return SandboxReady(
+            sandbox_id=box.sandbox_id, ledger_epoch=box.epoch_token, backend="simulator"
+        )
 
     def _publish(self, effect: Publish) -> Published | StartRefused:
         box = self._box(effect.sandbox_id)

@@ -66,6 +66,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple, Unpack
 
+from sandrail._approval import Approvals, rejection
 from sandrail._masks import Masks
 from sandrail._options import (
     PortOptions,
@@ -75,17 +76,17 @@ from sandrail._options import (
     owned_callbacks,
 )
 from sandrail._port import ToolGroup, ToolPort, build_port
+from sandrail._repeats import as_the_port_reads, of_its_task, repeat_digest, run_of
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
-    LAUNCH_TOOLS,
     AgentIdentity,
     AgentOwner,
     ArgumentProblem,
-    CanonicalJSONError,
     ErrorCode,
     NativeIdentity,
     OwnedCommand,
     OwnerIdentity,
+    PolicyDecision,
     Redactions,
     ToolCall,
     ToolDefinition,
@@ -94,8 +95,6 @@ from sandrail.core import (
     arguments_rejection,
     bound_result,
     error_result,
-    launch_digest,
-    launch_timeout,
     mask_text,
     minimum_output_bytes,
     redaction_secrets,
@@ -189,6 +188,8 @@ class Toolset:
         if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
             raise ValueError("run_id must be a non-blank string")
         self._identity = identity
+        self._approvals = Approvals(given["authorize"])
+        self._backend_label = _label(given["backend"])
         self._run_id = run_id if run_id is not None else uuid.uuid4().hex
         self._max_output_bytes = max_output_bytes = given["max_output_bytes"]
         self._ports: dict[str, ToolPort] = {}
@@ -199,6 +200,7 @@ class Toolset:
         redact = given["redact"]
         shared: PortOptions = {
             **given,
+            "authorize": self._approvals.authorize,
             "record": None,
             "resolve_owned_command": resolve,
             "remember_owned_command": remember,
@@ -235,6 +237,13 @@ class Toolset:
     @property
     def session_id(self) -> str:
         return self._session_id
+
+    @property
+    def backend_label(self) -> str | None:
+        """What the backend says it is (``"e2b"``, ``"simulator"``; ``None``
+        for a backend that does not say): what a harness tells its users the
+        tools run on. Every result names it too (``"backend"``)."""
+        return self._backend_label
 
     @property
     def max_output_bytes(self) -> int:
@@ -315,6 +324,7 @@ class Toolset:
         timeout_seconds: float | None = None,
         reconcile_repeats: bool = False,
         run_id: str | None = None,
+        approved: bool = False,
     ) -> ToolResult:
         """Run one tool call and return its result; never raises but for the
         caller's own cancellation (after which the result is in
@@ -332,6 +342,10 @@ class Toolset:
         the same run under that call's operation key (see the module doc);
         ``run_id`` names that run (by default the part of ``operation_key``
         before ``:{call_id}``; a key of another form matches no other call).
+        ``approved=True`` says a person approved exactly this call (see
+        :meth:`ask_policy`): a policy answer of ``ApprovalRequired`` for it is
+        taken as ``ALLOW``; ``Deny`` stays final, and the call runs under its
+        own operation key, so a replayed approval launches at most once (C2).
         """
         prepared = self._prepare(
             name,
@@ -346,6 +360,10 @@ class Toolset:
         )
         if isinstance(prepared, ToolResult):
             return prepared
+        with self._approvals.approved(prepared.request, approved):
+            return await self._call(prepared, operation_key)
+
+    async def _call(self, prepared: _Prepared, operation_key: str) -> ToolResult:
         task = asyncio.ensure_future(prepared.port.execute(prepared.request))
         try:
             result = await _by_deadline(task, prepared)
@@ -372,6 +390,7 @@ class Toolset:
         timeout_seconds: float | None = None,
         reconcile_repeats: bool = False,
         run_id: str | None = None,
+        approved: bool = False,
     ) -> ToolResult:
         """:meth:`call` for code without an event loop; never raises but for
         the same harness bugs. With an asynchronous backend (one that declares
@@ -394,6 +413,10 @@ class Toolset:
         )
         if isinstance(prepared, ToolResult):
             return prepared
+        with self._approvals.approved(prepared.request, approved):
+            return self._call_sync(prepared)
+
+    def _call_sync(self, prepared: _Prepared) -> ToolResult:
         if not self._asynchronous:
             result = _blocking(prepared)
         elif _loop_running():
@@ -407,6 +430,41 @@ class Toolset:
             result = asyncio.run(_on_own_loop(prepared))
         self._record(prepared.repeat, prepared.request, result, returned=True)
         return result
+
+    async def ask_policy(
+        self,
+        name: str,
+        arguments: object,
+        *,
+        call_id: str,
+        operation_key: str,
+        profile: Profile = "full",
+        reconcile_repeats: bool = False,
+        run_id: str | None = None,
+    ) -> PolicyDecision | None:
+        """What the harness's policy answers for this call, without running
+        it: ``ALLOW``, ``ApprovalRequired(...)`` (a person must decide) or
+        ``Deny(...)``; ``None`` when the call would be refused before the
+        policy is asked (its arguments are invalid) or the policy failed or
+        answered nonsense (running the call then reports that, and nobody
+        should be asked). An adapter asks before handing the call to its
+        framework's human-in-the-loop; the call itself asks again when it
+        runs. The arguments and keys are those :meth:`call` would take.
+        """
+        prepared = self._prepare(
+            name, arguments, call_id, operation_key, profile, None, None, reconcile_repeats, run_id
+        )
+        if isinstance(prepared, ToolResult):
+            return None
+        return await self._approvals.ask(prepared.request)
+
+    def rejection(self, reason: str | None = None) -> ToolResult:
+        """The result the model reads when a person rejected its call:
+        ``error`` with ``executed: false`` and ``error_type``
+        ``approval_rejected`` (nothing ran), what to do instead, and the
+        person's ``reason`` when given (values this toolset masks are masked
+        in it, C17), within :attr:`max_output_bytes`."""
+        return rejection(self._max_output_bytes, reason, self._masks.secrets)
 
     def _prepare(
         self,
@@ -450,9 +508,9 @@ class Toolset:
             )
         repeat = None
         if reconcile_repeats:
-            digest = _repeat_digest(name, _as_the_port_reads(port, name, converted))
+            digest = repeat_digest(name, as_the_port_reads(port, name, converted))
             if digest is not None:
-                repeat = (_run_of(run_id, operation_key, call_id), digest)
+                repeat = (run_of(run_id, operation_key, call_id), digest)
         if repeat is not None:
             with self._lock:
                 earlier = self._unsettled.get(repeat)
@@ -508,7 +566,7 @@ class Toolset:
         with self._lock:
             if returned and result.status in _SETTLED:
                 earlier = self._unsettled.get(repeat)
-                if earlier is not None and earlier[0] == key and _of_its_task(result):
+                if earlier is not None and earlier[0] == key and of_its_task(result):
                     del self._unsettled[repeat]
                 return
             self._unsettled[repeat] = (key, request.call.arguments)
@@ -606,57 +664,6 @@ def _check_run_id(run_id: object) -> None:
         raise ValueError("run_id must be a non-blank string")
 
 
-def _run_of(run_id: object, operation_key: object, call_id: object) -> str:
-    """The run a call belongs to, for matching repeats (see the module doc):
-    ``run_id`` when given, else the run part of a ``f"{run}:{call_id}"``
-    key, else the key itself (a call that matches no other). Read as plain
-    strings: a ``str`` subclass's own methods are never called."""
-    run, key, call = (
-        str.__str__(v) if isinstance(v, str) else None for v in (run_id, operation_key, call_id)
-    )
-    if run is not None:
-        return "run:" + run
-    if key is None:
-        return "key"  # the port refuses a key that is not a string
-    if call is not None and key.endswith(":" + call) and len(key) > len(call) + 1:
-        return "run:" + key[: -len(call) - 1]
-    return "key:" + key
-
-
-def _as_the_port_reads(
-    port: ToolPort, name: str, arguments: Mapping[str, Any]
-) -> Mapping[str, Any]:
-    """``arguments`` with the deadline the port would use in place of one
-    left out (``null``) or capped (:func:`~sandrail.core.launch_timeout`,
-    the program's own rule): what repeat matching compares."""
-    if name not in LAUNCH_TOOLS:
-        return arguments
-    try:
-        argument, seconds = launch_timeout(name, arguments, port.settings)
-    except TypeError:
-        return arguments  # not a number: the port refuses it anyway
-    return {**arguments, argument: seconds}
-
-
-def _of_its_task(result: ToolResult) -> bool:
-    """Whether ``result`` is its key's task's own outcome (``ok``, or an
-    ``error`` naming its ``task_id``), not a refusal that ran nothing."""
-    if result.status == "ok":
-        return True
-    task = result.content.get("task_id")
-    return isinstance(task, str) and bool(task)
-
-
-def _repeat_digest(name: str, arguments: Mapping[str, Any]) -> str | None:
-    """What makes two calls one call's repeat: what the port deems the same
-    launch (C3: the tool and its canonical arguments with defaults filled in,
-    so key order, 1 versus 1.0 or an empty env make no difference)."""
-    try:
-        return launch_digest(name, arguments)
-    except (CanonicalJSONError, TypeError, ValueError, RecursionError):
-        return None  # the port refuses such arguments anyway
-
-
 def _masked(
     problems: Iterable[ArgumentProblem], masked: frozenset[str], arguments: object
 ) -> list[ArgumentProblem]:
@@ -680,6 +687,15 @@ def _masked(
         ArgumentProblem(mask_text(problem.path, redactions), mask_text(problem.reason, redactions))
         for problem in problems
     ]
+
+
+def _label(backend: object) -> str | None:
+    """The backend's ``backend_label`` when it states one as text."""
+    try:
+        label = getattr(backend, "backend_label", None)
+    except Exception:
+        return None
+    return str.__str__(label) if isinstance(label, str) else None
 
 
 def _recorder(backend: object, groups: tuple[str, ...]) -> Any:

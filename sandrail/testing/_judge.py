@@ -457,7 +457,7 @@ def _world_checks(world: World) -> Iterable[Violation]:
         result = record.result
         if record.tool != "stop_command" or result is None or result.status != "ok":
             continue
-        if result.content.get("status") in TERMINAL_STATUSES and record.task:
+        if result.content.get("command_status") in TERMINAL_STATUSES and record.task:
             alive = world.truth.live_processes(record.task)
             if alive:
                 yield Violation(
