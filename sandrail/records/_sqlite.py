@@ -25,12 +25,15 @@ from sandrail.core import OwnedCommand, ToolRequest
 
 from ._protocol import Answer, RecordError, answer_from_row, dumps, merge_owned, owned_from_row
 
-__all__ = ["SQLITE_MAGIC", "SQLiteRecord"]
+__all__ = ["SQLITE_MAGIC", "TABLES", "SQLiteRecord", "lost_tables"]
 
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 """The first bytes of every SQLite database file."""
 
 SCHEMA_VERSION: Final = "1"
+
+TABLES: Final = ("sandrail_meta", "sandrail_owned", "sandrail_answers")
+"""The tables of a record, both stores alike."""
 
 _SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS sandrail_meta (
@@ -79,6 +82,7 @@ class SQLiteRecord:
         self._path = Path(path)
         self._where = f"the record {self._path}"
         self._lock = threading.Lock()
+        self._identity: tuple[int, int] | None = None  # the file's, once open
         if not self._path.parent.is_dir():
             raise RecordError(f"the record's directory {self._path.parent} does not exist")
         if self._path.exists():
@@ -97,22 +101,52 @@ class SQLiteRecord:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
             with self._transaction():
-                for statement in _SCHEMA:
-                    self._db.execute(statement)
-                self._db.execute(
-                    "INSERT OR IGNORE INTO sandrail_meta (name, value) VALUES ('schema', ?)",
-                    (SCHEMA_VERSION,),
-                )
-                (version,) = self._db.execute(
-                    "SELECT value FROM sandrail_meta WHERE name = 'schema'"
-                ).fetchone()
+                version = self._schema()
+            self._identity = _identity(self._path, self._where)
         except sqlite3.Error as exc:
+            self._db.close()
             raise RecordError(f"cannot open {self._where}: {exc}") from None
+        except RecordError:
+            self._db.close()
+            raise
         if version != SCHEMA_VERSION:
             self._db.close()
             raise RecordError(
                 f"{self._where} has schema {version!r}; this sandrail reads {SCHEMA_VERSION!r}"
             )
+
+    def _schema(self) -> object:
+        """Create the tables in a database that never held a schema, else
+        check they are all there; the schema version the record says.
+
+        A database that held a schema once and lost a table of it (dropped
+        by hand, say) is refused: made again empty, it would forget tasks
+        whose start may have left, and a retry would launch them again (C2)."""
+        db = self._db
+        (ever,) = db.execute("PRAGMA schema_version").fetchone()
+        present = {
+            row[0]
+            for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+                TABLES,
+            )
+        }
+        if not present and ever == 0:
+            for statement in _SCHEMA:
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO sandrail_meta (name, value) VALUES ('schema', ?)", (SCHEMA_VERSION,)
+            )
+        elif present != set(TABLES):
+            raise RecordError(lost_tables(self._where, [t for t in TABLES if t not in present]))
+        row = db.execute("SELECT value FROM sandrail_meta WHERE name = 'schema'").fetchone()
+        return None if row is None else row[0]
+
+    def _check_identity(self) -> None:
+        """Refuse a file deleted or replaced since it was opened: this
+        connection would go on writing rows nobody will read again."""
+        if self._identity is not None and _identity(self._path, self._where) != self._identity:
+            raise RecordError(_gone(self._where))
 
     @property
     def path(self) -> Path:
@@ -124,6 +158,7 @@ class SQLiteRecord:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self._check_identity()
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
@@ -169,6 +204,7 @@ class SQLiteRecord:
         session = _session(request)
         try:
             with self._lock:
+                self._check_identity()
                 row = self._db.execute(_SELECT_OWNED, (session, task_id)).fetchone()
         except sqlite3.Error as exc:
             raise RecordError(f"cannot read {self._where}: {exc}") from None
@@ -179,6 +215,7 @@ class SQLiteRecord:
         try:
             if answer.status != "uncertain":
                 with self._lock:  # one statement: its own transaction
+                    self._check_identity()
                     self._db.execute(_SETTLE, _settle_values(answer))
                 return
             with self._transaction() as db:
@@ -202,6 +239,7 @@ class SQLiteRecord:
         """See :meth:`~sandrail.records.OwnershipRecord.unresolved`."""
         try:
             with self._lock:
+                self._check_identity()
                 rows = self._db.execute(
                     "SELECT * FROM sandrail_answers WHERE status = 'uncertain' "
                     "ORDER BY updated_at, session_id, task_id LIMIT ?",
@@ -258,6 +296,31 @@ def _answer_values(answer: Answer) -> tuple[Any, ...]:
         answer.tool,
         dumps(answer.owner),
         dumps(answer.locator),
+    )
+
+
+def lost_tables(where: str, missing: list[str]) -> str:
+    """Why a record that lost tables is refused, and what to do."""
+    return (
+        f"{where} held a sandrail schema but its tables {', '.join(missing)} are missing "
+        "(dropped by hand?); it is not read as empty, since a task it recorded could then "
+        "launch again. Restore it from a backup, or use a new record"
+    )
+
+
+def _identity(path: Path, where: str) -> tuple[int, int]:
+    """The file's identity (device, inode): another file at the path is another record."""
+    try:
+        found = path.stat()
+    except OSError:
+        raise RecordError(_gone(where)) from None
+    return (found.st_dev, found.st_ino)
+
+
+def _gone(where: str) -> str:
+    return (
+        f"{where} was deleted or replaced while in use; nothing was read or written. "
+        "Restore it, or open the record again"
     )
 
 
