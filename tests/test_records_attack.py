@@ -13,6 +13,8 @@ ran.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import sqlite3
 import threading
 from pathlib import Path
@@ -31,6 +33,7 @@ from sandrail.records import (
     PostgresRecord,
     RecordError,
     SQLiteRecord,
+    migrate_json_lines,
     reconcile,
     unresolved,
 )
@@ -399,3 +402,212 @@ def test_c6_issue17_b4_a_lost_sandbox_stays_named_by_the_record_and_every_locato
     assert found.answer.locator["sandbox_id"] == "sbx-1"
     assert first.sim.launches[task] == 1
     assert provider.new.launches == {}
+
+
+# -- B5: an uncertain answer the record could not take -----------------------------------------
+
+
+class Outage:
+    """A record that is down (every method raises) while ``down`` is set."""
+
+    def __init__(self, inner: OwnershipRecord) -> None:
+        self.inner = inner
+        self.down = False
+
+    def _up(self) -> None:
+        if self.down:
+            raise RecordError("the database is down")
+
+    def remember(self, request: Any, owned: OwnedCommand) -> OwnedCommand:
+        self._up()
+        return self.inner.remember(request, owned)
+
+    def resolve(self, request: Any, task_id: str) -> OwnedCommand | None:
+        self._up()
+        return self.inner.resolve(request, task_id)
+
+    def note(self, answer: Answer) -> None:
+        self._up()
+        self.inner.note(answer)
+
+    def unresolved(self, *, limit: int = 1000) -> list[Answer]:
+        self._up()
+        return self.inner.unresolved(limit=limit)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_c6_issue17_b5_an_uncertain_answer_during_a_record_outage_is_listed_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """A retry that is ``uncertain`` because the record is down cannot be
+    noted then; once the record is back, the worker's next call notes it,
+    so the operator's list shows it (before: never listed)."""
+    outage = Outage(SQLiteRecord(tmp_path / "owned.sqlite"))
+    rig = Rig(plan=one_fault("Start", FaultKind.RESPONSE_LOST), record=outage)
+    assert rig.run("run_command", {"command": "echo once"}).status == "uncertain"
+    rig.run("read_command_output", {"task_id": rig.task_id()}, call_id="settle")
+    outage.down = True
+    retry = rig.run("run_command", {"command": "echo once"}, call_id="retry")
+    assert retry.status == "uncertain"
+    assert retry.content["error_type"] == RECORD_DOWN
+    outage.down = False
+    assert rig.run("run_command", {"command": "echo other"}, key="op-2").status == "ok"
+    listed = unresolved(outage)
+    assert [(a.task_id, a.error_type) for a in listed] == [(rig.task_id(), RECORD_DOWN)]
+    outage.close()
+
+
+# -- B6: one unreadable answer row -----------------------------------------------------------
+
+
+def _two_answers(path: Path, bad: str) -> None:
+    """A good uncertain answer and one whose column ``bad`` was edited."""
+    SQLiteRecord(path).close()
+    locator = '{"operation_key": "k", "sandbox_id": "sbx-1", "session_id": "s", "task_id": "%s"}'
+    with sqlite3.connect(path) as db:
+        for task, owner, where in (
+            ("good", '{"agent_id": "a"}', locator % "good"),
+            ("bad", '{"agent_id": "a"}', locator % "bad"),
+        ):
+            db.execute(
+                "INSERT INTO sandrail_answers (session_id, task_id, status, error_type, tool, "
+                "owner, locator) VALUES ('s', ?, 'uncertain', 'x', 'run_command', ?, ?)",
+                (task, owner, where),
+            )
+        db.execute(f"UPDATE sandrail_answers SET {bad} WHERE task_id = 'bad'")
+
+
+@pytest.mark.parametrize(
+    "bad", ["owner = '{oops'", "owner = '[1]'", "locator = 'nope'", "tool = x'00ff'"]
+)
+def test_issue17_b6_one_unreadable_answer_row_never_hides_the_others(
+    tmp_path: Path, bad: str
+) -> None:
+    """The good row is listed; the bad one is named by its keys with why,
+    in the API, ``sandrail uncertain`` (and --json, --reconcile), which
+    exits 1."""
+    path = tmp_path / "owned.sqlite"
+    _two_answers(path, bad)
+    with SQLiteRecord(path) as record:
+        listed = {answer.task_id: answer for answer in unresolved(record)}
+        assert listed["good"].unreadable is None
+        assert listed["good"].locator["sandbox_id"] == "sbx-1"
+        assert listed["bad"].unreadable is not None
+        found = {item.answer.task_id: item for item in reconcile(record, Simulator())}
+        assert found["bad"].verdict == "still_uncertain"
+    from tests.test_records_cli import sandrail_cli
+
+    plain = sandrail_cli("uncertain", "--record", str(path))
+    assert plain.returncode == 1, plain.stderr
+    assert "task_id=good" in plain.stdout
+    assert "unreadable answer row: session_id=s task_id=bad" in plain.stderr
+    as_json = sandrail_cli("uncertain", "--record", str(path), "--json")
+    assert as_json.returncode == 1
+    assert '"good"' in as_json.stdout
+    assert '"unreadable"' in as_json.stdout
+    reconciled = sandrail_cli(
+        "uncertain", "--record", str(path), "--reconcile", "--backend", "simulator"
+    )
+    assert reconciled.returncode == 1
+    assert "task_id=good" in reconciled.stdout
+    assert "task_id=bad" in reconciled.stderr
+    for done in (plain, as_json, reconciled):
+        assert "Traceback" not in done.stderr
+
+
+# -- B7, B8: migrate-record on hostile files ---------------------------------------------------
+
+
+def _line(**changes: Any) -> str:
+    task = sandrail.task_id("cli-session", sandrail.AgentOwner(agent_id="cli-agent"), "op-1")
+    row: dict[str, Any] = {
+        "task_id": task,
+        "operation_key": "op-1",
+        "sandbox_id": "sbx-1",
+        "launched": True,
+        "ledger_epoch": "sbx-1/ledger-0",
+        "launch_digest": None,
+    }
+    row.update(changes)
+    return json.dumps(row)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "line 1: not an ownership record"),
+        ('{"a":' * 50_000 + "1" + "}" * 50_000, "line 1: not an ownership record"),
+        (_line(ledger_epoch=float("nan")), "line 1: ledger_epoch is not a text"),
+        (_line(launched="false"), "line 1: launched is not true or false"),
+        (_line(launched=1), "line 1: launched is not true or false"),
+        (_line(sandbox_id="sbx\x00-1"), "line 1: sandbox_id is longer"),
+        (_line(sandbox_id="sbx\r\n-1"), "line 1: sandbox_id is longer"),
+        (_line(sandbox_id="s" * 1_000_000), "line 1: sandbox_id is longer"),
+        (_line(task_id=None), "line 1: task_id is not a task id"),
+    ],
+)
+def test_c2_issue17_b7_b8_migrate_refuses_a_malformed_line_naming_it(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    """Deeply nested JSON, a NaN epoch, a launched that is not a boolean, a
+    sandbox id with NUL or CRLF or of a megabyte: one line error, nothing
+    moved, no traceback (API and CLI)."""
+    old = tmp_path / "owned.jsonl"
+    old.write_text(text + "\n")
+    with SQLiteRecord(tmp_path / "api.sqlite") as record:
+        with pytest.raises(RecordError, match=re.escape(says)):
+            migrate_json_lines(old, record)
+        assert unresolved(record) == []
+    from tests.test_records_cli import sandrail_cli
+
+    done = sandrail_cli("migrate-record", str(old), str(tmp_path / "cli.sqlite"))
+    assert done.returncode == 1
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_c2_issue17_b8_migrate_never_downgrades_a_launched_task(tmp_path: Path) -> None:
+    """Two lines of one task, launched in sbx-1 then not launched in sbx-2:
+    the moved row keeps launched, its sandbox and epoch, so a retry expects
+    the first start's claim."""
+    old = tmp_path / "owned.jsonl"
+    old.write_text(
+        _line() + "\n" + _line(launched=False, sandbox_id="sbx-2", ledger_epoch=None) + "\n"
+    )
+    with SQLiteRecord(tmp_path / "owned.sqlite") as record:
+        moved = migrate_json_lines(old, record)
+        assert (moved.moved, moved.other_sessions) == (1, 0)
+        task = sandrail.task_id("cli-session", sandrail.AgentOwner(agent_id="cli-agent"), "op-1")
+        request = sandrail.ToolRequest(
+            call=sandrail.ToolCall(name="run_command", call_id="c", arguments={}),
+            operation_key="op-1",
+            session_id="cli-session",
+            definition=None,
+            identity=sandrail.AgentIdentity(agent_id="cli-agent"),
+        )
+        row = record.resolve(request, task)
+    assert row is not None
+    assert (row.sandbox_id, row.launched, row.ledger_epoch) == ("sbx-1", True, "sbx-1/ledger-0")
+
+
+def test_issue17_migrate_names_a_sqlite_file_and_an_empty_session(tmp_path: Path) -> None:
+    """Nits of the attack: OLD that is already a SQLite record says so (not
+    a codec error); an empty --session is refused; tasks not moved are not
+    all called another session's."""
+    from tests.test_records_cli import sandrail_cli
+
+    sqlite_old = tmp_path / "already.sqlite"
+    SQLiteRecord(sqlite_old).close()
+    done = sandrail_cli("migrate-record", str(sqlite_old), str(tmp_path / "new.sqlite"))
+    assert done.returncode == 1
+    assert "already a SQLite record" in done.stderr
+    old = tmp_path / "owned.jsonl"
+    old.write_text(_line() + "\n")
+    empty = sandrail_cli("migrate-record", str(old), str(tmp_path / "n2.sqlite"), "--session", "")
+    assert empty.returncode == 2
+    assert "--session" in empty.stderr
+    other = sandrail_cli("migrate-record", str(old), str(tmp_path / "n3.sqlite"), "--session", "x")
+    assert other.returncode == 0
+    assert "task id is not the one --session x derives" in other.stderr

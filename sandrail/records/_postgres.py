@@ -327,7 +327,7 @@ class PostgresRecord:
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         except self._errors as exc:
             raise RecordError(f"cannot read {self._where}: {_first_line(exc)}") from None
-        return [answer_from_row(row, self._where) for row in rows]
+        return [answer_from_row(row) for row in rows]
 
     def _one(self, statement: str, values: tuple[Any, ...], verb: str) -> dict[str, Any] | None:
         try:

@@ -247,7 +247,7 @@ class SQLiteRecord:
                 ).fetchall()
         except sqlite3.Error as exc:
             raise RecordError(f"cannot read {self._where}: {exc}") from None
-        return [answer_from_row(dict(row), self._where) for row in rows]
+        return [answer_from_row(dict(row)) for row in rows]
 
     def close(self) -> None:
         with self._lock:
