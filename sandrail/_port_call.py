@@ -90,7 +90,8 @@ from sandrail.core import (
 )
 from sandrail.interpreters._drivers import answered_now
 from sandrail.interpreters._masking import MaskedReads
-from sandrail.records._protocol import OwnershipRecord, note_answer
+from sandrail.records._backlog import note_answer
+from sandrail.records._protocol import OwnershipRecord
 
 __all__ = ["Binding", "Ledger", "PortCall"]
 

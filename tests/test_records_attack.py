@@ -17,6 +17,7 @@ import json
 import re
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -442,8 +443,8 @@ def test_c6_issue17_b5_an_uncertain_answer_during_a_record_outage_is_listed_once
     tmp_path: Path,
 ) -> None:
     """A retry that is ``uncertain`` because the record is down cannot be
-    noted then; once the record is back, the worker's next call notes it,
-    so the operator's list shows it (before: never listed)."""
+    noted then; once the record is back, the worker notes it by itself (no
+    other call needed), so the operator's list shows it (before: never)."""
     outage = Outage(SQLiteRecord(tmp_path / "owned.sqlite"))
     rig = Rig(plan=one_fault("Start", FaultKind.RESPONSE_LOST), record=outage)
     assert rig.run("run_command", {"command": "echo once"}).status == "uncertain"
@@ -453,9 +454,27 @@ def test_c6_issue17_b5_an_uncertain_answer_during_a_record_outage_is_listed_once
     assert retry.status == "uncertain"
     assert retry.content["error_type"] == RECORD_DOWN
     outage.down = False
-    assert rig.run("run_command", {"command": "echo other"}, key="op-2").status == "ok"
-    listed = unresolved(outage)
+    listed: list[Answer] = []
+    give_up = time.monotonic() + LIVENESS
+    while not listed and time.monotonic() < give_up:
+        time.sleep(0.1)
+        listed = unresolved(outage)
     assert [(a.task_id, a.error_type) for a in listed] == [(rig.task_id(), RECORD_DOWN)]
+    outage.close()
+
+
+def test_c6_issue17_b5_a_kept_answer_is_noted_before_the_next_one(tmp_path: Path) -> None:
+    """Kept answers go before the next call's own, so a later ``ok`` of the
+    task settles the kept ``uncertain`` instead of being overtaken by it."""
+    outage = Outage(SQLiteRecord(tmp_path / "owned.sqlite"))
+    rig = Rig(plan=one_fault("Start", FaultKind.RESPONSE_LOST), record=outage)
+    assert rig.run("run_command", {"command": "echo once"}).status == "uncertain"
+    outage.down = True
+    assert rig.run("run_command", {"command": "echo once"}, call_id="r1").status == "uncertain"
+    outage.down = False
+    again = rig.run("run_command", {"command": "echo once"}, call_id="r2")
+    assert again.status == "ok", again.content
+    assert unresolved(outage) == []
     outage.close()
 
 

@@ -19,10 +19,7 @@ start expecting the winner's claim: the sandbox answers ``deduplicated``, or
 from __future__ import annotations
 
 import json
-import logging
 import re
-import threading
-import weakref
 from collections.abc import Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -47,7 +44,6 @@ __all__ = [
     "OwnershipRecord",
     "RecordError",
     "merge_owned",
-    "note_answer",
     "owned_from_row",
 ]
 
@@ -327,71 +323,3 @@ def _unreadable(row: Mapping[str, Any]) -> str | None:
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else "(not text)"
-
-
-_log = logging.getLogger("sandrail")
-
-
-MAX_BACKLOG: Final = 10_000
-"""Answers a process keeps for a record that could not take them, at most."""
-
-_backlogs: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Answer]] = (
-    weakref.WeakKeyDictionary()
-)
-_backlog_lock = threading.Lock()
-
-
-def note_answer(
-    record: OwnershipRecord, request: ToolRequest, owner: Owner, result: ToolResult
-) -> None:
-    """Note ``result`` as the last answer of the task it names in ``record``
-    (what a port with ``record=`` does after every call). Never raises: the
-    result is true whatever the record makes of it.
-
-    Strategy: an answer the record cannot take (it is down: the very outage
-    that made the call ``uncertain``) is kept in this process, the latest
-    per task, up to :data:`MAX_BACKLOG`, and noted before the next answer
-    once the record takes notes again, so the operator's list shows it
-    then. Until then, and for good if the process ends first, it is in the
-    log: a warning on the ``sandrail`` logger naming the task."""
-    try:
-        answer = Answer.of(request, owner, result)
-    except Exception as exc:  # pragma: no cover - Answer.of reads plain data
-        _log.warning("could not note a call's answer in the ownership record: %s", exc)
-        return
-    with _backlog_lock:
-        try:
-            backlog = _backlogs.setdefault(record, {})
-        except TypeError:  # a record that cannot be weakly referenced: no backlog
-            backlog = {}
-        if answer is not None:
-            backlog.pop((answer.session_id, answer.task_id), None)
-            backlog[(answer.session_id, answer.task_id)] = answer
-        waiting = list(backlog.values())
-    for kept in waiting:
-        try:
-            record.note(kept)
-        except Exception as exc:
-            _log.warning(
-                "could not note the %s answer of task %s (session %s) in the ownership "
-                "record, kept to note later: %s",
-                kept.status,
-                kept.task_id,
-                kept.session_id,
-                exc,
-            )
-            break
-        with _backlog_lock:
-            key = (kept.session_id, kept.task_id)
-            if backlog.get(key) is kept:
-                del backlog[key]
-    with _backlog_lock:
-        while len(backlog) > MAX_BACKLOG:
-            dropped = backlog.pop(next(iter(backlog)))
-            _log.warning(
-                "dropped the %s answer of task %s (session %s): too many answers wait for "
-                "the ownership record",
-                dropped.status,
-                dropped.task_id,
-                dropped.session_id,
-            )
