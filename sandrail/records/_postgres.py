@@ -17,7 +17,7 @@ A server that answers nothing at all (frozen, or behind a partition that
 drops packets while the kernels still acknowledge them) would never end a
 statement_timeout nor a TCP timeout: so every use of a connection, the
 pool's check included, also runs under a client-side deadline
-(:func:`_deadline`) that shuts the connection's socket down when it passes;
+(:mod:`._cutoff`) that shuts the connection's socket down when it passes;
 the blocked call then fails at once and the pool drops the connection.
 TCP keepalives and ``tcp_user_timeout`` catch a peer that vanished.
 """
@@ -25,8 +25,6 @@ TCP keepalives and ``tcp_user_timeout`` catch a peer that vanished.
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -34,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sandrail.core import OwnedCommand, ToolRequest
 
+from ._cutoff import bounded
 from ._protocol import Answer, RecordError, answer_from_row, dumps, owned_from_row
 from ._sqlite import SCHEMA_VERSION, TABLES, lost_tables
 
@@ -357,48 +356,22 @@ class PostgresRecord:
 @contextlib.contextmanager
 def _deadline(conn: Any, deadline: float, where: str) -> Iterator[None]:
     """Run the block on ``conn`` until ``deadline`` (``time.monotonic``);
-    past it, shut the connection's socket down, so whatever waits on it
-    fails at once, and raise :class:`RecordError` saying so.
-
-    Strategy: a timer thread shuts the socket down (through a duplicate of
-    its descriptor, as the socket is libpq's). The lock and the ``ended``
-    flag make sure it never touches the socket once the block has ended: by
-    then the descriptor may belong to another connection."""
-    lock = threading.Lock()
-    state = {"ended": False, "cut": False}
+    past it, the connection's socket is shut down (:mod:`._cutoff`), so
+    whatever waits on it fails at once, and :class:`RecordError` says so."""
     try:
         fileno = conn.pgconn.socket
     except Exception:  # a connection already closed: the block fails by itself
-        fileno = -1
-
-    def cut() -> None:
-        with lock:
-            if state["ended"] or fileno < 0:
-                return
-            state["cut"] = True
-            with (
-                contextlib.suppress(OSError),
-                socket.socket(fileno=os.dup(fileno)) as duplicate,
-            ):
-                duplicate.shutdown(socket.SHUT_RDWR)
-
-    timer = threading.Timer(max(0.0, deadline - time.monotonic()), cut)
-    timer.daemon = True
-    timer.start()
-    try:
         yield
-    except BaseException:
-        with lock:
-            state["ended"] = True
-        timer.cancel()
-        if state["cut"]:
-            raise RecordError(
-                f"{where} gave no answer in time; its connection was dropped"
-            ) from None
-        raise
-    with lock:
-        state["ended"] = True
-    timer.cancel()
+        return
+    with bounded(fileno, deadline) as watch:
+        try:
+            yield
+        except BaseException:
+            if watch.cut:
+                raise RecordError(
+                    f"{where} gave no answer in time; its connection was dropped"
+                ) from None
+            raise
 
 
 def _session(request: ToolRequest) -> str:

@@ -83,6 +83,7 @@ class SQLiteRecord:
         self._where = f"the record {self._path}"
         self._lock = threading.Lock()
         self._identity: tuple[int, int] | None = None  # the file's, once open
+        self._absolute = self._path.absolute()  # a later chdir must not move it
         if not self._path.parent.is_dir():
             raise RecordError(f"the record's directory {self._path.parent} does not exist")
         if self._path.exists():
@@ -102,7 +103,7 @@ class SQLiteRecord:
             self._db.execute("PRAGMA synchronous = FULL")
             with self._transaction():
                 version = self._schema()
-            self._identity = _identity(self._path, self._where)
+            self._identity = _identity(self._absolute, self._where)
         except sqlite3.Error as exc:
             self._db.close()
             raise RecordError(f"cannot open {self._where}: {exc}") from None
@@ -145,7 +146,7 @@ class SQLiteRecord:
     def _check_identity(self) -> None:
         """Refuse a file deleted or replaced since it was opened: this
         connection would go on writing rows nobody will read again."""
-        if self._identity is not None and _identity(self._path, self._where) != self._identity:
+        if self._identity is not None and _identity(self._absolute, self._where) != self._identity:
             raise RecordError(_gone(self._where))
 
     @property
