@@ -25,7 +25,6 @@ Errors answer ``{"code": status, "message": text}``.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import time
@@ -46,6 +45,7 @@ from ._asgi import (
     send_json,
 )
 from ._faults import Route, route_of
+from ._json_guard import TooDeep, loads
 from ._options import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from ._sandboxes import Sandbox, SandboxError, Sandboxes, parse_time
 from ._unsupported import unsupported_api
@@ -101,7 +101,9 @@ class ControlPlane:
     async def _body(self, receive: Receive) -> dict[str, Any]:
         raw = await read_body(receive, _BODY_LIMIT)
         try:
-            body = json.loads(raw or b"{}")
+            body = loads(raw or b"{}")
+        except TooDeep as exc:
+            raise SandboxError(400, str(exc)) from exc
         except ValueError as exc:
             raise SandboxError(400, f"the body is not JSON: {exc}") from exc
         if not isinstance(body, dict):

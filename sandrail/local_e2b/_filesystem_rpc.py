@@ -26,6 +26,7 @@ from protobuf import Oneof
 from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
 
 from ._fsview import Entry, expand_path
+from ._json_guard import guarded_codecs
 from ._process_rpc import CURRENT_SANDBOX, CURRENT_USER, keepalive_interval
 from ._watch import Emit, Watcher, WatchError, on_network_mount
 
@@ -273,4 +274,4 @@ class FilesystemService(Filesystem):
 
 def filesystem_app(service: FilesystemService) -> FilesystemASGIApplication:
     """The SDK's generated ASGI application around ``service``."""
-    return FilesystemASGIApplication(service)
+    return FilesystemASGIApplication(service, codecs=guarded_codecs())

@@ -29,6 +29,7 @@ from e2b.envd.process import process_pb as pb
 from e2b.envd.process.process_connect import Process, ProcessASGIApplication
 from protobuf import Oneof
 
+from ._json_guard import guarded_codecs
 from ._processes import Output, RunningProcess, StdinError
 from ._reaper import Exit
 from ._sandboxes import Sandbox
@@ -326,4 +327,4 @@ async def _follow(
 
 def process_app(service: ProcessService) -> ProcessASGIApplication:
     """The SDK's generated ASGI application around ``service``."""
-    return ProcessASGIApplication(service)
+    return ProcessASGIApplication(service, codecs=guarded_codecs())
