@@ -175,10 +175,43 @@ class FsView:
                 info = self.stat(current)
             except FileNotFoundError:
                 with self.parent(current) as (fd, name):
-                    os.mkdir(name, 0o755, dir_fd=fd)
+                    try:
+                        os.mkdir(name, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        raise _dangling(current) from None
                     os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
                 continue
             if not stat_module.S_ISDIR(info.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "path is a file", current)
+
+    def check_writable(self, path: str) -> None:
+        """Raise what :meth:`create_file` would for ``path``, changing
+        nothing: ``IsADirectoryError``, ``OSError(EINVAL)`` (not a regular
+        file), ``NotADirectoryError`` (a parent is a file, or a symbolic
+        link to a missing directory)."""
+        try:
+            info = self.stat(path)
+        except FileNotFoundError:
+            info = None
+        if info is not None:
+            if stat_module.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
+            if not stat_module.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            return
+        current = "/"
+        for part in [part for part in posixpath.dirname(path).split("/") if part]:
+            current = posixpath.join(current, part)
+            try:
+                found = self.stat(current)
+            except FileNotFoundError:
+                with self.parent(current) as (fd, name):
+                    try:
+                        os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        return  # from here on, create_file makes the directories
+                raise _dangling(current) from None
+            if not stat_module.S_ISDIR(found.st_mode):
                 raise NotADirectoryError(errno.ENOTDIR, "path is a file", current)
 
     def create_file(self, path: str, uid: int, gid: int) -> int:
@@ -359,6 +392,12 @@ class FsView:
             into.append(attrs.evolve(entry, path=posixpath.join(shown, name)))
             if depth > 1 and stat_module.S_ISDIR(info.st_mode):
                 self._walk(posixpath.join(real, name), posixpath.join(shown, name), depth - 1, into)
+
+
+def _dangling(path: str) -> NotADirectoryError:
+    return NotADirectoryError(
+        errno.ENOTDIR, "path is a symbolic link to a directory that does not exist", path
+    )
 
 
 @contextmanager
