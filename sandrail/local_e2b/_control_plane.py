@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from ._asgi import (
+    ClientGone,
     Receive,
     Scope,
     Send,
@@ -85,6 +86,8 @@ class ControlPlane:
         receive, send = tracked, after_body(tracked, send)
         try:
             status, value, headers = await self._serve(scope, receive)
+        except ClientGone:
+            return  # no one to answer
         except SandboxError as exc:
             status, value, headers = exc.status, {"code": exc.status, "message": str(exc)}, []
         except TooLarge as exc:
