@@ -27,6 +27,7 @@ import grp
 import os
 import posixpath
 import pwd
+import re
 import shutil
 import stat as stat_module
 from collections.abc import Iterator, Mapping
@@ -117,9 +118,13 @@ class FsView:
     descriptor of the sandbox's ``/``; ``names`` maps uids and gids the
     sandbox knows to their names there."""
 
-    def __init__(self, root_fd: int, names: Mapping[int, str]) -> None:
+    def __init__(
+        self, root_fd: int, names: Mapping[int, str], mountinfo: str | None = None
+    ) -> None:
         self._root = root_fd
         self._names = dict(names)
+        self._mountinfo = mountinfo
+        """``/proc/<pid>/mountinfo`` of a process in the sandbox."""
 
     def open(self, path: str, flags: int, mode: int = 0) -> int:
         """``openat2`` of absolute ``path`` inside the sandbox; raises ``OSError``."""
@@ -255,16 +260,36 @@ class FsView:
         self.ensure_dirs(path, uid, gid)
 
     def remove(self, path: str) -> None:
-        """Remove a file, a link or a whole directory tree; absent is fine."""
+        """Remove a file, a link or a whole directory tree; absent is fine.
+        All or nothing: a tree that is or holds a mount point of the
+        sandbox (``/tmp``, ``/home``, a read-only part of this machine)
+        cannot be removed whole, so it is refused (``OSError(EBUSY)``)
+        before anything in it is touched."""
         with self.parent(path) as (fd, name):
             try:
                 info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 return
             if stat_module.S_ISDIR(info.st_mode):
+                real = posixpath.join(self.resolve(posixpath.dirname(path)), name)
+                for point in self._mount_points():
+                    if point == real or point.startswith(real.rstrip("/") + "/"):
+                        raise OSError(
+                            errno.EBUSY,
+                            f"cannot remove {path}: {point} is a mount point of the sandbox "
+                            "(local-e2b lays its own directories and this machine's over "
+                            "it); nothing was removed",
+                            path,
+                        )
                 shutil.rmtree(name, dir_fd=fd)
             else:
                 os.unlink(name, dir_fd=fd)
+
+    def _mount_points(self) -> list[str]:
+        if self._mountinfo is None:
+            return []
+        with open(self._mountinfo, encoding="utf-8") as mountinfo:
+            return [_unescape(line.split()[4]) for line in mountinfo if line.strip()]
 
     def move(self, source: str, destination: str, uid: int, gid: int) -> None:
         """Rename ``source`` to ``destination``, making its parents."""
@@ -392,6 +417,11 @@ class FsView:
             into.append(attrs.evolve(entry, path=posixpath.join(shown, name)))
             if depth > 1 and stat_module.S_ISDIR(info.st_mode):
                 self._walk(posixpath.join(real, name), posixpath.join(shown, name), depth - 1, into)
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: spaces and the like are written as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
 
 
 def _dangling(path: str) -> NotADirectoryError:

@@ -131,7 +131,7 @@ class ProcessService(Process):
             raise ConnectError(Code.INVALID_ARGUMENT, f"cwd '{cwd}' does not exist")
         envs = dict(config.envs)
         argv = sandbox.root.argv(user, cwd, config.cmd, list(config.args))
-        env = sandbox.root.environment(user, sandbox.env_vars, envs)
+        env = sandbox.root.environment(user, sandbox.default_env, sandbox.env_vars, envs)
         tag = request.tag if request.has_field("tag") else None
         stdin = request.stdin if request.has_field("stdin") else True
         try:
