@@ -120,6 +120,9 @@ class ControlPlane:
         if not secrets.compare_digest(given.encode(), self._key.encode()):
             raise SandboxError(401, "Invalid API key")
         path = scope["path"]
+        if scope["method"] == "GET" and path.rstrip("/") == "/sandboxes/metrics":
+            # Not the metrics of a sandbox named "metrics": E2B's batch route.
+            raise SandboxError(501, unsupported_api("GET", path))
         route = route_of(scope["method"], path)
         sandbox_id = path.rstrip("/").split("/")[3 if path.startswith("/v2/") else 2 :][:1]
         boxes = self._sandboxes
@@ -179,6 +182,8 @@ class ControlPlane:
         states = None
         if params.get("state"):
             states = {state.strip() for state in params["state"].split(",")}
+            if not states <= {"running", "paused"}:
+                raise SandboxError(400, "state must be running or paused (comma-separated)")
         try:
             limit = int(params.get("limit") or 100)
         except ValueError as exc:

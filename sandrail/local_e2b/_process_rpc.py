@@ -19,6 +19,7 @@ import asyncio
 import contextvars
 import posixpath
 import signal
+import stat as stat_module
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -130,8 +131,14 @@ class ProcessService(Process):
         if not is_dir:
             raise ConnectError(Code.INVALID_ARGUMENT, f"cwd '{cwd}' does not exist")
         envs = dict(config.envs)
-        argv = sandbox.root.argv(user, cwd, config.cmd, list(config.args))
         env = sandbox.root.environment(user, sandbox.default_env, sandbox.env_vars, envs)
+        if not _findable(sandbox, config.cmd, env.get("PATH", ""), cwd):
+            # As envd (Go's exec.LookPath): the start fails, nothing runs.
+            raise ConnectError(
+                Code.INVALID_ARGUMENT,
+                f'error starting process: exec: "{config.cmd}": executable file not found in $PATH',
+            )
+        argv = sandbox.root.argv(user, cwd, config.cmd, list(config.args))
         tag = request.tag if request.has_field("tag") else None
         stdin = request.stdin if request.has_field("stdin") else True
         try:
@@ -273,6 +280,25 @@ class ProcessService(Process):
     ) -> pb.CloseStdinResponse:
         self._find(request.process).close_stdin()
         return pb.CloseStdinResponse()
+
+
+def _findable(sandbox: Sandbox, cmd: str, path: str, cwd: str) -> bool:
+    """Whether ``cmd`` names an executable file in the sandbox: itself if
+    it has a ``/`` (from ``cwd``), else in a directory of ``path``."""
+    if "\0" in cmd:
+        return False
+    if "/" in cmd:
+        candidates = [posixpath.join(cwd, cmd)]
+    else:
+        candidates = [posixpath.join(directory or cwd, cmd) for directory in path.split(":")]
+    for candidate in candidates:
+        try:
+            mode = sandbox.files.stat(candidate).st_mode
+        except OSError:
+            continue
+        if stat_module.S_ISREG(mode) and mode & 0o111:
+            return True
+    return False
 
 
 async def _follow(

@@ -172,6 +172,23 @@ class Proxy:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
                 conn.start_next_cycle()
+        except h11.RemoteProtocolError as exc:
+            # Headers too large (431) or a malformed request (400): say so
+            # before hanging up, as any HTTP server does, never a bare close.
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                body = json.dumps({"code": exc.error_status_hint, "message": str(exc)}).encode()
+                headers = [
+                    ("content-type", "application/json"),
+                    ("content-length", str(len(body))),
+                    ("connection", "close"),
+                ]
+                with contextlib.suppress(Exception):
+                    writer.write(
+                        conn.send(h11.Response(status_code=exc.error_status_hint, headers=headers))
+                    )
+                    writer.write(conn.send(h11.Data(data=body)))
+                    writer.write(conn.send(h11.EndOfMessage()))
+                    await writer.drain()
         except (_Closed, ConnectionError, h11.ProtocolError, asyncio.IncompleteReadError):
             pass
         finally:

@@ -159,7 +159,10 @@ class Sandbox:
         detail = {
             **self.listed(),
             "lifecycle": {"autoResume": False, "onTimeout": "kill"},
-            "allowInternetAccess": self.options.allow_internet_access,
+            # What is in force: ``denyOut`` of all traffic closes it too.
+            "allowInternetAccess": (
+                False if self.options.isolated_network else self.options.allow_internet_access
+            ),
         }
         if self.options.network is not None:
             detail["network"] = dict(self.options.network)
