@@ -525,3 +525,26 @@ def test_issue16_attack_nit_refusals_name_snapshots_and_mcp_servers(server: Loca
         e2b.Sandbox.delete_snapshot("snap-1", **server.sdk_options)
     with pytest.raises(e2b.SandboxException, match="does not support MCP servers"):
         e2b.Sandbox.create(mcp={"exa": {"apiKey": "k"}}, **server.sdk_options)
+
+
+def test_issue16_attack_nit_bad_paths_are_refused_as_bad_input_not_500(
+    server: LocalE2B, sandbox: e2b.Sandbox, folder: str
+) -> None:
+    stat = httpx.post(
+        server.sandbox_url + "/filesystem.Filesystem/Stat",
+        headers=_envd(sandbox),
+        json={"path": f"{folder}/a\0b"},
+    )
+    assert stat.status_code == 400
+    assert stat.json()["code"] == "invalid_argument"
+    read = httpx.get(
+        server.sandbox_url + "/files", params={"path": "/tmp/a\0b"}, headers=_envd(sandbox)
+    )
+    assert read.status_code == 400
+    with pytest.raises(e2b.InvalidArgumentException):
+        sandbox.files.write(f"{folder}/{'n' * 300}", "x")
+    with pytest.raises(e2b.InvalidArgumentException):
+        sandbox.files.make_dir(f"{folder}/{'n' * 300}")
+    with pytest.raises(e2b.InvalidArgumentException, match="directory"):
+        sandbox.files.write(f"{folder}/newdir/", "x")
+    assert sandbox.files.list(folder) == []

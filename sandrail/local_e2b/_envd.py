@@ -152,10 +152,15 @@ async def _unless_gone(handler: asyncio.Future[None], receive: TrackedReceive) -
         await asyncio.wait([handler, gone], return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
-        if not handler.done():
+        if handler.done():
+            with contextlib.suppress(ClientGone):
+                await handler
+        else:
             handler.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ClientGone):
-            await handler
+            # No one to tell how it ended (the Connect application turns
+            # the cancellation into an error of its own).
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await handler
 
 
 async def _unauthorized(send: Send, message: str) -> None:

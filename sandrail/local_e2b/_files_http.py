@@ -51,6 +51,7 @@ _STATUS = {
     errno.EROFS: 403,
     errno.ENOSPC: 507,
     errno.ELOOP: 400,
+    errno.ENAMETOOLONG: 400,
 }
 
 
@@ -81,6 +82,14 @@ def _path(raw: str | None, user: User) -> str:
         return expand_path(raw or "", user.home)
     except ValueError as exc:
         raise _Refused(400, str(exc)) from exc
+
+
+def _target(raw: str, user: User) -> str:
+    """The path of a file to write: never one that names a directory (a
+    trailing ``/``), which normalising would turn into a file's name."""
+    if raw.endswith("/"):
+        raise _Refused(400, f"path '{raw}' names a directory, not a file")
+    return _path(raw, user)
 
 
 async def read_file(scope: Scope, receive: Receive, send: Send, sandbox: Sandbox) -> None:
@@ -272,7 +281,7 @@ async def write_files(
             if media == b"application/octet-stream":
                 if not params.get("path"):
                     raise _Refused(400, "path query parameter is required for raw body upload")
-                sink.open(_path(params["path"], user))
+                sink.open(_target(params["path"], user))
                 async for chunk in _inflated(scope, receive):
                     sink.write(chunk)
                 sink.close()
@@ -325,7 +334,7 @@ async def _multipart(
             part["skip"] = True
             return
         try:
-            sink.open(_path(name, sink.user))
+            sink.open(_target(name, sink.user))
         except _Refused as exc:
             failure.append(exc)
             part["skip"] = True

@@ -51,6 +51,7 @@ _CODES = {
     errno.EPERM: Code.PERMISSION_DENIED,
     errno.EROFS: Code.PERMISSION_DENIED,
     errno.EXDEV: Code.INVALID_ARGUMENT,
+    errno.ENAMETOOLONG: Code.INVALID_ARGUMENT,
 }
 
 

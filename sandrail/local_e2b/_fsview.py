@@ -54,7 +54,9 @@ class _OpenHow(ctypes.Structure):
 def expand_path(path: str, home: str) -> str:
     """A request path made absolute as envd does: empty means the user's
     home, ``~`` and ``~/x`` expand to it, a relative path is taken from it;
-    the result is normalised. ``ValueError`` for ``~other``."""
+    the result is normalised. ``ValueError`` for ``~other`` or a NUL."""
+    if "\0" in path:
+        raise ValueError(f"a path cannot hold a NUL byte: {path!r}")
     if path.startswith("~"):
         if len(path) > 1 and path[1] != "/":
             raise ValueError(f"cannot expand user-specific home dir in {path!r}")
