@@ -548,3 +548,40 @@ def test_issue16_attack_nit_bad_paths_are_refused_as_bad_input_not_500(
     with pytest.raises(e2b.InvalidArgumentException, match="directory"):
         sandbox.files.write(f"{folder}/newdir/", "x")
     assert sandbox.files.list(folder) == []
+
+
+def test_issue16_attack_nit_a_recursive_watch_skips_a_directory_gone_during_its_walk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As under ``watch_dir("/", recursive=True)``, where /proc's directories
+    of processes come and go while the tree is walked."""
+    from sandrail.local_e2b._fsview import FsView
+    from sandrail.local_e2b._watch import Watcher
+
+    (tmp_path / "stays" / "below").mkdir(parents=True)
+    (tmp_path / "goes").mkdir()
+    root = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    files = FsView(root, {})
+    real_open = files.open
+
+    def vanishing(path: str, flags: int, mode: int = 0) -> int:
+        if path == str(tmp_path / "goes") and not flags & os.O_PATH:
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(files, "open", vanishing)
+    watcher = Watcher(
+        files,
+        str(tmp_path),
+        recursive=True,
+        include_entry=False,
+        to_entry=lambda entry: None,
+        emit=lambda event: None,
+    )
+    try:
+        watcher._add_tree(str(tmp_path))
+        watched = set(watcher._by_path)
+    finally:
+        watcher.close()
+        os.close(root)
+    assert str(tmp_path / "stays" / "below") in watched

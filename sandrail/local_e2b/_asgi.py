@@ -48,7 +48,7 @@ class TrackedReceive:
 
     async def __call__(self) -> MutableMapping[str, Any]:
         if self.done:
-            await self._gone.wait()
+            await self.until_gone()
             return {"type": "http.disconnect"}
         message = await self._receive()
         if message["type"] == "http.disconnect":

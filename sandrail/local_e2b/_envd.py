@@ -9,7 +9,8 @@ needs the sandbox's ``X-Access-Token`` (401 otherwise), except that
 no sandbox header, so its signature picks the sandbox); the user comes from
 ``Authorization: Basic base64(user:)`` on RPCs (``username=`` on
 ``/files``), ``user`` by default; only ``user`` and ``root`` exist. A path
-envd does not serve answers 501 "local-e2b does not support ...".
+envd does not serve answers 501 "local-e2b does not support ...". A request
+whose client goes away is ended at once (``_unless_gone``).
 """
 
 from __future__ import annotations

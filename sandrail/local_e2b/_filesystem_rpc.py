@@ -5,7 +5,10 @@
 Paths are expanded as envd does (relative to the requesting user's home)
 and resolved inside the sandbox (``_fsview``). Errors map to the codes the
 SDK branches on: NOT_FOUND (``FileNotFoundException``, ``exists`` → False),
-ALREADY_EXISTS (``make_dir`` → False). Directory watching is not offered.
+ALREADY_EXISTS (``make_dir`` → False). Directory watches (streamed
+``WatchDir``, polled ``CreateWatcher``) are bounded per sandbox and per
+server (``_watch``); a streamed one ends when its client goes away
+(``_envd``), a polled one when removed or with its sandbox.
 """
 
 from __future__ import annotations

@@ -160,7 +160,10 @@ class Watcher:
         pending = [path]
         while pending:
             directory = pending.pop()
-            fd = self._files.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fd = self._files.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                continue  # gone meanwhile (a process's directory under /proc, say)
             try:
                 children = [name for name in sorted(os.listdir(fd)) if _is_dir(fd, name)]
             finally:
