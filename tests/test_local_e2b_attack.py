@@ -431,7 +431,7 @@ def _host_has_ipc(kind: str, ipc_id: str) -> bool:
     return any(line.split()[1:2] == [ipc_id] for line in shown.splitlines())
 
 
-def test_b9_sysv_ipc_objects_stay_in_their_sandbox_and_end_with_it(server: LocalE2B) -> None:
+def test_b9_sysv_ipc_objects_stay_in_their_sandbox(server: LocalE2B) -> None:
     made = e2b.Sandbox.create(**server.sdk_options)
     other = e2b.Sandbox.create(**server.sdk_options)
     try:
