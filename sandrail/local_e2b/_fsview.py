@@ -274,7 +274,9 @@ class FsView:
                 return
             if stat_module.S_ISDIR(info.st_mode):
                 real = posixpath.join(self.resolve(posixpath.dirname(path)), name)
-                for point in self._mount_points():
+                points = self._mount_points()
+                # The path itself first: a mount hidden under it is less telling.
+                for point in sorted(points, key=lambda point: point != real):
                     if point == real or point.startswith(real.rstrip("/") + "/"):
                         raise OSError(
                             errno.EBUSY,
@@ -428,7 +430,7 @@ def _unescape(field: str) -> str:
 
 def _dangling(path: str) -> NotADirectoryError:
     return NotADirectoryError(
-        errno.ENOTDIR, "path is a symbolic link to a directory that does not exist", path
+        errno.ENOTDIR, f"{path} is a symbolic link to a directory that does not exist", path
     )
 
 
