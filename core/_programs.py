@@ -81,6 +81,7 @@ from ._results import (
     error_result,
 )
 from ._rules import _INTEGER_ARGUMENTS, launch_digest, tool_refusal
+from ._shown import NOTHING_SHOWN, ShownIdentities, exposed_env, exposed_in_sandbox_id
 from ._snapshot import PortSettings, _check_request, _fits, _refuse, _Snapshot
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
@@ -98,6 +99,7 @@ def tool_program(
     settings: PortSettings,
     snapshot: _Snapshot | None = None,
     secrets: frozenset[str] = frozenset(),
+    shown: ShownIdentities = NOTHING_SHOWN,
 ) -> Program:
     """The program for one request: refuses malformed requests, then runs the
     named tool. Always returns a :class:`ToolResult` whose content fits the
@@ -109,9 +111,13 @@ def tool_program(
     one shows :data:`REDACTED` instead (C17); this call's own env values are
     added by the program. A call whose identity holds one of them, or one of
     its own env values, is refused before anything runs (every result shows
-    the identity whole, C13).
+    the identity whole, C13). ``shown`` are the identity values earlier
+    results of the session showed: an env value among them (or inside one),
+    or inside this call's task id or its sandbox id, is refused too, the
+    sandbox id's once ``Ensure`` names it, before any start
+    (:mod:`._shown`).
     """
-    result = yield from _tool_program(request, settings, snapshot, secrets)
+    result = yield from _tool_program(request, settings, snapshot, secrets, shown)
     if result.status in ("ok", "uncertain"):
         return result  # already fitted by _Call.finish / _Call.uncertain
     if getattr(request, "result_governance", None) == RUNTIME_ARTIFACTS:
@@ -135,7 +141,11 @@ def _masked_problems(
 
 
 def _tool_program(
-    request: object, settings: PortSettings, snapshot: _Snapshot | None, secrets: frozenset[str]
+    request: object,
+    settings: PortSettings,
+    snapshot: _Snapshot | None,
+    secrets: frozenset[str],
+    shown: ShownIdentities,
 ) -> Program:
     checked = snapshot if snapshot is not None else _check_request(request, settings)
     if isinstance(checked, ToolResult):
@@ -173,7 +183,11 @@ def _tool_program(
     refused = tool_refusal(snap, settings)
     if refused is not None:
         return refused
-    exposed = _exposed_by_identity(snap) + _masked_in_identity(snap, secrets)
+    exposed = _masked_in_identity(snap, secrets)
+    env = snap.arguments.get("env")
+    if env:
+        own_task = task_id(snap.session_id, settings.owner, snap.operation_key)
+        exposed = exposed_env(env, snap.locator(), own_task, shown) + exposed
     if exposed:
         return ToolResult(
             status="error", content=arguments_rejection(exposed, settings.max_output_bytes)
@@ -230,33 +244,14 @@ def _tool_program(
         )
     if not isinstance(decision, Allow):
         reason: object = decision.reason if isinstance(decision, Deny) else ""
-        shown = mask_text(reason, redactions) if isinstance(reason, str) else ""
-        return _refuse(ErrorCode.POLICY_DENIED, shown or "The harness policy denied this call.")
+        masked = mask_text(reason, redactions) if isinstance(reason, str) else ""
+        return _refuse(ErrorCode.POLICY_DENIED, masked or "The harness policy denied this call.")
 
     if snap.tool == "sandbox_status":
         return (yield from _sandbox_status(call))
     if snap.tool in ("read_command_output", "stop_command"):
         return (yield from _owned_command(call))
     return (yield from _launch(call))
-
-
-def _exposed_by_identity(snap: _Snapshot) -> list[ArgumentProblem]:
-    """Env values that also appear in the call's identity, which every result
-    shows whole (C13): they could not be kept out of results (C17), so the
-    call is refused before anything runs."""
-    env = snap.arguments.get("env")
-    if not isinstance(env, Mapping):
-        return []
-    shown = list(_strings(snap.locator()))
-    return [
-        ArgumentProblem(
-            path=f"arguments.env.{name}",
-            reason="holds a value that also appears in the call's identity (which every "
-            "result shows whole), so it could not be kept secret",
-        )
-        for name, value in sorted(env.items())
-        if value in redaction_secrets({name: value}) and any(value in text for text in shown)
-    ]
 
 
 def _masked_in_identity(snap: _Snapshot, secrets: frozenset[str]) -> list[ArgumentProblem]:
@@ -438,6 +433,11 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     stop = yield from call.guard()
     if stop is not None:
         return stop
+    exposed = exposed_in_sandbox_id(args.get("env"), ready.sandbox_id)
+    if exposed:
+        # Before this call's start (C5): the launch never runs (C17).
+        rejection = arguments_rejection(exposed, settings.max_output_bytes)
+        return ToolResult(status="error", content=rejection)
 
     if code_tool:
         try:

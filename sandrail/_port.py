@@ -37,6 +37,7 @@ from sandrail._artifact_calls import (
     CallArtifacts,
     StreamingArtifactStore,
 )
+from sandrail._session_memory import memory_for
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
     MAX_TIMEOUT_SECONDS,
@@ -85,6 +86,7 @@ from sandrail.core import (
     unchanged,
 )
 from sandrail.core._masking import MIN_REDACTED_LENGTH, Redactions
+from sandrail.core._shown import NOTHING_SHOWN, ShownIdentities, shown_by
 from sandrail.interpreters._drivers import drive, drive_async
 from sandrail.interpreters._masking import MaskedReads
 
@@ -145,10 +147,12 @@ class ToolPort:
         self._artifacts = artifacts
         self._ledger: dict[str, OwnedCommand] = {}
         self._ledger_lock = threading.Lock()
-        # Env values this port (or another of its Toolset) passed to
-        # commands, and values the harness named, masked in all output (C17).
-        # Kept in memory only: never in an effect or a recording.
-        self._masks = _Masks()
+        # Env values this session passed to commands (through any port on
+        # this backend object), and values the harness named, masked in all
+        # output (C17); and the identity values its results showed (item 3
+        # of issue 20). Kept in memory only: never in an effect or a
+        # recording (see sandrail._session_memory).
+        self._masks = memory_for(backend, settings.session_id)
         self._masks.learn(redact)
 
     @property
@@ -199,7 +203,13 @@ class ToolPort:
                 )
             call.open()
             result = drive(
-                tool_program(request, self._settings, call.snapshot, self._masks.secrets),
+                tool_program(
+                    request,
+                    self._settings,
+                    call.snapshot,
+                    self._masks.secrets,
+                    call.shown_identities(),
+                ),
                 call.interpret,
             )
         except FatalInterpreterError:
@@ -220,7 +230,13 @@ class ToolPort:
         try:
             call.open()
             result = await drive_async(
-                tool_program(request, self._settings, call.snapshot, self._masks.secrets),
+                tool_program(
+                    request,
+                    self._settings,
+                    call.snapshot,
+                    self._masks.secrets,
+                    call.shown_identities(),
+                ),
                 call.interpret_async,
             )
         except FatalInterpreterError:
@@ -350,7 +366,17 @@ class _Call:
         current = self.port._current_redactions()
         return Redactions(current.values | self.named) if self.named else current
 
+    def shown_identities(self) -> ShownIdentities:
+        """What the session's results showed, for a call with env values to
+        be checked against (the others need not pay for it)."""
+        snapshot = self.snapshot
+        if snapshot is None or not snapshot.arguments.get("env"):
+            return NOTHING_SHOWN
+        return self.port._masks.shown()
+
     def finish(self, result: ToolResult) -> ToolResult:
+        # Later calls' env values are checked against these (item 3).
+        self.port._masks.saw(shown_by(result.content))
         try:
             finish = getattr(self.layered, "finish", None)
             if callable(finish):
@@ -842,26 +868,6 @@ def _build(
         artifacts=artifacts,
         redact=secrets,
     )
-
-
-class _Masks:
-    """The values masked in every output of a port (C17): the env values it
-    passed and those the harness named. A :class:`~sandrail.Toolset` gives
-    its ports one, so a value one port passed is masked in what another
-    shows (outside attack 3: a file the command port's env was written to,
-    printed by the code port of the same toolset)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.secrets: frozenset[str] = frozenset()
-        self.redactions = Redactions(frozenset())
-
-    def learn(self, values: frozenset[str]) -> None:
-        if values <= self.secrets:
-            return
-        with self._lock:
-            self.secrets = self.secrets | values
-            self.redactions = Redactions(self.secrets)
 
 
 def _unicode(text: str) -> bool:
