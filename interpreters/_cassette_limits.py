@@ -19,6 +19,7 @@ import stat
 from typing import Final
 
 from sandrail.core import (
+    ArtifactRef,
     CancelRequested,
     CommandState,
     Outcome,
@@ -75,10 +76,10 @@ def _over(max_bytes: int) -> str:
 
 
 def outcome_problem(outcome: Outcome) -> str | None:
-    """Why ``outcome`` is no answer a sandbox can give, or ``None`` when it
-    is one: a number the core's budget does not allow for (an exit code
-    beyond ±(2^53 - 1), a negative or unsafe size or cursor), or a sandbox
-    or task id of another form than the core's."""
+    """Why ``outcome`` is no answer a sandbox (or an artifact store) can
+    give, or ``None`` when it is one: a number the core's budget does not
+    allow for (an exit code beyond ±(2^53 - 1), a negative or unsafe size or
+    cursor), or a sandbox or task id of another form than the core's."""
     match outcome:
         case CommandState():
             return _state_problem(outcome, "")
@@ -101,6 +102,12 @@ def outcome_problem(outcome: Outcome) -> str | None:
             sandbox_id = outcome.sandbox_id
             if sandbox_id is not None and not _SANDBOX_ID.fullmatch(sandbox_id):
                 return "sandbox_id is not 1 to 128 of A-Z, a-z, 0-9, '_' and '-'"
+            return None
+        case ArtifactRef():
+            # The port drops such a reference from a live store (C12); no
+            # store that works reports one.
+            if not _natural(outcome.size_bytes):
+                return f"size_bytes is {outcome.size_bytes}, not from 0 to 2^53 - 1"
             return None
         case _:
             return None

@@ -462,21 +462,33 @@ def test_item9_the_cap_is_an_option(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("old", "new", "field"),
+    ("golden", "old", "new", "field"),
     [
-        ('"exit_code": 3', '"exit_code": 18446744073709551616', "exit_code"),
-        ('"exit_code": 3', '"exit_code": -18446744073709551616', "exit_code"),
-        ('"stdout_bytes": 13', '"stdout_bytes": -5', "stdout_bytes"),
-        ('"next_stdout_cursor": 13', '"next_stdout_cursor": -1', "next_stdout_cursor"),
+        ("foreground", '"exit_code": 3', '"exit_code": 18446744073709551616', "exit_code"),
+        ("foreground", '"exit_code": 3', '"exit_code": -18446744073709551616', "exit_code"),
+        ("foreground", '"stdout_bytes": 13', '"stdout_bytes": -5', "stdout_bytes"),
+        (
+            "foreground",
+            '"next_stdout_cursor": 13',
+            '"next_stdout_cursor": -1',
+            "next_stdout_cursor",
+        ),
+        (
+            "foreground",
+            '"sandbox_id": "sbx-1", "ledger',
+            '"sandbox_id": "sbx 1", "ledger',
+            "sandbox_id",
+        ),
+        ("big_output", '"size_bytes": 11251', '"size_bytes": -1', "size_bytes"),
     ],
 )
 def test_c12_item10_a_malformed_outcome_is_reported_with_its_line(
-    old: str, new: str, field: str, tmp_path: Path
+    golden: str, old: str, new: str, field: str, tmp_path: Path
 ) -> None:
     """Item 10: an exit code of 2^64 or a negative size was replayed as
     identical (the tampered result agreeing). The cassette is refused at
     the line of the outcome, naming the field."""
-    data = (GOLDEN / "foreground.jsonl").read_text(encoding="utf-8")
+    data = (GOLDEN / f"{golden}.jsonl").read_text(encoding="utf-8")
     assert old in data
     tampered = data.replace(old, new)
     line = next(n for n, text in enumerate(tampered.splitlines(), 1) if new in text)
