@@ -269,6 +269,25 @@ def test_c17_item4_a_sessions_memory_lives_as_long_as_its_backend() -> None:
     assert key not in _session_memory._MEMORIES
 
 
+# -- item 5: a claimed task's retry answers from the claim (C3, C7) -------------
+
+
+def test_c3_item5_the_simulator_answers_a_claimed_tasks_publish_from_the_claim() -> None:
+    """Item 5, on the simulator's model: once the task is claimed its
+    Publish is answered ``Published`` whatever the file holds, and the
+    start decides by the claim (other source under the key: a conflict)."""
+    first_port = Rig(tools="code")
+    first = first_port.run(first_port.code_tool, {"code": "print(1)", "language": "python"})
+    assert first.status == "ok"
+    rig = Rig(tools="code", sim=first_port.sim)  # restarted: no record of the first launch
+    starts = _starts(rig.sim)
+    other = rig.run(rig.code_tool, {"code": "print(2)", "language": "python"}, call_id="c2")
+    assert other.status == "error"
+    assert other.content["error_type"] == ErrorCode.OPERATION_CONFLICT.value
+    assert _starts(rig.sim) == starts + 1  # the claim said no, not the file
+    assert rig.sim.launches[rig.task_id()] == 1
+
+
 # -- item 7: SIGINT and SIGTERM on `sandrail run` (C6, C11) --------------------
 
 
