@@ -123,11 +123,11 @@ def call_tool(
     backend is closed before the process exits, whatever happened: what the
     E2B SDK opened must not outlive the interpreter (issue 9, item 13).
     SIGINT and SIGTERM abort the call (see the module doc)."""
-    try:
-        record = None if record_path is None else FileRecord(record_path)
-    except RecordError as exc:
-        raise click.BadParameter(str(exc), param_hint="--record") from None
     with cancelled_by_signals() as abort:
+        try:
+            record = None if record_path is None else FileRecord(record_path)
+        except RecordError as exc:
+            raise click.BadParameter(str(exc), param_hint="--record") from None
         chosen = make_backend(backend)
         try:
             port = _port(factory, chosen, session_id, max_output_bytes, record)
