@@ -679,7 +679,9 @@ def command_tools(
     - ``redact``: values to mask in all output from the start (C17), e.g.
       the env values a restarted harness passed to this session's commands
       before its restart. The port also masks every env value it passes
-      itself, for the rest of its life. Values must be at least
+      itself, and so does every port on the same backend object and
+      session, for as long as that backend lives (issue 20, item 4: a port
+      per request forgets nothing). Values must be at least
       ``MIN_REDACTED_LENGTH`` (8) characters: a shorter one would mask
       ordinary text.
 
