@@ -139,7 +139,7 @@ from ._results import (
     ToolResult,
     error_result,
 )
-from ._rules import launch_digest
+from ._rules import launch_digest, recorded_digest
 from ._snapshot import (
     PortSettings,
     owner_key,
@@ -276,6 +276,7 @@ __all__ = [
     "omission_marker",
     "owner_key",
     "plain_arguments",
+    "recorded_digest",
     "redaction_secrets",
     "request_digest",
     "resolve_language",

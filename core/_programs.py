@@ -80,7 +80,7 @@ from ._results import (
     ToolResult,
     error_result,
 )
-from ._rules import _INTEGER_ARGUMENTS, launch_digest, tool_refusal
+from ._rules import _INTEGER_ARGUMENTS, launch_digest, recorded_digest, tool_refusal
 from ._shown import NOTHING_SHOWN, ShownIdentities, exposed_env, exposed_in_sandbox_id
 from ._snapshot import PortSettings, _check_request, _fits, _refuse, _Snapshot
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
@@ -311,7 +311,7 @@ def _owned_command(call: _Call) -> Generator[Effect, Any, ToolResult]:
     try:
         owned = yield ResolveOwned(task_id=wanted)
     except EffectFailure:
-        owned = None
+        return _record_unavailable()  # ownership unproven: nothing is sent (C4)
     if not isinstance(owned, OwnedCommand) or owned.task_id != wanted:
         return _refuse(ErrorCode.NOT_OWNED, "This session launched no command with that task_id.")
     if task_id(snap.session_id, settings.owner, owned.operation_key) != wanted:
@@ -463,34 +463,45 @@ def _launch(call: _Call) -> Generator[Effect, Any, ToolResult]:
     # still of that epoch (then it never held one), else nothing
     # (``claim_lost``). The epoch travels in the durable record, so the proof
     # survives a harness restart.
+    #
+    # A record that cannot be read could hide such a start: the answer is
+    # then uncertain, never a launch. One that cannot be written means the
+    # start never leaves. And the record settles a race: it answers the
+    # write with its row as it stands, and a start an earlier writer
+    # recorded first (another worker of the key) is expected like one read.
     try:
         known = yield ResolveOwned(task_id=wanted, for_launch=True)
     except EffectFailure:
-        known = None
-    expect_claim = isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched
+        return call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)
     digest = launch_digest(snap.tool, args)
-    first = known.launch_digest if isinstance(known, OwnedCommand) and expect_claim else None
-    if first is not None and first != digest:
+    recorded = recorded_digest(snap.tool, args)  # what the record may keep (no env value)
+    expect_claim, epoch = _expected(known, wanted, ready)
+    if _conflicts(known, expect_claim, recorded):
         # C3 before anything is sent: the key's first start, which may still
         # arrive, asked for something else; this call's command never runs.
         return _conflict(StartRefused(reason="conflict"))
-    if not expect_claim:
-        epoch = ready.ledger_epoch
-    elif isinstance(known, OwnedCommand) and known.sandbox_id == ready.sandbox_id:
-        epoch = known.ledger_epoch
-    else:
-        epoch = None  # the first start went to another sandbox: no proof here
     try:
-        yield RememberOwned(
+        kept = yield RememberOwned(
             task_id=wanted,
             operation_key=snap.operation_key,
             sandbox_id=ready.sandbox_id,
             launched=True,
             ledger_epoch=epoch,
-            launch_digest=digest,
+            launch_digest=recorded,
         )
     except EffectFailure:
-        return call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)
+        if expect_claim:
+            return call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)
+        return _record_unavailable()
+    if (
+        isinstance(kept, OwnedCommand)
+        and kept.task_id == wanted
+        and kept.launched
+        and (kept.sandbox_id, kept.ledger_epoch) != (ready.sandbox_id, epoch)
+    ):
+        expect_claim, epoch = _expected(kept, wanted, ready)
+        if _conflicts(kept, expect_claim, recorded):
+            return _conflict(StartRefused(reason="conflict"))
     fence = snap.identity.execution_fence if isinstance(snap.identity, NativeIdentity) else None
     try:
         started = yield Start(
@@ -567,7 +578,10 @@ def _failed_before_start(
         try:
             known = yield ResolveOwned(task_id=wanted, for_launch=True)
         except EffectFailure:
-            known = None
+            # The record cannot say whether an earlier call launched: "nothing
+            # ran" could be false for the task.
+            call.phase = Phase.AFTER_DISPATCH
+            return call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)
         if isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched:
             call.phase = Phase.AFTER_DISPATCH
             call.sandbox_id = call.sandbox_id or known.sandbox_id
@@ -575,6 +589,32 @@ def _failed_before_start(
                 ErrorCode.ABORTED if failure.aborted else ErrorCode.SANDBOX_OUTCOME_UNKNOWN
             )
     return call.failed(failure, side_effect=True)
+
+
+def _expected(known: object, wanted: str, ready: SandboxReady) -> tuple[bool, str | None]:
+    """Whether a start must expect the task's claim (one may have left, the
+    record says), and under which ledger epoch it may still prove there is
+    none: the first start's, in the same sandbox; none in another."""
+    if not (isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched):
+        return False, ready.ledger_epoch
+    if known.sandbox_id == ready.sandbox_id:
+        return True, known.ledger_epoch
+    return True, None  # the first start went to another sandbox: no proof here
+
+
+def _conflicts(known: object, expect_claim: bool, recorded: str) -> bool:
+    """Whether the key's first start, which may still arrive, asked for
+    something else than ``recorded`` (C3)."""
+    first = known.launch_digest if isinstance(known, OwnedCommand) and expect_claim else None
+    return first is not None and first != recorded
+
+
+def _record_unavailable() -> ToolResult:
+    return _refuse(
+        ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE,
+        "The ownership record could not be read or written; nothing was sent. "
+        "Try again with the same operation_key once it is back.",
+    )
 
 
 def _refused(call: _Call, refused: StartRefused) -> Generator[Effect, Any, ToolResult]:

@@ -69,6 +69,7 @@ class ErrorCode(StrEnum):
     FENCE_STALE = "e2b_command_fence_stale"
     COMMAND_NOT_STARTED = "e2b_command_not_started"
     TASK_NOT_FOUND = "e2b_command_task_not_found"
+    OWNERSHIP_RECORD_UNAVAILABLE = "e2b_command_ownership_record_unavailable"
     # Outcomes the sandbox left unknown (C6).
     SANDBOX_OUTCOME_UNKNOWN = "e2b_sandbox_outcome_unknown"
     EVIDENCE_INCOMPLETE = "e2b_command_evidence_incomplete"

@@ -17,6 +17,7 @@ from ._definitions import (
     LANGUAGES,
     resolve_language,
 )
+from ._masking import REDACTED
 from ._results import (
     ErrorCode,
     ToolResult,
@@ -24,7 +25,7 @@ from ._results import (
 from ._snapshot import PortSettings, _refuse, _Snapshot
 from ._validation import ArgumentProblem, arguments_rejection
 
-__all__ = ["launch_digest", "tool_refusal"]
+__all__ = ["launch_digest", "recorded_digest", "tool_refusal"]
 
 _INTEGER_ARGUMENTS: Final = frozenset(
     {"timeout", "background_timeout", "stdout_cursor", "stderr_cursor", "max_bytes", "wait_seconds"}
@@ -55,6 +56,22 @@ def launch_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     if "language" in filled:
         filled["language"] = resolve_language(filled["language"]) or filled["language"]
     return hashlib.sha256(canonical_json({"tool": tool, "arguments": filled})).hexdigest()
+
+
+def recorded_digest(tool: str, arguments: Mapping[str, Any]) -> str:
+    """The launch digest an ownership record keeps (issue 20, item 1): that
+    of the request with every env value replaced by the redaction marker.
+
+    A plain digest over env values would let anyone who reads the record
+    test guesses of a weak value offline, so the record holds none: two
+    launches that differ only in env values have the same recorded digest,
+    and the sandbox's claim (which keeps the full digest, keyed where it
+    rests) is what tells them apart (C3). The same digest a recording keeps
+    for the redacted request, so a replay computes it again."""
+    env = arguments.get("env")
+    if isinstance(env, Mapping) and env:
+        arguments = {**arguments, "env": dict.fromkeys(env, REDACTED)}
+    return launch_digest(tool, arguments)
 
 
 def tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:

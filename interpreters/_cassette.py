@@ -62,6 +62,7 @@ from sandrail.core import (
     ToolResult,
     definitions_equal,
     launch_digest,
+    recorded_digest,
     request_digest,
 )
 
@@ -421,6 +422,9 @@ class CallRedaction:
             digests[request_digest(request)] = request_digest(redacted)
             tool = request.call.name
             digests[launch_digest(tool, arguments)] = launch_digest(tool, clean_arguments)
+            # The ownership record's digest has no env value, but may hold a
+            # named secret of the command.
+            digests[recorded_digest(tool, arguments)] = recorded_digest(tool, clean_arguments)
         except (CanonicalJSONError, AttributeError, TypeError, ValueError):
             pass  # no JSON form: the core refuses the request before any digest matters
         digests = {k: v for k, v in digests.items() if k != v}

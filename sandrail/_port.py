@@ -38,6 +38,7 @@ from sandrail._artifact_calls import (
     StreamingArtifactStore,
 )
 from sandrail._session_memory import memory_for
+from sandrail._telemetry import Telemetry
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
     MAX_TIMEOUT_SECONDS,
@@ -89,6 +90,7 @@ from sandrail.core._masking import MIN_REDACTED_LENGTH, Redactions
 from sandrail.core._shown import NOTHING_SHOWN, ShownIdentities, shown_by
 from sandrail.interpreters._drivers import drive, drive_async
 from sandrail.interpreters._masking import MaskedReads
+from sandrail.records._protocol import OwnershipRecord, note_answer
 
 __all__ = [
     "ALLOW",
@@ -137,6 +139,8 @@ class ToolPort:
         artifacts: ArtifactStore | None,
         redact: frozenset[str] = frozenset(),
         remember_owned_command: RememberOwnedCallback | None = None,
+        answers: OwnershipRecord | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._settings = settings
         self._backend = backend
@@ -154,6 +158,11 @@ class ToolPort:
         # recording (see sandrail._session_memory).
         self._masks = memory_for(backend, settings.session_id)
         self._masks.learn(redact)
+        # Where the last answer of each task is noted for operators, and
+        # where traces go (issue 17).
+        self._answers = answers
+        self._telemetry = telemetry if telemetry is not None else Telemetry()
+        self._tool_names = frozenset(definition.name for definition in settings.definitions)
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
@@ -189,6 +198,7 @@ class ToolPort:
             return self._execute_sync(call, request)
         finally:
             call.artifacts.abort_all()
+            call.trace.abandon("no_result")  # nothing when the call ended with one
 
     def _execute_sync(self, call: _Call, request: ToolRequest) -> ToolResult:
         try:
@@ -210,7 +220,7 @@ class ToolPort:
                     self._masks.secrets,
                     call.shown_identities(),
                 ),
-                call.interpret,
+                call.trace.step(call.interpret),
             )
         except FatalInterpreterError:
             raise
@@ -225,6 +235,7 @@ class ToolPort:
             return await self._execute(call, request)
         finally:
             call.artifacts.abort_all()
+            call.trace.abandon("no_result")  # nothing when the call ended with one
 
     async def _execute(self, call: _Call, request: ToolRequest) -> ToolResult:
         try:
@@ -237,7 +248,7 @@ class ToolPort:
                     self._masks.secrets,
                     call.shown_identities(),
                 ),
-                call.interpret_async,
+                call.trace.step_async(call.interpret_async),
             )
         except FatalInterpreterError:
             raise
@@ -304,6 +315,7 @@ class _Call:
         self.policy_drifted = False
         """The policy changed the arguments it was shown: the harness changed
         the request mid-call, which the next guard reports as drift (C9)."""
+        self.trace = port._telemetry.begin(request, port._tool_names, self.redactions)
 
     def open(self) -> None:
         open_call = getattr(self.port._backend, "open_call", None)
@@ -387,6 +399,9 @@ class _Call:
             # The result is true whatever the recorder makes of it; a
             # recorder that cannot write must report that itself.
             pass
+        if self.port._answers is not None:
+            note_answer(self.port._answers, self.request, self.port.settings.owner, result)
+        self.trace.end(result)
         return result
 
     def _note(self, effect: Effect) -> None:
@@ -556,8 +571,15 @@ class _Call:
             if port._remember_owned is not None:
                 # The harness's durable record; if it cannot be written, the
                 # program must not go on to a start it could not reconcile.
-                port._remember_owned(self.request, record)
-            return None
+                stored = port._remember_owned(self.request, record)
+                if isinstance(stored, OwnedCommand) and stored.task_id == effect.task_id:
+                    # A record that settles races answers with its row: another
+                    # writer's start may have been recorded first (issue 17).
+                    record = stored
+                    with port._ledger_lock:
+                        port._ledger[effect.task_id] = stored
+            # The program needs the row only when it is not what it asked for.
+            return None if record == _asked(effect) else record
         if isinstance(effect, AppendArtifact):
             return self.artifacts.append(effect)
         if isinstance(effect, OpenArtifact):
@@ -619,6 +641,18 @@ _REPORTS: dict[tuple[bool, bool, bool], AuthorityReport] = {
 """Every guard observation, made once (they are frozen values)."""
 
 
+def _asked(effect: RememberOwned) -> OwnedCommand:
+    """The row ``effect`` asks the record to keep, as it asks for it."""
+    return OwnedCommand(
+        task_id=effect.task_id,
+        operation_key=effect.operation_key,
+        sandbox_id=effect.sandbox_id,
+        launched=effect.launched,
+        ledger_epoch=effect.ledger_epoch,
+        launch_digest=effect.launch_digest,
+    )
+
+
 def _policy(decision: object) -> PolicyDecision:
     if isinstance(decision, (Allow, ApprovalRequired, Deny)):
         return decision
@@ -656,6 +690,9 @@ def command_tools(
     background_timeout_seconds: int = 300,
     allow_internet_access: bool = False,
     redact: Iterable[str] = (),
+    record: OwnershipRecord | None = None,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
 ) -> ToolPort:
     """The command tools: ``sandbox_status``, ``run_command``,
     ``read_command_output`` and ``stop_command``.
@@ -675,6 +712,17 @@ def command_tools(
       command and code ports of one session. With both, a retry after a
       restart expects the claim its first start may have made, so even a
       sandbox whose ledger was deleted never launches it twice (C2).
+    - ``record``: a durable ownership record (``sandrail.records.SQLiteRecord``
+      or ``PostgresRecord``) in place of the two callbacks: the port
+      remembers and resolves through it, and notes each task's last answer
+      there for operators (``sandrail uncertain``). A record (or
+      ``remember_owned_command``) that cannot be written means the start
+      never leaves (``error``, ``executed: false``); one that cannot be read
+      means ``uncertain``, never a launch.
+    - ``tracer_provider`` / ``meter_provider``: where the call's span and the
+      ``gen_ai.execute_tool.duration`` histogram go (OpenTelemetry; default:
+      the global providers, if opentelemetry-api is installed; giving one
+      without it raises ``ImportError`` with the install hint).
     - ``artifacts``: optional store for results cut to fit the budget.
     - ``redact``: values to mask in all output from the start (C17), e.g.
       the env values a restarted harness passed to this session's commands
@@ -708,6 +756,9 @@ def command_tools(
         background_timeout_seconds=background_timeout_seconds,
         allow_internet_access=allow_internet_access,
         redact=redact,
+        record=record,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
     )
 
 
@@ -726,6 +777,9 @@ def code_tools(
     background_timeout_seconds: int = 300,
     allow_internet_access: bool = False,
     redact: Iterable[str] = (),
+    record: OwnershipRecord | None = None,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
 ) -> ToolPort:
     """The snippet tool: ``run_code`` for a native owner, ``sandbox_run_code``
     for an agent owner. Same arguments and rules as :func:`command_tools`."""
@@ -749,6 +803,9 @@ def code_tools(
         background_timeout_seconds=background_timeout_seconds,
         allow_internet_access=allow_internet_access,
         redact=redact,
+        record=record,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
     )
 
 
@@ -798,6 +855,9 @@ def _build(
     background_timeout_seconds: int,
     allow_internet_access: bool,
     redact: Iterable[str],
+    record: OwnershipRecord | None = None,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
 ) -> ToolPort:
     if not callable(backend):
         raise TypeError("backend must be an interpreter: a callable from effect to outcome")
@@ -822,6 +882,18 @@ def _build(
         raise TypeError("authorize must be a callable: request -> ALLOW | ApprovalRequired | Deny")
     if not callable(assert_authority):
         raise TypeError("assert_authority must be a callable: request -> bool")
+    if record is not None:
+        if remember_owned_command is not None or resolve_owned_command is not None:
+            raise TypeError(
+                "give record= or the remember_owned_command/resolve_owned_command pair, not both"
+            )
+        if not all(
+            callable(getattr(record, name, None)) for name in ("remember", "resolve", "note")
+        ):
+            raise TypeError(
+                "record must be a sandrail.records.OwnershipRecord (SQLiteRecord, PostgresRecord)"
+            )
+        remember_owned_command, resolve_owned_command = record.remember, record.resolve
     if remember_owned_command is not None and not callable(remember_owned_command):
         raise TypeError(
             "remember_owned_command must be None or a callable: (request, OwnedCommand) -> None"
@@ -869,6 +941,8 @@ def _build(
         remember_owned_command=remember_owned_command,
         artifacts=artifacts,
         redact=secrets,
+        answers=record,
+        telemetry=Telemetry(tracer_provider, meter_provider),
     )
 
 

@@ -103,6 +103,7 @@ from sandrail.core import (
 )
 from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
 from sandrail.interpreters._cancel import CancelToken
+from sandrail.records._protocol import OwnershipRecord
 
 __all__ = ["MAX_CALL_TIMEOUT_SECONDS", "Toolset", "check_timeout", "refusal"]
 
@@ -152,8 +153,10 @@ class Toolset:
     (C2). A second toolset for the same session, or one after a restart,
     reaches them only through a durable record: pass
     ``remember_owned_command`` and ``resolve_owned_command`` (see the README's
-    "Retries, restarts and threads"). ``redact`` are values to mask from the
-    start (a restarted harness's env values).
+    "Retries, restarts and threads"), or ``record=`` (a
+    :mod:`sandrail.records` store). ``redact`` are values to mask from the
+    start (a restarted harness's env values). ``tracer_provider`` and
+    ``meter_provider``: see :func:`~sandrail.command_tools`.
 
     Raises ``TypeError`` or ``ValueError`` at once for a toolset that could
     not work, a ``max_output_bytes`` too small for the full identity of its
@@ -181,6 +184,9 @@ class Toolset:
         background_timeout_seconds: int = 300,
         allow_internet_access: bool = False,
         redact: Iterable[str] = (),
+        record: OwnershipRecord | None = None,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
     ) -> None:
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
@@ -202,6 +208,13 @@ class Toolset:
         self._max_output_bytes = max_output_bytes
         self._ports: dict[str, ToolPort] = {}
         self._abandoned: OrderedDict[str, ToolResult] = OrderedDict()
+        if record is not None:  # the ports share it as they share the callbacks
+            if remember_owned_command is not None or resolve_owned_command is not None:
+                raise TypeError(
+                    "give record= or the remember_owned_command/resolve_owned_command pair, "
+                    "not both"
+                )
+            remember_owned_command, resolve_owned_command = record.remember, record.resolve
         remember, resolve = _shared_record(remember_owned_command, resolve_owned_command)
         secrets = tuple(redact) if not isinstance(redact, str) else redact
         shared_masks = None
@@ -221,7 +234,10 @@ class Toolset:
                 background_timeout_seconds=background_timeout_seconds,
                 allow_internet_access=allow_internet_access,
                 redact=secrets,
+                tracer_provider=tracer_provider,
+                meter_provider=meter_provider,
             )
+            port._answers = record  # each task's last answer, for operators
             # One memory of values to mask for all the toolset's ports (C17).
             port._masks = masks = shared_masks if shared_masks is not None else port._masks
             shared_masks = masks
@@ -731,11 +747,13 @@ def _shared_record(
     record: dict[str, OwnedCommand] = {}
     lock = threading.Lock()
 
-    def remember_here(request: ToolRequest, owned: OwnedCommand) -> None:
+    def remember_here(request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
+        stored = remember(request, owned) if remember is not None else None
+        # A record that settles races answers with its row (issue 17).
+        kept = stored if isinstance(stored, OwnedCommand) else owned
         with lock:
-            record[owned.task_id] = owned
-        if remember is not None:
-            remember(request, owned)
+            record[owned.task_id] = kept
+        return kept
 
     def resolve_here(request: ToolRequest, task: str) -> OwnedCommand | None:
         found = resolve(request, task) if resolve is not None else None

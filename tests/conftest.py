@@ -11,6 +11,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# The real PostgreSQL server of the record and fleet tests (session scope).
+pytest_plugins = ["tests.postgres_server"]
+
 settings.register_profile("default", max_examples=60, deadline=None)
 settings.register_profile(
     "ci",

@@ -98,7 +98,8 @@ def test_c2_a_failing_durable_record_stops_the_launch_before_the_start() -> None
 
     rig = Rig(remember_owned_command=broken)
     result = rig.run("run_command", {"command": "echo once"})
-    assert result.status == "uncertain"  # the sandbox was ensured: a side effect
+    # Issue 17: the start never left, and the call says so.
+    assert (result.status, result.content["executed"]) == ("error", False)
     assert not any(isinstance(effect, Start) for effect in rig.sim.effects_seen)
     assert rig.sim.launches == {}
 

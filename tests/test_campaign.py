@@ -153,7 +153,12 @@ def test_json_output_shape() -> None:
     assert report["seed"] == 5
     assert report["schedules"] == 3
     assert list(report["violations"]) == list(CONTRACT_LINES)
-    assert set(report["coverage"]) == {kind.value for kind in FaultKind}
+    # Issue 17: the record's faults are kinds of the campaign too.
+    assert set(report["coverage"]) == {kind.value for kind in FaultKind} | {
+        "record_down",
+        "record_dropped",
+        "record_slow",
+    }
     assert report["shard"] == [0, 20]
     assert report["mutants"]["caught"] == report["mutants"]["total"] == 1
     assert report["mutants"]["expected"] == 1

@@ -122,7 +122,16 @@ def test_issue21_help_shows_every_command_summary_whole(width: int) -> None:
     listing = done.output.split("Commands:", 1)[1]
     assert "..." not in listing
     flowing = " ".join(listing.split())
-    assert sorted(main.commands) == ["code", "local-e2b", "mcp", "replay", "run", "simulate"]
+    assert sorted(main.commands) == [
+        "code",
+        "local-e2b",
+        "mcp",
+        "migrate-record",
+        "replay",
+        "run",
+        "simulate",
+        "uncertain",
+    ]
     for name, command in main.commands.items():
         paragraph = " ".join(inspect.cleandoc(command.help or "").split("\n\n")[0].split())
         summary = paragraph.split(". ")[0].rstrip(".") + "."

@@ -890,7 +890,7 @@ def test_c2_the_command_line_with_a_record_never_relaunches_after_its_sandbox_wa
     lost, and a retry with the same key made a new sandbox and launched it
     again. With ``--record FILE`` the retry expects its claim: ``uncertain``
     (exit 3), one launch in all. A record that is not one is a usage error."""
-    session, record = new_session(), tmp_path / "owned.jsonl"
+    session, record = new_session(), tmp_path / "owned.sqlite"
     mark = f"cli-{session}"
     common = ["--session", session, "--operation-key", "op-1", "--record", str(record)]
     status, first = _cli(server, *common, "--", server.mark(mark))
@@ -907,7 +907,7 @@ def test_c2_the_command_line_with_a_record_never_relaunches_after_its_sandbox_wa
         timeout=60,
     )
     assert done.returncode == 2
-    assert "line 1: not an ownership record" in done.stderr
+    assert "not a SQLite database" in done.stderr
     assert "Traceback" not in done.stderr
 
 

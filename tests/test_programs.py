@@ -202,9 +202,13 @@ def test_c11_an_abort_while_authorizing_is_canceled() -> None:
     assert (result.status, result.content["error_type"]) == ("error", ErrorCode.CANCELED.value)
 
 
-def test_c5_remembering_ownership_failing_after_ensure_is_uncertain() -> None:
+def test_c5_remembering_ownership_failing_after_ensure_means_the_start_never_leaves() -> None:
+    """Issue 17: a record that cannot be written before the first start:
+    the start never leaves (``error``, ``executed: false``)."""
     result = run("run_command", {"command": "x"}, {RememberOwned: FAIL_NOT_SENT})
-    assert result.status == "uncertain"
+    assert result.status == "error"
+    assert result.content["executed"] is False
+    assert result.content["error_type"] == ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE.value
 
 
 # ---------------------------------------------------------------------------
@@ -255,9 +259,12 @@ def test_read_of_an_owned_task_without_a_known_sandbox_inspects_first() -> None:
     assert failed.content["error_type"] == ErrorCode.READ_FAILED.value
 
 
-def test_c4_a_resolver_that_fails_means_not_owned() -> None:
+def test_c4_a_resolver_that_fails_refuses_naming_the_record() -> None:
+    """Issue 17: ownership that cannot be checked is refused before any
+    sandbox call, saying the record was unavailable (not "not owned")."""
     result = run("read_command_output", {"task_id": TASK}, {ResolveOwned: FAIL_NOT_SENT})
-    assert result.content["error_type"] == ErrorCode.NOT_OWNED.value
+    assert result.status == "error"
+    assert result.content["error_type"] == ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE.value
 
 
 @pytest.mark.parametrize(

@@ -133,8 +133,9 @@ def _reconcile(
     )
     with world.labelled("reconcile"):
         retried = port.execute_sync(again)
+    struck_kind = struck.faults[0].kind.value if struck.faults else struck.record_faults[0][1]
     return Retry(
-        kind=FaultKind.LEDGER_WIPED.value if wiped else struck.faults[0].kind.value,
+        kind=FaultKind.LEDGER_WIPED.value if wiped else struck_kind,
         step=f"{workload} · {step.label}",
         status=retried.status,
         error_type=retried.content.get("error_type"),
@@ -186,7 +187,7 @@ def _execute(
             with world.labelled(step.label):
                 result = port.execute_sync(request)
             record = world.calls[-1]
-            if reconcile and not struck and record.faults:
+            if reconcile and not struck and (record.faults or record.record_faults):
                 struck = True
                 if result.status == "uncertain":
                     retries.append(_reconcile(world, port, step, record, workload, wiped=wiped))

@@ -15,6 +15,7 @@ import attrs
 from sandrail.interpreters.simulator import FaultKind
 from sandrail.testing._faults import TRANSIENT_KINDS
 from sandrail.testing._judge import CONTRACT_LINES, Violation
+from sandrail.testing._record_faults import RECORD_FAULT_KINDS as RECORD_KINDS
 
 from ._tallies import DECISIVE_GOAL, STATUSES, Tallies
 
@@ -32,10 +33,13 @@ __all__ = [
 UNREACHABLE: dict[tuple[str, str], str] = {
     (kind.value, "ok"): "a struck sandbox effect fails or flips the harness: never ok"
     for kind in FaultKind
+} | {
+    (kind, "ok"): "a struck record read or write fails the call: never ok" for kind in RECORD_KINDS
 }
 """Coverage cells (fault kind, status of the struck call) no plan can reach, and why."""
 
-_TRANSIENT = tuple(kind.value for kind in TRANSIENT_KINDS)
+_TRANSIENT = tuple(kind.value for kind in TRANSIENT_KINDS) + RECORD_KINDS
+"""Kinds after which a retry must be decisive: the record's are transient too."""
 
 UNCERTAIN_RETRY_CLASSES: Mapping[str, str] = {
     FaultKind.LEDGER_WIPED.value: (
@@ -143,7 +147,9 @@ class CampaignReport(Tallies):
             "calls": self.calls,
             "violations": {line: self.violations.get(line, 0) for line in CONTRACT_LINES},
             **self.tallies_json(
-                (kind.value for kind in FaultKind), _TRANSIENT, unreachable=UNREACHABLE
+                (*(kind.value for kind in FaultKind), *RECORD_KINDS),
+                _TRANSIENT,
+                unreachable=UNREACHABLE,
             ),
             "mutants": {
                 "caught": sum(m.caught for m in self.mutants),

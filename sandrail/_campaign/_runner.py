@@ -33,6 +33,7 @@ from sandrail.testing._judge import Violation
 from ._execute import PlanOutcome, run_schedule, run_workload
 from ._mutants import MUTANTS, Mutant
 from ._plans import Schedule, Workload, random_schedule, single_fault_plans, workloads
+from ._records import describe_record_plan, record_fault_runs, run_record_plan
 from ._report import CampaignReport, Failure, MutantResult
 
 __all__ = [
@@ -50,7 +51,7 @@ __all__ = [
 DEFAULT_SCHEDULES = 3_000
 _CHUNK = 16
 
-ItemKind = Literal["mutant", "single", "schedule"]
+ItemKind = Literal["mutant", "single", "record", "schedule"]
 Item = tuple[ItemKind, int]
 
 
@@ -99,6 +100,7 @@ def _items(schedules: int, mutants: bool) -> list[Item]:
     if mutants:
         found += [("mutant", index) for index in range(len(MUTANTS))]
     found += [("single", index) for index in range(len(_single_runs()))]
+    found += [("record", index) for index in range(len(record_fault_runs()))]
     found += [("schedule", index) for index in range(schedules)]
     return found
 
@@ -245,6 +247,8 @@ def _tally(report: CampaignReport, outcome: PlanOutcome) -> None:
         assert record.result is not None
         for fault in record.faults:
             report.coverage.setdefault(fault.kind.value, Counter())[record.result.status] += 1
+        for _, kind in record.record_faults:
+            report.coverage.setdefault(kind, Counter())[record.result.status] += 1
     transient = {kind.value for kind in TRANSIENT_KINDS}
     for retry in outcome.retries:
         report.reconciled.setdefault(retry.kind, Counter())[retry.status] += 1
@@ -259,6 +263,16 @@ def _run_item(report: CampaignReport, item: Item, failures_dir: Path | None) -> 
     kind, index = item
     if kind == "mutant":
         report.mutants.append(run_mutant(MUTANTS[index]))
+        return
+    if kind == "record":
+        workload, fault = record_fault_runs()[index]
+        outcome = run_record_plan(workload, fault)
+        report.single_fault_plans += 1
+        _tally(report, outcome)
+        new = _first_new(outcome.violations)
+        if new is not None:
+            _SHOWN.add(new.line)
+            report.failures.append(Failure(new, describe_record_plan(workload, fault), ()))
         return
     if kind == "single":
         workload, plan = _single_runs()[index]
@@ -341,6 +355,7 @@ def run_campaign(
         _collect(report, results, advance)
     else:
         _single_runs()  # once, before the workers fork
+        record_fault_runs()
         context = multiprocessing.get_context(
             "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         )

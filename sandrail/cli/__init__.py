@@ -25,9 +25,11 @@ import sandrail
 from .code import code
 from .local_e2b import local_e2b
 from .mcp import mcp
+from .migrate_record import migrate_record
 from .replay import replay
 from .run import run
 from .simulate import simulate
+from .uncertain import uncertain
 
 __all__ = ["main"]
 
@@ -71,3 +73,5 @@ main.add_command(local_e2b)
 main.add_command(replay)
 main.add_command(simulate)
 main.add_command(mcp)
+main.add_command(uncertain)
+main.add_command(migrate_record)

@@ -18,6 +18,7 @@ from sandrail._campaign import (
     UNREACHABLE,
     CampaignReport,
 )
+from sandrail._campaign._records import RECORD_KINDS
 from sandrail._campaign._wire import (
     NO_WIRE_EQUIVALENT,
     TRANSIENT_WIRE_KINDS,
@@ -59,20 +60,20 @@ def render(report: CampaignReport) -> Group:
     coverage.add_column("fault kind", no_wrap=True)
     _add_status_columns(coverage)
     notes: dict[str, str] = {}
-    transient = {kind.value for kind in TRANSIENT_KINDS}
-    for kind in FaultKind:
+    transient = {kind.value for kind in TRANSIENT_KINDS} | set(RECORD_KINDS)
+    for kind in (*(kind.value for kind in FaultKind), *RECORD_KINDS):
         cells = []
         for status in STATUSES:
-            count = report.coverage.get(kind.value, Counter()).get(status, 0)
-            reason = UNREACHABLE.get((kind.value, status))
+            count = report.coverage.get(kind, Counter()).get(status, 0)
+            reason = UNREACHABLE.get((kind, status))
             if not count and reason is not None:
                 mark = notes.setdefault(reason, "*" * (len(notes) + 1))
                 cells.append(f"— {mark}")
             else:
                 cells.append(str(count) if count else "[yellow]0[/]")
-        retried = report.reconciled.get(kind.value, Counter())
-        cells += _retry_cells(retried, transient=kind.value in transient)
-        coverage.add_row(kind.value, *cells)
+        retried = report.reconciled.get(kind, Counter())
+        cells += _retry_cells(retried, transient=kind in transient)
+        coverage.add_row(kind, *cells)
     coverage.caption = "  ".join(f"{mark} unreachable: {reason}" for reason, mark in notes.items())
     coverage.caption += (
         "\n↻: the retry with the same operation key after a struck call came back uncertain."

@@ -19,17 +19,17 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Final, NoReturn, TypeVar
 
 import click
 
 import sandrail
 from sandrail.interpreters._cancel import CancelToken
+from sandrail.records import OwnershipRecord
 
 from ._backends import backend_option, close_backend, make_backend
 from ._interrupt import cancelled_by_signals
-from ._record import FileRecord, RecordError
+from ._record import open_record_option
 
 __all__ = ["EXIT_STATUS", "UNWRITTEN", "call_tool", "tool_call_options"]
 
@@ -59,14 +59,15 @@ _key_option = click.option(
 )
 _record_option = click.option(
     "--record",
-    "record_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    "record_spec",
+    metavar="PATH|postgresql://...",
     default=None,
-    help="Keep the ownership record of launched tasks in this file (JSON lines). "
-    "Each invocation is a harness restart: without a record, a retry in a later "
-    "invocation finds the first launch only while the sandbox and its ledger "
-    "survive; with it, a retry whose sandbox or ledger was lost is uncertain, "
-    "never a second launch.",
+    help="Keep the ownership record of launched tasks in this SQLite file (made if "
+    "missing) or PostgreSQL database (needs the postgres extra). Each invocation is "
+    "a harness restart: without a record, a retry in a later invocation finds the "
+    "first launch only while the sandbox and its ledger survive; with it, a retry "
+    "whose sandbox or ledger was lost is uncertain, never a second launch. "
+    "`sandrail uncertain --record ...` lists what stayed uncertain.",
 )
 _session_option = click.option(
     "--session",
@@ -114,7 +115,7 @@ def call_tool(
     backend: str,
     max_output_bytes: int,
     operation_key: str | None,
-    record_path: Path | None,
+    record_spec: str | None,
     session_id: str,
     indent: int | None,
 ) -> None:
@@ -124,16 +125,17 @@ def call_tool(
     E2B SDK opened must not outlive the interpreter (issue 9, item 13).
     SIGINT and SIGTERM abort the call (see the module doc)."""
     with cancelled_by_signals() as abort:
+        record = open_record_option(record_spec)
         try:
-            record = None if record_path is None else FileRecord(record_path)
-        except RecordError as exc:
-            raise click.BadParameter(str(exc), param_hint="--record") from None
-        chosen = make_backend(backend)
-        try:
-            port = _port(factory, chosen, session_id, max_output_bytes, record)
-            result = port.execute_sync(_request(port, tool, arguments, operation_key, abort))
+            chosen = make_backend(backend)
+            try:
+                port = _port(factory, chosen, session_id, max_output_bytes, record)
+                result = port.execute_sync(_request(port, tool, arguments, operation_key, abort))
+            finally:
+                close_backend(chosen)
         finally:
-            close_backend(chosen)
+            if record is not None:
+                record.close()
         _print_and_exit(result, indent)
 
 
@@ -158,7 +160,7 @@ def _port(
     backend: Any,
     session_id: str,
     budget: int,
-    record: FileRecord | None = None,
+    record: OwnershipRecord | None = None,
 ) -> sandrail.ToolPort:
     """A port for one command-line call: this process is the harness, so
     policy allows the call and the caller holds its authority. A value the
@@ -171,8 +173,7 @@ def _port(
             authorize=lambda request: sandrail.ALLOW,
             assert_authority=lambda request: True,
             max_output_bytes=budget,
-            remember_owned_command=None if record is None else record.remember,
-            resolve_owned_command=None if record is None else record.resolve,
+            record=record,
         )
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None

@@ -46,10 +46,16 @@ def local_e2b(port: int, isolation: str, signal_scope: str) -> None:
     """Run an E2B control plane and envd on 127.0.0.1 that the unmodified e2b SDK
     talks to, running real processes on this machine.
 
+    It does not do: templates (only 'base', this machine's own filesystem),
+    pause, resume, snapshots or forks, PTYs, sandbox URLs (get_host), egress
+    rules finer than none at all (allow_internet_access=False: only loopback),
+    volumes. What of these reaches it is refused: "local-e2b does not support ...".
+
     A development and test tool, NOT a security boundary: sandboxes share this
-    machine's kernel, network and process table.
+    machine's kernel and process table (and its network, unless created
+    without internet access); root in a sandbox is root on this machine.
     """
-    for module in ("e2b", "uvicorn", "python_multipart"):
+    for module in ("e2b", "uvicorn", "python_multipart", "inotify_simple"):
         if importlib.util.find_spec(module) is None:
             raise click.UsageError(
                 f"local-e2b needs {module}: pip install 'sandrail[local-e2b]'", ctx=None
@@ -61,7 +67,8 @@ def local_e2b(port: int, isolation: str, signal_scope: str) -> None:
         click.echo("sandrail local-e2b: an E2B control plane and envd on this machine.")
         click.secho(
             "A development and test tool, NOT a security boundary: sandboxes share this "
-            "machine's kernel, network and process table.",
+            "machine's kernel and process table (and its network, unless created without "
+            "internet access).",
             fg="yellow",
             bold=True,
         )

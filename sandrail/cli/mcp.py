@@ -18,6 +18,7 @@ import click
 import sandrail
 
 from ._backends import backend_option, close_backend, make_backend
+from ._record import open_record_option
 
 __all__ = ["mcp"]
 
@@ -90,6 +91,14 @@ def _loopback(host: str) -> bool:
     show_default=True,
     help="Byte budget of each result's text.",
 )
+@click.option(
+    "--record",
+    "record_spec",
+    metavar="PATH|postgresql://...",
+    default=None,
+    help="Keep the ownership record in this SQLite file or PostgreSQL database, so a "
+    "restarted server (same --session) never launches a task twice.",
+)
 def mcp(
     transport: str,
     host: str,
@@ -100,6 +109,7 @@ def mcp(
     agent_id: str,
     profile: sandrail.Profile,
     max_output_bytes: int,
+    record_spec: str | None,
 ) -> None:
     """Serve the sandrail tools over MCP (needs the mcp extra).
 
@@ -120,6 +130,7 @@ def mcp(
             f"--host {host} is not loopback and the server has no authentication; "
             "pass --allow-remote to serve it anyway."
         )
+    record = open_record_option(record_spec)  # kept until the process ends
     chosen = make_backend(backend)
     try:
         toolset = sandrail.Toolset(
@@ -129,6 +140,7 @@ def mcp(
             authorize=lambda request: sandrail.ALLOW,
             assert_authority=lambda request: True,
             max_output_bytes=max_output_bytes,
+            record=record,
         )
         app = mcp_server(toolset, profile=profile)
     except (TypeError, ValueError) as exc:

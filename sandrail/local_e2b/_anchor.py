@@ -6,16 +6,24 @@ standard input to close. While it lives, the server enters its namespace
 (``/proc/<pid>/ns/mnt``) to start commands and reads the sandbox's files
 through ``/proc/<pid>/root``.
 
-Run as ``python -I -S _anchor.py SANDBOX_DIR`` under ``unshare --mount
---propagation private`` (plus ``--user --map-root-user`` without root): it
-imports nothing outside the standard library, so it starts in milliseconds.
-Exit status 3 and a message on stderr when a mount fails.
+Run as ``python -I -S _anchor.py SANDBOX_DIR [MARK_PORT]`` under ``unshare
+--mount --propagation private`` (plus ``--user --map-root-user`` without
+root): it imports nothing outside the standard library, so it starts in
+milliseconds. Its standard output is a Unix socket to the server. A
+``MARK_PORT`` means the sandbox has no egress (``unshare --net`` too): the
+anchor brings up the loopback of its fresh network namespace and passes the
+server, with ``ready`` (``SCM_RIGHTS``), a socket listening on that port of
+the sandbox's loopback: the server's mark listener, reachable from inside
+where the server's own loopback is not. Exit status 3 and a message on stderr when a step fails.
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
+import socket
+import struct
 import sys
 
 __all__ = ["main"]
@@ -129,7 +137,34 @@ def _template_programs() -> None:
                 break
 
 
-def main(sandbox_dir: str) -> int:
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+
+
+def _loopback_up() -> None:
+    """Bring ``lo`` up: a fresh network namespace has it, down."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(probe, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(probe, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+
+
+def _ready(mark_port: int) -> None:
+    """Tell the server the sandbox is ready, with the mark listener if asked."""
+    with socket.socket(fileno=os.dup(1)) as channel:
+        if not mark_port:
+            channel.sendall(b"ready\n")
+            return
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", mark_port))
+        listener.listen(64)
+        socket.send_fds(channel, [b"ready\n"], [listener.fileno()])
+        listener.close()
+
+
+def main(sandbox_dir: str, mark_port: int = 0) -> int:
     try:
         _mount("tmpfs", "/home", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=755")
         os.mkdir("/home/user")
@@ -142,13 +177,15 @@ def main(sandbox_dir: str) -> int:
         # Last: the sources above may live under this machine's /tmp.
         _mount(f"{sandbox_dir}/tmp", "/tmp", None, _MS_BIND)
         _read_only_rest()
+        if mark_port:
+            _loopback_up()
+        _ready(mark_port)
     except Exception as exc:  # any failure is reported to the server as text
         print(f"local-e2b anchor: {exc}", file=sys.stderr, flush=True)
         return 3
-    print("ready", flush=True)
     sys.stdin.buffer.read()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0))

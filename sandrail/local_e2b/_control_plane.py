@@ -10,7 +10,15 @@ otherwise). Routes and answers are the ones the e2b SDK parses:
 ``GET /sandboxes/{id}``                  200 ``SandboxDetail``; 404
 ``DELETE /sandboxes/{id}``               204; 404
 ``POST /sandboxes/{id}/timeout``         204; 404
+``GET /sandboxes/{id}/metrics``          200 ``[SandboxMetric]``; 404
 =======================================  ======================================
+
+Every other route of E2B's API (pause, resume, fork, snapshots, logs,
+network updates, templates, volumes, secrets...) answers ``501 {"message":
+"local-e2b does not support ..."}``, which the SDK raises as a
+``SandboxException`` carrying that text: never a 404, which the SDK would
+report as "sandbox not found" about a sandbox that runs (an operation on a
+sandbox that does not exist is a 404, as on E2B).
 
 Errors answer ``{"code": status, "message": text}``.
 """
@@ -18,7 +26,9 @@ Errors answer ``{"code": status, "message": text}``.
 from __future__ import annotations
 
 import json
+import re
 import secrets
+import time
 import traceback
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -36,11 +46,14 @@ from ._asgi import (
     send_json,
 )
 from ._faults import Route, route_of
-from ._sandboxes import MAX_TIMEOUT, SandboxError, Sandboxes
+from ._options import DEFAULT_TIMEOUT, MAX_TIMEOUT
+from ._sandboxes import Sandbox, SandboxError, Sandboxes, parse_time
+from ._unsupported import unsupported_api
 
 __all__ = ["ControlPlane"]
 
 _BODY_LIMIT = 1024 * 1024
+_SANDBOX_OPERATION = re.compile(r"^/(?:v2/)?sandboxes/([^/]+)/.+")
 
 
 def _metadata_filter(raw: str | None) -> dict[str, str]:
@@ -51,10 +64,8 @@ def _metadata_filter(raw: str | None) -> dict[str, str]:
     return {unquote(key): unquote(value) for key, value in parse_qsl(raw, keep_blank_values=True)}
 
 
-def _timeout(body: dict[str, Any], required: bool) -> int | None:
-    value = body.get("timeout")
-    if value is None and not required:
-        return None
+def _timeout(body: dict[str, Any], default: int | None = None) -> int:
+    value = body.get("timeout", default)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TIMEOUT:
         raise SandboxError(400, f"timeout must be an integer from 0 to {MAX_TIMEOUT} seconds")
     return value
@@ -114,13 +125,15 @@ class ControlPlane:
         if route is Route.LIST:
             return self._list(scope)
         if route is None or not sandbox_id:
-            raise SandboxError(404, f"no route for {scope['method']} {path}")
+            raise self._unsupported(scope["method"], path)
         if route is Route.CONNECT:
             body = await self._body(receive)
             sandbox = boxes.require(sandbox_id[0])
-            seconds = _timeout(body, required=False)
-            if seconds is not None:
-                boxes.extend(sandbox, seconds)
+            # ``memory`` only matters to a paused sandbox, and none ever is.
+            if body.get("memory") not in (None, True, False):
+                raise SandboxError(400, "memory must be a boolean")
+            # E2B: an omitted timeout is 300 s; connect only ever extends.
+            boxes.extend(sandbox, _timeout(body, DEFAULT_TIMEOUT))
             return 200, sandbox.created(), []
         if route is Route.INFO:
             sandbox = boxes.require(sandbox_id[0])
@@ -128,13 +141,33 @@ class ControlPlane:
         if route is Route.KILL:
             await boxes.end(boxes.require(sandbox_id[0]), "killed")
             return 204, None, []
+        if route is Route.METRICS:
+            return 200, self._metrics(scope, boxes.require(sandbox_id[0])), []
         if route is Route.SET_TIMEOUT:
             body = await self._body(receive)
-            seconds = _timeout(body, required=True)
-            assert seconds is not None
-            boxes.set_timeout(boxes.require(sandbox_id[0]), seconds)
+            boxes.set_timeout(boxes.require(sandbox_id[0]), _timeout(body))
             return 204, None, []
-        raise SandboxError(404, f"no route for {scope['method']} {path}")
+        raise self._unsupported(scope["method"], path)
+
+    def _unsupported(self, method: str, path: str) -> SandboxError:
+        """501 naming what is not supported; but 404 for an operation on a
+        sandbox that does not exist (E2B's answer, and true)."""
+        on_sandbox = _SANDBOX_OPERATION.match(path)
+        if on_sandbox is not None:
+            self._sandboxes.require(on_sandbox.group(1))
+        return SandboxError(501, unsupported_api(method, path))
+
+    def _metrics(self, scope: Scope, sandbox: Sandbox) -> list[dict[str, Any]]:
+        """Measure now, then every sample from ``start`` (default: the
+        sandbox's start) to ``end`` (default: now), in Unix seconds."""
+        params = query(scope)
+        sandbox.meter.sample()
+        try:
+            start = int(params.get("start") or int(sandbox.started_at))
+            end = int(params.get("end") or int(time.time()))
+        except ValueError as exc:
+            raise SandboxError(400, "start and end must be Unix seconds") from exc
+        return [sample.to_json() for sample in sandbox.meter.between(start, end)]
 
     def _list(self, scope: Scope) -> tuple[int, Any, list[tuple[str, str]]]:
         params = query(scope)
@@ -147,15 +180,18 @@ class ControlPlane:
             raise SandboxError(400, "limit must be an integer") from exc
         if not 1 <= limit <= 100:
             raise SandboxError(400, "limit must be from 1 to 100")
-        order = params.get("order") or "asc"
+        order = params.get("order") or "desc"  # E2B lists the newest first
         if order not in ("asc", "desc"):
             raise SandboxError(400, "order must be asc or desc")
+        after = params.get("startedAfter")
         page, token = self._sandboxes.listing(
             metadata=_metadata_filter(params.get("metadata")),
             states=states,
+            started_after=None if not after else parse_time(after),
+            template=params.get("template") or None,
             limit=limit,
             next_token=params.get("nextToken") or None,
             descending=order == "desc",
         )
         headers = [("x-next-token", token)] if token else []
-        return 200, [sandbox.detail() for sandbox in page], headers
+        return 200, [sandbox.listed() for sandbox in page], headers

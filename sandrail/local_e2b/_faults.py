@@ -46,6 +46,7 @@ class Route(enum.StrEnum):
     INFO = "GET /sandboxes/{id}"
     KILL = "DELETE /sandboxes/{id}"
     SET_TIMEOUT = "POST /sandboxes/{id}/timeout"
+    METRICS = "GET /sandboxes/{id}/metrics"
     HEALTH = "GET /health"
     READ_FILE = "GET /files"
     WRITE_FILE = "POST /files"
@@ -71,7 +72,7 @@ class Route(enum.StrEnum):
         return "api" if "sandboxes" in self.value else "envd"
 
 
-_ID = re.compile(r"^/(v2/)?sandboxes/([^/]+)(/connect|/timeout)?$")
+_ID = re.compile(r"^/(v2/)?sandboxes/([^/]+)(/connect|/timeout|/metrics)?$")
 _BY_TEXT = {route.value: route for route in Route}
 
 

@@ -7,7 +7,13 @@ a relative path is taken from that user's home, missing parent directories
 are created, and new files and directories belong to that user. ``GET``
 honours a single ``Range`` (206) and ``Accept-Encoding: gzip``. Uploads are
 streamed to disk, never held whole; a body that inflates past
-``max_upload_bytes`` is refused with 413 and its partial file removed.
+``max_upload_bytes`` is refused with 413 and its partial file removed. An
+upload's ``X-Metadata-*`` headers become every written file's metadata,
+replacing what it had (``_metadata``); the answer lists each file with the
+metadata it now has. Each file is written with envd's system calls in
+envd's order (so a watcher sees the same events): an existing file is
+handed to the user, then truncated; a new one created, then handed over;
+then the body; then the metadata.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from ._asgi import Receive, Scope, Send, body_chunks, drain, header, query, send_bytes, send_json
 from ._fsview import expand_path
 from ._isolation import User
+from ._metadata import from_headers, validate, write_metadata
 from ._sandboxes import Sandbox
 
 __all__ = ["read_file", "write_files"]
@@ -144,8 +151,9 @@ async def _send_file(scope: Scope, send: Send, fd: int, size: int) -> None:
 class _Sink:
     """Writes uploaded files, counting bytes against the limit."""
 
-    def __init__(self, sandbox: Sandbox, user: User, limit: int) -> None:
+    def __init__(self, sandbox: Sandbox, user: User, limit: int, metadata: dict[str, str]) -> None:
         self.sandbox, self.user, self.limit = sandbox, user, limit
+        self.metadata = metadata
         self.written = 0
         self.done: list[dict[str, Any]] = []
         self.fd = -1
@@ -176,11 +184,22 @@ class _Sink:
 
     def close(self) -> None:
         if self.fd >= 0:
+            try:
+                write_metadata(self.fd, self.metadata)
+            except OSError as exc:
+                self.abort()
+                raise _error(exc, self.path) from exc
             os.close(self.fd)
             self.fd = -1
-            self.done.append(
-                {"path": self.path, "name": os.path.basename(self.path), "type": "file"}
-            )
+            done: dict[str, Any] = {
+                "path": self.path,
+                "name": os.path.basename(self.path),
+                "type": "file",
+            }
+            kept = self.sandbox.files.metadata(self.path)
+            if kept:
+                done["metadata"] = kept
+            self.done.append(done)
             self.path = ""
 
     def abort(self) -> None:
@@ -217,7 +236,15 @@ async def write_files(
     try:
         params = query(scope)
         user = _user(sandbox, params)
-        sink = _Sink(sandbox, user, limit)
+        metadata = from_headers(
+            (bytes(k).decode("latin-1"), bytes(v).decode("latin-1"))
+            for k, v in scope.get("headers", ())
+        )
+        try:
+            validate(metadata)
+        except ValueError as exc:
+            raise _Refused(400, f"invalid metadata: {exc}") from exc
+        sink = _Sink(sandbox, user, limit, metadata)
         media, options = parse_options_header(header(scope, "content-type") or "")
         try:
             if media == b"application/octet-stream":

@@ -9,12 +9,21 @@ file the sandbox's own ``root`` could not reach at that path. Operations on
 the last component (mkdir, unlink, rename, lstat) go through the parent's
 descriptor (``dir_fd``). Like envd, the file API acts as root and hands new
 files and directories to the requesting user.
+
+Entries are described as envd describes them (``GetEntryInfo``): from the
+path itself (``lstat``: name, size, permissions, owner, times), but a
+symbolic link reports the type and permission bits of what it points to and,
+as its target, the absolute path it resolves to (every link on the way
+followed, inside the sandbox); permissions read as Go's ``FileMode`` prints
+them (``dtrwxrwxrwx`` for ``/tmp``, ``Lrwxrwxrwx`` for a link); metadata is
+the file's ``user.e2b.*`` extended attributes (``_metadata``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import grp
 import os
 import posixpath
 import pwd
@@ -25,7 +34,11 @@ from contextlib import contextmanager
 
 import attrs
 
-__all__ = ["Entry", "FsView", "expand_path"]
+from ._metadata import read_metadata
+
+__all__ = ["Entry", "FsView", "expand_path", "go_permissions"]
+
+_MAX_LINKS = 255
 
 _SYS_OPENAT2 = 437
 _RESOLVE_NO_MAGICLINKS = 0x02
@@ -65,6 +78,38 @@ class Entry:
     group: str
     modified_ns: int
     symlink_target: str | None
+    metadata: Mapping[str, str] | None = None
+
+
+_GO_TYPES = (
+    (stat_module.S_IFDIR, "d"),
+    (stat_module.S_IFLNK, "L"),
+    (stat_module.S_IFBLK, "D"),
+    (stat_module.S_IFCHR, "Dc"),
+    (stat_module.S_IFIFO, "p"),
+    (stat_module.S_IFSOCK, "S"),
+)
+
+
+def go_permissions(mode: int) -> str:
+    """``mode`` (``st_mode``) as Go's ``os.FileMode.String()`` prints it,
+    which is what envd reports: type letters in Go's order
+    (``dalTLDpSugct?``), then ``rwx`` bits; ``-`` when there are no letters."""
+    kind = stat_module.S_IFMT(mode)
+    letters = dict(_GO_TYPES).get(kind, "")
+    flags = ""
+    if mode & stat_module.S_ISUID:
+        flags += "u"
+    if mode & stat_module.S_ISGID:
+        flags += "g"
+    # Go's order: d, L, D, p, S, u, g, c, t.
+    head = letters.replace("c", "") + flags + ("c" if "c" in letters else "")
+    if mode & stat_module.S_ISVTX:
+        head += "t"
+    bits = "".join(
+        char if mode & (1 << (8 - index)) else "-" for index, char in enumerate("rwxrwxrwx")
+    )
+    return (head or "-") + bits
 
 
 class FsView:
@@ -138,19 +183,33 @@ class FsView:
 
     def create_file(self, path: str, uid: int, gid: int) -> int:
         """Open ``path`` for writing (created or truncated, parents made),
-        owned by ``uid``:``gid``; returns the descriptor. ``IsADirectoryError``
-        if it is a directory."""
+        owned by ``uid``:``gid``; returns the descriptor.
+        ``IsADirectoryError`` if it is a directory, ``OSError(EINVAL)`` if
+        it is not a regular file (a FIFO must not stall the server).
+
+        envd's order, for the same inotify events: an existing file is
+        handed over first, then truncated (ATTRIB, MODIFY); a new one is
+        created, then handed over (CREATE, ATTRIB)."""
         self.ensure_dirs(posixpath.dirname(path), uid, gid)
-        if self.exists(path) and stat_module.S_ISDIR(self.stat(path).st_mode):
+        try:
+            info: os.stat_result | None = self.stat(path)
+        except FileNotFoundError:
+            info = None
+        if info is not None and stat_module.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
-        # O_NONBLOCK: a FIFO must not stall the server; only regular files are written.
-        fd = self.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
+        if info is not None and not stat_module.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        if info is not None:
+            with self._fd(path, os.O_PATH) as existing:
+                os.chown(f"/proc/self/fd/{existing}", uid, gid)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
+        fd = self.open(path, flags, 0o644)
         if not stat_module.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
             raise OSError(errno.EINVAL, "not a regular file", path)
         os.set_blocking(fd, True)
-        os.ftruncate(fd, 0)
-        os.fchown(fd, uid, gid)
+        if info is None:
+            os.fchown(fd, uid, gid)
         return fd
 
     def make_dir(self, path: str, uid: int, gid: int) -> None:
@@ -187,30 +246,70 @@ class FsView:
             os.stat(src_name, dir_fd=src_fd, follow_symlinks=False)
             os.rename(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
 
+    def resolve(self, path: str) -> str:
+        """``path`` with every symbolic link on it followed, inside the
+        sandbox (Go's ``filepath.EvalSymlinks``): ``FileNotFoundError`` if a
+        part is missing, ``OSError(ELOOP)`` after 255 links."""
+        done, links = "/", 0
+        rest = [part for part in path.split("/") if part]
+        while rest:
+            part = rest.pop(0)
+            if part == ".":
+                continue
+            if part == "..":
+                done = posixpath.dirname(done)
+                continue
+            candidate = posixpath.join(done, part)
+            with self.parent(candidate) as (fd, name):
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                target = os.readlink(name, dir_fd=fd) if stat_module.S_ISLNK(info.st_mode) else None
+            if target is None:
+                done = candidate
+                continue
+            links += 1
+            if links > _MAX_LINKS:
+                raise OSError(errno.ELOOP, "too many links", path)
+            if target.startswith("/"):
+                done = "/"
+            rest[:0] = [part for part in target.split("/") if part]
+        return done
+
+    def metadata(self, path: str) -> Mapping[str, str] | None:
+        """The metadata of ``path`` (links followed), ``None`` if none or
+        unreadable (best effort, as envd)."""
+        try:
+            fd = self.open(path, os.O_PATH)
+        except OSError:
+            return None
+        try:
+            return read_metadata(f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
+
     def entry(self, path: str) -> Entry:
-        """What ``path`` is; raises ``OSError`` (``FileNotFoundError``...)."""
+        """What ``path`` is (see the module doc); raises ``OSError``
+        (``FileNotFoundError``...)."""
         with self.parent(path) if path != "/" else _root_parent(self._root) as (fd, name):
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            target = os.readlink(name, dir_fd=fd) if stat_module.S_ISLNK(info.st_mode) else None
-        shown = info
-        if target is not None:
-            try:
-                shown = self.stat(path)
-            except OSError:
-                shown = info
-        return self._entry(path, info, shown, target)
+        return self._entry(path, info)
 
-    def _entry(
-        self, path: str, info: os.stat_result, shown: os.stat_result, target: str | None
-    ) -> Entry:
-        mode = shown.st_mode
+    def _entry(self, path: str, info: os.stat_result) -> Entry:
+        kind_of = info.st_mode
+        target = None
+        if stat_module.S_ISLNK(info.st_mode):
+            try:
+                target = self.resolve(path)
+            except OSError:
+                target = path  # envd: an unresolvable link's target is itself
+            try:
+                kind_of = self.stat(target).st_mode
+            except OSError:
+                kind_of = 0  # what it points to is unknown: no type, no bits
         kind = (
             "dir"
-            if stat_module.S_ISDIR(mode)
+            if stat_module.S_ISDIR(kind_of)
             else "file"
-            if stat_module.S_ISREG(mode)
-            else "symlink"
-            if stat_module.S_ISLNK(mode)
+            if stat_module.S_ISREG(kind_of)
             else "other"
         )
         return Entry(
@@ -219,51 +318,47 @@ class FsView:
             kind=kind,
             is_symlink=target is not None,
             size=info.st_size,
-            mode=stat_module.S_IMODE(info.st_mode),
-            permissions=stat_module.filemode(info.st_mode),
+            mode=kind_of & 0o777,
+            permissions=go_permissions(info.st_mode),
             owner=self._name(info.st_uid),
             group=self._name(info.st_gid, group=True),
             modified_ns=info.st_mtime_ns,
             symlink_target=target,
+            metadata=self.metadata(path),
         )
 
     def _name(self, number: int, group: bool = False) -> str:
         if number in self._names:
             return self._names[number]
-        if not group:
-            try:
-                return pwd.getpwuid(number).pw_name
-            except KeyError:
-                pass
-        return str(number)
+        try:
+            return grp.getgrgid(number).gr_name if group else pwd.getpwuid(number).pw_name
+        except KeyError:
+            return str(number)
 
     def list_dir(self, path: str, depth: int) -> list[Entry]:
-        """Entries under directory ``path`` down to ``depth`` levels, not
-        following symlinks below it. ``NotADirectoryError`` if it is not one."""
-        if not stat_module.S_ISDIR(self.stat(path).st_mode):
+        """Entries under directory ``path`` (links on it followed) down to
+        ``depth`` levels, not following links below it, each named under
+        ``path`` as asked. ``NotADirectoryError`` if it is not one."""
+        resolved = self.resolve(path)
+        if not stat_module.S_ISDIR(self.stat(resolved).st_mode):
             raise NotADirectoryError(errno.ENOTDIR, "path is not a directory", path)
         entries: list[Entry] = []
-        self._walk(path, depth, entries)
+        self._walk(resolved, path, depth, entries)
         return entries
 
-    def _walk(self, path: str, depth: int, into: list[Entry]) -> None:
-        with self._fd(path, os.O_RDONLY | os.O_DIRECTORY) as fd:
-            names = sorted(os.listdir(fd))
+    def _walk(self, real: str, shown: str, depth: int, into: list[Entry]) -> None:
+        with self._fd(real, os.O_RDONLY | os.O_DIRECTORY) as fd:
             found = []
-            for name in names:
+            for name in sorted(os.listdir(fd)):
                 try:
-                    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                    target = (
-                        os.readlink(name, dir_fd=fd) if stat_module.S_ISLNK(info.st_mode) else None
-                    )
+                    found.append((name, os.stat(name, dir_fd=fd, follow_symlinks=False)))
                 except OSError:
-                    continue
-                found.append((name, info, target))
-        for name, info, target in found:
-            child = posixpath.join(path, name)
-            into.append(self._entry(child, info, info, target))
+                    continue  # gone meanwhile: envd skips it too
+        for name, info in found:
+            entry = self._entry(posixpath.join(real, name), info)
+            into.append(attrs.evolve(entry, path=posixpath.join(shown, name)))
             if depth > 1 and stat_module.S_ISDIR(info.st_mode):
-                self._walk(child, depth - 1, into)
+                self._walk(posixpath.join(real, name), posixpath.join(shown, name), depth - 1, into)
 
 
 @contextmanager

@@ -18,8 +18,13 @@ Anything else is refused (``IsolationError``): a plain directory with path
 rewriting would give commands a different ``/tmp`` than the file API, and
 silently let every sandbox see every other one.
 
-Strategy: a sandbox's namespace is held by a small anchor process
-(``_anchor.py``); commands enter it with ``nsenter`` (and drop to the
+A sandbox created without internet access (``allow_internet_access=False``)
+also gets a network namespace of its own, holding only loopback: it reaches
+nothing of this machine's network, its loopback included, but the server's
+mark listener (see ``_anchor``).
+
+Strategy: a sandbox's namespaces are held by a small anchor process
+(``_anchor.py``); commands enter them with ``nsenter`` (and drop to the
 sandbox user with ``setpriv``), files are reached through
 ``/proc/<anchor>/root``. Every process of a sandbox, wherever it wandered,
 is found again by its mount namespace, which is how a sandbox is killed.
@@ -33,8 +38,10 @@ import enum
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -85,14 +92,15 @@ class Isolation:
             return (
                 "root: a private mount namespace per sandbox (its own /tmp, /home/user, "
                 "/root, /dev/shm; the rest of this machine read-only); 'user' runs as an "
-                "unprivileged uid of its own per sandbox, 'root' as root; same network and "
-                "process table as this machine"
+                "unprivileged uid of its own per sandbox, 'root' as root; same process "
+                "table as this machine, and its network unless created without internet access"
             )
         return (
             "userns: a private user+mount namespace per sandbox (its own /tmp, /home/user, "
             "/root, /dev/shm; the rest of this machine read-only); NO USER SEPARATION: "
             f"'root' and 'user' are the same uid ({os.geteuid()}), so a 'user' command can "
-            "read and delete what 'root' wrote; same network and process table as this machine"
+            "read and delete what 'root' wrote; same process table as this machine, and its "
+            "network unless created without internet access"
         )
 
 
@@ -161,12 +169,24 @@ class SandboxRoot:
     """One sandbox's directories and mount namespace (held by its anchor).
 
     Create with :meth:`start`; :meth:`destroy` kills every process in the
-    namespace and removes the directories.
+    namespace and removes the directories. ``mark_port`` (not 0) gives the
+    sandbox a network namespace of its own with only loopback, on whose port
+    ``mark_port`` :attr:`mark_listener` listens once started.
     """
 
-    def __init__(self, isolation: Isolation, directory: Path, number: int, reaper: Reaper) -> None:
+    def __init__(
+        self,
+        isolation: Isolation,
+        directory: Path,
+        number: int,
+        reaper: Reaper,
+        mark_port: int = 0,
+    ) -> None:
         self.isolation = isolation
         self.directory = directory
+        self.own_network = bool(mark_port)
+        self.mark_listener: socket.socket | None = None
+        self._mark_port = mark_port
         self._reaper = reaper
         own = os.geteuid(), os.getegid()
         if isolation.mode is IsolationMode.ROOT:
@@ -216,21 +236,37 @@ class SandboxRoot:
         argv = [self.isolation.unshare, "--mount", "--propagation", "private"]
         if self.isolation.mode is IsolationMode.USERNS:
             argv[1:1] = ["--user", "--map-root-user"]
+        if self.own_network:
+            argv.insert(-2, "--net")
         argv += ["--", sys.executable, "-I", "-S", str(_ANCHOR), str(self.directory)]
+        if self.own_network:
+            argv.append(str(self._mark_port))
         stdin_r, stdin_w = os.pipe()
-        out_r, out_w = os.pipe()
+        channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             pid, exited = self._reaper.spawn(
-                argv, {"PATH": DEFAULT_PATH}, stdin=stdin_r, stdout=out_w, stderr=out_w
+                argv,
+                {"PATH": DEFAULT_PATH},
+                stdin=stdin_r,
+                stdout=theirs.fileno(),
+                stderr=theirs.fileno(),
             )
+        except BaseException:
+            os.close(stdin_w)
+            channel.close()
+            raise
         finally:
             os.close(stdin_r)
-            os.close(out_w)
+            theirs.close()
         self.anchor_pid, self._anchor_stdin, self._anchor_exit = pid, stdin_w, exited
-        said = await _first_line(out_r, timeout)
-        if said != b"ready\n":
+        said, passed = await asyncio.to_thread(_first_message, channel, timeout)
+        if said != b"ready\n" or len(passed) != int(self.own_network):
+            for fd in passed:
+                os.close(fd)
             await self.destroy()
             raise IsolationError(f"the sandbox namespace failed: {said.decode(errors='replace')}")
+        if passed:
+            self.mark_listener = socket.socket(fileno=passed[0])
         stat = os.stat(f"/proc/{pid}/ns/mnt")
         self.namespace = (stat.st_dev, stat.st_ino)
         tmp = os.stat(self.directory / "tmp")
@@ -243,7 +279,10 @@ class SandboxRoot:
         enter = [iso.nsenter]
         if iso.mode is IsolationMode.USERNS:
             enter.append(f"--user=/proc/{self.anchor_pid}/ns/user")
-        enter += [f"--mount=/proc/{self.anchor_pid}/ns/mnt", f"--wdns={cwd}", "--"]
+        enter.append(f"--mount=/proc/{self.anchor_pid}/ns/mnt")
+        if self.own_network:
+            enter.append(f"--net=/proc/{self.anchor_pid}/ns/net")
+        enter += [f"--wdns={cwd}", "--"]
         if iso.mode is IsolationMode.ROOT and user != "root":
             uid, gid = self._inside[user]
             enter += [iso.setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
@@ -280,28 +319,38 @@ class SandboxRoot:
         if self.root_fd >= 0:
             os.close(self.root_fd)
             self.root_fd = -1
+        if self.mark_listener is not None:
+            self.mark_listener.close()
+            self.mark_listener = None
         await asyncio.to_thread(shutil.rmtree, self.directory, True)
 
 
-async def _first_line(fd: int, timeout: float) -> bytes:
-    """The first line written to pipe ``fd`` (or all of it, if the writer
-    ends without a newline); closes ``fd``."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
-    )
+def _first_message(channel: socket.socket, timeout: float) -> tuple[bytes, list[int]]:
+    """The anchor's first line on ``channel`` and the descriptors passed
+    with it (all it wrote, if it ended without a newline); closes
+    ``channel``. Blocking: run it in a thread."""
+    data, passed = b"", list[int]()
+    deadline = time.monotonic() + timeout
     try:
-        line = await asyncio.wait_for(reader.readline(), timeout)
-        if not line.endswith(b"\n"):
-            return line
-        if line != b"ready\n":
-            line += await asyncio.wait_for(reader.read(65_536), 2)
-        return line
+        while not data.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b"(no answer in time)", passed
+            channel.settimeout(left)
+            chunk, fds, _, _ = socket.recv_fds(channel, 65_536, 1)
+            passed += fds
+            if not chunk:
+                break
+            data += chunk
+        if data != b"ready\n":
+            channel.settimeout(2)
+            with contextlib.suppress(OSError):
+                data += channel.recv(65_536)
+        return data, passed
     except TimeoutError:
-        return b"(no answer in time)"
+        return data or b"(no answer in time)", passed
     finally:
-        transport.close()
+        channel.close()
 
 
 def _kill(pid: int) -> None:

@@ -34,7 +34,13 @@ from ._reaper import Exit
 from ._sandboxes import Sandbox
 from ._truth import TruthLog
 
-__all__ = ["CURRENT_SANDBOX", "CURRENT_USER", "ProcessService", "process_app"]
+__all__ = [
+    "CURRENT_SANDBOX",
+    "CURRENT_USER",
+    "ProcessService",
+    "keepalive_interval",
+    "process_app",
+]
 
 CURRENT_SANDBOX: contextvars.ContextVar[Sandbox] = contextvars.ContextVar("local_e2b_sandbox")
 CURRENT_USER: contextvars.ContextVar[str] = contextvars.ContextVar("local_e2b_user")
@@ -58,7 +64,9 @@ def _end_event(response: type[Any], exit: Exit) -> Any:
     return _event(response, "end", end)
 
 
-def _keepalive(ctx: Any, override: float | None) -> float:
+def keepalive_interval(ctx: Any, override: float | None) -> float:
+    """Seconds between a stream's keepalives: ``override``, else the
+    client's ``Keepalive-Ping-Interval`` (at least 1), else 50."""
     if override is not None:
         return override
     try:
@@ -108,7 +116,7 @@ class ProcessService(Process):
         user = CURRENT_USER.get()
         config = request.process or pb.ProcessConfig()
         if request.pty is not None:
-            raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not offer PTYs")
+            raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not support PTYs")
         if not config.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
         home = sandbox.root.users[user].home
@@ -168,7 +176,12 @@ class ProcessService(Process):
             )
             process.exit_future.add_done_callback(lambda _: timer.cancel())
         async for event in _follow(
-            sandbox, process, pb.StartResponse, _keepalive(ctx, self._keepalive), deadline, expired
+            sandbox,
+            process,
+            pb.StartResponse,
+            keepalive_interval(ctx, self._keepalive),
+            deadline,
+            expired,
         ):
             yield event
 
@@ -192,13 +205,19 @@ class ProcessService(Process):
         process = self._find(request.process)
         sandbox = CURRENT_SANDBOX.get()
         async for event in _follow(
-            sandbox, process, pb.ConnectResponse, _keepalive(ctx, self._keepalive), ctx.timeout_ms
+            sandbox,
+            process,
+            pb.ConnectResponse,
+            keepalive_interval(ctx, self._keepalive),
+            ctx.timeout_ms,
         ):
             yield event
 
     async def update(self, request: pb.UpdateRequest, ctx: Any, /) -> pb.UpdateResponse:
         self._find(request.process)
-        raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not offer PTYs to resize")
+        raise ConnectError(
+            Code.UNIMPLEMENTED, "local-e2b does not support PTYs (nothing to resize)"
+        )
 
     async def stream_input(
         self, request: AsyncIterator[pb.StreamInputRequest], ctx: Any, /
@@ -222,7 +241,7 @@ class ProcessService(Process):
                 except StdinError as exc:
                     raise ConnectError(Code.FAILED_PRECONDITION, str(exc)) from exc
             case Oneof(field="pty"):
-                raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not offer PTYs")
+                raise ConnectError(Code.UNIMPLEMENTED, "local-e2b does not support PTYs")
             case _:
                 raise ConnectError(Code.INVALID_ARGUMENT, "input must be stdin bytes")
 

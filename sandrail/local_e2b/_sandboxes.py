@@ -15,28 +15,37 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import secrets
 import string
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from connectrpc.code import Code
+
 from ._fsview import FsView
 from ._isolation import Isolation, SandboxRoot
+from ._marks import Marks
+from ._metrics import HOST, Meter
+from ._options import MAX_TIMEOUT, CreateOptions, OptionError, parse_create
 from ._processes import ProcessTable, RunningProcess
 from ._reaper import Reaper
 from ._truth import TruthLog
+from ._watch import Watcher, WatchError
 
 __all__ = ["ENVD_VERSION", "MAX_TIMEOUT", "Sandbox", "SandboxError", "Sandboxes"]
 
 ENVD_VERSION = "0.6.4"
-"""Reported to the SDK: new enough for every feature it checks for."""
+"""Reported to the SDK, which gates features by it: file metadata (0.6.2),
+watch events with entry info (0.6.3) and watches that may cross network
+mounts (0.6.4) are all served, as is everything older."""
 
-MAX_TIMEOUT = 86_400
-_DEFAULT_TIMEOUT = 300
 _ID_CHARS = string.ascii_lowercase + string.digits
+_OWN = ("tmp", "home", "root")
+_MIB = 1024 * 1024
 
 
 class SandboxError(Exception):
@@ -55,23 +64,23 @@ class Sandbox:
         self,
         *,
         sandbox_id: str,
-        template_id: str,
-        metadata: Mapping[str, str],
-        env_vars: Mapping[str, str],
-        timeout: int,
+        options: CreateOptions,
         root: SandboxRoot,
         truth: TruthLog,
         reaper: Reaper,
         group_signals: bool,
     ) -> None:
         self.sandbox_id = sandbox_id
-        self.template_id = template_id
-        self.metadata = dict(metadata)
-        self.env_vars = dict(env_vars)
+        self.options = options
+        self.template_id = options.template_id
+        self.metadata = dict(options.metadata)
+        self.env_vars = dict(options.env_vars)
         self.access_token = secrets.token_urlsafe(24)
         self.client_id = secrets.token_hex(4)
-        self.started_at = time.time()
-        self.end_at = self.started_at + timeout
+        # Whole microseconds: the start the API reports is the one it filters by.
+        self.started_us = time.time_ns() // 1000
+        self.started_at = self.started_us / 1e6
+        self.end_at = self.started_at + options.timeout
         self.root = root
         self.alive = True
         self.files = FsView(
@@ -79,6 +88,13 @@ class Sandbox:
             {user.uid: user.name for user in reversed(root.users.values())},
         )
         self.processes = ProcessTable(reaper, self._process_ended, group_signals)
+        self.meter = Meter(root.processes, [root.directory / name for name in _OWN])
+        self.marks: asyncio.Server | None = None
+        """The mark listener on the sandbox's own loopback (no egress)."""
+        self.watches: set[Watcher] = set()
+        """Every live directory watch (streamed or polled)."""
+        self.polled_watches: dict[str, tuple[Watcher, list[Any]]] = {}
+        """The watches of ``CreateWatcher``, by id, with their events so far."""
         self._truth = truth
         self._timer: asyncio.TimerHandle | None = None
 
@@ -93,18 +109,45 @@ class Sandbox:
             stdout_head=bytes(process.stdout_head).decode("utf-8", "replace"),
         )
 
-    def detail(self) -> dict[str, Any]:
-        """The control plane's ``SandboxDetail`` / ``ListedSandbox`` body."""
+    @property
+    def disk_size(self) -> int:
+        """Bytes of the filesystem its directories are on."""
+        try:
+            disk = os.statvfs(self.root.directory)
+        except OSError:
+            return 0
+        return disk.f_blocks * disk.f_frsize
+
+    def pump_watches(self) -> None:
+        """Let every watch take the events queued so far (see ``_watch``)."""
+        for watcher in list(self.watches):
+            watcher.pump()
+
+    def listed(self) -> dict[str, Any]:
+        """The control plane's ``ListedSandbox`` body."""
         return {
             **self.created(),
-            "startedAt": _iso(self.started_at),
+            "startedAt": _iso_us(self.started_us),
             "endAt": _iso(self.end_at),
-            "cpuCount": 2,
-            "memoryMB": 512,
-            "diskSizeMB": 1024,
+            # It shares this machine: its sizes are the machine's.
+            "cpuCount": HOST.cpu_count,
+            "memoryMB": HOST.mem_total // _MIB,
+            "diskSizeMB": self.disk_size // _MIB,
             "state": "running",
             "metadata": self.metadata,
         }
+
+    def detail(self) -> dict[str, Any]:
+        """The control plane's ``SandboxDetail`` body: the listed fields and
+        the lifecycle and network the sandbox was created with."""
+        detail = {
+            **self.listed(),
+            "lifecycle": {"autoResume": False, "onTimeout": "kill"},
+            "allowInternetAccess": self.options.allow_internet_access,
+        }
+        if self.options.network is not None:
+            detail["network"] = dict(self.options.network)
+        return detail
 
     def created(self) -> dict[str, Any]:
         """The control plane's ``Sandbox`` body (create and connect)."""
@@ -122,6 +165,29 @@ def _iso(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _iso_us(microseconds: int) -> str:
+    return _iso_of(_EPOCH + timedelta(microseconds=microseconds))
+
+
+def _iso_of(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> int:
+    """Microseconds since the epoch of an ISO 8601 time with a zone (what
+    the SDK sends as ``startedAfter``); ``SandboxError`` 400 otherwise."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise SandboxError(400, f"not an ISO 8601 time: {text!r}") from exc
+    if moment.tzinfo is None:
+        raise SandboxError(400, f"a time needs its zone: {text!r}")
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
 class Sandboxes:
     """Every sandbox of one server."""
 
@@ -133,11 +199,13 @@ class Sandboxes:
         reaper: Reaper,
         truth: TruthLog,
         group_signals: bool,
+        marks: Marks,
     ) -> None:
         self._isolation = isolation
         self._directory = directory
         self._reaper = reaper
         self._truth = truth
+        self._marks = marks
         self._group = group_signals
         self._live: dict[str, Sandbox] = {}
         self._by_key: dict[str, tuple[str, asyncio.Future[Sandbox]]] = {}
@@ -146,6 +214,10 @@ class Sandboxes:
     def get(self, sandbox_id: str) -> Sandbox | None:
         """The live sandbox ``sandbox_id``, or ``None``."""
         return self._live.get(sandbox_id)
+
+    def live(self) -> list[Sandbox]:
+        """Every live sandbox."""
+        return list(self._live.values())
 
     def require(self, sandbox_id: str) -> Sandbox:
         sandbox = self._live.get(sandbox_id)
@@ -157,22 +229,12 @@ class Sandboxes:
 
     async def create(self, body: Mapping[str, Any], idempotency_key: str | None) -> Sandbox:
         """A new sandbox from a ``NewSandboxV2`` body, or the live one made
-        with the same idempotency key (same body). Raises :class:`SandboxError`."""
-        template = body.get("templateID")
-        metadata = body.get("metadata") or {}
-        env_vars = body.get("envVars") or {}
-        timeout = body.get("timeout", _DEFAULT_TIMEOUT)
-        if not isinstance(template, str) or not template:
-            raise SandboxError(400, "templateID must be a non-empty string")
-        for name, value in (("metadata", metadata), ("envVars", env_vars)):
-            if not isinstance(value, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-            ):
-                raise SandboxError(400, f"{name} must be an object of strings")
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
-            raise SandboxError(400, "timeout must be a non-negative integer (seconds)")
-        if timeout > MAX_TIMEOUT:
-            raise SandboxError(400, f"timeout cannot be greater than {MAX_TIMEOUT} seconds")
+        with the same idempotency key (same body). Raises :class:`SandboxError`
+        (400 for an option local-e2b refuses: see ``_options``)."""
+        try:
+            options = parse_create(body)
+        except OptionError as exc:
+            raise SandboxError(400, str(exc)) from exc
         fingerprint = repr(sorted((str(k), repr(v)) for k, v in body.items()))
         if idempotency_key is not None:
             known = self._by_key.get(idempotency_key)
@@ -188,7 +250,7 @@ class Sandboxes:
             future = asyncio.get_running_loop().create_future()
             self._by_key[idempotency_key] = (fingerprint, future)
         try:
-            sandbox = await self._make(template, metadata, env_vars, timeout, idempotency_key)
+            sandbox = await self._make(options, idempotency_key)
         except BaseException as exc:
             if idempotency_key is not None:
                 self._by_key.pop(idempotency_key, None)
@@ -199,29 +261,27 @@ class Sandboxes:
             future.set_result(sandbox)
         return sandbox
 
-    async def _make(
-        self,
-        template: str,
-        metadata: Mapping[str, str],
-        env_vars: Mapping[str, str],
-        timeout: int,
-        idempotency_key: str | None,
-    ) -> Sandbox:
+    async def _make(self, options: CreateOptions, idempotency_key: str | None) -> Sandbox:
         sandbox_id = "i" + "".join(secrets.choice(_ID_CHARS) for _ in range(19))
         self._count += 1
-        root = SandboxRoot(self._isolation, self._directory / sandbox_id, self._count, self._reaper)
+        root = SandboxRoot(
+            self._isolation,
+            self._directory / sandbox_id,
+            self._count,
+            self._reaper,
+            mark_port=self._marks.port if options.isolated_network else 0,
+        )
         await root.start()
         sandbox = Sandbox(
             sandbox_id=sandbox_id,
-            template_id=template,
-            metadata=metadata,
-            env_vars=env_vars,
-            timeout=timeout,
+            options=options,
             root=root,
             truth=self._truth,
             reaper=self._reaper,
             group_signals=self._group,
         )
+        if root.mark_listener is not None:
+            sandbox.marks = await self._marks.serve(root.mark_listener)
         self._live[sandbox_id] = sandbox
         self._arm(sandbox)
         with (self._directory / "namespaces").open("a", encoding="utf-8") as namespaces:
@@ -229,12 +289,13 @@ class Sandboxes:
         self._truth.write(
             "sandbox_created",
             sandbox_id=sandbox_id,
-            template_id=template,
-            metadata=dict(metadata),
-            env_vars=dict(env_vars),
+            template_id=options.template_id,
+            metadata=dict(options.metadata),
+            env_vars=dict(options.env_vars),
             idempotency_key=idempotency_key,
-            timeout_seconds=timeout,
+            timeout_seconds=options.timeout,
             uid=root.users["user"].uid,
+            own_network=options.isolated_network,
         )
         return sandbox
 
@@ -274,6 +335,12 @@ class Sandboxes:
                 reason="sandbox_ended",
             )
         sandbox.processes.kill_all()
+        for watcher in list(sandbox.watches):
+            watcher.close(WatchError(f"the sandbox {sandbox.sandbox_id} ended", Code.UNAVAILABLE))
+        sandbox.watches.clear()
+        sandbox.polled_watches.clear()
+        if sandbox.marks is not None:
+            sandbox.marks.close()
         await sandbox.root.destroy()
         self._truth.write("sandbox_ended", sandbox_id=sandbox.sandbox_id, reason=reason)
 
@@ -282,18 +349,24 @@ class Sandboxes:
         *,
         metadata: Mapping[str, str],
         states: set[str] | None,
+        started_after: int | None,
+        template: str | None,
         limit: int,
         next_token: str | None,
         descending: bool,
     ) -> tuple[list[Sandbox], str | None]:
-        """A page of live sandboxes matching every metadata pair, ordered by
-        start time, after the cursor ``next_token``; and the next cursor."""
+        """A page of live sandboxes matching every metadata pair, started at
+        or after ``started_after`` (microseconds), of ``template``; ordered by start time
+        (newest first when ``descending``, as E2B by default), after the
+        cursor ``next_token``; and the next cursor."""
         if states is not None and "running" not in states:
             return [], None
         found = [
             sandbox
             for sandbox in self._live.values()
             if all(sandbox.metadata.get(key) == value for key, value in metadata.items())
+            and (started_after is None or sandbox.started_us >= started_after)
+            and (template is None or sandbox.template_id == template)
         ]
         found.sort(key=lambda s: (s.started_at, s.sandbox_id), reverse=descending)
         if next_token is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import secrets
 import signal
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from ._envd import Envd
 from ._faults import LISTENERS, Fault, FaultBook
 from ._filesystem_rpc import FilesystemService, filesystem_app
 from ._isolation import Isolation, detect_isolation
+from ._marks import Marks
 from ._process_rpc import ProcessService, process_app
 from ._proxy import Proxy
 from ._reaper import Reaper, make_subreaper
@@ -105,31 +105,6 @@ async def _start_uvicorn(app: Any, path: Path) -> tuple[_Uvicorn, asyncio.Task[N
     return server, task
 
 
-_MARK = re.compile(rb"[A-Za-z0-9_.:-]{1,200}")
-
-
-async def _serve_marks(truth: TruthLog) -> asyncio.Server:
-    """A loopback listener that records one line per connection as a
-    ``mark`` event, then answers ``ok``: ground truth a command writes
-    outside its sandbox (``LocalE2B.mark``), so nothing it or a later command
-    does to the sandbox's files can take it back."""
-
-    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            line = await asyncio.wait_for(reader.readline(), 5)
-            text = line.rstrip(b"\n")
-            if _MARK.fullmatch(text):
-                truth.write("mark", text=text.decode("ascii"))
-                writer.write(b"ok\n")
-                await writer.drain()
-        except (TimeoutError, OSError, ValueError):
-            pass
-        finally:
-            writer.close()
-
-    return await asyncio.start_server(one, "127.0.0.1", 0, limit=1024)
-
-
 async def run_server(
     options: ServerOptions,
     ready: Callable[[ServerInfo], None],
@@ -149,18 +124,21 @@ async def run_server(
     reaper = Reaper(loop)
     reaper.install()
     truth = TruthLog(state / "truth.jsonl")
+    marks = Marks(truth)
+    await marks.open()
     sandboxes = Sandboxes(
         isolation=isolation,
         directory=state / "sandboxes",
         reaper=reaper,
         truth=truth,
         group_signals=options.signal_scope == "group",
+        marks=marks,
     )
     api_key = options.api_key or "e2b_" + secrets.token_hex(20)
     envd = Envd(
         sandboxes,
         process_app(ProcessService(truth, options.keepalive_seconds)),
-        filesystem_app(FilesystemService()),
+        filesystem_app(FilesystemService(options.keepalive_seconds)),
         options.max_upload_bytes,
     )
     api_server, api_task = await _start_uvicorn(
@@ -194,7 +172,6 @@ async def run_server(
         return {}
 
     admin_server = await serve_admin(state / "admin.sock", admin)
-    marks = await _serve_marks(truth)
     stop = asyncio.Event()
     for number in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(number, stop.set)
@@ -218,7 +195,7 @@ async def run_server(
             isolation=isolation.description,
             mode=isolation.mode.value,
             state_dir=str(state),
-            mark_port=marks.sockets[0].getsockname()[1],
+            mark_port=marks.port,
         )
     )
     try:

@@ -49,6 +49,9 @@ class SandboxRecord:
     timeout_seconds: int
     uid: int
     created_at: float
+    own_network: bool = False
+    """Whether it had a network namespace of its own with only loopback
+    (created without internet access)."""
     ended_at: float | None = None
     end_reason: str | None = None
 

@@ -119,6 +119,9 @@ class CallRecord:
     aborted: bool = False
     drifted: bool = False
     authority_lost: bool = False
+    record_faults: list[tuple[str, str]] = attrs.Factory(list)
+    """Faults of the ownership record that struck this call: (``resolve`` or
+    ``remember``, kind) (see :mod:`sandrail.testing._record_faults`)."""
 
     @property
     def tool(self) -> str:

@@ -26,6 +26,7 @@ from sandrail.core import (
 )
 
 from ._calls import _SIDE_EFFECTS, LAUNCH_TOOLS, CallRecord
+from ._record_faults import check_record_faults
 
 if TYPE_CHECKING:
     from ._world import World
@@ -363,6 +364,7 @@ CHECKS: tuple[Check, ...] = (
     check_c13_identity_intact,
     check_c14_admission,
     check_c17_env_secret,
+    check_record_faults,
 )
 """The per-call checks, each named after its contract line."""
 

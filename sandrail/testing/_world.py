@@ -66,6 +66,7 @@ from ._calls import (
     native_identity,
 )
 from ._faults import FaultyBackend
+from ._record_faults import FaultyRecord, RecordFaultPlan
 from ._truth import GroundTruth, Target, TargetFactory
 
 __all__ = ["World"]
@@ -136,6 +137,8 @@ class World:
         """The harness's durable ownership record, by (session, task id), for
         ports made with ``durable_ownership=True``: shared by the command and
         code ports of a session and kept across :meth:`restart`."""
+        self.faulty_record: FaultyRecord | None = None
+        """Strikes record faults on :attr:`durable` (see :meth:`strike_record`)."""
         self.recordings: list[Path] = []
         self._recorders: list[Recorder] = []
         self._owner_of: dict[int, CallRecord | None] = {}
@@ -334,6 +337,9 @@ class World:
         """``resolve_owned_command`` and ``remember_owned_command`` callbacks
         backed by :attr:`durable` for ``session_id``."""
 
+        if self.faulty_record is not None:
+            return self.faulty_record.callbacks(session_id)
+
         def resolve(request: ToolRequest, task: str) -> OwnedCommand | None:
             return self.durable.get((session_id, task))
 
@@ -341,6 +347,14 @@ class World:
             self.durable[(session_id, owned.task_id)] = owned
 
         return resolve, remember
+
+    def strike_record(self, plan: RecordFaultPlan) -> None:
+        """Strike ``plan`` on the durable ownership record of the ports made
+        from now on with ``durable_ownership=True`` (a database down, a
+        connection dropped after a write, a slow one: issue 17)."""
+        self.faulty_record = FaultyRecord(
+            self.durable, plan, current=_CURRENT.get, advance=self.advance
+        )
 
     # -- calls -----------------------------------------------------------------------
 

@@ -1,0 +1,99 @@
+"""``sandrail uncertain``: every task whose last answer was uncertain, across
+every worker that shares the record, with its locator; ``--reconcile`` reads
+their state from the sandbox (never relaunching) and settles them.
+
+Exits 0 when no task is left uncertain, 3 when some are (the number ``run``
+uses for uncertain), 2 for bad usage (a record that cannot be used included:
+one line, nothing done).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from sandrail.records import Reconciliation, RecordError, reconcile, unresolved
+
+from ._backends import close_backend, make_backend
+from ._record import open_record_option
+
+__all__ = ["uncertain"]
+
+_UNCERTAIN_LEFT = 3
+
+
+@click.command()
+@click.option(
+    "--record",
+    "record_spec",
+    metavar="PATH|postgresql://...",
+    required=True,
+    help="The ownership record the workers share (a SQLite file or a PostgreSQL URL).",
+)
+@click.option(
+    "--reconcile",
+    "reconcile_",
+    is_flag=True,
+    help="Read each task's state from its sandbox (never relaunching it) and keep what was found.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["e2b", "simulator"]),
+    default="e2b",
+    show_default=True,
+    help="--reconcile: where the sandboxes are (E2B needs E2B_API_KEY).",
+)
+@click.option("--limit", type=click.IntRange(1, 100_000), default=1000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of lines.")
+def uncertain(record_spec: str, reconcile_: bool, backend: str, limit: int, as_json: bool) -> None:
+    """List every task whose last answer was uncertain, across every worker
+    that shares the record, with the locator that finds it; with
+    --reconcile, read their state from the sandbox and settle them."""
+    record = open_record_option(record_spec)
+    assert record is not None
+    try:
+        if reconcile_:
+            chosen = make_backend(backend)
+            try:
+                found = reconcile(record, chosen, limit=limit)
+            finally:
+                close_backend(chosen)
+            _print_reconciled(found, as_json)
+            left = sum(item.verdict == "still_uncertain" for item in found)
+        else:
+            answers = unresolved(record, limit=limit)
+            if as_json:
+                click.echo(json.dumps({"uncertain": [a.to_json() for a in answers]}, indent=2))
+            else:
+                for answer in answers:
+                    click.echo(_line(answer.to_json()))
+                click.echo(f"{len(answers)} task(s) uncertain", err=True)
+            left = len(answers)
+    except RecordError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        record.close()
+    sys.exit(_UNCERTAIN_LEFT if left else 0)
+
+
+def _line(data: dict[str, object]) -> str:
+    locator = data["locator"]
+    assert isinstance(locator, dict)
+    keys = ("session_id", "operation_key", "sandbox_id", "task_id")
+    where = " ".join(f"{key}={locator.get(key, data.get(key))}" for key in keys)
+    return f"{data.get('updated_at')} {data['tool']} {data['error_type']} {where}"
+
+
+def _print_reconciled(found: list[Reconciliation], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"reconciled": [item.to_json() for item in found]}, indent=2))
+        return
+    for item in found:
+        detail = item.reason or (
+            f"{item.status} exit {item.exit_code}" if item.status else item.verdict
+        )
+        click.echo(f"{item.verdict}: {_line(item.answer.to_json())} ({detail})")
+    left = sum(item.verdict == "still_uncertain" for item in found)
+    click.echo(f"{len(found)} task(s) reconciled, {left} still uncertain", err=True)

@@ -1,0 +1,304 @@
+"""``PostgresRecord``: the ownership record for a fleet of workers on many
+machines (``pip install 'sandrail[postgres]'``: psycopg 3 and its pool).
+
+Strategy: one row per task, ``PRIMARY KEY (session_id, task_id)``, and every
+change is one ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING`` statement
+(its own transaction, autocommit): PostgreSQL serializes two workers writing
+one task, and the ``CASE`` expressions are :func:`~sandrail.records.merge_owned`
+in SQL, so the row the statement returns is the settled one. The tables are
+created on first use under a transaction-scoped advisory lock (two workers
+creating them at once would otherwise collide in the catalog). Connections
+come from a pool that checks each one before lending it (a server restarted
+since is noticed, not answered with a dead socket); every statement has a
+``statement_timeout``, so a slow or cut connection fails the change within
+``timeout_seconds`` instead of holding the call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from sandrail.core import OwnedCommand, ToolRequest
+
+from ._protocol import Answer, RecordError, answer_from_row, dumps, owned_from_row
+from ._sqlite import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+__all__ = ["PostgresRecord"]
+
+_LOCK_KEY: Final = 0x5A4E_4452_4149_4C  # "SANDRAIL", the advisory lock of the schema
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS sandrail_meta (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS sandrail_owned (
+        session_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        operation_key TEXT NOT NULL,
+        sandbox_id TEXT,
+        launched BOOLEAN NOT NULL,
+        ledger_epoch TEXT,
+        launch_digest TEXT,
+        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        PRIMARY KEY (session_id, task_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS sandrail_answers (
+        session_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error_type TEXT,
+        tool TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        locator TEXT NOT NULL,
+        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        PRIMARY KEY (session_id, task_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS sandrail_answers_status ON sandrail_answers (status, updated_at)",
+)
+
+_REMEMBER: Final = """
+INSERT INTO sandrail_owned AS o
+    (session_id, task_id, operation_key, sandbox_id, launched, ledger_epoch, launch_digest)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (session_id, task_id) DO UPDATE SET
+    ledger_epoch = CASE
+        WHEN o.launched AND o.sandbox_id IS NOT DISTINCT FROM excluded.sandbox_id
+        THEN o.ledger_epoch ELSE excluded.ledger_epoch END,
+    launch_digest = CASE
+        WHEN o.launched AND o.launch_digest IS NOT NULL
+        THEN o.launch_digest ELSE excluded.launch_digest END,
+    launched = o.launched OR excluded.launched,
+    operation_key = excluded.operation_key,
+    sandbox_id = excluded.sandbox_id,
+    updated_at = now()
+RETURNING operation_key, sandbox_id, launched, ledger_epoch, launch_digest
+"""
+
+_RESOLVE: Final = (
+    "SELECT operation_key, sandbox_id, launched, ledger_epoch, launch_digest "
+    "FROM sandrail_owned WHERE session_id = %s AND task_id = %s"
+)
+
+_NOTE: Final = """
+INSERT INTO sandrail_answers
+    (session_id, task_id, status, error_type, tool, owner, locator)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (session_id, task_id) DO UPDATE SET
+    status = excluded.status,
+    error_type = excluded.error_type,
+    tool = excluded.tool,
+    owner = excluded.owner,
+    locator = excluded.locator,
+    updated_at = now()
+"""
+
+_SETTLE: Final = (
+    "UPDATE sandrail_answers SET status = %s, error_type = %s, updated_at = now() "
+    "WHERE session_id = %s AND task_id = %s AND status = 'uncertain'"
+)
+
+_UNRESOLVED: Final = (
+    "SELECT session_id, task_id, status, error_type, tool, owner, locator, "
+    "to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') AS updated_at "
+    "FROM sandrail_answers WHERE status = 'uncertain' "
+    "ORDER BY updated_at, session_id, task_id LIMIT %s"
+)
+
+
+class PostgresRecord:
+    """The ownership record in the PostgreSQL database ``conninfo`` names
+    (``postgresql://user@host/db`` or ``"host=... dbname=..."``); its tables
+    are created on first use.
+
+    ``timeout_seconds`` bounds connecting, waiting for a pooled connection
+    and every statement; ``max_connections`` caps the pool. Nothing connects
+    until the first use (or :meth:`check`). Every failing method raises
+    :class:`~sandrail.records.RecordError` naming the server and database,
+    never a password or a row's values; ``ImportError`` with the install
+    hint if psycopg is missing."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        timeout_seconds: float = 10.0,
+        max_connections: int = 4,
+    ) -> None:
+        try:
+            import psycopg
+            from psycopg.conninfo import conninfo_to_dict
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:  # pragma: no cover - the extra is installed in tests
+            raise ImportError(
+                "PostgresRecord needs psycopg 3 and psycopg-pool: pip install 'sandrail[postgres]'"
+            ) from exc
+        if not 0 < timeout_seconds <= 3600:
+            raise ValueError("timeout_seconds must be above 0 and at most 3600")
+        if not isinstance(max_connections, int) or max_connections < 1:
+            raise ValueError("max_connections must be a positive integer")
+        try:
+            parts = conninfo_to_dict(conninfo)
+        except psycopg.Error as exc:
+            raise RecordError(f"not a PostgreSQL connection string: {_first_line(exc)}") from None
+        self._where = _describe(parts)
+        self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
+        milliseconds = int(timeout_seconds * 1000)
+        self._pool: ConnectionPool[Any] = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max_connections,
+            timeout=timeout_seconds,
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": max(1, int(timeout_seconds)),
+                "options": f"-c statement_timeout={milliseconds} -c lock_timeout={milliseconds}",
+            },
+            check=ConnectionPool.check_connection,
+            reconnect_timeout=timeout_seconds,
+            name="sandrail-record",
+            open=False,
+        )
+        self._opened = False
+        self._ready = False
+        self._ready_lock = threading.Lock()
+
+    def _connection(self) -> Any:
+        if not self._ready:
+            self.check()
+        return self._pool.connection()
+
+    def check(self) -> None:
+        """Connect and create the tables if they are missing (what the first
+        use does); :class:`~sandrail.records.RecordError` if the server
+        cannot be reached or holds another schema."""
+        with self._ready_lock:
+            if self._ready:
+                return
+            try:
+                if not self._opened:
+                    self._pool.open(wait=False)
+                    self._opened = True
+                with self._pool.connection() as conn, conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO sandrail_meta (name, value) VALUES ('schema', %s) "
+                        "ON CONFLICT (name) DO NOTHING",
+                        (SCHEMA_VERSION,),
+                    )
+                    row = conn.execute(
+                        "SELECT value FROM sandrail_meta WHERE name = 'schema'"
+                    ).fetchone()
+            except self._errors as exc:
+                raise RecordError(f"cannot use {self._where}: {_first_line(exc)}") from None
+            version = None if row is None else row[0]
+            if version != SCHEMA_VERSION:
+                raise RecordError(
+                    f"{self._where} has schema {version!r}; this sandrail reads {SCHEMA_VERSION!r}"
+                )
+            self._ready = True
+
+    def remember(self, request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
+        """See :meth:`~sandrail.records.OwnershipRecord.remember`."""
+        values = (
+            _session(request),
+            owned.task_id,
+            owned.operation_key,
+            owned.sandbox_id,
+            owned.launched,
+            owned.ledger_epoch,
+            owned.launch_digest,
+        )
+        row = self._one(_REMEMBER, values, "write")
+        if row is None:  # pragma: no cover - RETURNING always gives the row
+            raise RecordError(f"{self._where} returned no row for a write")
+        return owned_from_row(owned.task_id, row, self._where)
+
+    def resolve(self, request: ToolRequest, task_id: str) -> OwnedCommand | None:
+        """See :meth:`~sandrail.records.OwnershipRecord.resolve`."""
+        row = self._one(_RESOLVE, (_session(request), task_id), "read")
+        return None if row is None else owned_from_row(task_id, row, self._where)
+
+    def note(self, answer: Answer) -> None:
+        """See :meth:`~sandrail.records.OwnershipRecord.note`."""
+        values = (
+            answer.session_id,
+            answer.task_id,
+            answer.status,
+            answer.error_type,
+            answer.tool,
+            dumps(answer.owner),
+            dumps(answer.locator),
+        )
+        try:
+            with self._connection() as conn:
+                if answer.status == "uncertain":
+                    conn.execute(_NOTE, values)
+                else:
+                    conn.execute(
+                        _SETTLE,
+                        (answer.status, answer.error_type, answer.session_id, answer.task_id),
+                    )
+        except self._errors as exc:
+            raise RecordError(f"cannot write {self._where}: {_first_line(exc)}") from None
+
+    def unresolved(self, *, limit: int = 1000) -> list[Answer]:
+        """See :meth:`~sandrail.records.OwnershipRecord.unresolved`."""
+        try:
+            with self._connection() as conn:
+                cursor = conn.execute(_UNRESOLVED, (limit,))
+                names = [column.name for column in cursor.description or ()]
+                rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        except self._errors as exc:
+            raise RecordError(f"cannot read {self._where}: {_first_line(exc)}") from None
+        return [answer_from_row(row, self._where) for row in rows]
+
+    def _one(self, statement: str, values: tuple[Any, ...], verb: str) -> dict[str, Any] | None:
+        try:
+            with self._connection() as conn:
+                cursor = conn.execute(statement, values)
+                row = cursor.fetchone()
+                names = [column.name for column in cursor.description or ()]
+        except self._errors as exc:
+            raise RecordError(f"cannot {verb} {self._where}: {_first_line(exc)}") from None
+        return None if row is None else dict(zip(names, row, strict=True))
+
+    def close(self) -> None:
+        if self._opened:
+            self._pool.close()
+            self._opened = False
+
+    def __enter__(self) -> PostgresRecord:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresRecord({self._where})"
+
+
+def _session(request: ToolRequest) -> str:
+    session = request.session_id
+    if not isinstance(session, str):
+        raise RecordError("the request has no session id to file the record under")
+    return session
+
+
+def _describe(parts: Mapping[str, Any]) -> str:
+    """The server and database, never the password."""
+    host = parts.get("host") or "localhost"
+    port = parts.get("port")
+    dbname = parts.get("dbname") or parts.get("user") or "(default)"
+    return f"PostgreSQL {host}{f':{port}' if port else ''}/{dbname}"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

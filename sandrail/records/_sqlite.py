@@ -1,0 +1,279 @@
+"""``SQLiteRecord``: the embedded ownership record, for the processes of one
+machine.
+
+Strategy: one SQLite file in WAL mode (readers never wait for the writer),
+a busy timeout (a writer waits for another instead of failing at once),
+``synchronous=FULL`` (a change is on disk before ``remember`` returns, so a
+start never leaves ahead of its record, power loss included), and one
+``BEGIN IMMEDIATE`` transaction per change: the merge of
+:func:`~sandrail.records.merge_owned` reads the row and writes it under the
+database's write lock, so two processes racing one key are serialized by
+SQLite itself. A connection is shared by the threads of a process behind a
+lock; each process opens its own.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from sandrail.core import OwnedCommand, ToolRequest
+
+from ._protocol import Answer, RecordError, answer_from_row, dumps, merge_owned, owned_from_row
+
+__all__ = ["SQLITE_MAGIC", "SQLiteRecord"]
+
+SQLITE_MAGIC: Final = b"SQLite format 3\x00"
+"""The first bytes of every SQLite database file."""
+
+SCHEMA_VERSION: Final = "1"
+
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS sandrail_meta (
+        name TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS sandrail_owned (
+        session_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        operation_key TEXT NOT NULL,
+        sandbox_id TEXT,
+        launched INTEGER NOT NULL,
+        ledger_epoch TEXT,
+        launch_digest TEXT,
+        updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        PRIMARY KEY (session_id, task_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS sandrail_answers (
+        session_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        error_type TEXT,
+        tool TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        locator TEXT NOT NULL,
+        updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+        PRIMARY KEY (session_id, task_id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS sandrail_answers_status ON sandrail_answers (status, updated_at)",
+)
+
+
+class SQLiteRecord:
+    """The ownership record in the SQLite file ``path`` (created with its
+    tables if missing).
+
+    ``busy_timeout_seconds``: how long a change waits for another process's
+    transaction before it fails (then the port's start never leaves).
+    Raises :class:`~sandrail.records.RecordError` at once for a path that is
+    not a SQLite database of this schema (an old JSON-lines record: see
+    :func:`~sandrail.records.migrate_json_lines`), a missing directory or an
+    unwritable file; afterwards every failing method raises it too, naming
+    the file, never a row's values."""
+
+    def __init__(self, path: str | Path, *, busy_timeout_seconds: float = 10.0) -> None:
+        self._path = Path(path)
+        self._where = f"the record {self._path}"
+        self._lock = threading.Lock()
+        if not self._path.parent.is_dir():
+            raise RecordError(f"the record's directory {self._path.parent} does not exist")
+        if self._path.exists():
+            if not self._path.is_file():
+                raise RecordError(f"{self._where} is not a regular file")
+            _check_magic(self._path)
+        try:
+            self._db = sqlite3.connect(
+                self._path,
+                timeout=busy_timeout_seconds,
+                isolation_level=None,  # transactions are explicit
+                check_same_thread=False,  # shared behind self._lock
+            )
+            self._db.row_factory = sqlite3.Row
+            self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_seconds * 1000)}")
+            self._db.execute("PRAGMA journal_mode = WAL")
+            self._db.execute("PRAGMA synchronous = FULL")
+            with self._transaction():
+                for statement in _SCHEMA:
+                    self._db.execute(statement)
+                self._db.execute(
+                    "INSERT OR IGNORE INTO sandrail_meta (name, value) VALUES ('schema', ?)",
+                    (SCHEMA_VERSION,),
+                )
+                (version,) = self._db.execute(
+                    "SELECT value FROM sandrail_meta WHERE name = 'schema'"
+                ).fetchone()
+        except sqlite3.Error as exc:
+            raise RecordError(f"cannot open {self._where}: {exc}") from None
+        if version != SCHEMA_VERSION:
+            self._db.close()
+            raise RecordError(
+                f"{self._where} has schema {version!r}; this sandrail reads {SCHEMA_VERSION!r}"
+            )
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction: committed whole, or rolled back."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    def remember(self, request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
+        """See :meth:`~sandrail.records.OwnershipRecord.remember`."""
+        session, where = _session(request), self._where
+        try:
+            with self._transaction() as db:
+                row = db.execute(_SELECT_OWNED, (session, owned.task_id)).fetchone()
+                known = None if row is None else owned_from_row(owned.task_id, dict(row), where)
+                kept = merge_owned(known, owned)
+                db.execute(
+                    """INSERT INTO sandrail_owned (session_id, task_id, operation_key,
+                        sandbox_id, launched, ledger_epoch, launch_digest)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (session_id, task_id) DO UPDATE SET
+                        operation_key = excluded.operation_key,
+                        sandbox_id = excluded.sandbox_id,
+                        launched = excluded.launched,
+                        ledger_epoch = excluded.ledger_epoch,
+                        launch_digest = excluded.launch_digest,
+                        updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')""",
+                    (
+                        session,
+                        kept.task_id,
+                        kept.operation_key,
+                        kept.sandbox_id,
+                        int(kept.launched),
+                        kept.ledger_epoch,
+                        kept.launch_digest,
+                    ),
+                )
+        except sqlite3.Error as exc:
+            raise RecordError(f"cannot write {self._where}: {exc}") from None
+        return kept
+
+    def resolve(self, request: ToolRequest, task_id: str) -> OwnedCommand | None:
+        """See :meth:`~sandrail.records.OwnershipRecord.resolve`."""
+        session = _session(request)
+        try:
+            with self._lock:
+                row = self._db.execute(_SELECT_OWNED, (session, task_id)).fetchone()
+        except sqlite3.Error as exc:
+            raise RecordError(f"cannot read {self._where}: {exc}") from None
+        return None if row is None else owned_from_row(task_id, dict(row), self._where)
+
+    def note(self, answer: Answer) -> None:
+        """See :meth:`~sandrail.records.OwnershipRecord.note`."""
+        try:
+            if answer.status != "uncertain":
+                with self._lock:  # one statement: its own transaction
+                    self._db.execute(_SETTLE, _settle_values(answer))
+                return
+            with self._transaction() as db:
+                db.execute(
+                    """INSERT INTO sandrail_answers (session_id, task_id, status, error_type,
+                        tool, owner, locator)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (session_id, task_id) DO UPDATE SET
+                        status = excluded.status,
+                        error_type = excluded.error_type,
+                        tool = excluded.tool,
+                        owner = excluded.owner,
+                        locator = excluded.locator,
+                        updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')""",
+                    _answer_values(answer),
+                )
+        except sqlite3.Error as exc:
+            raise RecordError(f"cannot write {self._where}: {exc}") from None
+
+    def unresolved(self, *, limit: int = 1000) -> list[Answer]:
+        """See :meth:`~sandrail.records.OwnershipRecord.unresolved`."""
+        try:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT * FROM sandrail_answers WHERE status = 'uncertain' "
+                    "ORDER BY updated_at, session_id, task_id LIMIT ?",
+                    (limit,),
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise RecordError(f"cannot read {self._where}: {exc}") from None
+        return [answer_from_row(dict(row), self._where) for row in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> SQLiteRecord:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SQLiteRecord({str(self._path)!r})"
+
+
+_SELECT_OWNED: Final = (
+    "SELECT operation_key, sandbox_id, launched, ledger_epoch, launch_digest "
+    "FROM sandrail_owned WHERE session_id = ? AND task_id = ?"
+)
+
+
+_SETTLE: Final = (
+    "UPDATE sandrail_answers SET status = ?, error_type = ?, "
+    "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
+    "WHERE session_id = ? AND task_id = ? AND status = 'uncertain'"
+)
+
+
+def _settle_values(answer: Answer) -> tuple[Any, ...]:
+    return (answer.status, answer.error_type, answer.session_id, answer.task_id)
+
+
+def _session(request: ToolRequest) -> str:
+    session = request.session_id
+    if not isinstance(session, str):
+        raise RecordError("the request has no session id to file the record under")
+    return session
+
+
+def _answer_values(answer: Answer) -> tuple[Any, ...]:
+    return (
+        answer.session_id,
+        answer.task_id,
+        answer.status,
+        answer.error_type,
+        answer.tool,
+        dumps(answer.owner),
+        dumps(answer.locator),
+    )
+
+
+def _check_magic(path: Path) -> None:
+    """Refuse a file that is not empty and not SQLite: above all an old
+    JSON-lines record, which SQLite would otherwise call "not a database"."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise RecordError(f"cannot read the record {path}: {exc}") from None
+    if head and head != SQLITE_MAGIC:
+        if head.lstrip()[:1] in (b"{", b""):
+            raise RecordError(
+                f"{path} is an old JSON-lines ownership record; move it into a SQLite "
+                f"record once with `sandrail migrate-record {path} NEW.sqlite` "
+                "(or sandrail.records.migrate_json_lines) and use NEW.sqlite"
+            )
+        raise RecordError(f"the record {path} is not a SQLite database")
