@@ -146,7 +146,7 @@ async def _measure(server: LocalE2B, rounds: int) -> dict[str, float]:
             before = _trips(server, sandbox_id)
             while True:
                 page = await session.call("read_command_output", {"task_id": task})
-                if page.content["status"] != "running":
+                if page.content["command_status"] != "running":
                     break
                 await asyncio.sleep(0.05)
             polled.append(time.time() - float(page.content["stdout"]))

@@ -16,7 +16,8 @@ from typing import Any
 
 import sandrail
 from benchmarks._common import row
-from sandrail._telemetry import OFF
+from sandrail._telemetry import OFF, Telemetry
+from sandrail.core import Redactions
 from sandrail.interpreters.simulator import Simulator
 
 GOAL = "tracing without a provider: no measurable slowdown (ratio ≈ 1.00 to the port without it)"
@@ -28,6 +29,10 @@ class _Untraced:
 
     def begin(self, *args: Any) -> Any:
         return OFF
+
+
+def _no_redactions() -> Redactions:
+    return Redactions(frozenset())
 
 
 def _port(**options: Any) -> sandrail.ToolPort:
@@ -78,10 +83,11 @@ def _hook_seconds(port: sandrail.ToolPort, count: int) -> float:
         identity=sandrail.AgentIdentity(agent_id="agent"),
     )
     result = sandrail.ToolResult(status="ok", content={})
-    telemetry, names = port._telemetry, port._tool_names
+    # What a port without a provider holds: a default Telemetry.
+    telemetry, names = Telemetry(), frozenset(d.name for d in port.definitions)
     began = time.perf_counter()
     for _ in range(count):
-        trace = telemetry.begin(request, names, port._current_redactions)
+        trace = telemetry.begin(request, names, _no_redactions)
         trace.step(_port)
         trace.end(result)
     return (time.perf_counter() - began) / count
@@ -103,9 +109,16 @@ def _sdk_options() -> dict[str, Any]:
 def run(quick: bool) -> list[dict[str, Any]]:
     count = 1_000 if quick else 4_000
     rounds = 2 if quick else 5
-    untraced = _port()
-    untraced._telemetry = _Untraced()  # type: ignore[assignment]
     default = _port()
+    untraced = sandrail.ToolPort(
+        settings=default.settings,
+        backend=Simulator(),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        resolve_owned_command=None,
+        artifacts=None,
+        telemetry=_Untraced(),  # type: ignore[arg-type]
+    )
     try:
         traced: sandrail.ToolPort | None = _port(**_sdk_options())
     except ImportError:  # the SDK is a test dependency only

@@ -29,6 +29,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
 from ._canonical import canonical_json, escaped_size
+from ._effects import TERMINAL_STATUSES
+from ._results import ErrorCode
 
 __all__ = [
     "DEFAULT_OBSERVED_RESULTS",
@@ -48,16 +50,19 @@ __all__ = [
 SHRINKABLE_FIELDS: Final = ("command", "stdout", "stderr", "instruction", "outcome_reason")
 """Top-level content keys holding presentation text, the only text C13 lets us shorten."""
 
-DEFAULT_UNCERTAIN_REASON_CODES: Final = (
-    "e2b_command_evidence_incomplete",
-    "e2b_sandbox_outcome_unknown",
-    "e2b_command_authority_lost",
-    "e2b_command_request_drifted",
-    "e2b_command_aborted",
+DEFAULT_UNCERTAIN_REASON_CODES: Final = tuple(
+    code.value
+    for code in (
+        ErrorCode.EVIDENCE_INCOMPLETE,
+        ErrorCode.SANDBOX_OUTCOME_UNKNOWN,
+        ErrorCode.AUTHORITY_LOST,
+        ErrorCode.REQUEST_DRIFTED,
+        ErrorCode.ABORTED,
+    )
 )
 """The ``error_type`` values an ``uncertain`` result can carry."""
 
-DEFAULT_OBSERVED_RESULTS: Final = ("exited", "timed_out", "canceled")
+DEFAULT_OBSERVED_RESULTS: Final = tuple(sorted(TERMINAL_STATUSES))
 """Terminal command states an ``uncertain`` result may report as ``observed_result``."""
 
 _MARKER_FORMAT: Final = "\n[... {} bytes omitted ...]\n"
@@ -255,6 +260,7 @@ def minimal_uncertain_content(
     needs at least.
     """
     return {
+        "status": "uncertain",
         "ok": False,
         "error_type": max(reason_codes, key=escaped_size),
         "evidence_incomplete": True,

@@ -15,6 +15,7 @@ from ._canonical import CanonicalJSONError, canonical_json
 from ._contents import (
     _output_budget_note,
     _uncertain_content,
+    cut_output_instruction,
     usable_artifact,
 )
 from ._effects import (
@@ -38,13 +39,16 @@ from ._results import (
 )
 from ._snapshot import PortSettings, _refuse, _Snapshot
 
-__all__ = ["BrokenArtifactError", "StoppedError", "bound_result", "crash_result"]
+__all__ = ["BrokenArtifactError", "CallState", "StoppedError", "bound_result", "crash_result"]
 
 _MAX_SAFE: Final = 2**53 - 1
 
 
 class StoppedError(Exception):
-    """The guard after a step said stop: ``result`` ends the call."""
+    """A step ends the call with ``result``: the guard after it said stop, or
+    what it got (a failure, a refusal, an answer of the wrong kind) leaves
+    nothing more to do. Raised by the steps of a program, caught where the
+    program returns its result."""
 
     def __init__(self, result: ToolResult) -> None:
         super().__init__(result)
@@ -56,15 +60,27 @@ class BrokenArtifactError(Exception):
     goes on without it."""
 
 
+def _all_well(report: object) -> bool:
+    """Whether a guard observation is all well: no abort, no drift, the
+    authority held."""
+    return (
+        type(report) is AuthorityReport
+        and report.authority_held
+        and not report.aborted
+        and not report.drifted
+    )
+
+
 def _discard(key: str) -> Generator[Effect, Any, None]:
     # Should this fail, the port aborts what a call left open when it ends.
     with contextlib.suppress(EffectFailure):
         yield CloseArtifact(key=key, keep=False)
 
 
-class _Call:
+class CallState:
     """The state one tool call carries between steps: what is known of its
-    locator and whether a side effect may have been dispatched."""
+    locator and whether a side effect may have been dispatched (its
+    :class:`Phase`, changed only by :meth:`dispatched`)."""
 
     def __init__(
         self, snap: _Snapshot, settings: PortSettings, secrets: frozenset[str] = frozenset()
@@ -84,12 +100,24 @@ class _Call:
         self.output_artifact: ArtifactRef | None = None
         self._check = CheckAuthority(request_digest=snap.digest)
 
+    def dispatched(self) -> None:
+        """A side-effect request may have reached the sandbox: from now on
+        every failure is ``uncertain`` (C6). The one place the phase
+        changes, and it never changes back."""
+        self.phase = Phase.AFTER_DISPATCH
+
     # -- verdicts ----------------------------------------------------------
+
+    @property
+    def readable(self) -> bool:
+        """Whether this port offers ``read_command_output``: what a result
+        may tell the model to call (it can only call the tools it has)."""
+        return self.settings.definition("read_command_output") is not None
 
     def uncertain(self, reason: ErrorCode) -> ToolResult:
         """C6: the full locator, never ``executed: false``, never a retry."""
         content = _uncertain_content(
-            self.snap, reason, self.observed, self.sandbox_id, self.task_id
+            self.snap, reason, self.observed, self.sandbox_id, self.task_id, self.readable
         )
         return ToolResult(
             status="uncertain",
@@ -110,7 +138,7 @@ class _Call:
             reason = ErrorCode.ABORTED if failure.aborted else ErrorCode.EVIDENCE_INCOMPLETE
             return self.uncertain(reason)
         if side_effect and failure.delivery is Delivery.MAYBE_SENT:
-            self.phase = Phase.AFTER_DISPATCH
+            self.dispatched()
             reason = ErrorCode.ABORTED if failure.aborted else ErrorCode.SANDBOX_OUTCOME_UNKNOWN
             return self.uncertain(reason)
         if failure.aborted:
@@ -121,12 +149,29 @@ class _Call:
         )
 
     def guard(self) -> Generator[Effect, Any, ToolResult | None]:
-        """Check abort, drift and authority now (C9, C11)."""
+        """Check abort, drift and authority now (C9, C11): the result that
+        ends the call, or ``None`` to go on."""
         report = yield self._check
+        if _all_well(report):
+            return None  # the common case, decided without the table
+        return self._stop_for(report)
+
+    def go_on(self) -> Generator[Effect, Any, None]:
+        """:meth:`guard` as a step: raises :class:`StoppedError` when it
+        says stop."""
+        report = yield self._check
+        if _all_well(report):
+            return  # the common case, decided without the table
+        stop = self._stop_for(report)
+        if stop is not None:
+            raise StoppedError(stop)
+
+    def _stop_for(self, report: object) -> ToolResult | None:
+        """What a guard observation means now (the table, C9, C11)."""
         if not isinstance(report, AuthorityReport):
             report = AuthorityReport(aborted=False, drifted=False, authority_held=False)
-        elif report.authority_held and not report.aborted and not report.drifted:
-            return None  # all well: go on, before and after dispatch alike
+        elif _all_well(report):
+            return None  # go on, before and after dispatch alike
         verdict = decide(
             self.phase,
             observe(
@@ -159,9 +204,7 @@ class _Call:
         :class:`StoppedError` when the guard says stop; an effect's failure
         propagates."""
         outcome = yield effect
-        stop = yield from self.guard()
-        if stop is not None:
-            raise StoppedError(stop)
+        yield from self.go_on()
         return outcome
 
     def append_artifact(self, text: str) -> Generator[Effect, Any, None]:
@@ -245,6 +288,10 @@ class _Call:
                 return stop
         artifact = self.output_artifact
         content["output_budget"] = _output_budget_note(artifact)
+        said = cut_output_instruction(self.readable and isinstance(content.get("task_id"), str))
+        if said:
+            earlier = content.get("instruction")
+            content["instruction"] = f"{earlier} {said}" if isinstance(earlier, str) else said
         try:
             fitted = fit_to_budget(content, budget)
         except BudgetError:
@@ -323,7 +370,7 @@ def bound_result(result: ToolResult, max_output_bytes: int) -> ToolResult:
             return result
         return attrs.evolve(result, content=fit_to_budget(result.content, max_output_bytes))
     except (BudgetError, CanonicalJSONError):
-        keep = ("ok", "error_type", "executed", "evidence_incomplete")
+        keep = ("status", "ok", "error_type", "executed", "evidence_incomplete")
         bare = {key: result.content[key] for key in keep if key in result.content}
         return attrs.evolve(result, content=bare)
 
@@ -347,14 +394,15 @@ def crash_result(
             ErrorCode.INTERNAL, instruction="sandrail failed before anything ran; nothing ran."
         )
     if snap is not None:
-        call = _Call(snap, settings)
+        call = CallState(snap, settings)
         call.sandbox_id, call.task_id = sandbox_id, task
-        call.phase = Phase.AFTER_DISPATCH
+        call.dispatched()
         try:
             return call.uncertain(ErrorCode.INTERNAL)
         except (BudgetError, CanonicalJSONError):
             pass
     content: dict[str, Any] = {
+        "status": "uncertain",
         "ok": False,
         "error_type": ErrorCode.INTERNAL.value,
         "evidence_incomplete": True,

@@ -29,7 +29,7 @@ from typing import Any, Final, TypeGuard
 import attrs
 
 from ._budget import SHRINKABLE_FIELDS, Excerpt, _water_fill, fixed_size
-from ._call import _Call
+from ._call import CallState
 from ._canonical import CanonicalJSONError, escaped_size
 from ._definitions import RETAINED_OUTPUT_LIMIT
 from ._effects import CommandState, Effect, EffectFailure, OutputChunk, Read
@@ -49,7 +49,7 @@ _Collected = tuple[str, str, CommandState, bool]
 
 
 def collect_output(
-    call: _Call,
+    call: CallState,
     sandbox_id: str,
     task: str,
     ended: CommandState,
@@ -91,7 +91,7 @@ def _with_output(
 ) -> dict[str, Any]:
     filled = dict(content)
     filled.update(
-        status=final.status,
+        command_status=final.status,
         exit_code=final.exit_code,
         stdout_bytes=final.stdout_bytes,
         stderr_bytes=final.stderr_bytes,
@@ -145,7 +145,7 @@ def _plan(content: dict[str, Any], ended: CommandState, budget: int) -> _Plan | 
 
 
 def _read_ends(
-    call: _Call, sandbox_id: str, task: str, ended: CommandState, plan: _Plan
+    call: CallState, sandbox_id: str, task: str, ended: CommandState, plan: _Plan
 ) -> Generator[Effect, Any, tuple[str | Excerpt, str | Excerpt, CommandState] | ToolResult | None]:
     """Read the head of both streams (a stream read whole: all of it), then
     the tail of each stream cut by ``plan``. ``None`` when the ends met after
@@ -201,7 +201,7 @@ def _stream(
 
 
 def _read(
-    call: _Call, sandbox_id: str, task: str, stdout_cursor: int, stderr_cursor: int, size: int
+    call: CallState, sandbox_id: str, task: str, stdout_cursor: int, stderr_cursor: int, size: int
 ) -> Generator[Effect, Any, OutputChunk | ToolResult]:
     try:
         chunk = yield Read(
@@ -227,7 +227,7 @@ def _evidence(chunk: object) -> TypeGuard[OutputChunk]:
 
 
 def _read_all(
-    call: _Call, sandbox_id: str, wanted: str, ended: CommandState
+    call: CallState, sandbox_id: str, wanted: str, ended: CommandState
 ) -> Generator[Effect, Any, _Collected | ToolResult]:
     """Read all retained output of an ended command through byte cursors, at
     most :data:`RETAINED_OUTPUT_LIMIT` bytes for both streams together.

@@ -7,6 +7,7 @@ The same builders serve real results and the worst cases that admission
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any, Final
 
 from ._budget import fixed_size
@@ -16,6 +17,8 @@ from ._definitions import (
     MAX_TIMEOUT_SECONDS,
 )
 from ._effects import (
+    BACKEND_LABELS,
+    BackendLabel,
     CommandState,
     SandboxState,
 )
@@ -26,7 +29,14 @@ from ._results import (
 )
 from ._snapshot import _MAX_SAFE_INTEGER, PortSettings, _Snapshot
 
-__all__ = ["admission_size", "minimum_output_bytes"]
+__all__ = [
+    "APPROVAL_INSTRUCTION",
+    "FOLLOW_BACKGROUND",
+    "admission_size",
+    "cut_output_instruction",
+    "minimum_output_bytes",
+    "uncertain_instruction",
+]
 
 _LONGEST_SANDBOX_ID: Final = "s" * 128
 _LONGEST_TASK_ID: Final = "f" * 64
@@ -56,15 +66,63 @@ _UNCERTAIN_REASONS: Final = (
     ErrorCode.REQUEST_DRIFTED,
     ErrorCode.ABORTED,
 )
-_RECONCILE = (
-    "Do not run this again as a new call. Retry with the same operation_key, or read "
-    "the task with read_command_output, to learn what happened."
+# What the model reads next to each result (DESIGN §12): what it can do with
+# the tools it has. A model cannot choose an operation key; it can repeat a
+# call exactly, which every adapter maps back to the earlier call's key while
+# that call is unsettled (``Toolset(reconcile_repeats=True)``), and it can
+# read a task by its id.
+_REPEAT = (
+    "This call may have run: do not send it as a new or changed call. To learn what "
+    "happened, repeat exactly this call (same tool, same arguments): it is matched to this "
+    "one and never runs twice."
 )
+_READ_TASK = " Or read the task with read_command_output and this task_id."
+_REPEAT_READ = (
+    "What this read found could not be confirmed; reading changes nothing. Repeat exactly "
+    "this call to read again."
+)
+APPROVAL_INSTRUCTION: Final = (
+    "A person must approve this call before it runs; nothing ran. Once they have approved "
+    "it, repeat exactly this call (same tool, same arguments); do not work around it with "
+    "another call."
+)
+_REPEAT_STOP = (
+    "The stop request may not have reached the command. Repeat exactly this call, then "
+    "confirm with read_command_output."
+)
+FOLLOW_BACKGROUND: Final = (
+    "The command runs in the background. Follow it with read_command_output and this "
+    "task_id (wait_seconds waits for it to end); end it with stop_command."
+)
+_FOLLOW_RUNNING = (
+    "The command is still running: read again later with the returned cursors "
+    "(wait_seconds waits for it to end), or end it with stop_command."
+)
+_READ_MORE = "More output may follow: read again with the returned stdout_cursor and stderr_cursor."
+_READ_CUT = (
+    " The output was cut to fit (see output_budget): read any part with read_command_output "
+    "and this task_id, choosing stdout_cursor and stderr_cursor as byte offsets."
+)
+
+
+def uncertain_instruction(tool: str, readable: bool) -> str:
+    """What an ``uncertain`` result of ``tool`` tells the model to do;
+    ``readable``: the port also offers ``read_command_output``."""
+    if tool == "read_command_output":
+        return _REPEAT_READ
+    if tool == "stop_command":
+        return _REPEAT_STOP
+    return _REPEAT + (_READ_TASK if readable else "")
+
+
+def cut_output_instruction(readable: bool) -> str:
+    """Said of a launch whose output was cut to fit the budget."""
+    return _READ_CUT.strip() if readable else ""
 
 
 def _state_fields(state: CommandState) -> dict[str, Any]:
     return {
-        "status": state.status,
+        "command_status": state.status,
         "exit_code": state.exit_code,
         "stdout_bytes": state.stdout_bytes,
         "stderr_bytes": state.stderr_bytes,
@@ -77,15 +135,17 @@ def _uncertain_content(
     observed: str | None,
     sandbox_id: str | None,
     task: str | None,
+    readable: bool = True,
 ) -> dict[str, Any]:
     content: dict[str, Any] = {
+        "status": "uncertain",
         "ok": False,
         "error_type": reason.value,
         "evidence_incomplete": True,
         "observed_result": observed,
     }
     content.update(snap.locator(sandbox_id, task))
-    content["instruction"] = _RECONCILE
+    content["instruction"] = uncertain_instruction(snap.tool, readable and task is not None)
     return content
 
 
@@ -225,12 +285,16 @@ def _fixed_overheads(
     shapes: list[tuple[bool | None, dict[str, Any]]] = [
         (True, _uncertain_content(snap, reason, "timed_out", sandbox_id, task))
     ]
+    backend = max(BACKEND_LABELS, key=len)
     if tool in ("run_command", "run_code", "sandbox_run_code"):
         language = max(LANGUAGES, key=len) if tool != "run_command" else None
-        launch = _launch_content(snap, settings, sandbox_id, task, worst, "", language, True)
+        launch = _launch_content(
+            snap, settings, sandbox_id, task, worst, "", language, True, backend
+        )
         launch.update(
             stdout="",
             stderr="",
+            instruction="",
             output_budget=note,
             retention_limited=True,
             timeout_seconds=MAX_TIMEOUT_SECONDS,
@@ -242,8 +306,9 @@ def _fixed_overheads(
     elif tool == "stop_command":
         shapes.append((True, _stop_content(snap, sandbox_id, task, worst)))
     else:
-        status = _status_content(settings, SandboxState(sandbox_id=sandbox_id, phase="closing"))
-        shapes.append((None, status))
+        for label in BACKEND_LABELS:
+            state = SandboxState(sandbox_id=sandbox_id, phase="closing", backend=label)
+            shapes.append((None, _status_content(settings, state)))
     overheads: list[tuple[bool | None, int]] = []
     for with_sandbox, content in shapes:
         size = fixed_size(content)
@@ -263,8 +328,14 @@ def _launch_content(
     command: str,
     language: str | None,
     deduplicated: bool,
+    backend: BackendLabel = "e2b",
 ) -> dict[str, Any]:
-    content: dict[str, Any] = {"ok": True, "backend": "e2b", "deduplicated": deduplicated}
+    content: dict[str, Any] = {
+        "status": "ok",
+        "ok": True,
+        "backend": backend,
+        "deduplicated": deduplicated,
+    }
     content.update(_state_fields(state))
     content.update(snap.locator(sandbox_id, task))
     content["command"] = command
@@ -284,7 +355,7 @@ def _read_content(
     next_stderr: int,
     more: bool,
 ) -> dict[str, Any]:
-    content: dict[str, Any] = {"ok": True}
+    content: dict[str, Any] = {"status": "ok", "ok": True}
     content.update(_state_fields(state))
     content.update(snap.locator(None, task))
     content.update(
@@ -296,13 +367,17 @@ def _read_content(
             "output_may_be_truncated": more,
         }
     )
+    if more:
+        content["instruction"] = _READ_MORE
+    elif state.status == "running":
+        content["instruction"] = _FOLLOW_RUNNING
     return content
 
 
 def _stop_content(
     snap: _Snapshot, sandbox_id: str, task: str, state: CommandState
 ) -> dict[str, Any]:
-    content: dict[str, Any] = {"ok": True, "cancel_requested": True}
+    content: dict[str, Any] = {"status": "ok", "ok": True, "cancel_requested": True}
     content.update(_state_fields(state))
     content.update(snap.locator(sandbox_id, task))
     content["instruction"] = (
@@ -311,15 +386,30 @@ def _stop_content(
     return content
 
 
+_BOUNDARIES: Final[Mapping[BackendLabel, tuple[bool, str]]] = {
+    "e2b": (True, "Remote E2B sandbox; the host's files are not shared with it."),
+    "simulator": (
+        False,
+        "sandrail's in-memory simulator: no command really runs and nothing is isolated. "
+        "It answers a few commands (echo, true, false, exit, sleep, seq) and the ones its "
+        "harness scripted; any other command exits 127 with a 'not emulated' line on stderr.",
+    ),
+}
+"""Per backend: whether commands run isolated from the host, and the
+boundary in words (``sandbox_status`` says both)."""
+
+
 def _status_content(settings: PortSettings, state: SandboxState) -> dict[str, Any]:
+    isolated, boundary = _BOUNDARIES[state.backend]
     return {
+        "status": "ok",
         "ok": True,
-        "backend": "e2b",
+        "backend": state.backend,
         "enabled": True,
-        "isolated": True,
+        "isolated": isolated,
         "sandbox_id": state.sandbox_id,
         "sandbox_phase": state.phase,
         "allow_internet_access": settings.allow_internet_access,
-        "boundary": "Remote E2B sandbox; the host's files are not shared with it.",
+        "boundary": boundary,
         "contracts": [settings.contract],
     }

@@ -178,7 +178,7 @@ def resolve_language(value: object) -> str | None:
 
 REFUSED_WITH_OWN_CODE: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = MappingProxyType(
     {
-        "run_command": (("properties", "command", "pattern"), ("else",)),
+        "run_command": (("properties", "command", "pattern"), ("then",), ("else",)),
         # The strict profiles' language is nullable: its enum sits in an anyOf.
         "run_code": (("properties", "language", "enum"), ("properties", "language", "anyOf")),
         "sandbox_run_code": (
@@ -189,7 +189,8 @@ REFUSED_WITH_OWN_CODE: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = Mappin
 )
 """Schema rules whose violations the port reports under an error code of its
 own, as the reference does (``command_required``,
-``background_timeout_requires_background``, ``unsupported_language``):
+``background_timeout_requires_background``, ``timeout_requires_foreground``,
+``unsupported_language``):
 each is the start of a schema path, by tool. Argument validation leaves
 these to the port's own checks, which run right after it."""
 
@@ -518,7 +519,9 @@ def command_tool_definitions(
                 ),
                 "timeout": _seconds(
                     "Seconds a foreground command may run before it is stopped; null "
-                    f"means {limit}, and longer values are lowered to {limit}."
+                    f"means {limit}, and longer values are lowered to {limit}. Only "
+                    "without background=true (a background command takes "
+                    "background_timeout)."
                 ),
                 "env": _env(
                     "Extra environment variables for this command only, as name to "
@@ -538,9 +541,11 @@ def command_tool_definitions(
             ["command"],
         )
         | {
-            # background_timeout only with background=true (the port answers
+            # timeout only without background=true, background_timeout only
+            # with it (the port answers timeout_requires_foreground and
             # background_timeout_requires_background otherwise).
             "if": {"properties": {"background": {"const": True}}, "required": ["background"]},
+            "then": {"properties": {"timeout": {"type": "null"}}},
             "else": {"properties": {"background_timeout": {"type": "null"}}},
         },
         foreground_timeout_seconds * 1000 + _CALL_SLACK_MS,

@@ -32,14 +32,17 @@ import attrs
 from ._results import ArtifactRef
 
 __all__ = [
+    "BACKEND_LABELS",
     "HARNESS_EFFECTS",
     "SANDBOX_EFFECTS",
+    "SIDE_EFFECTS",
     "TERMINAL_STATUSES",
     "Allow",
     "AppendArtifact",
     "ApprovalRequired",
     "AuthorityReport",
     "Authorize",
+    "BackendLabel",
     "Cancel",
     "CancelRequested",
     "CheckAuthority",
@@ -74,15 +77,24 @@ __all__ = [
     "Started",
     "Wait",
     "WriteArtifact",
+    "unexpected_failure",
 ]
 
 # ---------------------------------------------------------------------------
 # Outcomes (nouns)
 
 CommandStatus = Literal["running", "exited", "timed_out", "canceled", "unknown"]
+
+BackendLabel = Literal["e2b", "simulator"]
+"""What a backend says it is, in every result that names the backend: ``e2b``
+(commands run in a remote E2B sandbox) or ``simulator`` (sandrail's in-memory
+simulator: nothing really runs)."""
+BACKEND_LABELS: tuple[BackendLabel, ...] = ("e2b", "simulator")
 """What the sandbox knows about a command. ``unknown``: the sandbox could not tell."""
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"exited", "timed_out", "canceled"})
+"""The statuses of a command that has ended (every :data:`CommandStatus` but
+``running`` and ``unknown``)."""
 
 SandboxPhase = Literal["absent", "creating", "ready", "closing", "closed", "unknown"]
 
@@ -142,10 +154,14 @@ class OwnedCommand:
 
 @attrs.frozen(kw_only=True)
 class SandboxState:
-    """What :class:`Inspect` found. ``sandbox_id`` is ``None`` when absent."""
+    """What :class:`Inspect` found. ``sandbox_id`` is ``None`` when absent.
+    ``backend`` is what answered (see :data:`BackendLabel`)."""
 
     sandbox_id: str | None
     phase: SandboxPhase
+    backend: BackendLabel = attrs.field(
+        default="e2b", validator=attrs.validators.in_(BACKEND_LABELS)
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -155,10 +171,14 @@ class SandboxReady:
     ``ledger_epoch`` names the sandbox's ledger of task claims as it is now:
     it changes whenever that ledger is lost (a command deleted it), and never
     otherwise. ``None``: the sandbox cannot tell (then a retry after a start
-    that may have left can only expect its claim)."""
+    that may have left can only expect its claim). ``backend`` is what
+    answered (see :data:`BackendLabel`)."""
 
     sandbox_id: str
     ledger_epoch: str | None = None
+    backend: BackendLabel = attrs.field(
+        default="e2b", validator=attrs.validators.in_(BACKEND_LABELS)
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -286,6 +306,16 @@ class EffectFailure(Exception):
 
     def __repr__(self) -> str:
         return f"EffectFailure({self.delivery.value!r}, {self.detail!r}, aborted={self.aborted})"
+
+
+def unexpected_failure(effect: object, exc: BaseException) -> EffectFailure:
+    """The failure an exception nobody classified stands for, answering
+    ``effect``: the port converts every such exception with this, and a
+    recorder records what it converts (so a replay raises the same).
+    Asking the policy sends nothing; any other effect's request may have
+    left (C6)."""
+    delivery = Delivery.NOT_SENT if isinstance(effect, Authorize) else Delivery.MAYBE_SENT
+    return EffectFailure(delivery, f"{type(effect).__name__} raised {type(exc).__name__}")
 
 
 class FatalInterpreterError(Exception):
@@ -533,6 +563,9 @@ HARNESS_EFFECTS: tuple[type, ...] = (
     CloseArtifact,
 )
 SANDBOX_EFFECTS: tuple[type, ...] = (Inspect, Ensure, Publish, Start, Wait, Read, Cancel)
+SIDE_EFFECTS: tuple[type, ...] = (Ensure, Publish, Start, Cancel)
+"""The sandbox effects that change the sandbox (C5): once one may have
+reached it, a failure is ``uncertain`` (C6). Reads and inspections are not."""
 
 OutcomeValue = (
     PolicyDecision

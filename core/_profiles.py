@@ -20,12 +20,30 @@ subset:
 :func:`tool_schema` is what a framework is handed: the same schema with the
 keywords the vendor's strict mode refuses moved into the description, where
 the model still reads them (``openai-strict``: string lengths;
-``anthropic-strict``: patterns, numeric bounds, string lengths and array
-sizes, so that ``anthropic.transform_schema`` has nothing left to move). Those
-rules are still checked: :func:`canonical_arguments` validates arguments
-against the stated schema and answers argument problems with paths in the
-profile's own shape (``arguments.env[2].name``), then converts them to the
-canonical (``full``) arguments the port takes.
+``anthropic-strict``: numeric bounds, string lengths, array sizes and every
+pattern but those written in the regular-expression subset Anthropic
+documents, :data:`VENDOR_PATTERNS`). Those rules are still checked:
+:func:`canonical_arguments` validates arguments against the stated schema
+and answers argument problems with paths in the profile's own shape
+(``arguments.env[2].name``), then converts them to the canonical (``full``)
+arguments the port takes.
+
+Which profiles are honest, and what the strict ones give up:
+
+- ``full`` is honest as handed: every rule the port checks is a keyword, so
+  an argument the schema accepts is never refused as invalid.
+- A strict profile's *stated* schema is honest the same way. The schema a
+  framework is *handed* is not, for the rules moved into descriptions: the
+  vendor's constrained decoding cannot enforce them, so a model can send a
+  value the handed schema admits and the port refuses (naming the field,
+  nothing run): ``openai-strict`` gives up string lengths (a command of
+  100,001 characters); ``anthropic-strict`` gives up numeric bounds
+  (``timeout: 0``), lengths, ``maxItems``, and the patterns it moves (a
+  blank command, a NUL character, a reserved env name).
+- Both strict profiles also change the shape, by design: every property is
+  required (``null`` for "not given"; the port also takes a property left
+  out), ``env`` is a list of ``{name, value}``, and ``run_command`` has one
+  ``timeout``. An argument written for ``full`` is not one for them.
 
 Two things no profile can state. Arguments are I-JSON (RFC 7493): a string
 holding a lone surrogate is not text, and the port refuses it (MCP's own
@@ -54,6 +72,7 @@ from ._validation import ArgumentProblem, check_arguments
 __all__ = [
     "PROFILES",
     "STRICT_ENV_NAME_PATTERN",
+    "VENDOR_PATTERNS",
     "VENDOR_UNSUPPORTED",
     "Profile",
     "canonical_arguments",
@@ -64,6 +83,8 @@ __all__ = [
 Profile = Literal["full", "openai-strict", "anthropic-strict"]
 PROFILES: Final[tuple[Profile, ...]] = get_args(Profile)
 
+_NON_EMPTY: Final = r"^[\s\S]+$"
+
 VENDOR_UNSUPPORTED: Final[Mapping[Profile, frozenset[str]]] = {
     "full": frozenset(),
     # OpenAI's strict mode keeps pattern, minimum/maximum and minItems/maxItems.
@@ -73,16 +94,36 @@ VENDOR_UNSUPPORTED: Final[Mapping[Profile, frozenset[str]]] = {
     # subset of regular expressions, compiled with every strict tool of a
     # request into one grammar of limited size: its own SDK
     # (`anthropic.transform_schema`) and pydantic-ai's Anthropic strict
-    # conversion move every pattern into the description, and so does this
-    # profile (the port checks them when the call comes back).
+    # conversion move every pattern into the description. This profile keeps
+    # the ones written in the documented subset (VENDOR_PATTERNS) and moves
+    # the rest (the port checks them when the call comes back).
     "anthropic-strict": frozenset(
         {"pattern", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems"}
     ),
 }
 """Keywords of a stated schema each vendor's strict mode refuses; the schema a
-framework is handed states them in the description instead."""
+framework is handed states them in the description instead (a pattern in
+:data:`VENDOR_PATTERNS` stays)."""
 
-_NON_EMPTY: Final = r"^[\s\S]+$"
+VENDOR_PATTERNS: Final[Mapping[Profile, frozenset[str]]] = {
+    "full": frozenset(),
+    "openai-strict": frozenset(),
+    # Anthropic documents the regular expressions its strict tool use takes:
+    # anchors, character classes of literal characters and ranges, \s \S \d
+    # \w, the quantifiers * + ? and simple counts; no lookaround, no
+    # backreferences, no \b. The task id (64 hex) and "not empty" rules are
+    # written in that subset and kept. The others are not: the command's and
+    # values' rules name characters by \u escapes (outside the documented
+    # subset), and the env-name rule is 4.6 KB compiled with every other
+    # strict tool of a request into one grammar of limited size; they stay
+    # in the descriptions, where Anthropic's own transform_schema would move
+    # every pattern.
+    "anthropic-strict": frozenset({TASK_ID_PATTERN, _NON_EMPTY}),
+}
+"""Patterns a vendor's strict mode takes although it refuses patterns in
+general (``pattern`` is in :data:`VENDOR_UNSUPPORTED`): kept in the schema a
+framework is handed."""
+
 _UNREADABLE: Final = "must be a JSON object whose numbers are within the schema's bounds"
 
 
@@ -212,8 +253,9 @@ def tool_schema(definition: ToolDefinition, profile: Profile = "full") -> dict[s
     schema = stated_schema(definition, profile)
     dropped = VENDOR_UNSUPPORTED[_check_profile(profile)]
     if dropped:
+        kept = VENDOR_PATTERNS[profile]
         for node in _nodes(schema):
-            _state_in_description(node, dropped)
+            _state_in_description(node, dropped, kept)
     return schema
 
 
@@ -255,9 +297,13 @@ env-name rule is 4.6 KB of regular expression; the words and the env
 description it points to say the same)."""
 
 
-def _state_in_description(node: dict[str, Any], dropped: frozenset[str]) -> None:
+def _state_in_description(
+    node: dict[str, Any], dropped: frozenset[str], kept_patterns: frozenset[str]
+) -> None:
     said: list[str] = []
     for key, words in _WORDS.items():
+        if key == "pattern" and node.get(key) in kept_patterns:
+            continue
         if key in dropped and key in node:
             value = node.pop(key)
             plain = _PATTERN_WORDS.get(value) if key == "pattern" else None

@@ -9,15 +9,17 @@ import attrs
 
 from ._identity import OwnerIdentity
 
-__all__ = ["RUNTIME_ARTIFACTS", "CancelToken", "ToolCall", "ToolRequest"]
+__all__ = ["RUNTIME_ARTIFACTS", "AbortSignal", "ToolCall", "ToolRequest"]
 
 RUNTIME_ARTIFACTS: Literal["runtime-artifacts/v1"] = "runtime-artifacts/v1"
 """``result_governance`` value: the runtime bounds results itself (no C12 cut)."""
 
 
 @runtime_checkable
-class CancelToken(Protocol):
-    """The harness's abort signal. ``sandrail.CancelToken`` is the stock one."""
+class AbortSignal(Protocol):
+    """What a request's ``cancel`` must be: anything with a bool
+    ``cancelled`` (and, to wake waits at once, ``add_callback``).
+    :class:`sandrail.CancelToken` is the stock one."""
 
     @property
     def cancelled(self) -> bool: ...
@@ -53,5 +55,5 @@ class ToolRequest:
     session_id: str
     definition: Any
     identity: OwnerIdentity | None = None
-    cancel: CancelToken | None = None
+    cancel: AbortSignal | None = None
     result_governance: str | None = None

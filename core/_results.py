@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 
 from ._canonical import canonical_json
 
 __all__ = [
+    "APPROVAL_REJECTED_INSTRUCTION",
     "AgentCommandRef",
     "ArtifactRef",
     "BackgroundCommandRef",
@@ -19,6 +20,7 @@ __all__ = [
     "Status",
     "ToolResult",
     "error_result",
+    "next_step",
 ]
 
 Status = Literal["ok", "error", "uncertain", "approval_required"]
@@ -53,9 +55,11 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_LANGUAGE = "unsupported_language"
     COMMAND_REQUIRED = "command_required"
     BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND = "background_timeout_requires_background"
+    TIMEOUT_REQUIRES_FOREGROUND = "timeout_requires_foreground"
     SYNC_CONTRACT_INVALID = "e2b_command_sync_contract_invalid"
-    # Policy, authority, drift, abort (C8, C9, C11).
+    # Policy, approval, authority, drift, abort (C8, C9, C11).
     POLICY_DENIED = "policy_denied"
+    APPROVAL_REJECTED = "approval_rejected"
     CANCELED = "canceled"
     ABORTED = "e2b_command_aborted"
     REQUEST_DRIFTED = "e2b_command_request_drifted"
@@ -135,7 +139,14 @@ class ToolResult:
 
     ``content`` is a JSON object with snake_case keys; unless the runtime
     governs results, its canonical JSON is within the port's
-    ``max_output_bytes`` (C12). Treat it as read-only.
+    ``max_output_bytes`` (C12). Treat it as read-only. Every result the port
+    returns says its own ``status`` in ``content`` too (what the model
+    reads), and a command's state under ``command_status``.
+
+    The typed accessors read ``content`` the way the frameworks' own results
+    read: each returns ``None`` when the result does not carry that field (a
+    refusal has no ``stdout``; a result cut to fit its budget keeps the
+    identity fields whole, C13).
     """
 
     status: Status
@@ -150,6 +161,91 @@ class ToolResult:
         Frameworks that flag failed tool calls to the model (MCP ``isError``,
         Anthropic ``is_error``) take this."""
         return self.status != "ok"
+
+    @property
+    def is_uncertain(self) -> bool:
+        """``status == "uncertain"``: something may have run; reconcile it
+        (the same operation key, or ``read_command_output`` on
+        :attr:`task_id`), never run it anew."""
+        return self.status == "uncertain"
+
+    @property
+    def needs_approval(self) -> bool:
+        """``status == "approval_required"``: nothing ran; a person decides."""
+        return self.status == "approval_required"
+
+    @property
+    def executed(self) -> bool | None:
+        """``False`` when nothing ran and nothing will (every ``error`` and
+        ``approval_required`` result); ``None`` when the content does not say
+        (``ok`` and ``uncertain`` results)."""
+        return self._flag("executed")
+
+    @property
+    def command_status(self) -> str | None:
+        """The command's own state: ``running``, ``exited``, ``timed_out``,
+        ``canceled`` (launches, reads and stops that observed it)."""
+        return self._text("command_status")
+
+    @property
+    def exit_code(self) -> int | None:
+        """The command's exit code, once the sandbox observed one."""
+        return self._integer("exit_code")
+
+    @property
+    def stdout(self) -> str | None:
+        """The command's standard output as shown (env values masked; cut
+        around a marker when it did not fit the budget)."""
+        return self._text("stdout")
+
+    @property
+    def stderr(self) -> str | None:
+        """The command's standard error as shown (see :attr:`stdout`)."""
+        return self._text("stderr")
+
+    @property
+    def task_id(self) -> str | None:
+        """The task id of the command this result concerns."""
+        return self._text("task_id")
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The sandbox the command ran in, once known."""
+        return self._text("sandbox_id")
+
+    @property
+    def operation_key(self) -> str | None:
+        """The operation key the call ran under (every result with a locator)."""
+        return self._text("operation_key")
+
+    @property
+    def instruction(self) -> str | None:
+        """What the model (or the harness) can do next, in words."""
+        return self._text("instruction")
+
+    @property
+    def deduplicated(self) -> bool | None:
+        """For a launch: ``True`` when this call found its task already
+        launched (a retry) and nothing new ran."""
+        return self._flag("deduplicated")
+
+    @property
+    def truncated(self) -> bool:
+        """Whether output was cut to fit the budget (see ``output_budget``)."""
+        note = self.content.get("output_budget")
+        return isinstance(note, Mapping) and note.get("truncated") is True
+
+    def _text(self, key: str) -> str | None:
+        value = self.content.get(key)
+        return value if isinstance(value, str) else None
+
+    def _flag(self, key: str) -> bool | None:
+        value = self.content.get(key)
+        return value if isinstance(value, bool) else None
+
+    def _integer(self, key: str) -> int | None:
+        value = self.content.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def to_json(self) -> str:
         """What the model is sent: the canonical JSON of ``content`` (RFC
@@ -185,8 +281,42 @@ class ToolResult:
         }
 
 
+APPROVAL_REJECTED_INSTRUCTION: Final = (
+    "A person rejected this call; nothing ran. Do not repeat it or work around it with "
+    "another call; ask the user what to do instead."
+)
+"""What the model reads when a person rejected a call it made."""
+
+
 def error_result(code: ErrorCode, **extra: Any) -> ToolResult:
-    """An ``error`` result: nothing happened and nothing will (``executed: false``)."""
-    content: dict[str, Any] = {"ok": False, "error_type": code.value, "executed": False}
+    """An ``error`` result: nothing happened and nothing will (``executed: false``).
+
+    Its content says ``status: "error"`` and carries an ``instruction``: the
+    one in ``extra``, else what :func:`next_step` says for ``code``."""
+    content: dict[str, Any] = {
+        "status": "error",
+        "ok": False,
+        "error_type": code.value,
+        "executed": False,
+    }
     content.update(extra)
+    content.setdefault("instruction", next_step(code))
     return ToolResult(status="error", content=content)
+
+
+def next_step(code: ErrorCode) -> str:
+    """The instruction an ``error`` with ``code`` carries when its builder
+    gave none: what the model can do with the tools it has."""
+    return _NEXT_STEP.get(code, _NOTHING_RAN)
+
+
+_NOTHING_RAN: Final = "Nothing ran. Fix the call as the other fields say, then call again."
+_NEXT_STEP: Final[Mapping[ErrorCode, str]] = {
+    ErrorCode.BUDGET_BELOW_MINIMUM_IDENTITY: "Nothing ran: the harness's result budget "
+    "(max_output_bytes) is too small for this call's identity; the harness must raise it.",
+    ErrorCode.TOOL_UNBOUND: "Nothing ran: there is no tool of that name. Use one of "
+    "available_tools.",
+    ErrorCode.APPROVAL_REJECTED: APPROVAL_REJECTED_INSTRUCTION,
+    ErrorCode.POLICY_DENIED: "Nothing ran: the harness's policy does not allow this call. "
+    "Do not repeat it or work around it with another call.",
+}

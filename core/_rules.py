@@ -2,7 +2,9 @@
 of their own.
 
 :func:`launch_digest` defines when two launches with one operation key are
-the same launch (C3). :func:`tool_refusal` refuses, before any side effect
+the same launch (C3), and :func:`launch_timeout` the in-sandbox deadline a
+launch runs under (the program sends it; a toolset fills it in to match
+repeats as the port reads them). :func:`tool_refusal` refuses, before any side effect
 (C5), the schema rules the reference reports with specific error codes.
 """
 
@@ -15,6 +17,7 @@ from typing import Any, Final
 from ._canonical import canonical_json
 from ._definitions import (
     LANGUAGES,
+    MAX_TIMEOUT_SECONDS,
     resolve_language,
 )
 from ._masking import REDACTED
@@ -25,7 +28,10 @@ from ._results import (
 from ._snapshot import PortSettings, _refuse, _Snapshot
 from ._validation import ArgumentProblem, arguments_rejection
 
-__all__ = ["launch_digest", "recorded_digest", "tool_refusal"]
+__all__ = ["LAUNCH_TOOLS", "launch_digest", "launch_timeout", "recorded_digest", "tool_refusal"]
+
+LAUNCH_TOOLS: Final = frozenset({"run_command", "run_code", "sandbox_run_code"})
+"""The tools that launch a command (the others read, stop or inspect)."""
 
 _INTEGER_ARGUMENTS: Final = frozenset(
     {"timeout", "background_timeout", "stdout_cursor", "stderr_cursor", "max_bytes", "wait_seconds"}
@@ -58,6 +64,23 @@ def launch_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json({"tool": tool, "arguments": filled})).hexdigest()
 
 
+def launch_timeout(
+    tool: str, arguments: Mapping[str, Any], settings: PortSettings
+) -> tuple[str, int]:
+    """The in-sandbox deadline of a launch of ``tool`` in seconds, and the
+    argument that sets it: ``background_timeout`` for a background
+    ``run_command`` (by default the port's background timeout), else
+    ``timeout`` (by default, and at most, the port's foreground timeout).
+    A timeout of ``null`` or 0 is the default. Raises ``TypeError`` for a
+    timeout that is not a number (the port refuses such arguments before
+    it asks)."""
+    if tool == "run_command" and arguments.get("background"):
+        requested = arguments.get("background_timeout") or settings.background_timeout_seconds
+        return "background_timeout", min(requested, MAX_TIMEOUT_SECONDS)
+    requested = arguments.get("timeout") or settings.foreground_timeout_seconds
+    return "timeout", min(requested, settings.foreground_timeout_seconds)
+
+
 def recorded_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     """The launch digest an ownership record keeps (issue 20, item 1): that
     of the request with every env value replaced by the redaction marker.
@@ -82,7 +105,8 @@ def tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:
     lists, so every rule here is also stated in the tool's schema: a command
     with a NUL character (``e2b_command_arguments_invalid``) or nothing but
     whitespace (``command_required``), ``background_timeout`` without
-    ``background=true`` (``background_timeout_requires_background``), a
+    ``background=true`` (``background_timeout_requires_background``),
+    ``timeout`` with it (``timeout_requires_foreground``), a
     language outside :data:`LANGUAGES` and their aliases
     (``unsupported_language``).
     """
@@ -102,6 +126,12 @@ def tool_refusal(snap: _Snapshot, settings: PortSettings) -> ToolResult | None:
             return _refuse(
                 ErrorCode.BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND,
                 "background_timeout applies only with background=true; use timeout.",
+            )
+        if args.get("background") is True and args.get("timeout") is not None:
+            return _refuse(
+                ErrorCode.TIMEOUT_REQUIRES_FOREGROUND,
+                "timeout applies only to a foreground command; with background=true, "
+                "use background_timeout.",
             )
     elif (
         snap.tool in ("run_code", "sandbox_run_code")

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import json.encoder
-from collections.abc import Mapping
-from json.encoder import encode_basestring
+import operator
+from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
 import attrs
 
 from ._canonical import CanonicalJSONError, canonical_json
 from ._definitions import (
+    DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
+    DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
+    DEFAULT_MAX_OUTPUT_BYTES,
     ToolDefinition,
     definitions_equal,
 )
@@ -33,9 +35,12 @@ from ._results import (
 
 __all__ = [
     "PortSettings",
+    "RequestParts",
+    "digest_text",
     "owner_key",
     "plain_arguments",
     "request_digest",
+    "request_parts",
     "snapshot_request",
     "unchanged",
 ]
@@ -51,9 +56,9 @@ class PortSettings:
     owner: Owner
     definitions: tuple[ToolDefinition, ...]
     contract: str
-    max_output_bytes: int = 24_000
-    foreground_timeout_seconds: int = 300
-    background_timeout_seconds: int = 300
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS
+    background_timeout_seconds: int = DEFAULT_BACKGROUND_TIMEOUT_SECONDS
     allow_internet_access: bool = False
     artifacts_enabled: bool = False
     owner_key: str = attrs.field(init=False, eq=False, repr=False)
@@ -74,34 +79,76 @@ def owner_key(owner: Owner) -> str:
     return hashlib.sha256(canonical_json(owner.key())).hexdigest()[:32]
 
 
+# ---------------------------------------------------------------------------
+# The same request (C9)
+#
+# Strategy: a request is "the same request" while each of its parts
+# (:class:`RequestParts`, the one definition) is. Two checks derive from it
+# and must agree: the digest (:func:`request_digest`, the JSON form of every
+# part hashed, recorded in each CheckAuthority) and the fast comparison the
+# guard makes several times a call (:func:`unchanged`: every part still the
+# very object it was, the mutable ones equal to the plain copies the
+# snapshot took). A part added to the definition is covered by both; the
+# cassette writes a request as these parts too.
+
+
+class RequestParts(NamedTuple):
+    """Everything in a request that makes it the request it is: all of it
+    but its abort signal (a field of :class:`~sandrail.core.ToolRequest` or
+    its call that is not here is never checked for drift)."""
+
+    name: object
+    call_id: object
+    arguments: object
+    operation_key: object
+    session_id: object
+    definition: object
+    identity: object
+    result_governance: object
+
+
+_CALL_FIELDS: Final = frozenset(field.name for field in attrs.fields(ToolCall))
+_PART_PATHS: Final = tuple(
+    f"call.{name}" if name in _CALL_FIELDS else name for name in RequestParts._fields
+)
+"""Where each part lives: in the request, or in its call."""
+_parts_of: Final[Callable[[object], tuple[object, ...]]] = operator.attrgetter(*_PART_PATHS)
+
+
+def request_parts(request: ToolRequest) -> RequestParts:
+    """The parts of ``request`` (``AttributeError`` if it has none)."""
+    return RequestParts._make(_parts_of(request))
+
+
 def request_digest(request: ToolRequest, arguments: object = None) -> str:
-    """Digest of everything in a request but its abort signal (drift check, C9).
+    """Digest of a request's parts (:class:`RequestParts`), for the drift
+    check (C9).
 
     ``arguments`` stands in for ``request.call.arguments`` when given (the
     snapshot passes its own plain copy, so the digest covers exactly what the
-    call checks and uses). Only ever compared with a digest of the same
-    request in the same process, so it uses Python's C JSON encoder (sorted
-    keys) rather than the slower canonical form. The port's own definition
-    objects are immutable and stand for themselves. Raises ``TypeError`` or
-    ``ValueError`` (or ``AttributeError``) for a request with no JSON form; a
-    port treats that as drift.
+    call checks and uses). A part's JSON form is itself, but for the port's
+    own definition objects (immutable, they stand for themselves: their
+    digest) and the identity (its locator). Only ever compared with a digest
+    of the same request in the same process, so it uses Python's C JSON
+    encoder (sorted keys) rather than the slower canonical form. Raises
+    ``TypeError`` or ``ValueError`` (or ``AttributeError``) for a request
+    with no JSON form; a port treats that as drift.
     """
-    definition = request.definition
+    body = list(_parts_of(request))
+    if arguments is not None:
+        body[_ARGUMENTS] = arguments
+    definition = body[_DEFINITION]
     if isinstance(definition, ToolDefinition):
-        definition = "sha256:" + definition.digest
-    identity = request.identity
-    body = (
-        request.call.name,
-        request.call.call_id,
-        request.call.arguments if arguments is None else arguments,
-        request.operation_key,
-        request.session_id,
-        definition,
-        None if identity is None else identity.locator(),
-        request.result_governance,
-    )
-    text = _digest_text(body)
+        body[_DEFINITION] = "sha256:" + definition.digest
+    identity = body[_IDENTITY]
+    body[_IDENTITY] = None if identity is None else identity.locator()  # type: ignore[attr-defined]
+    text = digest_text(body)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_ARGUMENTS, _DEFINITION, _IDENTITY = (
+    RequestParts._fields.index(name) for name in ("arguments", "definition", "identity")
+)
 
 
 def _plain(value: object) -> object:
@@ -111,20 +158,12 @@ def _plain(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
-_DIGEST_ENCODER = json.JSONEncoder(
+_DIGEST_ENCODER: Final = json.JSONEncoder(
     sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain
 )
-_C_ENCODER: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
-
-
-def _digest_text(value: object) -> str:
-    """``_DIGEST_ENCODER.encode(value)``, by the shortest way (issue 12): the
-    C encoder it builds under its Python wrappers on every call, made here
-    directly (with its own circular reference check, as it makes it)."""
-    if _C_ENCODER is None:
-        return _DIGEST_ENCODER.encode(value)
-    encode = _C_ENCODER({}, _plain, encode_basestring, None, ":", ",", True, False, False)
-    return "".join(encode(value, 0))
+digest_text: Final = _DIGEST_ENCODER.encode
+"""The JSON text digests are taken of: sorted keys, compact, text as it is
+(no ``\\u`` escapes), no NaN; a mapping that is not a dict as a dict."""
 
 
 def plain_arguments(arguments: object) -> dict[str, Any] | None:
@@ -141,7 +180,7 @@ def plain_arguments(arguments: object) -> dict[str, Any] | None:
             items.sort()  # distinct keys: values are never compared
             return dict(items)
     try:
-        copy = json.loads(_digest_text(arguments))
+        copy = json.loads(digest_text(arguments))
     except (TypeError, ValueError, RecursionError, AttributeError):
         return None
     return copy if isinstance(copy, dict) else None
@@ -153,25 +192,47 @@ _FLAT: Final = frozenset((str, int, bool, type(None)))
 
 
 class _Seen(NamedTuple):
-    """The request's own objects as the snapshot saw them, for the drift
-    check (:func:`unchanged`): strings and frozen objects cannot change in
-    place, so still holding the very same object means unchanged; the few
-    mutable parts (arguments, a native scope) are compared with plain copies
-    taken in the same pass as the digest's. (A named tuple: made on every
-    call, it must be cheap to make.)"""
+    """The request as the snapshot saw it, for :func:`unchanged`: its parts
+    (in :class:`RequestParts` order) and then its identity's own fields, the
+    objects ``still`` checks (strings and
+    frozen objects cannot change in place, so still holding the very same
+    object means unchanged), and plain copies of the mutable parts (the
+    arguments, a native scope), taken in the same pass as the digest's. (A
+    named tuple: made on every call, it must be cheap to make.)"""
 
-    call: object
-    name: object
-    call_id: object
-    arguments: object
-    operation_key: object
-    session_id: object
-    definition: object
-    identity: object
-    identity_fields: tuple[object, ...]
-    result_governance: object
+    still: Callable[[object, tuple[object, ...]], bool]
+    objects: tuple[object, ...]
     plain_arguments: object
     plain_scope: object
+
+
+def _paths(kind: type) -> tuple[str, ...]:
+    """Where the parts of a request whose identity is a ``kind`` live, and
+    then every field of that identity, as its class declares them."""
+    return (*_PART_PATHS, *(f"identity.{field.name}" for field in attrs.fields(kind)))
+
+
+def _still(paths: tuple[str, ...]) -> Callable[[object, tuple[object, ...]], bool]:
+    """A check that a request still holds, at each of ``paths``, the very
+    object at the same place in ``objects`` (read by ``attrgetter(*paths)``).
+
+    Strategy: the guard runs this several times a call, so it is generated
+    once per identity class from the paths (as attrs generates ``__eq__``):
+    one plain attribute load and one ``is`` per part, stopping at the first
+    part that differs; nothing of the harness's objects runs but their
+    attribute reads.
+    """
+    test = " and ".join(f"request.{path} is objects[{i}]" for i, path in enumerate(paths))
+    still: Callable[[object, tuple[object, ...]], bool] = eval(f"lambda request, objects: {test}")
+    return still
+
+
+_READERS: Final = {
+    kind: (operator.attrgetter(*_paths(kind)), _still(_paths(kind)))
+    for kind in (NativeIdentity, AgentIdentity)
+}
+"""For each identity class: how the snapshot reads a request's parts and its
+identity's fields, and how the guard checks they are still the same."""
 
 
 @attrs.frozen(kw_only=True)
@@ -318,6 +379,12 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
             ErrorCode.REQUEST_INVALID,
             f"result_governance must be None or {RUNTIME_ARTIFACTS!r}.",
         )
+    return _snapshot_of(request)
+
+
+def _snapshot_of(request: ToolRequest) -> _Snapshot | ToolResult:
+    """The snapshot of a request whose every part but its arguments was
+    checked; the refusal of arguments that are not a JSON object."""
     identity = request.identity
     assert isinstance(identity, (NativeIdentity, AgentIdentity))
     if isinstance(identity, NativeIdentity):
@@ -325,7 +392,7 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
         # is reported as drift, while every locator keeps the scope it began
         # with (C13).
         identity = attrs.evolve(identity, scope=json.loads(canonical_json(identity.scope)))
-    arguments = plain_arguments(call.arguments)
+    arguments = plain_arguments(request.call.arguments)
     if arguments is None:
         return _refuse(
             ErrorCode.ARGUMENTS_INVALID,
@@ -336,37 +403,31 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
         digest = request_digest(request, arguments)
     except (ValueError, AttributeError, TypeError, RecursionError):
         digest = ""  # a request with no JSON form: every guard reports drift
-    assert isinstance(call_id, str)
-    seen: _Seen | None = None
-    if digest:
-        live = request.identity
-        assert isinstance(live, NativeIdentity | AgentIdentity)  # checked above
-        scope = live.scope if isinstance(live, NativeIdentity) else None
-        fields = _identity_fields(live)
-        seen = _Seen(
-            call=call,
-            name=name,
-            call_id=call_id,
-            arguments=call.arguments,
-            operation_key=request.operation_key,
-            session_id=request.session_id,
-            definition=request.definition,
-            identity=live,
-            identity_fields=fields,
-            result_governance=request.result_governance,
-            plain_arguments=_copy(arguments),
-            plain_scope=None if scope is None else json.loads(_digest_text(scope)),
-        )
     return _Snapshot(
-        tool=name,
-        call_id=call_id,
+        tool=request.call.name,
+        call_id=request.call.call_id,
         operation_key=request.operation_key,
         session_id=request.session_id,
         identity=identity,
         arguments=arguments,
         digest=digest,
         governed=request.result_governance == RUNTIME_ARTIFACTS,
-        seen=seen,
+        seen=_seen(request, arguments) if digest else None,
+    )
+
+
+def _seen(request: ToolRequest, arguments: dict[str, Any]) -> _Seen:
+    """What :func:`unchanged` compares ``request`` with later."""
+    live = request.identity
+    assert isinstance(live, (NativeIdentity, AgentIdentity))  # checked
+    read, still = _READERS[type(live)]
+    objects = read(request)
+    scope = live.scope if isinstance(live, NativeIdentity) else None
+    return _Seen(
+        still=still,
+        objects=objects,
+        plain_arguments=_copy(arguments),
+        plain_scope=None if scope is None else json.loads(digest_text(scope)),
     )
 
 
@@ -378,48 +439,32 @@ def unchanged(request: ToolRequest, snap: _Snapshot) -> bool | None:
 
     Strategy: the guard runs before and after every step, several times a
     call, so it compares structure instead of hashing a JSON encoding: every
-    field must still hold the very object it held (strings and frozen
-    objects cannot change in place), and the mutable parts (the arguments, a
-    native scope) must equal their plain copies with exactly the same JSON
-    types (``1`` is not ``1.0`` nor ``True``). Anything unusual (a mapping
-    that is not a dict, a tuple, a subclass, a replaced field) is left to
-    the digest.
+    part (:class:`RequestParts`) and every field of the identity must still
+    be the very object it was (strings and frozen objects cannot change in
+    place), and the mutable parts (the arguments, a native scope) must equal
+    their plain copies with exactly the same JSON types (``1`` is not
+    ``1.0`` nor ``True``). Anything unusual (a mapping that is not a dict, a
+    tuple, a subclass, a replaced part) is left to the digest.
     """
     seen = snap.seen
     if seen is None:
         return None
-    call = request.call
-    identity = request.identity
-    if (
-        call is not seen.call
-        or call.name is not seen.name
-        or call.call_id is not seen.call_id
-        or call.arguments is not seen.arguments
-        or request.operation_key is not seen.operation_key
-        or request.session_id is not seen.session_id
-        or request.definition is not seen.definition
-        or identity is not seen.identity
-        or request.result_governance is not seen.result_governance
-        or type(request.definition) is not ToolDefinition
-    ):
+    objects = seen.objects
+    try:
+        if not seen.still(request, objects):
+            return None
+    except Exception:
+        return None  # an identity replaced by something without its fields
+    # From here on, the very objects the request holds now.
+    if type(objects[_DEFINITION]) is not ToolDefinition:
         return None
-    if type(identity) is AgentIdentity:
-        if identity.agent_id is not seen.identity_fields[0]:
-            return None
-        try:
-            return _same_json(call.arguments, seen.plain_arguments)
-        except RecursionError:
-            return None
-    assert isinstance(identity, NativeIdentity | AgentIdentity)  # the snapshot checked it
-    for now, then in zip(_identity_fields(identity), seen.identity_fields, strict=True):
-        if now is not then:
-            return None
+    identity = objects[_IDENTITY]
     if isinstance(identity, NativeIdentity):
         same_scope = _same_json(identity.scope, seen.plain_scope)
         if same_scope is not True:
             return same_scope
     try:
-        return _same_json(call.arguments, seen.plain_arguments)
+        return _same_json(objects[_ARGUMENTS], seen.plain_arguments)
     except RecursionError:
         return None
 
@@ -429,23 +474,9 @@ def _copy(plain: dict[str, Any]) -> dict[str, Any]:
     return {
         key: value
         if type(value) is not dict and type(value) is not list
-        else json.loads(_digest_text(value))
+        else json.loads(digest_text(value))
         for key, value in plain.items()
     }
-
-
-def _identity_fields(identity: NativeIdentity | AgentIdentity) -> tuple[object, ...]:
-    if isinstance(identity, NativeIdentity):
-        return (
-            identity.scope,
-            identity.run_id,
-            identity.turn_id,
-            identity.build_id,
-            identity.task_chain_id,
-            identity.parent_run_id,
-            identity.execution_fence,
-        )
-    return (identity.agent_id,)
 
 
 def _same_json(live: object, plain: object) -> bool | None:

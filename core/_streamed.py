@@ -7,7 +7,7 @@ piece would make the memory a call needs grow with what the command printed.
 
 Strategy: the artifact is written in pieces. Its text is the canonical JSON of
 the result content with the full streams, exactly what storing that content
-whole would store (as :meth:`_Call.finish` does for smaller output), so its template is
+whole would store (as :meth:`CallState.finish` does for smaller output), so its template is
 encoded once with the two streams left open (canonical key order puts
 ``stderr`` before ``stdout``), and each stream is read from the sandbox a page
 at a time, escaped, and appended. Memory per call is a page, whatever the
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any, Final
 
-from ._call import BrokenArtifactError, _Call
+from ._call import BrokenArtifactError, CallState
 from ._canonical import CanonicalJSONError, canonical_json_split, escaped_json_text
 from ._definitions import RETAINED_OUTPUT_LIMIT
 from ._effects import (
@@ -66,7 +66,7 @@ def retained(stdout_bytes: int, stderr_bytes: int) -> tuple[int, int]:
 
 
 def stream_output_artifact(
-    call: _Call, sandbox_id: str, task: str, filled: dict[str, Any]
+    call: CallState, sandbox_id: str, task: str, filled: dict[str, Any]
 ) -> Generator[Effect, Any, ToolResult | None]:
     """Store the full output of ``filled`` (a launch result whose ``stdout``
     and ``stderr`` may be excerpts) as an artifact, reading it from the
@@ -100,7 +100,7 @@ def stream_output_artifact(
 
 
 def _stream(
-    call: _Call,
+    call: CallState,
     sandbox_id: str,
     task: str,
     name: str,

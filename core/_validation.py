@@ -66,7 +66,7 @@ MAX_ARGUMENT_VALUES: Final = 100_000
 """Arguments holding more JSON values than this are refused as a whole."""
 
 ROOT: Final = "arguments"
-_INSTRUCTION: Final = "Nothing ran. Fix the listed arguments and call again."
+_INSTRUCTION: Final = "Nothing ran. Fix these arguments and try again."
 # Longest field or reason text (in canonical bytes) kept once content must shrink.
 _TEXT_LIMIT: Final = 256
 _ENTRY_OVERHEAD: Final = len('{"field":"","reason":""}')
@@ -145,13 +145,14 @@ def arguments_rejection(
 ) -> dict[str, Any]:
     """The ``error`` content for invalid arguments, within ``max_output_bytes``.
 
-    Shape: ``ok: false``, ``error_type: "e2b_command_arguments_invalid"``,
+    Shape: ``status: "error"``, ``ok: false``,
+    ``error_type: "e2b_command_arguments_invalid"``,
     ``executed: false``, ``problems`` (a list of ``{field, reason}``) and a
     one-line ``instruction``. When everything does not fit, long texts are cut
     (head and tail kept, with a marker naming the bytes left out), the
     problems that still do not fit are dropped from the end and counted in
     ``problems_omitted``. The first problem stays if it fits at all; if not
-    even it does, the bare three-key content is returned. The canonical JSON
+    even it does, the bare content (those four keys) is returned. The canonical JSON
     of the result is always at most ``max_output_bytes`` (C12).
 
     Raises ``ValueError`` if ``max_output_bytes`` is below
@@ -163,6 +164,7 @@ def arguments_rejection(
             f"got {max_output_bytes!r}"
         )
     bare: dict[str, Any] = {
+        "status": "error",
         "ok": False,
         "error_type": ErrorCode.ARGUMENTS_INVALID.value,
         "executed": False,

@@ -15,8 +15,11 @@ from mcp.client.stdio import StdioServerParameters
 
 
 async def main() -> None:
-    # The server: `sandrail mcp` (simulator backend; --backend e2b for real sandboxes).
-    server = StdioServerParameters(command=sys.executable, args=["-m", "sandrail", "mcp"])
+    # The server: `sandrail mcp` on the simulator (nothing really runs). With
+    # E2B_API_KEY in its env and no --backend, it runs commands in E2B.
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "sandrail", "mcp", "--backend", "simulator"]
+    )
     async with Client(server) as client:
         tools = (await client.list_tools()).tools
         print("tools:", ", ".join(tool.name for tool in tools))

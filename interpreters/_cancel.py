@@ -1,11 +1,12 @@
-"""The stock abort signal a harness hands to a port with each request."""
+"""The stock abort signal a harness hands to a port with each request, and
+the signal that fires when either of two does."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 
-__all__ = ["CancelToken"]
+__all__ = ["CancelToken", "EitherSignal"]
 
 
 class CancelToken:
@@ -54,3 +55,43 @@ class CancelToken:
 
     def __repr__(self) -> str:
         return f"CancelToken(cancelled={self._cancelled})"
+
+
+class EitherSignal:
+    """An abort signal that fires when ``first`` (a :class:`CancelToken` of
+    sandrail's own: a toolset's, fired when its await is cancelled, or a
+    test world's) or ``other`` (the harness's own signal, if any) does.
+
+    ``other`` is the harness's object: reading it may fail, and a signal
+    that cannot be read may have fired, so that counts as fired (C11).
+    """
+
+    def __init__(self, first: CancelToken, other: object | None) -> None:
+        self._first = first
+        self._other = other
+
+    @property
+    def cancelled(self) -> bool:
+        if self._first.cancelled:
+            return True
+        if self._other is None:
+            return False
+        try:
+            return getattr(self._other, "cancelled", False) is True
+        except Exception:
+            return True
+
+    def add_callback(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Run ``callback`` when either fires; returns a function that
+        unregisters it from both."""
+        removers = [self._first.add_callback(callback)]
+        add = getattr(self._other, "add_callback", None)
+        if callable(add):
+            removers.append(add(callback))
+
+        def remove() -> None:
+            for remover in removers:
+                if callable(remover):
+                    remover()
+
+        return remove

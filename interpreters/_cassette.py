@@ -31,8 +31,6 @@ digest of a weak secret is itself a leak.
 from __future__ import annotations
 
 import json
-import json.encoder
-import json.scanner
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, Literal
@@ -64,6 +62,7 @@ from sandrail.core import (
     launch_digest,
     recorded_digest,
     request_digest,
+    request_parts,
 )
 
 from ._cassette_limits import MAX_CASSETTE_BYTES, LimitError, outcome_problem, read_bounded
@@ -244,22 +243,19 @@ def _reason(exc: BaseException) -> str:
 # JSON lines
 
 
-_C_ENCODER: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
-_DEFAULT: Final = json.JSONEncoder().default  # raises TypeError, naming the type
+_ENCODERS: Final = {
+    (ensure_ascii, allow_nan): json.JSONEncoder(ensure_ascii=ensure_ascii, allow_nan=allow_nan)
+    for ensure_ascii in (False, True)
+    for allow_nan in (False, True)
+}
+"""One encoder for each way a line is written, made once: ``json.dumps``
+makes a new one on every call that passes an option."""
 
 
 def _dumps(value: Any, *, ensure_ascii: bool = True, allow_nan: bool = True) -> str:
-    """``json.dumps(value, ensure_ascii=..., allow_nan=...)``, by the shortest
-    way (issue 12): the C encoder ``json.dumps`` builds under its Python
-    wrappers on every call, made here directly (with its own circular
-    reference check, as ``json.dumps`` makes it)."""
-    if _C_ENCODER is None or isinstance(value, str):
-        return json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)
-    escape = (
-        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
-    )
-    encode = _C_ENCODER({}, _DEFAULT, escape, None, ": ", ", ", False, False, allow_nan)
-    return "".join(encode(value, 0))
+    """``json.dumps(value, ensure_ascii=..., allow_nan=...)``, with an encoder
+    made once (issue 12)."""
+    return _ENCODERS[(ensure_ascii, allow_nan)].encode(value)
 
 
 def normalize(data: Any) -> Any:
@@ -308,33 +304,34 @@ def header_line(settings: PortSettings, sandrail_version: str) -> dict[str, Any]
 
 
 def encode_request(request: ToolRequest, settings: PortSettings | None) -> dict[str, Any]:
-    """A request as JSON data. The definition is written as
-    ``"definition_from_port": true`` when it is the port's own (the common
-    case), else in full; the cancel token only as ``cancellable``."""
-    call = request.call
+    """A request as JSON data: its parts (:class:`~sandrail.core.RequestParts`,
+    what makes it the request it is), and the cancel token only as
+    ``cancellable``. The definition is written as ``"definition_from_port":
+    true`` when it is the port's own (the common case), else in full."""
+    parts = request_parts(request)
     data: dict[str, Any] = {
         "call": {
-            "name": _jsonable(getattr(call, "name", None)),
-            "call_id": _jsonable(getattr(call, "call_id", None)),
-            "arguments": _jsonable(getattr(call, "arguments", None)),
+            "name": _jsonable(parts.name),
+            "call_id": _jsonable(parts.call_id),
+            "arguments": _jsonable(parts.arguments),
         },
-        "operation_key": _jsonable(request.operation_key),
-        "session_id": _jsonable(request.session_id),
+        "operation_key": _jsonable(parts.operation_key),
+        "session_id": _jsonable(parts.session_id),
     }
     ours = None if settings is None else settings.definition(str(data["call"]["name"]))
-    if ours is not None and definitions_equal(request.definition, ours):
+    if ours is not None and definitions_equal(parts.definition, ours):
         data["definition_from_port"] = True
-    elif isinstance(request.definition, ToolDefinition):
-        data["definition"] = request.definition.to_dict()
+    elif isinstance(parts.definition, ToolDefinition):
+        data["definition"] = parts.definition.to_dict()
     else:
-        data["definition"] = _jsonable(request.definition)
-    identity = request.identity
+        data["definition"] = _jsonable(parts.definition)
+    identity = parts.identity
     if isinstance(identity, NativeIdentity | AgentIdentity):
         data["identity"] = _tag_first(_converter.unstructure(identity, OwnerIdentity))
     else:
         data["identity"] = _jsonable(identity)
     data["cancellable"] = request.cancel is not None
-    data["result_governance"] = _jsonable(request.result_governance)
+    data["result_governance"] = _jsonable(parts.result_governance)
     return normalize(data)  # type: ignore[no-any-return]
 
 
@@ -582,6 +579,30 @@ _SETTINGS_KEYS = {
 
 def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
     """Parse cassette bytes (see :func:`load_cassette`)."""
+
+    def fail(number: int, message: str) -> CassetteError:
+        return CassetteError(f"{source}:{number}: {message}")
+
+    records = _records(data, source, fail)
+    header = _check_header(records[0][1], lambda message: fail(1, message))
+    calls, complete = _calls(records[1:], fail)
+    for call in calls.values():
+        if call.result is None:
+            raise fail(
+                records[-1][0],
+                f"the recording ends before the result of {call.describe()}, whose request is "
+                f"on line {call.line}: the file is truncated",
+            )
+    return Cassette(source=source, header=header, calls=tuple(calls.values()), complete=complete)
+
+
+_Record = tuple[int, dict[str, Any], str]
+"""A line's number, its record, and its text."""
+
+
+def _records(data: bytes, source: str, fail: Callable[[int, str], CassetteError]) -> list[_Record]:
+    """Every line of ``data`` read as a record (a JSON object with a
+    ``kind``); ``CassetteError`` naming the first line that is not one."""
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
@@ -591,20 +612,16 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
         )
     if not lines:
         raise CassetteError(f"{source}: the file is empty: not a sandrail cassette")
-
-    def fail(number: int, message: str) -> CassetteError:
-        return CassetteError(f"{source}:{number}: {message}")
-
     # Strategy (issue 12): the file is decoded as one text (0x0A never occurs
     # inside a UTF-8 sequence, so its lines are the byte lines decoded), and
-    # each line goes straight to the C scanner. Only a line the scanner does
-    # not read whole (surrounding spaces, bad JSON) or a file that is not
-    # UTF-8 takes the long way, which names the line.
+    # each line goes straight to the decoder. Only a line it does not read
+    # whole (surrounding spaces, bad JSON) or a file that is not UTF-8 takes
+    # the long way, which names the line.
     try:
         texts: list[str] | None = data.decode("utf-8").split("\n")[: len(lines)]
     except UnicodeDecodeError:
         texts = None
-    records: list[tuple[int, dict[str, Any], str]] = []
+    records: list[_Record] = []
     for number, raw in enumerate(lines, start=1):
         try:
             text = raw.decode("utf-8") if texts is None else texts[number - 1]
@@ -616,12 +633,18 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
         if type(record) is not dict or not isinstance(record.get("kind"), str):
             raise fail(number, 'not a cassette record (a JSON object with a "kind")')
         records.append((number, record, text))
+    return records
 
-    header = _check_header(records[0][1], lambda message: fail(1, message))
+
+def _calls(
+    records: list[_Record], fail: Callable[[int, str], CassetteError]
+) -> tuple[dict[int, RecordedCall], bool]:
+    """The calls the records after the header hold, in order, and whether
+    the end line closed them; ``CassetteError`` for records out of order."""
     calls: dict[int, RecordedCall] = {}
     last_step = 0
     complete = False
-    for number, record, text in records[1:]:
+    for number, record, text in records:
         kind = record["kind"]
         if complete:
             raise fail(number, "a line after the end line")
@@ -665,27 +688,18 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
             raise fail(number, f"{kind} record without {exc.args[0]!r}") from None
         except ValueError as exc:
             raise fail(number, str(exc)) from None
-    for call in calls.values():
-        if call.result is None:
-            raise fail(
-                len(lines),
-                f"the recording ends before the result of {call.describe()}, whose request is "
-                f"on line {call.line}: the file is truncated",
-            )
-    return Cassette(source=source, header=header, calls=tuple(calls.values()), complete=complete)
+    return calls, complete
 
 
-_SCAN: Final[Callable[[str, int], tuple[Any, int]]] = json.scanner.make_scanner(
-    json.JSONDecoder()  # type: ignore[arg-type]
-)
-"""The C scanner ``json.loads`` runs under its Python wrappers."""
+_DECODER: Final = json.JSONDecoder()
 
 
 def _read_line(text: str) -> Any:
-    """``json.loads(text)``, raising what it raises, by the shortest way."""
+    """``json.loads(text)``, raising what it raises, by the shortest way:
+    the decoder made once, and no whitespace skipped (a line has none)."""
     try:
-        value, end = _SCAN(text, 0)
-    except (StopIteration, ValueError):
+        value, end = _DECODER.raw_decode(text)
+    except ValueError:
         return json.loads(text)  # the error it names
     return value if end == len(text) else json.loads(text)
 

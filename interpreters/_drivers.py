@@ -1,24 +1,113 @@
-"""The two drivers: the only code that resumes a tool program.
+"""The two drivers, the only code that resumes a tool program, and the one
+rule that picks between them.
 
 Strategy: a program yields an effect; the driver hands it to an interpreter
 and resumes the program with the outcome, or throws the interpreter's
 :class:`EffectFailure` into it. Anything else the interpreter raises is the
 interpreter's business (the port converts it before it gets here). The
-generator is closed in ``finally`` whatever happens.
+generator is closed in ``finally`` whatever happens. The two drivers are
+one loop written twice, as psycopg 3 writes its ``wait``/``wait_async``:
+they differ only in that :func:`drive_async` awaits an outcome that is
+awaitable, and everything else about a call lives in the program they drive.
+
+Which driver runs a call is decided by :func:`is_asynchronous` alone: every
+entry point (the port's ``execute_sync``, the toolset's ``call_sync``, a
+recorder or fault injector asking about the backend it wraps) asks it, so a
+backend is asynchronous everywhere or nowhere (issue 19).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import types
+import typing
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
-from sandrail.core import Effect, EffectFailure, Program, ToolResult
+from sandrail.core import Delivery, Effect, EffectFailure, OutcomeValue, Program, ToolResult
 
-__all__ = ["AsyncInterpreter", "SyncInterpreter", "drive", "drive_async"]
+__all__ = [
+    "AsyncInterpreter",
+    "SyncInterpreter",
+    "answered_now",
+    "drive",
+    "drive_async",
+    "is_asynchronous",
+]
 
 SyncInterpreter = Callable[[Effect], Any]
 AsyncInterpreter = Callable[[Effect], Awaitable[Any] | Any]
+
+
+def is_asynchronous(backend: object) -> bool:
+    """Whether ``backend`` answers effects with awaitables, so that a call on
+    it must run under :func:`drive_async`: it says so (``asynchronous =
+    True``), or it is an ``async def`` function (a ``functools.partial`` of
+    one included) or an object whose ``__call__`` is one.
+
+    A backend that returns awaitables from a plain function without saying
+    so cannot be told apart before it answers; a synchronous call refuses
+    such an answer (:func:`answered_now`). A backend whose ``asynchronous``
+    cannot even be read is not asynchronous: calling it fails like any
+    broken backend, and the port turns that into a result.
+    """
+    try:
+        if getattr(backend, "asynchronous", False) is True:
+            return True
+    except Exception:
+        return False
+    if isinstance(backend, _ROUTINES):
+        return inspect.iscoroutinefunction(backend)
+    return _calls_a_coroutine(type(backend))
+
+
+_ROUTINES: Final = (types.FunctionType, types.MethodType, functools.partial)
+"""What :func:`inspect.iscoroutinefunction` can tell about (and quickly);
+any other backend is an object, asynchronous when its class's ``__call__`` is."""
+
+
+def _calls_a_coroutine(kind: type) -> bool:
+    """Whether calling an instance of ``kind`` runs an ``async def``: its
+    class's own ``__call__``, as Python calls it (not an instance attribute).
+    Asked once a class."""
+    known = _ASYNC_CALL.get(kind)
+    if known is None:
+        call = next((vars(k)["__call__"] for k in kind.__mro__ if "__call__" in vars(k)), None)
+        known = _ASYNC_CALL[kind] = inspect.iscoroutinefunction(call)
+    return known
+
+
+_ASYNC_CALL: dict[type, bool] = {}
+
+
+def answered_now(backend: Callable[[Effect], Any]) -> SyncInterpreter:
+    """``backend`` as a synchronous call must use it: an awaitable answer
+    (from a backend that returns them without saying so, see
+    :func:`is_asynchronous`) is closed unawaited, so nothing of it runs, and
+    the effect fails as ``maybe_sent``: the function that made it may have
+    sent something before returning it (C6)."""
+
+    def answer(effect: Effect) -> Any:
+        outcome = backend(effect)
+        if type(outcome) in _OUTCOMES:
+            return outcome  # the common case, without an ABC check
+        if inspect.isawaitable(outcome):
+            close = getattr(outcome, "close", None)
+            if callable(close):
+                close()
+            raise EffectFailure(
+                Delivery.MAYBE_SENT,
+                f"{type(effect).__name__} was answered with an awaitable in a synchronous "
+                "call: a backend that answers so must declare asynchronous = True",
+            )
+        return outcome
+
+    return answer
+
+
+_OUTCOMES: Final = frozenset((type(None), *typing.get_args(OutcomeValue)))
+"""The types of every outcome an effect can have: never awaitable."""
 
 
 def drive(program: Program, interpret: SyncInterpreter) -> ToolResult:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
+from sandrail.core._claim import claim_proof
 from sandrail.core._effects import Delivery, EffectFailure, Start
 
 __all__ = ["request_files", "shell_int", "utf8"]
@@ -62,10 +63,11 @@ def request_files(
         files.append(("long", b"1"))
     if effect.fence is not None:
         files.append(("fence", shell_int(effect.fence).encode()))
-    if effect.expect_claim:
+    proof = claim_proof(effect)  # the launcher's never_claimed applies its rule (C2)
+    if proof.expect_claim:
         files.append(("expect", b"1"))
-    if effect.claim_epoch is not None:
-        epoch = effect.claim_epoch
+    if proof.epoch is not None:
+        epoch = proof.epoch
         valid = isinstance(epoch, str) and _EPOCH.fullmatch(epoch) is not None
         files.append(("epoch", (epoch if valid else _NO_EPOCH).encode()))
     checked = 0 if len(command) >= _ARG_LIMIT else len(command)

@@ -5,6 +5,11 @@ The port wraps its backend in one of these for every call, below any
 recorder, so that neither the core nor a cassette ever holds a secret or a
 piece of one. Every other effect passes through untouched. Works with
 synchronous and asynchronous backends alike: the wrapper answers in kind.
+
+Strategy: one generator, :func:`_masked_read`, decides which reads to make
+and what the page is; :meth:`MaskedReads.__call__` and
+:meth:`MaskedReads._finish_async` are its two drivers, alike but for
+awaiting the backend's answer (the pattern of the tool programs' drivers).
 """
 
 from __future__ import annotations

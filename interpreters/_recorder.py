@@ -11,10 +11,9 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 
-import sandrail
-from sandrail._port import ToolPort, _unexpected
+from sandrail._version import __version__
 from sandrail.core import (
     HARNESS_EFFECTS,
     Delivery,
@@ -27,8 +26,10 @@ from sandrail.core import (
     ToolRequest,
     ToolResult,
     redaction_secrets,
+    unexpected_failure,
 )
 from sandrail.core._masking import MIN_REDACTED_LENGTH
+from sandrail.interpreters._drivers import is_asynchronous
 
 from ._cassette import (
     CallRedaction,
@@ -43,6 +44,16 @@ from ._cassette import (
 )
 
 __all__ = ["Recorder", "RecorderNotAttachedError"]
+
+
+class _Port(Protocol):
+    """What a recorder needs of the port it records: its settings."""
+
+    @property
+    def settings(self) -> PortSettings: ...
+
+
+_P = TypeVar("_P", bound=_Port)
 
 _ABANDONED = EffectFailure(Delivery.MAYBE_SENT, "aborted by the harness", aborted=True)
 """What the port raises when it abandons an async sandbox effect on abort (C11)."""
@@ -111,17 +122,28 @@ class Recorder:
 
     @property
     def asynchronous(self) -> bool:
-        """True when the wrapped interpreter is (the port then runs async)."""
-        return getattr(self.inner, "asynchronous", False) is True
+        """True when the wrapped interpreter is (the port then runs async; see
+        :func:`~sandrail.interpreters._drivers.is_asynchronous`)."""
+        return is_asynchronous(self.inner)
 
-    def attach(self, port: ToolPort) -> ToolPort:
+    @property
+    def backend_label(self) -> object:
+        """The wrapped interpreter's ``backend_label`` (``None`` without one)."""
+        return getattr(self.inner, "backend_label", None)
+
+    @property
+    def attached(self) -> bool:
+        """Whether :meth:`attach` bound this recorder to its port already."""
+        return self._settings is not None
+
+    def attach(self, port: _P) -> _P:
         """Bind to ``port`` (built with this recorder as its backend), write
         the header, and return ``port``. ``RuntimeError`` if already attached."""
         with self._lock:
             if self._settings is not None:
                 raise RuntimeError("this recorder already records a port")
             self._settings = port.settings
-            self._write(header_line(port.settings, sandrail.__version__))
+            self._write(header_line(port.settings, __version__))
         return port
 
     def __call__(self, effect: Effect) -> Any:
@@ -133,7 +155,8 @@ class Recorder:
         answer_harness: Callable[[Effect], Any],
         mask_reads: Callable[..., Callable[[Effect], Any]] | None = None,
     ) -> _RecordingCall:
-        """Start recording one call (the port calls this; see ``_port._Call``).
+        """Start recording one call (the port calls this; see
+        :class:`sandrail._port_call.PortCall`).
 
         Sandbox effects go to ``inner`` through ``mask_reads``: output is
         masked (env values, and this recorder's named ``secrets``) before it
@@ -292,6 +315,6 @@ def _failures_recorded(
     except FatalInterpreterError:
         raise
     except Exception as exc:
-        converted = _unexpected(effect, exc)
+        converted = unexpected_failure(effect, exc)
         record(effect, converted)
         raise converted from exc

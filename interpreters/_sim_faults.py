@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import enum
 import random
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Literal
 
 import attrs
 
-from sandrail.core._effects import SANDBOX_EFFECTS
+from sandrail.core._effects import SANDBOX_EFFECTS, EffectFailure, Outcome, SandboxEffect
 
-__all__ = ["SANDBOX_EFFECT_NAMES", "Fault", "FaultKind", "FaultPlan"]
+__all__ = [
+    "SANDBOX_EFFECT_NAMES",
+    "Delivered",
+    "Fault",
+    "FaultKind",
+    "FaultPlan",
+    "deliver_held",
+    "deliver_held_async",
+]
 
 SANDBOX_EFFECT_NAMES: tuple[str, ...] = tuple(cls.__name__ for cls in SANDBOX_EFFECTS)
 """The effect names a :class:`Fault` may target."""
@@ -96,3 +104,45 @@ class FaultPlan:
             )
             faults.setdefault((fault.effect, fault.occurrence), fault)
         return cls(tuple(faults.values()))
+
+
+Delivered = list[tuple[SandboxEffect, Outcome | EffectFailure]]
+"""Held requests as they arrived late, each with what it gave."""
+
+
+def deliver_held(
+    held: list[SandboxEffect], apply: Callable[[SandboxEffect], Any], delivered: Delivered
+) -> list[Outcome | EffectFailure]:
+    """Apply every ``held`` request now, in order (emptying ``held``), noting
+    each in ``delivered`` with what it gave; return what each gave. The
+    simulator and the testing kit's faulty backend hold requests alike."""
+    results: list[Outcome | EffectFailure] = []
+    while held:
+        effect = held.pop(0)
+        result: Outcome | EffectFailure
+        try:
+            result = apply(effect)
+        except EffectFailure as failure:
+            result = failure
+        delivered.append((effect, result))
+        results.append(result)
+    return results
+
+
+async def deliver_held_async(
+    held: list[SandboxEffect],
+    apply: Callable[[SandboxEffect], Awaitable[Any]],
+    delivered: Delivered,
+) -> list[Outcome | EffectFailure]:
+    """:func:`deliver_held` for an asynchronous ``apply``."""
+    results: list[Outcome | EffectFailure] = []
+    while held:
+        effect = held.pop(0)
+        result: Outcome | EffectFailure
+        try:
+            result = await apply(effect)
+        except EffectFailure as failure:
+            result = failure
+        delivered.append((effect, result))
+        results.append(result)
+    return results

@@ -15,11 +15,20 @@ from typing import Literal
 
 import attrs
 
-__all__ = ["Chunk", "Script", "Stream", "emulate"]
+__all__ = ["NOT_EMULATED", "NOT_EMULATED_EXIT_CODE", "Chunk", "Script", "Stream", "emulate"]
 
 Stream = Literal["stdout", "stderr"]
 
 _SEQ_LIMIT = 100_000
+
+NOT_EMULATED = (
+    "sandrail simulator: this command is not emulated and did not run "
+    "(script it: Simulator(scripts={command: Script.prints(...)}))\n"
+)
+"""What a command the simulator does not emulate prints on stderr (the exit
+code is :data:`NOT_EMULATED_EXIT_CODE`, a shell's "command not found"). It
+never repeats the command: the command may hold an env value's name."""
+NOT_EMULATED_EXIT_CODE = 127
 
 
 def _finite_non_negative(_: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -120,14 +129,17 @@ def emulate(command: str) -> Script:
     - ``seq N``: prints ``1`` .. ``N``, one a line (``N`` at most 100 000);
     - a bad argument to ``exit``, ``sleep`` or ``seq``: exit 1 with a one-line
       message on stderr that does not repeat the argument;
-    - anything else, and text ``shlex`` cannot split: exits 0 silently.
+    - anything else, and text ``shlex`` cannot split: :func:`not_emulated`
+      (exit 127, :data:`NOT_EMULATED` on stderr), so that a test of a command
+      the simulator cannot run fails visibly instead of passing on empty
+      output.
     """
     try:
         argv = shlex.split(command)
     except ValueError:
-        return Script()
+        return not_emulated()
     if not argv:
-        return Script()
+        return not_emulated()
     name, args = argv[0], argv[1:]
     match name:
         case "echo":
@@ -152,7 +164,13 @@ def emulate(command: str) -> Script:
                 return _invalid(name)
             return Script.prints("".join(f"{n}\n" for n in range(1, count + 1)))
         case _:
-            return Script()
+            return not_emulated()
+
+
+def not_emulated() -> Script:
+    """The behaviour of a command :func:`emulate` does not know: exit 127 at
+    once, with :data:`NOT_EMULATED` on stderr."""
+    return Script.prints(stderr=NOT_EMULATED, exit_code=NOT_EMULATED_EXIT_CODE)
 
 
 def _invalid(name: str) -> Script:

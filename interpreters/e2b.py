@@ -226,6 +226,9 @@ class E2BBackend:
     """
 
     asynchronous = True
+    backend_label = "e2b"
+    """What this backend is (see :attr:`Simulator.backend_label
+    <sandrail.interpreters.simulator.Simulator.backend_label>`)."""
 
     def __init__(
         self,

@@ -23,6 +23,9 @@ Semantics
   names sandboxes ``sbx-1``, ``sbx-2``, ... in creation order. ``Inspect``
   reports ``absent``, ``ready``, or ``closed`` (the sandbox died). An effect
   naming an unknown sandbox fails ``NOT_SENT`` (``sandbox <id> not found``).
+  Both answer ``backend="simulator"``, so every result says
+  ``"backend": "simulator"`` and ``sandbox_status`` says ``"isolated": false``:
+  nothing it reports ran anywhere.
 - **Publish** writes the source with mode 0600; the same source again is
   ``Published`` again, other source is ``StartRefused("publish_conflict")``;
   once the task is claimed, ``Published`` (its start answers from the claim).
@@ -34,7 +37,9 @@ Semantics
   ``StartRefused("conflict")``. An unclaimed one launches
   (``launches[task_id] += 1``) when the sandbox can prove it never held its
   claim: its ledger epoch is the start's ``claim_epoch`` or, without one,
-  the start expects no claim; otherwise ``StartRefused("claim_lost")``.
+  the start expects no claim; otherwise ``StartRefused("claim_lost")``
+  (:func:`~sandrail.core.claim_verdict`, the rule of
+  :mod:`sandrail.core._claim`).
   ``Ensure`` reports the ledger epoch, ``"<sandbox id>/ledger-<n>"``, where
   ``n`` counts the times its ledger was wiped. Env values stay in the task:
   no outcome, detail or exception carries them (C17).
@@ -46,7 +51,9 @@ Semantics
   ``scripts`` entry for the source of a file published in that sandbox whose
   path appears in the command (a snippet run); failing that, ``default``
   (a :class:`Script`, or a function of the command; by default
-  :func:`emulate`, see there for the few commands it knows).
+  :func:`emulate`, see there for the few commands it knows). A command it
+  does not know exits 127 and prints :data:`NOT_EMULATED` on stderr, so an
+  offline test cannot pass by accident on a command that never ran.
 - **Ends.** Past ``timeout_seconds`` a command's group is killed: status
   ``timed_out``, exit code 124. ``Cancel`` kills the group of a running
   command (``canceled``, 143) and answers ``CancelRequested`` with the state
@@ -118,8 +125,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Literal, assert_never
+from typing import Any, Final, Literal, assert_never
 
+from sandrail.core._claim import claim_verdict
 from sandrail.core._effects import (
     HARNESS_EFFECTS,
     Allow,
@@ -149,11 +157,13 @@ from sandrail.core._effects import (
 from sandrail.core._requests import ToolRequest
 
 from ._cancel import CancelToken
-from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan
-from ._sim_scripts import Chunk, Script, Stream, emulate
+from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan, deliver_held
+from ._sim_scripts import NOT_EMULATED, NOT_EMULATED_EXIT_CODE, Chunk, Script, Stream, emulate
 from ._sim_world import SandboxFile, SimSandbox, SimTask, read_utf8
 
 __all__ = [
+    "NOT_EMULATED",
+    "NOT_EMULATED_EXIT_CODE",
     "SANDBOX_EFFECT_NAMES",
     "Chunk",
     "Fault",
@@ -235,6 +245,10 @@ class Simulator:
     (``"next_effect"``) or only on :meth:`deliver_held` (``"manual"``).
     """
 
+    backend_label: Final = "simulator"
+    """What this backend is, for what a harness shows its users (an MCP
+    server's tool descriptions, say); every result says it too."""
+
     def __init__(
         self,
         *,
@@ -312,17 +326,7 @@ class Simulator:
             return self._deliver_held()
 
     def _deliver_held(self) -> list[Outcome | EffectFailure]:
-        results: list[Outcome | EffectFailure] = []
-        while self.held:
-            effect = self.held.pop(0)
-            result: Outcome | EffectFailure
-            try:
-                result = self._apply(effect)
-            except EffectFailure as failure:
-                result = failure
-            self.late_deliveries.append((effect, result))
-            results.append(result)
-        return results
+        return deliver_held(self.held, self._apply, self.late_deliveries)
 
     # -- the interpreter -----------------------------------------------------
 
@@ -456,9 +460,9 @@ class Simulator:
     def _inspect(self, effect: Inspect) -> SandboxState:
         sandbox_id = self._sessions.get((effect.session_id, effect.owner_key))
         if sandbox_id is None:
-            return SandboxState(sandbox_id=None, phase="absent")
+            return SandboxState(sandbox_id=None, phase="absent", backend="simulator")
         phase: SandboxPhase = "closed" if self._sandboxes[sandbox_id].dead else "ready"
-        return SandboxState(sandbox_id=sandbox_id, phase=phase)
+        return SandboxState(sandbox_id=sandbox_id, phase=phase, backend="simulator")
 
     def _ensure(self, effect: Ensure) -> SandboxReady:
         key = (effect.session_id, effect.owner_key)
@@ -468,7 +472,9 @@ class Simulator:
             self._sessions[key] = sandbox_id
             self._sandboxes[sandbox_id] = SimSandbox(sandbox_id=sandbox_id)
         box = self._box(sandbox_id)
-        return SandboxReady(sandbox_id=box.sandbox_id, ledger_epoch=box.epoch_token)
+        return SandboxReady(
+            sandbox_id=box.sandbox_id, ledger_epoch=box.epoch_token, backend="simulator"
+        )
 
     def _publish(self, effect: Publish) -> Published | StartRefused:
         box = self._box(effect.sandbox_id)
@@ -488,27 +494,18 @@ class Simulator:
                 return StartRefused(reason="stale_fence")
             box.highest_fence = effect.fence
         task = box.tasks.get(effect.task_id)
-        if task is not None:
-            if task.request.request_digest != effect.request_digest:
-                return StartRefused(reason="conflict")
+        claimed = None if task is None else task.request.request_digest
+        verdict = claim_verdict(effect, claimed, box.epoch_token)
+        if task is not None and verdict == "deduplicated":
             return Started(task_id=effect.task_id, first_launch=False, state=task.state(self.clock))
-        if not self._never_claimed(box, effect):
-            return StartRefused(reason="claim_lost")
+        if verdict != "launch":
+            return StartRefused(reason="conflict" if verdict == "conflict" else "claim_lost")
         task = SimTask(
             request=effect, script=self._script_for(box, effect.command), started_at=self.clock
         )
         box.tasks[effect.task_id] = task
         self._launches[effect.task_id] += 1
         return Started(task_id=effect.task_id, first_launch=True, state=task.state(self.clock))
-
-    def _never_claimed(self, box: SimSandbox, effect: Start) -> bool:
-        """Whether the sandbox, holding no claim of the task, can prove it
-        never held one: its ledger is still of the epoch the task's first
-        start was sent under (any claim made since would still be there), or,
-        without an epoch, no start of the task may have left before."""
-        if effect.claim_epoch is not None:
-            return effect.claim_epoch == box.epoch_token
-        return not effect.expect_claim
 
     def _script_for(self, box: SimSandbox, command: str) -> Script:
         script = self.scripts.get(command)

@@ -29,6 +29,7 @@ from sandrail._port import (
     command_tools,
 )
 from sandrail._toolset import MAX_CALL_TIMEOUT_SECONDS, Toolset
+from sandrail._version import __version__
 from sandrail.core import (
     RUNTIME_ARTIFACTS,
     AgentCommandRef,
@@ -56,8 +57,6 @@ from sandrail.core import (
 )
 from sandrail.interpreters._cancel import CancelToken
 from sandrail.interpreters.artifacts import DirectoryArtifactStore, MemoryArtifactStore
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ALLOW",

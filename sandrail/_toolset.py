@@ -60,34 +60,33 @@ at once are two calls. The record lives in this object (the most recent
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, NamedTuple, Unpack
 
-from sandrail._port import (
-    ArtifactStore,
-    AuthorityCallback,
-    AuthorizeCallback,
+from sandrail._approval import Approvals, rejection
+from sandrail._masks import masks_for
+from sandrail._options import (
+    PortOptions,
     RememberOwnedCallback,
     ResolveOwnedCallback,
-    ToolPort,
-    code_tools,
-    command_tools,
+    given_options,
+    owned_callbacks,
 )
+from sandrail._port import ToolGroup, ToolPort, build_port
+from sandrail._repeats import as_the_port_reads, of_its_task, repeat_digest, run_of
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
     AgentIdentity,
     AgentOwner,
     ArgumentProblem,
-    CanonicalJSONError,
     ErrorCode,
     NativeIdentity,
     OwnedCommand,
-    Owner,
     OwnerIdentity,
+    PolicyDecision,
     Redactions,
     ToolCall,
     ToolDefinition,
@@ -96,18 +95,16 @@ from sandrail.core import (
     arguments_rejection,
     bound_result,
     error_result,
-    launch_digest,
     mask_text,
     minimum_output_bytes,
     redaction_secrets,
 )
 from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
-from sandrail.interpreters._cancel import CancelToken
-from sandrail.records._protocol import OwnershipRecord
+from sandrail.interpreters._cancel import CancelToken, EitherSignal
+from sandrail.interpreters._drivers import is_asynchronous
 
 __all__ = ["MAX_CALL_TIMEOUT_SECONDS", "Toolset", "check_timeout", "refusal"]
 
-ToolGroup = Literal["command", "code"]
 IdentitySource = OwnerIdentity | Callable[[], OwnerIdentity]
 _Repeat = tuple[str, str]  # (the run, the launch digest): what repeats match on
 
@@ -168,30 +165,17 @@ class Toolset:
     def __init__(
         self,
         *,
-        backend: Callable[[Any], Any],
-        session_id: str,
-        owner: Owner,
-        authorize: AuthorizeCallback,
-        assert_authority: AuthorityCallback,
         identity: IdentitySource | None = None,
         tools: Iterable[ToolGroup] = ("command", "code"),
         run_id: str | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
-        artifacts: ArtifactStore | None = None,
-        resolve_owned_command: ResolveOwnedCallback | None = None,
-        remember_owned_command: RememberOwnedCallback | None = None,
-        foreground_timeout_seconds: int = 300,
-        background_timeout_seconds: int = 300,
-        allow_internet_access: bool = False,
-        redact: Iterable[str] = (),
-        record: OwnershipRecord | None = None,
-        tracer_provider: Any = None,
-        meter_provider: Any = None,
+        **options: Unpack[PortOptions],
     ) -> None:
+        given = given_options(options, "Toolset", ("identity", "tools", "run_id"))
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
             raise ValueError('tools must name "command", "code" or both')
-        recorder = _recorder(backend, groups)
+        recorder = _recorder(given["backend"], groups)
+        owner = given["owner"]
         if identity is None:
             if not isinstance(owner, AgentOwner):
                 raise TypeError(
@@ -204,47 +188,33 @@ class Toolset:
         if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
             raise ValueError("run_id must be a non-blank string")
         self._identity = identity
+        self._approvals = Approvals(given["authorize"])
+        self._backend_label = _label(given["backend"])
         self._run_id = run_id if run_id is not None else uuid.uuid4().hex
-        self._max_output_bytes = max_output_bytes
+        self._max_output_bytes = max_output_bytes = given["max_output_bytes"]
         self._ports: dict[str, ToolPort] = {}
         self._abandoned: OrderedDict[str, ToolResult] = OrderedDict()
-        if record is not None:  # the ports share it as they share the callbacks
-            if remember_owned_command is not None or resolve_owned_command is not None:
-                raise TypeError(
-                    "give record= or the remember_owned_command/resolve_owned_command pair, "
-                    "not both"
-                )
-            remember_owned_command, resolve_owned_command = record.remember, record.resolve
-        remember, resolve = _shared_record(remember_owned_command, resolve_owned_command)
-        secrets = tuple(redact) if not isinstance(redact, str) else redact
-        shared_masks = None
+        # The ports share one record, as they share the callbacks (record=
+        # stands for its pair of them).
+        remember, resolve = _shared_record(*owned_callbacks(given))
+        redact = given["redact"]
+        shared: PortOptions = {
+            **given,
+            "authorize": self._approvals.authorize,
+            "record": None,
+            "resolve_owned_command": resolve,
+            "remember_owned_command": remember,
+            "redact": tuple(redact) if not isinstance(redact, str) else redact,
+        }
+        # One memory of values to mask for all the toolset's ports (C17):
+        # the session's on its backend, which other ports of it share too.
+        self._masks = masks_for(given["backend"], given["session_id"])
         for group in dict.fromkeys(groups):
-            factory = command_tools if group == "command" else code_tools
-            port = factory(
-                backend=backend,
-                session_id=session_id,
-                owner=owner,
-                authorize=authorize,
-                assert_authority=assert_authority,
-                max_output_bytes=max_output_bytes,
-                artifacts=artifacts,
-                resolve_owned_command=resolve,
-                remember_owned_command=remember,
-                foreground_timeout_seconds=foreground_timeout_seconds,
-                background_timeout_seconds=background_timeout_seconds,
-                allow_internet_access=allow_internet_access,
-                redact=secrets,
-                tracer_provider=tracer_provider,
-                meter_provider=meter_provider,
-            )
-            port._answers = record  # each task's last answer, for operators
-            # One memory of values to mask for all the toolset's ports (C17).
-            port._masks = masks = shared_masks if shared_masks is not None else port._masks
-            shared_masks = masks
+            port = build_port(group, shared, masks=self._masks, answers=given["record"])
             for definition in port.definitions:
                 self._ports[definition.name] = port
-        self._session_id = session_id
-        self._asynchronous = _answers_with_awaitables(backend)
+        self._session_id = given["session_id"]
+        self._asynchronous = is_asynchronous(given["backend"])
         self._unsettled: OrderedDict[_Repeat, tuple[str, Mapping[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
         needed, tool = self._needed()
@@ -268,6 +238,13 @@ class Toolset:
     @property
     def session_id(self) -> str:
         return self._session_id
+
+    @property
+    def backend_label(self) -> str | None:
+        """What the backend says it is (``"e2b"``, ``"simulator"``; ``None``
+        for a backend that does not say): what a harness tells its users the
+        tools run on. Every result names it too (``"backend"``)."""
+        return self._backend_label
 
     @property
     def max_output_bytes(self) -> int:
@@ -348,6 +325,7 @@ class Toolset:
         timeout_seconds: float | None = None,
         reconcile_repeats: bool = False,
         run_id: str | None = None,
+        approved: bool = False,
     ) -> ToolResult:
         """Run one tool call and return its result; never raises but for the
         caller's own cancellation (after which the result is in
@@ -365,35 +343,40 @@ class Toolset:
         the same run under that call's operation key (see the module doc);
         ``run_id`` names that run (by default the part of ``operation_key``
         before ``:{call_id}``; a key of another form matches no other call).
+        ``approved=True`` says a person approved exactly this call (see
+        :meth:`ask_policy`): a policy answer of ``ApprovalRequired`` for it is
+        taken as ``ALLOW``; ``Deny`` stays final, and the call runs under its
+        own operation key, so a replayed approval launches at most once (C2).
         """
-        deadline = check_timeout(timeout_seconds)
-        _check_run_id(run_id)
         prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats, run_id
+            name,
+            arguments,
+            call_id,
+            operation_key,
+            profile,
+            cancel,
+            timeout_seconds,
+            reconcile_repeats,
+            run_id,
         )
         if isinstance(prepared, ToolResult):
             return prepared
-        port, request, token, repeat = prepared
-        task = asyncio.ensure_future(port.execute(request))
+        with self._approvals.approved(prepared.request, approved):
+            return await self._call(prepared, operation_key)
+
+    async def _call(self, prepared: _Prepared, operation_key: str) -> ToolResult:
+        task = asyncio.ensure_future(prepared.port.execute(prepared.request))
         try:
-            if deadline is not None:
-                await asyncio.wait({task}, timeout=deadline)
-                if not task.done():
-                    token.cancel()  # the port finishes at once (C11)
-            result = await asyncio.shield(task)
+            result = await _by_deadline(task, prepared)
         except asyncio.CancelledError:
-            token.cancel()
+            prepared.token.cancel()
             result = await _outlast_cancellation(task)
-            with self._lock:
-                # Under the key the caller knows (a repeat may have run
-                # under an earlier call's: the content names that one).
-                self._abandoned[operation_key] = result
-                self._abandoned.move_to_end(operation_key)
-                while len(self._abandoned) > _ABANDONED_KEPT:
-                    self._abandoned.popitem(last=False)
-            self._record(repeat, request, result, returned=False)
+            # Under the key the caller knows (a repeat may have run under an
+            # earlier call's: the content names that one).
+            self._abandon(operation_key, result)
+            self._record(prepared.repeat, prepared.request, result, returned=False)
             raise
-        self._record(repeat, request, result, returned=True)
+        self._record(prepared.repeat, prepared.request, result, returned=True)
         return result
 
     def call_sync(
@@ -408,6 +391,7 @@ class Toolset:
         timeout_seconds: float | None = None,
         reconcile_repeats: bool = False,
         run_id: str | None = None,
+        approved: bool = False,
     ) -> ToolResult:
         """:meth:`call` for code without an event loop; never raises but for
         the same harness bugs. With an asynchronous backend (one that declares
@@ -417,38 +401,71 @@ class Toolset:
         :meth:`call` there. With a synchronous backend the deadline is seen
         at the port's next check (a blocking backend call is not interrupted).
         """
-        deadline = check_timeout(timeout_seconds)
-        _check_run_id(run_id)
         prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, cancel, reconcile_repeats, run_id
+            name,
+            arguments,
+            call_id,
+            operation_key,
+            profile,
+            cancel,
+            timeout_seconds,
+            reconcile_repeats,
+            run_id,
         )
         if isinstance(prepared, ToolResult):
             return prepared
-        port, request, token, repeat = prepared
-        if self._asynchronous:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                result = asyncio.run(_run_async(port, request, token, deadline))
-            else:
-                return refusal(
-                    ErrorCode.SYNC_CONTRACT_INVALID,
-                    "call_sync was called inside a running event loop with an asynchronous "
-                    "backend; nothing ran. Await toolset.call(...) there.",
-                    self._max_output_bytes,
-                )
+        with self._approvals.approved(prepared.request, approved):
+            return self._call_sync(prepared)
+
+    def _call_sync(self, prepared: _Prepared) -> ToolResult:
+        if not self._asynchronous:
+            result = _blocking(prepared)
+        elif _loop_running():
+            return refusal(
+                ErrorCode.SYNC_CONTRACT_INVALID,
+                "call_sync was called inside a running event loop with an asynchronous "
+                "backend; nothing ran. Await toolset.call(...) there.",
+                self._max_output_bytes,
+            )
         else:
-            timer = None if deadline is None else threading.Timer(deadline, token.cancel)
-            if timer is not None:
-                timer.daemon = True
-                timer.start()
-            try:
-                result = port.execute_sync(request)
-            finally:
-                if timer is not None:
-                    timer.cancel()
-        self._record(repeat, request, result, returned=True)
+            result = asyncio.run(_on_own_loop(prepared))
+        self._record(prepared.repeat, prepared.request, result, returned=True)
         return result
+
+    async def ask_policy(
+        self,
+        name: str,
+        arguments: object,
+        *,
+        call_id: str,
+        operation_key: str,
+        profile: Profile = "full",
+        reconcile_repeats: bool = False,
+        run_id: str | None = None,
+    ) -> PolicyDecision | None:
+        """What the harness's policy answers for this call, without running
+        it: ``ALLOW``, ``ApprovalRequired(...)`` (a person must decide) or
+        ``Deny(...)``; ``None`` when the call would be refused before the
+        policy is asked (its arguments are invalid) or the policy failed or
+        answered nonsense (running the call then reports that, and nobody
+        should be asked). An adapter asks before handing the call to its
+        framework's human-in-the-loop; the call itself asks again when it
+        runs. The arguments and keys are those :meth:`call` would take.
+        """
+        prepared = self._prepare(
+            name, arguments, call_id, operation_key, profile, None, None, reconcile_repeats, run_id
+        )
+        if isinstance(prepared, ToolResult):
+            return None
+        return await self._approvals.ask(prepared.request)
+
+    def rejection(self, reason: str | None = None) -> ToolResult:
+        """The result the model reads when a person rejected its call:
+        ``error`` with ``executed: false`` and ``error_type``
+        ``approval_rejected`` (nothing ran), what to do instead, and the
+        person's ``reason`` when given (values this toolset masks are masked
+        in it, C17), within :attr:`max_output_bytes`."""
+        return rejection(self._max_output_bytes, reason, self._masks.secrets)
 
     def _prepare(
         self,
@@ -458,9 +475,16 @@ class Toolset:
         operation_key: str,
         profile: Profile,
         cancel: object | None,
+        timeout_seconds: float | None,
         reconcile_repeats: bool,
         run_id: str | None,
-    ) -> ToolResult | tuple[ToolPort, ToolRequest, CancelToken, _Repeat | None]:
+    ) -> ToolResult | _Prepared:
+        """What both entry points do before the call runs: check the
+        harness's own arguments (``ValueError``), refuse what the model got
+        wrong (a result), and build the request, under an unsettled earlier
+        call's key for an exact repeat (see the module doc)."""
+        deadline = check_timeout(timeout_seconds)
+        _check_run_id(run_id)
         port = self._ports.get(name) if isinstance(name, str) else None
         if port is None:
             return bound_result(
@@ -472,19 +496,9 @@ class Toolset:
                 self._max_output_bytes,
             )
         definition = port.definition(name)
-        if not isinstance(arguments, Mapping):
-            # Not an object at all (a list, a tuple, a string): refused as
-            # such, never converted (a tuple would pass for problems).
-            problem = ArgumentProblem("arguments", "must be a JSON object")
-            content = arguments_rejection([problem], self._max_output_bytes)
-            return ToolResult(status="error", content=content)
-        converted = canonical_arguments(definition, profile, arguments)
-        if not isinstance(converted, (tuple, Mapping)):
-            converted = (ArgumentProblem("arguments", "must be a JSON object"),)
-        if isinstance(converted, tuple):
-            problems = _masked(converted, port, arguments)
-            content = arguments_rejection(problems, self._max_output_bytes)
-            return ToolResult(status="error", content=content)
+        converted = self._converted(definition, profile, arguments)
+        if isinstance(converted, ToolResult):
+            return converted
         token = CancelToken()
         try:
             identity = self._identity() if callable(self._identity) else self._identity
@@ -495,9 +509,9 @@ class Toolset:
             )
         repeat = None
         if reconcile_repeats:
-            digest = _repeat_digest(name, _as_the_port_reads(port, name, converted))
+            digest = repeat_digest(name, as_the_port_reads(port, name, converted))
             if digest is not None:
-                repeat = (_run_of(run_id, operation_key, call_id), digest)
+                repeat = (run_of(run_id, operation_key, call_id), digest)
         if repeat is not None:
             with self._lock:
                 earlier = self._unsettled.get(repeat)
@@ -511,9 +525,37 @@ class Toolset:
             session_id=self._session_id,
             definition=definition,
             identity=identity,
-            cancel=token if cancel is None else _Either(cancel, token),
+            cancel=token if cancel is None else EitherSignal(token, cancel),
         )
-        return port, request, token, repeat
+        return _Prepared(port, request, token, repeat, deadline)
+
+    def _converted(
+        self, definition: ToolDefinition, profile: Profile, arguments: object
+    ) -> Mapping[str, Any] | ToolResult:
+        """The model's ``arguments`` in the port's form (``profile``'s
+        undone), or their refusal with the session's values masked."""
+        if not isinstance(arguments, Mapping):
+            # Not an object at all (a list, a tuple, a string): refused as
+            # such, never converted (a tuple would pass for problems).
+            problem = ArgumentProblem("arguments", "must be a JSON object")
+            content = arguments_rejection([problem], self._max_output_bytes)
+            return ToolResult(status="error", content=content)
+        converted = canonical_arguments(definition, profile, arguments)
+        if not isinstance(converted, (tuple, Mapping)):
+            converted = (ArgumentProblem("arguments", "must be a JSON object"),)
+        if isinstance(converted, tuple):
+            problems = _masked(converted, self._masks.secrets, arguments)
+            content = arguments_rejection(problems, self._max_output_bytes)
+            return ToolResult(status="error", content=content)
+        return converted
+
+    def _abandon(self, operation_key: str, result: ToolResult) -> None:
+        """Keep the result of a call whose caller cancelled the await."""
+        with self._lock:
+            self._abandoned[operation_key] = result
+            self._abandoned.move_to_end(operation_key)
+            while len(self._abandoned) > _ABANDONED_KEPT:
+                self._abandoned.popitem(last=False)
 
     def _record(
         self, repeat: _Repeat | None, request: ToolRequest, result: ToolResult, *, returned: bool
@@ -525,7 +567,7 @@ class Toolset:
         with self._lock:
             if returned and result.status in _SETTLED:
                 earlier = self._unsettled.get(repeat)
-                if earlier is not None and earlier[0] == key and _of_its_task(result):
+                if earlier is not None and earlier[0] == key and of_its_task(result):
                     del self._unsettled[repeat]
                 return
             self._unsettled[repeat] = (key, request.call.arguments)
@@ -534,15 +576,60 @@ class Toolset:
                 self._unsettled.popitem(last=False)
 
 
-async def _run_async(
-    port: ToolPort, request: ToolRequest, token: CancelToken, deadline: float | None
-) -> ToolResult:
-    task = asyncio.ensure_future(port.execute(request))
-    if deadline is not None:
-        await asyncio.wait({task}, timeout=deadline)
+class _Prepared(NamedTuple):
+    """A call ready to run (from :meth:`Toolset._prepare`)."""
+
+    port: ToolPort
+    request: ToolRequest
+    token: CancelToken
+    repeat: _Repeat | None
+    deadline: float | None
+
+
+# Strategy: the two entry points share everything but how they wait. An
+# awaited call waits on the event loop and outlasts its caller's
+# cancellation (the module doc); a blocking call waits in the port, on a
+# private loop for an asynchronous backend (as :meth:`ToolPort.execute_sync`
+# would) or with a timer thread that fires the abort for a synchronous one.
+
+
+async def _by_deadline(task: asyncio.Future[ToolResult], prepared: _Prepared) -> ToolResult:
+    """The call's result; at its deadline it is aborted first (the port
+    finishes at once: its waits wake on abort, C11)."""
+    if prepared.deadline is not None:
+        await asyncio.wait({task}, timeout=prepared.deadline)
         if not task.done():
-            token.cancel()
-    return await task
+            prepared.token.cancel()
+    return await asyncio.shield(task)
+
+
+async def _on_own_loop(prepared: _Prepared) -> ToolResult:
+    return await _by_deadline(
+        asyncio.ensure_future(prepared.port.execute(prepared.request)), prepared
+    )
+
+
+def _blocking(prepared: _Prepared) -> ToolResult:
+    """Run a call on a synchronous backend; the deadline is seen at the
+    port's next check (a blocking backend call is not interrupted)."""
+    deadline = prepared.deadline
+    timer = None if deadline is None else threading.Timer(deadline, prepared.token.cancel)
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        return prepared.port.execute_sync(prepared.request)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def check_timeout(timeout_seconds: object) -> float | None:
@@ -578,70 +665,14 @@ def _check_run_id(run_id: object) -> None:
         raise ValueError("run_id must be a non-blank string")
 
 
-def _run_of(run_id: object, operation_key: object, call_id: object) -> str:
-    """The run a call belongs to, for matching repeats (see the module doc):
-    ``run_id`` when given, else the run part of a ``f"{run}:{call_id}"``
-    key, else the key itself (a call that matches no other). Read as plain
-    strings: a ``str`` subclass's own methods are never called."""
-    run, key, call = (
-        str.__str__(v) if isinstance(v, str) else None for v in (run_id, operation_key, call_id)
-    )
-    if run is not None:
-        return "run:" + run
-    if key is None:
-        return "key"  # the port refuses a key that is not a string
-    if call is not None and key.endswith(":" + call) and len(key) > len(call) + 1:
-        return "run:" + key[: -len(call) - 1]
-    return "key:" + key
-
-
-def _as_the_port_reads(
-    port: ToolPort, name: str, arguments: Mapping[str, Any]
-) -> Mapping[str, Any]:
-    """``arguments`` with the timeouts the port would use in place of the
-    ones left out (``null``) or capped: what repeat matching compares."""
-    if name not in ("run_command", "run_code", "sandbox_run_code"):
-        return arguments
-    settings = port.settings
-    filled = dict(arguments)
-    try:
-        if name == "run_command" and filled.get("background") is True:
-            wanted = filled.get("background_timeout") or settings.background_timeout_seconds
-            filled["background_timeout"] = wanted
-        else:
-            wanted = filled.get("timeout") or settings.foreground_timeout_seconds
-            filled["timeout"] = min(wanted, settings.foreground_timeout_seconds)
-    except TypeError:
-        return arguments  # not a number: the port refuses it anyway
-    return filled
-
-
-def _of_its_task(result: ToolResult) -> bool:
-    """Whether ``result`` is its key's task's own outcome (``ok``, or an
-    ``error`` naming its ``task_id``), not a refusal that ran nothing."""
-    if result.status == "ok":
-        return True
-    task = result.content.get("task_id")
-    return isinstance(task, str) and bool(task)
-
-
-def _repeat_digest(name: str, arguments: Mapping[str, Any]) -> str | None:
-    """What makes two calls one call's repeat: what the port deems the same
-    launch (C3: the tool and its canonical arguments with defaults filled in,
-    so key order, 1 versus 1.0 or an empty env make no difference)."""
-    try:
-        return launch_digest(name, arguments)
-    except (CanonicalJSONError, TypeError, ValueError, RecursionError):
-        return None  # the port refuses such arguments anyway
-
-
 def _masked(
-    problems: Iterable[ArgumentProblem], port: ToolPort, arguments: object
+    problems: Iterable[ArgumentProblem], masked: frozenset[str], arguments: object
 ) -> list[ArgumentProblem]:
-    """``problems`` with the session's and this call's env values masked:
-    a model may write a value into a field name it gets back (C17). Masked
-    before the budget fits them (a mask can be longer than the value)."""
-    secrets = set(port._masks.secrets)
+    """``problems`` with the session's values (``masked``) and this call's
+    env values masked: a model may write a value into a field name it gets
+    back (C17). Masked before the budget fits them (a mask can be longer
+    than the value)."""
+    secrets = set(masked)
     env = arguments.get("env") if isinstance(arguments, Mapping) else None
     if isinstance(env, list):  # the strict profiles' {name, value} entries
         env = {
@@ -659,6 +690,15 @@ def _masked(
     ]
 
 
+def _label(backend: object) -> str | None:
+    """The backend's ``backend_label`` when it states one as text."""
+    try:
+        label = getattr(backend, "backend_label", None)
+    except Exception:
+        return None
+    return str.__str__(label) if isinstance(label, str) else None
+
+
 def _recorder(backend: object, groups: tuple[str, ...]) -> Any:
     """``backend`` when it is a :class:`~sandrail.interpreters.replay.Recorder`
     this toolset can attach (one tool group, not yet attached), else ``None``
@@ -672,57 +712,12 @@ def _recorder(backend: object, groups: tuple[str, ...]) -> Any:
             'a Recorder records one port, and tools=("command", "code") builds two: give '
             'this toolset tools=("command",) or tools=("code",) (one Recorder per toolset)'
         )
-    if backend._settings is not None:
+    if backend.attached:
         raise ValueError(
             "this Recorder already records a port: give the toolset a new Recorder, "
             "which the toolset attaches itself"
         )
     return backend
-
-
-def _answers_with_awaitables(backend: object) -> bool:
-    """Whether ``backend`` is asynchronous: it says so (``asynchronous =
-    True``) or it is an ``async`` function (or object whose ``__call__`` is)."""
-    try:
-        if getattr(backend, "asynchronous", False) is True:
-            return True
-    except Exception:
-        return False  # a backend that cannot be read is the port's to refuse
-    if inspect.iscoroutinefunction(backend):
-        return True
-    call = next((vars(k)["__call__"] for k in type(backend).__mro__ if "__call__" in vars(k)), None)
-    return inspect.iscoroutinefunction(call)
-
-
-class _Either:
-    """An abort signal that fires when the harness's own signal or the
-    toolset's token does (the toolset's fires when the await is cancelled)."""
-
-    def __init__(self, harness: object, own: CancelToken) -> None:
-        self._harness = harness
-        self._own = own
-
-    @property
-    def cancelled(self) -> bool:
-        if self._own.cancelled:
-            return True
-        try:
-            return getattr(self._harness, "cancelled", False) is True
-        except Exception:
-            return True  # a signal that cannot be read may have fired
-
-    def add_callback(self, callback: Callable[[], object]) -> Callable[[], None]:
-        removers = [self._own.add_callback(callback)]
-        add = getattr(self._harness, "add_callback", None)
-        if callable(add):
-            removers.append(add(callback))
-
-        def remove() -> None:
-            for remover in removers:
-                if callable(remover):
-                    remover()
-
-        return remove
 
 
 async def _outlast_cancellation(task: asyncio.Future[ToolResult]) -> ToolResult:

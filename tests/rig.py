@@ -13,10 +13,19 @@ import sandrail
 from sandrail import ToolRequest, ToolResult
 from sandrail.core import NativeIdentity, canonical_json
 from sandrail.interpreters.simulator import FaultPlan, Script, SimulatedHarness, Simulator
+from sandrail.testing import AGENT, SCOPE, SESSION, native_identity
 
-SESSION = "session-1"
-AGENT = "agent-1"
-SCOPE: Mapping[str, Any] = {"tenant": "acme", "project": "rails"}
+__all__ = [
+    "AGENT",
+    "NATIVE_FIELDS",
+    "SCOPE",
+    "SESSION",
+    "Mode",
+    "Rig",
+    "locator_keys",
+    "native_identity",
+    "size",
+]
 
 Mode = Literal["agent", "native"]
 
@@ -29,18 +38,6 @@ NATIVE_FIELDS = (
     "parent_run_id",
     "execution_fence",
 )
-
-
-def native_identity(*, fence: int = 1, scope: Mapping[str, Any] = SCOPE) -> NativeIdentity:
-    return NativeIdentity(
-        scope=scope,
-        run_id="run-1",
-        turn_id="turn-1",
-        build_id="build-1",
-        task_chain_id="chain-1",
-        parent_run_id=None,
-        execution_fence=fence,
-    )
 
 
 class Rig:

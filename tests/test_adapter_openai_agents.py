@@ -125,7 +125,6 @@ def test_c5_agents_refused_calls_run_nothing() -> None:
         [
             [
                 _run_command("env", "call_1", env=[{"name": "LD_PRELOAD", "value": "x"}]),
-                function_call("run_command", "{not json", call_id="call_2"),
                 function_call("run_command", {"command": "x", "timeout": 0}, call_id="call_3"),
             ],
             [assistant_message("ok")],
@@ -133,9 +132,30 @@ def test_c5_agents_refused_calls_run_nothing() -> None:
     )
     asyncio.run(Runner.run(_agent(model, function_tools(tools)), "go", run_config=OFFLINE))
     refusals = [json.loads(text) for text in _outputs(model)]
-    assert [r["error_type"] for r in refusals] == ["e2b_command_arguments_invalid"] * 3
+    assert [r["error_type"] for r in refusals] == ["e2b_command_arguments_invalid"] * 2
     assert refusals[0]["problems"][0]["field"] == "arguments.env[0].name"
-    assert [p["field"] for p in refusals[2]["problems"]] == ["arguments.timeout"]
+    assert [p["field"] for p in refusals[1]["problems"]] == ["arguments.timeout"]
+    assert launches(tools) == 0
+
+
+def test_c5_issue18_agents_text_that_is_not_json_asks_a_person_then_runs_nothing() -> None:
+    """The SDK's own rule: a callable ``needs_approval`` cannot read
+    arguments that are not a JSON object, so the SDK asks a person before
+    the adapter sees them. Approved, they are refused; nothing runs either
+    way (OpenAI's strict mode never sends such text)."""
+    tools = toolset()
+    model = ScriptedModel(
+        [[function_call("run_command", "{not json", call_id="call_2")], [assistant_message("ok")]]
+    )
+    agent = _agent(model, function_tools(tools))
+    first = asyncio.run(Runner.run(agent, "go", run_config=OFFLINE))
+    (item,) = first.interruptions
+    state = first.to_state()
+    state.approve(item)
+    asyncio.run(Runner.run(agent, state, run_config=OFFLINE))
+    (refusal,) = [json.loads(text) for text in _outputs(model)]
+    assert refusal["error_type"] == "e2b_command_arguments_invalid"
+    assert refusal["problems"][0]["field"] == "arguments"
     assert launches(tools) == 0
 
 
@@ -158,7 +178,7 @@ def test_c11_agents_timeout_gives_the_model_the_uncertain_result_and_its_retry_r
     first, retry = (json.loads(text) for text in _outputs(model))
     assert first["error_type"] == "e2b_command_aborted"
     assert first["task_id"]
-    assert "Do not run this again" in first["instruction"]
+    assert "repeat exactly this call" in first["instruction"]
     assert retry["operation_key"] == first["operation_key"]
     assert retry["task_id"] == first["task_id"]
     assert launches(tools) == 1

@@ -275,7 +275,7 @@ def test_c11_pydantic_ai_agent_tool_timeout_never_hides_the_result() -> None:
         tool_timeout=0.2,
     )
     (returned,) = _returns(agent.run_sync("go").all_messages())
-    assert json.loads(returned)["status"] == "exited"
+    assert json.loads(returned)["command_status"] == "exited"
     assert tools.abandoned == {}
 
 

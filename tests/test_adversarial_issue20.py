@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 import sandrail
-from sandrail import _session_memory
+from sandrail import _masks
 from sandrail.cli import _tool_call
 from sandrail.cli import main as cli_main
 from sandrail.core import (
@@ -186,7 +186,7 @@ def test_c17_item3_a_session_that_showed_too_much_refuses_env_values_only(
     """Item 3: what a session showed is kept up to a cap; past it an env
     value can no longer be checked, so a call with one is refused (nothing
     runs), while calls without env go on."""
-    monkeypatch.setattr(_session_memory, "MAX_SHOWN_BYTES", 200)
+    monkeypatch.setattr(_masks, "MAX_SHOWN_BYTES", 200)
     rig = Rig()
     for number in range(4):
         done = rig.run("run_command", {"command": "true"}, key=f"op-{number:020}")
@@ -263,10 +263,43 @@ def test_c17_item4_a_sessions_memory_lives_as_long_as_its_backend() -> None:
     sim = Simulator()
     Rig(sim=sim).run("run_command", {"command": "true", "env": {"TOKEN": SECRET}})
     key = id(sim)
-    assert SECRET in _session_memory._MEMORIES[key]["session-1"].secrets
+    assert SECRET in _masks._MEMORIES[key]["session-1"].secrets
     del sim
     gc.collect()
-    assert key not in _session_memory._MEMORIES
+    assert key not in _masks._MEMORIES
+
+
+def test_c17_item4_a_toolset_and_a_port_on_its_backend_share_one_memory() -> None:
+    """Item 4 after issue 19's split: a :class:`~sandrail.Toolset` keeps
+    the same memory of the session as a port on its backend (one mechanism,
+    not two). What the toolset passed, a later port masks; what the
+    toolset's results showed, a later port refuses as an env value."""
+    sim = Simulator(scripts={"printenv TOKEN": Script.prints(SECRET + "\n")})
+    tools = sandrail.Toolset(
+        backend=sim,
+        session_id="session-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    launched = tools.call_sync(
+        "run_command",
+        {"command": "printenv TOKEN", "env": {"TOKEN": SECRET}, "background": True},
+        call_id="call-1",
+        operation_key="op-toolset-1",
+    )
+    assert launched.status == "ok", launched.content
+    assert _masks.masks_for(sim, "session-1") is tools._masks
+    port = Rig(sim=sim, session_id="session-1")
+    shown = port.run("run_command", {"command": "printenv TOKEN"}, key="op-2", call_id="call-2")
+    assert shown.content["stdout"] == "<redacted>\n"
+    refused = port.run(
+        "run_command",
+        {"command": "true", "env": {"LEAK": launched.content["task_id"]}},
+        key="op-3",
+        call_id="call-3",
+    )
+    _refused_env(refused, "LEAK")
 
 
 # -- item 5: a claimed task's retry answers from the claim (C3, C7) -------------
@@ -498,7 +531,7 @@ def test_item9_the_cap_is_an_option(tmp_path: Path) -> None:
             '"sandbox_id": "sbx 1", "ledger',
             "sandbox_id",
         ),
-        ("big_output", '"size_bytes": 11251', '"size_bytes": -1', "size_bytes"),
+        ("big_output", '"size_bytes": 11279', '"size_bytes": -1', "size_bytes"),
     ],
 )
 def test_c12_item10_a_malformed_outcome_is_reported_with_its_line(

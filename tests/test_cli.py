@@ -33,7 +33,7 @@ def test_run_background_returns_a_task_ref() -> None:
     code, out = invoke("run", "--background", "--indent", "0", "--", "sleep", "5")
     assert code == 0
     result = json.loads(out)
-    assert result["content"]["status"] == "running"
+    assert result["content"]["command_status"] == "running"
     assert result["background_command_ref"]["task_id"] == result["content"]["task_id"]
 
 

@@ -36,7 +36,7 @@ from sandrail.testing._scenarios import Scenario
 from sandrail.testing.conformance import run_scenario
 from tests.e2b_world import needs_root, server_fixture
 
-SET_ASIDE = ("sandbox_id",)
+SET_ASIDE = ("sandbox_id", "backend")
 """Fields compared by presence only (see the module doc)."""
 
 server = server_fixture()
@@ -108,7 +108,7 @@ def test_c12_big_output_is_cut_to_the_budget_alike(server: LocalE2B, mode: Mode)
             port = world.command_tools(owner=mode, max_output_bytes=4_000)
             result = world.call(port, "run_command", {"command": "seq 20000"}, key="k1")
             world.assert_contract()
-        ids[name] = result.content["sandbox_id"]
+        ids[name] = result.content["sandbox_id"] + result.content["backend"]
         assert len(sandrail.core.canonical_json(result.content)) <= 4_000
         seen[name] = view(result)
     kept: dict[str, int] = {}
@@ -122,5 +122,6 @@ def test_c12_big_output_is_cut_to_the_budget_alike(server: LocalE2B, mode: Mode)
     assert seen["simulator"] == seen["local-e2b"]
     # Counted as the budget counts (canonical JSON: a newline is 2 bytes); a
     # cut never splits an escape, so the text may keep 1 byte less still.
+    # (The id and the backend label together: both count in the budget.)
     longer = len(ids["local-e2b"]) - len(ids["simulator"])
     assert longer <= kept["simulator"] - kept["local-e2b"] <= longer + 1

@@ -192,7 +192,7 @@ def test_row_connect_failed_envd_refused_stop_and_read_are_errors(
     assert (seen[1], seen[-1]) == (ConnectError, ConnectionError)
     assert _row(failure) == (Delivery.NOT_SENT, "connect failed")
     still = port.execute_sync(request(port, "read_command_output", "again", task_id=task))
-    assert still.content["status"] == "running"  # the refused stop did nothing
+    assert still.content["command_status"] == "running"  # the refused stop did nothing
 
 
 def test_row_connect_failed_control_plane_refused(

@@ -409,7 +409,7 @@ def test_c6_the_same_harness_never_reports_output_it_did_not_see_after_root_dama
         )
     again = port.execute_sync(request(port, "run_command", "bg", command=_PRINTS, background=True))
     assert again.status == "ok", again.content
-    assert (again.content["deduplicated"], again.content["status"]) == (True, "unknown")
+    assert (again.content["deduplicated"], again.content["command_status"]) == (True, "unknown")
 
 
 def test_c6_an_exit_record_without_sizes_is_still_read(server: LocalE2B) -> None:
@@ -499,6 +499,10 @@ def test_c6_fresh_tasks_under_concurrency_are_never_unknown(
     assert sorted(results) == list(range(20))
     for n, answers in results.items():
         assert [a.status for a in answers] == ["ok"] * len(answers), [a.content for a in answers]
-        assert "unknown" not in [a.content["status"] for a in answers], n
+        assert "unknown" not in [a.content["command_status"] for a in answers], n
         last = answers[-1].content
-        assert (last["status"], last["stdout"], last["stderr"]) == ("exited", f"o{n}\n", f"e{n}\n")
+        assert (last["command_status"], last["stdout"], last["stderr"]) == (
+            "exited",
+            f"o{n}\n",
+            f"e{n}\n",
+        )

@@ -64,9 +64,12 @@ def test_live_run_retry_stop_and_read() -> None:
         started = _call(port, session, "run_command", "k2", command="sleep 300", background=True)
         task = started.content["task_id"]
         stopped = _call(port, session, "stop_command", "k3", task_id=task)
-        assert (stopped.content["status"], stopped.content["exit_code"]) == ("canceled", 143)
+        assert (stopped.content["command_status"], stopped.content["exit_code"]) == (
+            "canceled",
+            143,
+        )
         timed = _call(port, session, "run_command", "k4", command="sleep 30", timeout=2)
-        assert (timed.content["status"], timed.content["exit_code"]) == ("timed_out", 124)
+        assert (timed.content["command_status"], timed.content["exit_code"]) == ("timed_out", 124)
     finally:
         backend.close()
         _kill(first.content["sandbox_id"])

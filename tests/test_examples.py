@@ -1,11 +1,18 @@
-"""Every example in examples/ runs offline as written (DESIGN §10)."""
+"""Every example in examples/ runs offline as written (DESIGN §10), the
+approval example of each framework included (issue 18)."""
 
 from __future__ import annotations
 
 import runpy
 from pathlib import Path
 
+import mcp.client.stdio  # noqa: F401
 import pytest
+
+# The MCP SDK's stdio client binds ``sys.stderr`` as a default argument when it
+# is first imported. Imported here, at collection (before any test captures
+# output), it keeps the real one; imported first inside an example run under
+# ``capfd`` (approval_mcp.py), it would keep that test's capture, closed after it.
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -18,6 +25,26 @@ EXPECTED = {
     ],
     "openai_agents_tools.py": ["tool output: hello", "final: The sandbox said hello."],
     "pydantic_ai_tools.py": ["run_command -> True", "sandbox_status -> True"],
+    "approval_anthropic.py": [
+        "asking a person about: run_command",
+        "tool_result: ok",
+        "final: The sandbox said: deploying",
+    ],
+    "approval_mcp.py": [
+        "asked: The agent asks to run run_command",
+        "on sandrail's in-memory simulator",
+        "approved and ran: ok deploying",
+    ],
+    "approval_openai_agents.py": [
+        "asking a person about: run_command",
+        "resumed: ok deduplicated: False",
+        "resumed again: ok deduplicated: True",
+        "final: Deployed.",
+    ],
+    "approval_pydantic_ai.py": [
+        "asking a person about: run_command",
+        "approved and ran: ok deploying",
+    ],
 }
 
 

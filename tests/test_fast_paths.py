@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import sandrail
 from sandrail.core import canonical_json, request_digest, snapshot_request, unchanged
 from sandrail.core._call import _fits_whole, _size_bound
-from sandrail.core._snapshot import _DIGEST_ENCODER, _digest_text, plain_arguments
+from sandrail.core._snapshot import RequestParts, digest_text, plain_arguments, request_parts
 from sandrail.interpreters._cassette import _dumps, _read_line
 from sandrail.testing import World, native_identity
 from sandrail.testing.strategies import anything, json_values, result_json_values
@@ -199,7 +199,7 @@ def test_c8_plain_arguments_read_flat_dicts_as_the_json_round_trip_does(value: A
     types, keys in the same order, or no copy at all."""
     expected: Any
     try:
-        expected = json.loads(_DIGEST_ENCODER.encode(value))
+        expected = json.loads(digest_text(value))
     except (TypeError, ValueError, RecursionError, AttributeError):
         expected = None
     except Exception as exc:  # a hostile mapping: the shortcut must not hide it
@@ -275,15 +275,52 @@ def test_cassette_lines_refuse_a_cycle_as_json_dumps_does() -> None:
     assert _dumps({"a": [1, 2]}) == json.dumps({"a": [1, 2]})  # nothing left behind
 
 
-@given(anything | json_values(6) | st.floats())
-def test_c9_the_digest_text_is_what_its_encoder_writes(value: Any) -> None:
-    """The direct C encoder behind request digests and plain copies
-    (issue 12) writes exactly what the digest encoder writes, and refuses
-    what it refuses with the same error."""
-    try:
-        expected = _DIGEST_ENCODER.encode(value)
-    except Exception as exc:
-        with pytest.raises(type(exc)):
-            _digest_text(value)
-        return
-    assert _digest_text(value) == expected
+def test_c9_the_digest_text_is_sorted_compact_unescaped_json() -> None:
+    """What digests are taken of: keys sorted, no spaces, text as it is
+    (a ``\\u`` escape would make two spellings of one request), a mapping
+    that is not a dict as the dict it holds; no NaN, no other types."""
+    from types import MappingProxyType
+
+    assert digest_text({"b": 1, "a": ["é", None]}) == '{"a":["é",null],"b":1}'
+    assert digest_text(MappingProxyType({"k": 1.5})) == '{"k":1.5}'
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        digest_text(float("nan"))
+    with pytest.raises(TypeError, match="set is not JSON data"):
+        digest_text({1, 2})
+
+
+def test_c9_the_parts_are_every_field_of_a_request_but_its_abort_signal() -> None:
+    """One definition of "the same request": a field added to a request or
+    its call is drift-checked (and recorded) only once it is a part."""
+    import attrs
+
+    fields = {f.name for f in attrs.fields(sandrail.ToolCall)}
+    fields |= {f.name for f in attrs.fields(sandrail.ToolRequest)} - {"call", "cancel"}
+    assert fields == set(RequestParts._fields)
+
+
+_REPLACED: dict[str, Any] = {
+    "name": "read_command_output",
+    "call_id": "c2",
+    "arguments": {"command": "echo other"},
+    "operation_key": "op-2",
+    "session_id": "session-2",
+    "definition": _PORTS["agent"].definition("read_command_output"),
+    "identity": sandrail.AgentIdentity(agent_id="agent-2"),
+    "result_governance": "runtime-artifacts/v1",
+}
+
+
+@pytest.mark.parametrize("part", RequestParts._fields)
+def test_c9_a_replaced_part_is_drift_to_both_checks(part: str) -> None:
+    """Replacing any part of a request mid-call changes its digest, and the
+    fast comparison never calls it unchanged."""
+    request = _request("agent", {"command": "echo hi"}, {})
+    snap = snapshot_request(request, _PORTS["agent"].settings)
+    assert snap is not None
+    assert unchanged(request, snap) is True
+    owner = request.call if part in ("name", "call_id", "arguments") else request
+    object.__setattr__(owner, part, _REPLACED[part])
+    assert getattr(request_parts(request), part) is _REPLACED[part]
+    assert request_digest(request) != snap.digest
+    assert unchanged(request, snap) is not True

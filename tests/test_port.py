@@ -66,7 +66,7 @@ def test_c7_foreground_run_reports_exit_and_output_of_exactly_one_launch(mode: M
     result = rig.run("run_command", {"command": "make"})
     assert result.status == "ok"
     content = result.content
-    assert (content["status"], content["exit_code"]) == ("exited", 2)
+    assert (content["command_status"], content["exit_code"]) == ("exited", 2)
     assert (content["stdout"], content["stderr"]) == ("built\n", "warn\n")
     assert content["deduplicated"] is False
     assert content["task_id"] == rig.task_id()
@@ -82,7 +82,7 @@ def test_background_run_returns_task_id_state_and_owner_ref(mode: Mode) -> None:
     assert result.status == "ok"
     task = rig.task_id("op-bg")
     assert result.content["task_id"] == task
-    assert result.content["status"] == "running"
+    assert result.content["command_status"] == "running"
     ref = result.background_command_ref
     if mode == "native":
         assert ref == sandrail.NativeCommandRef(
@@ -137,15 +137,15 @@ def test_read_wait_is_event_driven_and_never_changes_the_deadline() -> None:
     rig.run("run_command", {"command": "job", "background": True, "background_timeout": 60})
     start_clock = rig.sim.clock
     page = rig.run("read_command_output", {"task_id": rig.task_id(), "wait_seconds": 600})
-    assert page.content["status"] == "exited"
+    assert page.content["command_status"] == "exited"
     # Woke when the command ended (2.5 s after launch), not after 600 s.
     assert rig.sim.clock - start_clock < 3
     slow = Rig(scripts={"forever": Script.hangs()})
     slow.run("run_command", {"command": "forever", "background": True, "background_timeout": 100})
     page = slow.run("read_command_output", {"task_id": slow.task_id(), "wait_seconds": 10})
-    assert page.content["status"] == "running"  # the wait ended; the command did not
+    assert page.content["command_status"] == "running"  # the wait ended; the command did not
     page = slow.run("read_command_output", {"task_id": slow.task_id(), "wait_seconds": 600})
-    assert page.content["status"] == "timed_out"
+    assert page.content["command_status"] == "timed_out"
     assert 100 <= slow.sim.clock < 120  # killed at its own deadline
 
 
@@ -385,7 +385,7 @@ def test_c6_reconciling_an_uncertain_launch_reports_what_happened() -> None:
     assert lost.status == "uncertain"
     page = rig.run("read_command_output", {"task_id": lost.content["task_id"]})
     assert page.status == "ok"
-    assert (page.content["status"], page.content["stdout"]) == ("exited", "1")
+    assert (page.content["command_status"], page.content["stdout"]) == ("exited", "1")
     assert rig.sim.launches == {rig.task_id(): 1}
 
 
@@ -399,7 +399,7 @@ def test_timed_out_with_an_observed_exit_code_is_reported_not_guessed() -> None:
     rig = Rig(scripts={"slow": Script.hangs("partial\n")})
     result = rig.run("run_command", {"command": "slow", "timeout": 5})
     assert result.status == "ok"
-    assert (result.content["status"], result.content["exit_code"]) == ("timed_out", 124)
+    assert (result.content["command_status"], result.content["exit_code"]) == ("timed_out", 124)
     assert result.content["stdout"] == "partial\n"
 
 
@@ -676,11 +676,11 @@ def test_c18_stop_ends_the_whole_process_group(mode: Mode) -> None:
     stopped = rig.run("stop_command", {"task_id": task}, key="op-stop")
     assert stopped.status == "ok"
     assert stopped.content["cancel_requested"] is True
-    assert stopped.content["status"] == "canceled"
+    assert stopped.content["command_status"] == "canceled"
     assert "not proof" in stopped.content["instruction"]
     assert rig.sim.live_processes(task) == 0
     page = rig.run("read_command_output", {"task_id": task})
-    assert (page.content["status"], page.content["exit_code"]) == ("canceled", 143)
+    assert (page.content["command_status"], page.content["exit_code"]) == ("canceled", 143)
 
 
 def test_c6_a_stop_whose_answer_is_lost_is_uncertain() -> None:
@@ -764,6 +764,22 @@ def test_background_timeout_without_background_is_refused() -> None:
     blank = rig.run("run_command", {"command": "   "})
     assert_error_nothing_ran(blank, ErrorCode.COMMAND_REQUIRED)
     assert rig.sim.effects_seen == []
+
+
+def test_issue18_a_foreground_timeout_with_background_is_refused_not_ignored() -> None:
+    """``timeout`` is the foreground command's; with ``background: true`` it
+    used to be accepted and ignored. Now the schema says so (its ``then``
+    rule) and the port refuses it before anything runs, naming the field to
+    use; ``background_timeout`` alone still runs."""
+    rig = Rig()
+    both = rig.run("run_command", {"command": "x", "background": True, "timeout": 5})
+    assert_error_nothing_ran(both, ErrorCode.TIMEOUT_REQUIRES_FOREGROUND)
+    assert "background_timeout" in both.content["instruction"]
+    assert rig.sim.effects_seen == []
+    schema = rig.port.definition("run_command").to_dict()["parameters"]
+    assert schema["then"] == {"properties": {"timeout": {"type": "null"}}}
+    fine = rig.run("run_command", {"command": "x", "background": True, "background_timeout": 5})
+    assert fine.status == "ok"
 
 
 # ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from sandrail.core import (
     stated_schema,
     tool_schema,
 )
+from sandrail.core._definitions import TASK_ID_PATTERN
 from sandrail.core._env import (
     ENV_NAME_PATTERN,
     REFUSED_ENV_NAMES,
@@ -33,7 +35,7 @@ from sandrail.core._env import (
     env_name_problem,
 )
 from sandrail.core._env_strict import STRICT_ENV_NAME_PATTERN
-from sandrail.core._profiles import _PATTERN_WORDS
+from sandrail.core._profiles import _PATTERN_WORDS, VENDOR_PATTERNS
 from sandrail.core._validation import ecma_regex
 from sandrail.interpreters.simulator import Simulator
 from sandrail.testing.strategies import schema_values
@@ -44,6 +46,7 @@ ARGUMENT_ERRORS = {
     ErrorCode.ARGUMENTS_INVALID.value,
     ErrorCode.COMMAND_REQUIRED.value,
     ErrorCode.BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND.value,
+    ErrorCode.TIMEOUT_REQUIRES_FOREGROUND.value,
     ErrorCode.UNSUPPORTED_LANGUAGE.value,
 }
 TOOLS_WITH_ARGUMENTS = ("run_command", "read_command_output", "stop_command", "code")
@@ -203,7 +206,9 @@ def test_strict_profiles_are_closed_required_and_nullable(
             assert banned not in node
         for lookaround in ("(?=", "(?!", "(?<=", "(?<!"):
             assert lookaround not in node.get("pattern", "")
-        assert not (VENDOR_UNSUPPORTED[profile] & set(node))
+        for kept in VENDOR_UNSUPPORTED[profile] & set(node):
+            assert kept == "pattern"  # issue 18: one Anthropic documents it takes
+            assert node["pattern"] in VENDOR_PATTERNS[profile]
     root = schema["properties"]
     full = definition.to_dict()["parameters"]
     for name, field in root.items():
@@ -226,7 +231,9 @@ def test_the_handed_schema_states_every_dropped_rule_in_words(
     text = json.dumps(handed)
     for node in dropped:
         for key in VENDOR_UNSUPPORTED[profile] & set(node):
-            if key == "pattern" and node[key] in _PATTERN_WORDS:
+            if key == "pattern" and node[key] in VENDOR_PATTERNS[profile]:
+                assert json.dumps(node[key])[1:-1] in text  # kept as a keyword
+            elif key == "pattern" and node[key] in _PATTERN_WORDS:
                 assert json.dumps(_PATTERN_WORDS[node[key]])[1:-1] in text
             else:
                 assert json.dumps(f"{node[key]}")[1:-1] in text
@@ -379,23 +386,65 @@ def _as_anthropic_sends(node: Any) -> Any:
     return node
 
 
+def _without_kept_patterns(node: Any) -> Any:
+    """``node`` with the patterns the profile keeps removed (Anthropic's own
+    transform moves every pattern, kept ones too, into the description, as
+    ``\n\n{pattern: ...}`` at its end)."""
+    if isinstance(node, dict):
+        return {
+            key: (
+                value.split("\n\n{pattern: ", 1)[0]
+                if key == "description" and isinstance(value, str)
+                else _without_kept_patterns(value)
+            )
+            for key, value in node.items()
+            if key != "pattern"
+        }
+    if isinstance(node, list):
+        return [_without_kept_patterns(item) for item in node]
+    return node
+
+
 @pytest.mark.parametrize("definition", DEFINITIONS, ids=lambda d: d.name)
 def test_anthropic_strict_schemas_are_what_anthropics_own_transform_keeps(definition: Any) -> None:
     """Anthropic's SDK (``transform_schema``) and pydantic-ai's Anthropic
     strict conversion move every keyword Anthropic's strict tool use may
     refuse into the description, patterns included (the env-name rule as
     4.6 KB of regular expression). The profile already states those in
-    words, so both leave it as it is: what the API is sent is what the port
-    checks on return, and the model reads it as it was written."""
+    words, so both leave it as it is, but for the patterns written in the
+    subset Anthropic documents, which the profile keeps (issue 18) and the
+    transform moves: what the API is sent is what the port checks on return,
+    and the model reads it as it was written."""
     import anthropic
     from pydantic_ai.providers.anthropic import AnthropicJsonSchemaTransformer
 
     handed = tool_schema(definition, "anthropic-strict")
-    assert anthropic.transform_schema(handed) == _as_anthropic_sends(handed)
-    assert AnthropicJsonSchemaTransformer(handed, strict=True).walk() == _as_anthropic_sends(handed)
+    for transformed in (
+        anthropic.transform_schema(handed),
+        AnthropicJsonSchemaTransformer(handed, strict=True).walk(),
+    ):
+        assert _without_kept_patterns(transformed) == _without_kept_patterns(
+            _as_anthropic_sends(handed)
+        )
     assert len(json.dumps(handed)) < 4_000
     for node in _walk(handed):
-        assert "pattern" not in node
+        assert node.get("pattern", TASK_ID_PATTERN) in VENDOR_PATTERNS["anthropic-strict"]
+
+
+def test_issue18_anthropic_strict_keeps_every_pattern_in_anthropics_documented_subset() -> None:
+    """The task id keeps its pattern (64 hex), so a strict model cannot send
+    a malformed one; every pattern it keeps uses only anchors, classes of
+    literal characters and ranges, ``\\s``/``\\S`` and counts (no lookaround,
+    backreference, ``\\b`` or ``\\u`` escape); every other pattern is
+    stated in words."""
+    subset = re.compile(r"\^?(\[([a-zA-Z0-9_-]|\\[sSdw])+\]([*+?]|\{\d+(,\d+)?\})?)+\$?")
+    read = tool_schema(command_tool_definitions()[2], "anthropic-strict")
+    assert read["properties"]["task_id"]["pattern"] == TASK_ID_PATTERN
+    for pattern in VENDOR_PATTERNS["anthropic-strict"]:
+        assert subset.fullmatch(pattern), pattern
+    run = tool_schema(command_tool_definitions()[1], "anthropic-strict")
+    assert "pattern" not in run["properties"]["command"]
+    assert "not blank" in run["properties"]["command"]["description"]
 
 
 @pytest.mark.parametrize("profile", PROFILES)

@@ -508,7 +508,7 @@ def test_execute_never_raises_when_the_cancel_token_breaks_after_launch() -> Non
 def test_whole_number_floats_are_integers_from_validation_on() -> None:
     sim = Simulator(scripts={"x": Script.hangs("abc")})
     result = run("run_command", {"command": "x", "timeout": 5.0}, sim=sim)
-    assert (result.status, result.content["status"]) == ("ok", "timed_out")
+    assert (result.status, result.content["command_status"]) == ("ok", "timed_out")
     (start,) = [e for e in sim.applied if isinstance(e, Start)]
     assert type(start.timeout_seconds) is int
     again = run("run_command", {"command": "x", "timeout": 5}, sim=sim)

@@ -113,7 +113,7 @@ def test_issue17_a_record_that_cannot_be_used_is_a_usage_error(
     old = tmp_path / "owned.jsonl"
     old.write_text("{}\n")
     nowhere = f"postgresql://sandrail@/nowhere?host={postgres.socket_dir}"
-    for command in (("run", "--", "true"), ("mcp",)):
+    for command in (("run", "--", "true"), ("mcp", "--backend", "simulator")):
         for spec, says in ((nowhere, "cannot use"), (str(old), "migrate-record"), (" ", "must")):
             done = sandrail_cli(command[0], "--record", spec, *command[1:])
             assert done.returncode == 2, (command, spec, done.stderr)

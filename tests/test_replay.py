@@ -299,7 +299,7 @@ def test_a_changed_recorded_outcome_is_caught_at_the_next_effect(tmp_path: Path)
 def test_a_changed_core_behaviour_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("sandrail.core._programs.WAIT_GRACE_SECONDS", 16)
+    monkeypatch.setattr("sandrail.core._launch.WAIT_GRACE_SECONDS", 16)
     with pytest.raises(DivergenceError) as caught:
         replay_file(GOLDEN / "foreground.jsonl")
     error = caught.value

@@ -41,6 +41,7 @@ from sandrail.core._effects import (
 )
 from sandrail.core._requests import ToolCall, ToolRequest
 from sandrail.interpreters.simulator import (
+    NOT_EMULATED,
     Chunk,
     Fault,
     FaultKind,
@@ -144,7 +145,7 @@ def request(arguments: Mapping[str, Any] | None = None) -> ToolRequest:
 def test_ensure_is_idempotent_per_session_and_owner() -> None:
     sim = Simulator()
     assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == SandboxState(
-        sandbox_id=None, phase="absent"
+        sandbox_id=None, phase="absent", backend="simulator"
     )
     first = ensure(sim)
     assert ensure(sim) == first
@@ -153,7 +154,7 @@ def test_ensure_is_idempotent_per_session_and_owner() -> None:
     assert [first, other] == ["sbx-1", "sbx-2"]
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,128}", sid) for sid in (first, other))
     assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == SandboxState(
-        sandbox_id=first, phase="ready"
+        sandbox_id=first, phase="ready", backend="simulator"
     )
 
 
@@ -574,9 +575,9 @@ def test_cursor_reads_reproduce_the_full_output(
         ("seq 0", "", "", 0, 0.0),
         ("seq many", "", "seq: invalid argument\n", 1, 0.0),
         ("seq 100001", "", "seq: invalid argument\n", 1, 0.0),
-        ("python3 main.py", "", "", 0, 0.0),
-        ("", "", "", 0, 0.0),
-        ("echo 'unterminated", "", "", 0, 0.0),
+        ("python3 main.py", "", NOT_EMULATED, 127, 0.0),
+        ("", "", NOT_EMULATED, 127, 0.0),
+        ("echo 'unterminated", "", NOT_EMULATED, 127, 0.0),
     ],
 )
 def test_emulate_knows_a_few_commands(
@@ -678,11 +679,11 @@ def test_fault_delivered_late_applies_at_the_next_effect(when: When) -> None:
     assert sim.applied == []
     # The next effect, even a read-only one, lets the held request arrive first.
     state = sim(Inspect(session_id=SESSION, owner_key=OWNER))
-    assert state == SandboxState(sandbox_id="sbx-1", phase="ready")
+    assert state == SandboxState(sandbox_id="sbx-1", phase="ready", backend="simulator")
     assert sim.late_deliveries == [
         (
             Ensure(session_id=SESSION, owner_key=OWNER),
-            SandboxReady(sandbox_id="sbx-1", ledger_epoch="sbx-1/ledger-0"),
+            SandboxReady(sandbox_id="sbx-1", ledger_epoch="sbx-1/ledger-0", backend="simulator"),
         )
     ]
 
@@ -786,7 +787,7 @@ def test_c2_fault_sandbox_dies_and_stays_gone(when: When) -> None:
         == gone
     )
     assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == SandboxState(
-        sandbox_id=box, phase="closed"
+        sandbox_id=box, phase="closed", backend="simulator"
     )
     assert sim.launches == ({TASK: 1} if when == "after" else {})
 

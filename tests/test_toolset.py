@@ -199,24 +199,30 @@ def test_c11_an_abort_signal_without_callbacks_is_read_at_every_check() -> None:
 
 
 def test_abandoned_results_are_bounded() -> None:
-    tools = toolset()
+    held = asyncio.Event()  # set: the policy holds the call until cancelled
+
+    def policy(request: object) -> Any:
+        if not held.is_set():
+            return sandrail.ALLOW
+
+        async def forever() -> sandrail.Allow:
+            await asyncio.Event().wait()
+            return sandrail.ALLOW
+
+        return forever()
+
+    tools = toolset(authorize=policy)
     for index in range(1030):
         tools._abandoned[str(index)] = tools.call_sync(
             "sandbox_status", {}, call_id="c", operation_key="k"
         )
+    held.set()
     asyncio.run(_abandon(tools))
     assert len(tools.abandoned) == 1024
     assert "0" not in tools.abandoned
 
 
 async def _abandon(tools: Any) -> None:
-    gate = asyncio.Event()
-
-    async def policy(request: object) -> sandrail.Allow:
-        await gate.wait()
-        return sandrail.ALLOW
-
-    tools._ports["sandbox_status"]._authorize = policy
     with pytest.raises(asyncio.TimeoutError):
         await asyncio.wait_for(
             tools.call("sandbox_status", {}, call_id="c", operation_key="last"), 0.05

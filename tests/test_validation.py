@@ -445,6 +445,7 @@ def test_check_arguments_never_raises_for_objects(
 def test_rejection_content_for_a_bad_run_command_call() -> None:
     problems = check_arguments(DEFINITIONS["run_command"], {"command": "", "timeout": 0, "x": 1})
     assert arguments_rejection(problems, 24_000) == {
+        "status": "error",
         "ok": False,
         "error_type": ErrorCode.ARGUMENTS_INVALID.value,
         "executed": False,
@@ -453,7 +454,7 @@ def test_rejection_content_for_a_bad_run_command_call() -> None:
             {"field": "arguments.timeout", "reason": "must be an integer from 1 to 86400"},
             {"field": "arguments.x", "reason": "is not an allowed field"},
         ],
-        "instruction": "Nothing ran. Fix the listed arguments and call again.",
+        "instruction": "Nothing ran. Fix these arguments and try again.",
     }
 
 
@@ -465,7 +466,7 @@ def test_c12_rejection_fits_budget(problems: list[ArgumentProblem], budget: int)
     assert content["executed"] is False
     assert content["error_type"] == "e2b_command_arguments_invalid"
     if "problems" not in content:
-        assert set(content) == {"ok", "error_type", "executed"}
+        assert set(content) == {"status", "ok", "error_type", "executed"}
         return
     kept = content["problems"]
     assert len(kept) + content.get("problems_omitted", 0) == len(problems)
@@ -531,6 +532,7 @@ def test_c12_falls_back_to_the_bare_content_when_no_problem_fits() -> None:
     # A field whose marker alone overflows the room left at the minimum budget.
     problems = [ArgumentProblem("\x00" * 10**7, "\x00" * 10**7)] * 10**5
     assert arguments_rejection(problems, MIN_MAX_OUTPUT_BYTES) == {
+        "status": "error",
         "ok": False,
         "error_type": "e2b_command_arguments_invalid",
         "executed": False,

@@ -3,9 +3,8 @@ seeded random multi-fault schedules and mutants of the core, each call judged
 against the world's ground truth by :mod:`sandrail.testing`'s judge
 (DESIGN §4, §6, §11)."""
 
-from ._execute import BUDGET, PlanOutcome, Retry, run_schedule, run_workload
-from ._mutants import MUTANTS, Mutant
-from ._plans import (
+from sandrail.testing._execute import BUDGET, PlanOutcome, Retry, run_schedule, run_workload
+from sandrail.testing._plans import (
     Schedule,
     Step,
     Workload,
@@ -14,6 +13,8 @@ from ._plans import (
     single_fault_plans,
     workloads,
 )
+
+from ._mutants import MUTANTS, Mutant
 from ._report import (
     DECISIVE_GOAL,
     STATUSES,

@@ -1,8 +1,8 @@
 """Deliberately broken variants of the core the checks must catch.
 
-Each mutant patches private names of :mod:`sandrail.core._programs` or
-:mod:`sandrail.core._call` for the length of a ``with`` block and restores
-them after. A mutant that no check
+Each mutant patches private names of :mod:`sandrail.core._programs`,
+:mod:`sandrail.core._launch` or :mod:`sandrail.core._call` for the length
+of a ``with`` block and restores them after. A mutant that no check
 catches means the campaign cannot see that kind of bug: a failure.
 """
 
@@ -37,6 +37,7 @@ from sandrail.core import (
     error_result,
 )
 from sandrail.core import _call as call_module
+from sandrail.core import _launch as launches
 from sandrail.core import _programs as programs
 from sandrail.core._budget import fit_to_budget as real_fit_to_budget
 from sandrail.core._guard import Continue, Observation, Phase, Verdict
@@ -101,7 +102,7 @@ def _nothing_more(effect: Effect) -> Iterator[Effect]:
 @contextlib.contextmanager
 def _relaunch_after_uncertain() -> Iterator[None]:
     """(a) After a failed Start, start the command again under a new task id."""
-    real = programs._launch
+    real = launches.launch_program
 
     def relaunch(effect: Effect) -> Iterator[Effect]:
         if isinstance(effect, Start):
@@ -118,14 +119,14 @@ def _relaunch_after_uncertain() -> Iterator[None]:
 @contextlib.contextmanager
 def _maybe_sent_is_not_executed() -> Iterator[None]:
     """(b) A failure that may have reached the sandbox is reported as nothing ran."""
-    real = call_module._Call.failed
+    real = call_module.CallState.failed
 
     def failed(self: Any, failure: EffectFailure, *, side_effect: bool) -> ToolResult:
         if failure.delivery is Delivery.MAYBE_SENT and not failure.aborted:
             return error_result(ErrorCode.SANDBOX_UNAVAILABLE, instruction="Nothing ran.")
         return real(self, failure, side_effect=side_effect)
 
-    with mock.patch.object(call_module._Call, "failed", failed):
+    with mock.patch.object(call_module.CallState, "failed", failed):
         yield
 
 
@@ -225,7 +226,7 @@ def _mask_per_page() -> Iterator[None]:
 def _claim_epoch_of_now() -> Iterator[None]:
     """(l) A retry proves "never claimed" with the sandbox's ledger epoch of
     now, not the one its first start was sent under."""
-    real = programs._launch
+    real = launches.launch_program
 
     def launch(call: Any) -> _Program:
         inner = real(call)
@@ -263,7 +264,7 @@ def _first_start_without_epoch() -> Iterator[None]:
             fields["claim_epoch"] = None
         return Start(**fields)
 
-    with mock.patch.object(programs, "Start", start):
+    with mock.patch.object(launches, "Start", start):
         yield
 
 
@@ -288,14 +289,14 @@ def _stop_without_cancel() -> Iterator[None]:
 def _uncertain_after_dispatch() -> Iterator[None]:
     """(k) Answer uncertain whenever anything was dispatched: keeps every
     contract line, and tells the harness nothing."""
-    real = call_module._Call.finish
+    real = call_module.CallState.finish
 
     def finish(self: Any, result: ToolResult) -> Generator[Effect, Any, ToolResult]:
         if self.phase is Phase.AFTER_DISPATCH:
             return self.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)  # type: ignore[no-any-return]
         return (yield from real(self, result))
 
-    with mock.patch.object(call_module._Call, "finish", finish):
+    with mock.patch.object(call_module.CallState, "finish", finish):
         yield
 
 
@@ -307,7 +308,7 @@ def _ignore_fence() -> Iterator[None]:
         fields["fence"] = None
         return Start(**fields)
 
-    with mock.patch.object(programs, "Start", start):
+    with mock.patch.object(launches, "Start", start):
         yield
 
 
@@ -337,6 +338,7 @@ def _skip_ownership() -> Iterator[None]:
     with (
         mock.patch.object(programs, "_owned_command", owned_command),
         mock.patch.object(programs, "task_id", task_id),
+        mock.patch.object(launches, "task_id", task_id),
     ):
         yield
 
@@ -351,7 +353,7 @@ def _nothing_ran_after_launch() -> Iterator[None]:
         yield from ()
         return result
 
-    with mock.patch.object(programs, "_failed_before_start", failed):
+    with mock.patch.object(launches, "_failed_before_start", failed):
         yield
 
 

@@ -12,12 +12,11 @@ import functools
 
 from sandrail.interpreters.simulator import FaultPlan
 from sandrail.testing._commands import SCRIPTS, SECRET
+from sandrail.testing._execute import PlanOutcome, execute_steps
 from sandrail.testing._judge import judge
+from sandrail.testing._plans import Workload, workloads
 from sandrail.testing._record_faults import RECORD_FAULT_KINDS, RecordFault, RecordFaultPlan
 from sandrail.testing._world import World
-
-from ._execute import PlanOutcome, _execute
-from ._plans import Workload, workloads
 
 __all__ = ["RECORD_KINDS", "describe_record_plan", "record_fault_runs", "run_record_plan"]
 
@@ -29,7 +28,7 @@ def run_record_plan(workload: Workload, fault: RecordFault | None) -> PlanOutcom
     world = World.simulated(FaultPlan(), scripts=SCRIPTS, secrets=[SECRET])
     world.strike_record(RecordFaultPlan(() if fault is None else (fault,)))
     try:
-        retries = _execute(
+        retries = execute_steps(
             world, workload.mode, workload.steps, workload=workload.name, reconcile=True
         )
         violations = judge(world)

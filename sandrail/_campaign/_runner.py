@@ -27,12 +27,18 @@ from typing import Literal
 import attrs
 
 from sandrail.interpreters.simulator import FaultPlan
+from sandrail.testing._execute import PlanOutcome, run_schedule, run_workload
 from sandrail.testing._faults import TRANSIENT_KINDS
 from sandrail.testing._judge import Violation
+from sandrail.testing._plans import (
+    Schedule,
+    Workload,
+    random_schedule,
+    single_fault_plans,
+    workloads,
+)
 
-from ._execute import PlanOutcome, run_schedule, run_workload
 from ._mutants import MUTANTS, Mutant
-from ._plans import Schedule, Workload, random_schedule, single_fault_plans, workloads
 from ._records import describe_record_plan, record_fault_runs, run_record_plan
 from ._report import CampaignReport, Failure, MutantResult
 

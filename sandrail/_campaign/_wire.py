@@ -56,12 +56,12 @@ from sandrail.core import (
 from sandrail.interpreters.simulator import FaultKind, SimulatedHarness
 from sandrail.testing._calls import Mode
 from sandrail.testing._commands import SECRET
+from sandrail.testing._execute import PlanOutcome, execute_steps
 from sandrail.testing._judge import CONTRACT_LINES, Violation, judge
+from sandrail.testing._plans import Workload, workloads
 from sandrail.testing._truth import Target
 from sandrail.testing._world import World
 
-from ._execute import PlanOutcome, _execute
-from ._plans import Workload, workloads
 from ._tallies import DECISIVE_GOAL, Tallies
 
 __all__ = [
@@ -415,7 +415,7 @@ def run_wire_plan(workload: Workload, fault: WireFault | None, server: Any) -> W
     effects can be struck); judge it."""
     world, strike = _world(server, fault)
     try:
-        retries = _execute(
+        retries = execute_steps(
             world, workload.mode, workload.steps, workload=workload.name, reconcile=True
         )
         violations = judge(world)

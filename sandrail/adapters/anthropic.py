@@ -7,9 +7,12 @@
 :attr:`AnthropicTools.definitions` are plain dicts (``name``,
 ``description``, ``input_schema`` and ``strict: true``) with the
 ``anthropic-strict`` schemas: what Anthropic's strict tool use accepts
-(patterns without lookaround; no numeric bounds, lengths or ``maxItems``,
-which are stated in the descriptions instead and checked when the call
-comes back). :meth:`AnthropicTools.handle` takes a ``tool_use`` block (the
+(the patterns written in the regular-expression subset Anthropic documents,
+such as the task id's; no numeric bounds, lengths, ``maxItems`` or other
+patterns, which are stated in the descriptions instead and checked when the
+call comes back: a model can send ``timeout: 0``, which is refused naming
+the field and runs nothing; see :mod:`sandrail.core._profiles` for what each
+profile gives up). :meth:`AnthropicTools.handle` takes a ``tool_use`` block (the
 SDK's object or its dict form) and returns the ``tool_result`` block:
 ``content`` is exactly ``result.to_json()``, ``is_error`` is
 ``result.is_error``. No SDK import is needed: the blocks are plain data.
@@ -21,6 +24,17 @@ conversation may reuse them. A model's retry is a new ``tool_use`` with a
 new id; an exact repeat of a call left unsettled (``uncertain``,
 ``approval_required``, or never answered) runs under that call's key and
 reconciles it (see :class:`~sandrail.Toolset`).
+
+Approval (DESIGN §12). When the harness's policy answers
+``ApprovalRequired``, :meth:`AnthropicTools.handle` runs nothing and returns
+the ``approval_required`` result (``AnthropicTools.needs_approval(answer)``
+says so). Do not send it to the model: ask a person, then answer the block
+with ``await tools.approve(block)`` (runs that very call once, under its own
+operation key, so approving again, after a restart say, launches nothing
+new: C2) or ``tools.reject(block, reason=...)`` (runs nothing; the model
+reads ``approval_rejected``). A ``Deny`` never asks: the model reads
+``policy_denied``. The key's run part is ``run_id=``: keep it with the
+conversation when an approval may be answered by another process.
 
 ``timeout_seconds`` is each call's deadline: when it passes, the call is
 aborted as a :class:`~sandrail.CancelToken` would abort it and the
@@ -36,8 +50,9 @@ given a list (or other iterable) of blocks.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from sandrail._toolset import Toolset, check_timeout
 from sandrail.core import ArgumentProblem, Profile, ToolResult, arguments_rejection
@@ -83,39 +98,85 @@ class AnthropicTools:
             listed.append(tool)
         return listed
 
+    # The twins differ only in the toolset call they make (awaited, or
+    # blocking): everything else is :meth:`_call_for`'s and :func:`_answer`'s.
+
     async def handle(self, block: object) -> dict[str, Any]:
-        """The ``tool_result`` block answering one ``tool_use`` block."""
-        tool_use_id, name, arguments = _read(block)
-        if not tool_use_id:
-            return _answer(tool_use_id, _no_id(self._toolset))
-        result = await self._toolset.call(
-            name,
-            arguments,
-            call_id=tool_use_id,
-            operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
-            profile=self._profile,
-            timeout_seconds=self._timeout_seconds,
-            reconcile_repeats=True,
-            run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
-        )
-        return _answer(tool_use_id, result)
+        """The ``tool_result`` block answering one ``tool_use`` block (an
+        ``approval_required`` one when a person must decide first: see
+        :meth:`approve`)."""
+        tool_use_id, call = self._call_for(block)
+        if isinstance(call, ToolResult):
+            return _answer(tool_use_id, call)
+        return _answer(tool_use_id, await self._toolset.call(**call))
 
     def handle_sync(self, block: object) -> dict[str, Any]:
         """:meth:`handle` for code without an event loop."""
-        tool_use_id, name, arguments = _read(block)
+        tool_use_id, call = self._call_for(block)
+        if isinstance(call, ToolResult):
+            return _answer(tool_use_id, call)
+        return _answer(tool_use_id, self._toolset.call_sync(**call))
+
+    async def approve(self, block: object) -> dict[str, Any]:
+        """A person approved this ``tool_use`` block: run it (once, under
+        its own operation key) and return its ``tool_result`` block. The
+        harness's ``ApprovalRequired`` for exactly this call is taken as
+        ``ALLOW``; a ``Deny`` still refuses it."""
+        tool_use_id, call = self._call_for(block, approved=True)
+        if isinstance(call, ToolResult):
+            return _answer(tool_use_id, call)
+        return _answer(tool_use_id, await self._toolset.call(**call))
+
+    def approve_sync(self, block: object) -> dict[str, Any]:
+        """:meth:`approve` for code without an event loop."""
+        tool_use_id, call = self._call_for(block, approved=True)
+        if isinstance(call, ToolResult):
+            return _answer(tool_use_id, call)
+        return _answer(tool_use_id, self._toolset.call_sync(**call))
+
+    def reject(self, block: object, reason: str | None = None) -> dict[str, Any]:
+        """A person rejected this ``tool_use`` block: nothing runs; the
+        ``tool_result`` block says ``approval_rejected`` (``executed:
+        false``), what to do instead, and ``reason`` when given."""
+        tool_use_id, _, _ = _read(block)
         if not tool_use_id:
             return _answer(tool_use_id, _no_id(self._toolset))
-        result = self._toolset.call_sync(
-            name,
-            arguments,
+        return _answer(tool_use_id, self._toolset.rejection(reason))
+
+    @staticmethod
+    def needs_approval(answer: object) -> bool:
+        """Whether a ``tool_result`` block from :meth:`handle` waits for a
+        person (``status: "approval_required"``; nothing ran): answer its
+        ``tool_use`` block with :meth:`approve` or :meth:`reject` instead of
+        sending it to the model."""
+        content = answer.get("content") if isinstance(answer, Mapping) else None
+        if not isinstance(content, str) or '"approval_required"' not in content:
+            return False
+        try:
+            return bool(json.loads(content).get("status") == "approval_required")
+        except (ValueError, AttributeError, RecursionError):
+            return False
+
+    def _call_for(
+        self, block: object, *, approved: bool = False
+    ) -> tuple[str, ToolResult | _ToolsetCall]:
+        """The block's id, and the toolset call it asks for (its keyword
+        arguments), or the refusal of a block without an id. ``approved``:
+        a person approved it (see :meth:`approve`)."""
+        tool_use_id, name, arguments = _read(block)
+        if not tool_use_id:
+            return tool_use_id, _no_id(self._toolset)
+        return tool_use_id, _ToolsetCall(
+            name=name,
+            arguments=arguments,
             call_id=tool_use_id,
             operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
             profile=self._profile,
             timeout_seconds=self._timeout_seconds,
             reconcile_repeats=True,
             run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
+            approved=approved,
         )
-        return _answer(tool_use_id, result)
 
     async def handle_all(self, content: Iterable[object]) -> list[dict[str, Any]]:
         """``tool_result`` blocks for every ``tool_use`` block of a reply's
@@ -129,6 +190,21 @@ class AnthropicTools:
                 f"got {type(content).__name__}"
             )
         return [await self.handle(block) for block in content if _kind(block) == "tool_use"]
+
+
+class _ToolsetCall(TypedDict):
+    """The keyword arguments of :meth:`~sandrail.Toolset.call` (and of
+    ``call_sync``) for one ``tool_use`` block."""
+
+    name: str
+    arguments: object
+    call_id: str
+    operation_key: str
+    profile: Profile
+    timeout_seconds: float | None
+    reconcile_repeats: bool
+    run_id: str
+    approved: bool
 
 
 def _answer(tool_use_id: str, result: ToolResult) -> dict[str, Any]:

@@ -4,15 +4,36 @@
     # serve it: `sandrail mcp` (stdio or streamable HTTP), or any mcp transport
 
 Tools are listed with the toolset's schemas (``profile``: ``full`` by
-default) and MCP annotations from the definitions. A call's result is one
-text content holding exactly ``result.to_json()`` (within the budget as
-sent), ``isError`` is ``result.is_error``, and ``_meta`` tells the client
-what happened and what to do:
+default), every property with a top-level ``type`` (a nullable one lists
+both, ``["integer", "null"]``, so a client never has to guess that ``5`` is
+a number), and MCP annotations from the definitions. The tool descriptions
+and the server's instructions say what the tools run on: on a backend that
+is not E2B (the simulator), no description claims an E2B sandbox. A call's
+result is one text content holding exactly ``result.to_json()`` (within the
+budget as sent), ``isError`` is ``result.is_error``, and ``_meta`` tells the
+client what happened and what to do:
 
 - ``sandrail/status``: ``ok``, ``error``, ``uncertain`` or ``approval_required``;
-- ``sandrail/operation_key``: the key the call ran under (retry with it);
+- ``sandrail/operation_key``: the key the call ran under (retry with it),
+  unless the client sent a key longer than 1024 bytes (it has it already; a
+  result never echoes an unbounded value);
 - ``sandrail/next``: for ``uncertain`` and ``approval_required``, what the
   client should do next.
+
+A call of a tool the server does not have is a JSON-RPC error (``-32602``,
+"Unknown tool"), as the protocol says, not a tool result.
+
+While a call waits (a long command), the server sends
+``notifications/progress`` every ``progress_interval_seconds`` (10 s by
+default) when the client's request carried a progress token, so a client
+that resets its request timeout on progress (the TypeScript SDK's
+``resetTimeoutOnProgress``) does not give up on a command that is still
+running.
+
+Approval: when the harness's policy answers ``ApprovalRequired``, the
+server asks the person at the client through MCP elicitation where the
+client supports it; see :mod:`sandrail.adapters._mcp_approval` for both
+protocol eras and what a client that cannot be asked gets.
 
 Operation keys. MCP has no idempotency key, so a client sends one in the
 request's ``_meta`` under :data:`OPERATION_KEY_META` (``sandrail/operation_key``):
@@ -23,7 +44,10 @@ it is never silently replaced by the fallback. A request without one gets a
 fallback key of its MCP session (another client, or another session of the
 same client, never shares it), derived from the tool, its arguments and a
 generation that moves on only once an identical call's settled result
-(``ok`` or ``error``) was returned:
+(``ok`` or ``error``) was returned. The key shows an HMAC of the tool and
+arguments under a secret the server draws for each MCP session, never a
+plain digest: a transcript that shows the key is no oracle for the env
+values it was derived from (C17):
 
 - a client's retry of a call whose result it never got (the call was
   cancelled, timed out, or is still running), or whose result was
@@ -55,8 +79,12 @@ reconciles it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
+import hmac
 import json
+import secrets
 import uuid
 import weakref
 from collections import OrderedDict
@@ -64,23 +92,34 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from sandrail import __version__
-from sandrail._toolset import Toolset, refusal
+from sandrail._toolset import Toolset, check_timeout, refusal
+from sandrail.adapters import _mcp_approval as approval
 from sandrail.adapters import require
 from sandrail.core import CanonicalJSONError, ErrorCode, Profile, ToolResult, canonical_json
 
-__all__ = ["OPERATION_KEY_META", "recent_events", "server"]
+__all__ = ["OPERATION_KEY_META", "minimum_output_bytes", "recent_events", "server"]
 
 OPERATION_KEY_META: Final = "sandrail/operation_key"
 """Where a client puts a call's operation key: ``params._meta["sandrail/operation_key"]``."""
+
+ECHOED_KEY_BYTES: Final = 1024
+"""The longest client-sent operation key ``_meta`` echoes back (UTF-8 bytes)."""
 
 _SESSIONS_KEPT: Final = 4096
 
 _NEXT: Final = {
     "uncertain": "The call may have run. Do not send it as a new call: call again with the "
-    "same sandrail/operation_key in _meta (or read_command_output on the task_id) to learn "
-    "what happened; that never runs it twice.",
+    "same sandrail/operation_key in _meta (a client without keys: the same tool and "
+    "arguments), or read_command_output on the task_id, to learn what happened; that never "
+    "runs it twice.",
     "approval_required": "A person must approve this call first; nothing ran. Once approved, "
-    "call again with the same sandrail/operation_key in _meta.",
+    "call again with the same sandrail/operation_key in _meta (a client without keys: the "
+    "same tool and arguments).",
+}
+
+_WHERE: Final = {
+    "e2b": "a remote E2B sandbox",
+    "simulator": "sandrail's in-memory simulator (nothing really runs)",
 }
 
 
@@ -89,6 +128,7 @@ class _FallbackKeys:
 
     def __init__(self) -> None:
         self._epoch = uuid.uuid4().hex[:16]
+        self._secret = secrets.token_bytes(32)
         self._generations: dict[str, int] = {}
 
     def key(self, name: str, arguments: object) -> tuple[str, str, int]:
@@ -97,7 +137,10 @@ class _FallbackKeys:
             text = canonical_json([name, arguments])
         except (CanonicalJSONError, TypeError, ValueError, RecursionError):
             text = json.dumps([name, arguments], sort_keys=True, default=repr).encode()
-        digest = hashlib.sha256(text).hexdigest()[:32]
+        # Keyed (issue 20): the key is shown to the model, and a plain digest
+        # of arguments holding env values would let anyone who reads a
+        # transcript test guesses of those values offline.
+        digest = hmac.new(self._secret, text, hashlib.sha256).hexdigest()[:32]
         generation = self._generations.get(digest, 0)
         return f"mcp:{self._epoch}:{digest}:{generation}", digest, generation
 
@@ -107,30 +150,47 @@ class _FallbackKeys:
             self._generations[digest] = generation + 1
 
 
+def minimum_output_bytes(toolset: Toolset) -> int:
+    """The smallest ``max_output_bytes`` a toolset served over MCP can have:
+    every call under a fallback key (a client that sends no key) must be
+    able to carry its full identity (C14). The number :func:`server` and
+    ``sandrail mcp --max-output-bytes`` name when they refuse a budget."""
+    longest, _, _ = _FallbackKeys().key("", None)
+    return toolset.minimum_output_bytes(call_id="mcp-999999", operation_key=longest + "9" * 5)
+
+
 def server(
     toolset: Toolset,
     *,
     name: str = "sandrail",
     profile: Profile = "full",
     instructions: str | None = None,
+    progress_interval_seconds: float = 10.0,
 ) -> Any:
     """An ``mcp.server.lowlevel.Server`` serving ``toolset``'s tools.
 
     Serve it over any MCP transport (``sandrail mcp`` does stdio and
     streamable HTTP). ``profile`` picks the schemas listed (clients that turn
     them into strict tools may want ``openai-strict``); arguments come back
-    in the same shape. Raises ``ImportError`` naming the ``mcp`` extra when
-    the SDK is missing, ``ValueError`` when the toolset's budget cannot hold
-    the identity of a call under a fallback key (every call without its own
-    key would be refused).
+    in the same shape. ``instructions`` defaults to a line saying what the
+    tools run on. ``progress_interval_seconds`` spaces the progress
+    notifications of a waiting call (see the module doc). Raises
+    ``ImportError`` naming the ``mcp`` extra when the SDK is missing,
+    ``ValueError`` when the toolset's budget cannot hold the identity of a
+    call under a fallback key (every call without its own key would be
+    refused; the message names :func:`minimum_output_bytes`) or the interval
+    is not a positive number.
     """
     lowlevel = require("mcp.server.lowlevel", "mcp")
     types = require("mcp_types", "mcp")
-    longest, _, _ = _FallbackKeys().key("", None)
+    shared = require("mcp.shared.exceptions", "mcp")
+    state = require("mcp.server.request_state", "mcp")
+    interval = check_timeout(progress_interval_seconds)
     sessions: weakref.WeakKeyDictionary[Any, _FallbackKeys] = weakref.WeakKeyDictionary()
     by_id: OrderedDict[str, _FallbackKeys] = OrderedDict()
     sessionless = _FallbackKeys()
     modern = frozenset(require("mcp_types.version", "mcp").MODERN_PROTOCOL_VERSIONS)
+    where = _WHERE.get(toolset.backend_label or "", "the harness's sandbox backend")
 
     def fallback_of(ctx: Any) -> _FallbackKeys:
         """The fallback keys of the request's MCP session (see the module
@@ -153,7 +213,7 @@ def server(
         except Exception:
             return sessionless
 
-    needed = toolset.minimum_output_bytes(call_id="mcp-999999", operation_key=longest + "9" * 5)
+    needed = minimum_output_bytes(toolset)
     if toolset.max_output_bytes < needed:
         raise ValueError(
             f"max_output_bytes={toolset.max_output_bytes} is too small to serve over MCP: a "
@@ -163,8 +223,8 @@ def server(
     tools = [
         types.Tool(
             name=tool,
-            description=toolset.definition(tool).description,
-            input_schema=toolset.schema(tool, profile),
+            description=_description(toolset, tool),
+            input_schema=typed_schema(toolset.schema(tool, profile)),
             annotations=types.ToolAnnotations(
                 read_only_hint=toolset.definition(tool).read_only,
                 destructive_hint=not toolset.definition(tool).read_only,
@@ -179,6 +239,11 @@ def server(
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: Any) -> Any:
+        if params.name not in toolset.names:
+            # The protocol's answer for a tool that does not exist.
+            raise shared.MCPError(
+                code=types.INVALID_PARAMS, message=f"Unknown tool: {str(params.name)[:200]}"
+            )
         meta: Mapping[str, Any] = params.meta or {}
         arguments = params.arguments if params.arguments is not None else {}
         derived: tuple[str, int] | None = None
@@ -194,23 +259,167 @@ def server(
             key, digest, generation = fallback.key(params.name, arguments)
             derived = (digest, generation)
         call_id = f"mcp-{ctx.request_id}"
-        result = await toolset.call(
-            params.name, arguments, call_id=call_id, operation_key=key, profile=profile
-        )
+        asked = _answered(params, key)
+        if asked == "reject":
+            result = toolset.rejection()
+        else:
+            ticking = _progress(ctx, interval)
+            try:
+                result = await toolset.call(
+                    params.name,
+                    arguments,
+                    call_id=call_id,
+                    operation_key=key,
+                    profile=profile,
+                    approved=asked == "approve",
+                )
+                if result.needs_approval and asked is None and approval.can_ask(ctx):
+                    question = approval.question(
+                        params.name, arguments, where, result.content.get("interaction_id")
+                    )
+                    if ctx.session.protocol_version in modern:
+                        return _input_required(types, question, key)
+                    answer = await _elicit(ctx, question)
+                    if answer == "approve":
+                        result = await toolset.call(
+                            params.name,
+                            arguments,
+                            call_id=call_id,
+                            operation_key=key,
+                            profile=profile,
+                            approved=True,
+                        )
+                    elif answer == "reject":
+                        result = toolset.rejection()
+            finally:
+                if ticking is not None:
+                    ticking.cancel()
         if derived is not None and result.status in ("ok", "error"):
             # Settled and returned: the next identical call is a new one. An
             # uncertain or approval-pending call keeps its key, so calling
             # again reconciles it instead of running it twice.
             fallback.returned(*derived)
-        return _result(types, result, key)
+        return _result(types, result, key if derived is not None else _echoed(key))
 
-    return lowlevel.Server(
+    app = lowlevel.Server(
         name,
         version=__version__,
-        instructions=instructions,
+        instructions=instructions if instructions is not None else _instructions(where),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    # Seals an approval question's requestState and binds it to the call it
+    # asks about (2026-07-28 connections), as MCPServer does.
+    app.middleware.append(
+        state.RequestStateBoundary(state.RequestStateSecurity.ephemeral(), default_audience=name)
+    )
+    return app
+
+
+def typed_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with a top-level ``type`` on every property that has none:
+    the union of its ``anyOf`` branches' types (``["integer", "null"]`` for a
+    nullable integer). It admits exactly what ``schema`` admits (``anyOf``
+    already limits values to those types); clients that read only ``type``
+    then send ``5``, never ``"5"``. Changes ``schema`` in place and returns it."""
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        branches = node.get("anyOf")
+        if "type" not in node and isinstance(branches, list):
+            kinds = [branch.get("type") for branch in branches if isinstance(branch, dict)]
+            if kinds and all(isinstance(kind, str) for kind in kinds):
+                node["type"] = list(dict.fromkeys(kinds))
+        stack.extend(node.get("properties", {}).values())
+        stack.extend(branches if isinstance(branches, list) else ())
+        stack.append(node.get("items"))
+    return schema
+
+
+def _description(toolset: Toolset, tool: str) -> str:
+    """The tool's description, saying truthfully where it runs: a backend
+    that is not E2B never lists one that claims an E2B sandbox."""
+    description: str = toolset.definition(tool).description
+    if toolset.backend_label == "simulator":
+        description = description.replace("remote E2B sandbox", "simulated sandbox")
+        description += (
+            " (Served by sandrail's in-memory simulator: no command really runs; "
+            "sandbox_status says what it emulates.)"
+        )
+    return description
+
+
+def _instructions(where: str) -> str:
+    return (
+        f"sandrail: shell commands and code snippets run in {where}. A retried call never "
+        "runs twice; an uncertain result says how to learn what happened."
+    )
+
+
+def _echoed(key: str) -> str | None:
+    """A client's own key, echoed only when short enough (issue 20)."""
+    return key if len(key.encode("utf-8", "surrogatepass")) <= ECHOED_KEY_BYTES else None
+
+
+def _answered(params: Any, key: str) -> approval.Answer | None:
+    """A 2026-07-28 retry's answer to this server's approval question about
+    this very call (its requestState names the key; the SDK's boundary has
+    checked it was sealed here, for this tool and these arguments), else
+    ``None``: no answer, nobody was asked."""
+    state = getattr(params, "request_state", None)
+    if state != approval.APPROVAL_STATE + key:
+        return None
+    responses = getattr(params, "input_responses", None) or {}
+    return approval.answer_of(responses.get(approval.APPROVAL_INPUT))
+
+
+def _input_required(types: Any, question: str, key: str) -> Any:
+    """The approval question as a 2026-07-28 ``InputRequiredResult``."""
+    asked = types.ElicitRequest(
+        params=types.ElicitRequestFormParams(message=question, requested_schema=approval.schema())
+    )
+    return types.InputRequiredResult(
+        input_requests={approval.APPROVAL_INPUT: asked},
+        request_state=approval.APPROVAL_STATE + key,
+    )
+
+
+async def _elicit(ctx: Any, question: str) -> approval.Answer:
+    """Ask over the connection's back channel (handshake era); a client
+    that cannot take the request, or fails it, decides nothing."""
+    try:
+        if not ctx.session.can_send_request:
+            return "undecided"
+        answer = await ctx.session.elicit_form(
+            question, approval.schema(), related_request_id=ctx.request_id
+        )
+    except Exception:
+        return "undecided"
+    return approval.answer_of(answer)
+
+
+def _progress(ctx: Any, interval: float | None) -> Any:
+    """A task sending progress every ``interval`` seconds while the call
+    waits. The SDK sends it only when the request asked for progress (a
+    progress token, or an in-memory client's callback) and drops it
+    otherwise, so every call gets one: a sleeping task, cancelled when the
+    call ends."""
+    if interval is None:
+        return None
+
+    async def tick() -> None:
+        ticks = 0
+        while True:
+            await asyncio.sleep(interval)
+            ticks += 1
+            with contextlib.suppress(Exception):
+                await ctx.session.report_progress(
+                    ticks, None, f"still running after {ticks * interval:g} s"
+                )
+
+    return asyncio.ensure_future(tick())
 
 
 def recent_events(limit: int = 10_000) -> Any:

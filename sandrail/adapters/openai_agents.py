@@ -23,6 +23,26 @@ call that was left unsettled (``uncertain``, ``approval_required``, or never
 answered) runs under that call's key and reconciles it (see
 :class:`~sandrail.Toolset`).
 
+Approval (DESIGN §12). Each tool's ``needs_approval`` asks the harness's
+policy (without running anything): ``ApprovalRequired`` interrupts the run
+(``result.interruptions``); ``ALLOW`` and ``Deny`` do not (a ``Deny`` never
+asks anyone: the model reads ``policy_denied``). ``state.approve(item)`` and
+``Runner.run(agent, state)`` run that very call once; ``state.reject(item,
+rejection_message=rejection(toolset))`` runs nothing and sends the model
+sandrail's ``approval_rejected`` result (or give the run
+``RunConfig(tool_error_formatter=tool_error_formatter(toolset))`` to send it
+for every rejection of these tools). An approved call's operation key must be
+the same in every process that resumes the saved ``RunState``, so by default
+its run part is what the state itself carries: the run's trace id (the SDK
+keeps it in ``RunState.to_string()`` and reattaches it on resume), or, with
+tracing off, nothing: the key is then ``approved:{call_id}`` (the call id
+travels in the state; real models' call ids are unique, but a scripted model
+that reuses call ids across runs with tracing off needs ``run_id=``). A
+state resumed twice, from one saved copy, in two processes, then launches
+once (C2). Arguments that are not a JSON object are the SDK's to judge: it
+asks for approval of them before this adapter sees them; approved, they are
+refused and nothing runs.
+
 Timeouts: ``timeout_seconds`` is enforced here, not by the SDK: when it
 passes, the call is aborted as a :class:`~sandrail.CancelToken` would abort
 it and the tool's output is the resulting ``canceled`` or ``uncertain``
@@ -34,6 +54,7 @@ is replaced by the abandoned call's result when there is one.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import math
@@ -42,6 +63,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from sandrail._approval import asks_a_person
 from sandrail._toolset import Toolset, check_timeout, refusal
 from sandrail.adapters import require
 from sandrail.core import (
@@ -52,7 +74,7 @@ from sandrail.core import (
     bound_result,
 )
 
-__all__ = ["function_tools"]
+__all__ = ["function_tools", "rejection", "tool_error_formatter"]
 
 RunId = str | Callable[[Any], Any] | None
 
@@ -84,10 +106,65 @@ def function_tools(
             params_json_schema=toolset.schema(name, "openai-strict"),
             on_invoke_tool=_invoker(toolset, name, run_ids, pending, timeout_seconds),
             strict_json_schema=True,
+            needs_approval=_asks_a_person(toolset, name, run_ids, timeout_seconds),
             timeout_error_function=_timed_out(toolset, pending),
         )
         for name in toolset.names
     ]
+
+
+def rejection(toolset: Toolset, reason: str | None = None) -> str:
+    """The text to send the model when a person rejected its call:
+    ``state.reject(item, rejection_message=rejection(toolset))``. It is
+    :meth:`Toolset.rejection <sandrail.Toolset.rejection>`'s JSON (``status:
+    "error"``, ``approval_rejected``, ``executed: false``, what to do
+    instead, and ``reason`` when given)."""
+    return toolset.rejection(reason).to_json()
+
+
+def tool_error_formatter(toolset: Toolset) -> Callable[[Any], str | None]:
+    """A ``RunConfig(tool_error_formatter=...)`` that sends :func:`rejection`
+    for every rejected call of ``toolset``'s tools (``state.reject(item)``
+    without a message) and leaves every other error to the SDK."""
+    names = frozenset(toolset.names)
+
+    def formatter(args: Any) -> str | None:
+        if getattr(args, "kind", None) == "approval_rejected" and args.tool_name in names:
+            return rejection(toolset)
+        return None
+
+    return formatter
+
+
+def _asks_a_person(
+    toolset: Toolset, name: str, run_ids: _RunIds, timeout_seconds: float | None
+) -> Callable[..., Any]:
+    """The tool's ``needs_approval``: whether the harness's policy answers
+    ``ApprovalRequired`` for this call (asked, nothing run). A policy that
+    does not answer within ``timeout_seconds`` asks nobody: the call itself
+    then meets the same deadline and runs nothing (``canceled``)."""
+
+    async def needs_approval(context: Any, params: dict[str, Any], call_id: str) -> bool:
+        if not isinstance(call_id, str) or not call_id.strip():
+            return False  # refused when invoked: no key
+        run = await run_ids.of(context, approved=True)
+        if not isinstance(run, str):
+            return False  # refused when invoked, naming why
+        asked = toolset.ask_policy(
+            name,
+            params,
+            call_id=call_id,
+            operation_key=toolset.operation_key(call_id, run_id=run),
+            profile="openai-strict",
+            run_id=run,
+        )
+        try:
+            decision = await asyncio.wait_for(asked, timeout_seconds)
+        except TimeoutError:
+            return False
+        return asks_a_person(decision)
+
+    return needs_approval
 
 
 def _invoker(
@@ -105,7 +182,8 @@ def _invoker(
         call_id = getattr(ctx, "tool_call_id", None)
         if not isinstance(call_id, str) or not call_id.strip():
             return _no_key(toolset, "the SDK gave this tool call no tool_call_id")
-        run = await run_ids.of(ctx)
+        approved = _approved(ctx, name, call_id)
+        run = await run_ids.of(ctx, approved=approved)
         if not isinstance(run, str):
             return _no_key(toolset, run.reason)
         key = toolset.operation_key(call_id, run_id=run)
@@ -119,10 +197,19 @@ def _invoker(
             timeout_seconds=timeout_seconds,
             reconcile_repeats=True,
             run_id=run,
+            approved=approved,
         )
         return result.to_json()
 
     return invoke
+
+
+def _approved(ctx: Any, name: str, call_id: str) -> bool:
+    """Whether a person approved this call through the SDK (``state.approve``)."""
+    try:
+        return ctx.is_tool_approved(name, call_id) is True
+    except Exception:
+        return False
 
 
 def _no_key(toolset: Toolset, why: str) -> str:
@@ -152,6 +239,7 @@ def _timed_out(toolset: Toolset, pending: _Pending) -> Callable[[Any, Exception]
             ToolResult(
                 status="uncertain",
                 content={
+                    "status": "uncertain",
                     "ok": False,
                     "error_type": ErrorCode.ABORTED.value,
                     "evidence_incomplete": True,
@@ -189,7 +277,9 @@ class _NoRunId:
 
 
 class _RunIds:
-    """The run part of operation keys: given, computed, or one per run context."""
+    """The run part of operation keys: given, computed, or by default one per
+    run context, and for a call a person approved, what the saved
+    ``RunState`` carries (see the module doc)."""
 
     def __init__(self, run_id: RunId) -> None:
         self._run_id = run_id
@@ -197,7 +287,7 @@ class _RunIds:
         # runs are told apart by it (weakly, so finished runs are forgotten).
         self._per_run: dict[int, tuple[weakref.ref[Any], str]] = {}
 
-    async def of(self, ctx: Any) -> str | _NoRunId:
+    async def of(self, ctx: Any, *, approved: bool = False) -> str | _NoRunId:
         if isinstance(self._run_id, str):
             return self._run_id
         if callable(self._run_id):
@@ -215,6 +305,8 @@ class _RunIds:
                 )
                 return _NoRunId(f"the run_id function returned {shown}, not a non-blank string")
             return value
+        if approved:
+            return _saved_run(ctx)
         anchor = getattr(ctx, "usage", None)
         if anchor is None:
             return uuid.uuid4().hex
@@ -225,6 +317,18 @@ class _RunIds:
         fresh = uuid.uuid4().hex
         self._per_run[id(anchor)] = (weakref.ref(anchor), fresh)
         return fresh
+
+
+def _saved_run(ctx: Any) -> str:
+    """The run part of an approved call's key: what a saved ``RunState``
+    carries, so every process resuming it derives the same key: the run's
+    trace id, else nothing (the key is then the call id's alone)."""
+    from agents.tracing import get_current_trace
+
+    trace_id = getattr(get_current_trace(), "trace_id", None)
+    if isinstance(trace_id, str) and trace_id.startswith("trace_"):
+        return trace_id
+    return "approved"
 
 
 class _Pending:

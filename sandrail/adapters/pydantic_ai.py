@@ -18,13 +18,31 @@ argument text is taken as it is and answered by the port within the budget:
 text that is not a JSON object is refused (``arguments: must be a JSON
 object``) and nothing runs.
 
-Operation keys: ``f"{ctx.run_id}:{ctx.tool_call_id}"``. pydantic-ai gives
-every run its own ``run_id`` (pass ``run_id=`` to ``Agent.run`` to keep one
-across a resumed run), so a test model that reuses call ids across runs
+Operation keys: ``f"{run_id}:{ctx.tool_call_id}"``, where ``run_id`` is
+the ``run_id`` of the model response that made the call (pydantic-ai keeps
+it on every message, so it survives ``ModelMessagesTypeAdapter`` and a new
+run over the same history), else the run's own ``ctx.run_id``. pydantic-ai
+gives every run its own ``run_id`` (pass ``run_id=`` to ``Agent.run`` to keep
+one across a resumed run), so a test model that reuses call ids across runs
 never makes a new run's call a retry of an old one. A model's retry is a new
 tool call with a new call id; an exact repeat of a call left unsettled
 (``uncertain``, ``approval_required``, or never answered) runs under that
 call's key and reconciles it (see :class:`~sandrail.Toolset`).
+
+Approval (DESIGN §12). When the harness's policy answers
+``ApprovalRequired``, the call runs nothing and raises pydantic-ai's own
+``ApprovalRequired`` (metadata: ``{"interaction_id": ..., "operation_key":
+...}``), so the run ends with ``DeferredToolRequests`` (give the agent
+``output_type=[str, DeferredToolRequests]``). A new run with the message
+history and ``DeferredToolResults(approvals={tool_call_id: True})`` runs that
+very call once, under the key of the run that made it, so resuming the same
+history twice (two processes, a crash in between) launches once (C2). An
+approval with ``ToolApproved(override_args=...)`` runs the arguments the
+person gave. ``DeferredToolResults(approvals={tool_call_id: False})`` runs
+nothing; pass ``rejected(toolset)`` (a ``ToolDenied`` whose message is
+sandrail's ``approval_rejected`` result) to send the model a result it can
+act on. A ``Deny`` from the policy never asks anyone: the model reads
+``policy_denied``.
 
 Timeouts: ``timeout_seconds`` is enforced here: when it passes, the call is
 aborted as a :class:`~sandrail.CancelToken` would abort it, and the tool
@@ -46,7 +64,7 @@ from sandrail._toolset import Toolset, check_timeout, refusal
 from sandrail.adapters import require
 from sandrail.core import ArgumentProblem, ErrorCode, Profile, ToolResult, arguments_rejection
 
-__all__ = ["toolset"]
+__all__ = ["rejected", "toolset"]
 
 _NOT_AN_OBJECT: Final = "\x00sandrail/not-an-object"
 """The key under which the arguments validator hands on text that is not a
@@ -150,7 +168,8 @@ def _toolset_class() -> type[Any]:
                 problem = ArgumentProblem("arguments", str(tool_args[_NOT_AN_OBJECT]))
                 content = arguments_rejection([problem], tools.max_output_bytes)
                 return ToolResult(status="error", content=content).to_json()
-            run_id, call_id = ctx.run_id, ctx.tool_call_id
+            call_id = ctx.tool_call_id
+            run_id = _origin_run(ctx.messages, call_id) or ctx.run_id
             if not _nonblank(run_id) or not _nonblank(call_id):
                 # No run or call id, no safe operation key: a shared stand-in
                 # would make calls of different runs one call, a fresh one
@@ -160,19 +179,58 @@ def _toolset_class() -> type[Any]:
                     "pydantic-ai gave this tool call no run_id or tool_call_id; nothing ran.",
                     tools.max_output_bytes,
                 ).to_json()
+            key = tools.operation_key(call_id, run_id=run_id)
+            approved = ctx.tool_call_approved is True
             result = await tools.call(
                 name,
                 tool_args,
                 call_id=call_id,
-                operation_key=tools.operation_key(call_id, run_id=run_id),
+                operation_key=key,
                 profile=self._profile,
                 timeout_seconds=self._timeout_seconds,
                 reconcile_repeats=True,
                 run_id=run_id,
+                approved=approved,
             )
+            if result.needs_approval and not approved:
+                # Nothing ran: hand the question to pydantic-ai's deferred
+                # tools, so a person answers it (DESIGN §12).
+                raise pydantic_ai.ApprovalRequired(
+                    metadata={
+                        "interaction_id": result.content.get("interaction_id"),
+                        "operation_key": result.content.get("operation_key", key),
+                    }
+                )
             return result.to_json()
 
     return SandrailToolset
+
+
+def rejected(toolset: Toolset, reason: str | None = None) -> Any:
+    """A ``pydantic_ai.ToolDenied`` for ``DeferredToolResults.approvals``
+    whose message is :meth:`Toolset.rejection <sandrail.Toolset.rejection>`'s
+    JSON: the model reads ``status: "error"``, ``approval_rejected``,
+    ``executed: false`` and what to do instead (and ``reason``, when given).
+    Raises ``ImportError`` naming the extra when pydantic-ai is missing."""
+    pydantic_ai = require("pydantic_ai", "pydantic-ai")
+    return pydantic_ai.ToolDenied(message=toolset.rejection(reason).to_json())
+
+
+def _origin_run(messages: object, call_id: object) -> str | None:
+    """The ``run_id`` of the latest model response holding the tool call
+    ``call_id``: the run that made the call, which a deferred call resumed
+    in a later run (another process, perhaps) must keep as its key's run.
+    ``None`` when no such response names a run."""
+    if not isinstance(messages, list) or not isinstance(call_id, str):
+        return None
+    for message in reversed(messages):
+        if getattr(message, "kind", None) != "response":
+            continue
+        for part in getattr(message, "parts", ()):
+            if getattr(part, "part_kind", None) == "tool-call" and part.tool_call_id == call_id:
+                run = getattr(message, "run_id", None)
+                return run if _nonblank(run) else None
+    return None
 
 
 def _nonblank(value: object) -> bool:

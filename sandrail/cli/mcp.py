@@ -10,14 +10,16 @@ non-loopback ``--host`` needs ``--allow-remote``.
 from __future__ import annotations
 
 import ipaddress
+import os
 import sys
 import uuid
+from typing import Any
 
 import click
 
 import sandrail
 
-from ._backends import backend_option, close_backend, make_backend
+from ._backends import close_backend, make_backend
 from ._record import open_record_option
 
 __all__ = ["mcp"]
@@ -65,7 +67,14 @@ def _loopback(host: str) -> bool:
     is_flag=True,
     help="HTTP: allow a --host that is not loopback (the server has no authentication).",
 )
-@backend_option
+@click.option(
+    "--backend",
+    type=click.Choice(["simulator", "e2b"]),
+    default=None,
+    help="Where commands run: E2B (needs E2B_API_KEY and the e2b extra) or sandrail's "
+    "in-memory simulator (nothing really runs; for trying a client). Default: e2b when "
+    "E2B_API_KEY is set; without it the server refuses to start until you choose.",
+)
 @click.option(
     "--session",
     "session_id",
@@ -104,7 +113,7 @@ def mcp(
     host: str,
     port: int,
     allow_remote: bool,
-    backend: str,
+    backend: str | None,
     session_id: str | None,
     agent_id: str,
     profile: sandrail.Profile,
@@ -116,10 +125,12 @@ def mcp(
     A client sends each call's operation key in the request's _meta as
     "sandrail/operation_key"; a retry with the same key never launches twice.
     Without one, an identical call whose settled result was not yet returned
-    reuses the earlier call's key (see sandrail.adapters.mcp).
+    reuses the earlier call's key (see sandrail.adapters.mcp). Ctrl-C or
+    SIGTERM stops an HTTP server cleanly (exit status 0).
     """
     try:
-        from sandrail.adapters.mcp import recent_events
+        from sandrail.adapters import _mcp_serve as serving
+        from sandrail.adapters.mcp import minimum_output_bytes, recent_events
         from sandrail.adapters.mcp import server as mcp_server
 
         anyio = __import__("anyio")
@@ -130,24 +141,39 @@ def mcp(
             f"--host {host} is not loopback and the server has no authentication; "
             "pass --allow-remote to serve it anyway."
         )
+    try:
+        backend = serving.choose_backend(backend, os.environ)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     record = open_record_option(record_spec)  # kept until the process ends
     chosen = make_backend(backend)
     try:
-        toolset = sandrail.Toolset(
-            backend=chosen,
-            session_id=session_id if session_id is not None else f"mcp-{uuid.uuid4().hex[:12]}",
-            owner=sandrail.AgentOwner(agent_id=agent_id),
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-            max_output_bytes=max_output_bytes,
-            record=record,
-        )
+        settings: dict[str, Any] = {
+            "backend": chosen,
+            "session_id": session_id if session_id is not None else f"mcp-{uuid.uuid4().hex[:12]}",
+            "owner": sandrail.AgentOwner(agent_id=agent_id),
+            "authorize": lambda request: sandrail.ALLOW,
+            "assert_authority": lambda request: True,
+            "record": record,
+        }
+        # The real minimum (a fallback key's identity), named before any
+        # smaller one the toolset alone would name.
+        probe = {name: value for name, value in settings.items() if name != "record"}
+        needed = minimum_output_bytes(sandrail.Toolset(**probe))
+        if max_output_bytes < needed:
+            raise ValueError(
+                f"--max-output-bytes {max_output_bytes} is too small to serve over MCP: every "
+                f"result carries the call's full identity; use at least {needed}."
+            )
+        toolset = sandrail.Toolset(**settings, max_output_bytes=max_output_bytes)
         app = mcp_server(toolset, profile=profile)
     except (TypeError, ValueError) as exc:
         # Any value the toolset or server refuses is a usage error, never a
         # traceback (and a backend already opened is closed).
         close_backend(chosen)
         raise click.UsageError(str(exc)) from None
+    where = f" (session {toolset.session_id})"
+    click.echo(serving.startup_line(backend, transport, where), err=True)
     if transport == "stdio":
         from mcp.server.stdio import stdio_server
 
@@ -157,10 +183,6 @@ def mcp(
 
         anyio.run(serve_stdio)
         return
-    import uvicorn
-
-    click.echo(f"sandrail mcp: serving http://{host}:{port}/mcp", err=True)
     starlette_app = app.streamable_http_app(host=host, event_store=recent_events())
-    config = uvicorn.Config(starlette_app, host=host, port=port, log_level="warning")
-    uvicorn.Server(config).run()
+    serving.serve_http(starlette_app, host, port, lambda line: click.echo(line, err=True))
     sys.exit(0)

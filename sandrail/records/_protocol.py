@@ -36,6 +36,7 @@ from sandrail.core import (
     ToolRequest,
     ToolResult,
     canonical_json,
+    merged,
 )
 
 __all__ = [
@@ -116,26 +117,12 @@ class OwnershipRecord(Protocol):
 
 
 def merge_owned(known: OwnedCommand | None, new: OwnedCommand) -> OwnedCommand:
-    """The row a record keeps when ``new`` is written over ``known``.
-
-    Once a start of the task may have left (``known.launched``), the ledger
-    epoch it was sent under stays while the sandbox stays the same, and so
-    does what it asked for (its launch digest): a later or concurrent writer
-    must not replace the proof the first start carries (C2) nor its
-    arguments (C3). ``launched`` never goes back to false. This is the port's
-    own in-memory rule, so a record and a port agree."""
-    if known is None or not known.launched:
-        return new
-    epoch = known.ledger_epoch if known.sandbox_id == new.sandbox_id else new.ledger_epoch
-    digest = known.launch_digest if known.launch_digest is not None else new.launch_digest
-    return OwnedCommand(
-        task_id=new.task_id,
-        operation_key=new.operation_key,
-        sandbox_id=new.sandbox_id,
-        launched=True,
-        ledger_epoch=epoch,
-        launch_digest=digest,
-    )
+    """The row a record keeps when ``new`` is written over ``known``: the
+    port's own rule, :func:`sandrail.core.merged` (the at-most-once claim's,
+    :mod:`sandrail.core._claim`), so a record and a port agree. Once a start
+    of the task may have left, its ledger epoch (in the same sandbox) and its
+    launch digest stay (C2, C3), and ``launched`` never goes back to false."""
+    return merged(known, new)
 
 
 def owned_from_row(task_id: str, row: Mapping[str, Any], where: str) -> OwnedCommand:

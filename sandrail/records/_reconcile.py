@@ -119,7 +119,7 @@ def _verdict(record: OwnershipRecord, answer: Answer, result: ToolResult) -> Rec
     content = result.content
     error_type = content.get("error_type")
     if result.status == "ok":
-        status = content.get("status")
+        status = content.get("command_status")
         exit_code = content.get("exit_code")
         record.note(attrs.evolve(answer, status="ok", error_type=None))
         return Reconciliation(

@@ -42,6 +42,7 @@ from sandrail.interpreters.simulator import (
 
 from ._calls import AGENT, SCOPE, SESSION, CallRecord, WatchedPort, native_identity
 from ._commands import SCRIPTS, SECRET
+from ._execute import run_schedule
 from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import CHECKS, CONTRACT_LINES, ContractViolationError, Violation, judge
 from ._truth import GroundTruth, Strike, Target, TargetFactory
@@ -88,6 +89,7 @@ __all__ = [
     "judge",
     "native_identity",
     "run_scenario",
+    "run_schedule",
     "simulator_target",
 ]
 

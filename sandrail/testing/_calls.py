@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextvars
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
@@ -18,16 +18,12 @@ import attrs
 import sandrail
 from sandrail import ToolPort, ToolRequest, ToolResult
 from sandrail.core import (
-    Cancel,
+    SIDE_EFFECTS,
     Delivery,
     EffectFailure,
-    Ensure,
     NativeIdentity,
-    Publish,
     SandboxEffect,
-    Start,
 )
-from sandrail.interpreters._cancel import CancelToken
 from sandrail.interpreters.simulator import Fault
 
 if TYPE_CHECKING:
@@ -35,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT",
-    "LAUNCH_TOOLS",
     "OWNED_TOOLS",
     "SCOPE",
     "SESSION",
@@ -52,9 +47,7 @@ LateDelivery = Literal["manual", "next_effect"]
 SESSION = "session-1"
 AGENT = "agent-1"
 SCOPE: Mapping[str, Any] = {"tenant": "acme", "project": "rails"}
-LAUNCH_TOOLS = frozenset({"run_command", "run_code", "sandbox_run_code"})
 OWNED_TOOLS = frozenset({"read_command_output", "stop_command"})
-_SIDE_EFFECTS = (Ensure, Publish, Start, Cancel)
 
 _CURRENT: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
     "sandrail_testing_call", default=None
@@ -139,36 +132,10 @@ class CallRecord:
     def dispatched(self) -> bool:
         """Whether a side-effect request of this call may have reached the sandbox."""
         return any(
-            isinstance(effect, _SIDE_EFFECTS)
+            isinstance(effect, SIDE_EFFECTS)
             and not (isinstance(answer, EffectFailure) and answer.delivery is Delivery.NOT_SENT)
             for effect, answer in self.effects
         )
-
-
-class _EitherToken:
-    """The harness's own cancel token and the world's, as one: fired when
-    either is (the world's fires under an ``ABORT`` fault)."""
-
-    def __init__(self, shared: CancelToken, own: Any) -> None:
-        self._shared = shared
-        self._own = own
-
-    @property
-    def cancelled(self) -> bool:
-        own = self._own
-        return self._shared.cancelled or (own is not None and bool(own.cancelled))
-
-    def add_callback(self, callback: Callable[[], object]) -> Callable[[], None]:
-        removers = [self._shared.add_callback(callback)]
-        add = getattr(self._own, "add_callback", None)
-        if callable(add):
-            removers.append(add(callback))
-
-        def remove() -> None:
-            for remover in removers:
-                remover()
-
-        return remove
 
 
 class WatchedPort(ToolPort):
@@ -176,7 +143,9 @@ class WatchedPort(ToolPort):
     :meth:`World.command_tools` / :meth:`World.code_tools`; otherwise an
     ordinary :class:`~sandrail.ToolPort`)."""
 
-    _world: World
+    def __init__(self, *, world: World, **port: Any) -> None:
+        super().__init__(**port)
+        self._world = world
 
     def execute_sync(self, request: ToolRequest) -> ToolResult:
         with self._world._watching(self, request) as record:

@@ -36,6 +36,8 @@ from sandrail.core import (
     SandboxReady,
     SandboxState,
 )
+from sandrail.interpreters._drivers import is_asynchronous
+from sandrail.interpreters._sim_faults import deliver_held, deliver_held_async
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, SimulatedHarness
 
 from ._truth import Target
@@ -118,7 +120,9 @@ class FaultyBackend:
 
     @property
     def asynchronous(self) -> bool:
-        return getattr(self.inner, "asynchronous", False) is True
+        """Whether the backend in front of which faults strike is (see
+        :func:`~sandrail.interpreters._drivers.is_asynchronous`)."""
+        return is_asynchronous(self.inner)
 
     # -- held requests -----------------------------------------------------------
 
@@ -130,31 +134,11 @@ class FaultyBackend:
         """
         if self.asynchronous:
             return asyncio.run(self.deliver_held_async())
-        results: list[Outcome | EffectFailure] = []
-        while self.held:
-            effect = self.held.pop(0)
-            result: Outcome | EffectFailure
-            try:
-                result = self._inner_sync(effect)
-            except EffectFailure as failure:
-                result = failure
-            self.late_deliveries.append((effect, result))
-            results.append(result)
-        return results
+        return deliver_held(self.held, self._inner_sync, self.late_deliveries)
 
     async def deliver_held_async(self) -> list[Outcome | EffectFailure]:
         """:meth:`deliver_held` for an asynchronous backend."""
-        results: list[Outcome | EffectFailure] = []
-        while self.held:
-            effect = self.held.pop(0)
-            result: Outcome | EffectFailure
-            try:
-                result = await self._inner_async(effect)
-            except EffectFailure as failure:
-                result = failure
-            self.late_deliveries.append((effect, result))
-            results.append(result)
-        return results
+        return await deliver_held_async(self.held, self._inner_async, self.late_deliveries)
 
     # -- the interpreter -----------------------------------------------------------
 

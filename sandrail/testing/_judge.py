@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING
 import attrs
 
 from sandrail.core import (
+    LAUNCH_TOOLS,
+    SIDE_EFFECTS,
+    TERMINAL_STATUSES,
     Delivery,
     EffectFailure,
     ErrorCode,
@@ -25,7 +28,7 @@ from sandrail.core import (
     canonical_json,
 )
 
-from ._calls import _SIDE_EFFECTS, LAUNCH_TOOLS, CallRecord
+from ._calls import CallRecord
 from ._record_faults import check_record_faults
 
 if TYPE_CHECKING:
@@ -257,7 +260,7 @@ def check_c6_unknown_side_effect_is_uncertain(
         return
     for effect, answer in record.effects:
         if (
-            isinstance(effect, _SIDE_EFFECTS)
+            isinstance(effect, SIDE_EFFECTS)
             and isinstance(answer, EffectFailure)
             and answer.delivery is Delivery.MAYBE_SENT
         ):
@@ -268,7 +271,7 @@ def check_c6_unknown_side_effect_is_uncertain(
             )
             return
     for effect in record.reached_unanswered:
-        if isinstance(effect, _SIDE_EFFECTS):
+        if isinstance(effect, SIDE_EFFECTS):
             # The backend said the request never left; the world saw it arrive.
             yield Violation(
                 "C6",
@@ -454,7 +457,7 @@ def _world_checks(world: World) -> Iterable[Violation]:
         result = record.result
         if record.tool != "stop_command" or result is None or result.status != "ok":
             continue
-        if result.content.get("status") in ("exited", "timed_out", "canceled") and record.task:
+        if result.content.get("command_status") in TERMINAL_STATUSES and record.task:
             alive = world.truth.live_processes(record.task)
             if alive:
                 yield Violation(

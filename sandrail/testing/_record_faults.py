@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import attrs
 
-from sandrail.core import OwnedCommand, Start, ToolRequest
+from sandrail.core import LAUNCH_TOOLS, OwnedCommand, Start, ToolRequest
 
-from ._calls import LAUNCH_TOOLS, CallRecord
+from ._calls import CallRecord
 
 if TYPE_CHECKING:
     from ._judge import Violation

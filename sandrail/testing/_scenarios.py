@@ -53,7 +53,7 @@ def _refused(result: ToolResult, error_type: str) -> None:
 
 def echo(world: World) -> None:
     result = world.call(world.command_tools(), "run_command", {"command": "echo hi"}, key="k1")
-    _ok(result, status="exited", exit_code=0, stdout="hi\n", stderr="", stdout_bytes=3)
+    _ok(result, command_status="exited", exit_code=0, stdout="hi\n", stderr="", stdout_bytes=3)
     assert result.content["deduplicated"] is False
 
 
@@ -61,7 +61,7 @@ def exit_codes(world: World) -> None:
     port = world.command_tools()
     for number, (command, code) in enumerate((("exit 3", 3), ("false", 1), ("true", 0))):
         result = world.call(port, "run_command", {"command": command}, key=f"k{number}")
-        _ok(result, status="exited", exit_code=code)
+        _ok(result, command_status="exited", exit_code=code)
 
 
 def seq_and_unicode(world: World) -> None:
@@ -112,26 +112,26 @@ def c10_stale_fence_is_refused(world: World) -> None:
 def foreground_timeout_is_timed_out_124(world: World) -> None:
     port = world.command_tools()
     result = world.call(port, "run_command", {"command": "sleep 30", "timeout": 1}, key="k1")
-    _ok(result, status="timed_out", exit_code=124)
+    _ok(result, command_status="timed_out", exit_code=124)
 
 
 def background_then_read_with_wait(world: World) -> None:
     port = world.command_tools()
     started = world.call(port, "run_command", {"command": LATER, "background": True}, key="k1")
-    _ok(started, status="running")
+    _ok(started, command_status="running")
     assert started.background_command_ref is not None, "a background launch names its command"
     task = started.content["task_id"]
     read = world.call(port, "read_command_output", {"task_id": task, "wait_seconds": 10}, key="k2")
-    _ok(read, status="exited", exit_code=0, stdout="bg\n")
+    _ok(read, command_status="exited", exit_code=0, stdout="bg\n")
 
 
 def c18_stop_ends_the_process_group(world: World) -> None:
     port = world.command_tools()
     started = world.call(port, "run_command", {"command": GROUP, "background": True}, key="k1")
     task = started.content["task_id"]
-    _ok(world.call(port, "stop_command", {"task_id": task}, key="k2"), status="canceled")
+    _ok(world.call(port, "stop_command", {"task_id": task}, key="k2"), command_status="canceled")
     read = world.call(port, "read_command_output", {"task_id": task}, key="k3")
-    _ok(read, status="canceled", exit_code=143)
+    _ok(read, command_status="canceled", exit_code=143)
     alive = world.truth.live_processes(task)
     assert alive == 0, f"{alive} process(es) of the stopped command still live"
 
@@ -141,7 +141,7 @@ def c16_snippet_runs_from_a_file(world: World) -> None:
     arguments = {"code": SNIPPET, "language": "bash"}
     _ok(
         world.call(port, world.code_tool, arguments, key="k1"),
-        status="exited",
+        command_status="exited",
         exit_code=0,
         stdout="from a file\n",
     )
@@ -151,7 +151,7 @@ def c17_env_values_never_shown(world: World) -> None:
     port = world.command_tools()
     arguments = {"command": PRINT_ENV, "env": {"API_TOKEN": SECRET}}
     result = world.call(port, "run_command", arguments, key="k1")
-    _ok(result, status="exited", stdout="token=<redacted>\n")
+    _ok(result, command_status="exited", stdout="token=<redacted>\n")
 
 
 _LOST_START = FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),))

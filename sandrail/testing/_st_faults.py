@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from sandrail.interpreters.simulator import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan
 
+from ._plans import schedule_from
+
 __all__ = ["fault_plans", "faults", "schedules"]
 
 
@@ -49,6 +51,4 @@ def schedules(*, index: int = 0) -> st.SearchStrategy[Any]:
     changes, with bursts of faults), each drawn from a random source
     hypothesis controls, so a failing schedule shrinks. Run one with
     :func:`sandrail.testing.run_schedule`."""
-    from sandrail._campaign._plans import schedule_from
-
     return st.builds(lambda rng: schedule_from(rng, seed=index), st.randoms(use_true_random=False))

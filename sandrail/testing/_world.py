@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,7 +27,10 @@ import attrs
 
 import sandrail
 from sandrail import ToolPort, ToolRequest, ToolResult
+from sandrail._options import given_options
+from sandrail._port import build_port
 from sandrail.core import (
+    LAUNCH_TOOLS,
     Effect,
     EffectFailure,
     NativeIdentity,
@@ -40,6 +44,8 @@ from sandrail.core import (
     launch_digest,
     plain_arguments,
 )
+from sandrail.interpreters._cancel import EitherSignal
+from sandrail.interpreters._drivers import is_asynchronous
 from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import (
     Fault,
@@ -54,7 +60,6 @@ from ._calls import (
     _CURRENT,
     _LABEL,
     AGENT,
-    LAUNCH_TOOLS,
     OWNED_TOOLS,
     SCOPE,
     SESSION,
@@ -62,7 +67,6 @@ from ._calls import (
     LateDelivery,
     Mode,
     WatchedPort,
-    _EitherToken,
     native_identity,
 )
 from ._faults import FaultyBackend
@@ -236,8 +240,9 @@ class World:
 
     @property
     def asynchronous(self) -> bool:
-        """Whether the backend answers with awaitables (ports then run async)."""
-        return getattr(self.backend, "asynchronous", False) is True
+        """Whether the backend answers with awaitables (ports then run async;
+        see :func:`~sandrail.interpreters._drivers.is_asynchronous`)."""
+        return is_asynchronous(self.backend)
 
     # -- ports -------------------------------------------------------------------------
 
@@ -312,18 +317,19 @@ class World:
             self.recordings.append(path)
             self._recorders.append(recorder)
             backend = recorder
-        factory = sandrail.command_tools if tools == "command" else sandrail.code_tools
-        base = factory(
-            backend=backend,
-            session_id=session_id,
-            owner=owner,
-            authorize=authorize_both,
-            assert_authority=authority_both,
-            **options,
+        given = given_options(
+            {
+                "backend": backend,
+                "session_id": session_id,
+                "owner": owner,
+                "authorize": authorize_both,
+                "assert_authority": authority_both,
+                **options,
+            },
+            f"{tools}_tools",
         )
-        port = WatchedPort.__new__(WatchedPort)
-        port.__dict__.update(base.__dict__)
-        port._world = self
+        port = build_port(tools, given, port_type=functools.partial(WatchedPort, world=self))
+        assert isinstance(port, WatchedPort)
         if recorder is not None:
             recorder.attach(port)
         return port
@@ -452,7 +458,7 @@ class World:
         identity = request.identity
         fence = identity.execution_fence if isinstance(identity, NativeIdentity) else None
         watched = attrs.evolve(
-            request, cancel=_EitherToken(self.harness.cancel_token, request.cancel)
+            request, cancel=EitherSignal(self.harness.cancel_token, request.cancel)
         )
         tool = request.call.name
         arguments = plain_arguments(request.call.arguments) or {}
@@ -507,34 +513,35 @@ class World:
 
     def deliver_held(self) -> None:
         """Deliver every held request now, attributing late launches."""
-        held = list(getattr(self.faults, "held", ()))
-        if not held:
-            return
-        before = {
-            effect.task_id: self.truth.launches.get(effect.task_id, 0)
-            for effect in held
-            if isinstance(effect, Start)
-        }
-        start = len(self.faults.late_deliveries)
-        self.faults.deliver_held()
-        self._attribute_late(before, start)
+        marks = self._before_late_delivery()
+        if marks is not None:
+            self.faults.deliver_held()
+            self._attribute_late(*marks)
 
     async def _deliver_held_async(self) -> None:
+        """:meth:`deliver_held` from inside the event loop of an asynchronous port."""
+        marks = self._before_late_delivery()
+        if marks is not None:
+            deliver = getattr(self.faults, "deliver_held_async", None)
+            if deliver is not None:
+                await deliver()
+            else:
+                self.faults.deliver_held()
+            self._attribute_late(*marks)
+
+    def _before_late_delivery(self) -> tuple[dict[str, int], int] | None:
+        """How often each held start's task had launched, and how many late
+        deliveries there were, before the held requests arrive (``None``:
+        nothing is held)."""
         held = list(getattr(self.faults, "held", ()))
         if not held:
-            return
+            return None
         before = {
             effect.task_id: self.truth.launches.get(effect.task_id, 0)
             for effect in held
             if isinstance(effect, Start)
         }
-        start = len(self.faults.late_deliveries)
-        deliver = getattr(self.faults, "deliver_held_async", None)
-        if deliver is not None:
-            await deliver()
-        else:
-            self.faults.deliver_held()
-        self._attribute_late(before, start)
+        return before, len(self.faults.late_deliveries)
 
     def _attribute_late(self, before: Mapping[str, int], start: int) -> None:
         """Charge the launches the ground truth counted while held requests

@@ -36,8 +36,10 @@ from sandrail.interpreters.simulator import FaultKind, FaultPlan, Simulator
 
 from ._calls import Mode
 from ._commands import SCRIPTS, SECRET
+from ._execute import run_workload
 from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import Violation
+from ._plans import single_fault_plans, workloads
 from ._scenarios import SCENARIOS, Scenario
 from ._truth import Strike, Target, TargetFactory
 from ._world import World, _takes_strike
@@ -158,9 +160,6 @@ def campaign_plans(
     plan on ``effects`` the target supports, ``limit`` of them drawn
     (reproducibly, from ``seed``) when there are more. Also returns the
     kinds skipped for want of world controls."""
-    from sandrail._campaign._execute import run_workload
-    from sandrail._campaign._plans import single_fault_plans, workloads
-
     probe = _made(make_target)
     try:
         usable = [kind for kind in kinds if FaultyBackend.supports(probe, kind)]
@@ -200,8 +199,6 @@ def check_backend(
     a small campaign (``plans`` single-fault plans; ``None``: all of them)
     against fresh worlds of ``make_target``. Never raises for a failing
     backend: the report says what failed."""
-    from sandrail._campaign._execute import run_workload
-
     report = ConformanceReport()
     if scenarios:
         for mode in modes:

@@ -1,5 +1,6 @@
-"""What the campaign runs: workloads (short call sequences per tool and owner
-mode), the single-fault plans over them, and seeded random schedules.
+"""What the fault campaign and the conformance kit run: workloads (short
+call sequences per tool and owner mode), the single-fault plans over them,
+and seeded random schedules.
 
 Everything here is a plain frozen value, so a failing plan prints as code
 that can be pasted into a regression test.
@@ -14,8 +15,9 @@ from typing import Any, Literal
 import attrs
 
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
-from sandrail.testing._calls import Mode
-from sandrail.testing._commands import BUILD, BUILD_TOKEN, SECRET, SERVE, SERVE_TOKEN
+
+from ._calls import Mode
+from ._commands import BUILD, BUILD_TOKEN, SECRET, SERVE, SERVE_TOKEN
 
 __all__ = [
     "Schedule",
@@ -246,6 +248,16 @@ def schedule_from(rng: random.Random, *, seed: int = 0) -> Schedule:
     ``rng`` may be a hypothesis-controlled random (``st.randoms()``), so a
     failing schedule shrinks."""
     mode: Mode = rng.choice(("agent", "native"))
+    steps = _random_steps(rng, mode)
+    concurrent = any(step.action == "concurrent" for step in steps)
+    plan = _random_faults(rng, concurrent)
+    deliver_at = frozenset(rng.sample(range(1, 60), rng.randint(0, 3)))
+    return Schedule(seed=seed, mode=mode, steps=tuple(steps), plan=plan, deliver_at=deliver_at)
+
+
+def _random_steps(rng: random.Random, mode: Mode) -> list[Step]:
+    """6 to 16 steps: calls of every tool, restarts, late deliveries, time,
+    ledger wipes, concurrent duplicates, fence changes (native only)."""
     code_tool = "sandbox_run_code" if mode == "agent" else "run_code"
     fence = 2
     steps: list[Step] = []
@@ -302,7 +314,12 @@ def schedule_from(rng: random.Random, *, seed: int = 0) -> Schedule:
             steps.append(_run("run_command", args, f"fence-{number}", label, fence=fence + 1))
             steps.append(_run("run_command", args, f"stale-{number}", label, fence=fence))
             fence += 1
-    concurrent = any(step.action == "concurrent" for step in steps)
+    return steps
+
+
+def _random_faults(rng: random.Random, concurrent: bool) -> FaultPlan:
+    """One to three bursts of faults on consecutive occurrences of an
+    effect (only kinds safe with concurrent duplicates, if there are any)."""
     faults: dict[tuple[str, int], Fault] = {}
     for _ in range(rng.randint(1, 3)):
         effect = rng.choice(_BURST_EFFECTS)
@@ -316,11 +333,4 @@ def schedule_from(rng: random.Random, *, seed: int = 0) -> Schedule:
                 when=rng.choice(("before", "after")),
             )
             faults.setdefault((effect, occurrence), fault)
-    deliver_at = frozenset(rng.sample(range(1, 60), rng.randint(0, 3)))
-    return Schedule(
-        seed=seed,
-        mode=mode,
-        steps=tuple(steps),
-        plan=FaultPlan(tuple(faults.values())),
-        deliver_at=deliver_at,
-    )
+    return FaultPlan(tuple(faults.values()))

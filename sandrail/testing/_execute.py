@@ -1,4 +1,5 @@
-"""Running one plan: a workload or a schedule in a fresh world, then the judge.
+"""Running one plan of the fault campaign (and of the conformance kit): a
+workload or a schedule in a fresh world, then the judge.
 
 Strategy: a harness that gets ``uncertain`` retries the call with the same
 operation key (the locator is there for that, DESIGN §3). So when a fault
@@ -19,19 +20,20 @@ import attrs
 
 import sandrail
 from sandrail.interpreters.simulator import FaultKind, FaultPlan
-from sandrail.testing._calls import SESSION, CallRecord, Mode
-from sandrail.testing._commands import SCRIPTS, SECRET
-from sandrail.testing._judge import Violation, judge
-from sandrail.testing._truth import Target, TargetFactory
-from sandrail.testing._world import World
 
+from ._calls import SESSION, CallRecord, Mode
+from ._commands import SCRIPTS, SECRET
+from ._judge import Violation, judge
 from ._plans import Schedule, Step, Workload
+from ._truth import Target, TargetFactory
+from ._world import World
 
 __all__ = [
     "BUDGET",
     "FOREIGN_SESSION",
     "PlanOutcome",
     "Retry",
+    "execute_steps",
     "run_schedule",
     "run_workload",
 ]
@@ -142,7 +144,7 @@ def _reconcile(
     )
 
 
-def _execute(
+def execute_steps(
     world: World, mode: Mode, steps: Sequence[Step], *, workload: str = "", reconcile: bool = False
 ) -> list[Retry]:
     ports = _Ports(world, mode)
@@ -219,7 +221,7 @@ def run_workload(
     and judge it; a call a fault left uncertain is retried at once."""
     world = _world(plan, target=target, record_dir=record_dir)
     try:
-        retries = _execute(
+        retries = execute_steps(
             world, workload.mode, workload.steps, workload=workload.name, reconcile=True
         )
         violations = judge(world)
@@ -234,7 +236,7 @@ def run_schedule(schedule: Schedule, *, record_dir: Path | None = None) -> PlanO
         schedule.plan, target=None, record_dir=record_dir, deliver_at=schedule.deliver_at
     )
     try:
-        _execute(world, schedule.mode, schedule.steps)
+        execute_steps(world, schedule.mode, schedule.steps)
         violations = judge(world)
     finally:
         world.close()

@@ -1,0 +1,175 @@
+"""A person's approval of one tool call, as a :class:`~sandrail.Toolset` keeps it.
+
+The harness's policy answers ``ApprovalRequired`` when a person must decide
+(DESIGN §12). Each framework adapter hands that question to its framework's
+own human-in-the-loop machinery and, once a person approved, runs the call
+again with ``approved=True``. This module is what makes that safe:
+
+- An approval covers *that very call*: the same tool, the same arguments (as
+  the port reads them) and the same operation key. The toolset wraps the
+  harness's policy; while an approved call runs, an ``ApprovalRequired``
+  answer for a request matching it is taken as ``ALLOW``. Nothing else
+  changes: ``ALLOW`` stays ``ALLOW`` and ``Deny`` stays final (a person
+  cannot approve what the policy refuses), and a request with other
+  arguments or another key is asked about as before.
+- The call runs under its own operation key, so however often an approval is
+  replayed (a saved run resumed twice, a client's retry), it launches at most
+  once (C2).
+- A rejection runs nothing: :func:`rejection` is the ``error`` result
+  (``executed: false``) the model reads in its place.
+
+Strategy: the approval travels beside the request, not in it. The core's
+request has no field for it, and the port shows the policy a copy of the
+request, so the toolset keeps a count of the approved calls in flight by
+(operation key, launch digest) and looks the copy up there. The entry lives
+exactly as long as the approved call, so an approval is never left lying
+around for a later call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sandrail.core import (
+    APPROVAL_REJECTED_INSTRUCTION,
+    Allow,
+    ApprovalRequired,
+    CanonicalJSONError,
+    Deny,
+    ErrorCode,
+    PolicyDecision,
+    Redactions,
+    ToolRequest,
+    ToolResult,
+    bound_result,
+    error_result,
+    launch_digest,
+    mask_text,
+)
+
+__all__ = ["Approvals", "asks_a_person", "rejection"]
+
+_Approved = tuple[str, str]  # (operation key, launch digest)
+
+_REASON_CHARACTERS = 2000
+"""A person's reason is cut to this many characters before the budget fits
+the result (the model needs the gist, not an essay)."""
+
+
+def asks_a_person(decision: object) -> bool:
+    """Whether a policy's answer means "ask a person": an
+    ``ApprovalRequired`` with a string interaction id (anything else that is
+    not ``ALLOW`` is a refusal, as the port reads it, C8)."""
+    return isinstance(decision, ApprovalRequired) and isinstance(decision.interaction_id, str)
+
+
+def rejection(max_output_bytes: int, reason: str | None, secrets: frozenset[str]) -> ToolResult:
+    """The result the model reads when a person rejected its call: ``error``,
+    ``executed: false``, ``approval_rejected``, what to do instead and, when
+    given, the person's ``reason`` (env values the session masks are masked
+    in it, C17), all within ``max_output_bytes`` (C12)."""
+    extra: dict[str, Any] = {}
+    if isinstance(reason, str) and reason.strip():
+        shown = reason if len(reason) <= _REASON_CHARACTERS else reason[:_REASON_CHARACTERS] + "…"
+        try:
+            shown.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = shown.encode("utf-8", "replace").decode("utf-8")
+        extra["outcome_reason"] = mask_text(shown, Redactions(secrets)) if secrets else shown
+    result = error_result(
+        ErrorCode.APPROVAL_REJECTED, instruction=APPROVAL_REJECTED_INSTRUCTION, **extra
+    )
+    return bound_result(result, max_output_bytes)
+
+
+class Approvals:
+    """The approved calls of one toolset that are running now, and the
+    policy wrapper that honours them (see the module doc)."""
+
+    def __init__(self, policy: Callable[[ToolRequest], Any]) -> None:
+        if not callable(policy):
+            raise TypeError(
+                "authorize must be a callable: request -> ALLOW | ApprovalRequired | Deny"
+            )
+        self._policy = policy
+        self._running: Counter[_Approved] = Counter()
+        self._lock = threading.Lock()
+
+    @property
+    def policy(self) -> Callable[[ToolRequest], Any]:
+        """The harness's own policy, unwrapped."""
+        return self._policy
+
+    @contextmanager
+    def approved(self, request: ToolRequest, approved: bool = True) -> Iterator[None]:
+        """While the block runs, ``request`` (its key, tool and arguments) is
+        approved by a person, when ``approved``. A request whose arguments
+        have no launch digest is refused by the port before the policy is
+        asked, so it needs no entry."""
+        entry = _entry(request) if approved else None
+        if entry is None:
+            yield
+            return
+        with self._lock:
+            self._running[entry] += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running[entry] -= 1
+                if self._running[entry] <= 0:
+                    del self._running[entry]
+
+    def authorize(self, request: ToolRequest) -> Any:
+        """The policy the toolset's ports ask: the harness's, with a person's
+        approval of a running approved call turning ``ApprovalRequired`` into
+        ``ALLOW`` for that call only. Whatever the harness's policy raises
+        passes through (the port reports it, C8)."""
+        decision = self._policy(request)
+        if inspect.isawaitable(decision):
+            return self._settled(decision, request)
+        return self._honoured(decision, request)
+
+    async def _settled(self, decision: Awaitable[Any], request: ToolRequest) -> Any:
+        return self._honoured(await decision, request)
+
+    def _honoured(self, decision: Any, request: ToolRequest) -> Any:
+        if not asks_a_person(decision):
+            return decision
+        entry = _entry(request)
+        with self._lock:
+            approved = entry is not None and self._running[entry] > 0
+        return Allow() if approved else decision
+
+    async def ask(self, request: ToolRequest) -> PolicyDecision | None:
+        """The harness policy's answer for ``request`` without running
+        anything (an adapter deciding whether to ask a person first), or
+        ``None`` when the policy failed or answered something it cannot mean
+        (the call itself then reports that, and nobody is asked)."""
+        try:
+            decision = self._policy(request)
+            if inspect.isawaitable(decision):
+                decision = await decision
+        except Exception:
+            return None
+        if isinstance(decision, (Allow, Deny, ApprovalRequired)) and (
+            not isinstance(decision, ApprovalRequired) or asks_a_person(decision)
+        ):
+            return decision
+        return None
+
+
+def _entry(request: ToolRequest) -> _Approved | None:
+    """What an approval is keyed by: the request's operation key and the
+    digest of its tool and arguments as the port reads them (C3's notion of
+    "the same launch")."""
+    call = request.call
+    try:
+        return str.__str__(request.operation_key), launch_digest(str(call.name), call.arguments)
+    except (CanonicalJSONError, AttributeError, TypeError, ValueError, RecursionError):
+        return None

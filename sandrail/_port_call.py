@@ -1,0 +1,553 @@
+"""The port's side of one call: :class:`PortCall`.
+
+A port runs each request's tool program with a :class:`PortCall` as its
+interpreter. The call answers harness effects itself (policy, authority,
+the ownership record, artifacts) from the harness's callbacks, passes
+sandbox effects to the backend, and converts every unexpected exception
+into an :class:`~sandrail.core.EffectFailure` (C6: a side-effect request
+may have left), in :meth:`PortCall.interpret` and its twin. It notes which
+side effects it passed on, so even a crash of the core reports
+``uncertain`` rather than guessing.
+
+Sync and async. The two interpreters :meth:`PortCall.interpret` and
+:meth:`PortCall.interpret_async` route every effect alike
+(:meth:`PortCall.route`) and answer harness effects alike
+(:meth:`PortCall.answer_harness`). They differ on purpose in three things
+only, and nowhere else:
+
+- waiting: the async one awaits a sandbox effect so that an abort wakes it
+  at once (C11); a blocking backend call cannot be interrupted, so the sync
+  one sees an abort at the next guard;
+- the policy: the async one awaits an asynchronous ``authorize``; the sync
+  one refuses it (nothing is sent: ``await port.execute()`` is the call);
+- cancellation: a ``CancelledError`` the caller asked for goes on to the
+  async caller; in a blocking call nobody can have, so it is the backend's
+  own, a failure like any other.
+
+A synchronous call also refuses an awaitable answer from a backend that
+returns one without saying so (:func:`~sandrail.interpreters._drivers.answered_now`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final, cast
+
+import attrs
+
+from sandrail._artifact_calls import ArtifactStore, CallArtifacts
+from sandrail._masks import Masks
+from sandrail._options import (
+    AuthorityCallback,
+    AuthorizeCallback,
+    RememberOwnedCallback,
+    ResolveOwnedCallback,
+)
+from sandrail._telemetry import Telemetry
+from sandrail.core import (
+    SANDBOX_EFFECTS,
+    SIDE_EFFECTS,
+    Allow,
+    AppendArtifact,
+    ApprovalRequired,
+    AuthorityReport,
+    Authorize,
+    CheckAuthority,
+    CloseArtifact,
+    Delivery,
+    Deny,
+    Effect,
+    EffectFailure,
+    FatalInterpreterError,
+    OpenArtifact,
+    OwnedCommand,
+    PolicyDecision,
+    PortSettings,
+    Program,
+    Publish,
+    Read,
+    Redactions,
+    RememberOwned,
+    ResolveOwned,
+    Start,
+    ToolRequest,
+    ToolResult,
+    WriteArtifact,
+    asked,
+    crash_result,
+    known_to_launch,
+    redaction_secrets,
+    remembered,
+    request_digest,
+    snapshot_request,
+    tool_program,
+    unchanged,
+    unexpected_failure,
+)
+from sandrail.core._shown import NOTHING_SHOWN, ShownIdentities, shown_by
+from sandrail.interpreters._drivers import answered_now
+from sandrail.interpreters._masking import MaskedReads
+from sandrail.records._protocol import OwnershipRecord, note_answer
+
+__all__ = ["Binding", "Ledger", "PortCall"]
+
+_SANDBOX_TYPES: Final = frozenset(SANDBOX_EFFECTS)
+_SIDE_EFFECT_TYPES: Final = frozenset(SIDE_EFFECTS)
+_DECISIONS: Final = frozenset((Allow, ApprovalRequired, Deny))
+_NOTED: Final = frozenset((*SANDBOX_EFFECTS, RememberOwned))
+"""Effects whose sending :meth:`PortCall.note` records (what a crash report needs)."""
+_SCALARS: Final = frozenset((str, int, float, bool, type(None)))
+"""JSON's immutable values: a dict holding only these is copied whole by ``dict()``."""
+
+
+class Ledger:
+    """The port's own ownership record: the commands it launched, by task
+    id (C4), kept by the rules of :mod:`sandrail.core._claim` (C2)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._owned: dict[str, OwnedCommand] = {}
+
+    def snapshot(self) -> dict[str, OwnedCommand]:
+        with self._lock:
+            return dict(self._owned)
+
+    def get(self, task_id: str) -> OwnedCommand | None:
+        with self._lock:
+            return self._owned.get(task_id)
+
+    def remember(self, effect: RememberOwned) -> OwnedCommand:
+        """Keep what ``effect`` records, as :func:`~sandrail.core.remembered` says."""
+        with self._lock:
+            known = self._owned.get(effect.task_id)
+            record = remembered(known, effect)
+            if known != record:
+                self._owned[effect.task_id] = record
+            return record
+
+    def keep(self, record: OwnedCommand) -> None:
+        """Keep ``record`` as it is: the row a durable record answered with."""
+        with self._lock:
+            self._owned[record.task_id] = record
+
+
+@attrs.frozen(kw_only=True)
+class Binding:
+    """Everything a port binds its calls to: its settings, its backend, the
+    harness's callbacks and store, its ledger and its masks."""
+
+    settings: PortSettings
+    backend: Callable[[Any], Any]
+    authorize: AuthorizeCallback
+    assert_authority: AuthorityCallback
+    resolve_owned: ResolveOwnedCallback | None
+    remember_owned: RememberOwnedCallback | None
+    artifacts: ArtifactStore | None
+    ledger: Ledger
+    masks: Masks
+    answers: OwnershipRecord | None
+    """Where each task's last answer is noted for operators (``record=``)."""
+    telemetry: Telemetry
+    tool_names: frozenset[str] = attrs.field(init=False)
+
+    @tool_names.default
+    def _names(self) -> frozenset[str]:
+        return frozenset(definition.name for definition in self.settings.definitions)
+
+
+class PortCall:
+    """The port's side of one call (see the module doc).
+
+    A backend that defines ``open_call(request, answer_harness, mask_reads)``
+    (a recorder or a replayer) sees every effect of a well-formed call,
+    harness effects included: it gets an interpreter for this call back from
+    ``open_call`` and answers harness effects by calling ``answer_harness``
+    (or from a recording). A backend that passes sandbox effects on to an
+    interpreter of its own must pass them through ``mask_reads(inner)``, so
+    what it sees of output is already masked (C17). If that interpreter has
+    ``finish(result)``, it is called with the result. A malformed request is
+    refused by the core without any effect, so it never reaches such a backend.
+    """
+
+    def __init__(self, binding: Binding, request: ToolRequest, *, asynchronous: bool) -> None:
+        self.binding = binding
+        self.request = request
+        self.asynchronous = asynchronous
+        self.dispatched = False
+        self.sandbox_id: str | None = None
+        self.task_id: str | None = None
+        self.layered: Callable[[Effect], Any] | None = None
+        self.backend = binding.backend if asynchronous else answered_now(binding.backend)
+        # Reads are masked below any recorder, so neither the core nor a
+        # cassette ever holds a secret or a piece of one (C17).
+        self.sandbox: Callable[[Effect], Any] = MaskedReads(self.backend, self._port_redactions)
+        # Taken before anything runs, so that even a crash can report the
+        # locator the request had when it arrived (C6).
+        self.snapshot = snapshot_request(request, binding.settings)
+        self.shown: ToolRequest = request
+        self.named: frozenset[str] = frozenset()
+        """Values a layered backend (a recorder) masks besides the port's."""
+        self.artifacts = CallArtifacts(binding.artifacts, self.redactions)
+        """Artifacts this call writes; whatever is left open when it ends is aborted."""
+        self.policy_drifted = False
+        """The policy changed the arguments it was shown: the harness changed
+        the request mid-call, which the next guard reports as drift (C9)."""
+        self.result: ToolResult | None = None
+        self.trace = binding.telemetry.begin(request, binding.tool_names, self.redactions)
+
+    # -- the call's life ----------------------------------------------------------
+
+    def program(self) -> Program:
+        """Open the call to a layered backend, then the tool program to drive."""
+        open_call = getattr(self.binding.backend, "open_call", None)
+        if callable(open_call) and self.snapshot is not None:
+            answer = self.answer_harness_async if self.asynchronous else self.answer_harness
+            self.layered = open_call(self.request, answer, self.mask_reads)
+        settings, secrets = self.binding.settings, self.binding.masks.secrets
+        return tool_program(self.request, settings, self.snapshot, secrets, self.shown_identities())
+
+    def shown_identities(self) -> ShownIdentities:
+        """What the session's results showed, for a call with env values to
+        be checked against (the others need not pay for it)."""
+        snapshot = self.snapshot
+        if snapshot is None or not snapshot.arguments.get("env"):
+            return NOTHING_SHOWN
+        return self.binding.masks.shown()
+
+    def __enter__(self) -> PortCall:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: object, tb: object) -> bool:
+        """Whatever broke that is not fatal (a bug of the core, a layered
+        backend that raised) ends the call with :func:`crash_result`."""
+        if kind is None or not issubclass(kind, Exception):
+            return False
+        if issubclass(kind, FatalInterpreterError):
+            return False
+        self.result = crash_result(
+            self.snapshot,
+            self.binding.settings,
+            dispatched=self.dispatched,
+            sandbox_id=self.sandbox_id,
+            task=self.task_id,
+        )
+        return True
+
+    def finish(self) -> ToolResult:
+        """The call's result, after a layered backend was told it, the
+        ownership record noted it and its trace ended."""
+        result = self.result
+        assert result is not None  # set by the driver, or by __exit__
+        # Later calls' env values are checked against these (C17).
+        self.binding.masks.saw(shown_by(result.content))
+        try:
+            finish = getattr(self.layered, "finish", None)
+            if callable(finish):
+                finish(result)
+        except FatalInterpreterError:
+            raise
+        except Exception:
+            # The result is true whatever the recorder makes of it; a
+            # recorder that cannot write must report that itself.
+            pass
+        if self.binding.answers is not None:
+            note_answer(self.binding.answers, self.request, self.binding.settings.owner, result)
+        self.trace.end(result)
+        return result
+
+    # -- masking ------------------------------------------------------------------
+
+    def _port_redactions(self) -> Redactions:
+        return self.binding.masks.redactions
+
+    def mask_reads(
+        self, inner: Callable[[Effect], Any], named: Iterable[str] = ()
+    ) -> Callable[[Effect], Any]:
+        """``inner`` with its reads masked: what a layered backend (a
+        recorder) must call sandbox effects through. ``named`` are more
+        values to mask (a recorder's named secrets)."""
+        inner = inner if self.asynchronous else answered_now(inner)
+        extra = frozenset(named)
+        if not extra:
+            return MaskedReads(inner, self._port_redactions)
+        self.named |= extra  # an artifact reference must not show them either
+        masks = self.binding.masks
+        return MaskedReads(inner, lambda: Redactions(masks.redactions.values | extra))
+
+    def redactions(self) -> Redactions:
+        """Every value this call masks: the port's, and a recorder's named ones."""
+        current = self.binding.masks.redactions
+        return Redactions(current.values | self.named) if self.named else current
+
+    # -- the interpreters ---------------------------------------------------------
+
+    def note(self, effect: Effect) -> None:
+        """Keep what a crash report needs to know about ``effect`` (C6)."""
+        kind = type(effect)
+        if kind not in _NOTED:
+            return
+        if kind in _SIDE_EFFECT_TYPES:
+            self.dispatched = True
+        if isinstance(effect, Start) and effect.env:
+            self.binding.masks.learn(redaction_secrets(effect.env))
+        sandbox_id = getattr(effect, "sandbox_id", None)
+        if isinstance(sandbox_id, str):
+            self.sandbox_id = sandbox_id
+        task = getattr(effect, "task_id", None)
+        if isinstance(task, str) and kind in (Start, Publish):
+            self.task_id = task
+
+    def route(self, effect: Effect) -> Any:
+        """The answer to ``effect`` from whoever answers it: a layered backend
+        (every effect), the backend (sandbox effects; reads masked), or the
+        harness. Asynchronous answers come back as awaitables."""
+        if self.layered is not None:
+            return self.layered(effect)
+        kind = type(effect)
+        if kind in _SANDBOX_TYPES and kind is not Read:
+            return self.backend(effect)  # only reads need masking
+        if isinstance(effect, SANDBOX_EFFECTS):
+            return self.sandbox(effect)
+        if self.asynchronous:
+            return self.answer_harness_async(effect)
+        return self.answer_harness(effect)
+
+    def interpret(self, effect: Effect) -> Any:
+        """The synchronous interpreter (see the module doc)."""
+        if type(effect) is CheckAuthority and self.layered is None:
+            return self.check(effect)  # the guard, several times a call; never raises
+        self.note(effect)
+        try:
+            return self.route(effect)
+        except (EffectFailure, FatalInterpreterError):
+            raise
+        except (Exception, asyncio.CancelledError) as exc:
+            # Blocking, nobody can have cancelled this call: a CancelledError
+            # is the backend's own (an SDK's task), a failure like any other.
+            raise unexpected_failure(effect, exc) from exc
+
+    async def interpret_async(self, effect: Effect) -> Any:
+        """The asynchronous interpreter (see the module doc)."""
+        self.note(effect)
+        try:
+            if isinstance(effect, SANDBOX_EFFECTS):
+                return await self._abortable(self.route, effect)
+            outcome = self.route(effect)
+            return (await outcome) if inspect.isawaitable(outcome) else outcome
+        except (EffectFailure, FatalInterpreterError):
+            raise
+        except asyncio.CancelledError as exc:
+            if _cancel_requested():
+                raise  # the caller's own cancellation goes on to the caller
+            raise unexpected_failure(effect, exc) from exc  # the backend's own
+        except Exception as exc:
+            raise unexpected_failure(effect, exc) from exc
+
+    async def _abortable(self, run: Callable[[Any], Any], effect: Effect) -> Any:
+        """Await ``run(effect)``, waking at once if the request is aborted (C11)."""
+        outcome = run(effect)
+        if not inspect.isawaitable(outcome):
+            return outcome
+        token = self.request.cancel
+        add_callback = getattr(token, "add_callback", None)
+        if add_callback is None:
+            return await outcome
+        loop = asyncio.get_running_loop()
+        aborted = loop.create_future()
+
+        def settle() -> None:
+            if not aborted.done():
+                aborted.set_result(None)
+
+        def fire() -> None:
+            loop.call_soon_threadsafe(settle)
+
+        remove = add_callback(fire)
+        work = asyncio.ensure_future(outcome)
+        try:
+            done, _ = await asyncio.wait({work, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            if work in done:
+                return work.result()
+            work.cancel()
+            raise EffectFailure(Delivery.MAYBE_SENT, "aborted by the harness", aborted=True)
+        finally:
+            remove()
+            if not aborted.done():
+                aborted.cancel()
+
+    # -- harness effects ----------------------------------------------------------
+
+    def answer_harness(self, effect: Effect) -> Any:
+        """Answer one harness effect from the harness's callbacks (sync mode:
+        an asynchronous policy is refused, nothing sent)."""
+        try:
+            if isinstance(effect, Authorize):
+                decision = self.ask_policy()
+                if type(decision) not in _DECISIONS and inspect.isawaitable(decision):
+                    _discard(decision)
+                    raise EffectFailure(
+                        Delivery.NOT_SENT, "authorize is asynchronous; use await port.execute()"
+                    )
+                return _policy(decision)
+            return self._harness(effect)
+        except EffectFailure:
+            raise
+        except Exception as exc:
+            raise unexpected_failure(effect, exc) from exc
+
+    async def answer_harness_async(self, effect: Effect) -> Any:
+        """Answer one harness effect (async mode: an asynchronous policy is
+        awaited, waking on abort; every other effect as in sync mode)."""
+        if not isinstance(effect, Authorize):
+            return self.answer_harness(effect)
+        try:
+            decision = self.ask_policy()
+            if inspect.isawaitable(decision):
+                decision = await self._abortable(lambda _: decision, effect)
+                self.ask_policy_settled()
+            return _policy(decision)
+        except EffectFailure:
+            raise
+        except Exception as exc:
+            raise unexpected_failure(effect, exc) from exc
+
+    def policy_request(self) -> ToolRequest:
+        """The request as the policy must judge it: with the arguments the
+        call checks and runs (its one plain copy), not a live object that may
+        answer the policy one thing and the program another (C8, C9). A copy
+        of its own, so a policy that changes it changes nothing."""
+        snapshot = self.snapshot
+        if snapshot is None:
+            return self.request
+        arguments = dict(snapshot.arguments)
+        if not all(type(value) in _SCALARS for value in arguments.values()):
+            arguments = json.loads(json.dumps(arguments))  # nested data: a deep copy
+        return attrs.evolve(self.request, call=attrs.evolve(self.request.call, arguments=arguments))
+
+    def ask_policy(self) -> object:
+        """Call the harness's policy with :meth:`policy_request`."""
+        self.shown = self.policy_request()
+        try:
+            return self.binding.authorize(self.shown)
+        finally:
+            self.ask_policy_settled()
+
+    def ask_policy_settled(self) -> None:
+        """Note whether the policy changed what it was shown (an asynchronous
+        policy may, until it returns)."""
+        if self.snapshot is not None and self.shown.call.arguments != self.snapshot.arguments:
+            self.policy_drifted = True
+
+    def _harness(self, effect: Effect) -> Any:
+        if isinstance(effect, CheckAuthority):
+            return self.check(effect)
+        if isinstance(effect, ResolveOwned):
+            return self._resolve(effect)
+        if isinstance(effect, RememberOwned):
+            return self._remember(effect)
+        if isinstance(effect, AppendArtifact):
+            return self.artifacts.append(effect)
+        if isinstance(effect, OpenArtifact):
+            return self.artifacts.open(effect)
+        if isinstance(effect, CloseArtifact):
+            return self.artifacts.close(effect)
+        if isinstance(effect, WriteArtifact):
+            return self.artifacts.write(effect)
+        raise TypeError(f"not an effect: {effect!r}")
+
+    def _remember(self, effect: RememberOwned) -> OwnedCommand | None:
+        """Keep ``effect``'s row in the port's ledger and the harness's
+        durable record; answer with the row kept when it is not the one
+        asked for (a record that settles races answers with its row:
+        another writer's start may have been recorded first, issue 17)."""
+        ledger = self.binding.ledger
+        record = ledger.remember(effect)
+        remember = self.binding.remember_owned
+        if remember is not None:
+            # If it cannot be written, the program must not go on to a start
+            # it could not reconcile.
+            stored = remember(self.request, record)
+            if isinstance(stored, OwnedCommand) and stored.task_id == effect.task_id:
+                record = stored
+                ledger.keep(stored)
+        return None if record == asked(effect) else record
+
+    def _resolve(self, effect: ResolveOwned) -> OwnedCommand | None:
+        mine = self.binding.ledger.get(effect.task_id)
+        resolve = self.binding.resolve_owned
+        if resolve is None:
+            return mine
+        theirs = resolve(self.request, effect.task_id)
+        return known_to_launch(mine, theirs, for_launch=effect.for_launch)
+
+    # -- the guard ----------------------------------------------------------------
+
+    def check(self, effect: CheckAuthority) -> AuthorityReport:
+        """One guard observation; any doubt counts against the call (fail closed).
+
+        The authority callback runs first: it is itself an external boundary,
+        so abort and drift are read after it returns (C9, C11).
+        """
+        verdict: object
+        try:
+            # Typed as bool, but a harness may hand back anything: trust only True.
+            verdict = cast(object, self.binding.assert_authority(self.request))
+        except Exception:
+            verdict = False
+        if verdict is not True and inspect.isawaitable(verdict):
+            # assert_authority must be synchronous and fast; a coroutine proves nothing.
+            _discard(verdict)
+            verdict = False
+        try:
+            aborted = bool(getattr(self.request.cancel, "cancelled", False))
+        except Exception:
+            aborted = True  # a token that cannot be read may have fired
+        return _REPORTS[(aborted, self._drifted(effect), verdict is True)]
+
+    def _drifted(self, effect: CheckAuthority) -> bool:
+        """Whether the live request differs from the one the program checks
+        (C9): compared with the snapshot's own copy where that is exact,
+        else by digest; any failure counts as drift."""
+        snapshot = self.snapshot
+        try:
+            if self.policy_drifted:
+                return True
+            if snapshot is not None and effect.request_digest == snapshot.digest:
+                same = unchanged(self.request, snapshot)
+                if same is not None:
+                    return not same
+            return request_digest(self.request) != effect.request_digest
+        except Exception:
+            return True
+
+
+_REPORTS: Final[Mapping[tuple[bool, bool, bool], AuthorityReport]] = {
+    (aborted, drifted, held): AuthorityReport(aborted=aborted, drifted=drifted, authority_held=held)
+    for aborted in (False, True)
+    for drifted in (False, True)
+    for held in (False, True)
+}
+"""Every guard observation, made once (they are frozen values)."""
+
+
+def _cancel_requested() -> bool:
+    """Whether someone asked to cancel the running task (its caller), as
+    opposed to a ``CancelledError`` a backend raised of its own."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _policy(decision: object) -> PolicyDecision:
+    if isinstance(decision, (Allow, ApprovalRequired, Deny)):
+        return decision
+    return Deny(reason="The harness policy returned an unrecognised decision.")
+
+
+def _discard(awaitable: object) -> None:
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()

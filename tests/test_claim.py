@@ -1,0 +1,165 @@
+"""The at-most-once claim's rule (C2, C3), read whole in
+:mod:`sandrail.core._claim`: what a launch claims, what the port's record
+keeps, which record answers a launch, and what a sandbox does with a start.
+The end-to-end proofs (retries, restarts, wiped ledgers) are in
+``test_ledger_epoch.py`` and the campaign; these pin each branch of the rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandrail.core import (
+    ClaimProof,
+    LaunchClaim,
+    OwnedCommand,
+    RememberOwned,
+    SandboxReady,
+    Start,
+    claim_verdict,
+    known_to_launch,
+    launch_claim,
+    remembered,
+)
+
+TASK = "a" * 64
+READY = SandboxReady(sandbox_id="box-1", ledger_epoch="box-1/ledger-0")
+
+
+def _record(**changes: object) -> OwnedCommand:
+    fields: dict[str, object] = {
+        "task_id": TASK,
+        "operation_key": "op-1",
+        "sandbox_id": "box-1",
+        "launched": True,
+        "ledger_epoch": "box-1/ledger-0",
+        "launch_digest": "digest-1",
+    }
+    fields.update(changes)
+    return OwnedCommand(**fields)  # type: ignore[arg-type]
+
+
+def _start(**changes: object) -> Start:
+    fields: dict[str, object] = {
+        "sandbox_id": "box-1",
+        "task_id": TASK,
+        "request_digest": "digest-1",
+        "command": "true",
+        "cwd": None,
+        "env": None,
+        "timeout_seconds": 5,
+    }
+    fields.update(changes)
+    return Start(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "known",
+    [None, "not a record", _record(task_id="b" * 64), _record(launched=False)],
+    ids=["no-record", "junk", "other-task", "not-launched"],
+)
+def test_c2_a_first_start_claims_anew_under_the_epoch_of_now(known: object) -> None:
+    assert launch_claim(known, TASK, READY, "digest-1") == LaunchClaim(
+        expect_claim=False, claim_epoch="box-1/ledger-0"
+    )
+
+
+def test_c2_a_start_after_one_that_may_have_left_expects_its_claim_under_its_epoch() -> None:
+    known = _record(ledger_epoch="box-1/ledger-7")
+    assert launch_claim(known, TASK, READY, "digest-1") == LaunchClaim(
+        expect_claim=True, claim_epoch="box-1/ledger-7"
+    )
+
+
+def test_c2_a_first_start_to_another_sandbox_proves_nothing_here() -> None:
+    known = _record(sandbox_id="box-0")
+    assert launch_claim(known, TASK, READY, "digest-1") == LaunchClaim(
+        expect_claim=True, claim_epoch=None
+    )
+
+
+def test_c3_a_start_asking_for_something_else_than_the_first_is_a_conflict() -> None:
+    assert launch_claim(_record(), TASK, READY, "digest-2") is None
+    # A record without a digest (an older harness's) cannot tell: no conflict.
+    assert launch_claim(_record(launch_digest=None), TASK, READY, "digest-2") is not None
+
+
+def _remember(**changes: object) -> RememberOwned:
+    fields: dict[str, object] = {
+        "task_id": TASK,
+        "operation_key": "op-1",
+        "sandbox_id": "box-1",
+        "launched": True,
+        "ledger_epoch": "box-1/ledger-9",
+        "launch_digest": "digest-9",
+    }
+    fields.update(changes)
+    return RememberOwned(**fields)  # type: ignore[arg-type]
+
+
+def test_c2_the_record_keeps_the_first_start_s_epoch_and_digest() -> None:
+    kept = remembered(_record(), _remember())
+    assert (kept.ledger_epoch, kept.launch_digest, kept.launched) == (
+        "box-1/ledger-0",
+        "digest-1",
+        True,
+    )
+
+
+def test_c2_a_record_for_another_sandbox_takes_the_new_epoch_but_keeps_the_digest() -> None:
+    kept = remembered(_record(sandbox_id="box-0"), _remember())
+    assert (kept.sandbox_id, kept.ledger_epoch, kept.launch_digest) == (
+        "box-1",
+        "box-1/ledger-9",
+        "digest-1",
+    )
+
+
+def test_c2_launched_never_goes_back_and_a_first_record_is_taken_whole() -> None:
+    assert remembered(_record(), _remember(launched=False)).launched is True
+    fresh = remembered(None, _remember())
+    assert (fresh.ledger_epoch, fresh.launch_digest) == ("box-1/ledger-9", "digest-9")
+    unlaunched = remembered(_record(launched=False), _remember())
+    assert unlaunched.ledger_epoch == "box-1/ledger-9"
+
+
+def test_c4_an_ownership_check_is_the_harness_s_to_answer() -> None:
+    mine, theirs = _record(), _record(launched=False)
+    assert known_to_launch(mine, theirs, for_launch=False) is theirs
+    assert known_to_launch(mine, None, for_launch=False) is None
+    assert known_to_launch(mine, "junk", for_launch=False) is None
+
+
+def test_c2_for_a_launch_the_record_that_knows_a_start_may_have_left_answers() -> None:
+    mine, theirs = _record(), _record(launched=False)
+    assert known_to_launch(mine, theirs, for_launch=True) is mine
+    assert known_to_launch(mine, None, for_launch=True) is mine
+    assert known_to_launch(None, theirs, for_launch=True) is theirs
+    both = _record(ledger_epoch="theirs")
+    assert known_to_launch(mine, both, for_launch=True) is both
+
+
+@pytest.mark.parametrize(
+    ("expect_claim", "epoch", "ledger", "admitted"),
+    [
+        (False, None, "e-1", True),  # a first start: nothing may have left
+        (False, "e-1", "e-1", True),  # a first start under the epoch of now
+        (False, "e-1", "e-2", False),  # the ledger was lost since: a held copy
+        (True, "e-1", "e-1", True),  # expected, and the ledger proves it never came
+        (True, "e-1", "e-2", False),  # expected, and the proof is gone
+        (True, None, "e-1", False),  # expected, and no proof at all
+        (True, "e-1", None, False),  # a sandbox that cannot tell its epoch
+    ],
+)
+def test_c2_a_sandbox_launches_an_unclaimed_task_only_with_proof(
+    expect_claim: bool, epoch: str | None, ledger: str | None, admitted: bool
+) -> None:
+    proof = ClaimProof(expect_claim=expect_claim, epoch=epoch)
+    assert proof.admits_unclaimed(ledger) is admitted
+    start = _start(expect_claim=expect_claim, claim_epoch=epoch)
+    assert claim_verdict(start, None, ledger) == ("launch" if admitted else "claim_lost")
+
+
+def test_c2_c3_a_claimed_task_is_a_retry_or_a_conflict_whatever_the_proof() -> None:
+    start = _start(expect_claim=True, claim_epoch=None)
+    assert claim_verdict(start, "digest-1", "e-1") == "deduplicated"
+    assert claim_verdict(start, "digest-2", "e-1") == "conflict"
