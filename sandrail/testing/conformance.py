@@ -103,9 +103,12 @@ class ConformanceReport:
 
     @property
     def passed(self) -> bool:
+        """True when every scenario passed and no campaign plan failed."""
         return not self.failures and all(error is None for error in self.scenarios.values())
 
     def summary(self) -> str:
+        """A few lines for a person: scenarios passed, plans run and failed, and
+        the first failures."""
         lines = [
             f"scenarios: {sum(e is None for e in self.scenarios.values())}/{len(self.scenarios)}"
             f" passed; campaign: {self.plans} plans, {len(self.failures)} failed"
