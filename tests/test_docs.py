@@ -533,3 +533,18 @@ def test_readme_names_the_mermaid_release_the_build_uses() -> None:
     hook = (DOCS / "_hooks" / "offline.py").read_text(encoding="utf-8")
     (version,) = re.findall(r'^MERMAID_VERSION = "(.+)"$', hook, re.M)
     assert f"npm install --no-save mermaid@{version} " in README.read_text(encoding="utf-8")
+
+
+_UNWRITTEN = re.compile(r"\b(TODO|TBD|FIXME|to be written|placeholder|coming soon)\b", re.I)
+
+
+def test_no_page_is_left_unwritten() -> None:
+    """Issue 21: no page of the README or the site says it is still to be
+    written."""
+    unwritten = [
+        f"{page.relative_to(ROOT)}:{number}: {line.strip()}"
+        for page in RUN_PAGES
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if _UNWRITTEN.search(line)
+    ]
+    assert unwritten == []
