@@ -151,6 +151,7 @@ class SQLiteRecord:
 
     @property
     def path(self) -> Path:
+        """The database file."""
         return self._path
 
     @contextmanager
@@ -251,6 +252,7 @@ class SQLiteRecord:
         return [answer_from_row(dict(row)) for row in rows]
 
     def close(self) -> None:
+        """Close the database connection."""
         with self._lock:
             self._db.close()
 
