@@ -19,8 +19,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-# The real PostgreSQL server of the record and fleet tests (session scope).
-pytest_plugins = ["tests.postgres_server"]
+# The real PostgreSQL server of the record and fleet tests (session scope),
+# and the ``untraced`` marker that pauses coverage for a test (under --cov).
+pytest_plugins = ["tests.postgres_server", "tests.coverage_pause"]
 
 settings.register_profile("default", max_examples=30, deadline=None)
 settings.register_profile(
