@@ -10,7 +10,10 @@
 - ``campaign``: long hunts for rare bugs (5,000 examples a property).
 
 Coverage is off unless ``--cov`` asks for it (pyproject.toml: 95% branch
-coverage of ``sandrail.core``), so one file runs green alone.
+coverage of ``sandrail.core``), so one file runs green alone. Tests marked
+``untraced`` (heavy ones whose core branches lighter tests also reach) run
+with coverage paused: ``tests/coverage_pause.py`` says why pytest-cov's own
+``no_cover`` cannot do that under pytest-xdist.
 """
 
 from __future__ import annotations
