@@ -99,6 +99,7 @@ def _assert_accepted(result: ToolResult) -> None:
     assert result.error_type == ErrorCode.POLICY_DENIED.value, result.to_json()
 
 
+@pytest.mark.untraced
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("tool", TOOLS_WITH_ARGUMENTS)
 def test_schema_valid_arguments_are_never_refused_as_invalid(tool: str, profile: Profile) -> None:
@@ -135,6 +136,7 @@ def test_schema_valid_arguments_are_never_refused_as_invalid(tool: str, profile:
     check()
 
 
+@pytest.mark.untraced
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("tool", TOOLS_WITH_ARGUMENTS)
 def test_cross_check_with_hypothesis_jsonschema(tool: str, profile: Profile) -> None:
