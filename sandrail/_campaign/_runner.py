@@ -268,12 +268,7 @@ def _tally(report: CampaignReport, outcome: PlanOutcome) -> None:
             report.coverage.setdefault(kind, Counter())[record.result.status] += 1
     transient = {kind.value for kind in TRANSIENT_KINDS}
     for retry in outcome.retries:
-        report.reconciled.setdefault(retry.kind, Counter())[retry.status] += 1
-        if retry.kind in transient:
-            report.retry_steps.setdefault(retry.step, Counter())[retry.status] += 1
-        if retry.status == "uncertain":
-            reasons = report.retry_reasons.setdefault(retry.kind, Counter())
-            reasons[retry.error_type or "?"] += 1
+        report.count_retry(retry, transient)
 
 
 def _run_item(report: CampaignReport, item: Item, failures_dir: Path | None) -> None:

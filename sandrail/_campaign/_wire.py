@@ -534,14 +534,10 @@ class WireReport(Tallies):
             for fault in record.faults:
                 self.coverage.setdefault(fault.kind.value, Counter())[record.result.status] += 1
         for retry in outcome.retries:
-            self.reconciled.setdefault(retry.kind, Counter())[retry.status] += 1
-            if retry.kind in _TRANSIENT:
-                self.retry_steps.setdefault(retry.step, Counter())[retry.status] += 1
-            if retry.status == "uncertain":
-                reasons = self.retry_reasons.setdefault(retry.kind, Counter())
-                reasons[retry.error_type or "?"] += 1
-                if retry.kind in _TRANSIENT and len(self.undecided) < _UNDECIDED_SHOWN:
-                    self.undecided.append((plan, retry.error_type or "?"))
+            self.count_retry(retry, _TRANSIENT)
+            undecided = retry.status == "uncertain" and retry.kind in _TRANSIENT
+            if undecided and len(self.undecided) < _UNDECIDED_SHOWN:
+                self.undecided.append((plan, retry.error_type or "?"))
 
     def absorb(self, other: WireReport) -> None:
         self.planned += other.planned
