@@ -24,7 +24,15 @@ from typing import Final
 from sandrail.core import OwnedCommand, ToolRequest
 
 from ._protocol import Answer, RecordError, answer_from_row, merge_owned, owned_from_row
-from ._tables import SCHEMA_VERSION, SQLITE, answer_values, owned_values, session_of, settle_values
+from ._tables import (
+    OWNED_COLUMNS,
+    SCHEMA_VERSION,
+    SQLITE,
+    answer_values,
+    owned_values,
+    session_of,
+    settle_values,
+)
 
 __all__ = ["SQLITE_MAGIC", "SQLiteRecord"]
 
@@ -162,16 +170,7 @@ class SQLiteRecord:
         return f"SQLiteRecord({str(self._path)!r})"
 
 
-_REMEMBER: Final = """INSERT INTO sandrail_owned (session_id, task_id, operation_key,
-        sandbox_id, launched, ledger_epoch, launch_digest)
-    VALUES (?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (session_id, task_id) DO UPDATE SET
-        operation_key = excluded.operation_key,
-        sandbox_id = excluded.sandbox_id,
-        launched = excluded.launched,
-        ledger_epoch = excluded.ledger_epoch,
-        launch_digest = excluded.launch_digest,
-        updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"""
+_REMEMBER: Final = SQLITE.upsert("sandrail_owned", OWNED_COLUMNS)
 """Writes the row :func:`~sandrail.records.merge_owned` settled on (under the write lock)."""
 
 _SELECT_OWNED: Final = SQLITE.select_owned()

@@ -10,6 +10,7 @@ write lock, PostgreSQL in one ``ON CONFLICT`` statement).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
@@ -19,6 +20,8 @@ from sandrail.core import OwnedCommand, ToolRequest
 from ._protocol import Answer, RecordError, dumps
 
 __all__ = [
+    "ANSWER_COLUMNS",
+    "OWNED_COLUMNS",
     "POSTGRES",
     "SCHEMA_VERSION",
     "SQLITE",
@@ -30,6 +33,27 @@ __all__ = [
 ]
 
 SCHEMA_VERSION: Final = "1"
+
+OWNED_COLUMNS: Final = (
+    "session_id",
+    "task_id",
+    "operation_key",
+    "sandbox_id",
+    "launched",
+    "ledger_epoch",
+    "launch_digest",
+)
+"""The columns of ``sandrail_owned`` a record writes, in the order of :func:`owned_values`."""
+ANSWER_COLUMNS: Final = (
+    "session_id",
+    "task_id",
+    "status",
+    "error_type",
+    "tool",
+    "owner",
+    "locator",
+)
+"""The columns of ``sandrail_answers`` a record writes, in the order of :func:`answer_values`."""
 """The version both records write in ``sandrail_meta`` and refuse to read another of."""
 
 
@@ -86,19 +110,19 @@ class Dialect:
             f"FROM sandrail_owned WHERE session_id = {self.param} AND task_id = {self.param}"
         )
 
+    def upsert(self, table: str, columns: Sequence[str]) -> str:
+        """Writes one task's row of ``table`` whole, over what it held:
+        ``columns`` in order, the two keys (session, task) first."""
+        marks = ", ".join([self.param] * len(columns))
+        changes = "".join(f"{name} = excluded.{name}, " for name in columns[2:])
+        return (
+            f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) "
+            f"ON CONFLICT (session_id, task_id) DO UPDATE SET {changes}updated_at = {self.now}"
+        )
+
     def note_uncertain(self) -> str:
         """Writes an uncertain answer over the task's last (:func:`answer_values`)."""
-        marks = ", ".join([self.param] * 7)
-        return f"""INSERT INTO sandrail_answers (session_id, task_id, status, error_type,
-                tool, owner, locator)
-            VALUES ({marks})
-            ON CONFLICT (session_id, task_id) DO UPDATE SET
-                status = excluded.status,
-                error_type = excluded.error_type,
-                tool = excluded.tool,
-                owner = excluded.owner,
-                locator = excluded.locator,
-                updated_at = {self.now}"""
+        return self.upsert("sandrail_answers", ANSWER_COLUMNS)
 
     def settle(self) -> str:
         """Settles an uncertain answer, and only an uncertain one (:func:`settle_values`)."""
