@@ -38,6 +38,7 @@ from sandrail.core._env_strict import STRICT_ENV_NAME_PATTERN
 from sandrail.core._profiles import _PATTERN_WORDS, VENDOR_PATTERNS
 from sandrail.core._validation import ecma_regex
 from sandrail.interpreters.simulator import Simulator
+from sandrail.testing import native_identity
 from sandrail.testing.strategies import schema_values
 from tests.jsonschema_draws import jsonschema_values
 
@@ -72,16 +73,8 @@ def _toolset(owner_mode: str) -> sandrail.Toolset:
     if owner_mode == "agent":
         return sandrail.Toolset(owner=sandrail.AgentOwner(agent_id="agent-1"), **common)
     scope = {"tenant": "t1"}
-    identity = sandrail.NativeIdentity(
-        scope=scope,
-        run_id="run-1",
-        turn_id="turn-1",
-        build_id="build-1",
-        task_chain_id="chain-1",
-        parent_run_id=None,
-        execution_fence=1,
-    )
-    return sandrail.Toolset(owner=sandrail.NativeOwner(scope=scope), identity=identity, **common)
+    owner = sandrail.NativeOwner(scope=scope)
+    return sandrail.Toolset(owner=owner, identity=native_identity(scope=scope), **common)
 
 
 TOOLSETS = {mode: _toolset(mode) for mode in ("agent", "native")}
