@@ -47,6 +47,7 @@ from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import CHECKS, CONTRACT_LINES, ContractViolationError, Violation, judge
 from ._truth import GroundTruth, Strike, Target, TargetFactory
 from ._world import World
+from ._world_ports import WatchedToolset
 from .conformance import (
     BackendConformance,
     ConformanceReport,
@@ -84,6 +85,7 @@ __all__ = [
     "TargetFactory",
     "Violation",
     "WatchedPort",
+    "WatchedToolset",
     "World",
     "check_backend",
     "judge",
