@@ -145,6 +145,54 @@ def test_issue21_1_a_pydantic_ai_agent_on_a_worlds_toolset_is_judged() -> None:
         world.assert_contract()
 
 
+def test_issue21_1_an_anthropic_harness_repeating_an_uncertain_call_is_judged() -> None:
+    from sandrail.adapters.anthropic import AnthropicTools
+
+    arguments = {
+        "command": "echo hi",
+        "cwd": None,
+        "timeout": None,
+        "env": None,
+        "background": None,
+    }
+    with World.simulated(LOST_START) as world:
+        tools = AnthropicTools(world.toolset(), run_id="conversation-1")
+        answers = [
+            tools.handle_sync(
+                {"type": "tool_use", "id": f"toolu_{n}", "name": "run_command", "input": arguments}
+            )
+            for n in (1, 2)  # the model repeats the call it read as uncertain
+        ]
+        assert [json.loads(str(a["content"]))["status"] for a in answers] == ["uncertain", "ok"]
+        assert [record.key for record in world.calls] == ["conversation-1:toolu_1"] * 2
+        assert world.launched_commands() == {"echo hi": 1}
+        world.assert_contract()
+
+
+def test_issue21_1_an_agents_sdk_agent_on_a_worlds_toolset_is_judged() -> None:
+    from agents import Agent, RunConfig, Runner
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from sandrail.adapters.openai_agents import function_tools
+
+    arguments = {
+        "command": "echo hi",
+        "cwd": None,
+        "timeout": None,
+        "env": None,
+        "background": None,
+    }
+    model = ScriptedModel(
+        [[function_call("run_command", arguments, call_id="call_1")], [assistant_message("ok")]]
+    )
+    with World.simulated() as world:
+        agent = Agent(name="ops", model=model, tools=function_tools(world.toolset()))
+        asyncio.run(Runner.run(agent, "Say hi.", run_config=RunConfig(tracing_disabled=True)))
+        assert [(record.tool, record.status) for record in world.calls] == [("run_command", "ok")]
+        assert world.launched_commands() == {"echo hi": 1}
+        world.assert_contract()
+
+
 def test_issue21_1_a_toolset_made_around_the_world_is_still_refused_not_judged() -> None:
     with World.simulated() as world:
         assert world.sim is not None

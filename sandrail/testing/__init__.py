@@ -9,10 +9,10 @@ line a run broke::
 
     def test_my_loop_survives_a_lost_start_answer() -> None:
         with World.simulated([Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)]) as world:
-            port = world.command_tools()
-            result = my_agent_loop(port)             # retries `uncertain` with the same key
-            assert result.status == "ok"
-            assert world.launches_of(port, "run-7:call-1") == 1
+            tools = world.toolset()                  # or world.command_tools(): ports
+            result = my_agent_loop(tools)            # retries `uncertain` with the same key
+            assert result.content["exit_code"] == 0
+            assert world.launched_commands()["echo hi"] == 1   # whatever keys it used
             world.assert_contract()                  # every call, against ground truth
 
 For a backend author: a :class:`Target` (the backend, its
