@@ -67,7 +67,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple, Unpack
 
 from sandrail._approval import Approvals, rejection
-from sandrail._masks import Masks
+from sandrail._masks import masks_for
 from sandrail._options import (
     PortOptions,
     RememberOwnedCallback,
@@ -210,8 +210,9 @@ class Toolset:
             "remember_owned_command": remember,
             "redact": tuple(redact) if not isinstance(redact, str) else redact,
         }
-        # One memory of values to mask for all the toolset's ports (C17).
-        self._masks = Masks()
+        # One memory of values to mask for all the toolset's ports (C17):
+        # the session's on its backend, which other ports of it share too.
+        self._masks = masks_for(given["backend"], given["session_id"])
         for group in dict.fromkeys(groups):
             port = build_port(
                 group,

@@ -157,6 +157,11 @@ class Proxy:
                 conn.start_next_cycle()
         except (_Closed, ConnectionError, h11.ProtocolError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # The server is stopping with this exchange in flight. Nothing
+            # awaits a connection's task, and asyncio's streams (3.11) would
+            # print a cancelled one as an error (issue 20, item 10).
+            pass
         finally:
             self._idle.discard(writer)
             self._open.discard(writer)
@@ -313,7 +318,14 @@ class Proxy:
                 put(h11.EndOfMessage())
             else:
                 while True:
-                    event = await _next(conn, reader)
+                    try:
+                        event = await _next(conn, reader)
+                    except (_Closed, ConnectionError, h11.ProtocolError):
+                        # The client hung up mid-body (a cancelled call):
+                        # uvicorn is told by the same hang-up, so its app
+                        # stops waiting for the rest (issue 20, item 10).
+                        up_writer.close()
+                        return
                     if isinstance(event, h11.Data):
                         put(h11.Data(data=event.data))
                         if upstream_open:
@@ -325,7 +337,8 @@ class Proxy:
                         put(h11.EndOfMessage())
                         break
                     else:
-                        raise _Closed
+                        up_writer.close()
+                        return
             with contextlib.suppress(ConnectionError):
                 await up_writer.drain()
 
