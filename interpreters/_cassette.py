@@ -175,6 +175,7 @@ def decode_outcome(data: Any) -> Outcome:
 
 
 def encode_failure(failure: EffectFailure) -> dict[str, Any]:
+    """An :class:`~sandrail.core.EffectFailure` as a recording keeps it."""
     return {
         "delivery": failure.delivery.value,
         "detail": failure.detail,
@@ -537,18 +538,22 @@ class Cassette:
 
     @property
     def tools(self) -> ToolSet:
+        """The tool group the recorded port offered."""
         return self.header["tools"]  # type: ignore[no-any-return]
 
     @property
     def owner(self) -> Owner:
+        """The recorded port's owner."""
         return decode_owner(self.header["owner"])
 
     @property
     def settings(self) -> Mapping[str, Any]:
+        """The recorded port's settings, as plain data."""
         return self.header["settings"]  # type: ignore[no-any-return]
 
     @property
     def step_count(self) -> int:
+        """How many effects the recording holds, over all its calls."""
         return sum(len(call.steps) for call in self.calls)
 
 

@@ -134,6 +134,8 @@ class ToolPort:
 
     @property
     def settings(self) -> PortSettings:
+        """The port's settings: session, owner, budget and the other options it
+        was built with."""
         return self._binding.settings
 
     def definition(self, name: str) -> ToolDefinition:

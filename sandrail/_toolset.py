@@ -247,6 +247,7 @@ class Toolset:
 
     @property
     def session_id(self) -> str:
+        """The session every tool of this toolset belongs to."""
         return self._session_id
 
     @property
