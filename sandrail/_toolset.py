@@ -162,6 +162,10 @@ class Toolset:
     module doc).
     """
 
+    _port_type: Callable[..., ToolPort] = ToolPort
+    """What builds the ports (:func:`~sandrail._port.build_port`'s
+    ``port_type``): the testing kit's world builds ports it watches."""
+
     def __init__(
         self,
         *,
@@ -210,7 +214,13 @@ class Toolset:
         # the session's on its backend, which other ports of it share too.
         self._masks = masks_for(given["backend"], given["session_id"])
         for group in dict.fromkeys(groups):
-            port = build_port(group, shared, masks=self._masks, answers=given["record"])
+            port = build_port(
+                group,
+                shared,
+                masks=self._masks,
+                answers=given["record"],
+                port_type=self._port_type,
+            )
             for definition in port.definitions:
                 self._ports[definition.name] = port
         self._session_id = given["session_id"]
