@@ -32,12 +32,16 @@ rejection_message=rejection(toolset))`` runs nothing and sends the model
 sandrail's ``approval_rejected`` result (or give the run
 ``RunConfig(tool_error_formatter=tool_error_formatter(toolset))`` to send it
 for every rejection of these tools). An approved call's operation key must be
-the same in every process that resumes the saved ``RunState``, so by default
-its run part is what the state itself carries: the run's trace id (the SDK
-keeps it in ``RunState.to_string()`` and reattaches it on resume), or, with
-tracing off, nothing: the key is then ``approved:{call_id}`` (the call id
-travels in the state; real models' call ids are unique, but a scripted model
-that reuses call ids across runs with tracing off needs ``run_id=``). A
+the same in every process that resumes the saved ``RunState``, whatever
+``RunConfig`` it resumes with, so by default it is built from what the state
+itself carries: the call id. The key is ``approved:{call_id}``, never the
+resuming run's trace id (a ``RunConfig(trace_id=...)`` per request, or
+tracing on in one worker and off in another, would give one approval two
+keys). Real models' call ids are unique; a scripted model (or a provider)
+that reuses call ids across runs of one session needs ``run_id=`` (a
+function of the context that the saved state carries too, such as
+``lambda ctx: ctx.context.run_id``), or a new run's approved call would be
+taken for the old one's retry. A
 state resumed twice, from one saved copy, in two processes, then launches
 once (C2). Arguments that are not a JSON object are the SDK's to judge: it
 asks for approval of them before this adapter sees them; approved, they are
@@ -320,14 +324,13 @@ class _RunIds:
 
 
 def _saved_run(ctx: Any) -> str:
-    """The run part of an approved call's key: what a saved ``RunState``
-    carries, so every process resuming it derives the same key: the run's
-    trace id, else nothing (the key is then the call id's alone)."""
-    from agents.tracing import get_current_trace
-
-    trace_id = getattr(get_current_trace(), "trace_id", None)
-    if isinstance(trace_id, str) and trace_id.startswith("trace_"):
-        return trace_id
+    """The run part of an approved call's key: ``approved``, so the key is
+    ``approved:{call_id}``, built from the call id the saved ``RunState``
+    carries alone. Never the resuming run's trace id or tracing setting
+    (issue 18 follow-up B2): a harness that gives each resume its own
+    ``RunConfig(trace_id=...)``, or resumes one copy with tracing on and
+    another with it off, would otherwise give one approval two keys."""
+    del ctx  # the call id is the key's other part; nothing else here travels
     return "approved"
 
 
