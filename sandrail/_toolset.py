@@ -44,11 +44,15 @@ under that earlier call's operation key while the earlier call is
 *unsettled*: its result was ``uncertain`` or ``approval_required``, or it
 never reached the model (its await was cancelled). The repeat then
 reconciles instead of launching a second time, even if the model never saw
-the locator. Repeats match only within one run: the run id the call passes
-(``run_id=``; by default the part of its operation key before
-``:{call_id}``), so a later run's identical call is always a new call,
-never an earlier run's result. Arguments match as the port reads them (a
-``timeout`` of ``null`` is the default it stands for). Once a result of
+the locator. Repeats match across runs: a model following an uncertain
+result's instruction may repeat the call on a later run or turn (a new
+pydantic-ai run id, a new ``Runner.run``, a new Anthropic ``run_id``), and
+that repeat is still the first call's (only a call whose key is not of the
+form ``f"{run}:{call_id}"``, and that passes no ``run_id=``, matches no
+other). So while an earlier identical call is unsettled, a later run's
+identical call reconciles it rather than launching anew. Arguments match
+as the port reads them (a ``timeout`` of ``null`` is the default it stands
+for). Once a result of
 the earlier call's own task (``ok``, or an ``error`` naming its
 ``task_id``) was returned for that key, the next identical call is a new
 call and runs anew; a refusal that ran nothing (a budget too small for the

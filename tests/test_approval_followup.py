@@ -1,0 +1,207 @@
+"""Issue 18 follow-up: what an outside attack on approval and the
+model-facing results found (B1-B6), each as the test that failed before its
+fix. Offline, on the simulator (its world lives in this process, so fresh
+toolsets and adapters sharing one simulator stand for fresh processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from sandrail.interpreters.simulator import Simulator
+from tests.approval_rig import NULLS, FIRST, make_toolset
+
+
+def _launches(sim: Simulator) -> int:
+    return sum(sim.launches.values())
+
+
+# -- B2: a saved Agents SDK approval, resumed under any RunConfig, launches once
+
+
+def _resume_agents(sim: Simulator, saved: str, run_config: Any) -> dict[str, Any]:
+    from agents import Runner, RunState
+    from agents.testing import assistant_message
+
+    from tests.approval_rig import _agents_agent
+
+    agent = _agents_agent(make_toolset(sim), [[assistant_message("done")]])
+
+    async def resume() -> Any:
+        state = await RunState.from_string(agent, saved)
+        state.approve(state.get_interruptions()[0])
+        return await Runner.run(agent, state, run_config=run_config)
+
+    result = asyncio.run(resume())
+    (sent,) = [i.output for i in result.new_items if i.type == "tool_call_output_item"]
+    parsed: dict[str, Any] = json.loads(sent)
+    return parsed
+
+
+@pytest.mark.parametrize("saved_tracing", [True, False], ids=["saved-traced", "saved-untraced"])
+def test_issue18_item2_c2_agents_sdk_copy_resumed_under_any_run_config_launches_once(
+    saved_tracing: bool,
+) -> None:
+    """B2: the key of an approved call comes from what the saved ``RunState``
+    carries, never from the resuming run's trace id or tracing setting: one
+    saved copy resumed with its own ``RunConfig(trace_id=...)``, with tracing
+    off and with tracing on launches once, all under one key."""
+    from agents import RunConfig, Runner
+    from agents.testing import assistant_message, function_call
+
+    from tests.approval_rig import _agents_agent
+
+    sim = Simulator()
+    call = function_call("run_command", {**NULLS, "command": "echo deploy"}, call_id="call_1")
+    first = asyncio.run(
+        Runner.run(
+            _agents_agent(make_toolset(sim), [[call], [assistant_message("done")]]),
+            "go",
+            run_config=RunConfig(tracing_disabled=not saved_tracing),
+        )
+    )
+    saved = first.to_state().to_string()
+    configs = [
+        RunConfig(trace_id="trace_" + "a" * 32),
+        RunConfig(tracing_disabled=True),
+        RunConfig(trace_id="trace_" + "b" * 32),
+        RunConfig(),
+    ]
+    sent = [_resume_agents(sim, saved, config) for config in configs]
+    assert len({s["operation_key"] for s in sent}) == 1, [s["operation_key"] for s in sent]
+    assert [(s["status"], s["deduplicated"]) for s in sent] == [("ok", False)] + [("ok", True)] * 3
+    assert _launches(sim) == 1
+
+
+# -- B1: an uncertain call repeated as told, on a later run, is matched to it
+
+
+def _lossy(session: str = "b1-session") -> tuple[Simulator, Any]:
+    """A toolset whose first start's answer is lost: that call is
+    ``uncertain`` although the command ran."""
+    import sandrail
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
+    from sandrail.testing import FaultyBackend
+
+    sim = Simulator()
+    plan = FaultPlan([Fault(effect="Start", occurrence=0, kind=FaultKind.RESPONSE_LOST, when="after")])
+    tools = sandrail.Toolset(
+        backend=FaultyBackend(sim, plan),
+        session_id=session,
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    return sim, tools
+
+
+DEPLOY = {**NULLS, "command": "echo deploying"}
+
+
+def test_issue18_item3_c2_an_uncertain_call_repeated_in_a_later_run_reconciles() -> None:
+    """B1, the toolset's own rule: a repeat with another run id (a new
+    pydantic-ai run, a new ``Runner.run``) is still the model following the
+    uncertain result's instruction: it runs under the first call's key."""
+    sim, tools = _lossy()
+    first = tools.call_sync(
+        "run_command",
+        DEPLOY,
+        call_id="t1",
+        operation_key="run-1:t1",
+        profile="openai-strict",
+        reconcile_repeats=True,
+        run_id="run-1",
+    )
+    assert first.status == "uncertain"
+    again = tools.call_sync(
+        "run_command",
+        DEPLOY,
+        call_id="t2",
+        operation_key="run-2:t2",
+        profile="openai-strict",
+        reconcile_repeats=True,
+        run_id="run-2",
+    )
+    assert (again.status, again.content["operation_key"]) == ("ok", "run-1:t1")
+    assert again.content["deduplicated"] is True
+    assert _launches(sim) == 1
+
+
+def test_issue18_item3_c2_pydantic_ai_uncertain_call_repeated_next_turn_launches_once() -> None:
+    """B1: the model repeats the uncertain call on the next user turn (a new
+    ``Agent.run`` over the history, so a new run id)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import (
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+    from pydantic_ai.models.function import FunctionModel
+
+    from sandrail.adapters.pydantic_ai import toolset as adapt
+
+    sim, tools = _lossy()
+
+    def respond(messages: list[Any], info: Any) -> Any:
+        last = messages[-1].parts
+        if any(isinstance(p, UserPromptPart) and "again" in str(p.content) for p in last):
+            return ModelResponse(parts=[ToolCallPart("run_command", DEPLOY, tool_call_id="t2")])
+        if any(isinstance(p, ToolReturnPart) for p in last):
+            return ModelResponse(parts=[TextPart("It may have run.")])
+        return ModelResponse(parts=[ToolCallPart("run_command", DEPLOY, tool_call_id="t1")])
+
+    agent = Agent(FunctionModel(respond), toolsets=[adapt(tools)])
+    first = agent.run_sync("Deploy.")
+    second = agent.run_sync("Repeat it again, exactly.", message_history=first.all_messages())
+    sent = [
+        json.loads(part.content)
+        for message in second.all_messages()
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    ]
+    assert [s["status"] for s in sent] == ["uncertain", "ok"]
+    assert sent[1]["operation_key"] == sent[0]["operation_key"]
+    assert _launches(sim) == 1
+
+
+def test_issue18_item3_c2_agents_sdk_uncertain_call_repeated_in_a_new_run_launches_once() -> None:
+    """B1: the model repeats the uncertain call in a new ``Runner.run`` over
+    the history (the adapter's default run id is one per run)."""
+    from agents import Agent, RunConfig, Runner
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from sandrail.adapters.openai_agents import function_tools
+
+    sim, tools = _lossy()
+    model = ScriptedModel(
+        [
+            [function_call("run_command", DEPLOY, call_id="call_1")],
+            [assistant_message("It may have run.")],
+            [function_call("run_command", DEPLOY, call_id="call_2")],
+            [assistant_message("done")],
+        ]
+    )
+    agent = Agent(name="ops", model=model, tools=function_tools(tools))
+    offline = RunConfig(tracing_disabled=True)
+
+    async def two_runs() -> list[Any]:
+        first = await Runner.run(agent, "Deploy.", run_config=offline)
+        again = [*first.to_input_list(), {"role": "user", "content": "Repeat it exactly."}]
+        return [first, await Runner.run(agent, again, run_config=offline)]
+
+    runs = asyncio.run(two_runs())
+    sent = [
+        json.loads(item.output)
+        for run in runs
+        for item in run.new_items
+        if item.type == "tool_call_output_item"
+    ]
+    assert [s["status"] for s in sent] == ["uncertain", "ok"]
+    assert sent[1]["operation_key"] == sent[0]["operation_key"]
+    assert _launches(sim) == 1
