@@ -205,3 +205,76 @@ def test_issue18_item3_c2_agents_sdk_uncertain_call_repeated_in_a_new_run_launch
     assert [s["status"] for s in sent] == ["uncertain", "ok"]
     assert sent[1]["operation_key"] == sent[0]["operation_key"]
     assert _launches(sim) == 1
+
+
+# -- B3: a key that already launched is never answered `executed: false`
+
+
+class _Turning:
+    """A policy that asks a person about ``deploy``, until ``deny`` is set:
+    from then on it refuses it."""
+
+    def __init__(self) -> None:
+        self.deny = False
+
+    def __call__(self, request: Any) -> Any:
+        import sandrail
+
+        if "deploy" not in str(request.call.arguments.get("command", "")):
+            return sandrail.ALLOW
+        if self.deny:
+            return sandrail.Deny(reason="No more deploys today.")
+        return sandrail.ApprovalRequired(interaction_id="ask-1")
+
+
+def _approving(sim: Simulator, policy: Any = None) -> Any:
+    import sandrail
+
+    return sandrail.Toolset(
+        backend=sim,
+        session_id="b3-session",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=policy if policy is not None else _Turning(),
+        assert_authority=lambda request: True,
+    )
+
+
+def _deploy(tools: Any, *, approved: bool = False, key: str = "run-1:c1") -> Any:
+    return tools.call_sync(
+        "run_command",
+        {"command": "echo deploy"},
+        call_id=key.split(":")[-1],
+        operation_key=key,
+        approved=approved,
+    )
+
+
+def test_issue18_c5_c2_a_launched_key_asked_about_again_answers_its_launch() -> None:
+    """B3: after an approved call ran, the identical call under the same key
+    (a retry, ``handle`` after ``approve``) is not asked about again as if
+    nothing ran: it answers the key's one launch (``deduplicated``)."""
+    sim = Simulator()
+    tools = _approving(sim)
+    assert _deploy(tools, approved=True).status == "ok"
+    again = _deploy(tools)
+    assert (again.status, again.content["deduplicated"]) == ("ok", True), again.to_json()
+    assert _launches(sim) == 1
+
+
+def test_issue18_c5_c8_a_launched_key_denied_now_is_never_executed_false() -> None:
+    """B3: a policy that now denies a key that already launched gets its
+    way (nothing more is sent), but the model is never told nothing ran: the
+    result is ``uncertain`` with the task's locator and says to read it."""
+    sim, policy = Simulator(), _Turning()
+    tools = _approving(sim, policy)
+    first = _deploy(tools, approved=True)
+    assert first.status == "ok"
+    policy.deny = True
+    for approved in (False, True):
+        denied = _deploy(tools, approved=approved)
+        content = denied.content
+        assert (denied.status, content["error_type"]) == ("uncertain", "policy_denied"), content
+        assert content.get("executed") is not False
+        assert content["task_id"] == first.content["task_id"]
+        assert "read_command_output" in content["instruction"]
+    assert _launches(sim) == 1
