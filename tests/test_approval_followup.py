@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sandrail.interpreters.simulator import Simulator
-from tests.approval_rig import NULLS, FIRST, make_toolset
+from tests.approval_rig import FIRST, NULLS, make_toolset
 
 
 def _launches(sim: Simulator) -> int:
@@ -23,13 +23,15 @@ def _launches(sim: Simulator) -> int:
 # -- B2: a saved Agents SDK approval, resumed under any RunConfig, launches once
 
 
-def _resume_agents(sim: Simulator, saved: str, run_config: Any) -> dict[str, Any]:
+def _resume_agents(
+    sim: Simulator, saved: str, run_config: Any, tools: Any = None
+) -> dict[str, Any]:
     from agents import Runner, RunState
     from agents.testing import assistant_message
 
     from tests.approval_rig import _agents_agent
 
-    agent = _agents_agent(make_toolset(sim), [[assistant_message("done")]])
+    agent = _agents_agent(tools or make_toolset(sim), [[assistant_message("done")]])
 
     async def resume() -> Any:
         state = await RunState.from_string(agent, saved)
@@ -88,7 +90,8 @@ def _lossy(session: str = "b1-session") -> tuple[Simulator, Any]:
     from sandrail.testing import FaultyBackend
 
     sim = Simulator()
-    plan = FaultPlan([Fault(effect="Start", occurrence=0, kind=FaultKind.RESPONSE_LOST, when="after")])
+    lost = Fault(effect="Start", occurrence=0, kind=FaultKind.RESPONSE_LOST, when="after")
+    plan = FaultPlan([lost])
     tools = sandrail.Toolset(
         backend=FaultyBackend(sim, plan),
         session_id=session,
@@ -277,4 +280,107 @@ def test_issue18_c5_c8_a_launched_key_denied_now_is_never_executed_false() -> No
         assert content.get("executed") is not False
         assert content["task_id"] == first.content["task_id"]
         assert "read_command_output" in content["instruction"]
+    assert _launches(sim) == 1
+
+
+def _after_launch(sent: dict[str, Any], code: str = "approval_rejected") -> None:
+    assert (sent["status"], sent["error_type"]) == ("uncertain", code), sent
+    assert sent.get("executed") is not False
+    assert isinstance(sent["task_id"], str)
+    assert "read_command_output" in sent["instruction"]
+
+
+def test_issue18_c5_anthropic_reject_or_handle_after_approve_never_says_nothing_ran() -> None:
+    """B3: ``reject(block)`` after ``approve(block)`` ran it answers from the
+    record (``uncertain``, the locator); ``handle(block)`` after ``approve``
+    answers the one launch (``deduplicated``), never "nothing ran"."""
+    from tests.approval_rig import RESUME
+
+    sim = Simulator()
+    tools = make_toolset(sim)
+    first = FIRST["anthropic"](tools, "echo deploy")
+    ran = json.loads(RESUME["anthropic"](tools, first.saved, True, ""))
+    assert ran["status"] == "ok"
+    _after_launch(json.loads(RESUME["anthropic"](tools, first.saved, False, "")))
+    from anthropic.types import ToolUseBlock
+
+    from sandrail.adapters.anthropic import AnthropicTools
+    from tests.approval_rig import RUN_ID
+
+    again = AnthropicTools(tools, run_id=RUN_ID).handle_sync(
+        ToolUseBlock.model_validate_json(first.saved)
+    )
+    sent = json.loads(again["content"])
+    assert (sent["status"], sent["deduplicated"]) == ("ok", True), sent
+    assert _launches(sim) == 1
+
+
+def test_issue18_c5_pydantic_ai_reject_after_approve_never_says_nothing_ran() -> None:
+    """B3: the saved history approved (it ran), then the same history
+    answered with ``rejected(toolset, requests=..., tool_call_id=...)``."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    from sandrail.adapters.pydantic_ai import rejected
+    from tests.approval_rig import _pydantic_agent, _pydantic_returned
+
+    sim = Simulator()
+    tools = make_toolset(sim)
+    first = _pydantic_agent(tools, "echo deploy").run_sync("go")
+    requests = first.output
+    assert isinstance(requests, DeferredToolRequests)
+    history = first.all_messages()
+    outcomes = []
+    for approve in (True, False):  # the rejection is made after the approved copy ran
+        answer = True if approve else rejected(tools, requests=requests, tool_call_id="t1")
+        resumed = _pydantic_agent(tools, "echo deploy").run_sync(
+            message_history=history,
+            deferred_tool_results=DeferredToolResults(approvals={"t1": answer}),
+        )
+        outcomes.append(json.loads(_pydantic_returned(resumed)))
+    assert outcomes[0]["status"] == "ok"
+    _after_launch(outcomes[1])
+    assert _launches(sim) == 1
+
+
+def test_issue18_c5_agents_sdk_reject_after_approve_never_says_nothing_ran() -> None:
+    """B3: one saved copy approved (it ran), another copy of it rejected
+    with ``rejection(toolset, item=item)``."""
+    from agents import Runner, RunState
+    from agents.testing import assistant_message
+
+    from sandrail.adapters.openai_agents import rejection
+    from tests.approval_rig import _agents_agent
+
+    sim = Simulator()
+    tools = make_toolset(sim)
+    first = FIRST["openai_agents"](tools, "echo deploy")
+    assert _resume_agents(sim, first.saved, None, tools)["status"] == "ok"
+    agent = _agents_agent(tools, [[assistant_message("done")]])
+
+    async def reject() -> Any:
+        state = await RunState.from_string(agent, first.saved)
+        item = state.get_interruptions()[0]
+        state.reject(item, rejection_message=rejection(tools, item=item))
+        return await Runner.run(agent, state)
+
+    result = asyncio.run(reject())
+    (sent,) = [i.output for i in result.new_items if i.type == "tool_call_output_item"]
+    _after_launch(json.loads(sent))
+    assert _launches(sim) == 1
+
+
+def test_issue18_c5_mcp_keyed_retry_after_approve_is_not_asked_again() -> None:
+    """B3: a keyed retry of a call the person approved and that ran is not
+    asked about again ("Nothing runs unless you approve"): it answers the
+    one launch; a decline of it then is never "nothing ran"."""
+    from tests.approval_rig import _mcp_call
+
+    sim = Simulator()
+    tools = make_toolset(sim)
+    ran, _ = _mcp_call(tools, "echo deploy", "approve")
+    assert ran.meta["sandrail/status"] == "ok"
+    again, asked = _mcp_call(tools, "echo deploy", "decline")
+    assert asked == []
+    sent = json.loads(again.content[0].text)
+    assert (sent["status"], sent["deduplicated"]) == ("ok", True), sent
     assert _launches(sim) == 1

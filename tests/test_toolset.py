@@ -688,7 +688,9 @@ def test_c2_repeats_reconcile_across_runs_of_one_toolset() -> None:
         sim = _lost_start()
         tools = toolset(sim)
 
-        def call(run: str, call_id: str, explicit: bool = explicit) -> sandrail.ToolResult:
+        def call(
+            run: str, call_id: str, explicit: bool = explicit, tools: Any = tools
+        ) -> sandrail.ToolResult:
             return tools.call_sync(
                 "run_command",
                 {"command": "echo once"},

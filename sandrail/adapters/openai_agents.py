@@ -117,24 +117,46 @@ def function_tools(
     ]
 
 
-def rejection(toolset: Toolset, reason: str | None = None) -> str:
+def rejection(
+    toolset: Toolset, reason: str | None = None, *, item: Any = None, run_id: str | None = None
+) -> str:
     """The text to send the model when a person rejected its call:
-    ``state.reject(item, rejection_message=rejection(toolset))``. It is
-    :meth:`Toolset.rejection <sandrail.Toolset.rejection>`'s JSON (``status:
-    "error"``, ``approval_rejected``, ``executed: false``, what to do
-    instead, and ``reason`` when given)."""
-    return toolset.rejection(reason).to_json()
+    ``state.reject(item, rejection_message=rejection(toolset, item=item))``.
+    It is :meth:`Toolset.rejection <sandrail.Toolset.rejection>`'s JSON
+    (``status: "error"``, ``approval_rejected``, ``executed: false``, what
+    to do instead, and ``reason`` when given). Given the approval ``item``,
+    a call that already ran under its key (approved on one copy of the
+    state, rejected on another) is answered ``uncertain`` with the task's
+    locator instead, never "nothing ran" (C5). ``run_id``: the string given
+    to :func:`function_tools`, if one was (a function cannot be followed
+    here)."""
+    raw = getattr(item, "raw_item", None)
+    call_id = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
+    name = getattr(item, "tool_name", None)
+    return _rejected(toolset, reason, name, call_id, run_id)
 
 
-def tool_error_formatter(toolset: Toolset) -> Callable[[Any], str | None]:
+def _rejected(
+    toolset: Toolset, reason: str | None, name: object, call_id: object, run_id: str | None
+) -> str:
+    if not isinstance(name, str) or not isinstance(call_id, str) or not call_id.strip():
+        return toolset.rejection(reason).to_json()
+    key = toolset.operation_key(call_id, run_id=run_id if run_id is not None else "approved")
+    return toolset.rejection(reason, name=name, call_id=call_id, operation_key=key).to_json()
+
+
+def tool_error_formatter(
+    toolset: Toolset, *, run_id: str | None = None
+) -> Callable[[Any], str | None]:
     """A ``RunConfig(tool_error_formatter=...)`` that sends :func:`rejection`
     for every rejected call of ``toolset``'s tools (``state.reject(item)``
-    without a message) and leaves every other error to the SDK."""
+    without a message) and leaves every other error to the SDK. ``run_id``:
+    as for :func:`rejection`."""
     names = frozenset(toolset.names)
 
     def formatter(args: Any) -> str | None:
         if getattr(args, "kind", None) == "approval_rejected" and args.tool_name in names:
-            return rejection(toolset)
+            return _rejected(toolset, None, args.tool_name, getattr(args, "call_id", None), run_id)
         return None
 
     return formatter

@@ -206,14 +206,45 @@ def _toolset_class() -> type[Any]:
     return SandrailToolset
 
 
-def rejected(toolset: Toolset, reason: str | None = None) -> Any:
+def rejected(
+    toolset: Toolset,
+    reason: str | None = None,
+    *,
+    requests: Any = None,
+    tool_call_id: str | None = None,
+) -> Any:
     """A ``pydantic_ai.ToolDenied`` for ``DeferredToolResults.approvals``
     whose message is :meth:`Toolset.rejection <sandrail.Toolset.rejection>`'s
     JSON: the model reads ``status: "error"``, ``approval_rejected``,
     ``executed: false`` and what to do instead (and ``reason``, when given).
-    Raises ``ImportError`` naming the extra when pydantic-ai is missing."""
+
+    Given the run's ``DeferredToolRequests`` (``requests``) and the call's
+    ``tool_call_id``, a call that already ran under its key (approved on one
+    copy of the history, rejected on another) is answered ``uncertain`` with
+    the task's locator instead, never "nothing ran" (C5). Raises
+    ``ImportError`` naming the extra when pydantic-ai is missing."""
     pydantic_ai = require("pydantic_ai", "pydantic-ai")
-    return pydantic_ai.ToolDenied(message=toolset.rejection(reason).to_json())
+    name, key = _deferred(requests, tool_call_id)
+    if name is None or key is None:
+        return pydantic_ai.ToolDenied(message=toolset.rejection(reason).to_json())
+    result = toolset.rejection(reason, name=name, call_id=tool_call_id, operation_key=key)
+    return pydantic_ai.ToolDenied(message=result.to_json())
+
+
+def _deferred(requests: Any, tool_call_id: object) -> tuple[str | None, str | None]:
+    """The tool name and operation key of ``tool_call_id`` in a run's
+    ``DeferredToolRequests`` (the key this adapter put in its metadata)."""
+    if not isinstance(tool_call_id, str):
+        return None, None
+    metadata = getattr(requests, "metadata", None)
+    meta = metadata.get(tool_call_id) if isinstance(metadata, Mapping) else None
+    key = meta.get("operation_key") if isinstance(meta, Mapping) else None
+    for part in getattr(requests, "approvals", None) or ():
+        if getattr(part, "tool_call_id", None) == tool_call_id:
+            name = getattr(part, "tool_name", None)
+            if isinstance(name, str) and isinstance(key, str):
+                return name, key
+    return None, None
 
 
 def _origin_run(messages: object, call_id: object) -> str | None:
