@@ -163,7 +163,7 @@ def test_issue18_item3_c2_pydantic_ai_uncertain_call_repeated_next_turn_launches
     first = agent.run_sync("Deploy.")
     second = agent.run_sync("Repeat it again, exactly.", message_history=first.all_messages())
     sent = [
-        json.loads(part.content)
+        json.loads(str(part.content))
         for message in second.all_messages()
         for part in message.parts
         if isinstance(part, ToolReturnPart)
@@ -195,7 +195,7 @@ def test_issue18_item3_c2_agents_sdk_uncertain_call_repeated_in_a_new_run_launch
 
     async def two_runs() -> list[Any]:
         first = await Runner.run(agent, "Deploy.", run_config=offline)
-        again = [*first.to_input_list(), {"role": "user", "content": "Repeat it exactly."}]
+        again: Any = [*first.to_input_list(), {"role": "user", "content": "Repeat it exactly."}]
         return [first, await Runner.run(agent, again, run_config=offline)]
 
     runs = asyncio.run(two_runs())
