@@ -384,3 +384,34 @@ def test_issue18_c5_mcp_keyed_retry_after_approve_is_not_asked_again() -> None:
     sent = json.loads(again.content[0].text)
     assert (sent["status"], sent["deduplicated"]) == ("ok", True), sent
     assert _launches(sim) == 1
+
+
+# -- B5: the MCP question masks env values wherever they appear
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"command": "echo deploy hunter2-SECRET-9f8e7d", "env": {"TOKEN": "hunter2-SECRET-9f8e7d"}},
+        {
+            "command": "echo deploy",
+            "cwd": "/srv/hunter2-SECRET-9f8e7d",
+            "env": {"T": "hunter2-SECRET-9f8e7d"},
+        },
+        {
+            "command": "echo deploy hunter2-SECRET-9f8e7d",
+            "env": [{"name": "TOKEN", "value": "hunter2-SECRET-9f8e7d"}],
+        },
+    ],
+    ids=["command", "cwd", "strict-env-list"],
+)
+def test_issue18_c17_mcp_question_masks_env_values_wherever_they_appear(
+    arguments: dict[str, Any],
+) -> None:
+    """B5: the person is shown the call with every env value masked, in the
+    command and cwd too, as results mask them."""
+    from sandrail.adapters._mcp_approval import question
+
+    asked = question("run_command", arguments, "the simulator", "ask-1")
+    assert "hunter2-SECRET-9f8e7d" not in asked
+    assert "echo deploy" in asked
