@@ -22,9 +22,10 @@ Operation keys: ``f"{run_id}:{ctx.tool_call_id}"``, where ``run_id`` is
 the ``run_id`` of the model response that made the call (pydantic-ai keeps
 it on every message, so it survives ``ModelMessagesTypeAdapter`` and a new
 run over the same history), else the run's own ``ctx.run_id``. pydantic-ai
-gives every run its own ``run_id`` (pass ``run_id=`` to ``Agent.run`` to keep
-one across a resumed run), so a test model that reuses call ids across runs
-never makes a new run's call a retry of an old one. A model's retry is a new
+gives every run its own ``run_id``, so a test model that reuses call ids
+across runs never makes a new run's call a retry of an old one; a resumed
+run needs nothing passed to keep a deferred call's key (pydantic-ai refuses
+``run_id=`` already on the history; ``conversation_id=`` correlates runs). A model's retry is a new
 tool call with a new call id; an exact repeat of a call left unsettled
 (``uncertain``, ``approval_required``, or never answered) runs under that
 call's key and reconciles it (see :class:`~sandrail.Toolset`).
