@@ -415,3 +415,55 @@ def test_issue18_c17_mcp_question_masks_env_values_wherever_they_appear(
     asked = question("run_command", arguments, "the simulator", "ask-1")
     assert "hunter2-SECRET-9f8e7d" not in asked
     assert "echo deploy" in asked
+
+
+# -- B4: always_approve approves no call the person did not see
+
+
+def test_issue18_item1_agents_sdk_always_approve_lets_no_unseen_call_run() -> None:
+    """B4: ``state.approve(item, always_approve=True)`` names no call, so it
+    approves none: the later ``--force`` call (never shown to a person) and
+    the first one both meet the policy again (``approval_required``,
+    nothing ran), while ``state.approve(item)`` runs exactly its call."""
+    from agents import Agent, RunConfig, Runner
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from sandrail.adapters.openai_agents import function_tools
+
+    offline = RunConfig(tracing_disabled=True)
+    for always in (True, False):
+        sim = Simulator()
+        tools = make_toolset(sim)
+        model = ScriptedModel(
+            [
+                [function_call("run_command", DEPLOY, call_id="call_1")],
+                [
+                    function_call(
+                        "run_command",
+                        {**DEPLOY, "command": "echo deploying --force"},
+                        call_id="call_2",
+                    )
+                ],
+                [assistant_message("done")],
+            ]
+        )
+        agent = Agent(name="ops", model=model, tools=function_tools(tools))
+
+        async def run(agent: Any = agent, always: bool = always) -> Any:
+            first = await Runner.run(agent, "Deploy.", run_config=offline)
+            state = first.to_state()
+            state.approve(state.get_interruptions()[0], always_approve=always)
+            return await Runner.run(agent, state, run_config=offline)
+
+        result = asyncio.run(run())
+        sent = [
+            json.loads(i.output)["status"]
+            for i in result.new_items
+            if i.type == "tool_call_output_item"
+        ]
+        if always:
+            assert sent == ["approval_required", "approval_required"], sent
+            assert _launches(sim) == 0
+        else:
+            assert sent[0] == "ok", sent
+            assert _launches(sim) == 1

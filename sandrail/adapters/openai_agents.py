@@ -231,9 +231,18 @@ def _invoker(
 
 
 def _approved(ctx: Any, name: str, call_id: str) -> bool:
-    """Whether a person approved this call through the SDK (``state.approve``)."""
+    """Whether a person approved this very call through the SDK
+    (``state.approve(item)``). An ``always_approve=True`` approval names no
+    call (the SDK keeps it for the tool): it approves none here, so every
+    call of the tool still meets the harness's policy (issue 18 follow-up
+    B4). Read through the SDK's per-call record; an SDK that no longer has
+    it approves nothing (the call then says ``approval_required``)."""
     try:
-        return ctx.is_tool_approved(name, call_id) is True
+        if ctx.is_tool_approved(name, call_id) is not True:
+            return False
+        records = ctx._approval_records_for_key(name, call_id=call_id)
+        per_call = ctx._get_per_call_approval_status_for_record
+        return any(per_call(record, call_id) is True for record in records)
     except Exception:
         return False
 
