@@ -467,3 +467,40 @@ def test_issue18_item1_agents_sdk_always_approve_lets_no_unseen_call_run() -> No
         else:
             assert sent[0] == "ok", sent
             assert _launches(sim) == 1
+
+
+# -- nits: override_args are the person's
+
+
+def _override(override: dict[str, Any]) -> dict[str, Any]:
+    from pydantic_ai import DeferredToolResults, ToolApproved
+
+    from tests.approval_rig import _pydantic_agent, _pydantic_returned
+
+    sim = Simulator()
+    tools = make_toolset(sim)
+    first = _pydantic_agent(tools, "echo deploy everything").run_sync("go")
+    resumed = _pydantic_agent(tools, "").run_sync(
+        message_history=first.all_messages(),
+        deferred_tool_results=DeferredToolResults(
+            approvals={"t1": ToolApproved(override_args=override)}
+        ),
+    )
+    sent: dict[str, Any] = json.loads(_pydantic_returned(resumed))
+    return sent
+
+
+def test_issue18_pydantic_ai_override_args_take_an_env_mapping() -> None:
+    """Nit: a person writes ``env`` as a mapping in ``override_args``; the
+    strict profile's ``{name, value}`` list is made of it, not refused."""
+    sent = _override({**NULLS, "command": "echo deploy staging", "env": {"STAGE": "staging"}})
+    assert (sent["status"], sent["stdout"]) == ("ok", "deploy staging\n"), sent
+
+
+def test_issue18_pydantic_ai_invalid_override_args_blame_the_person_not_the_model() -> None:
+    """Nit: invalid ``override_args`` are the person's: the model is not told
+    to fix them and try again."""
+    sent = _override({**NULLS, "command": "echo deploy", "timeout": -5})
+    assert sent["error_type"] == "e2b_command_arguments_invalid"
+    assert "person" in sent["instruction"]
+    assert "Fix these arguments" not in sent["instruction"]
