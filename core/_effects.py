@@ -454,10 +454,13 @@ class Ensure:
 
 @attrs.frozen(kw_only=True)
 class Publish:
-    """Write a snippet to ``path`` with mode 0600, unless the same source is
-    already there (C16). Outcome: :class:`Published`, or
-    :class:`StartRefused` (``publish_conflict``) when other source is there.
-    A side effect."""
+    """Write a snippet to ``path``, private to the sandbox's user and not
+    changeable by its commands (0600; on E2B root's, 0440 for the user's
+    group), unless the same source is already there (C16). Outcome:
+    :class:`Published`, or :class:`StartRefused` (``publish_conflict``) when
+    other source is there. Once ``task_id`` is claimed the answer is
+    :class:`Published` whatever the file holds: the start answers from the
+    claim. A side effect."""
 
     sandbox_id: str
     task_id: str

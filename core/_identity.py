@@ -30,6 +30,8 @@ class NativeOwner:
     scope: Mapping[str, Any]
 
     def key(self) -> dict[str, Any]:
+        """The owner as plain data (``kind`` and ``scope``), as records and
+        recordings keep it."""
         return {"kind": "native", "scope": self.scope}
 
 
@@ -40,6 +42,8 @@ class AgentOwner:
     agent_id: str
 
     def key(self) -> dict[str, Any]:
+        """The owner as plain data (``kind`` and ``agent_id``), as records and
+        recordings keep it."""
         return {"kind": "agent", "agent_id": self.agent_id}
 
 
@@ -63,6 +67,8 @@ class NativeIdentity:
     execution_fence: int
 
     def locator(self) -> dict[str, Any]:
+        """The fields that locate this caller's calls in a result (scope, run,
+        turn, build and task-chain ids)."""
         return {
             "scope": self.scope,
             "run_id": self.run_id,
@@ -81,6 +87,7 @@ class AgentIdentity:
     agent_id: str
 
     def locator(self) -> dict[str, Any]:
+        """The fields that locate this caller's calls in a result (``agent_id``)."""
         return {"agent_id": self.agent_id}
 
 

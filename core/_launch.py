@@ -40,7 +40,9 @@ from ._guard import Phase
 from ._identity import NativeIdentity, task_id
 from ._results import AgentCommandRef, BackgroundCommandRef, ErrorCode, NativeCommandRef, ToolResult
 from ._rules import launch_digest, launch_timeout, recorded_digest
+from ._shown import exposed_in_sandbox_id
 from ._snapshot import _refuse, _Snapshot
+from ._validation import arguments_rejection
 
 __all__ = ["WAIT_GRACE_SECONDS", "launch_program", "record_unavailable"]
 
@@ -114,7 +116,8 @@ def _ensure(call: CallState, launch: _Launch) -> Generator[Effect, Any, SandboxR
     """Find or create the session's sandbox, a side effect (C5). The task id
     is known before anything is sent: an uncertain Ensure already names it.
     (The guard after Authorize also stands before Ensure: nothing external
-    happened in between.)"""
+    happened in between.) An env value inside the sandbox id it names is
+    refused here, before any start (C17, :mod:`._shown`)."""
     snap = call.snap
     call.task_id = launch.task_id
     try:
@@ -132,6 +135,11 @@ def _ensure(call: CallState, launch: _Launch) -> Generator[Effect, Any, SandboxR
     if launch.background:
         call.background_ref = _background_ref(snap, launch.task_id)
     yield from call.go_on()
+    exposed = exposed_in_sandbox_id(snap.arguments.get("env"), ready.sandbox_id)
+    if exposed:
+        # Before this call's start (C5): the launch never runs (C17).
+        rejection = arguments_rejection(exposed, call.settings.max_output_bytes)
+        raise StoppedError(ToolResult(status="error", content=rejection))
     return ready
 
 

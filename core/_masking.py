@@ -67,10 +67,10 @@ MIN_REDACTED_LENGTH: Final = 8
 """Secret values shorter than this many characters are not searched for."""
 
 MAX_MASKED_BYTES: Final = 8 * 1024 * 1024
-"""The most a port keeps of values to mask, in UTF-8 bytes: it masks every
-env value it passed for the rest of its life, so a session that keeps passing
-new ones is refused more before the memory and the masking work grow without
-bound."""
+"""The most a session keeps of values to mask, in UTF-8 bytes: it masks
+every env value it passed for as long as its backend lives, so a session
+that keeps passing new ones is refused more before the memory and the
+masking work grow without bound."""
 
 _REDACTED_BYTES: Final = REDACTED.encode("ascii")
 

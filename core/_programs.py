@@ -77,6 +77,7 @@ from ._results import (
     error_result,
 )
 from ._rules import _INTEGER_ARGUMENTS, tool_refusal
+from ._shown import NOTHING_SHOWN, ShownIdentities, exposed_env
 from ._snapshot import PortSettings, _check_request, _fits, _refuse, _Snapshot
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
@@ -90,6 +91,7 @@ def tool_program(
     settings: PortSettings,
     snapshot: _Snapshot | None = None,
     secrets: frozenset[str] = frozenset(),
+    shown: ShownIdentities = NOTHING_SHOWN,
 ) -> Program:
     """The program for one request: refuses malformed requests, then runs the
     named tool. Always returns a :class:`ToolResult` whose content fits the
@@ -101,9 +103,13 @@ def tool_program(
     one shows :data:`REDACTED` instead (C17); this call's own env values are
     added by the program. A call whose identity holds one of them, or one of
     its own env values, is refused before anything runs (every result shows
-    the identity whole, C13).
+    the identity whole, C13). ``shown`` are the identity values earlier
+    results of the session showed: an env value among them (or inside one),
+    or inside this call's task id or its sandbox id, is refused too, the
+    sandbox id's once ``Ensure`` names it, before any start
+    (:mod:`._shown`).
     """
-    result = yield from _tool_program(request, settings, snapshot, secrets)
+    result = yield from _tool_program(request, settings, snapshot, secrets, shown)
     if result.status in ("ok", "uncertain"):
         return result  # already fitted by CallState.finish / CallState.uncertain
     if getattr(request, "result_governance", None) == RUNTIME_ARTIFACTS:
@@ -127,12 +133,16 @@ def _masked_problems(
 
 
 def _tool_program(
-    request: object, settings: PortSettings, snapshot: _Snapshot | None, secrets: frozenset[str]
+    request: object,
+    settings: PortSettings,
+    snapshot: _Snapshot | None,
+    secrets: frozenset[str],
+    shown: ShownIdentities,
 ) -> Program:
     checked = snapshot if snapshot is not None else _check_request(request, settings)
     if isinstance(checked, ToolResult):
         return checked
-    call = _admit(checked, settings, secrets)
+    call = _admit(checked, settings, secrets, shown)
     if isinstance(call, ToolResult):
         return call
     try:
@@ -147,11 +157,12 @@ def _tool_program(
 
 
 def _admit(
-    snap: _Snapshot, settings: PortSettings, secrets: frozenset[str]
+    snap: _Snapshot, settings: PortSettings, secrets: frozenset[str], shown: ShownIdentities
 ) -> CallState | ToolResult:
     """The call, or its refusal before anything runs (C5): an identity the
     budget cannot hold (C14), arguments the schema or the reference's own
-    rules refuse, a secret the identity would show (C17)."""
+    rules refuse, a secret the identity would show (C17): this call's own
+    identity and task id, or an identity the session already showed."""
     needed = admission_size(snap, settings)
     if not snap.governed and needed > settings.max_output_bytes:
         return error_result(
@@ -169,7 +180,11 @@ def _admit(
     refused = tool_refusal(snap, settings)
     if refused is not None:
         return refused
-    exposed = _exposed_by_identity(snap) + _masked_in_identity(snap, secrets)
+    exposed = _masked_in_identity(snap, secrets)
+    env = snap.arguments.get("env")
+    if env:
+        own_task = task_id(snap.session_id, settings.owner, snap.operation_key)
+        exposed = exposed_env(env, snap.locator(), own_task, shown) + exposed
     if exposed:
         return _rejection(exposed, settings)
     call = CallState(snap, settings, secrets)
@@ -266,25 +281,6 @@ def _approval(
         ErrorCode.HARNESS_CALLBACK_FAILED,
         "The policy asked for approval with an interaction id too long for the budget.",
     )
-
-
-def _exposed_by_identity(snap: _Snapshot) -> list[ArgumentProblem]:
-    """Env values that also appear in the call's identity, which every result
-    shows whole (C13): they could not be kept out of results (C17), so the
-    call is refused before anything runs."""
-    env = snap.arguments.get("env")
-    if not isinstance(env, Mapping):
-        return []
-    shown = list(_strings(snap.locator()))
-    return [
-        ArgumentProblem(
-            path=f"arguments.env.{name}",
-            reason="holds a value that also appears in the call's identity (which every "
-            "result shows whole), so it could not be kept secret",
-        )
-        for name, value in sorted(env.items())
-        if value in redaction_secrets({name: value}) and any(value in text for text in shown)
-    ]
 
 
 def _masked_in_identity(snap: _Snapshot, secrets: frozenset[str]) -> list[ArgumentProblem]:

@@ -91,6 +91,7 @@ class ArtifactRef:
     media_type: str = "application/json"
 
     def to_dict(self) -> dict[str, Any]:
+        """The reference as results show it: ``uri``, ``size_bytes``, ``media_type``."""
         return {"uri": self.uri, "size_bytes": self.size_bytes, "media_type": self.media_type}
 
 
@@ -103,6 +104,7 @@ class NativeCommandRef:
     operation_key: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The reference as results show it, every field whole."""
         return {
             "task_id": self.task_id,
             "source_run_id": self.source_run_id,
@@ -121,6 +123,7 @@ class AgentCommandRef:
     operation_key: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The reference as results show it, every field whole."""
         return {
             "task_id": self.task_id,
             "agent_id": self.agent_id,

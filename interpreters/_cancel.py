@@ -25,9 +25,12 @@ class CancelToken:
 
     @property
     def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called."""
         return self._cancelled
 
     def cancel(self) -> None:
+        """Cancel the call: run every registered callback once. Calling it again
+        does nothing."""
         with self._lock:
             if self._cancelled:
                 return

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any, Final, Literal
 
 import attrs
@@ -66,9 +65,12 @@ from sandrail.core import (
     request_parts,
 )
 
+from ._cassette_limits import MAX_CASSETTE_BYTES, LimitError, outcome_problem, read_bounded
+
 __all__ = [
     "FORMAT",
     "MARKER",
+    "MAX_CASSETTE_BYTES",
     "MIN_SCRUBBED_LENGTH",
     "VERSION",
     "CallRedaction",
@@ -173,6 +175,7 @@ def decode_outcome(data: Any) -> Outcome:
 
 
 def encode_failure(failure: EffectFailure) -> dict[str, Any]:
+    """An :class:`~sandrail.core.EffectFailure` as a recording keeps it."""
     return {
         "delivery": failure.delivery.value,
         "detail": failure.detail,
@@ -535,28 +538,36 @@ class Cassette:
 
     @property
     def tools(self) -> ToolSet:
+        """The tool group the recorded port offered."""
         return self.header["tools"]  # type: ignore[no-any-return]
 
     @property
     def owner(self) -> Owner:
+        """The recorded port's owner."""
         return decode_owner(self.header["owner"])
 
     @property
     def settings(self) -> Mapping[str, Any]:
+        """The recorded port's settings, as plain data."""
         return self.header["settings"]  # type: ignore[no-any-return]
 
     @property
     def step_count(self) -> int:
+        """How many effects the recording holds, over all its calls."""
         return sum(len(call.steps) for call in self.calls)
 
 
-def load_cassette(path: str | os.PathLike[str]) -> Cassette:
+def load_cassette(path: str | os.PathLike[str], *, max_bytes: int = MAX_CASSETTE_BYTES) -> Cassette:
     """Read and check a cassette file; :class:`CassetteError` names the line
     of the first problem (unreadable file, bad JSON, truncation, a future
-    version, a malformed effect or outcome)."""
+    version, a malformed effect, or an outcome no sandbox can give). A file
+    that is not a regular file, or is bigger than ``max_bytes``, is refused
+    before it is read (:mod:`._cassette_limits`)."""
     source = str(path)
     try:
-        data = Path(path).read_bytes()
+        data = read_bounded(path, max_bytes)
+    except LimitError as exc:
+        raise CassetteError(f"{source}: {exc}") from None
     except OSError as exc:
         raise CassetteError(f"{source}: cannot read the file: {exc.strerror or exc}") from None
     return parse_cassette(data, source=source)
@@ -754,6 +765,9 @@ def _check_step(record: dict[str, Any], line: int) -> RecordedStep:
         decode_failure(record["failure"])
     else:
         outcome = decode_outcome(record["outcome"])
+        problem = outcome_problem(outcome)
+        if problem is not None:
+            raise ValueError(f"malformed outcome {record['outcome'].get('type')!r}: {problem}")
     return RecordedStep(
         step=record["step"],
         line=line,

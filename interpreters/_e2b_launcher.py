@@ -35,7 +35,9 @@ made the ledger private::
                                ``user`` uid, gid and the tools to drop to it
     /tmp/sandrail/code/        published snippets (the path the core names):
                                the directory root's, 0711; each snippet
-                               ``user``'s, 0600, so the command can run it
+                               root's with ``user``'s group, 0440, so the
+                               command can run it and no command of
+                               ``user`` can change it
 
 **Staging** (C2, C3): a request is a directory of files, and the files API
 deletes a directory file by file, through a descriptor that outlives a
@@ -133,23 +135,36 @@ command runs, or in the ~50 ms after it ends).
 The only values sandrail puts into shell text are the validated task id
 (64 hex), a nonce and integers; the launcher validates them again.
 
-**A command that cannot begin** (C7: ``ok`` means the command began):
-for a request staged with ``check`` (the harness stages it with a cwd, or
-when the argument and env are over 16 KiB), the wrapper that drops to
-``user`` reports on a pipe root made, just before
-it execs the command, ``began``; or, instead of running it, why it cannot:
+**A command that cannot begin** (C7: ``ok`` means the command began): the
+wrapper that drops to ``user`` reports on a pipe root made, just before it
+execs the command, ``began``; or, instead of running it, why it cannot:
 ``cwd`` (missing, not a directory, or not enterable by ``user``) or
 ``e2big`` (Linux would refuse the exec as too big: probed with ``/bin/true``
 and the very same argument and environment, only when they are over 16,384
-characters). The supervisor writes that report to the claim's ``verdict``
-(whose lock the start holds for it), and the start answers only once it is
-there (a request without ``check`` is answered at once, as a command with
-the default cwd and a small env begins unless ``user``'s home was made
-unenterable) (at most 5 s, else as before): ``refused not_started <why>``, on the
+characters). The supervisor keeps that report as the claim's ``verdict``.
+For a request that may not begin (``check``: the harness stages it with a
+cwd, or when the argument and env are over 16 KiB; the launcher adds it for
+the default cwd unless ``user`` can surely enter its home: a directory
+``user`` owns with its owner's search bit, one ``stat``, as a command of
+``user`` may have run ``chmod 000 ~``; issue 20, item 6) the start holds the
+verdict's lock for the supervisor and answers only once the verdict is
+there (at most 5 s, else as before): ``refused not_started <why>``, on the
 first start and on every retry of the same request (the claim is consumed:
-nothing launches later). None of the wrapper's messages reaches the
-command's output. A concurrent command of ``user`` cannot forge a report
-(it cannot open a root pipe again); one that ptraces the wrapper could.
+nothing launches later). Other starts answer at once; should such a
+command still not begin (its home changed in between), every answer about
+it has the state ``unknown`` (never the wrapper's exit code), and every
+retry is ``refused not_started``. None of the wrapper's messages reaches
+the command's output. A concurrent command of ``user`` cannot forge a
+report (it cannot open a root pipe again); one that ptraces the wrapper
+could.
+
+**Snippets** (C16; issue 20, item 5): ``publish`` puts the source in
+place once; the same source again is ``published``, other source
+``refused publish_conflict``. Once the task is claimed, ``publish`` is
+``published`` whatever the file holds (root, or a ``user`` that is root,
+may have changed it): the start then answers from the claim, whose digest
+covers the source, so a retry of a launched snippet is never a false
+conflict.
 
 Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
 
@@ -171,6 +186,7 @@ Protocol (every answer is ASCII; ``code`` is ``-`` when unknown)::
     cancel <task>                     -> state after TERM (then KILL) of the
                                          group, then "epoch <epoch>"
     publish <task> <nonce> <ext>      -> "published" | "refused publish_conflict"
+                                         (a claimed task: "published")
     discard <task> <nonce>            -> "discarded" (the staged request is
                                          gone, or was taken by its start)
     state line: "state <status> <code> <stdout_bytes> <stderr_bytes>"

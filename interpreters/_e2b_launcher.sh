@@ -97,6 +97,19 @@ never_claimed() { # <task> <claim epoch> <expect file>: whether this ledger,
   [ ! -e "$3" ]
 }
 
+enterable_home() { # whether `user` can surely enter its home, the default
+  # cwd (one process: stat). For its owner a directory's owner bits decide,
+  # whatever else its ACL says; anything else (another owner, no such
+  # directory, an unreadable answer) is not sure.
+  local uid stats
+  read -r uid _ 2>/dev/null < "$LEDGER/user" || return 1
+  [ -d "$USER_HOME" ] || return 1
+  [ "$uid" = 0 ] && return 0
+  stats=$(stat -L -c '%u %a' -- "$USER_HOME" 2>/dev/null) || return 1
+  [[ $stats =~ ^([0-9]+)\ ([0-7]{1,4})$ ]] && [ "${BASH_REMATCH[1]}" = "$uid" ] &&
+    (( 8#${BASH_REMATCH[2]} & 8#100 ))
+}
+
 separated() { # whether `user` is another uid than root (read from L/user)
   local uid gid rest
   read -r uid gid rest 2>/dev/null < "$LEDGER/user" || return 1
@@ -135,7 +148,17 @@ read_exit() { # <dir>: sets EXIT_STATUS EXIT_CODE, and FINAL_OUT FINAL_ERR (the
 }
 
 status_of() { # <task>: sets STATUS and CODE, and FINAL_OUT FINAL_ERR (0 unless
-  # STATUS is from the exit record) (builtins only: no process)
+  # STATUS is from the exit record) (builtins only: no process). A command
+  # that never began (its verdict says why) has no status or exit code of
+  # its own: `unknown` (the wrapper's own exit is not the command's).
+  local verdict
+  status_seen "$1"
+  first_line "$TASKS/$1/verdict" verdict
+  if [[ $verdict =~ ^(cwd|e2big)$ ]]; then STATUS=unknown CODE=-; fi
+  return 0
+}
+
+status_seen() { # <task>: status_of, as the exit record and the supervisor show it
   local dir=$TASKS/$1 pid
   STATUS=unknown CODE=- FINAL_OUT=0 FINAL_ERR=0
   [ -d "$dir" ] || return 0
@@ -318,6 +341,12 @@ do_start() { # <task> <nonce>
   # a claim is complete (digest and all) or absent. The log entry comes
   # first: a claim that may exist is always logged.
   rm -f -- "$req/expect" "$req/epoch" "$req/fence"
+  # A command with the default cwd begins unless user cannot enter its
+  # home (a command of its own may have run `chmod 000 ~`): when that is
+  # not certain, this start waits to learn whether it began (`check`).
+  if [ ! -e "$req/cwd" ] && [ ! -e "$req/check" ] && ! enterable_home; then
+    : > "$req/check"
+  fi
   # Both output files exist before the claim is visible (the rename below
   # moves them with it), so a claim without one was damaged (`evidence`).
   if ! { : > "$req/stdout" && : > "$req/stderr"; } 2>/dev/null; then
@@ -438,7 +467,10 @@ do_supervise() { # <task>; runs detached, as its own session leader, as root
   IFS= read -r verdict <&4 2>/dev/null
   exec 4<&-
   [[ $verdict =~ ^(began|cwd|e2big)$ ]] || verdict=ended
-  printf '%s\n' "$verdict" >&6 2>/dev/null
+  # Kept for every claim (retries and reads answer from it): through the
+  # start's fd 6 when it waits for it (`check`), else into the file.
+  if [ -e "$dir/check" ]; then printf '%s\n' "$verdict" >&6 2>/dev/null
+  else printf '%s\n' "$verdict" > "$dir/verdict" 2>/dev/null; fi
   exec 6>&-
   # A pipe nothing writes to, opened now (off the path from the command's
   # end to its waiter): a builtin pause before the last sweep below.
@@ -515,19 +547,26 @@ root_dir() { # <path>: a directory root (this script's own uid) owns, not a
 }
 
 do_publish() { # <task> <nonce> <ext>
-  local staged=$INBOX/.taken.$1.$2 target=$CODE/$1.$3 uid gid rest
+  local staged=$INBOX/.taken.$1.$2 target=$CODE/$1.$3 gid rest
   mv -T -- "$INBOX/$1.$2" "$staged" 2>/dev/null || fail no-request
   [ -f "$staged/source" ] || { rm -rf -- "$staged"; fail no-request; }
-  read -r uid gid rest < "$LEDGER/user"
+  read -r _ gid rest < "$LEDGER/user"
   lock
   if ! { root_dir "$SHARED" && root_dir "$CODE"; }; then
     rm -rf -- "$staged"; unlock; fail no-code-dir
   fi
-  if [ -e "$target" ]; then
+  if [ -d "$TASKS/$1" ]; then
+    # Claimed: its start answers from the claim, whose digest covers the
+    # source; the file (which root, or a user that is root, may have
+    # changed since) decides nothing.
+    echo published
+  elif [ -e "$target" ]; then
     if cmp -s -- "$staged/source" "$target"; then echo published
     else echo "refused publish_conflict"; fi
   else
-    chown -h -- "$uid:$gid" "$staged/source" && chmod 600 -- "$staged/source" &&
+    # The launcher's (root's), readable by user's group only: the command
+    # reads it, and no command of user can change it.
+    chown -h -- "$EUID:$gid" "$staged/source" && chmod 440 -- "$staged/source" &&
       mv -T -- "$staged/source" "$target" && echo published
   fi
   unlock

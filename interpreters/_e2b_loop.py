@@ -13,6 +13,17 @@ A caller cancelled while waiting cancels the work on the owned loop too. Work
 cancelled by the loop's side (the backend was closed) reaches the caller as
 :class:`LoopClosedError`, never as a ``CancelledError`` the caller did not ask
 for.
+
+A cancelled SDK call can leave a task behind that ends with an error nobody
+retrieves: the SDK waits for a stream's first event under ``wait_for``, and
+when that wait is cancelled the stream turns the ``CancelledError`` into
+``ConnectError("Request was cancelled")`` inside the inner task, which
+``wait_for`` cancels but never reads. asyncio then prints "Task exception
+was never retrieved" and a traceback on standard error, for a cancellation
+this backend made itself (issue 20, item 10). The loop is the backend's own,
+so its exception handler is too: an error that only stands for a
+cancellation (a ``CancelledError`` in its cause chain) is no error; anything
+else is reported as asyncio reports it.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ class LoopThread:
                 raise LoopClosedError("closed")
             if self._loop is None:
                 loop = asyncio.new_event_loop()
+                loop.set_exception_handler(_quiet_cancellations)
                 started = threading.Event()
 
                 def run() -> None:
@@ -127,3 +139,21 @@ class LoopThread:
 
 async def _call(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return await work()
+
+
+def _quiet_cancellations(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The owned loop's exception handler (see the module doc): what only
+    stands for a cancellation is dropped, the rest reported as by default."""
+    if not _from_cancellation(context.get("exception")):
+        loop.default_exception_handler(context)
+
+
+def _from_cancellation(error: object) -> bool:
+    """Whether ``error`` is, or was caused by, an ``asyncio.CancelledError``."""
+    seen: set[int] = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        if isinstance(error, asyncio.CancelledError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False

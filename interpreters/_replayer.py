@@ -71,6 +71,7 @@ class Replayer:
 
     @property
     def transcript(self) -> tuple[Entry, ...]:
+        """What was replayed so far: each effect and each result, in order."""
         with self._lock:
             return tuple(self._transcript)
 

@@ -58,8 +58,10 @@ class ReplayReport:
 
     @property
     def calls(self) -> int:
+        """How many calls were replayed."""
         return sum(isinstance(entry, ResultEntry) for entry in self.transcript)
 
     @property
     def steps(self) -> int:
+        """How many effects were replayed."""
         return sum(isinstance(entry, StepEntry) for entry in self.transcript)

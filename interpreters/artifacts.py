@@ -56,6 +56,8 @@ class MemoryArtifactStore:
         self._lock = threading.Lock()
 
     def write(self, key: str, content: str, media_type: str) -> ArtifactRef:
+        """Keep ``content`` whole and return its reference (URI from the content's
+        SHA-256; the same content twice is one artifact). ``key`` is not used."""
         writer = self.open(key, media_type)
         writer.write(content)
         return writer.commit()
@@ -69,6 +71,7 @@ class MemoryArtifactStore:
             self._items[uri] = (content, media_type)
 
     def read(self, uri: str) -> str:
+        """The content kept under ``uri``; :class:`ArtifactNotFoundError` if none."""
         with self._lock:
             try:
                 return self._items[uri][0]
@@ -160,10 +163,15 @@ class DirectoryArtifactStore:
 
     @property
     def total_bytes(self) -> int:
+        """The bytes of every artifact the store now holds (at most ``max_total_bytes``)."""
         with self._lock:
             return sum(self._sizes.values())
 
     def write(self, key: str, content: str, media_type: str) -> ArtifactRef:
+        """Keep ``content`` whole as a file, evicting the oldest artifacts beyond
+        ``max_total_bytes``, and return its reference. Raises ``ValueError``,
+        keeping nothing, when the content alone exceeds the cap; ``OSError``
+        when the directory cannot be written. ``key`` is not used."""
         data = content.encode("utf-8")
         if len(data) > self._cap:
             raise ValueError(
@@ -198,6 +206,10 @@ class DirectoryArtifactStore:
         return uri
 
     def read(self, uri: str) -> str:
+        """The content of the artifact ``uri`` names. Raises
+        :class:`ArtifactNotFoundError` for a URI this store never made, an
+        evicted artifact, or a file that is not a regular file (a link or a
+        FIFO is never followed or read)."""
         name = uri.removeprefix(_SCHEME)
         if not uri.startswith(_SCHEME) or not _NAME.fullmatch(name):
             raise ArtifactNotFoundError(uri)

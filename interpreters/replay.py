@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from ._cassette import (
     MARKER,
+    MAX_CASSETTE_BYTES,
     VERSION,
     Cassette,
     CassetteError,
@@ -62,6 +63,7 @@ from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
 __all__ = [
     "MARKER",
+    "MAX_CASSETTE_BYTES",
     "VERSION",
     "CallEntry",
     "Cassette",

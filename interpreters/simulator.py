@@ -27,7 +27,8 @@ Semantics
   ``"backend": "simulator"`` and ``sandbox_status`` says ``"isolated": false``:
   nothing it reports ran anywhere.
 - **Publish** writes the source with mode 0600; the same source again is
-  ``Published`` again, other source is ``StartRefused("publish_conflict")``.
+  ``Published`` again, other source is ``StartRefused("publish_conflict")``;
+  once the task is claimed, ``Published`` (its start answers from the claim).
 - **Start** checks the fence first (C10): a fence below the highest seen in
   the sandbox is ``StartRefused("stale_fence")``; otherwise it becomes the
   highest (even when the claim then refuses). Then the claim (C2, C3): a
@@ -477,6 +478,8 @@ class Simulator:
 
     def _publish(self, effect: Publish) -> Published | StartRefused:
         box = self._box(effect.sandbox_id)
+        if effect.task_id in box.tasks:
+            return Published(path=effect.path)  # claimed: the start answers from the claim
         existing = box.files.get(effect.path)
         if existing is None:
             box.files[effect.path] = SandboxFile(source=effect.source, mode=_SNIPPET_MODE)

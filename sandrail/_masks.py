@@ -1,17 +1,33 @@
-"""The values a port masks in all its output (C17).
+"""What a session masks in all output (C17), and the identity values its
+results showed (issue 20, items 3 and 4).
 
-A port masks every env value it passed to a command, for the rest of its
-life, and every value the harness named (``redact=``). A
-:class:`~sandrail.Toolset` gives all its ports one :class:`Masks`, so a
-value one port passed is masked in what another shows (outside attack 3: a
-file the command port's env was written to, printed by the code port of the
-same toolset). The values live in memory only: never in an effect or a
-recording.
+A port masks every env value it passed to a command, for good, and every
+value the harness named (``redact=``); it refuses an env value that results
+show whole elsewhere (:mod:`sandrail.core._shown`). Both are facts about
+the session, not about one port: a web harness that builds a port per
+request, on one backend, must not forget between requests what the session
+masks (outside attack 3, item 4: a second port read the task the first
+launched with env and showed the value in clear), and a value one port of
+a :class:`~sandrail.Toolset` passed is masked in what another shows
+(outside attack 3: a file the command port's env was written to, printed by
+the code port of the same toolset).
+
+So there is one :class:`Masks` per backend object and session id
+(:func:`masks_for`), kept for as long as that backend object lives (as long
+as it holds the session: the E2B backend keeps its sessions' sandboxes),
+never for the whole process: another backend object, or another session,
+starts with nothing. Across a restart a harness hands the values back with
+``redact=``. A backend that cannot be referenced weakly (a callable of a
+built-in type) gets a :class:`Masks` per port (a toolset's ports still share
+theirs); a bound method is keyed by its object. The values live in memory
+only: never in an effect or a recording.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 
 from sandrail.core import (
@@ -21,12 +37,14 @@ from sandrail.core import (
     mask_text,
     redaction_secrets,
 )
+from sandrail.core._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined
 
-__all__ = ["Masks", "checked_redact", "is_text", "masked_problems"]
+__all__ = ["Masks", "checked_redact", "is_text", "masked_problems", "masks_for"]
 
 
 class Masks:
-    """A growing set of values to mask, safe to share between threads.
+    """A session's values to mask and identity values shown, safe to share
+    between threads and ports.
 
     :attr:`secrets` and :attr:`redactions` are replaced whole, never changed
     in place, so a reader needs no lock.
@@ -36,6 +54,10 @@ class Masks:
         self._lock = threading.Lock()
         self.secrets: frozenset[str] = frozenset()
         self.redactions = Redactions(frozenset())
+        self._shown: dict[str, None] = {}
+        self._shown_bytes = 0
+        self._overflowed = False
+        self._joined: ShownIdentities | None = NOTHING_SHOWN
         self.learn(values)
 
     def learn(self, values: frozenset[str]) -> None:
@@ -45,6 +67,61 @@ class Masks:
         with self._lock:
             self.secrets = self.secrets | values
             self.redactions = Redactions(self.secrets)
+
+    def saw(self, values: Iterable[str]) -> None:
+        """Note identity values a result showed whole. Past
+        :data:`~sandrail.core._shown.MAX_SHOWN_BYTES` of them, the record
+        says it is incomplete."""
+        with self._lock:
+            for value in values:
+                if value in self._shown or self._overflowed:
+                    continue
+                size = len(value.encode("utf-8", "surrogatepass"))
+                if self._shown_bytes + size > MAX_SHOWN_BYTES:
+                    self._overflowed = True
+                else:
+                    self._shown[value] = None
+                    self._shown_bytes += size
+                self._joined = None
+
+    def shown(self) -> ShownIdentities:
+        """The identity values noted so far (built when asked, then kept
+        until another is noted: only calls with env values ask)."""
+        with self._lock:
+            if self._joined is None:
+                self._joined = ShownIdentities(joined(self._shown), self._overflowed)
+            return self._joined
+
+
+_MEMORIES: dict[int, dict[str, Masks]] = {}
+# Re-entrant: a backend collected while the lock is held (a garbage
+# collection can run at any allocation) forgets its memories under it.
+_LOCK = threading.RLock()
+
+
+def masks_for(backend: object, session_id: str) -> Masks:
+    """The :class:`Masks` of ``session_id`` on ``backend`` (see the module doc)."""
+    holder = backend.__self__ if inspect.ismethod(backend) else backend
+    try:
+        weakref.ref(holder)
+    except TypeError:
+        return Masks()  # not weakly referable: a memory of its own
+    with _LOCK:
+        sessions = _MEMORIES.get(id(holder))
+        if sessions is None:
+            # Keyed by identity, and forgotten when the backend is collected
+            # (before its id can be another object's).
+            sessions = _MEMORIES[id(holder)] = {}
+            weakref.finalize(holder, _forget, id(holder))
+        masks = sessions.get(session_id)
+        if masks is None:
+            masks = sessions[session_id] = Masks()
+        return masks
+
+
+def _forget(key: int) -> None:
+    with _LOCK:
+        _MEMORIES.pop(key, None)
 
 
 def is_text(text: str) -> bool:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, Unpack
 
 from sandrail._artifact_calls import ArtifactStore, ArtifactWriter, StreamingArtifactStore
-from sandrail._masks import Masks
+from sandrail._masks import Masks, masks_for
 from sandrail._options import (
     AuthorityCallback,
     AuthorizeCallback,
@@ -88,8 +88,10 @@ class ToolPort:
     """Tools bound to one session, one owner and one backend.
 
     Build it with :func:`command_tools` or :func:`code_tools`. ``masks``:
-    the values to mask, shared with other ports (a toolset's); by default
-    the port's own, starting with ``redact``.
+    what the session masks and showed, shared with other ports (a
+    toolset's); by default the session's on this backend object
+    (:func:`~sandrail._masks.masks_for`), which every port of the session on
+    that backend shares. ``redact`` is added to it.
     """
 
     def __init__(
@@ -108,7 +110,7 @@ class ToolPort:
         telemetry: Telemetry | None = None,
     ) -> None:
         if masks is None:
-            masks = Masks()
+            masks = masks_for(backend, settings.session_id)
         masks.learn(redact)
         self._backend = backend
         self._binding = Binding(
@@ -132,6 +134,8 @@ class ToolPort:
 
     @property
     def settings(self) -> PortSettings:
+        """The port's settings: session, owner, budget and the other options it
+        was built with."""
         return self._binding.settings
 
     def definition(self, name: str) -> ToolDefinition:
@@ -239,7 +243,9 @@ def command_tools(**options: Unpack[PortOptions]) -> ToolPort:
     - ``redact``: values to mask in all output from the start (C17), e.g.
       the env values a restarted harness passed to this session's commands
       before its restart. The port also masks every env value it passes
-      itself, for the rest of its life. Values must be at least
+      itself, and so does every port on the same backend object and
+      session, for as long as that backend lives (a port per request
+      forgets nothing). Values must be at least
       ``MIN_REDACTED_LENGTH`` (8) characters: a shorter one would mask
       ordinary text.
 

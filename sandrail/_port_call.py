@@ -88,6 +88,7 @@ from sandrail.core import (
     unchanged,
     unexpected_failure,
 )
+from sandrail.core._shown import NOTHING_SHOWN, ShownIdentities, shown_by
 from sandrail.interpreters._drivers import answered_now
 from sandrail.interpreters._masking import MaskedReads
 from sandrail.records._protocol import OwnershipRecord, note_answer
@@ -207,7 +208,15 @@ class PortCall:
             answer = self.answer_harness_async if self.asynchronous else self.answer_harness
             self.layered = open_call(self.request, answer, self.mask_reads)
         settings, secrets = self.binding.settings, self.binding.masks.secrets
-        return tool_program(self.request, settings, self.snapshot, secrets)
+        return tool_program(self.request, settings, self.snapshot, secrets, self.shown_identities())
+
+    def shown_identities(self) -> ShownIdentities:
+        """What the session's results showed, for a call with env values to
+        be checked against (the others need not pay for it)."""
+        snapshot = self.snapshot
+        if snapshot is None or not snapshot.arguments.get("env"):
+            return NOTHING_SHOWN
+        return self.binding.masks.shown()
 
     def __enter__(self) -> PortCall:
         return self
@@ -233,6 +242,8 @@ class PortCall:
         ownership record noted it and its trace ended."""
         result = self.result
         assert result is not None  # set by the driver, or by __exit__
+        # Later calls' env values are checked against these (C17).
+        self.binding.masks.saw(shown_by(result.content))
         try:
             finish = getattr(self.layered, "finish", None)
             if callable(finish):

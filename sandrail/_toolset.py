@@ -72,7 +72,7 @@ from typing import Any, Final, NamedTuple, Unpack
 
 from sandrail._approval import Approvals, rejection
 from sandrail._launched import launched_row, lookup, refused_after_launch, shared_record
-from sandrail._masks import Masks, masked_problems
+from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
     PortOptions,
     given_options,
@@ -209,8 +209,9 @@ class Toolset:
             "remember_owned_command": remember,
             "redact": tuple(redact) if not isinstance(redact, str) else redact,
         }
-        # One memory of values to mask for all the toolset's ports (C17).
-        self._masks = Masks()
+        # One memory of values to mask for all the toolset's ports (C17):
+        # the session's on its backend, which other ports of it share too.
+        self._masks = masks_for(given["backend"], given["session_id"])
         for group in dict.fromkeys(groups):
             port = build_port(group, shared, masks=self._masks, answers=given["record"])
             for definition in port.definitions:
@@ -239,6 +240,7 @@ class Toolset:
 
     @property
     def session_id(self) -> str:
+        """The session every tool of this toolset belongs to."""
         return self._session_id
 
     @property

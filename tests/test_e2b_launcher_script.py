@@ -272,6 +272,53 @@ def test_c7_a_cwd_the_command_cannot_enter_is_not_started_on_every_retry(
     assert (rig.claim(TASK) / "stdout").read_text() == ""
 
 
+def test_c7_item6_a_home_the_user_may_not_enter_waits_to_learn_whether_it_began(
+    rig: LauncherRig,
+) -> None:
+    """Issue 20, item 6: with the default cwd, a start answered at once
+    while ``user``'s home could not be entered (``chmod 000 ~``): ``ok``,
+    ``exit_code: 1``, nothing ran. Unless the home is surely enterable, the
+    start waits for the verdict: ``refused not_started cwd``, every retry."""
+    rig.home.rmdir()
+    answer = rig.start(TASK, command="echo ran")
+    assert answer.stdout == f"refused not_started cwd\nepoch {rig.epoch()}\n"
+    retry = rig.start(TASK, nonce=2, command="echo ran")
+    assert retry.stdout == answer.stdout
+
+
+def test_c7_item6_only_a_home_surely_enterable_is_answered_at_once(rig: LauncherRig) -> None:
+    """Issue 20, item 6: owned by ``user`` with its owner's search bit, the
+    home needs no wait (the start stays one answer, no process more than a
+    ``stat``); without that bit, or owned by another, the start waits."""
+    uid = int((rig.ledger / "user").read_text().split()[0])
+    if os.getuid() == 0:
+        os.chown(rig.home, uid, -1)
+    _claimed(rig, TASK, command="true")
+    assert not (rig.claim(TASK) / "check").exists()
+    rig.home.chmod(0o600)
+    other = task_id(2)
+    rig.start(other, command="true")
+    assert (rig.claim(other) / "check").exists()
+
+
+def test_c7_item6_a_command_that_never_began_after_a_fast_answer_has_no_exit_code(
+    shared_rig: LauncherRig,
+) -> None:
+    """Issue 20, item 6: a start answered at once (no ``check``) whose
+    command then could not begin (here: an environment Linux would not
+    exec) has the state ``unknown``, never the wrapper's exit code, and
+    every retry is ``refused not_started``."""
+    env = {f"BIG{n}": "x" * 120_000 for n in range(80)}
+    answer = shared_rig.start(TASK, command="echo ran", env=env)
+    assert answer.lines[0] == "started 1"
+    waited = shared_rig.wait(TASK)
+    assert waited.lines[0] == "state unknown - 0 0", waited
+    assert parse_read(waited.stdout).state.status == "unknown"
+    retry = shared_rig.start(TASK, nonce=2, command="echo ran", env=env)
+    assert retry.stdout == f"refused not_started e2big\nepoch {shared_rig.epoch()}\n"
+    assert shared_rig.read(TASK).lines[0] == "state unknown - 0 0"
+
+
 def test_c7_a_relative_cwd_is_entered_from_home(rig: LauncherRig) -> None:
     (rig.home / "work").mkdir()
     answer = rig.start(TASK, command="pwd", cwd="work", check="1")
@@ -435,15 +482,19 @@ def test_c2_an_answer_remakes_a_lost_claim_log_and_reports_the_new_epoch(
 # -- publish and discard ------------------------------------------------------------------
 
 
-def test_c2_publish_puts_the_snippet_in_place_for_user(rig: LauncherRig) -> None:
+def test_c16_item5_publish_puts_the_snippet_in_place_for_user_to_read_not_write(
+    rig: LauncherRig,
+) -> None:
+    """Issue 20, item 5: the snippet is the launcher's (root's), readable
+    by ``user``'s group only; no command of ``user`` can change it."""
     rig.stage(TASK, 1, source="print('hi')\n")
     answer = rig.run("publish", TASK, "1", "py")
     assert (answer.status, answer.stdout) == (0, "published\n")
     target = rig.shared / "code" / f"{TASK}.py"
     assert target.read_text() == "print('hi')\n"
-    assert target.stat().st_mode & 0o777 == 0o600
-    uid = int((rig.ledger / "user").read_text().split()[0])
-    assert target.stat().st_uid == uid
+    assert target.stat().st_mode & 0o777 == 0o440
+    gid = int((rig.ledger / "user").read_text().split()[1])
+    assert (target.stat().st_uid, target.stat().st_gid) == (os.getuid(), gid)
     for directory in (rig.shared, rig.shared / "code"):
         assert directory.stat().st_mode & 0o777 == 0o711
     assert list(rig.inbox.iterdir()) == []
@@ -459,6 +510,28 @@ def test_c3_publishing_the_same_snippet_again_is_published_another_is_a_conflict
     rig.stage(TASK, 3, source="print(2)\n")
     assert rig.run("publish", TASK, "3", "py").stdout == "refused publish_conflict\n"
     assert (rig.shared / "code" / f"{TASK}.py").read_text() == "print(1)\n"
+
+
+@pytest.mark.parametrize("now", ["rewritten", "deleted"])
+def test_c7_item5_a_claimed_tasks_publish_is_answered_from_the_claim(
+    rig: LauncherRig, now: str
+) -> None:
+    """Issue 20, item 5: once the task is claimed, its start answers from
+    the claim (whose digest covers the source): the published file, changed
+    or gone since, decides nothing, so a retry is never a false conflict."""
+    rig.stage(TASK, 1, source="echo one\n")
+    assert rig.run("publish", TASK, "1", "sh").stdout == "published\n"
+    _claimed(rig, command=f"bash {rig.shared}/code/{TASK}.sh")
+    target = rig.shared / "code" / f"{TASK}.sh"
+    target.chmod(0o640)
+    if now == "rewritten":
+        target.write_text("echo tampered\n")
+    else:
+        target.unlink()
+    rig.stage(TASK, 2, source="echo one\n")
+    assert rig.run("publish", TASK, "2", "sh").stdout == "published\n"
+    retry = rig.start(TASK, nonce=3, command=f"bash {rig.shared}/code/{TASK}.sh")
+    assert retry.lines[0] == "started 0"
 
 
 def test_c2_publish_without_a_staged_snippet_is_refused(rig: LauncherRig) -> None:

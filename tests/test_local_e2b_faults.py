@@ -197,8 +197,9 @@ def test_a_server_killed_mid_stream_leaves_nothing_running() -> None:
             pyqwest.RemoteProtocolError,
         ]
         assert wait_until(lambda: not doomed.alive)
-        assert not gone(sleeper.pid)  # the server died; its sandbox's processes did not
-    assert wait_until(lambda: gone(sleeper.pid))  # serve() swept them up
+        # The server died; its sandbox's anchor killed what was left in it
+        # (before serve() sweeps, which is the second line of defence).
+        assert wait_until(lambda: gone(sleeper.pid))
 
 
 def test_faults_can_be_listed_and_clear_themselves(server: LocalE2B) -> None:

@@ -5,6 +5,12 @@ through it, prints the tool result as JSON and exits with the result's
 status (:data:`EXIT_STATUS`; 5 when the result could not be written). The
 options both commands take are defined here once (:func:`tool_call_options`),
 and their values reach :func:`call_tool` by name.
+
+SIGINT (Ctrl-C) and SIGTERM while the call runs are its abort
+(:mod:`._interrupt`): the result is printed as any other, ``error``
+(``canceled``, exit 1) when nothing may have left yet, ``uncertain`` with
+the operation key and task id (exit 3) once a start may have (issue 20,
+item 7).
 """
 
 from __future__ import annotations
@@ -13,14 +19,16 @@ import json
 import sys
 import uuid
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import click
 
 import sandrail
+from sandrail.interpreters._cancel import CancelToken
 from sandrail.records import OwnershipRecord
 
 from ._backends import backend_option, close_backend, make_backend
+from ._interrupt import cancelled_by_signals
 from ._record import open_record_option
 
 __all__ = ["EXIT_STATUS", "UNWRITTEN", "call_tool", "tool_call_options"]
@@ -114,18 +122,24 @@ def call_tool(
     """Run one tool call, print its result and exit with its status. The
     keyword arguments are the values of :func:`tool_call_options`. The
     backend is closed before the process exits, whatever happened: what the
-    E2B SDK opened must not outlive the interpreter (issue 9, item 13)."""
-    record = open_record_option(record_spec)
-    try:
-        chosen = make_backend(backend)
+    E2B SDK opened must not outlive the interpreter (issue 9, item 13).
+    SIGINT and SIGTERM abort the call (see the module doc)."""
+    with cancelled_by_signals() as abort:
+        record = open_record_option(record_spec)
         try:
-            port = _port(factory, chosen, session_id, max_output_bytes, record)
-            result = port.execute_sync(_request(port, tool, arguments, operation_key))
+            chosen = make_backend(backend)
+            try:
+                port = _port(factory, chosen, session_id, max_output_bytes, record)
+                result = port.execute_sync(_request(port, tool, arguments, operation_key, abort))
+            finally:
+                close_backend(chosen)
         finally:
-            close_backend(chosen)
-    finally:
-        if record is not None:
-            record.close()
+            if record is not None:
+                record.close()
+        _print_and_exit(result, indent)
+
+
+def _print_and_exit(result: sandrail.ToolResult, indent: int | None) -> NoReturn:
     try:
         click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
         sys.stdout.flush()
@@ -165,7 +179,13 @@ def _port(
         raise click.UsageError(str(exc)) from None
 
 
-def _request(port: sandrail.ToolPort, name: str, arguments: dict[str, Any], key: str | None) -> Any:
+def _request(
+    port: sandrail.ToolPort,
+    name: str,
+    arguments: dict[str, Any],
+    key: str | None,
+    abort: CancelToken,
+) -> Any:
     return sandrail.ToolRequest(
         call=sandrail.ToolCall(
             name=name, call_id=f"cli-{uuid.uuid4().hex[:12]}", arguments=arguments
@@ -174,4 +194,5 @@ def _request(port: sandrail.ToolPort, name: str, arguments: dict[str, Any], key:
         session_id=port.settings.session_id,
         definition=port.definition(name),
         identity=sandrail.AgentIdentity(agent_id=_AGENT),
+        cancel=abort,
     )

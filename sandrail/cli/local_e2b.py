@@ -2,7 +2,8 @@
 
 Prints the three ``export`` lines that point the e2b SDK (and ``sandrail
 run --backend e2b``) at it, says which isolation is in force, and runs until
-Ctrl-C, which stops it and every process it started. Exit status 2 when
+Ctrl-C (or SIGTERM, or SIGHUP when its terminal closes), which stops it and
+every process it started and removes its state directory. Exit status 2 when
 sandboxes cannot be isolated on this machine or the extra is missing.
 """
 

@@ -3,8 +3,10 @@
 Exit status: 0 when every effect and every result matched the recording and
 it was fully consumed; 1 on a divergence (the message names the step, the
 effect expected, the one got and the field that differs); 2 when the file
-cannot be read as a cassette (truncated, corrupt, a future version): the
-message names the line, never a traceback.
+cannot be read as a cassette (truncated, corrupt, a future version, an
+outcome no sandbox can give; not a regular file, or bigger than
+``--max-bytes``, refused before it is read): one line that names the line,
+never a traceback.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import click
 
 from sandrail.interpreters.replay import (
+    MAX_CASSETTE_BYTES,
     CallEntry,
     CassetteError,
     DivergenceError,
@@ -85,13 +88,21 @@ def _cut(text: str, width: int = 200) -> str:
 @click.command("replay")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--quiet", "-q", is_flag=True, help="Print only the verdict.")
-def replay(file: Path, quiet: bool) -> None:
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(min=1),
+    default=MAX_CASSETTE_BYTES,
+    show_default=True,
+    help="The largest recording read (a replay holds it in memory); bigger is refused.",
+)
+def replay(file: Path, quiet: bool, max_bytes: int) -> None:
     """Replay the recording FILE through the core and compare every step.
 
-    Exit status: 0 identical, 1 diverged, 2 unreadable file.
+    Exit status: 0 identical, 1 diverged, 2 unreadable file (also one that
+    is not a regular file, or is bigger than --max-bytes).
     """
     try:
-        cassette = load_cassette(file)
+        cassette = load_cassette(file, max_bytes=max_bytes)
         if not quiet:
             for line in _header(cassette.source, cassette.header):
                 click.echo(line)

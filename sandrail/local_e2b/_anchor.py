@@ -2,7 +2,8 @@
 sandbox's own directories over ``/tmp``, ``/home/user`` and ``/root``, binds
 the sandbox's ``/etc/passwd`` and ``/etc/group``, makes the rest of this
 machine's filesystem read-only, prints ``ready`` and then waits for its
-standard input to close. While it lives, the server enters its namespace
+standard input to close (the server ending the sandbox, or dying), then
+kills every process left in the namespace. While it lives, the server enters its namespace
 (``/proc/<pid>/ns/mnt``) to start commands and reads the sandbox's files
 through ``/proc/<pid>/root``.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import signal
 import socket
 import struct
 import sys
@@ -184,7 +186,35 @@ def main(sandbox_dir: str, mark_port: int = 0) -> int:
         print(f"local-e2b anchor: {exc}", file=sys.stderr, flush=True)
         return 3
     sys.stdin.buffer.read()
+    _end_sandbox()
     return 0
+
+
+def _end_sandbox() -> None:
+    """Kill every process left in this mount namespace. The server closes
+    the anchor's standard input when it ends the sandbox, and the kernel
+    does when the server dies (killed, crashed): either way no process of
+    the sandbox outlives it. A process forking as it is killed adds new
+    ones, so again until none is left."""
+    own = os.stat("/proc/self/ns/mnt")
+    me = os.getpid()
+    for _ in range(20):
+        found = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == me:
+                continue
+            try:
+                namespace = os.stat(f"/proc/{name}/ns/mnt")
+            except OSError:
+                continue
+            if (namespace.st_dev, namespace.st_ino) == (own.st_dev, own.st_ino):
+                found = True
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                except OSError:
+                    continue
+        if not found:
+            return
 
 
 if __name__ == "__main__":

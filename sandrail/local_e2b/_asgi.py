@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs
 
 __all__ = [
+    "ClientGone",
     "Receive",
     "Scope",
     "Send",
@@ -28,19 +30,40 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
+class ClientGone(Exception):
+    """The client went away before its request body ended."""
+
+
 class TrackedReceive:
-    """``receive`` that remembers whether the request body has ended (after
-    its end, ``receive`` blocks until the client disconnects)."""
+    """``receive`` that remembers whether the request body has ended and
+    can tell when the client goes away after it (:meth:`until_gone`).
+    After the body's end, a call waits for the client to go away and then
+    answers ``http.disconnect``, as ASGI's ``receive`` does."""
 
     def __init__(self, receive: Receive) -> None:
         self._receive = receive
         self.done = False
+        self._body_done = asyncio.Event()
+        self._gone = asyncio.Event()
 
     async def __call__(self) -> MutableMapping[str, Any]:
+        if self.done:
+            await self.until_gone()
+            return {"type": "http.disconnect"}
         message = await self._receive()
+        if message["type"] == "http.disconnect":
+            self._gone.set()
         if message["type"] == "http.disconnect" or not message.get("more_body", False):
             self.done = True
+            self._body_done.set()
         return message
+
+    async def until_gone(self) -> None:
+        """Return once the body has been read and the client went away."""
+        await self._body_done.wait()
+        while not self._gone.is_set():
+            if (await self._receive())["type"] == "http.disconnect":
+                self._gone.set()
 
 
 def after_body(receive: TrackedReceive, send: Send) -> Send:
@@ -76,11 +99,12 @@ def query(scope: Scope) -> dict[str, str]:
 
 
 async def body_chunks(receive: Receive) -> AsyncIterator[bytes]:
-    """The request body, chunk by chunk, until its end (or a disconnect)."""
+    """The request body, chunk by chunk, until its end; :class:`ClientGone`
+    if the client goes away first (a body cut short is never taken whole)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return
+            raise ClientGone("the client went away before the request body ended")
         chunk = message.get("body", b"")
         if chunk:
             yield bytes(chunk)
@@ -108,8 +132,11 @@ async def drain(receive: Receive) -> None:
     ``receive`` must be a :class:`TrackedReceive`."""
     if isinstance(receive, TrackedReceive) and receive.done:
         return
-    async for _ in body_chunks(receive):
-        pass
+    try:
+        async for _ in body_chunks(receive):
+            pass
+    except ClientGone:
+        return
 
 
 async def send_bytes(

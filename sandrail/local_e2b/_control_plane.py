@@ -25,7 +25,6 @@ Errors answer ``{"code": status, "message": text}``.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import time
@@ -34,6 +33,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from ._asgi import (
+    ClientGone,
     Receive,
     Scope,
     Send,
@@ -46,6 +46,7 @@ from ._asgi import (
     send_json,
 )
 from ._faults import Route, route_of
+from ._json_guard import TooDeep, loads
 from ._options import DEFAULT_TIMEOUT, MAX_TIMEOUT
 from ._sandboxes import Sandbox, SandboxError, Sandboxes, parse_time
 from ._unsupported import unsupported_api
@@ -85,6 +86,8 @@ class ControlPlane:
         receive, send = tracked, after_body(tracked, send)
         try:
             status, value, headers = await self._serve(scope, receive)
+        except ClientGone:
+            return  # no one to answer
         except SandboxError as exc:
             status, value, headers = exc.status, {"code": exc.status, "message": str(exc)}, []
         except TooLarge as exc:
@@ -101,7 +104,9 @@ class ControlPlane:
     async def _body(self, receive: Receive) -> dict[str, Any]:
         raw = await read_body(receive, _BODY_LIMIT)
         try:
-            body = json.loads(raw or b"{}")
+            body = loads(raw or b"{}")
+        except TooDeep as exc:
+            raise SandboxError(400, str(exc)) from exc
         except ValueError as exc:
             raise SandboxError(400, f"the body is not JSON: {exc}") from exc
         if not isinstance(body, dict):
@@ -115,6 +120,9 @@ class ControlPlane:
         if not secrets.compare_digest(given.encode(), self._key.encode()):
             raise SandboxError(401, "Invalid API key")
         path = scope["path"]
+        if scope["method"] == "GET" and path.rstrip("/") == "/sandboxes/metrics":
+            # Not the metrics of a sandbox named "metrics": E2B's batch route.
+            raise SandboxError(501, unsupported_api("GET", path))
         route = route_of(scope["method"], path)
         sandbox_id = path.rstrip("/").split("/")[3 if path.startswith("/v2/") else 2 :][:1]
         boxes = self._sandboxes
@@ -174,6 +182,8 @@ class ControlPlane:
         states = None
         if params.get("state"):
             states = {state.strip() for state in params["state"].split(",")}
+            if not states <= {"running", "paused"}:
+                raise SandboxError(400, "state must be running or paused (comma-separated)")
         try:
             limit = int(params.get("limit") or 100)
         except ValueError as exc:

@@ -9,17 +9,30 @@ needs the sandbox's ``X-Access-Token`` (401 otherwise), except that
 no sandbox header, so its signature picks the sandbox); the user comes from
 ``Authorization: Basic base64(user:)`` on RPCs (``username=`` on
 ``/files``), ``user`` by default; only ``user`` and ``root`` exist. A path
-envd does not serve answers 501 "local-e2b does not support ...".
+envd does not serve answers 501 "local-e2b does not support ...". A request
+whose client goes away is ended at once (``_unless_gone``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import secrets
 from typing import Any
 
-from ._asgi import Receive, Scope, Send, TrackedReceive, after_body, header, query, send_json
+from ._asgi import (
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    TrackedReceive,
+    after_body,
+    header,
+    query,
+    send_json,
+)
 from ._files_http import read_file, write_files
 from ._process_rpc import CURRENT_SANDBOX, CURRENT_USER
 from ._sandboxes import Sandbox, Sandboxes
@@ -109,20 +122,46 @@ class Envd:
         sandbox_token = CURRENT_SANDBOX.set(sandbox)
         user_token = CURRENT_USER.set(user or "user")
         try:
-            if path == "/files" and method == "GET":
-                await read_file(scope, receive, send, sandbox)
-            elif path == "/files" and method == "POST":
-                await write_files(scope, receive, send, sandbox, self._max_upload)
-            elif path.startswith("/process.Process/"):
-                await self._process(scope, receive, send)
-            elif path.startswith("/filesystem.Filesystem/"):
-                await self._filesystem(scope, receive, send)
-            else:
-                message = f"local-e2b does not support {method} {path} (no such envd route)"
-                await send_json(send, 501, {"code": 501, "message": message})
+            handler = asyncio.ensure_future(self._route(scope, receive, send, sandbox))
         finally:
             CURRENT_USER.reset(user_token)
             CURRENT_SANDBOX.reset(sandbox_token)
+        await _unless_gone(handler, tracked)
+
+    async def _route(self, scope: Scope, receive: Receive, send: Send, sandbox: Sandbox) -> None:
+        path, method = scope["path"], scope["method"]
+        if path == "/files" and method == "GET":
+            await read_file(scope, receive, send, sandbox)
+        elif path == "/files" and method == "POST":
+            await write_files(scope, receive, send, sandbox, self._max_upload)
+        elif path.startswith("/process.Process/"):
+            await self._process(scope, receive, send)
+        elif path.startswith("/filesystem.Filesystem/"):
+            await self._filesystem(scope, receive, send)
+        else:
+            message = f"local-e2b does not support {method} {path} (no such envd route)"
+            await send_json(send, 501, {"code": 501, "message": message})
+
+
+async def _unless_gone(handler: asyncio.Future[None], receive: TrackedReceive) -> None:
+    """Await ``handler``, but end it when its client goes away: a stream
+    (a watch, a command's output) nobody reads any more would otherwise
+    hold what it watches until the sandbox ends. A command keeps running,
+    as on E2B: only the stream following it ends."""
+    gone = asyncio.ensure_future(receive.until_gone())
+    try:
+        await asyncio.wait([handler, gone], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if handler.done():
+            with contextlib.suppress(ClientGone):
+                await handler
+        else:
+            handler.cancel()
+            # No one to tell how it ended (the Connect application turns
+            # the cancellation into an error of its own).
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await handler
 
 
 async def _unauthorized(send: Send, message: str) -> None:

@@ -6,8 +6,10 @@ As envd: the ``username`` query parameter picks the user (default ``user``),
 a relative path is taken from that user's home, missing parent directories
 are created, and new files and directories belong to that user. ``GET``
 honours a single ``Range`` (206) and ``Accept-Encoding: gzip``. Uploads are
-streamed to disk, never held whole; a body that inflates past
-``max_upload_bytes`` is refused with 413 and its partial file removed. An
+streamed to spool files outside the sandbox, never held whole, and written
+to their targets only once the whole body was read and accepted: a body
+that inflates past ``max_upload_bytes`` (413), a malformed one (400) or one
+cut off midway leaves every target as it was, and creates nothing. An
 upload's ``X-Metadata-*`` headers become every written file's metadata,
 replacing what it had (``_metadata``); the answer lists each file with the
 metadata it now has. Each file is written with envd's system calls in
@@ -18,14 +20,14 @@ then the body; then the metadata.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
 import stat as stat_module
+import tempfile
 import zlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, BinaryIO
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
@@ -49,6 +51,7 @@ _STATUS = {
     errno.EROFS: 403,
     errno.ENOSPC: 507,
     errno.ELOOP: 400,
+    errno.ENAMETOOLONG: 400,
 }
 
 
@@ -79,6 +82,14 @@ def _path(raw: str | None, user: User) -> str:
         return expand_path(raw or "", user.home)
     except ValueError as exc:
         raise _Refused(400, str(exc)) from exc
+
+
+def _target(raw: str, user: User) -> str:
+    """The path of a file to write: never one that names a directory (a
+    trailing ``/``), which normalising would turn into a file's name."""
+    if raw.endswith("/"):
+        raise _Refused(400, f"path '{raw}' names a directory, not a file")
+    return _path(raw, user)
 
 
 async def read_file(scope: Scope, receive: Receive, send: Send, sandbox: Sandbox) -> None:
@@ -149,65 +160,85 @@ async def _send_file(scope: Scope, send: Send, fd: int, size: int) -> None:
 
 
 class _Sink:
-    """Writes uploaded files, counting bytes against the limit."""
+    """Takes an upload's files into spool files first, counting bytes
+    against the limit, and writes them to their targets only once the whole
+    body was read and accepted (:meth:`commit`): a body refused or cut
+    midway leaves every target as it was (see the module doc)."""
 
     def __init__(self, sandbox: Sandbox, user: User, limit: int, metadata: dict[str, str]) -> None:
         self.sandbox, self.user, self.limit = sandbox, user, limit
         self.metadata = metadata
         self.written = 0
         self.done: list[dict[str, Any]] = []
-        self.fd = -1
+        self._parts: list[tuple[str, BinaryIO]] = []
+        self._spool: BinaryIO | None = None
         self.path = ""
 
     def open(self, path: str) -> None:
-        if any(entry["path"] == path for entry in self.done) or path == self.path:
+        if any(taken == path for taken, _ in self._parts) or path == self.path:
             raise _Refused(
                 400,
                 f"you cannot upload multiple files to the same path '{path}' in one upload request",
             )
         try:
-            self.fd = self.sandbox.files.create_file(path, self.user.uid, self.user.gid)
+            self.sandbox.files.check_writable(path)
         except OSError as exc:
             raise _error(exc, path) from exc
+        # Outside the sandbox's own directories: nothing in it sees the spool.
+        # It outlives this call; ``abort`` closes it.
+        self._spool = tempfile.TemporaryFile(dir=self.sandbox.root.directory)  # noqa: SIM115
         self.path = path
 
     def write(self, data: bytes) -> None:
         self.written += len(data)
         if self.written > self.limit:
             raise _Refused(413, f"upload larger than {self.limit} bytes")
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self.fd, view) :]
-            except OSError as exc:
-                raise _error(exc, self.path) from exc
+        assert self._spool is not None
+        try:
+            self._spool.write(data)
+        except OSError as exc:
+            raise _error(exc, self.path) from exc
 
     def close(self) -> None:
-        if self.fd >= 0:
-            try:
-                write_metadata(self.fd, self.metadata)
-            except OSError as exc:
-                self.abort()
-                raise _error(exc, self.path) from exc
-            os.close(self.fd)
-            self.fd = -1
-            done: dict[str, Any] = {
-                "path": self.path,
-                "name": os.path.basename(self.path),
-                "type": "file",
-            }
-            kept = self.sandbox.files.metadata(self.path)
-            if kept:
-                done["metadata"] = kept
-            self.done.append(done)
-            self.path = ""
+        """End the current file (still only spooled)."""
+        if self._spool is not None:
+            self._parts.append((self.path, self._spool))
+            self._spool, self.path = None, ""
+
+    def commit(self) -> None:
+        """Write every spooled file to its target, in order."""
+        for path, spool in self._parts:
+            self._write(path, spool)
+
+    def _write(self, path: str, spool: BinaryIO) -> None:
+        spool.flush()
+        size = spool.tell()
+        try:
+            fd = self.sandbox.files.create_file(path, self.user.uid, self.user.gid)
+        except OSError as exc:
+            raise _error(exc, path) from exc
+        try:
+            sent = 0
+            while sent < size:
+                sent += os.sendfile(fd, spool.fileno(), sent, size - sent)
+            write_metadata(fd, self.metadata)
+        except OSError as exc:
+            raise _error(exc, path) from exc
+        finally:
+            os.close(fd)
+        done: dict[str, Any] = {"path": path, "name": os.path.basename(path), "type": "file"}
+        kept = self.sandbox.files.metadata(path)
+        if kept:
+            done["metadata"] = kept
+        self.done.append(done)
 
     def abort(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-            with contextlib.suppress(OSError):
-                self.sandbox.files.remove(self.path)
+        """Drop every spooled file; no target was touched."""
+        for _, spool in self._parts:
+            spool.close()
+        if self._spool is not None:
+            self._spool.close()
+        self._parts, self._spool = [], None
 
 
 async def _inflated(scope: Scope, receive: Receive) -> AsyncIterator[bytes]:
@@ -250,7 +281,7 @@ async def write_files(
             if media == b"application/octet-stream":
                 if not params.get("path"):
                     raise _Refused(400, "path query parameter is required for raw body upload")
-                sink.open(_path(params["path"], user))
+                sink.open(_target(params["path"], user))
                 async for chunk in _inflated(scope, receive):
                     sink.write(chunk)
                 sink.close()
@@ -262,9 +293,9 @@ async def write_files(
                     f"unsupported content type: {media.decode('latin-1')}, expected "
                     "multipart/form-data or application/octet-stream",
                 )
-        except BaseException:
+            sink.commit()
+        finally:
             sink.abort()
-            raise
     except _Refused as error:
         await drain(receive)
         await _answer_error(send, error)
@@ -303,7 +334,7 @@ async def _multipart(
             part["skip"] = True
             return
         try:
-            sink.open(_path(name, sink.user))
+            sink.open(_target(name, sink.user))
         except _Refused as exc:
             failure.append(exc)
             part["skip"] = True

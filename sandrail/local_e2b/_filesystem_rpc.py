@@ -5,7 +5,10 @@
 Paths are expanded as envd does (relative to the requesting user's home)
 and resolved inside the sandbox (``_fsview``). Errors map to the codes the
 SDK branches on: NOT_FOUND (``FileNotFoundException``, ``exists`` → False),
-ALREADY_EXISTS (``make_dir`` → False). Directory watching is not offered.
+ALREADY_EXISTS (``make_dir`` → False). Directory watches (streamed
+``WatchDir``, polled ``CreateWatcher``) are bounded per sandbox and per
+server (``_watch``); a streamed one ends when its client goes away
+(``_envd``), a polled one when removed or with its sandbox.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from protobuf import Oneof
 from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
 
 from ._fsview import Entry, expand_path
+from ._json_guard import guarded_codecs
 from ._process_rpc import CURRENT_SANDBOX, CURRENT_USER, keepalive_interval
-from ._watch import Emit, Watcher, WatchError, on_network_mount
+from ._watch import MAX_SERVER_WATCHES, MAX_WATCHES, Emit, Watcher, WatchError, on_network_mount
 
 __all__ = ["FilesystemService", "filesystem_app", "rpc_error"]
 
@@ -44,11 +48,13 @@ _CODES = {
     errno.EISDIR: Code.INVALID_ARGUMENT,
     errno.EINVAL: Code.INVALID_ARGUMENT,
     errno.ENOTEMPTY: Code.FAILED_PRECONDITION,
+    errno.EBUSY: Code.FAILED_PRECONDITION,
     errno.ELOOP: Code.FAILED_PRECONDITION,
     errno.EACCES: Code.PERMISSION_DENIED,
     errno.EPERM: Code.PERMISSION_DENIED,
     errno.EROFS: Code.PERMISSION_DENIED,
     errno.EXDEV: Code.INVALID_ARGUMENT,
+    errno.ENAMETOOLONG: Code.INVALID_ARGUMENT,
 }
 
 
@@ -153,7 +159,20 @@ class FilesystemService(Filesystem):
     ) -> Watcher:
         """A started watch of directory ``raw``, refused as envd refuses it."""
         path = _path(raw)
-        files = CURRENT_SANDBOX.get().files
+        sandbox = CURRENT_SANDBOX.get()
+        if len(sandbox.watches) >= MAX_WATCHES:
+            raise ConnectError(
+                Code.RESOURCE_EXHAUSTED,
+                f"local-e2b allows at most {MAX_WATCHES} watches per sandbox at once; "
+                "stop one first",
+            )
+        if Watcher.open >= MAX_SERVER_WATCHES:
+            raise ConnectError(
+                Code.RESOURCE_EXHAUSTED,
+                f"local-e2b allows at most {MAX_SERVER_WATCHES} watches at once on this "
+                "server; stop one first",
+            )
+        files = sandbox.files
         try:
             is_dir = stat_module.S_ISDIR(files.stat(path).st_mode)
         except FileNotFoundError as exc:
@@ -166,15 +185,20 @@ class FilesystemService(Filesystem):
             raise ConnectError(
                 Code.INVALID_ARGUMENT, f"cannot watch path on network filesystem: {path}"
             )
-        watcher = Watcher(
-            files,
-            path,
-            recursive=recursive,
-            include_entry=include_entry,
-            to_entry=_entry,
-            emit=emit,
-            on_error=on_error,
-        )
+        try:
+            watcher = Watcher(
+                files,
+                path,
+                recursive=recursive,
+                include_entry=include_entry,
+                to_entry=_entry,
+                emit=emit,
+                on_error=on_error,
+            )
+        except OSError as exc:  # EMFILE: this machine's inotify instances are all taken
+            raise ConnectError(
+                Code.RESOURCE_EXHAUSTED, f"cannot watch {path} on this machine now: {exc}"
+            ) from exc
         try:
             await watcher.start()
         except OSError as exc:
@@ -273,4 +297,4 @@ class FilesystemService(Filesystem):
 
 def filesystem_app(service: FilesystemService) -> FilesystemASGIApplication:
     """The SDK's generated ASGI application around ``service``."""
-    return FilesystemASGIApplication(service)
+    return FilesystemASGIApplication(service, codecs=guarded_codecs())

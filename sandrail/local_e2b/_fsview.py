@@ -27,6 +27,7 @@ import grp
 import os
 import posixpath
 import pwd
+import re
 import shutil
 import stat as stat_module
 from collections.abc import Iterator, Mapping
@@ -53,7 +54,9 @@ class _OpenHow(ctypes.Structure):
 def expand_path(path: str, home: str) -> str:
     """A request path made absolute as envd does: empty means the user's
     home, ``~`` and ``~/x`` expand to it, a relative path is taken from it;
-    the result is normalised. ``ValueError`` for ``~other``."""
+    the result is normalised. ``ValueError`` for ``~other`` or a NUL."""
+    if "\0" in path:
+        raise ValueError(f"a path cannot hold a NUL byte: {path!r}")
     if path.startswith("~"):
         if len(path) > 1 and path[1] != "/":
             raise ValueError(f"cannot expand user-specific home dir in {path!r}")
@@ -117,9 +120,13 @@ class FsView:
     descriptor of the sandbox's ``/``; ``names`` maps uids and gids the
     sandbox knows to their names there."""
 
-    def __init__(self, root_fd: int, names: Mapping[int, str]) -> None:
+    def __init__(
+        self, root_fd: int, names: Mapping[int, str], mountinfo: str | None = None
+    ) -> None:
         self._root = root_fd
         self._names = dict(names)
+        self._mountinfo = mountinfo
+        """``/proc/<pid>/mountinfo`` of a process in the sandbox."""
 
     def open(self, path: str, flags: int, mode: int = 0) -> int:
         """``openat2`` of absolute ``path`` inside the sandbox; raises ``OSError``."""
@@ -175,10 +182,43 @@ class FsView:
                 info = self.stat(current)
             except FileNotFoundError:
                 with self.parent(current) as (fd, name):
-                    os.mkdir(name, 0o755, dir_fd=fd)
+                    try:
+                        os.mkdir(name, 0o755, dir_fd=fd)
+                    except FileExistsError:
+                        raise _dangling(current) from None
                     os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
                 continue
             if not stat_module.S_ISDIR(info.st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "path is a file", current)
+
+    def check_writable(self, path: str) -> None:
+        """Raise what :meth:`create_file` would for ``path``, changing
+        nothing: ``IsADirectoryError``, ``OSError(EINVAL)`` (not a regular
+        file), ``NotADirectoryError`` (a parent is a file, or a symbolic
+        link to a missing directory)."""
+        try:
+            info = self.stat(path)
+        except FileNotFoundError:
+            info = None
+        if info is not None:
+            if stat_module.S_ISDIR(info.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "path is a directory", path)
+            if not stat_module.S_ISREG(info.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", path)
+            return
+        current = "/"
+        for part in [part for part in posixpath.dirname(path).split("/") if part]:
+            current = posixpath.join(current, part)
+            try:
+                found = self.stat(current)
+            except FileNotFoundError:
+                with self.parent(current) as (fd, name):
+                    try:
+                        os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        return  # from here on, create_file makes the directories
+                raise _dangling(current) from None
+            if not stat_module.S_ISDIR(found.st_mode):
                 raise NotADirectoryError(errno.ENOTDIR, "path is a file", current)
 
     def create_file(self, path: str, uid: int, gid: int) -> int:
@@ -222,16 +262,38 @@ class FsView:
         self.ensure_dirs(path, uid, gid)
 
     def remove(self, path: str) -> None:
-        """Remove a file, a link or a whole directory tree; absent is fine."""
+        """Remove a file, a link or a whole directory tree; absent is fine.
+        All or nothing: a tree that is or holds a mount point of the
+        sandbox (``/tmp``, ``/home``, a read-only part of this machine)
+        cannot be removed whole, so it is refused (``OSError(EBUSY)``)
+        before anything in it is touched."""
         with self.parent(path) as (fd, name):
             try:
                 info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 return
             if stat_module.S_ISDIR(info.st_mode):
+                real = posixpath.join(self.resolve(posixpath.dirname(path)), name)
+                points = self._mount_points()
+                # The path itself first: a mount hidden under it is less telling.
+                for point in sorted(points, key=lambda point: point != real):
+                    if point == real or point.startswith(real.rstrip("/") + "/"):
+                        raise OSError(
+                            errno.EBUSY,
+                            f"cannot remove {path}: {point} is a mount point of the sandbox "
+                            "(local-e2b lays its own directories and this machine's over "
+                            "it); nothing was removed",
+                            path,
+                        )
                 shutil.rmtree(name, dir_fd=fd)
             else:
                 os.unlink(name, dir_fd=fd)
+
+    def _mount_points(self) -> list[str]:
+        if self._mountinfo is None:
+            return []
+        with open(self._mountinfo, encoding="utf-8") as mountinfo:
+            return [_unescape(line.split()[4]) for line in mountinfo if line.strip()]
 
     def move(self, source: str, destination: str, uid: int, gid: int) -> None:
         """Rename ``source`` to ``destination``, making its parents."""
@@ -359,6 +421,17 @@ class FsView:
             into.append(attrs.evolve(entry, path=posixpath.join(shown, name)))
             if depth > 1 and stat_module.S_ISDIR(info.st_mode):
                 self._walk(posixpath.join(real, name), posixpath.join(shown, name), depth - 1, into)
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path: spaces and the like are written as octal escapes."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def _dangling(path: str) -> NotADirectoryError:
+    return NotADirectoryError(
+        errno.ENOTDIR, f"{path} is a symbolic link to a directory that does not exist", path
+    )
 
 
 @contextmanager

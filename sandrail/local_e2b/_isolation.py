@@ -18,6 +18,10 @@ Anything else is refused (``IsolationError``): a plain directory with path
 rewriting would give commands a different ``/tmp`` than the file API, and
 silently let every sandbox see every other one.
 
+Each sandbox has an IPC namespace of its own too: the SysV shared memory,
+queues and semaphores its commands make are invisible to this machine and
+to other sandboxes, and end with it.
+
 A sandbox created without internet access (``allow_internet_access=False``)
 also gets a network namespace of its own, holding only loopback: it reaches
 nothing of this machine's network, its loopback included, but the server's
@@ -90,14 +94,16 @@ class Isolation:
         """One line saying exactly what is in force."""
         if self.mode is IsolationMode.ROOT:
             return (
-                "root: a private mount namespace per sandbox (its own /tmp, /home/user, "
-                "/root, /dev/shm; the rest of this machine read-only); 'user' runs as an "
-                "unprivileged uid of its own per sandbox, 'root' as root; same process "
-                "table as this machine, and its network unless created without internet access"
+                "root: a private mount and IPC namespace per sandbox (its own /tmp, "
+                "/home/user, /root, /dev/shm, SysV IPC; the rest of this machine "
+                "read-only); 'user' runs as an unprivileged uid of its own per sandbox, "
+                "'root' as root; same process table as this machine, and its network "
+                "unless created without internet access"
             )
         return (
-            "userns: a private user+mount namespace per sandbox (its own /tmp, /home/user, "
-            "/root, /dev/shm; the rest of this machine read-only); NO USER SEPARATION: "
+            "userns: a private user+mount+IPC namespace per sandbox (its own /tmp, "
+            "/home/user, /root, /dev/shm, SysV IPC; the rest of this machine read-only); "
+            "NO USER SEPARATION: "
             f"'root' and 'user' are the same uid ({os.geteuid()}), so a 'user' command can "
             "read and delete what 'root' wrote; same process table as this machine, and its "
             "network unless created without internet access"
@@ -233,7 +239,7 @@ class SandboxRoot:
         """Lay out the directories and start the anchor; raises
         :class:`IsolationError` if the namespace could not be made."""
         self._lay_out()
-        argv = [self.isolation.unshare, "--mount", "--propagation", "private"]
+        argv = [self.isolation.unshare, "--mount", "--ipc", "--propagation", "private"]
         if self.isolation.mode is IsolationMode.USERNS:
             argv[1:1] = ["--user", "--map-root-user"]
         if self.own_network:
@@ -280,6 +286,7 @@ class SandboxRoot:
         if iso.mode is IsolationMode.USERNS:
             enter.append(f"--user=/proc/{self.anchor_pid}/ns/user")
         enter.append(f"--mount=/proc/{self.anchor_pid}/ns/mnt")
+        enter.append(f"--ipc=/proc/{self.anchor_pid}/ns/ipc")
         if self.own_network:
             enter.append(f"--net=/proc/{self.anchor_pid}/ns/net")
         enter += [f"--wdns={cwd}", "--"]

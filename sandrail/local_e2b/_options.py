@@ -103,6 +103,18 @@ def _strings(name: str, value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def _env_vars(value: Any) -> dict[str, str]:
+    """Variables every command of the sandbox gets: refused here, by name,
+    rather than failing every command later."""
+    found = _strings("envVars", value)
+    for name, text in found.items():
+        if not name or "=" in name or "\0" in name:
+            raise OptionError(f"envVars: {name!r} is not a variable name (empty, '=' or NUL)")
+        if "\0" in text:
+            raise OptionError(f"envVars: the value of {name!r} holds a NUL byte")
+    return found
+
+
 def _network(value: Any) -> dict[str, Any] | None:
     if value is None:
         return None
@@ -149,6 +161,11 @@ def parse_create(body: Mapping[str, Any]) -> CreateOptions:
     template = body.get("templateID")
     if not isinstance(template, str) or not template:
         raise OptionError("templateID must be a non-empty string")
+    if body.get("mcp") and template != TEMPLATE:
+        raise _unsupported(
+            f"MCP servers (mcp=...): the SDK runs them in E2B's {template!r} template, and "
+            f"it has only {TEMPLATE!r}"
+        )
     if template != TEMPLATE:
         raise _unsupported(
             f"templates: it has only {TEMPLATE!r} (this machine's own filesystem), not {template!r}"
@@ -184,7 +201,7 @@ def parse_create(body: Mapping[str, Any]) -> CreateOptions:
         template_id=template,
         timeout=timeout,
         metadata=_strings("metadata", body.get("metadata")),
-        env_vars=_strings("envVars", body.get("envVars")),
+        env_vars=_env_vars(body.get("envVars")),
         allow_internet_access=internet,
         network=_network(body.get("network")),
     )

@@ -19,6 +19,7 @@ import asyncio
 import contextvars
 import posixpath
 import signal
+import stat as stat_module
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -29,6 +30,7 @@ from e2b.envd.process import process_pb as pb
 from e2b.envd.process.process_connect import Process, ProcessASGIApplication
 from protobuf import Oneof
 
+from ._json_guard import guarded_codecs
 from ._processes import Output, RunningProcess, StdinError
 from ._reaper import Exit
 from ._sandboxes import Sandbox
@@ -129,8 +131,14 @@ class ProcessService(Process):
         if not is_dir:
             raise ConnectError(Code.INVALID_ARGUMENT, f"cwd '{cwd}' does not exist")
         envs = dict(config.envs)
+        env = sandbox.root.environment(user, sandbox.default_env, sandbox.env_vars, envs)
+        if not _findable(sandbox, config.cmd, env.get("PATH", ""), cwd):
+            # As envd (Go's exec.LookPath): the start fails, nothing runs.
+            raise ConnectError(
+                Code.INVALID_ARGUMENT,
+                f'error starting process: exec: "{config.cmd}": executable file not found in $PATH',
+            )
         argv = sandbox.root.argv(user, cwd, config.cmd, list(config.args))
-        env = sandbox.root.environment(user, sandbox.env_vars, envs)
         tag = request.tag if request.has_field("tag") else None
         stdin = request.stdin if request.has_field("stdin") else True
         try:
@@ -274,6 +282,25 @@ class ProcessService(Process):
         return pb.CloseStdinResponse()
 
 
+def _findable(sandbox: Sandbox, cmd: str, path: str, cwd: str) -> bool:
+    """Whether ``cmd`` names an executable file in the sandbox: itself if
+    it has a ``/`` (from ``cwd``), else in a directory of ``path``."""
+    if "\0" in cmd:
+        return False
+    if "/" in cmd:
+        candidates = [posixpath.join(cwd, cmd)]
+    else:
+        candidates = [posixpath.join(directory or cwd, cmd) for directory in path.split(":")]
+    for candidate in candidates:
+        try:
+            mode = sandbox.files.stat(candidate).st_mode
+        except OSError:
+            continue
+        if stat_module.S_ISREG(mode) and mode & 0o111:
+            return True
+    return False
+
+
 async def _follow(
     sandbox: Sandbox,
     process: RunningProcess,
@@ -326,4 +353,4 @@ async def _follow(
 
 def process_app(service: ProcessService) -> ProcessASGIApplication:
     """The SDK's generated ASGI application around ``service``."""
-    return ProcessASGIApplication(service)
+    return ProcessASGIApplication(service, codecs=guarded_codecs())

@@ -91,6 +91,23 @@ def _stream_cut(data: bytes, seen: bytearray, wanted: int) -> int | None:
     return None
 
 
+async def _client_gone(conn: h11.Connection, reader: asyncio.StreamReader) -> None:
+    """Return once the client has closed its connection (its request is
+    all read). What it sends meanwhile (a pipelined request) is kept for
+    ``conn``; past a little of it, stop watching."""
+    kept = 0
+    while kept <= _READ:
+        try:
+            data = await reader.read(_READ)
+        except ConnectionError:
+            return
+        if not data:
+            return
+        conn.receive_data(data)
+        kept += len(data)
+    await asyncio.Event().wait()
+
+
 class Proxy:
     """One listener (``api`` or ``envd``) on 127.0.0.1, forwarding to the
     uvicorn serving that app on the Unix socket ``upstream``."""
@@ -155,7 +172,29 @@ class Proxy:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
                 conn.start_next_cycle()
+        except h11.RemoteProtocolError as exc:
+            # Headers too large (431) or a malformed request (400): say so
+            # before hanging up, as any HTTP server does, never a bare close.
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                body = json.dumps({"code": exc.error_status_hint, "message": str(exc)}).encode()
+                headers = [
+                    ("content-type", "application/json"),
+                    ("content-length", str(len(body))),
+                    ("connection", "close"),
+                ]
+                with contextlib.suppress(Exception):
+                    writer.write(
+                        conn.send(h11.Response(status_code=exc.error_status_hint, headers=headers))
+                    )
+                    writer.write(conn.send(h11.Data(data=body)))
+                    writer.write(conn.send(h11.EndOfMessage()))
+                    await writer.drain()
         except (_Closed, ConnectionError, h11.ProtocolError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            # The server is stopping with this exchange in flight. Nothing
+            # awaits a connection's task, and asyncio's streams (3.11) would
+            # print a cancelled one as an error (issue 20, item 10).
             pass
         finally:
             self._idle.discard(writer)
@@ -313,7 +352,14 @@ class Proxy:
                 put(h11.EndOfMessage())
             else:
                 while True:
-                    event = await _next(conn, reader)
+                    try:
+                        event = await _next(conn, reader)
+                    except (_Closed, ConnectionError, h11.ProtocolError):
+                        # The client hung up mid-body (a cancelled call):
+                        # uvicorn is told by the same hang-up, so its app
+                        # stops waiting for the rest (issue 20, item 10).
+                        up_writer.close()
+                        return
                     if isinstance(event, h11.Data):
                         put(h11.Data(data=event.data))
                         if upstream_open:
@@ -325,19 +371,45 @@ class Proxy:
                         put(h11.EndOfMessage())
                         break
                     else:
-                        raise _Closed
+                        up_writer.close()
+                        return
             with contextlib.suppress(ConnectionError):
                 await up_writer.drain()
 
+        # Strategy: a client that goes away (mid-body, or while its answer
+        # streams) ends the exchange at once, closing the upstream
+        # connection: the app sees its client gone and ends the handler,
+        # instead of waiting for a body or feeding a stream nobody reads.
         pump = asyncio.create_task(forward_body())
+        respond = asyncio.create_task(
+            self._respond(conn, tally, request, route, fault, up, up_reader)
+        )
+        watch: asyncio.Task[None] | None = None
         try:
-            await self._respond(conn, tally, request, route, fault, up, up_reader)
+            await asyncio.wait([pump, respond], return_when=asyncio.FIRST_COMPLETED)
+            if not respond.done():
+                if pump.exception() is not None:
+                    self._gone(tally, request, route, fault)
+                watch = asyncio.create_task(_client_gone(conn, reader))
+                await asyncio.wait([watch, respond], return_when=asyncio.FIRST_COMPLETED)
+                if not respond.done():
+                    self._gone(tally, request, route, fault)
+            await respond
             await pump
         finally:
-            if not pump.done():
-                pump.cancel()
-                with contextlib.suppress(BaseException):
-                    await pump
+            for task in (pump, respond, watch):
+                if task is not None and not task.done():
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+
+    def _gone(
+        self, tally: _Tally, request: h11.Request, route: Route | None, fault: Fault | None
+    ) -> None:
+        """The client went away before its answer was complete."""
+        if not tally.number:
+            self._record(tally, request, route, None, fault)
+        raise _Closed
 
     async def _respond(
         self,

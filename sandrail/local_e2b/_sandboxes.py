@@ -36,13 +36,16 @@ from ._reaper import Reaper
 from ._truth import TruthLog
 from ._watch import Watcher, WatchError
 
-__all__ = ["ENVD_VERSION", "MAX_TIMEOUT", "Sandbox", "SandboxError", "Sandboxes"]
+__all__ = ["ENVD_VERSION", "LOCAL_TEAM_ID", "MAX_TIMEOUT", "Sandbox", "SandboxError", "Sandboxes"]
 
 ENVD_VERSION = "0.6.4"
 """Reported to the SDK, which gates features by it: file metadata (0.6.2),
 watch events with entry info (0.6.3) and watches that may cross network
 mounts (0.6.4) are all served, as is everything older."""
 
+LOCAL_TEAM_ID = "00000000-0000-4000-8000-00000000e2b0"
+"""The team every sandbox of local-e2b belongs to (``E2B_TEAM_ID``): E2B's
+are UUIDs; there is no team here."""
 _ID_CHARS = string.ascii_lowercase + string.digits
 _OWN = ("tmp", "home", "root")
 _MIB = 1024 * 1024
@@ -86,6 +89,7 @@ class Sandbox:
         self.files = FsView(
             root.root_fd,
             {user.uid: user.name for user in reversed(root.users.values())},
+            f"/proc/{root.anchor_pid}/mountinfo",
         )
         self.processes = ProcessTable(reaper, self._process_ended, group_signals)
         self.meter = Meter(root.processes, [root.directory / name for name in _OWN])
@@ -97,6 +101,18 @@ class Sandbox:
         """The watches of ``CreateWatcher``, by id, with their events so far."""
         self._truth = truth
         self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def default_env(self) -> dict[str, str]:
+        """The variables E2B sets in every sandbox ("Knowing if you are
+        inside a sandbox"); the sandbox's and a command's own come after
+        and win."""
+        return {
+            "E2B_SANDBOX": "true",
+            "E2B_SANDBOX_ID": self.sandbox_id,
+            "E2B_TEAM_ID": LOCAL_TEAM_ID,
+            "E2B_TEMPLATE_ID": self.template_id,
+        }
 
     def _process_ended(self, process: RunningProcess) -> None:
         assert process.exit is not None
@@ -143,7 +159,10 @@ class Sandbox:
         detail = {
             **self.listed(),
             "lifecycle": {"autoResume": False, "onTimeout": "kill"},
-            "allowInternetAccess": self.options.allow_internet_access,
+            # What is in force: ``denyOut`` of all traffic closes it too.
+            "allowInternetAccess": (
+                False if self.options.isolated_network else self.options.allow_internet_access
+            ),
         }
         if self.options.network is not None:
             detail["network"] = dict(self.options.network)

@@ -37,6 +37,11 @@ from ._truth import TruthLog
 
 __all__ = ["ServerInfo", "ServerOptions", "run_server"]
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What stops the server in order, every sandbox killed: Ctrl-C, a kill,
+and the terminal closing (SIGHUP), which would otherwise end the process
+with every sandbox's processes left running."""
+
 
 @attrs.frozen(kw_only=True)
 class ServerOptions:
@@ -110,7 +115,7 @@ async def run_server(
     ready: Callable[[ServerInfo], None],
     isolation: Isolation | None = None,
 ) -> None:
-    """Run until SIGINT or SIGTERM, then kill every sandbox and return.
+    """Run until SIGINT, SIGTERM or SIGHUP, then kill every sandbox and return.
     ``ready`` is called once everything listens. Raises ``IsolationError``
     before listening if sandboxes cannot be isolated here."""
     if options.signal_scope not in ("group", "process"):
@@ -173,7 +178,7 @@ async def run_server(
 
     admin_server = await serve_admin(state / "admin.sock", admin)
     stop = asyncio.Event()
-    for number in (signal.SIGINT, signal.SIGTERM):
+    for number in _STOP_SIGNALS:
         loop.add_signal_handler(number, stop.set)
     if options.stop_on_stdin_eof:
 
@@ -201,7 +206,7 @@ async def run_server(
     try:
         await stop.wait()
     finally:
-        for number in (signal.SIGINT, signal.SIGTERM):
+        for number in _STOP_SIGNALS:
             loop.remove_signal_handler(number)
         admin_server.close()
         marks.close()

@@ -92,6 +92,7 @@ class ProcessRecord:
 
     @property
     def running(self) -> bool:
+        """Whether the process had not ended when the truth was taken."""
         return self.ended_at is None
 
 

@@ -22,6 +22,8 @@ _FEATURES: tuple[tuple[str, str], ...] = (
     (r"GET (/v2)?/sandboxes/[^/]+/logs", "sandbox logs"),
     (r"PUT /sandboxes/[^/]+/network", "changing a sandbox's network (update_network)"),
     (r"POST /sandboxes/[^/]+/refreshes", "refreshes (set_timeout does the same)"),
+    # delete_snapshot deletes through the templates route.
+    (r"DELETE (/v\d)?/templates/[^/]+", "snapshots or templates (it has neither to delete)"),
     (r"\w+ (/v\d)?/(default-)?templates(/.*)?", "templates (it has only 'base')"),
     (r"\w+ /volumes(/.*)?", "volumes"),
     (r"\w+ /secrets(/.*)?", "secrets"),

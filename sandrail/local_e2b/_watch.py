@@ -39,7 +39,16 @@ from inotify_simple import flags as inflags
 
 from ._fsview import Entry, FsView
 
-__all__ = ["Emit", "WatchError", "Watcher", "on_network_mount"]
+__all__ = ["MAX_SERVER_WATCHES", "MAX_WATCHES", "Emit", "WatchError", "Watcher", "on_network_mount"]
+
+MAX_WATCHES = 16
+"""The most watches (streamed and polled) one sandbox may hold at once.
+Each is an inotify instance, and those are counted per host user (128 for
+root by default), shared with every process of that user on this machine."""
+
+MAX_SERVER_WATCHES = 64
+"""The most watches the whole server holds at once (half of root's default
+inotify instances, so the rest of this machine keeps some)."""
 
 _MASK = (
     inflags.CREATE
@@ -106,6 +115,9 @@ class Watcher:
     ``files``). :meth:`start` it, then each event goes to ``emit``; a broken
     watch sets :attr:`error` and calls ``on_error``. :meth:`close` ends it."""
 
+    open = 0
+    """Watches of this process not yet closed."""
+
     def __init__(
         self,
         files: FsView,
@@ -125,6 +137,7 @@ class Watcher:
         self._emit = emit
         self._on_error = on_error
         self._inotify = INotify(nonblocking=True)
+        Watcher.open += 1
         self._by_wd: dict[int, _Watch] = {}
         self._by_path: dict[str, int] = {}
         self._cookies: deque[tuple[int, str]] = deque(maxlen=10)
@@ -147,7 +160,10 @@ class Watcher:
         pending = [path]
         while pending:
             directory = pending.pop()
-            fd = self._files.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fd = self._files.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                continue  # gone meanwhile (a process's directory under /proc, say)
             try:
                 children = [name for name in sorted(os.listdir(fd)) if _is_dir(fd, name)]
             finally:
@@ -178,6 +194,7 @@ class Watcher:
         if self._loop is not None:
             self._loop.remove_reader(self._inotify.fileno())
         self._inotify.close()
+        Watcher.open -= 1
         if reason is not None:
             self.error = reason
             self._on_error(reason)

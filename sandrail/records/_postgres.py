@@ -270,6 +270,7 @@ class PostgresRecord:
         return None if row is None else dict(zip(names, row, strict=True))
 
     def close(self) -> None:
+        """Close the connection pool. Closing twice does nothing."""
         if self._opened:
             self._pool.close()
             self._opened = False

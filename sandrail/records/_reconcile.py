@@ -43,6 +43,8 @@ class Reconciliation:
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The task's locator with the verdict, command status, exit code and
+        reason, as ``sandrail uncertain --reconcile --json`` prints it."""
         return {
             **self.answer.to_json(),
             "verdict": self.verdict,

@@ -116,6 +116,7 @@ class SQLiteRecord:
 
     @property
     def path(self) -> Path:
+        """The database file."""
         return self._path
 
     @contextmanager
@@ -212,6 +213,7 @@ class SQLiteRecord:
         return [answer_from_row(dict(row), self._where) for row in rows]
 
     def close(self) -> None:
+        """Close the database connection."""
         with self._lock:
             self._db.close()
 

@@ -118,14 +118,17 @@ class CallRecord:
 
     @property
     def tool(self) -> str:
+        """The tool the call named."""
         return self.request.call.name
 
     @property
     def key(self) -> str:
+        """The call's operation key."""
         return self.request.operation_key
 
     @property
     def status(self) -> str | None:
+        """The result's status; ``None`` while the call has not returned."""
         return None if self.result is None else self.result.status
 
     @property
@@ -148,12 +151,16 @@ class WatchedPort(ToolPort):
         self._world = world
 
     def execute_sync(self, request: ToolRequest) -> ToolResult:
+        """Execute as :meth:`sandrail.ToolPort.execute_sync` does, recording the
+        call and its result in the world."""
         with self._world._watching(self, request) as record:
             result = super().execute_sync(record.request)
             record.result = result
         return result
 
     async def execute(self, request: ToolRequest) -> ToolResult:
+        """Execute as :meth:`sandrail.ToolPort.execute` does, recording the call
+        and its result in the world."""
         current = _CURRENT.get()
         if current is not None and current.request is request:
             # execute_sync running this call on its own loop: already watched.

@@ -200,17 +200,23 @@ class FaultyBackend:
         return sandbox_id if isinstance(sandbox_id, str) else None
 
     def hang(self) -> None:
+        """Let time pass for a ``HANG`` fault, through the world's ``advance``
+        control (nothing when the world has none)."""
         controls = self.controls
         if controls is not None and controls.advance is not None:
             controls.advance(self.hang_seconds)
 
     def kill(self, effect: Effect) -> None:
+        """Kill the sandbox ``effect`` addresses, through the world's
+        ``kill_sandbox`` control (nothing when it has none)."""
         sandbox_id = self.addressed(effect)
         controls = self.controls
         if sandbox_id is not None and controls is not None and controls.kill_sandbox is not None:
             controls.kill_sandbox(sandbox_id)
 
     def wipe(self, effect: Effect) -> None:
+        """Wipe the ledger of the sandbox ``effect`` addresses, through the
+        world's ``wipe_ledger`` control (nothing when it has none)."""
         sandbox_id = self.addressed(effect)
         controls = self.controls
         if sandbox_id is not None and controls is not None and controls.wipe_ledger is not None:

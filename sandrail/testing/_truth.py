@@ -47,9 +47,11 @@ class GroundTruth(Protocol):
     """
 
     @property
-    def launches(self) -> Mapping[str, int]: ...
+    def launches(self) -> Mapping[str, int]:
+        """How many times each task id really launched."""
 
-    def live_processes(self, task_id: str) -> int: ...
+    def live_processes(self, task_id: str) -> int:
+        """How many processes of the task still live."""
 
 
 @attrs.frozen(kw_only=True)

@@ -103,9 +103,12 @@ class ConformanceReport:
 
     @property
     def passed(self) -> bool:
+        """True when every scenario passed and no campaign plan failed."""
         return not self.failures and all(error is None for error in self.scenarios.values())
 
     def summary(self) -> str:
+        """A few lines for a person: scenarios passed, plans run and failed, and
+        the first failures."""
         lines = [
             f"scenarios: {sum(e is None for e in self.scenarios.values())}/{len(self.scenarios)}"
             f" passed; campaign: {self.plans} plans, {len(self.failures)} failed"
@@ -281,42 +284,63 @@ class BackendConformance:
             self.check_scenario(_BY_NAME[name], mode, world)
 
     def test_echo(self) -> None:
+        """``echo hi`` exits 0 with ``hi`` on stdout, nothing on stderr, not deduplicated."""
         self._scenario("echo")
 
     def test_exit_codes(self) -> None:
+        """``exit 3``, ``false`` and ``true`` end ``exited`` with exit codes 3, 1 and 0."""
         self._scenario("exit_codes")
 
     def test_seq_and_unicode(self) -> None:
+        """Output comes back whole and in order, non-ASCII text included."""
         self._scenario("seq_and_unicode")
 
     def test_c2_retry_returns_the_first_launch(self) -> None:
+        """C2: a retry with the same key launches nothing and returns the
+        first launch (``deduplicated``, same task id and output)."""
         self._scenario("c2_retry_returns_the_first_launch")
 
     def test_c2_lost_start_answer_then_retry_launches_once(self) -> None:
+        """C2: a start whose answer was lost is ``uncertain``; the retry with the
+        same key returns its output, and the command launched once."""
         self._scenario("c2_lost_start_answer_then_retry_launches_once")
 
     def test_c3_same_key_other_arguments_conflicts(self) -> None:
+        """C3: the same key with other arguments is refused
+        (``e2b_command_operation_conflict``), nothing launched."""
         self._scenario("c3_same_key_other_arguments_conflicts")
 
     def test_c4_read_of_a_task_not_owned_is_refused(self) -> None:
+        """C4: reading a task this session does not own is refused
+        (``e2b_command_not_owned``)."""
         self._scenario("c4_read_of_a_task_not_owned_is_refused")
 
     def test_c10_stale_fence_is_refused(self) -> None:
+        """C10: a native call with a fence lower than one already seen is
+        refused (``e2b_command_fence_stale``)."""
         self._scenario("c10_stale_fence_is_refused")
 
     def test_foreground_timeout_is_timed_out_124(self) -> None:
+        """A foreground command past its timeout ends ``timed_out`` with exit
+        code 124."""
         self._scenario("foreground_timeout_is_timed_out_124")
 
     def test_background_then_read_with_wait(self) -> None:
+        """A background start answers ``running`` with its reference; a read
+        that waits returns the ended command's output."""
         self._scenario("background_then_read_with_wait")
 
     def test_c16_snippet_runs_from_a_file(self) -> None:
+        """C16: a snippet runs from a file and its output comes back."""
         self._scenario("c16_snippet_runs_from_a_file")
 
     def test_c17_env_values_never_shown(self) -> None:
+        """C17: an env value the command prints shows as ``<redacted>``."""
         self._scenario("c17_env_values_never_shown")
 
     def test_c18_stop_ends_the_process_group(self) -> None:
+        """C18: a stop ends the command (``canceled``, exit code 143) and every
+        process of its group."""
         self._scenario("c18_stop_ends_the_process_group")
 
 
