@@ -31,10 +31,11 @@ from sandrail.core import (
     ToolRequest,
     ToolResult,
     bound_result,
+    recorded_digest,
     task_id,
 )
 
-__all__ = ["launched_row", "lookup", "refused_after_launch", "shared_record"]
+__all__ = ["alike", "launched_row", "lookup", "refused_after_launch", "shared_record"]
 
 Resolve = Callable[[ToolRequest, str], OwnedCommand | None]
 
@@ -62,6 +63,17 @@ def launched_row(
     if isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched:
         return known
     return None
+
+
+def alike(known: OwnedCommand, name: str, arguments: object) -> bool:
+    """Whether ``arguments`` (the port's form) ask for the launch ``known``
+    recorded (C3's digest; a row without one matches)."""
+    if known.launch_digest is None:
+        return True
+    try:
+        return bool(known.launch_digest == recorded_digest(name, arguments))  # type: ignore[arg-type]
+    except Exception:
+        return False
 
 
 def refused_after_launch(

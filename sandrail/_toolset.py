@@ -71,7 +71,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple, Unpack
 
 from sandrail._approval import Approvals, rejection
-from sandrail._launched import launched_row, lookup, refused_after_launch, shared_record
+from sandrail._launched import (
+    alike,
+    launched_row,
+    lookup,
+    refused_after_launch,
+    shared_record,
+)
 from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
     PortOptions,
@@ -98,7 +104,6 @@ from sandrail.core import (
     bound_result,
     error_result,
     minimum_output_bytes,
-    recorded_digest,
 )
 from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
 from sandrail.interpreters._cancel import CancelToken, EitherSignal
@@ -472,6 +477,8 @@ class Toolset:
         name: str | None = None,
         call_id: str | None = None,
         operation_key: str | None = None,
+        arguments: object = None,
+        profile: Profile = "full",
     ) -> ToolResult:
         """The result the model reads when a person rejected its call:
         ``error`` with ``executed: false`` and ``error_type``
@@ -484,18 +491,24 @@ class Toolset:
         (it was approved before, and is rejected now), the answer is never
         "nothing ran" (C5) but ``uncertain`` with the task's locator and
         ``error_type`` ``approval_rejected``: nothing more runs, and the
-        model is pointed at the task to read (C6)."""
+        model is pointed at the task to read (C6). With the call's
+        ``arguments`` (in ``profile``'s shape), only a launch of these very
+        arguments counts: another call that reused the key never ran (C3)."""
         rejected = rejection(self._max_output_bytes, reason, self._masks.secrets)
         if name is None or operation_key is None:
             return rejected
         known = self.launched(name, operation_key)
         if known is None:
             return rejected
+        definition = self._ports[name].definition(name)
+        if arguments is not None:  # a launch of these very arguments (C3)
+            converted = self._converted(definition, profile, arguments)
+            if isinstance(converted, ToolResult) or not alike(known, name, converted):
+                return rejected
         try:
             identity = self._identity() if callable(self._identity) else self._identity
         except Exception:
             identity = None
-        definition = self._ports[name].definition(name)
         request = lookup(definition, self._session_id, operation_key, call_id, identity)
         return refused_after_launch(
             ErrorCode.APPROVAL_REJECTED,
@@ -524,7 +537,8 @@ class Toolset:
         wrong (a result), and build the request, under an unsettled earlier
         call's key for an exact repeat (see the module doc)."""
         deadline = check_timeout(timeout_seconds)
-        _check_run_id(run_id)
+        if run_id is not None and (not isinstance(run_id, str) or not str.__str__(run_id).strip()):
+            raise ValueError("run_id must be a non-blank string")
         port = self._ports.get(name) if isinstance(name, str) else None
         if port is None:
             return bound_result(
@@ -606,10 +620,7 @@ class Toolset:
         try:
             name, key = str(call.name), str.__str__(request.operation_key)
             known = self.launched(name, key)
-            return known is not None and (
-                known.launch_digest is None
-                or known.launch_digest == recorded_digest(name, call.arguments)
-            )
+            return known is not None and alike(known, name, call.arguments)
         except Exception:
             return False
 
@@ -741,11 +752,6 @@ def _shown(value: object) -> str:
     except Exception:
         return f"a {type(value).__name__}"
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _check_run_id(run_id: object) -> None:
-    if run_id is not None and (not isinstance(run_id, str) or not str.__str__(run_id).strip()):
-        raise ValueError("run_id must be a non-blank string")
 
 
 def _label(backend: object) -> str | None:

@@ -504,3 +504,18 @@ def test_issue18_pydantic_ai_invalid_override_args_blame_the_person_not_the_mode
     assert sent["error_type"] == "e2b_command_arguments_invalid"
     assert "person" in sent["instruction"]
     assert "Fix these arguments" not in sent["instruction"]
+
+
+def test_issue18_c3_c5_a_rejected_call_that_reused_a_launched_key_ran_nothing() -> None:
+    """B3's limit: a rejected call with other arguments under a key that
+    already launched (a reused tool_use id) never ran: ``executed: false``."""
+    from tests.approval_rig import RESUME
+
+    sim = Simulator()
+    tools = make_toolset(sim)
+    first = FIRST["anthropic"](tools, "echo deploy one")
+    assert json.loads(RESUME["anthropic"](tools, first.saved, True, ""))["status"] == "ok"
+    other = FIRST["anthropic"](tools, "echo deploy two")  # the same tool_use id and run_id
+    sent = json.loads(RESUME["anthropic"](tools, other.saved, False, ""))
+    assert (sent["status"], sent["executed"]) == ("error", False), sent
+    assert _launches(sim) == 1

@@ -141,7 +141,7 @@ class AnthropicTools:
         that already ran (approved before, rejected now) is never answered
         "nothing ran": the result is ``uncertain``, ``approval_rejected``,
         with the task's locator to read it by (C5, C6)."""
-        tool_use_id, name, _ = _read(block)
+        tool_use_id, name, arguments = _read(block)
         if not tool_use_id:
             return _answer(tool_use_id, _no_id(self._toolset))
         rejected = self._toolset.rejection(
@@ -149,6 +149,8 @@ class AnthropicTools:
             name=name,
             call_id=tool_use_id,
             operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
+            arguments=arguments,
+            profile=self._profile,
         )
         return _answer(tool_use_id, rejected)
 

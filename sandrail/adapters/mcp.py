@@ -261,7 +261,13 @@ def server(
         call_id = f"mcp-{ctx.request_id}"
         asked = _answered(params, key)
         if asked == "reject":
-            result = toolset.rejection(name=params.name, call_id=call_id, operation_key=key)
+            result = toolset.rejection(
+                name=params.name,
+                call_id=call_id,
+                operation_key=key,
+                arguments=arguments,
+                profile=profile,
+            )
         else:
             ticking = _progress(ctx, interval)
             try:
@@ -291,7 +297,11 @@ def server(
                         )
                     elif answer == "reject":
                         result = toolset.rejection(
-                            name=params.name, call_id=call_id, operation_key=key
+                            name=params.name,
+                            call_id=call_id,
+                            operation_key=key,
+                            arguments=arguments,
+                            profile=profile,
                         )
             finally:
                 if ticking is not None:
