@@ -10,20 +10,40 @@ created on first use under a transaction-scoped advisory lock (two workers
 creating them at once would otherwise collide in the catalog). Connections
 come from a pool that checks each one before lending it (a server restarted
 since is noticed, not answered with a dead socket); every statement has a
-``statement_timeout``, so a slow or cut connection fails the change within
+``statement_timeout``, so a slow database fails the change within
 ``timeout_seconds`` instead of holding the call.
+
+A server that answers nothing at all (frozen, or behind a partition that
+drops packets while the kernels still acknowledge them) would never end a
+statement_timeout nor a TCP timeout: so every use of a connection, the
+pool's check included, also runs under a client-side deadline
+(:mod:`._cutoff`) that shuts the connection's socket down when it passes;
+the blocked call then fails at once and the pool drops the connection.
+TCP keepalives and ``tcp_user_timeout`` catch a peer that vanished.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from sandrail.core import OwnedCommand, ToolRequest
 
-from ._protocol import Answer, RecordError, answer_from_row, dumps, owned_from_row
-from ._sqlite import SCHEMA_VERSION
+from ._cutoff import bounded
+from ._protocol import Answer, RecordError, answer_from_row, owned_from_row
+from ._tables import (
+    POSTGRES,
+    SCHEMA_VERSION,
+    TABLES,
+    answer_values,
+    lost_tables,
+    owned_values,
+    session_of,
+    settle_values,
+)
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -31,76 +51,29 @@ if TYPE_CHECKING:
 __all__ = ["PostgresRecord"]
 
 _LOCK_KEY: Final = 0x5A4E_4452_4149_4C  # "SANDRAIL", the advisory lock of the schema
-_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS sandrail_meta (
-        name TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS sandrail_owned (
-        session_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        operation_key TEXT NOT NULL,
-        sandbox_id TEXT,
-        launched BOOLEAN NOT NULL,
-        ledger_epoch TEXT,
-        launch_digest TEXT,
-        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        PRIMARY KEY (session_id, task_id)
-    )""",
-    """CREATE TABLE IF NOT EXISTS sandrail_answers (
-        session_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        error_type TEXT,
-        tool TEXT NOT NULL,
-        owner TEXT NOT NULL,
-        locator TEXT NOT NULL,
-        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        PRIMARY KEY (session_id, task_id)
-    )""",
-    "CREATE INDEX IF NOT EXISTS sandrail_answers_status ON sandrail_answers (status, updated_at)",
-)
-
 _REMEMBER: Final = """
 INSERT INTO sandrail_owned AS o
     (session_id, task_id, operation_key, sandbox_id, launched, ledger_epoch, launch_digest)
 VALUES (%s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (session_id, task_id) DO UPDATE SET
+    sandbox_id = CASE
+        WHEN o.launched AND o.sandbox_id IS NOT NULL
+        THEN o.sandbox_id ELSE excluded.sandbox_id END,
     ledger_epoch = CASE
-        WHEN o.launched AND o.sandbox_id IS NOT DISTINCT FROM excluded.sandbox_id
+        WHEN o.launched AND (o.sandbox_id IS NOT NULL OR excluded.sandbox_id IS NULL)
         THEN o.ledger_epoch ELSE excluded.ledger_epoch END,
     launch_digest = CASE
         WHEN o.launched AND o.launch_digest IS NOT NULL
         THEN o.launch_digest ELSE excluded.launch_digest END,
     launched = o.launched OR excluded.launched,
     operation_key = excluded.operation_key,
-    sandbox_id = excluded.sandbox_id,
     updated_at = now()
 RETURNING operation_key, sandbox_id, launched, ledger_epoch, launch_digest
 """
 
-_RESOLVE: Final = (
-    "SELECT operation_key, sandbox_id, launched, ledger_epoch, launch_digest "
-    "FROM sandrail_owned WHERE session_id = %s AND task_id = %s"
-)
-
-_NOTE: Final = """
-INSERT INTO sandrail_answers
-    (session_id, task_id, status, error_type, tool, owner, locator)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (session_id, task_id) DO UPDATE SET
-    status = excluded.status,
-    error_type = excluded.error_type,
-    tool = excluded.tool,
-    owner = excluded.owner,
-    locator = excluded.locator,
-    updated_at = now()
-"""
-
-_SETTLE: Final = (
-    "UPDATE sandrail_answers SET status = %s, error_type = %s, updated_at = now() "
-    "WHERE session_id = %s AND task_id = %s AND status = 'uncertain'"
-)
+_RESOLVE: Final = POSTGRES.select_owned()
+_NOTE: Final = POSTGRES.note_uncertain()
+_SETTLE: Final = POSTGRES.settle()
 
 _UNRESOLVED: Final = (
     "SELECT session_id, task_id, status, error_type, tool, owner, locator, "
@@ -148,6 +121,8 @@ class PostgresRecord:
         self._where = _describe(parts)
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
         milliseconds = int(timeout_seconds * 1000)
+        self._timeout = timeout_seconds
+        self._local = threading.local()  # the deadline of this thread's operation
         self._pool: ConnectionPool[Any] = ConnectionPool(
             conninfo,
             min_size=1,
@@ -155,10 +130,16 @@ class PostgresRecord:
             timeout=timeout_seconds,
             kwargs={
                 "autocommit": True,
-                "connect_timeout": max(1, int(timeout_seconds)),
+                "connect_timeout": max(1, round(timeout_seconds)),
                 "options": f"-c statement_timeout={milliseconds} -c lock_timeout={milliseconds}",
+                # A peer that vanished (TCP only; a unix socket ignores these).
+                "keepalives": 1,
+                "keepalives_idle": max(1, round(timeout_seconds)),
+                "keepalives_interval": 1,
+                "keepalives_count": 3,
+                "tcp_user_timeout": milliseconds,
             },
-            check=ConnectionPool.check_connection,
+            check=self._check_connection,
             reconnect_timeout=timeout_seconds,
             name="sandrail-record",
             open=False,
@@ -167,15 +148,47 @@ class PostgresRecord:
         self._ready = False
         self._ready_lock = threading.Lock()
 
-    def _connection(self) -> Any:
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled connection for one operation, which must end within
+        ``timeout_seconds`` from here (:func:`_deadline`) or fail."""
         if not self._ready:
             self.check()
-        return self._pool.connection()
+        with (
+            self._bounded() as deadline,
+            self._pool.connection() as conn,
+            _deadline(conn, deadline, self._where),
+        ):
+            yield conn
+
+    @contextlib.contextmanager
+    def _bounded(self) -> Iterator[float]:
+        """The deadline of this thread's operation, ``timeout_seconds`` from
+        now: the pool's check of the connection it lends runs under it too."""
+        deadline = time.monotonic() + self._timeout
+        self._local.deadline = deadline
+        try:
+            yield deadline
+        finally:
+            self._local.deadline = None
+
+    def _check_connection(self, conn: Any) -> None:
+        """The pool's check of a connection before lending it, bounded."""
+        from psycopg_pool import ConnectionPool
+
+        deadline = getattr(self._local, "deadline", None)
+        if deadline is None:
+            deadline = time.monotonic() + self._timeout
+        with _deadline(conn, deadline, self._where):
+            ConnectionPool.check_connection(conn)
 
     def check(self) -> None:
-        """Connect and create the tables if they are missing (what the first
-        use does); :class:`~sandrail.records.RecordError` if the server
-        cannot be reached or holds another schema."""
+        """Connect and create the tables in a database that holds none of
+        them (what the first use does); :class:`~sandrail.records.RecordError`
+        if the server cannot be reached, holds another schema, or lost some
+        of the tables (dropped by hand: made again empty, the record would
+        forget tasks that may have launched, C2). A database whose tables
+        were all dropped cannot be told from a new one: it starts empty."""
         with self._ready_lock:
             if self._ready:
                 return
@@ -183,15 +196,31 @@ class PostgresRecord:
                 if not self._opened:
                     self._pool.open(wait=False)
                     self._opened = True
-                with self._pool.connection() as conn, conn.transaction():
+                with (
+                    self._bounded() as deadline,
+                    self._pool.connection() as conn,
+                    _deadline(conn, deadline, self._where),
+                    conn.transaction(),
+                ):
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                    for statement in _SCHEMA:
-                        conn.execute(statement)
-                    conn.execute(
-                        "INSERT INTO sandrail_meta (name, value) VALUES ('schema', %s) "
-                        "ON CONFLICT (name) DO NOTHING",
-                        (SCHEMA_VERSION,),
-                    )
+                    present = {
+                        name
+                        for (name,) in conn.execute(
+                            "SELECT relname FROM pg_class WHERE relname = ANY(%s) "
+                            "AND relkind IN ('r', 'p') AND pg_table_is_visible(oid)",
+                            (list(TABLES),),
+                        )
+                    }
+                    if not present:
+                        for statement in POSTGRES.schema():
+                            conn.execute(statement)
+                        conn.execute(
+                            "INSERT INTO sandrail_meta (name, value) VALUES ('schema', %s)",
+                            (SCHEMA_VERSION,),
+                        )
+                    elif present != set(TABLES):
+                        missing = [name for name in TABLES if name not in present]
+                        raise RecordError(lost_tables(self._where, missing))
                     row = conn.execute(
                         "SELECT value FROM sandrail_meta WHERE name = 'schema'"
                     ).fetchone()
@@ -206,15 +235,7 @@ class PostgresRecord:
 
     def remember(self, request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
         """See :meth:`~sandrail.records.OwnershipRecord.remember`."""
-        values = (
-            _session(request),
-            owned.task_id,
-            owned.operation_key,
-            owned.sandbox_id,
-            owned.launched,
-            owned.ledger_epoch,
-            owned.launch_digest,
-        )
+        values = owned_values(session_of(request), owned)
         row = self._one(_REMEMBER, values, "write")
         if row is None:  # pragma: no cover - RETURNING always gives the row
             raise RecordError(f"{self._where} returned no row for a write")
@@ -222,29 +243,17 @@ class PostgresRecord:
 
     def resolve(self, request: ToolRequest, task_id: str) -> OwnedCommand | None:
         """See :meth:`~sandrail.records.OwnershipRecord.resolve`."""
-        row = self._one(_RESOLVE, (_session(request), task_id), "read")
+        row = self._one(_RESOLVE, (session_of(request), task_id), "read")
         return None if row is None else owned_from_row(task_id, row, self._where)
 
     def note(self, answer: Answer) -> None:
         """See :meth:`~sandrail.records.OwnershipRecord.note`."""
-        values = (
-            answer.session_id,
-            answer.task_id,
-            answer.status,
-            answer.error_type,
-            answer.tool,
-            dumps(answer.owner),
-            dumps(answer.locator),
-        )
         try:
             with self._connection() as conn:
                 if answer.status == "uncertain":
-                    conn.execute(_NOTE, values)
+                    conn.execute(_NOTE, answer_values(answer))
                 else:
-                    conn.execute(
-                        _SETTLE,
-                        (answer.status, answer.error_type, answer.session_id, answer.task_id),
-                    )
+                    conn.execute(_SETTLE, settle_values(answer))
         except self._errors as exc:
             raise RecordError(f"cannot write {self._where}: {_first_line(exc)}") from None
 
@@ -257,7 +266,7 @@ class PostgresRecord:
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         except self._errors as exc:
             raise RecordError(f"cannot read {self._where}: {_first_line(exc)}") from None
-        return [answer_from_row(row, self._where) for row in rows]
+        return [answer_from_row(row) for row in rows]
 
     def _one(self, statement: str, values: tuple[Any, ...], verb: str) -> dict[str, Any] | None:
         try:
@@ -285,11 +294,25 @@ class PostgresRecord:
         return f"PostgresRecord({self._where})"
 
 
-def _session(request: ToolRequest) -> str:
-    session = request.session_id
-    if not isinstance(session, str):
-        raise RecordError("the request has no session id to file the record under")
-    return session
+@contextlib.contextmanager
+def _deadline(conn: Any, deadline: float, where: str) -> Iterator[None]:
+    """Run the block on ``conn`` until ``deadline`` (``time.monotonic``);
+    past it, the connection's socket is shut down (:mod:`._cutoff`), so
+    whatever waits on it fails at once, and :class:`RecordError` says so."""
+    try:
+        fileno = conn.pgconn.socket
+    except Exception:  # a connection already closed: the block fails by itself
+        yield
+        return
+    with bounded(fileno, deadline) as watch:
+        try:
+            yield
+        except BaseException:
+            if watch.cut:
+                raise RecordError(
+                    f"{where} gave no answer in time; its connection was dropped"
+                ) from None
+            raise
 
 
 def _describe(parts: Mapping[str, Any]) -> str:
