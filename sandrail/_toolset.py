@@ -86,6 +86,7 @@ from sandrail._options import (
 )
 from sandrail._port import ToolGroup, ToolPort, build_port
 from sandrail._repeats import as_the_port_reads, of_its_task, repeat_digest, run_of
+from sandrail._toolset_backend import attachable_recorder, label_of
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
     AgentIdentity,
@@ -184,7 +185,7 @@ class Toolset:
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
             raise ValueError('tools must name "command", "code" or both')
-        recorder = _recorder(given["backend"], groups)
+        recorder = attachable_recorder(given["backend"], groups)
         owner = given["owner"]
         if identity is None:
             if not isinstance(owner, AgentOwner):
@@ -199,7 +200,7 @@ class Toolset:
             raise ValueError("run_id must be a non-blank string")
         self._identity = identity
         self._approvals = Approvals(given["authorize"], self._launched_alike)
-        self._backend_label = _label(given["backend"])
+        self._backend_label = label_of(given["backend"])
         self._run_id = run_id if run_id is not None else uuid.uuid4().hex
         self._max_output_bytes = max_output_bytes = given["max_output_bytes"]
         self._ports: dict[str, ToolPort] = {}
@@ -762,36 +763,6 @@ def _shown(value: object) -> str:
     except Exception:
         return f"a {type(value).__name__}"
     return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _label(backend: object) -> str | None:
-    """The backend's ``backend_label`` when it states one as text."""
-    try:
-        label = getattr(backend, "backend_label", None)
-    except Exception:
-        return None
-    return str.__str__(label) if isinstance(label, str) else None
-
-
-def _recorder(backend: object, groups: tuple[str, ...]) -> Any:
-    """``backend`` when it is a :class:`~sandrail.interpreters.replay.Recorder`
-    this toolset can attach (one tool group, not yet attached), else ``None``
-    for any other backend; ``ValueError`` naming what to do otherwise."""
-    from sandrail.interpreters.replay import Recorder
-
-    if not isinstance(backend, Recorder):
-        return None
-    if len(set(groups)) != 1:
-        raise ValueError(
-            'a Recorder records one port, and tools=("command", "code") builds two: give '
-            'this toolset tools=("command",) or tools=("code",) (one Recorder per toolset)'
-        )
-    if backend.attached:
-        raise ValueError(
-            "this Recorder already records a port: give the toolset a new Recorder, "
-            "which the toolset attaches itself"
-        )
-    return backend
 
 
 async def _outlast_cancellation(task: asyncio.Future[ToolResult]) -> ToolResult:
