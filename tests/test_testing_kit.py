@@ -476,3 +476,32 @@ def test_a_late_launch_is_charged_to_the_start_that_made_it_not_a_refused_one() 
         assert not first.launched
         assert retry.launched == {world.task_of(port, "k1"): 1}
         world.assert_contract()
+
+
+def test_c6_c9_authority_lost_before_a_launched_keys_retry_may_answer_uncertain() -> None:
+    """C6 over C9 (found by the state machine): a call of a key whose task
+    already launched, in a sandbox that then died, loses its authority
+    before it dispatches anything. It may not say that nothing ran (its task
+    did), so ``uncertain`` keeps the contract; ``ok`` would not."""
+    plan = FaultPlan(
+        (
+            Fault(effect="Ensure", occurrence=1, kind=FaultKind.SANDBOX_DIES, when="before"),
+            Fault(effect="Ensure", occurrence=2, kind=FaultKind.AUTHORITY_LOST, when="before"),
+        )
+    )
+    with World.simulated(plan) as world:
+        # One durable record for both ports, as a harness keeps it.
+        commands = world.command_tools(durable_ownership=True)
+        code = world.code_tools(durable_ownership=True)
+        first = world.call(commands, "run_command", {"command": "echo hi"}, key="op-a")
+        assert first.status == "ok"
+        for _ in range(2):
+            world.call(code, "sandbox_run_code", {"code": "print(1)"}, key="op-a")
+        last = world.calls[-1]
+        assert last.authority_lost
+        assert not last.dispatched
+        assert last.launched_before == 1
+        assert last.result is not None
+        assert last.result.status == "uncertain"
+        assert world.violations() == []
+        assert world.launched_commands()["echo hi"] == 1
