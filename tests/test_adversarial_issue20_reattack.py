@@ -10,19 +10,25 @@ breaks against local-e2b are in ``test_adversarial_issue20_e2b.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 import sandrail
-from sandrail.core import ErrorCode
+from sandrail.cli import _tool_call
+from sandrail.cli import main as cli_main
+from sandrail.core import ErrorCode, Start
+from sandrail.interpreters.simulator import Simulator
 from tests.rig import Rig
 
 SECRET = "sk-live-0123456789abcdef"
@@ -55,3 +61,204 @@ def test_c17_reattack_c_a_later_calls_task_id_held_by_an_env_value_is_refused(pa
     # A call whose task id holds no masked value still runs.
     other = rig.run("run_command", {"command": "echo ok"}, key="op-other", call_id="c-other")
     assert other.status == "ok", other.content
+
+
+# -- the command line's process: A, B, E, F (C5, C6, C11) ---------------------
+
+_NOTED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_SIGNAL_ON_LOAD = """
+import os, sys
+SIGNUM = int(sys.argv[1])
+class SignalOnLoad:
+    # Sends this process a signal as the library starts to load (the
+    # second or so a busy machine takes to import it).
+    def find_spec(self, name, path=None, target=None):
+        if name == "sandrail":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), SIGNUM)
+        return None
+sys.meta_path.insert(0, SignalOnLoad())
+sys.argv = ["sandrail", *sys.argv[2:]]
+from _sandrail_start import main
+main()
+"""
+
+
+def _start(script: str, *args: str, **popen: Any) -> subprocess.CompletedProcess[str]:
+    """``script`` in a fresh interpreter, bounded in time."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=popen.pop("capture_output", True),
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+        **popen,
+    )
+
+
+def test_c11_reattack_e_the_console_script_starts_before_the_library() -> None:
+    """E: the installed ``sandrail`` starts in the module that notes
+    signals, not in ``sandrail.cli`` (whose import loads the library)."""
+    from importlib.metadata import entry_points
+
+    (script,) = entry_points(group="console_scripts", name="sandrail")
+    assert script.value == "_sandrail_start:main"
+
+
+@pytest.mark.parametrize("signum", _NOTED)
+@pytest.mark.parametrize("command", ["run", "code"])
+def test_c5_reattack_e_a_signal_while_the_library_loads_is_the_documented_error(
+    signum: int, command: str
+) -> None:
+    """E: Ctrl-C in the first second or so of ``sandrail run`` (before the
+    handlers were installed) printed a ``KeyboardInterrupt`` traceback
+    (exit 130); SIGTERM and SIGHUP killed it silently. Each is the
+    ``error`` result --help promises: ``canceled``, nothing ran, exit 1,
+    and nothing on standard error."""
+    args = ["run", "--indent", "0", "--", "echo hi"] if command == "run" else ["code", "-"]
+    done = _start(_SIGNAL_ON_LOAD, str(int(signum)), *args, input="print(1)")
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr == ""
+    result = json.loads(done.stdout)
+    assert (result["status"], result["content"]["error_type"]) == ("error", "canceled")
+    assert result["content"]["executed"] is False
+
+
+def test_c11_reattack_a_signal_inherited_as_ignored_stays_ignored() -> None:
+    """A (``nohup``): a SIGHUP the process inherited as ignored is not
+    turned into an abort; the call runs and answers ``ok``."""
+    done = _start(
+        _SIGNAL_ON_LOAD,
+        str(int(signal.SIGHUP)),
+        "run",
+        "--indent",
+        "0",
+        "--",
+        "echo hi",
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert json.loads(done.stdout)["content"]["stdout"] == "hi\n"
+
+
+_SIGINT_AFTER_THE_RESULT = """
+import os, signal, sys
+real = signal.signal
+def restore_then_interrupt(signum, handler):
+    previous = real(signum, handler)
+    if signum == signal.SIGINT and getattr(previous, "__name__", "") == "handle":
+        # The call's handler just gave way to the one before it.
+        os.kill(os.getpid(), signal.SIGINT)
+    return previous
+signal.signal = restore_then_interrupt
+sys.argv = ["sandrail", "run", "--indent", "0", "--", "echo hi"]
+from _sandrail_start import main
+main()
+"""
+
+
+def test_c6_reattack_f_a_signal_after_the_result_does_not_change_the_exit_status() -> None:
+    """F: Ctrl-C right after the result was printed (``ok`` with its
+    locator on standard output) ended the process with status 130."""
+    done = _start(_SIGINT_AFTER_THE_RESULT)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    assert json.loads(done.stdout)["status"] == "ok"
+    assert "Traceback" not in done.stderr
+
+
+def test_c6_reattack_b_closed_standard_output_is_exit_5_with_the_status_on_stderr() -> None:
+    """B: with standard output closed the command ran, then ``sandrail``
+    exited 1 ("nothing ran") with an ``AttributeError`` traceback. It is
+    exit 5 (the result could not be written) with its status on stderr,
+    as a full disk or a broken pipe already were."""
+    done = _start(
+        "import sys; sys.argv = ['sandrail', 'run', '--', 'echo hi']\n"
+        "from _sandrail_start import main\nmain()",
+        capture_output=False,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert done.returncode == 5, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line == (
+        "Error: could not write the result (standard output is closed); its status was ok"
+    )
+
+
+@pytest.fixture
+def stray_hangups() -> Iterator[list[int]]:
+    """SIGHUP that reaches no handler of the code under test is noted here
+    instead of ending the test run."""
+    noted: list[int] = []
+    previous = signal.signal(signal.SIGHUP, lambda number, frame: noted.append(number))
+    yield noted
+    signal.signal(signal.SIGHUP, previous)
+
+
+class _HangupAtStart:
+    """The simulator; once it has applied a Start, this process gets SIGHUP
+    (the terminal closed while the command runs), and the call waits
+    (bounded) until the signal has aborted it."""
+
+    def __init__(self) -> None:
+        self.sim = Simulator()
+        self.tokens: list[Any] = []
+
+    def __call__(self, effect: Any) -> Any:
+        outcome = self.sim(effect)
+        if isinstance(effect, Start):
+            os.kill(os.getpid(), signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while not self.tokens[-1].cancelled and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return outcome
+
+
+def test_c6_reattack_a_sighup_after_the_start_is_uncertain_with_its_locator(
+    monkeypatch: pytest.MonkeyPatch, stray_hangups: list[int]
+) -> None:
+    """A: SIGHUP after the start killed ``sandrail run`` silently (status
+    129): no result, no locator, the default key lost for good. It is
+    handled as SIGTERM: ``uncertain`` (exit 3) with its operation key and
+    task id, and the command launched once."""
+    backend = _HangupAtStart()
+    real = _tool_call.cancelled_by_signals
+
+    @contextlib.contextmanager
+    def recording() -> Iterator[Any]:
+        with real() as token:
+            backend.tokens.append(token)
+            yield token
+
+    monkeypatch.setattr(_tool_call, "cancelled_by_signals", recording)
+    monkeypatch.setattr(_tool_call, "make_backend", lambda name: backend)
+    done = CliRunner().invoke(cli_main, ["run", "--operation-key", "op-hup", "--", "sleep", "60"])
+    assert done.exit_code == 3, done.output
+    content = json.loads(done.output)["content"]
+    assert json.loads(done.output)["status"] == "uncertain"
+    owner = sandrail.AgentOwner(agent_id="cli-agent")
+    assert (content["operation_key"], content["task_id"]) == (
+        "op-hup",
+        sandrail.task_id("cli-session", owner, "op-hup"),
+    )
+    assert backend.sim.launches[content["task_id"]] == 1
+    assert stray_hangups == []
+
+
+@pytest.mark.parametrize("command", ["run", "code"])
+def test_reattack_a_help_says_sighup_aborts_as_sigterm(command: str) -> None:
+    """A: --help names SIGHUP with SIGINT and SIGTERM."""
+    done = CliRunner().invoke(cli_main, [command, "--help"])
+    assert "SIGHUP" in " ".join(done.output.split())
+
+
+def test_reattack_run_help_says_the_results_exit_code_not_sandrails() -> None:
+    """The trial: ``run --help`` said ``sandrail run -- sh -c 'exit 3'``
+    "exits 3", but sandrail exits 0 with the result's ``exit_code`` 3
+    (sandrail's own exit 3 means uncertain)."""
+    text = " ".join(CliRunner().invoke(cli_main, ["run", "--help"]).output.split())
+    assert "exits 3" not in text
+    assert "exit_code is 3" in text
