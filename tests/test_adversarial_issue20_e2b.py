@@ -210,14 +210,15 @@ def _cli(server: LocalE2B, *args: str, **popen: Any) -> subprocess.Popen[str]:
     )
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_c6_item7_ctrl_c_on_sandrail_run_after_the_start_is_uncertain_and_reconciles(
     server: LocalE2B, signum: int
 ) -> None:
     """Item 7: Ctrl-C on ``sandrail run`` after the start left exit 1 and
     ``Aborted!``, no task id, no operation key, while the command went on.
     It prints the ``uncertain`` result with its locator (exit 3), and a
-    retry with that key reconciles it: one launch."""
+    retry with that key reconciles it: one launch. SIGHUP (the terminal
+    closed) killed it silently, status 129 (re-attack A): the same."""
     session, key, mark = new_session(), f"op-{uuid.uuid4().hex[:8]}", _mark()
     words = ["bash", "-c", f"{server.mark(mark)}; sleep 6; echo done"]
     base = ["run", "--backend", "e2b", "--session", session, "--operation-key", key, "--"]

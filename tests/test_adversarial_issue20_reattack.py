@@ -28,7 +28,8 @@ import sandrail
 from sandrail.cli import _tool_call
 from sandrail.cli import main as cli_main
 from sandrail.core import ErrorCode, Start
-from sandrail.interpreters.simulator import Simulator
+from sandrail.interpreters.replay import Recorder
+from sandrail.interpreters.simulator import Script, SimulatedHarness, Simulator
 from tests.rig import Rig
 
 SECRET = "sk-live-0123456789abcdef"
@@ -262,3 +263,49 @@ def test_reattack_run_help_says_the_results_exit_code_not_sandrails() -> None:
     text = " ".join(CliRunner().invoke(cli_main, ["run", "--help"]).output.split())
     assert "exits 3" not in text
     assert "exit_code is 3" in text
+
+
+# -- the Recorder doubt: it shares its inner backend's session memory (C17) ----
+
+
+def test_c17_reattack_a_recorder_on_a_sessions_backend_masks_what_the_session_masks(
+    tmp_path: Path,
+) -> None:
+    """Doubt: a Recorder wrapping, mid-session, the backend a session had
+    already used started with no masks: a read through it put an env value
+    of the session in clear in the result and in the cassette. The
+    session's memory lives with the backend the Recorder wraps."""
+    sim = Simulator(
+        scripts={"./deploy.sh": Script.prints(f"deploying with {SECRET}\n")},
+        harness=SimulatedHarness(),
+    )
+    store: dict[str, Any] = {}
+    shared: dict[str, Any] = {
+        "remember_owned_command": lambda request, owned: store.__setitem__(owned.task_id, owned),
+        "resolve_owned_command": lambda request, task: store.get(task),
+    }
+    first = Rig(sim=sim, **shared)
+    launched = first.run(
+        "run_command", {"command": "./deploy.sh", "env": {"T": SECRET}, "background": True}
+    )
+    task = launched.content["task_id"]
+    cassette = tmp_path / "wrap.jsonl"
+    recorder = Recorder(sim, cassette)
+    port = recorder.attach(
+        sandrail.command_tools(
+            backend=recorder,
+            session_id=first.session_id,
+            owner=first.owner,
+            authorize=lambda request: sandrail.ALLOW,
+            assert_authority=lambda request: True,
+            **shared,
+        )
+    )
+    read = port.execute_sync(
+        first.request("read_command_output", {"task_id": task, "wait_seconds": 1}, key="op-2")
+    )
+    recorder.close()
+    assert read.status == "ok", read.content
+    assert "deploying with" in read.content["stdout"]
+    assert SECRET not in read.to_json()
+    assert SECRET not in cassette.read_text(encoding="utf-8")
