@@ -17,25 +17,11 @@ from typing import Any
 
 import anthropic
 import httpx2
+from _approval_setup import DEPLOY, approval_toolset
 
-import sandrail
 from sandrail.adapters.anthropic import AnthropicTools
-from sandrail.interpreters.simulator import Simulator
 
-
-def policy(request: sandrail.ToolRequest) -> Any:
-    if "deploy" in str(request.call.arguments.get("command", "")):
-        return sandrail.ApprovalRequired(interaction_id=f"approve-{request.call.call_id}")
-    return sandrail.ALLOW
-
-
-toolset = sandrail.Toolset(
-    backend=Simulator(),
-    session_id="session-1",
-    owner=sandrail.AgentOwner(agent_id="agent-1"),
-    authorize=policy,
-    assert_authority=lambda request: True,
-)
+toolset = approval_toolset()  # deploys need a person: see _approval_setup.py
 tools = AnthropicTools(toolset, run_id="conversation-42")  # keep it with the conversation
 
 
@@ -48,13 +34,12 @@ def fake_api(request: httpx2.Request) -> httpx2.Response:
         content: list[dict[str, Any]] = [{"type": "text", "text": text}]
         stop = "end_turn"
     else:
-        arguments = {"command": "echo deploying", "cwd": None, "timeout": None, "env": None}
         content = [
             {
                 "type": "tool_use",
                 "id": "toolu_1",
                 "name": "run_command",
-                "input": {**arguments, "background": None},
+                "input": DEPLOY,
             }
         ]
         stop = "tool_use"

@@ -17,26 +17,12 @@ import json
 from typing import Any
 
 import mcp_types
+from _approval_setup import approval_toolset
 from mcp import Client
 
-import sandrail
 from sandrail.adapters.mcp import server
-from sandrail.interpreters.simulator import Simulator
 
-
-def policy(request: sandrail.ToolRequest) -> Any:
-    if "deploy" in str(request.call.arguments.get("command", "")):
-        return sandrail.ApprovalRequired(interaction_id=f"approve-{request.call.call_id}")
-    return sandrail.ALLOW
-
-
-toolset = sandrail.Toolset(
-    backend=Simulator(),
-    session_id="session-1",
-    owner=sandrail.AgentOwner(agent_id="agent-1"),
-    authorize=policy,
-    assert_authority=lambda request: True,
-)
+toolset = approval_toolset()  # deploys need a person: see _approval_setup.py
 
 
 async def person(context: Any, params: Any) -> mcp_types.ElicitResult:

@@ -18,31 +18,16 @@ import asyncio
 import json
 from typing import Any
 
+from _approval_setup import DEPLOY, approval_toolset
 from agents import Agent, Runner, RunState
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-import sandrail
 from sandrail.adapters.openai_agents import function_tools, rejection
-from sandrail.interpreters.simulator import Simulator
 
-
-def policy(request: sandrail.ToolRequest) -> Any:
-    if "deploy" in str(request.call.arguments.get("command", "")):
-        return sandrail.ApprovalRequired(interaction_id=f"approve-{request.call.call_id}")
-    return sandrail.ALLOW
-
-
-tools = sandrail.Toolset(
-    backend=Simulator(),
-    session_id="session-1",
-    owner=sandrail.AgentOwner(agent_id="agent-1"),
-    authorize=policy,
-    assert_authority=lambda request: True,
-)
-arguments = {"command": "echo deploying", "cwd": None, "timeout": None, "env": None}
+tools = approval_toolset()  # deploys need a person: see _approval_setup.py
 model = ScriptedModel(
     [
-        [function_call("run_command", {**arguments, "background": None}, call_id="call_1")],
+        [function_call("run_command", DEPLOY, call_id="call_1")],
         [assistant_message("Deployed.")],
         [assistant_message("Deployed.")],
     ]

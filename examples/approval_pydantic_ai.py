@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from _approval_setup import DEPLOY, approval_toolset
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
@@ -25,32 +26,16 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import FunctionModel
 
-import sandrail
 from sandrail.adapters.pydantic_ai import rejected, toolset
-from sandrail.interpreters.simulator import Simulator
 
-
-def policy(request: sandrail.ToolRequest) -> Any:
-    if "deploy" in str(request.call.arguments.get("command", "")):
-        return sandrail.ApprovalRequired(interaction_id=f"approve-{request.call.call_id}")
-    return sandrail.ALLOW
-
-
-tools = sandrail.Toolset(
-    backend=Simulator(),
-    session_id="session-1",
-    owner=sandrail.AgentOwner(agent_id="agent-1"),
-    authorize=policy,
-    assert_authority=lambda request: True,
-)
+tools = approval_toolset()  # deploys need a person: see _approval_setup.py
 
 
 def model(messages: list[Any], info: Any) -> ModelResponse:
     returned = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
     if returned:
         return ModelResponse(parts=[TextPart(f"Tool said: {returned[-1].content}")])
-    arguments = {"command": "echo deploying", "cwd": None, "timeout": None, "env": None}
-    return ModelResponse(parts=[ToolCallPart("run_command", {**arguments, "background": None})])
+    return ModelResponse(parts=[ToolCallPart("run_command", DEPLOY)])
 
 
 agent = Agent(

@@ -10,7 +10,10 @@
 - ``campaign``: long hunts for rare bugs (5,000 examples a property).
 
 Coverage is off unless ``--cov`` asks for it (pyproject.toml: 95% branch
-coverage of ``sandrail.core``), so one file runs green alone.
+coverage of ``sandrail.core``), so one file runs green alone. Tests marked
+``untraced`` (heavy ones whose core branches lighter tests also reach) run
+with coverage paused: ``tests/coverage_pause.py`` says why pytest-cov's own
+``no_cover`` cannot do that under pytest-xdist.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-# The real PostgreSQL server of the record and fleet tests (session scope).
-pytest_plugins = ["tests.postgres_server"]
+# The real PostgreSQL server of the record and fleet tests (session scope),
+# and the ``untraced`` marker that pauses coverage for a test (under --cov).
+pytest_plugins = ["tests.postgres_server", "tests.coverage_pause"]
 
 settings.register_profile("default", max_examples=30, deadline=None)
 settings.register_profile(

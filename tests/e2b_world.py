@@ -33,6 +33,7 @@ from sandrail.core._effects import (
 )
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.local_e2b import LocalE2B, serve
+from sandrail.testing import native_identity
 
 __all__ = [
     "AGENT",
@@ -203,15 +204,7 @@ def request(
     settings = port.settings
     identity: sandrail.AgentIdentity | sandrail.NativeIdentity
     if isinstance(settings.owner, sandrail.NativeOwner):
-        identity = sandrail.NativeIdentity(
-            scope=settings.owner.scope,
-            run_id="r1",
-            turn_id="t1",
-            build_id="b1",
-            task_chain_id="c1",
-            parent_run_id=None,
-            execution_fence=1,
-        )
+        identity = native_identity(scope=settings.owner.scope)
     else:
         identity = sandrail.AgentIdentity(agent_id=AGENT)
     return sandrail.ToolRequest(

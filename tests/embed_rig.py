@@ -5,6 +5,7 @@ its command runs."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import sandrail
@@ -86,3 +87,10 @@ def assert_aborted_then_reconciled(tools: sandrail.Toolset, key: str, retry: Any
     again = retry()
     assert again["deduplicated"] is True
     assert launches(tools) == 1
+
+
+def mcp_content(result: Any) -> dict[str, Any]:
+    """The JSON object in the one text block of an MCP tool result."""
+    (block,) = result.content
+    parsed: dict[str, Any] = json.loads(block.text)
+    return parsed

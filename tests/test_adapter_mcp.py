@@ -4,7 +4,6 @@ in memory, over stdio and over streamable HTTP on loopback (DESIGN §10)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
 
 from sandrail.adapters.mcp import OPERATION_KEY_META, server, typed_schema
-from tests.embed_rig import RealTimeWaits, launches, toolset
+from tests.embed_rig import RealTimeWaits, launches, mcp_content, toolset
 
 pytestmark = pytest.mark.anyio
 
@@ -24,12 +23,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _content(result: Any) -> dict[str, Any]:
-    (block,) = result.content
-    parsed: dict[str, Any] = json.loads(block.text)
-    return parsed
 
 
 def _key(key: str) -> dict[str, str]:
@@ -70,7 +63,7 @@ async def test_c12_mcp_sends_exactly_the_budgeted_text() -> None:
     assert small.meta["sandrail/status"] == "ok"
     for result in (small, big):
         assert len(result.content[0].text.encode("utf-8")) <= 1200
-    assert _content(big)["output_budget"]["truncated"] is True
+    assert mcp_content(big)["output_budget"]["truncated"] is True
 
 
 async def test_c2_mcp_retry_with_the_meta_key_never_launches_twice() -> None:
@@ -78,8 +71,8 @@ async def test_c2_mcp_retry_with_the_meta_key_never_launches_twice() -> None:
     async with Client(server(tools)) as client:
         first = await client.call_tool("run_command", {"command": "echo once"}, meta=_key("op-1"))
         again = await client.call_tool("run_command", {"command": "echo once"}, meta=_key("op-1"))
-    assert _content(first)["deduplicated"] is False
-    assert _content(again)["deduplicated"] is True
+    assert mcp_content(first)["deduplicated"] is False
+    assert mcp_content(again)["deduplicated"] is True
     assert again.meta[OPERATION_KEY_META] == "op-1"
     assert launches(tools) == 1
 
@@ -104,8 +97,8 @@ async def test_c2_mcp_without_a_key_repeats_after_a_returned_result_but_retries_
         assert abandoned.status == "uncertain"
         retry = await client.call_tool("run_command", {"command": "sleep 1"})
     assert retry.meta["sandrail/status"] == "ok"
-    assert _content(retry)["deduplicated"] is True
-    assert _content(retry)["operation_key"] == abandoned.content["operation_key"]
+    assert mcp_content(retry)["deduplicated"] is True
+    assert mcp_content(retry)["operation_key"] == abandoned.content["operation_key"]
     assert launches(tools) == 3
 
 
@@ -115,12 +108,12 @@ async def test_mcp_background_run_and_its_read() -> None:
         started = await client.call_tool(
             "run_command", {"command": "echo bg", "background": True}, meta=_key("bg-1")
         )
-        task_id = _content(started)["task_id"]
+        task_id = mcp_content(started)["task_id"]
         read = await client.call_tool(
             "read_command_output", {"task_id": task_id, "wait_seconds": 5}, meta=_key("read-1")
         )
-    assert _content(started)["command_status"] in ("running", "exited")
-    assert _content(read)["stdout"] == "bg\n"
+    assert mcp_content(started)["command_status"] in ("running", "exited")
+    assert mcp_content(read)["stdout"] == "bg\n"
     assert read.is_error is False
 
 
@@ -131,8 +124,8 @@ async def test_c5_mcp_refused_calls_are_errors_that_ran_nothing() -> None:
         blank = await client.call_tool("run_command", {"command": "  "})
     assert bad.is_error is True
     assert bad.meta["sandrail/status"] == "error"
-    assert _content(bad)["problems"][0]["field"] == "arguments.env.LD_PRELOAD"
-    assert _content(blank)["error_type"] == "command_required"
+    assert mcp_content(bad)["problems"][0]["field"] == "arguments.env.LD_PRELOAD"
+    assert mcp_content(blank)["error_type"] == "command_required"
     assert launches(tools) == 0
 
 
@@ -152,7 +145,7 @@ async def test_c11_mcp_client_cancel_aborts_and_the_retry_reconciles() -> None:
         assert tools.abandoned["op-c"].content["error_type"] == "e2b_command_aborted"
         retry = await client.call_tool("run_command", {"command": "sleep 1"}, meta=_key("op-c"))
     assert retry.meta["sandrail/status"] == "ok"
-    assert _content(retry)["deduplicated"] is True
+    assert mcp_content(retry)["deduplicated"] is True
     assert launches(tools) == 1
 
 
@@ -194,10 +187,10 @@ async def test_mcp_over_stdio_with_the_official_client() -> None:
         "stop_command",
         "sandbox_run_code",
     ]
-    assert _content(first)["stdout"] == "hi\n"
-    assert _content(again)["deduplicated"] is True
+    assert mcp_content(first)["stdout"] == "hi\n"
+    assert mcp_content(again)["deduplicated"] is True
     assert refused.is_error is True
-    assert _content(refused)["error_type"] == "e2b_command_arguments_invalid"
+    assert mcp_content(refused)["error_type"] == "e2b_command_arguments_invalid"
 
 
 def anyio_fail_after(seconds: float) -> Any:
@@ -238,7 +231,7 @@ async def test_mcp_over_streamable_http_on_loopback() -> None:
                 listed = (await client.list_tools()).tools
                 ran = await client.call_tool("run_command", {"command": "echo web"})
         assert len(listed) == 5
-        assert _content(ran)["stdout"] == "web\n"
+        assert mcp_content(ran)["stdout"] == "web\n"
     finally:
         process.terminate()
         try:
@@ -318,7 +311,7 @@ async def test_c2_mcp_fallback_keys_follow_the_canonical_arguments() -> None:
             await call
         await _recorded(tools)
         retry = await client.call_tool("run_command", {"timeout": 60.0, "command": "sleep 1"})
-    assert _content(retry)["deduplicated"] is True
+    assert mcp_content(retry)["deduplicated"] is True
     assert launches(tools) == 1
 
 
@@ -374,7 +367,7 @@ async def test_c2_mcp_fallback_keys_are_per_mcp_session() -> None:
         other = await y.call_tool("run_command", {"command": "echo once"})
     assert lost.meta["sandrail/status"] == "uncertain"
     assert other.meta[OPERATION_KEY_META] != lost.meta[OPERATION_KEY_META]
-    assert _content(other)["deduplicated"] is False
+    assert mcp_content(other)["deduplicated"] is False
     assert launches(tools) == 2  # X's call once, Y's once
 
 
@@ -389,7 +382,7 @@ async def test_c2_mcp_a_malformed_meta_operation_key_is_refused_naming_the_field
                 "run_command", {"command": "echo once"}, meta={OPERATION_KEY_META: sent}
             )
             assert result.is_error is True
-            assert _content(result)["error_type"] == "e2b_command_operation_key_required"
-            assert f'_meta["{OPERATION_KEY_META}"]' in _content(result)["instruction"]
+            assert mcp_content(result)["error_type"] == "e2b_command_operation_key_required"
+            assert f'_meta["{OPERATION_KEY_META}"]' in mcp_content(result)["instruction"]
             assert OPERATION_KEY_META not in result.meta
     assert launches(tools) == 0

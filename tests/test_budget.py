@@ -107,6 +107,7 @@ class _Fitted:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.untraced
 @given(contents_and_budgets())
 def test_c12_result_fits_and_budget_error_exactly_when_fixed_part_alone_is_too_big(
     case: tuple[dict[str, Any], int],
@@ -124,6 +125,7 @@ def test_c12_result_fits_and_budget_error_exactly_when_fixed_part_alone_is_too_b
         assert len(canonical_json(fit_to_budget(content, budget))) <= budget
 
 
+@pytest.mark.untraced
 @given(contents())
 def test_c12_content_that_fits_comes_back_as_an_equal_copy(content: dict[str, Any]) -> None:
     for budget in (len(canonical_json(content)), len(canonical_json(content)) + 100):
@@ -132,6 +134,7 @@ def test_c12_content_that_fits_comes_back_as_an_equal_copy(content: dict[str, An
         assert result is not content
 
 
+@pytest.mark.untraced
 @given(contents_and_budgets())
 def test_c12_budget_is_shared_fairly_and_used_to_the_last_character(
     case: tuple[dict[str, Any], int],
@@ -196,6 +199,7 @@ def test_c12_huge_result_fits_into_a_small_budget() -> None:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.untraced
 @given(contents_and_budgets())
 def test_c13_only_presentation_text_is_cut_to_head_marker_tail(
     case: tuple[dict[str, Any], int],
@@ -324,6 +328,7 @@ def test_c14_minimal_uncertain_size_bounds_every_uncertain_content(
     assert len(canonical_json(content)) <= minimal_uncertain_size(locator)
 
 
+@pytest.mark.untraced
 @given(locators())
 def test_c14_minimal_uncertain_content_fits_exactly_its_size(locator: dict[str, Any]) -> None:
     content = minimal_uncertain_content(locator)

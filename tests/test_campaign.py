@@ -46,6 +46,7 @@ def test_each_mutant_is_caught_by_its_named_check(mutant: Mutant) -> None:
     assert result.caught_by == mutant.expected, result
 
 
+@pytest.mark.untraced
 def test_mutants_are_restored_after_their_run() -> None:
     """A mutant's patch ends with its run: the core is clean again."""
     workload = workloads("agent")[0]
@@ -55,6 +56,7 @@ def test_mutants_are_restored_after_their_run() -> None:
     assert run_workload(workload, plan).violations == ()
 
 
+@pytest.mark.untraced
 def test_clean_core_passes_with_decisive_retries() -> None:
     """Every single-fault plan and a few schedules: no violation at all, and
     every retry after a transient fault says ok or error (C2: a retry with
@@ -165,6 +167,7 @@ def test_json_output_shape() -> None:
     assert code == (0 if report["passed"] else 1)
 
 
+@pytest.mark.untraced
 def test_exit_status_is_one_when_a_mutant_survives() -> None:
     """A mutant that breaks nothing survives: the campaign fails."""
     harmless = Mutant("harmless", "changes nothing", "C2", contextlib.nullcontext)
@@ -221,6 +224,7 @@ def _counts(report: CampaignReport) -> tuple[object, ...]:
     )
 
 
+@pytest.mark.untraced
 @pytest.mark.parametrize("count", [1, 2, 3, 7, 5_000])
 def test_shards_cover_the_campaign_exactly_once(count: int) -> None:
     """--shard I/N: the N parts are disjoint and together are the whole
@@ -233,6 +237,7 @@ def test_shards_cover_the_campaign_exactly_once(count: int) -> None:
     assert max(sizes) - min(sizes) <= 1
 
 
+@pytest.mark.untraced
 def test_merged_shards_report_what_the_whole_campaign_reports() -> None:
     """End to end, on a campaign cut short to keep it quick: the shards of a
     shard, merged, count exactly what that shard counts."""
@@ -243,6 +248,7 @@ def test_merged_shards_report_what_the_whole_campaign_reports() -> None:
     assert _counts(merge_reports(parts)) == _counts(whole)
 
 
+@pytest.mark.untraced
 def test_workers_give_the_same_campaign() -> None:
     """Worker processes change the wall time, never the counts."""
     one = run_campaign(schedules=30, mutants=False, shard=(0, 8))

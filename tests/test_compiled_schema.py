@@ -141,6 +141,7 @@ def test_every_tool_schema_in_every_profile_compiles() -> None:
         assert compile_schema(schema) is not None, name
 
 
+@pytest.mark.untraced
 @pytest.mark.parametrize("name", sorted(_SCHEMAS))
 def test_compiled_tool_schemas_agree_with_jsonschema_on_every_edge_of_every_field(
     name: str,
@@ -178,6 +179,7 @@ _MINIMAL: dict[str, Any] = {
 """A valid value of each field any tool has (in every profile)."""
 
 
+@pytest.mark.untraced
 @pytest.mark.parametrize("name", sorted(_SCHEMAS))
 @given(data=st.data())
 def test_compiled_tool_schemas_accept_exactly_what_jsonschema_accepts(
@@ -191,6 +193,7 @@ def test_compiled_tool_schemas_accept_exactly_what_jsonschema_accepts(
     assert accepts(value) is _jsonschema_accepts(schema, value)
 
 
+@pytest.mark.untraced
 @given(tool_definitions(), st.data())
 def test_check_arguments_fast_path_says_what_the_whole_way_says(
     definition: ToolDefinition, data: st.DataObject
@@ -359,6 +362,7 @@ def test_each_keyword_alone_agrees_with_jsonschema(schema: Any) -> None:
         assert accepts(value) is _jsonschema_accepts(schema, value), value
 
 
+@pytest.mark.untraced
 @given(_schemas, st.lists(_small_values, max_size=8))
 def test_compiled_schemas_agree_with_jsonschema_on_any_schema_of_the_subset(
     schema: Any, values: list[Any]
@@ -400,6 +404,7 @@ def test_the_subset_is_named() -> None:
 # --- plain JSON ------------------------------------------------------------------------
 
 
+@pytest.mark.untraced
 @given(anything | json_values(12))
 def test_plain_json_is_what_the_whole_way_walks_without_a_problem_or_a_change(
     value: Any,

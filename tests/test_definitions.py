@@ -83,6 +83,7 @@ def test_tool_sets_have_the_reference_names_per_owner_mode() -> None:
 # --- schemas ---------------------------------------------------------------------------
 
 
+@pytest.mark.untraced
 @given(tool_definitions())
 def test_every_schema_is_a_closed_draft_2020_12_object_schema(definition: ToolDefinition) -> None:
     schema = definition.to_dict()["parameters"]
@@ -241,6 +242,7 @@ def test_foreground_timeout_bounds_are_inclusive() -> None:
 # --- round trips and immutability -------------------------------------------------------
 
 
+@pytest.mark.untraced
 @given(tool_definitions())
 def test_to_dict_from_dict_round_trip(definition: ToolDefinition) -> None:
     data = definition.to_dict()
@@ -359,6 +361,7 @@ def test_definitions_equal_refuses_dropped_added_or_nulled_keys(
     assert not definitions_equal(supplied, definition)
 
 
+@pytest.mark.untraced
 @given(junk, tool_definitions())
 def test_definitions_equal_never_raises_for_junk(supplied: Any, definition: ToolDefinition) -> None:
     assert definitions_equal(supplied, definition) is False

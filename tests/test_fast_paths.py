@@ -122,6 +122,7 @@ def test_c9_drift_the_digest_sees_the_structure_sees() -> None:
         assert request_digest(request) != snap.digest
 
 
+@pytest.mark.untraced
 @given(result_json_values)
 def test_c12_the_size_bound_is_never_below_the_canonical_size(value: Any) -> None:
     bound = _size_bound(value)

@@ -31,10 +31,10 @@ import pytest
 
 import sandrail
 from sandrail import ErrorCode
-from sandrail.core import NativeIdentity
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.local_e2b import LocalE2B, serve
 from sandrail.records import PostgresRecord, SQLiteRecord, unresolved
+from sandrail.testing import native_identity
 from tests.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="local-e2b user separation needs root")
@@ -235,15 +235,7 @@ def test_c10_issue17_a_worker_whose_fence_was_superseded_is_refused_inside_the_s
         return backend, port
 
     def call(port: sandrail.ToolPort, key: str, fence: int) -> sandrail.ToolResult:
-        identity = NativeIdentity(
-            scope={"tenant": "fleet"},
-            run_id="run-1",
-            turn_id="turn-1",
-            build_id="build-1",
-            task_chain_id="chain-1",
-            parent_run_id=None,
-            execution_fence=fence,
-        )
+        identity = native_identity(fence=fence, scope={"tenant": "fleet"})
         return port.execute_sync(
             sandrail.ToolRequest(
                 call=sandrail.ToolCall(

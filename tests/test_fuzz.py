@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
@@ -196,6 +197,7 @@ def test_fuzz_every_request_gets_a_result_and_refusals_touch_nothing(
         assert sim.launches == {}
 
 
+@pytest.mark.untraced
 @given(st.booleans(), st.data())
 def test_fuzz_the_async_path_never_raises_either(native: bool, data: st.DataObject) -> None:
     port, _ = build(native, False, 2_000)

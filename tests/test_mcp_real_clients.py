@@ -37,7 +37,7 @@ from sandrail.adapters.mcp import (
 from sandrail.core import PROFILES, canonical_json
 from sandrail.interpreters.simulator import NOT_EMULATED
 from sandrail.testing.strategies import tool_arguments
-from tests.embed_rig import RealTimeWaits, launches, toolset
+from tests.embed_rig import RealTimeWaits, launches, mcp_content, toolset
 
 pytestmark = pytest.mark.anyio
 
@@ -45,12 +45,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def _content(result: Any) -> dict[str, Any]:
-    (block,) = result.content
-    parsed: dict[str, Any] = json.loads(block.text)
-    return parsed
 
 
 def _asking(policy_calls: list[str] | None = None) -> Any:
@@ -85,9 +79,9 @@ async def test_issue18_mcp_on_the_simulator_never_claims_an_e2b_sandbox() -> Non
     app = server(toolset())
     async with Client(app) as client:
         listed = (await client.list_tools()).tools
-        status = _content(await client.call_tool("sandbox_status", {}))
-        ran = _content(await client.call_tool("run_command", {"command": "echo hi"}))
-        unknown = _content(await client.call_tool("run_command", {"command": "make test"}))
+        status = mcp_content(await client.call_tool("sandbox_status", {}))
+        ran = mcp_content(await client.call_tool("run_command", {"command": "echo hi"}))
+        unknown = mcp_content(await client.call_tool("run_command", {"command": "make test"}))
     assert all("E2B" not in tool.description for tool in listed)
     assert all("simulator" in tool.description for tool in listed)
     assert "simulator" in (app.instructions or "")
@@ -293,8 +287,8 @@ async def test_issue18_mcp_asks_the_person_at_the_client_in_both_protocol_eras(
     assert "s3cret-value-1" not in seen[0]  # C17: the question masks env values
     assert result.meta["sandrail/status"] == status
     if status == "error":
-        assert _content(result)["error_type"] == "approval_rejected"
-        assert _content(result)["executed"] is False
+        assert mcp_content(result)["error_type"] == "approval_rejected"
+        assert mcp_content(result)["executed"] is False
     assert launches(tools) == ran
 
 
@@ -308,7 +302,7 @@ async def test_issue18_c8_mcp_never_asks_about_a_denied_call() -> None:
     async with Client(server(tools), elicitation_callback=_elicit("approve", seen)) as client:
         result = await client.call_tool("run_command", {"command": "echo deploy"})
     assert seen == []
-    assert _content(result)["error_type"] == "policy_denied"
+    assert mcp_content(result)["error_type"] == "policy_denied"
     assert launches(tools) == 0
 
 
@@ -331,7 +325,7 @@ async def test_issue18_a_client_that_cannot_be_asked_reads_approval_required_and
         ran = await client.call_tool("run_command", {"command": "echo deploy"})
     assert waiting.meta["sandrail/status"] == "approval_required"
     assert "A person must approve" in waiting.meta["sandrail/next"]
-    assert "repeat exactly this call" in _content(waiting)["instruction"]
+    assert "repeat exactly this call" in mcp_content(waiting)["instruction"]
     assert ran.meta[OPERATION_KEY_META] == waiting.meta[OPERATION_KEY_META]
     assert launches(tools) == 1
 
@@ -410,5 +404,5 @@ async def test_issue18_sandrail_mcp_over_stdio_serves_an_eliciting_client_withou
     )
     async with Client(params, mode="legacy", elicitation_callback=_elicit("approve", seen)) as c:
         result = await asyncio.wait_for(c.call_tool("run_command", {"command": "echo hi"}), 30)
-    assert _content(result)["stdout"] == "hi\n"
+    assert mcp_content(result)["stdout"] == "hi\n"
     assert seen == []

@@ -38,6 +38,7 @@ from sandrail.core._env_strict import STRICT_ENV_NAME_PATTERN
 from sandrail.core._profiles import _PATTERN_WORDS, VENDOR_PATTERNS
 from sandrail.core._validation import ecma_regex
 from sandrail.interpreters.simulator import Simulator
+from sandrail.testing import native_identity
 from sandrail.testing.strategies import schema_values
 from tests.jsonschema_draws import jsonschema_values
 
@@ -72,16 +73,8 @@ def _toolset(owner_mode: str) -> sandrail.Toolset:
     if owner_mode == "agent":
         return sandrail.Toolset(owner=sandrail.AgentOwner(agent_id="agent-1"), **common)
     scope = {"tenant": "t1"}
-    identity = sandrail.NativeIdentity(
-        scope=scope,
-        run_id="run-1",
-        turn_id="turn-1",
-        build_id="build-1",
-        task_chain_id="chain-1",
-        parent_run_id=None,
-        execution_fence=1,
-    )
-    return sandrail.Toolset(owner=sandrail.NativeOwner(scope=scope), identity=identity, **common)
+    owner = sandrail.NativeOwner(scope=scope)
+    return sandrail.Toolset(owner=owner, identity=native_identity(scope=scope), **common)
 
 
 TOOLSETS = {mode: _toolset(mode) for mode in ("agent", "native")}
@@ -99,6 +92,7 @@ def _assert_accepted(result: ToolResult) -> None:
     assert result.error_type == ErrorCode.POLICY_DENIED.value, result.to_json()
 
 
+@pytest.mark.untraced
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("tool", TOOLS_WITH_ARGUMENTS)
 def test_schema_valid_arguments_are_never_refused_as_invalid(tool: str, profile: Profile) -> None:
@@ -135,6 +129,7 @@ def test_schema_valid_arguments_are_never_refused_as_invalid(tool: str, profile:
     check()
 
 
+@pytest.mark.untraced
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("tool", TOOLS_WITH_ARGUMENTS)
 def test_cross_check_with_hypothesis_jsonschema(tool: str, profile: Profile) -> None:

@@ -59,6 +59,7 @@ from sandrail.core._canonical import canonical_json
 from sandrail.core._streamed import STREAM_PAGE_BYTES
 from sandrail.interpreters._drivers import drive
 from sandrail.interpreters.simulator import Script, Simulator
+from sandrail.testing import native_identity
 
 OWNER = sandrail.AgentOwner(agent_id="agent-1")
 IDENTITY = sandrail.AgentIdentity(agent_id="agent-1")
@@ -445,15 +446,7 @@ def test_c13_a_scope_mutated_mid_call_is_drift_and_the_locator_keeps_the_origina
         assert_authority=lambda request: True,
         max_output_bytes=2_000,
     )
-    identity = sandrail.NativeIdentity(
-        scope=scope,
-        run_id="r",
-        turn_id="t",
-        build_id="b",
-        task_chain_id="c",
-        parent_run_id=None,
-        execution_fence=1,
-    )
+    identity = native_identity(scope=scope)
     live = sandrail.ToolRequest(
         call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "x"}),
         operation_key="op-1",

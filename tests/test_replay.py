@@ -238,6 +238,19 @@ def _edit(source: Path, tmp_path: Path, edit: Callable[[list[str]], list[str]]) 
     return target
 
 
+def _divergence(path: Path) -> DivergenceError:
+    """What replaying ``path`` raises; the test fails if it replays clean."""
+    with pytest.raises(DivergenceError) as caught:
+        replay_file(path)
+    return caught.value
+
+
+def _foreground_edited(tmp_path: Path, kind: str, old: str, new: str) -> Path:
+    """The golden foreground recording, ``old`` replaced by ``new`` once in
+    call 2's records of ``kind``."""
+    return _edit(GOLDEN / "foreground.jsonl", tmp_path, _replace_in(kind, old, new, call=2))
+
+
 def _replace_in(kind: str, old: str, new: str, *, call: int) -> Callable[[list[str]], list[str]]:
     def edit(lines: list[str]) -> list[str]:
         done = False
@@ -255,14 +268,10 @@ def _replace_in(kind: str, old: str, new: str, *, call: int) -> Callable[[list[s
 
 
 def test_a_changed_recorded_outcome_is_caught_at_the_result(tmp_path: Path) -> None:
-    path = _edit(
-        GOLDEN / "foreground.jsonl",
-        tmp_path,
-        _replace_in("step", '"stdout": "hello golden\\n"', '"stdout": "HELLO golden\\n"', call=2),
+    path = _foreground_edited(
+        tmp_path, "step", '"stdout": "hello golden\\n"', '"stdout": "HELLO golden\\n"'
     )
-    with pytest.raises(DivergenceError) as caught:
-        replay_file(path)
-    error = caught.value
+    error = _divergence(path)
     assert error.field == "result.content.stdout"
     assert error.call == 2
     assert "replay diverged at the result of call 2: run_command call_id='call-2'" in str(error)
@@ -272,19 +281,13 @@ def test_a_changed_recorded_outcome_is_caught_at_the_result(tmp_path: Path) -> N
 
 
 def test_a_changed_recorded_outcome_is_caught_at_the_next_effect(tmp_path: Path) -> None:
-    path = _edit(
-        GOLDEN / "foreground.jsonl",
+    path = _foreground_edited(
         tmp_path,
-        _replace_in(
-            "step",
-            '"outcome": {"type": "SandboxReady", "sandbox_id": "sbx-1", ',
-            '"outcome": {"type": "SandboxReady", "sandbox_id": "sbx-9", ',
-            call=2,
-        ),
+        "step",
+        '"outcome": {"type": "SandboxReady", "sandbox_id": "sbx-1", ',
+        '"outcome": {"type": "SandboxReady", "sandbox_id": "sbx-9", ',
     )
-    with pytest.raises(DivergenceError) as caught:
-        replay_file(path)
-    error = caught.value
+    error = _divergence(path)
     assert error.field == "sandbox_id"
     assert error.step is not None
     assert error.line is not None
@@ -300,9 +303,7 @@ def test_a_changed_core_behaviour_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("sandrail.core._launch.WAIT_GRACE_SECONDS", 16)
-    with pytest.raises(DivergenceError) as caught:
-        replay_file(GOLDEN / "foreground.jsonl")
-    error = caught.value
+    error = _divergence(GOLDEN / "foreground.jsonl")
     assert error.field == "timeout_seconds"
     assert "differs:  timeout_seconds: recorded 315, live 316" in str(error)
 
@@ -320,31 +321,20 @@ def test_a_different_budget_setting_is_caught(tmp_path: Path) -> None:
 
 
 def test_a_mutated_request_is_caught_by_its_digest(tmp_path: Path) -> None:
-    path = _edit(
-        GOLDEN / "foreground.jsonl",
-        tmp_path,
-        _replace_in("call", "echo hello golden", "echo hello mutated", call=2),
-    )
-    with pytest.raises(DivergenceError) as caught:
-        replay_file(path)
-    assert caught.value.field == "request_digest"
-    assert "expected: CheckAuthority(" in str(caught.value)
+    path = _foreground_edited(tmp_path, "call", "echo hello golden", "echo hello mutated")
+    error = _divergence(path)
+    assert error.field == "request_digest"
+    assert "expected: CheckAuthority(" in str(error)
 
 
 def test_a_call_that_ends_early_is_caught(tmp_path: Path) -> None:
-    path = _edit(
-        GOLDEN / "foreground.jsonl",
+    path = _foreground_edited(
         tmp_path,
-        _replace_in(
-            "step",
-            '"outcome": {"type": "Allow"}',
-            '"outcome": {"type": "Deny", "reason": "no"}',
-            call=2,
-        ),
+        "step",
+        '"outcome": {"type": "Allow"}',
+        '"outcome": {"type": "Deny", "reason": "no"}',
     )
-    with pytest.raises(DivergenceError) as caught:
-        replay_file(path)
-    message = str(caught.value)
+    message = str(_divergence(path))
     assert "the call ended, but the recording expects more effects" in message
     assert "expected: Ensure(" in message
 
@@ -681,11 +671,7 @@ def test_cli_replays_a_golden_recording_and_prints_the_transcript() -> None:
 
 
 def test_cli_exits_non_zero_on_divergence(tmp_path: Path) -> None:
-    path = _edit(
-        GOLDEN / "foreground.jsonl",
-        tmp_path,
-        _replace_in("call", "echo hello golden", "echo hello mutated", call=2),
-    )
+    path = _foreground_edited(tmp_path, "call", "echo hello golden", "echo hello mutated")
     result = CliRunner().invoke(replay_command, [str(path)])
     assert result.exit_code == 1
     assert "DIVERGED: replay diverged at step" in result.output

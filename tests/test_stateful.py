@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -138,7 +139,7 @@ machine_settings = settings(
     stateful_step_count=25,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestAgentPort = PortMachine.TestCase
+TestAgentPort = pytest.mark.untraced(PortMachine.TestCase)
 TestAgentPort.settings = machine_settings
-TestNativePort = NativePortMachine.TestCase
+TestNativePort = pytest.mark.untraced(NativePortMachine.TestCase)
 TestNativePort.settings = machine_settings

@@ -216,6 +216,7 @@ _TEXT = st.one_of(
 )
 
 
+@pytest.mark.untraced
 @settings(deadline=None)
 @given(
     stdout=_TEXT,

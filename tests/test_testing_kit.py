@@ -284,6 +284,7 @@ def test_an_asynchronous_backend_passes_the_conformance_kit() -> None:
     assert all(error is None for error in report.scenarios.values())
 
 
+@pytest.mark.untraced
 def test_the_simulator_passes_every_plan_of_the_conformance_campaign() -> None:
     """All single-fault plans of the campaign's effects, faults in front of
     the simulator as an opaque backend: decisive and clean (the ledger epoch

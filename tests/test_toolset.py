@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import sandrail
 from sandrail.core import canonical_json
 from sandrail.interpreters.simulator import Script, Simulator
+from sandrail.testing import native_identity
 from tests.embed_rig import RealTimeWaits, launches, toolset
 
 
@@ -64,15 +65,7 @@ def test_a_native_owner_states_its_current_identity_on_every_call() -> None:
     fences = iter([1, 2])
 
     def identity() -> sandrail.NativeIdentity:
-        return sandrail.NativeIdentity(
-            scope=scope,
-            run_id="run",
-            turn_id="turn",
-            build_id="build",
-            task_chain_id="chain",
-            parent_run_id=None,
-            execution_fence=next(fences),
-        )
+        return native_identity(fence=next(fences), scope=scope)
 
     tools = sandrail.Toolset(
         backend=Simulator(),
@@ -386,15 +379,7 @@ def test_c14_a_native_identity_function_is_measured_at_its_shortest() -> None:
     scope = {"tenant": "t"}
 
     def identity() -> sandrail.NativeIdentity:
-        return sandrail.NativeIdentity(
-            scope=scope,
-            run_id="r",
-            turn_id="t",
-            build_id="b",
-            task_chain_id="c",
-            parent_run_id=None,
-            execution_fence=1,
-        )
+        return native_identity(scope=scope)
 
     common: dict[str, Any] = {
         "backend": Simulator(),

@@ -54,6 +54,7 @@ def _under(path: str, field: str) -> bool:
 # --- valid arguments ---------------------------------------------------------------------
 
 
+@pytest.mark.untraced
 @given(
     st.sampled_from(list(DEFINITIONS.values())).flatmap(
         lambda d: st.tuples(st.just(d), valid_arguments(d))
@@ -104,6 +105,7 @@ def test_mappings_and_subclasses_are_read_as_their_plain_json() -> None:
 # --- each kind of invalid input --------------------------------------------------------
 
 
+@pytest.mark.untraced
 @given(one_bad_field())
 def test_a_single_bad_field_is_reported_at_that_field_only(
     case: tuple[ToolDefinition, dict[str, Any], str],
@@ -429,6 +431,7 @@ def test_check_arguments_never_raises(definition: ToolDefinition, arguments: Any
         canonical_json([problem.path, problem.reason])
 
 
+@pytest.mark.untraced
 @given(
     st.sampled_from(list(DEFINITIONS.values())), st.dictionaries(st.text(), anything, max_size=6)
 )
@@ -458,6 +461,7 @@ def test_rejection_content_for_a_bad_run_command_call() -> None:
     }
 
 
+@pytest.mark.untraced
 @given(problems_lists, st.integers(MIN_MAX_OUTPUT_BYTES, 6000))
 def test_c12_rejection_fits_budget(problems: list[ArgumentProblem], budget: int) -> None:
     content = arguments_rejection(problems, budget)

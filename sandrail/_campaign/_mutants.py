@@ -255,33 +255,51 @@ def _claim_epoch_of_now() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _first_start_without_epoch() -> Iterator[None]:
-    """(m) The first start of a task carries no ledger epoch: a copy held in
-    the network can launch again after the ledger was lost."""
+def _starts_rewritten(rewrite: Callable[[dict[str, Any]], None]) -> Iterator[None]:
+    """Every Start the launch program makes, its fields passed through ``rewrite`` first."""
 
     def start(**fields: Any) -> Start:
-        if not fields.get("expect_claim"):
-            fields["claim_epoch"] = None
+        rewrite(fields)
         return Start(**fields)
 
     with mock.patch.object(launches, "Start", start):
         yield
 
 
+def _owned_commands_answered(
+    answer: Callable[[Effect], tuple[bool, Any]],
+) -> contextlib.AbstractContextManager[Any]:
+    """The read/stop program of an owned task, with ``answer`` answering
+    effects first (see :func:`_proxy`)."""
+    real = programs._owned_command
+
+    def owned_command(call: Any) -> _Program:
+        return _proxy(real(call), answer, _nothing_more)
+
+    return mock.patch.object(programs, "_owned_command", owned_command)
+
+
+def _first_start_without_epoch() -> contextlib.AbstractContextManager[None]:
+    """(m) The first start of a task carries no ledger epoch: a copy held in
+    the network can launch again after the ledger was lost."""
+
+    def drop_epoch(fields: dict[str, Any]) -> None:
+        if not fields.get("expect_claim"):
+            fields["claim_epoch"] = None
+
+    return _starts_rewritten(drop_epoch)
+
+
 @contextlib.contextmanager
 def _stop_without_cancel() -> Iterator[None]:
     """(j) Report a stop as done without sending the Cancel."""
-    real = programs._owned_command
 
     def pretend(effect: Effect) -> tuple[bool, Any]:
         if isinstance(effect, Cancel):
             return True, CancelRequested(state=CommandState(status="canceled", exit_code=143))
         return False, None
 
-    def owned_command(call: Any) -> _Program:
-        return _proxy(real(call), pretend, _nothing_more)
-
-    with mock.patch.object(programs, "_owned_command", owned_command):
+    with _owned_commands_answered(pretend):
         yield
 
 
@@ -300,22 +318,14 @@ def _uncertain_after_dispatch() -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def _ignore_fence() -> Iterator[None]:
+def _ignore_fence() -> contextlib.AbstractContextManager[None]:
     """(e) Send every Start without its execution fence."""
-
-    def start(**fields: Any) -> Start:
-        fields["fence"] = None
-        return Start(**fields)
-
-    with mock.patch.object(launches, "Start", start):
-        yield
+    return _starts_rewritten(lambda fields: fields.update(fence=None))
 
 
 @contextlib.contextmanager
 def _skip_ownership() -> Iterator[None]:
     """(f) Read or stop any task id asked for, whoever launched it."""
-    real_owned = programs._owned_command
     real_task_id = derive_task_id
 
     def claim(effect: Effect) -> tuple[bool, Any]:
@@ -332,11 +342,8 @@ def _skip_ownership() -> Iterator[None]:
             return operation_key
         return real_task_id(session_id, owner, operation_key)
 
-    def owned_command(call: Any) -> _Program:
-        return _proxy(real_owned(call), claim, _nothing_more)
-
     with (
-        mock.patch.object(programs, "_owned_command", owned_command),
+        _owned_commands_answered(claim),
         mock.patch.object(programs, "task_id", task_id),
         mock.patch.object(launches, "task_id", task_id),
     ):

@@ -12,8 +12,7 @@ import functools
 
 from sandrail.interpreters.simulator import FaultPlan
 from sandrail.testing._commands import SCRIPTS, SECRET
-from sandrail.testing._execute import PlanOutcome, execute_steps
-from sandrail.testing._judge import judge
+from sandrail.testing._execute import PlanOutcome, run_and_judge
 from sandrail.testing._plans import Workload, workloads
 from sandrail.testing._record_faults import RECORD_FAULT_KINDS, RecordFault, RecordFaultPlan
 from sandrail.testing._world import World
@@ -28,13 +27,9 @@ def run_record_plan(workload: Workload, fault: RecordFault | None) -> PlanOutcom
     world = World.simulated(FaultPlan(), scripts=SCRIPTS, secrets=[SECRET])
     world.strike_record(RecordFaultPlan(() if fault is None else (fault,)))
     try:
-        retries = execute_steps(
-            world, workload.mode, workload.steps, workload=workload.name, reconcile=True
-        )
-        violations = judge(world)
+        return run_and_judge(world, workload)
     finally:
         world.close()
-    return PlanOutcome(world, tuple(violations), tuple(retries))
 
 
 def _operations(workload: Workload) -> int:

@@ -237,10 +237,21 @@ _SHOWN: set[str] = set()
 """Contract lines this process already shrank and recorded a failure for."""
 
 
-def _first_new(violations: Sequence[Violation]) -> Violation | None:
+def _first_to_show(violations: Sequence[Violation]) -> Violation | None:
     """The first violation of a contract line no failure of this process
-    shows yet (one minimal plan and recording per line is enough)."""
-    return next((v for v in violations if v.line not in _SHOWN), None)
+    shows yet (one minimal plan and recording per line is enough), its line
+    now counted as shown: the caller records the failure that shows it."""
+    new = next((v for v in violations if v.line not in _SHOWN), None)
+    if new is not None:
+        _SHOWN.add(new.line)
+    return new
+
+
+def _tally_single(report: CampaignReport, outcome: PlanOutcome) -> Violation | None:
+    """Count and tally one single-fault plan; its :func:`_first_to_show` violation."""
+    report.single_fault_plans += 1
+    _tally(report, outcome)
+    return _first_to_show(outcome.violations)
 
 
 def _tally(report: CampaignReport, outcome: PlanOutcome) -> None:
@@ -257,12 +268,7 @@ def _tally(report: CampaignReport, outcome: PlanOutcome) -> None:
             report.coverage.setdefault(kind, Counter())[record.result.status] += 1
     transient = {kind.value for kind in TRANSIENT_KINDS}
     for retry in outcome.retries:
-        report.reconciled.setdefault(retry.kind, Counter())[retry.status] += 1
-        if retry.kind in transient:
-            report.retry_steps.setdefault(retry.step, Counter())[retry.status] += 1
-        if retry.status == "uncertain":
-            reasons = report.retry_reasons.setdefault(retry.kind, Counter())
-            reasons[retry.error_type or "?"] += 1
+        report.count_retry(retry, transient)
 
 
 def _run_item(report: CampaignReport, item: Item, failures_dir: Path | None) -> None:
@@ -272,22 +278,14 @@ def _run_item(report: CampaignReport, item: Item, failures_dir: Path | None) -> 
         return
     if kind == "record":
         workload, fault = record_fault_runs()[index]
-        outcome = run_record_plan(workload, fault)
-        report.single_fault_plans += 1
-        _tally(report, outcome)
-        new = _first_new(outcome.violations)
+        new = _tally_single(report, run_record_plan(workload, fault))
         if new is not None:
-            _SHOWN.add(new.line)
             report.failures.append(Failure(new, describe_record_plan(workload, fault), ()))
         return
     if kind == "single":
         workload, plan = _single_runs()[index]
-        outcome = run_workload(workload, plan)
-        report.single_fault_plans += 1
-        _tally(report, outcome)
-        new = _first_new(outcome.violations)
+        new = _tally_single(report, run_workload(workload, plan))
         if new is not None:
-            _SHOWN.add(new.line)
             record_dir = _record_dir(failures_dir)
             run_workload(workload, plan, record_dir=record_dir)
             report.failures.append(
@@ -297,9 +295,8 @@ def _run_item(report: CampaignReport, item: Item, failures_dir: Path | None) -> 
     schedule = random_schedule(report.seed, index)
     outcome = run_schedule(schedule)
     _tally(report, outcome)
-    first = _first_new(outcome.violations)
+    first = _first_to_show(outcome.violations)
     if first is not None:
-        _SHOWN.add(first.line)
         minimal = shrink_schedule(schedule, first.line)
         record_dir = _record_dir(failures_dir)
         rerun = run_schedule(minimal, record_dir=record_dir)

@@ -11,11 +11,13 @@ both count, add up and write the same tables.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import attrs
+
+from sandrail.testing._execute import Retry
 
 __all__ = ["DECISIVE_GOAL", "STATUSES", "Tallies"]
 
@@ -57,6 +59,17 @@ class Tallies:
         (1.0 when none was retried)."""
         good, total = self.count_decisive(kinds)
         return 1.0 if total == 0 else good / total
+
+    def count_retry(self, retry: Retry, transient: Container[str]) -> None:
+        """Count the reconciling ``retry`` of a struck call: by the kind that
+        struck, by step when that kind is one of ``transient``, and by reason
+        when it stayed uncertain."""
+        self.reconciled.setdefault(retry.kind, Counter())[retry.status] += 1
+        if retry.kind in transient:
+            self.retry_steps.setdefault(retry.step, Counter())[retry.status] += 1
+        if retry.status == "uncertain":
+            reasons = self.retry_reasons.setdefault(retry.kind, Counter())
+            reasons[retry.error_type or "?"] += 1
 
     def absorb_tallies(self, other: Tallies) -> None:
         """Add ``other``'s calls, violations and tables to these."""

@@ -56,8 +56,8 @@ from sandrail.core import (
 from sandrail.interpreters.simulator import FaultKind, SimulatedHarness
 from sandrail.testing._calls import Mode
 from sandrail.testing._commands import SECRET
-from sandrail.testing._execute import PlanOutcome, execute_steps
-from sandrail.testing._judge import CONTRACT_LINES, Violation, judge
+from sandrail.testing._execute import PlanOutcome, run_and_judge
+from sandrail.testing._judge import CONTRACT_LINES, Violation
 from sandrail.testing._plans import Workload, workloads
 from sandrail.testing._truth import Target
 from sandrail.testing._world import World
@@ -415,16 +415,13 @@ def run_wire_plan(workload: Workload, fault: WireFault | None, server: Any) -> W
     effects can be struck); judge it."""
     world, strike = _world(server, fault)
     try:
-        retries = execute_steps(
-            world, workload.mode, workload.steps, workload=workload.name, reconcile=True
-        )
-        violations = judge(world)
+        outcome = run_and_judge(world, workload)
     finally:
         world.close()
         if server.alive:
             server.clear_faults()
     return WireOutcome(
-        PlanOutcome(world, tuple(violations), tuple(retries)),
+        outcome,
         fired=bool(strike.faults_fired),
         observed=tuple(strike.observed),
     )
@@ -537,14 +534,10 @@ class WireReport(Tallies):
             for fault in record.faults:
                 self.coverage.setdefault(fault.kind.value, Counter())[record.result.status] += 1
         for retry in outcome.retries:
-            self.reconciled.setdefault(retry.kind, Counter())[retry.status] += 1
-            if retry.kind in _TRANSIENT:
-                self.retry_steps.setdefault(retry.step, Counter())[retry.status] += 1
-            if retry.status == "uncertain":
-                reasons = self.retry_reasons.setdefault(retry.kind, Counter())
-                reasons[retry.error_type or "?"] += 1
-                if retry.kind in _TRANSIENT and len(self.undecided) < _UNDECIDED_SHOWN:
-                    self.undecided.append((plan, retry.error_type or "?"))
+            self.count_retry(retry, _TRANSIENT)
+            undecided = retry.status == "uncertain" and retry.kind in _TRANSIENT
+            if undecided and len(self.undecided) < _UNDECIDED_SHOWN:
+                self.undecided.append((plan, retry.error_type or "?"))
 
     def absorb(self, other: WireReport) -> None:
         self.planned += other.planned

@@ -22,8 +22,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sandrail.core import OwnedCommand, ToolRequest
 
-from ._protocol import Answer, RecordError, answer_from_row, dumps, owned_from_row
-from ._sqlite import SCHEMA_VERSION
+from ._protocol import Answer, RecordError, answer_from_row, owned_from_row
+from ._tables import (
+    POSTGRES,
+    SCHEMA_VERSION,
+    answer_values,
+    owned_values,
+    session_of,
+    settle_values,
+)
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -31,36 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["PostgresRecord"]
 
 _LOCK_KEY: Final = 0x5A4E_4452_4149_4C  # "SANDRAIL", the advisory lock of the schema
-_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS sandrail_meta (
-        name TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS sandrail_owned (
-        session_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        operation_key TEXT NOT NULL,
-        sandbox_id TEXT,
-        launched BOOLEAN NOT NULL,
-        ledger_epoch TEXT,
-        launch_digest TEXT,
-        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        PRIMARY KEY (session_id, task_id)
-    )""",
-    """CREATE TABLE IF NOT EXISTS sandrail_answers (
-        session_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        error_type TEXT,
-        tool TEXT NOT NULL,
-        owner TEXT NOT NULL,
-        locator TEXT NOT NULL,
-        updated_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-        PRIMARY KEY (session_id, task_id)
-    )""",
-    "CREATE INDEX IF NOT EXISTS sandrail_answers_status ON sandrail_answers (status, updated_at)",
-)
-
 _REMEMBER: Final = """
 INSERT INTO sandrail_owned AS o
     (session_id, task_id, operation_key, sandbox_id, launched, ledger_epoch, launch_digest)
@@ -79,28 +56,9 @@ ON CONFLICT (session_id, task_id) DO UPDATE SET
 RETURNING operation_key, sandbox_id, launched, ledger_epoch, launch_digest
 """
 
-_RESOLVE: Final = (
-    "SELECT operation_key, sandbox_id, launched, ledger_epoch, launch_digest "
-    "FROM sandrail_owned WHERE session_id = %s AND task_id = %s"
-)
-
-_NOTE: Final = """
-INSERT INTO sandrail_answers
-    (session_id, task_id, status, error_type, tool, owner, locator)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (session_id, task_id) DO UPDATE SET
-    status = excluded.status,
-    error_type = excluded.error_type,
-    tool = excluded.tool,
-    owner = excluded.owner,
-    locator = excluded.locator,
-    updated_at = now()
-"""
-
-_SETTLE: Final = (
-    "UPDATE sandrail_answers SET status = %s, error_type = %s, updated_at = now() "
-    "WHERE session_id = %s AND task_id = %s AND status = 'uncertain'"
-)
+_RESOLVE: Final = POSTGRES.select_owned()
+_NOTE: Final = POSTGRES.note_uncertain()
+_SETTLE: Final = POSTGRES.settle()
 
 _UNRESOLVED: Final = (
     "SELECT session_id, task_id, status, error_type, tool, owner, locator, "
@@ -185,7 +143,7 @@ class PostgresRecord:
                     self._opened = True
                 with self._pool.connection() as conn, conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                    for statement in _SCHEMA:
+                    for statement in POSTGRES.schema():
                         conn.execute(statement)
                     conn.execute(
                         "INSERT INTO sandrail_meta (name, value) VALUES ('schema', %s) "
@@ -206,15 +164,7 @@ class PostgresRecord:
 
     def remember(self, request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
         """See :meth:`~sandrail.records.OwnershipRecord.remember`."""
-        values = (
-            _session(request),
-            owned.task_id,
-            owned.operation_key,
-            owned.sandbox_id,
-            owned.launched,
-            owned.ledger_epoch,
-            owned.launch_digest,
-        )
+        values = owned_values(session_of(request), owned)
         row = self._one(_REMEMBER, values, "write")
         if row is None:  # pragma: no cover - RETURNING always gives the row
             raise RecordError(f"{self._where} returned no row for a write")
@@ -222,29 +172,17 @@ class PostgresRecord:
 
     def resolve(self, request: ToolRequest, task_id: str) -> OwnedCommand | None:
         """See :meth:`~sandrail.records.OwnershipRecord.resolve`."""
-        row = self._one(_RESOLVE, (_session(request), task_id), "read")
+        row = self._one(_RESOLVE, (session_of(request), task_id), "read")
         return None if row is None else owned_from_row(task_id, row, self._where)
 
     def note(self, answer: Answer) -> None:
         """See :meth:`~sandrail.records.OwnershipRecord.note`."""
-        values = (
-            answer.session_id,
-            answer.task_id,
-            answer.status,
-            answer.error_type,
-            answer.tool,
-            dumps(answer.owner),
-            dumps(answer.locator),
-        )
         try:
             with self._connection() as conn:
                 if answer.status == "uncertain":
-                    conn.execute(_NOTE, values)
+                    conn.execute(_NOTE, answer_values(answer))
                 else:
-                    conn.execute(
-                        _SETTLE,
-                        (answer.status, answer.error_type, answer.session_id, answer.task_id),
-                    )
+                    conn.execute(_SETTLE, settle_values(answer))
         except self._errors as exc:
             raise RecordError(f"cannot write {self._where}: {_first_line(exc)}") from None
 
@@ -283,13 +221,6 @@ class PostgresRecord:
 
     def __repr__(self) -> str:
         return f"PostgresRecord({self._where})"
-
-
-def _session(request: ToolRequest) -> str:
-    session = request.session_id
-    if not isinstance(session, str):
-        raise RecordError("the request has no session id to file the record under")
-    return session
 
 
 def _describe(parts: Mapping[str, Any]) -> str:

@@ -19,48 +19,25 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from sandrail.core import OwnedCommand, ToolRequest
 
-from ._protocol import Answer, RecordError, answer_from_row, dumps, merge_owned, owned_from_row
+from ._protocol import Answer, RecordError, answer_from_row, merge_owned, owned_from_row
+from ._tables import (
+    OWNED_COLUMNS,
+    SCHEMA_VERSION,
+    SQLITE,
+    answer_values,
+    owned_values,
+    session_of,
+    settle_values,
+)
 
 __all__ = ["SQLITE_MAGIC", "SQLiteRecord"]
 
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 """The first bytes of every SQLite database file."""
-
-SCHEMA_VERSION: Final = "1"
-
-_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS sandrail_meta (
-        name TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS sandrail_owned (
-        session_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        operation_key TEXT NOT NULL,
-        sandbox_id TEXT,
-        launched INTEGER NOT NULL,
-        ledger_epoch TEXT,
-        launch_digest TEXT,
-        updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-        PRIMARY KEY (session_id, task_id)
-    )""",
-    """CREATE TABLE IF NOT EXISTS sandrail_answers (
-        session_id TEXT NOT NULL,
-        task_id TEXT NOT NULL,
-        status TEXT NOT NULL,
-        error_type TEXT,
-        tool TEXT NOT NULL,
-        owner TEXT NOT NULL,
-        locator TEXT NOT NULL,
-        updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
-        PRIMARY KEY (session_id, task_id)
-    )""",
-    "CREATE INDEX IF NOT EXISTS sandrail_answers_status ON sandrail_answers (status, updated_at)",
-)
 
 
 class SQLiteRecord:
@@ -97,7 +74,7 @@ class SQLiteRecord:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
             with self._transaction():
-                for statement in _SCHEMA:
+                for statement in SQLITE.schema():
                     self._db.execute(statement)
                 self._db.execute(
                     "INSERT OR IGNORE INTO sandrail_meta (name, value) VALUES ('schema', ?)",
@@ -134,40 +111,20 @@ class SQLiteRecord:
 
     def remember(self, request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
         """See :meth:`~sandrail.records.OwnershipRecord.remember`."""
-        session, where = _session(request), self._where
+        session, where = session_of(request), self._where
         try:
             with self._transaction() as db:
                 row = db.execute(_SELECT_OWNED, (session, owned.task_id)).fetchone()
                 known = None if row is None else owned_from_row(owned.task_id, dict(row), where)
                 kept = merge_owned(known, owned)
-                db.execute(
-                    """INSERT INTO sandrail_owned (session_id, task_id, operation_key,
-                        sandbox_id, launched, ledger_epoch, launch_digest)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (session_id, task_id) DO UPDATE SET
-                        operation_key = excluded.operation_key,
-                        sandbox_id = excluded.sandbox_id,
-                        launched = excluded.launched,
-                        ledger_epoch = excluded.ledger_epoch,
-                        launch_digest = excluded.launch_digest,
-                        updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')""",
-                    (
-                        session,
-                        kept.task_id,
-                        kept.operation_key,
-                        kept.sandbox_id,
-                        int(kept.launched),
-                        kept.ledger_epoch,
-                        kept.launch_digest,
-                    ),
-                )
+                db.execute(_REMEMBER, owned_values(session, kept))
         except sqlite3.Error as exc:
             raise RecordError(f"cannot write {self._where}: {exc}") from None
         return kept
 
     def resolve(self, request: ToolRequest, task_id: str) -> OwnedCommand | None:
         """See :meth:`~sandrail.records.OwnershipRecord.resolve`."""
-        session = _session(request)
+        session = session_of(request)
         try:
             with self._lock:
                 row = self._db.execute(_SELECT_OWNED, (session, task_id)).fetchone()
@@ -180,22 +137,10 @@ class SQLiteRecord:
         try:
             if answer.status != "uncertain":
                 with self._lock:  # one statement: its own transaction
-                    self._db.execute(_SETTLE, _settle_values(answer))
+                    self._db.execute(_SETTLE, settle_values(answer))
                 return
             with self._transaction() as db:
-                db.execute(
-                    """INSERT INTO sandrail_answers (session_id, task_id, status, error_type,
-                        tool, owner, locator)
-                    VALUES (?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT (session_id, task_id) DO UPDATE SET
-                        status = excluded.status,
-                        error_type = excluded.error_type,
-                        tool = excluded.tool,
-                        owner = excluded.owner,
-                        locator = excluded.locator,
-                        updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')""",
-                    _answer_values(answer),
-                )
+                db.execute(_NOTE, answer_values(answer))
         except sqlite3.Error as exc:
             raise RecordError(f"cannot write {self._where}: {exc}") from None
 
@@ -227,40 +172,12 @@ class SQLiteRecord:
         return f"SQLiteRecord({str(self._path)!r})"
 
 
-_SELECT_OWNED: Final = (
-    "SELECT operation_key, sandbox_id, launched, ledger_epoch, launch_digest "
-    "FROM sandrail_owned WHERE session_id = ? AND task_id = ?"
-)
+_REMEMBER: Final = SQLITE.upsert("sandrail_owned", OWNED_COLUMNS)
+"""Writes the row :func:`~sandrail.records.merge_owned` settled on (under the write lock)."""
 
-
-_SETTLE: Final = (
-    "UPDATE sandrail_answers SET status = ?, error_type = ?, "
-    "updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now') "
-    "WHERE session_id = ? AND task_id = ? AND status = 'uncertain'"
-)
-
-
-def _settle_values(answer: Answer) -> tuple[Any, ...]:
-    return (answer.status, answer.error_type, answer.session_id, answer.task_id)
-
-
-def _session(request: ToolRequest) -> str:
-    session = request.session_id
-    if not isinstance(session, str):
-        raise RecordError("the request has no session id to file the record under")
-    return session
-
-
-def _answer_values(answer: Answer) -> tuple[Any, ...]:
-    return (
-        answer.session_id,
-        answer.task_id,
-        answer.status,
-        answer.error_type,
-        answer.tool,
-        dumps(answer.owner),
-        dumps(answer.locator),
-    )
+_SELECT_OWNED: Final = SQLITE.select_owned()
+_NOTE: Final = SQLITE.note_uncertain()
+_SETTLE: Final = SQLITE.settle()
 
 
 def _check_magic(path: Path) -> None:

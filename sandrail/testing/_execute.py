@@ -34,6 +34,7 @@ __all__ = [
     "PlanOutcome",
     "Retry",
     "execute_steps",
+    "run_and_judge",
     "run_schedule",
     "run_workload",
 ]
@@ -196,6 +197,16 @@ def execute_steps(
     return retries
 
 
+def run_and_judge(world: World, workload: Workload) -> PlanOutcome:
+    """Run ``workload`` on ``world`` and judge what the world saw; a call a
+    fault left uncertain is retried at once, reconciling. The caller closes
+    ``world``, also when this raises."""
+    retries = execute_steps(
+        world, workload.mode, workload.steps, workload=workload.name, reconcile=True
+    )
+    return PlanOutcome(world, tuple(judge(world)), tuple(retries))
+
+
 def _world(
     plan: FaultPlan,
     *,
@@ -221,13 +232,9 @@ def run_workload(
     and judge it; a call a fault left uncertain is retried at once."""
     world = _world(plan, target=target, record_dir=record_dir)
     try:
-        retries = execute_steps(
-            world, workload.mode, workload.steps, workload=workload.name, reconcile=True
-        )
-        violations = judge(world)
+        return run_and_judge(world, workload)
     finally:
         world.close()
-    return PlanOutcome(world, tuple(violations), tuple(retries))
 
 
 def run_schedule(schedule: Schedule, *, record_dir: Path | None = None) -> PlanOutcome:

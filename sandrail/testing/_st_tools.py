@@ -29,6 +29,7 @@ from sandrail.core._profiles import PROFILES as CORE_PROFILES
 from sandrail.core._profiles import Profile, stated_schema
 from sandrail.core._validation import ArgumentProblem
 
+from ._calls import native_identity
 from ._st_json import identifiers
 from ._st_schema import schema_values
 
@@ -211,15 +212,7 @@ def tool_requests(
     owner = settings.owner
     identity: sandrail.AgentIdentity | sandrail.NativeIdentity
     if isinstance(owner, sandrail.NativeOwner):
-        identity = sandrail.NativeIdentity(
-            scope=owner.scope,
-            run_id="run-1",
-            turn_id="turn-1",
-            build_id="build-1",
-            task_chain_id="chain-1",
-            parent_run_id=None,
-            execution_fence=draw(fences),
-        )
+        identity = native_identity(fence=draw(fences), scope=owner.scope)
     else:
         identity = sandrail.AgentIdentity(agent_id=owner.agent_id)
     return sandrail.ToolRequest(

@@ -32,6 +32,7 @@ from sandrail.interpreters.simulator import (
     SimulatedHarness,
     Simulator,
 )
+from sandrail.testing import native_identity
 
 GOLDEN = Path(__file__).resolve().parent
 SESSION = "golden-session"
@@ -87,15 +88,7 @@ class Session:
         identity: sandrail.AgentIdentity | NativeIdentity = (
             sandrail.AgentIdentity(agent_id=AGENT)
             if self.mode == "agent"
-            else NativeIdentity(
-                scope=SCOPE,
-                run_id="run-1",
-                turn_id="turn-1",
-                build_id="build-1",
-                task_chain_id="chain-1",
-                parent_run_id=None,
-                execution_fence=3,
-            )
+            else native_identity(fence=3, scope=SCOPE)
         )
         request = ToolRequest(
             call=sandrail.ToolCall(
