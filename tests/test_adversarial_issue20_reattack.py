@@ -309,3 +309,61 @@ def test_c17_reattack_a_recorder_on_a_sessions_backend_masks_what_the_session_ma
     assert "deploying with" in read.content["stdout"]
     assert SECRET not in read.to_json()
     assert SECRET not in cassette.read_text(encoding="utf-8")
+
+
+# -- D: what the MCP HTTP guard lets through ------------------------------------
+
+
+def _served(app: Any) -> tuple[list[dict[str, Any]], BaseException | None]:
+    """``app`` wrapped as ``sandrail mcp --transport http`` serves it, run on
+    one HTTP request: the messages that reached the server, and the error
+    that left the app."""
+    import asyncio
+
+    from sandrail.adapters._mcp_serve import _QuietAfterTheResponse
+
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    try:
+        asyncio.run(_QuietAfterTheResponse(app)({"type": "http"}, receive, send))
+    except BaseException as error:
+        return sent, error
+    return sent, None
+
+
+def _answering_then(error: BaseException, *, answer_first: bool = True) -> Any:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if answer_first:
+            await send({"type": "http.response.start", "status": 202, "headers": []})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await send({"type": "http.response.start", "status": 500, "headers": []})
+        raise error
+
+    return app
+
+
+def test_item10_reattack_d_a_closed_session_after_the_response_ends_the_request() -> None:
+    """D: after a whole response, a second one is dropped and a closed
+    session stream (the client left) is not raised to uvicorn."""
+    import anyio
+
+    sent, error = _served(_answering_then(anyio.ClosedResourceError()))
+    assert error is None
+    assert [message.get("status") for message in sent] == [202, None]
+
+
+def test_item10_reattack_d_every_other_error_still_raises() -> None:
+    """D: the guard is narrow: another error after the response, or a
+    closed stream before it, still reaches uvicorn."""
+    import anyio
+
+    _, error = _served(_answering_then(RuntimeError("boom")))
+    assert isinstance(error, RuntimeError)
+    _, early = _served(_answering_then(anyio.ClosedResourceError(), answer_first=False))
+    assert isinstance(early, anyio.ClosedResourceError)
