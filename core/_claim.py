@@ -143,15 +143,20 @@ def merged(known: OwnedCommand | None, new: OwnedCommand) -> OwnedCommand:
     under stays while the sandbox stays the same, and so does what it asked
     for (its launch digest): a later or concurrent writer must not replace
     the proof the first start carries (C2) nor its arguments (C3).
-    ``launched`` never goes back to false."""
+    ``launched`` never goes back to false. Nor does the sandbox it went
+    to: a retry in a new sandbox (the first one lost) cannot launch there
+    (its start expects the claim), so the row keeps naming the sandbox where
+    the command may have run, for the locator and the operator."""
     if known is None or not known.launched:
         return new
-    epoch = known.ledger_epoch if known.sandbox_id == new.sandbox_id else new.ledger_epoch
+    stays = known.sandbox_id is not None or new.sandbox_id is None
+    sandbox_id = known.sandbox_id if stays else new.sandbox_id
+    epoch = known.ledger_epoch if stays else new.ledger_epoch
     digest = known.launch_digest if known.launch_digest is not None else new.launch_digest
     return OwnedCommand(
         task_id=new.task_id,
         operation_key=new.operation_key,
-        sandbox_id=new.sandbox_id,
+        sandbox_id=sandbox_id,
         launched=True,
         ledger_epoch=epoch,
         launch_digest=digest,

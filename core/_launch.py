@@ -193,6 +193,16 @@ def _claim(
     claim = settled_claim(claim, kept, launch.task_id, ready, recorded)
     if claim is None:
         raise StoppedError(_conflict(StartRefused(reason="conflict")))
+    first = kept if isinstance(kept, OwnedCommand) else known
+    if (
+        isinstance(first, OwnedCommand)
+        and first.task_id == launch.task_id
+        and first.launched
+        and first.sandbox_id not in (None, ready.sandbox_id)
+    ):
+        # A start of the task may have run in another sandbox (since lost):
+        # that is where any answer of this call must send the operator.
+        call.sandbox_id = first.sandbox_id
     return claim, digest
 
 

@@ -50,7 +50,7 @@ async def main() -> None:
             if ask_person(item):
                 state.approve(item)
             else:
-                state.reject(item, rejection_message=rejection(tools))
+                state.reject(item, rejection_message=rejection(tools, item=item))
         result = await Runner.run(agent, state)
         (sent,) = [i.output for i in result.new_items if i.type == "tool_call_output_item"]
         content = json.loads(sent)

@@ -55,7 +55,10 @@ saved = ModelMessagesTypeAdapter.dump_json(first.all_messages())  # kept between
 
 requests: DeferredToolRequests = first.output
 approvals = {
-    call.tool_call_id: True if ask_person(call) else rejected(tools) for call in requests.approvals
+    call.tool_call_id: True
+    if ask_person(call)
+    else rejected(tools, requests=requests, tool_call_id=call.tool_call_id)
+    for call in requests.approvals
 }
 resumed = agent.run_sync(
     message_history=ModelMessagesTypeAdapter.validate_json(saved),

@@ -53,7 +53,8 @@ def test_a_lost_start_answer_is_retried_with_the_same_key_and_launches_once() ->
         result = run_tool(port, "run_command", {"command": "echo hi"}, operation_key="run-7:c1")
         assert result.status == "ok"
         assert result.content["stdout"] == "hi\n"
-        assert world.launches_of(port, "run-7:c1") == 1
+        assert world.launches_of(port, "run-7:c1") == 1  # this key launched once...
+        assert world.launched_commands()["echo hi"] == 1  # ...and no other key did
         world.assert_contract()  # every call, against the simulator's ground truth
 
 

@@ -22,8 +22,9 @@ Stream = Literal["stdout", "stderr"]
 _SEQ_LIMIT = 100_000
 
 NOT_EMULATED = (
-    "sandrail simulator: this command is not emulated and did not run "
-    "(script it: Simulator(scripts={command: Script.prints(...)}))\n"
+    "sandrail simulator: this command is not emulated and did not run (script it: "
+    "Simulator(scripts={command: Script.prints(...)}); a snippet is keyed by its source, "
+    "scripts={code: ...}, never by its command, which names a hash of its key)\n"
 )
 """What a command the simulator does not emulate prints on stderr (the exit
 code is :data:`NOT_EMULATED_EXIT_CODE`, a shell's "command not found"). It

@@ -17,6 +17,11 @@ again with ``approved=True``. This module is what makes that safe:
   once (C2).
 - A rejection runs nothing: :func:`rejection` is the ``error`` result
   (``executed: false``) the model reads in its place.
+- A call whose operation key already launched that very call (same
+  arguments) is never asked about again: ``ApprovalRequired`` for it is
+  taken as ``ALLOW``, and the call reconciles the one launch (C2) instead
+  of telling the model that nothing ran (C5). The toolset decides what
+  "already launched" is (its ownership record).
 
 Strategy: the approval travels beside the request, not in it. The core's
 request has no field for it, and the port shows the policy a copy of the
@@ -91,12 +96,17 @@ class Approvals:
     """The approved calls of one toolset that are running now, and the
     policy wrapper that honours them (see the module doc)."""
 
-    def __init__(self, policy: Callable[[ToolRequest], Any]) -> None:
+    def __init__(
+        self,
+        policy: Callable[[ToolRequest], Any],
+        launched: Callable[[ToolRequest], bool] = lambda request: False,
+    ) -> None:
         if not callable(policy):
             raise TypeError(
                 "authorize must be a callable: request -> ALLOW | ApprovalRequired | Deny"
             )
         self._policy = policy
+        self._launched = launched
         self._running: Counter[_Approved] = Counter()
         self._lock = threading.Lock()
 
@@ -144,7 +154,10 @@ class Approvals:
         entry = _entry(request)
         with self._lock:
             approved = entry is not None and self._running[entry] > 0
-        return Allow() if approved else decision
+        # A key that already launched this very call was approved (or
+        # allowed) then: asking again would tell the model nothing ran (C5).
+        # It reconciles that one launch instead, never launching anew (C2).
+        return Allow() if approved or self._launched(request) else decision
 
     async def ask(self, request: ToolRequest) -> PolicyDecision | None:
         """The harness policy's answer for ``request`` without running
@@ -160,7 +173,7 @@ class Approvals:
         if isinstance(decision, (Allow, Deny, ApprovalRequired)) and (
             not isinstance(decision, ApprovalRequired) or asks_a_person(decision)
         ):
-            return decision
+            return Allow() if asks_a_person(decision) and self._launched(request) else decision
         return None
 
 

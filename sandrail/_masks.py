@@ -32,13 +32,19 @@ from __future__ import annotations
 import inspect
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from sandrail.core import MIN_REDACTED_LENGTH, Redactions
+from sandrail.core import (
+    MIN_REDACTED_LENGTH,
+    ArgumentProblem,
+    Redactions,
+    mask_text,
+    redaction_secrets,
+)
 from sandrail.core._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined
 from sandrail.interpreters._recorder import Recorder
 
-__all__ = ["Masks", "checked_redact", "is_text", "masks_for"]
+__all__ = ["Masks", "checked_redact", "is_text", "masked_problems", "masks_for"]
 
 
 class Masks:
@@ -165,3 +171,28 @@ def checked_redact(values: Iterable[str]) -> frozenset[str]:
             raise ValueError("redact holds a value that is not valid Unicode text")
         found.add(value)
     return frozenset(found)
+
+
+def masked_problems(
+    problems: Iterable[ArgumentProblem], masked: frozenset[str], arguments: object
+) -> list[ArgumentProblem]:
+    """``problems`` with the session's values (``masked``) and this call's
+    env values masked: a model may write a value into a field name it gets
+    back (C17). Masked before the budget fits them (a mask can be longer
+    than the value)."""
+    secrets = set(masked)
+    env = arguments.get("env") if isinstance(arguments, Mapping) else None
+    if isinstance(env, list):  # the strict profiles' {name, value} entries
+        env = {
+            str(index): entry.get("value")
+            for index, entry in enumerate(env)
+            if isinstance(entry, Mapping)
+        }
+    secrets |= redaction_secrets(env)
+    if not secrets:
+        return list(problems)
+    redactions = Redactions(secrets)
+    return [
+        ArgumentProblem(mask_text(problem.path, redactions), mask_text(problem.reason, redactions))
+        for problem in problems
+    ]

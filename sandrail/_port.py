@@ -179,7 +179,7 @@ class ToolPort:
                 call.result = await drive_async(
                     program, call.trace.step_async(call.interpret_async)
                 )
-            return call.finish()
+            return await call.finish_async()
         finally:
             call.artifacts.abort_all()
             call.trace.abandon("no_result")  # nothing when the call ended with one

@@ -91,7 +91,8 @@ from sandrail.core import (
 from sandrail.core._shown import NOTHING_SHOWN, ShownIdentities, shown_by
 from sandrail.interpreters._drivers import answered_now
 from sandrail.interpreters._masking import MaskedReads
-from sandrail.records._protocol import OwnershipRecord, note_answer
+from sandrail.records._backlog import note_answer
+from sandrail.records._protocol import OwnershipRecord
 
 __all__ = ["Binding", "Ledger", "PortCall"]
 
@@ -237,9 +238,20 @@ class PortCall:
         )
         return True
 
-    def finish(self) -> ToolResult:
+    async def finish_async(self) -> ToolResult:
+        """:meth:`finish` for an asynchronous call: a durable record's note
+        is made in a worker thread first, off the event loop."""
+        answers = self.binding.answers
+        if answers is not None and self.result is not None:
+            await asyncio.to_thread(
+                note_answer, answers, self.request, self.binding.settings.owner, self.result
+            )
+        return self.finish(noted=answers is not None)
+
+    def finish(self, *, noted: bool = False) -> ToolResult:
         """The call's result, after a layered backend was told it, the
-        ownership record noted it and its trace ended."""
+        ownership record noted it (unless ``noted``: already done) and its
+        trace ended."""
         result = self.result
         assert result is not None  # set by the driver, or by __exit__
         # Later calls' env values are checked against these (C17).
@@ -254,7 +266,7 @@ class PortCall:
             # The result is true whatever the recorder makes of it; a
             # recorder that cannot write must report that itself.
             pass
-        if self.binding.answers is not None:
+        if self.binding.answers is not None and not noted:
             note_answer(self.binding.answers, self.request, self.binding.settings.owner, result)
         self.trace.end(result)
         return result
@@ -401,7 +413,13 @@ class PortCall:
 
     async def answer_harness_async(self, effect: Effect) -> Any:
         """Answer one harness effect (async mode: an asynchronous policy is
-        awaited, waking on abort; every other effect as in sync mode)."""
+        awaited, waking on abort; a durable record's read or write runs in a
+        worker thread, never blocking the event loop on its database, and
+        also wakes on abort (C11); every other effect as in sync mode)."""
+        if isinstance(effect, ResolveOwned | RememberOwned) and self.binding.answers is not None:
+            return await self._abortable(
+                lambda _: asyncio.to_thread(self.answer_harness, effect), effect
+            )
         if not isinstance(effect, Authorize):
             return self.answer_harness(effect)
         try:

@@ -20,19 +20,24 @@ __all__ = ["as_the_port_reads", "of_its_task", "repeat_digest", "run_of"]
 
 
 def run_of(run_id: object, operation_key: object, call_id: object) -> str:
-    """The run a call belongs to, for matching repeats (see the module doc):
-    ``run_id`` when given, else the run part of a ``f"{run}:{call_id}"``
-    key, else the key itself (a call that matches no other). Read as plain
-    strings: a ``str`` subclass's own methods are never called."""
+    """Where a call's repeats are matched (see the module doc): every call
+    of the toolset that names its run (``run_id`` given, or a
+    ``f"{run}:{call_id}"`` key) matches in one scope, whatever the run: a
+    model told to repeat an uncertain call exactly may do so on a later run
+    or turn (a new pydantic-ai run id, a new ``Runner.run``), and that
+    repeat must still be matched to the first call (issue 18 follow-up B1).
+    A key of any other form is its own scope (a call that matches no
+    other). Read as plain strings: a ``str`` subclass's own methods are
+    never called."""
     run, key, call = (
         str.__str__(v) if isinstance(v, str) else None for v in (run_id, operation_key, call_id)
     )
     if run is not None:
-        return "run:" + run
+        return "runs"
     if key is None:
         return "key"  # the port refuses a key that is not a string
     if call is not None and key.endswith(":" + call) and len(key) > len(call) + 1:
-        return "run:" + key[: -len(call) - 1]
+        return "runs"
     return "key:" + key
 
 

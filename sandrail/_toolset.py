@@ -44,11 +44,15 @@ under that earlier call's operation key while the earlier call is
 *unsettled*: its result was ``uncertain`` or ``approval_required``, or it
 never reached the model (its await was cancelled). The repeat then
 reconciles instead of launching a second time, even if the model never saw
-the locator. Repeats match only within one run: the run id the call passes
-(``run_id=``; by default the part of its operation key before
-``:{call_id}``), so a later run's identical call is always a new call,
-never an earlier run's result. Arguments match as the port reads them (a
-``timeout`` of ``null`` is the default it stands for). Once a result of
+the locator. Repeats match across runs: a model following an uncertain
+result's instruction may repeat the call on a later run or turn (a new
+pydantic-ai run id, a new ``Runner.run``, a new Anthropic ``run_id``), and
+that repeat is still the first call's (only a call whose key is not of the
+form ``f"{run}:{call_id}"``, and that passes no ``run_id=``, matches no
+other). So while an earlier identical call is unsettled, a later run's
+identical call reconciles it rather than launching anew. Arguments match
+as the port reads them (a ``timeout`` of ``null`` is the default it stands
+for). Once a result of
 the earlier call's own task (``ok``, or an ``error`` naming its
 ``task_id``) was returned for that key, the next identical call is a new
 call and runs anew; a refusal that ran nothing (a budget too small for the
@@ -67,16 +71,22 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple, Unpack
 
 from sandrail._approval import Approvals, rejection
-from sandrail._masks import masks_for
+from sandrail._launched import (
+    alike,
+    launched_row,
+    lookup,
+    refused_after_launch,
+    shared_record,
+)
+from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
     PortOptions,
-    RememberOwnedCallback,
-    ResolveOwnedCallback,
     given_options,
     owned_callbacks,
 )
 from sandrail._port import ToolGroup, ToolPort, build_port
 from sandrail._repeats import as_the_port_reads, of_its_task, repeat_digest, run_of
+from sandrail._toolset_backend import attachable_recorder, label_of
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
     AgentIdentity,
@@ -87,7 +97,6 @@ from sandrail.core import (
     OwnedCommand,
     OwnerIdentity,
     PolicyDecision,
-    Redactions,
     ToolCall,
     ToolDefinition,
     ToolRequest,
@@ -95,9 +104,7 @@ from sandrail.core import (
     arguments_rejection,
     bound_result,
     error_result,
-    mask_text,
     minimum_output_bytes,
-    redaction_secrets,
 )
 from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
 from sandrail.interpreters._cancel import CancelToken, EitherSignal
@@ -162,6 +169,10 @@ class Toolset:
     module doc).
     """
 
+    _port_type: Callable[..., ToolPort] = ToolPort
+    """What builds the ports (:func:`~sandrail._port.build_port`'s
+    ``port_type``): the testing kit's world builds ports it watches."""
+
     def __init__(
         self,
         *,
@@ -174,7 +185,7 @@ class Toolset:
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
             raise ValueError('tools must name "command", "code" or both')
-        recorder = _recorder(given["backend"], groups)
+        recorder = attachable_recorder(given["backend"], groups)
         owner = given["owner"]
         if identity is None:
             if not isinstance(owner, AgentOwner):
@@ -188,15 +199,17 @@ class Toolset:
         if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
             raise ValueError("run_id must be a non-blank string")
         self._identity = identity
-        self._approvals = Approvals(given["authorize"])
-        self._backend_label = _label(given["backend"])
+        self._approvals = Approvals(given["authorize"], self._launched_alike)
+        self._backend_label = label_of(given["backend"])
         self._run_id = run_id if run_id is not None else uuid.uuid4().hex
         self._max_output_bytes = max_output_bytes = given["max_output_bytes"]
         self._ports: dict[str, ToolPort] = {}
         self._abandoned: OrderedDict[str, ToolResult] = OrderedDict()
         # The ports share one record, as they share the callbacks (record=
         # stands for its pair of them).
-        remember, resolve = _shared_record(*owned_callbacks(given))
+        remember, resolve = shared_record(*owned_callbacks(given))
+        self._resolve = resolve
+        self._owner = given["owner"]
         redact = given["redact"]
         shared: PortOptions = {
             **given,
@@ -210,7 +223,13 @@ class Toolset:
         # the session's on its backend, which other ports of it share too.
         self._masks = masks_for(given["backend"], given["session_id"])
         for group in dict.fromkeys(groups):
-            port = build_port(group, shared, masks=self._masks, answers=given["record"])
+            port = build_port(
+                group,
+                shared,
+                masks=self._masks,
+                answers=given["record"],
+                port_type=self._port_type,
+            )
             for definition in port.definitions:
                 self._ports[definition.name] = port
         self._session_id = given["session_id"]
@@ -377,6 +396,7 @@ class Toolset:
             self._abandon(operation_key, result)
             self._record(prepared.repeat, prepared.request, result, returned=False)
             raise
+        result = self._after_launch(prepared.request, result)
         self._record(prepared.repeat, prepared.request, result, returned=True)
         return result
 
@@ -430,6 +450,7 @@ class Toolset:
             )
         else:
             result = asyncio.run(_on_own_loop(prepared))
+        result = self._after_launch(prepared.request, result)
         self._record(prepared.repeat, prepared.request, result, returned=True)
         return result
 
@@ -460,13 +481,55 @@ class Toolset:
             return None
         return await self._approvals.ask(prepared.request)
 
-    def rejection(self, reason: str | None = None) -> ToolResult:
+    def rejection(
+        self,
+        reason: str | None = None,
+        *,
+        name: str | None = None,
+        call_id: str | None = None,
+        operation_key: str | None = None,
+        arguments: object = None,
+        profile: Profile = "full",
+    ) -> ToolResult:
         """The result the model reads when a person rejected its call:
         ``error`` with ``executed: false`` and ``error_type``
         ``approval_rejected`` (nothing ran), what to do instead, and the
         person's ``reason`` when given (values this toolset masks are masked
-        in it, C17), within :attr:`max_output_bytes`."""
-        return rejection(self._max_output_bytes, reason, self._masks.secrets)
+        in it, C17), within :attr:`max_output_bytes`.
+
+        Given the call's tool ``name``, ``call_id`` and ``operation_key``,
+        the ownership record is asked first: when that key already launched
+        (it was approved before, and is rejected now), the answer is never
+        "nothing ran" (C5) but ``uncertain`` with the task's locator and
+        ``error_type`` ``approval_rejected``: nothing more runs, and the
+        model is pointed at the task to read (C6). With the call's
+        ``arguments`` (in ``profile``'s shape), only a launch of these very
+        arguments counts: another call that reused the key never ran (C3)."""
+        rejected = rejection(self._max_output_bytes, reason, self._masks.secrets)
+        if name is None or operation_key is None:
+            return rejected
+        known = self.launched(name, operation_key)
+        if known is None:
+            return rejected
+        definition = self._ports[name].definition(name)
+        if arguments is not None:  # a launch of these very arguments (C3)
+            converted = self._converted(definition, profile, arguments)
+            if isinstance(converted, ToolResult) or not alike(known, name, converted):
+                return rejected
+        try:
+            identity = self._identity() if callable(self._identity) else self._identity
+        except Exception:
+            identity = None
+        request = lookup(definition, self._session_id, operation_key, call_id, identity)
+        return refused_after_launch(
+            ErrorCode.APPROVAL_REJECTED,
+            known,
+            request,
+            reason=rejected.content.get("outcome_reason"),
+            why="a person has now rejected it",
+            readable="read_command_output" in self._ports,
+            max_output_bytes=self._max_output_bytes,
+        )
 
     def _prepare(
         self,
@@ -485,7 +548,8 @@ class Toolset:
         wrong (a result), and build the request, under an unsettled earlier
         call's key for an exact repeat (see the module doc)."""
         deadline = check_timeout(timeout_seconds)
-        _check_run_id(run_id)
+        if run_id is not None and (not isinstance(run_id, str) or not str.__str__(run_id).strip()):
+            raise ValueError("run_id must be a non-blank string")
         port = self._ports.get(name) if isinstance(name, str) else None
         if port is None:
             return bound_result(
@@ -545,10 +609,50 @@ class Toolset:
         if not isinstance(converted, (tuple, Mapping)):
             converted = (ArgumentProblem("arguments", "must be a JSON object"),)
         if isinstance(converted, tuple):
-            problems = _masked(converted, self._masks.secrets, arguments)
+            problems = masked_problems(converted, self._masks.secrets, arguments)
             content = arguments_rejection(problems, self._max_output_bytes)
             return ToolResult(status="error", content=content)
         return converted
+
+    def launched(self, name: str, operation_key: str) -> OwnedCommand | None:
+        """The ownership record's row when a start of tool ``name`` under
+        ``operation_key`` may already have left (this toolset's record, and
+        the harness's durable one when it gives one), else ``None``: a call
+        that already launched is never answered ``executed: false`` (C5)."""
+        definitions = {n: port.definition(n) for n, port in self._ports.items()}
+        return launched_row(
+            self._resolve, definitions, self._session_id, self._owner, name, operation_key
+        )
+
+    def _launched_alike(self, request: ToolRequest) -> bool:
+        """Whether ``request``'s key already launched this very call (the
+        same launch digest, C3): ``ApprovalRequired`` then reconciles it."""
+        call = request.call
+        try:
+            name, key = str(call.name), str.__str__(request.operation_key)
+            known = self.launched(name, key)
+            return known is not None and alike(known, name, call.arguments)
+        except Exception:
+            return False
+
+    def _after_launch(self, request: ToolRequest, result: ToolResult) -> ToolResult:
+        """``result``, unless the policy refused (``policy_denied``) a call
+        whose key already launched (:func:`refused_after_launch`)."""
+        content = result.content
+        if result.status != "error" or content.get("error_type") != ErrorCode.POLICY_DENIED.value:
+            return result
+        known = self.launched(str(request.call.name), str.__str__(request.operation_key))
+        if known is None:
+            return result
+        return refused_after_launch(
+            ErrorCode.POLICY_DENIED,
+            known,
+            request,
+            reason=content.get("instruction"),
+            why="the harness's policy now denies this call",
+            readable="read_command_output" in self._ports,
+            max_output_bytes=self._max_output_bytes,
+        )
 
     def _abandon(self, operation_key: str, result: ToolResult) -> None:
         """Keep the result of a call whose caller cancelled the await."""
@@ -661,66 +765,6 @@ def _shown(value: object) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _check_run_id(run_id: object) -> None:
-    if run_id is not None and (not isinstance(run_id, str) or not str.__str__(run_id).strip()):
-        raise ValueError("run_id must be a non-blank string")
-
-
-def _masked(
-    problems: Iterable[ArgumentProblem], masked: frozenset[str], arguments: object
-) -> list[ArgumentProblem]:
-    """``problems`` with the session's values (``masked``) and this call's
-    env values masked: a model may write a value into a field name it gets
-    back (C17). Masked before the budget fits them (a mask can be longer
-    than the value)."""
-    secrets = set(masked)
-    env = arguments.get("env") if isinstance(arguments, Mapping) else None
-    if isinstance(env, list):  # the strict profiles' {name, value} entries
-        env = {
-            str(index): entry.get("value")
-            for index, entry in enumerate(env)
-            if isinstance(entry, Mapping)
-        }
-    secrets |= redaction_secrets(env)
-    if not secrets:
-        return list(problems)
-    redactions = Redactions(secrets)
-    return [
-        ArgumentProblem(mask_text(problem.path, redactions), mask_text(problem.reason, redactions))
-        for problem in problems
-    ]
-
-
-def _label(backend: object) -> str | None:
-    """The backend's ``backend_label`` when it states one as text."""
-    try:
-        label = getattr(backend, "backend_label", None)
-    except Exception:
-        return None
-    return str.__str__(label) if isinstance(label, str) else None
-
-
-def _recorder(backend: object, groups: tuple[str, ...]) -> Any:
-    """``backend`` when it is a :class:`~sandrail.interpreters.replay.Recorder`
-    this toolset can attach (one tool group, not yet attached), else ``None``
-    for any other backend; ``ValueError`` naming what to do otherwise."""
-    from sandrail.interpreters.replay import Recorder
-
-    if not isinstance(backend, Recorder):
-        return None
-    if len(set(groups)) != 1:
-        raise ValueError(
-            'a Recorder records one port, and tools=("command", "code") builds two: give '
-            'this toolset tools=("command",) or tools=("code",) (one Recorder per toolset)'
-        )
-    if backend.attached:
-        raise ValueError(
-            "this Recorder already records a port: give the toolset a new Recorder, "
-            "which the toolset attaches itself"
-        )
-    return backend
-
-
 async def _outlast_cancellation(task: asyncio.Future[ToolResult]) -> ToolResult:
     """Wait for the port's result although the caller is being cancelled.
 
@@ -733,29 +777,3 @@ async def _outlast_cancellation(task: asyncio.Future[ToolResult]) -> ToolResult:
         except asyncio.CancelledError:
             if task.done():
                 return task.result()
-
-
-def _shared_record(
-    remember: RememberOwnedCallback | None, resolve: ResolveOwnedCallback | None
-) -> tuple[RememberOwnedCallback, ResolveOwnedCallback]:
-    """One ownership record for the ports of a toolset (they share task ids),
-    written through to the harness's durable one when it gives one."""
-    record: dict[str, OwnedCommand] = {}
-    lock = threading.Lock()
-
-    def remember_here(request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
-        stored = remember(request, owned) if remember is not None else None
-        # A record that settles races answers with its row (issue 17).
-        kept = stored if isinstance(stored, OwnedCommand) else owned
-        with lock:
-            record[owned.task_id] = kept
-        return kept
-
-    def resolve_here(request: ToolRequest, task: str) -> OwnedCommand | None:
-        found = resolve(request, task) if resolve is not None else None
-        if isinstance(found, OwnedCommand):
-            return found
-        with lock:
-            return record.get(task)
-
-    return remember_here, resolve_here

@@ -14,19 +14,23 @@ PostgreSQL 15 and runs them.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
 import shutil
+import signal
+import socket
 import subprocess
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-__all__ = ["PostgresServer", "find_bindir", "postgres"]
+__all__ = ["Blackhole", "PostgresServer", "find_bindir", "frozen", "postgres", "private_server"]
 
 
 def find_bindir() -> Path | None:
@@ -121,6 +125,17 @@ class PostgresServer:
             cursor = conn.execute(statement.encode())
             return cursor.fetchall() if cursor.description else []
 
+    def processes(self) -> list[int]:
+        """The pids of this server: its postmaster and every child of it."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        found = [postmaster]
+        for stat in glob.glob("/proc/[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == postmaster:
+                    found.append(int(Path(stat).parent.name))
+        return found
+
     def fresh_database(self) -> str:
         """A new, empty database; its name."""
         name = f"t_{uuid.uuid4().hex[:16]}"
@@ -144,3 +159,91 @@ def postgres() -> Iterator[PostgresServer]:
             server.stop("immediate")
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the calling test's own (one it may freeze or
+    stop without touching the session's), stopped at the end."""
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip("PostgreSQL is not installed here (no initdb/pg_ctl found)")
+    root = Path(tempfile.mkdtemp(prefix="sandrail-pg-private-"))
+    try:
+        server = PostgresServer(bindir, root)
+        server.start()
+        try:
+            yield server
+        finally:
+            for pid in server.processes():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            server.stop("immediate")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def frozen(server: PostgresServer) -> Iterator[None]:
+    """``server`` (a :func:`private_server`) SIGSTOPped, every process of it,
+    as a host that froze would be; SIGCONT at the end."""
+    pids = server.processes()
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+class Blackhole:
+    """A loopback TCP proxy to ``server``'s unix socket that can turn into a
+    black hole: after :meth:`freeze` it holds every byte and every new
+    connection, answering nothing and closing nothing (a partition that
+    drops packets: no RST, no FIN; the kernel still acknowledges)."""
+
+    def __init__(self, server: PostgresServer) -> None:
+        self._target = str(server.socket_dir / ".s.PGSQL.5432")
+        self._frozen = threading.Event()
+        self._closed = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def conninfo(self, dbname: str, role: str = "sandrail") -> str:
+        return f"host=127.0.0.1 port={self.port} user={role} dbname={dbname}"
+
+    def freeze(self) -> None:
+        self._frozen.set()
+
+    def close(self) -> None:
+        self._closed.set()
+        for sock in [self._listener, *self._sockets]:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            self._sockets.append(client)
+            if self._frozen.is_set():
+                continue  # held open, never answered
+            upstream = socket.socket(socket.AF_UNIX)
+            upstream.connect(self._target)
+            self._sockets.append(upstream)
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                if self._frozen.is_set():
+                    self._closed.wait()  # hold the bytes for good
+                    return
+                sink.sendall(data)

@@ -229,9 +229,10 @@ def test_c11_anthropic_timeout_sends_the_uncertain_result_and_the_retry_reconcil
     assert launches(tools) == 1
 
 
-def test_c2_anthropic_repeats_reconcile_only_within_the_same_run_id() -> None:
+def test_c2_anthropic_repeats_reconcile_across_runs() -> None:
     """Run 1's call is left uncertain; run 2's identical call (another
-    tool_use id) is a new call of run 2, never run 1's result."""
+    tool_use id, another run id) is the model repeating it as told: it
+    reconciles run 1's call (issue 18 follow-up B1)."""
     from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
 
     sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
@@ -246,9 +247,9 @@ def test_c2_anthropic_repeats_reconcile_only_within_the_same_run_id() -> None:
             _use("toolu_B", "run_command", arguments)
         )["content"]
     )
-    assert later["operation_key"] == "run-2:toolu_B"
-    assert later["deduplicated"] is False
-    assert launches(tools) == 2
+    assert later["operation_key"] == "run-1:toolu_A"
+    assert later["deduplicated"] is True
+    assert launches(tools) == 1
 
 
 class _InputThatRaises(dict[str, Any]):

@@ -321,9 +321,10 @@ def test_c2_agents_concurrent_runs_sharing_tools_never_share_keys() -> None:
     assert launches(tools) == 2
 
 
-def test_c2_agents_repeats_reconcile_only_within_the_same_run_id() -> None:
+def test_c2_agents_repeats_reconcile_across_runs() -> None:
     """Run 1's call is left uncertain; run 2's identical call (another call
-    id, a fresh run id) is a new call of run 2, never run 1's result."""
+    id, a fresh run id) is the model repeating it as told: it reconciles run
+    1's call and launches nothing new (issue 18 follow-up B1)."""
     from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
 
     sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
@@ -336,6 +337,7 @@ def test_c2_agents_repeats_reconcile_only_within_the_same_run_id() -> None:
         outputs += _outputs(model)
     first, second = (json.loads(text) for text in outputs)
     assert first["ok"] is False
-    assert second["operation_key"].endswith(":call_2")
-    assert second["deduplicated"] is False
-    assert launches(tools) == 2
+    assert second["operation_key"] == first["operation_key"]
+    assert second["operation_key"].endswith(":call_1")
+    assert second["deduplicated"] is True
+    assert launches(tools) == 1

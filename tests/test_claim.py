@@ -105,13 +105,19 @@ def test_c2_the_record_keeps_the_first_start_s_epoch_and_digest() -> None:
     )
 
 
-def test_c2_a_record_for_another_sandbox_takes_the_new_epoch_but_keeps_the_digest() -> None:
-    kept = remembered(_record(sandbox_id="box-0"), _remember())
+def test_c2_issue17_b4_a_launched_record_keeps_its_sandbox_epoch_and_digest() -> None:
+    """A write from another sandbox (the first one lost) never moves a
+    launched row: it keeps naming where the first start went, with the epoch
+    that proves it there, and its digest (issue 17 attack, B4)."""
+    first = _record(sandbox_id="box-0")
+    kept = remembered(first, _remember())
     assert (kept.sandbox_id, kept.ledger_epoch, kept.launch_digest) == (
-        "box-1",
-        "box-1/ledger-9",
+        "box-0",
+        first.ledger_epoch,
         "digest-1",
     )
+    unplaced = remembered(_record(sandbox_id=None), _remember())
+    assert (unplaced.sandbox_id, unplaced.ledger_epoch) == ("box-1", "box-1/ledger-9")
 
 
 def test_c2_launched_never_goes_back_and_a_first_record_is_taken_whole() -> None:

@@ -663,32 +663,35 @@ def _lost_start() -> Simulator:
     return Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
 
 
-def test_c2_repeats_reconcile_only_within_the_same_run_id() -> None:
-    """A later run's identical call is a new call: it never gets an earlier
-    run's unsettled result (with or without ``run_id=``: by default the run
-    is the part of the key before ``:{call_id}``)."""
-    sim = _lost_start()
-    tools = toolset(sim)
-
-    def call(run: str, call_id: str, *, explicit: bool) -> sandrail.ToolResult:
-        return tools.call_sync(
-            "run_command",
-            {"command": "echo once"},
-            call_id=call_id,
-            operation_key=tools.operation_key(call_id, run_id=run),
-            reconcile_repeats=True,
-            run_id=run if explicit else None,
-        )
-
+def test_c2_repeats_reconcile_across_runs_of_one_toolset() -> None:
+    """A later run's identical call, while the earlier run's call is
+    unsettled, is the model repeating it as told (issue 18 follow-up B1): it
+    reconciles that call (with or without ``run_id=``: by default the run is
+    the part of the key before ``:{call_id}``); once settled, the next
+    identical call is a new call."""
     for explicit in (True, False):
-        first = call(f"run-1-{explicit}", "a", explicit=explicit)
-        assert first.status == "uncertain" or explicit is False
-        later = call(f"run-2-{explicit}", "b", explicit=explicit)
-        assert later.content["operation_key"] == f"run-2-{explicit}:b"
-        assert later.content["deduplicated"] is False
-    same_run = call("run-1-True", "c", explicit=True)  # the earlier run still reconciles
-    assert same_run.content["operation_key"] == "run-1-True:a"
-    assert same_run.content["deduplicated"] is True
+        sim = _lost_start()
+        tools = toolset(sim)
+
+        def call(
+            run: str, call_id: str, explicit: bool = explicit, tools: Any = tools
+        ) -> sandrail.ToolResult:
+            return tools.call_sync(
+                "run_command",
+                {"command": "echo once"},
+                call_id=call_id,
+                operation_key=tools.operation_key(call_id, run_id=run),
+                reconcile_repeats=True,
+                run_id=run if explicit else None,
+            )
+
+        first = call("run-1", "a")
+        assert first.status == "uncertain"
+        later = call("run-2", "b")
+        assert (later.content["operation_key"], later.content["deduplicated"]) == ("run-1:a", True)
+        anew = call("run-3", "c")  # settled: a new call
+        assert (anew.content["operation_key"], anew.content["deduplicated"]) == ("run-3:c", False)
+        assert sum(sim.launches.values()) == 2
 
 
 def test_c2_a_key_of_another_form_matches_no_other_call() -> None:

@@ -28,7 +28,8 @@ client's identical call keeps its fallback key while the call is
 unsettled, so it runs under the same key).
 
 The question shows the tool and its arguments with every env value masked
-(C17), cut to a readable length.
+(C17), wherever it appears (in the command or cwd too), cut to a readable
+length.
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from sandrail.core import CanonicalJSONError, canonical_json
+from sandrail.core import (
+    CanonicalJSONError,
+    Redactions,
+    canonical_json,
+    mask_text,
+    redaction_secrets,
+)
 
 __all__ = [
     "APPROVAL_INPUT",
@@ -101,10 +108,32 @@ def _shown(arguments: object) -> str:
         text = canonical_json(masked).decode("utf-8")
     except (CanonicalJSONError, TypeError, ValueError, RecursionError):
         return "(arguments that cannot be shown)"
+    secrets = _env_values(env)
+    if secrets:
+        # An env value may also be written into the command or cwd: masked
+        # there too, as every result masks it (C17). Masked in the JSON text,
+        # escaped as JSON writes it, and as given.
+        escaped = {canonical_json(value).decode("utf-8")[1:-1] for value in secrets}
+        text = mask_text(text, Redactions(secrets | escaped))
     if len(text) > _SHOWN_CHARACTERS:
         half = _SHOWN_CHARACTERS // 2
         text = f"{text[:half]} […{len(text) - 2 * half} characters…] {text[-half:]}"
     return text
+
+
+def _env_values(env: object) -> frozenset[str]:
+    """The values of an ``env`` argument (a mapping, or a strict profile's
+    ``{name, value}`` list) that results mask (C17)."""
+    if isinstance(env, list):
+        env = {
+            str(index): entry.get("value")
+            for index, entry in enumerate(env)
+            if isinstance(entry, Mapping)
+        }
+    try:
+        return redaction_secrets(env)
+    except Exception:
+        return frozenset()
 
 
 def can_ask(ctx: Any) -> bool:

@@ -137,11 +137,22 @@ class AnthropicTools:
     def reject(self, block: object, reason: str | None = None) -> dict[str, Any]:
         """A person rejected this ``tool_use`` block: nothing runs; the
         ``tool_result`` block says ``approval_rejected`` (``executed:
-        false``), what to do instead, and ``reason`` when given."""
-        tool_use_id, _, _ = _read(block)
+        false``), what to do instead, and ``reason`` when given. A block
+        that already ran (approved before, rejected now) is never answered
+        "nothing ran": the result is ``uncertain``, ``approval_rejected``,
+        with the task's locator to read it by (C5, C6)."""
+        tool_use_id, name, arguments = _read(block)
         if not tool_use_id:
             return _answer(tool_use_id, _no_id(self._toolset))
-        return _answer(tool_use_id, self._toolset.rejection(reason))
+        rejected = self._toolset.rejection(
+            reason,
+            name=name,
+            call_id=tool_use_id,
+            operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
+            arguments=arguments,
+            profile=self._profile,
+        )
+        return _answer(tool_use_id, rejected)
 
     @staticmethod
     def needs_approval(answer: object) -> bool:

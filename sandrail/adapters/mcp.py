@@ -261,7 +261,13 @@ def server(
         call_id = f"mcp-{ctx.request_id}"
         asked = _answered(params, key)
         if asked == "reject":
-            result = toolset.rejection()
+            result = toolset.rejection(
+                name=params.name,
+                call_id=call_id,
+                operation_key=key,
+                arguments=arguments,
+                profile=profile,
+            )
         else:
             ticking = _progress(ctx, interval)
             try:
@@ -290,7 +296,13 @@ def server(
                             approved=True,
                         )
                     elif answer == "reject":
-                        result = toolset.rejection()
+                        result = toolset.rejection(
+                            name=params.name,
+                            call_id=call_id,
+                            operation_key=key,
+                            arguments=arguments,
+                            profile=profile,
+                        )
             finally:
                 if ticking is not None:
                     ticking.cancel()

@@ -32,12 +32,16 @@ rejection_message=rejection(toolset))`` runs nothing and sends the model
 sandrail's ``approval_rejected`` result (or give the run
 ``RunConfig(tool_error_formatter=tool_error_formatter(toolset))`` to send it
 for every rejection of these tools). An approved call's operation key must be
-the same in every process that resumes the saved ``RunState``, so by default
-its run part is what the state itself carries: the run's trace id (the SDK
-keeps it in ``RunState.to_string()`` and reattaches it on resume), or, with
-tracing off, nothing: the key is then ``approved:{call_id}`` (the call id
-travels in the state; real models' call ids are unique, but a scripted model
-that reuses call ids across runs with tracing off needs ``run_id=``). A
+the same in every process that resumes the saved ``RunState``, whatever
+``RunConfig`` it resumes with, so by default it is built from what the state
+itself carries: the call id. The key is ``approved:{call_id}``, never the
+resuming run's trace id (a ``RunConfig(trace_id=...)`` per request, or
+tracing on in one worker and off in another, would give one approval two
+keys). Real models' call ids are unique; a scripted model (or a provider)
+that reuses call ids across runs of one session needs ``run_id=`` (a
+function of the context that the saved state carries too, such as
+``lambda ctx: ctx.context.run_id``), or a new run's approved call would be
+taken for the old one's retry. A
 state resumed twice, from one saved copy, in two processes, then launches
 once (C2). Arguments that are not a JSON object are the SDK's to judge: it
 asks for approval of them before this adapter sees them; approved, they are
@@ -113,24 +117,46 @@ def function_tools(
     ]
 
 
-def rejection(toolset: Toolset, reason: str | None = None) -> str:
+def rejection(
+    toolset: Toolset, reason: str | None = None, *, item: Any = None, run_id: str | None = None
+) -> str:
     """The text to send the model when a person rejected its call:
-    ``state.reject(item, rejection_message=rejection(toolset))``. It is
-    :meth:`Toolset.rejection <sandrail.Toolset.rejection>`'s JSON (``status:
-    "error"``, ``approval_rejected``, ``executed: false``, what to do
-    instead, and ``reason`` when given)."""
-    return toolset.rejection(reason).to_json()
+    ``state.reject(item, rejection_message=rejection(toolset, item=item))``.
+    It is :meth:`Toolset.rejection <sandrail.Toolset.rejection>`'s JSON
+    (``status: "error"``, ``approval_rejected``, ``executed: false``, what
+    to do instead, and ``reason`` when given). Given the approval ``item``,
+    a call that already ran under its key (approved on one copy of the
+    state, rejected on another) is answered ``uncertain`` with the task's
+    locator instead, never "nothing ran" (C5). ``run_id``: the string given
+    to :func:`function_tools`, if one was (a function cannot be followed
+    here)."""
+    raw = getattr(item, "raw_item", None)
+    call_id = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
+    name = getattr(item, "tool_name", None)
+    return _rejected(toolset, reason, name, call_id, run_id)
 
 
-def tool_error_formatter(toolset: Toolset) -> Callable[[Any], str | None]:
+def _rejected(
+    toolset: Toolset, reason: str | None, name: object, call_id: object, run_id: str | None
+) -> str:
+    if not isinstance(name, str) or not isinstance(call_id, str) or not call_id.strip():
+        return toolset.rejection(reason).to_json()
+    key = toolset.operation_key(call_id, run_id=run_id if run_id is not None else "approved")
+    return toolset.rejection(reason, name=name, call_id=call_id, operation_key=key).to_json()
+
+
+def tool_error_formatter(
+    toolset: Toolset, *, run_id: str | None = None
+) -> Callable[[Any], str | None]:
     """A ``RunConfig(tool_error_formatter=...)`` that sends :func:`rejection`
     for every rejected call of ``toolset``'s tools (``state.reject(item)``
-    without a message) and leaves every other error to the SDK."""
+    without a message) and leaves every other error to the SDK. ``run_id``:
+    as for :func:`rejection`."""
     names = frozenset(toolset.names)
 
     def formatter(args: Any) -> str | None:
         if getattr(args, "kind", None) == "approval_rejected" and args.tool_name in names:
-            return rejection(toolset)
+            return _rejected(toolset, None, args.tool_name, getattr(args, "call_id", None), run_id)
         return None
 
     return formatter
@@ -205,9 +231,18 @@ def _invoker(
 
 
 def _approved(ctx: Any, name: str, call_id: str) -> bool:
-    """Whether a person approved this call through the SDK (``state.approve``)."""
+    """Whether a person approved this very call through the SDK
+    (``state.approve(item)``). An ``always_approve=True`` approval names no
+    call (the SDK keeps it for the tool): it approves none here, so every
+    call of the tool still meets the harness's policy (issue 18 follow-up
+    B4). Read through the SDK's per-call record; an SDK that no longer has
+    it approves nothing (the call then says ``approval_required``)."""
     try:
-        return ctx.is_tool_approved(name, call_id) is True
+        if ctx.is_tool_approved(name, call_id) is not True:
+            return False
+        records = ctx._approval_records_for_key(name, call_id=call_id)
+        per_call = ctx._get_per_call_approval_status_for_record
+        return any(per_call(record, call_id) is True for record in records)
     except Exception:
         return False
 
@@ -320,14 +355,13 @@ class _RunIds:
 
 
 def _saved_run(ctx: Any) -> str:
-    """The run part of an approved call's key: what a saved ``RunState``
-    carries, so every process resuming it derives the same key: the run's
-    trace id, else nothing (the key is then the call id's alone)."""
-    from agents.tracing import get_current_trace
-
-    trace_id = getattr(get_current_trace(), "trace_id", None)
-    if isinstance(trace_id, str) and trace_id.startswith("trace_"):
-        return trace_id
+    """The run part of an approved call's key: ``approved``, so the key is
+    ``approved:{call_id}``, built from the call id the saved ``RunState``
+    carries alone. Never the resuming run's trace id or tracing setting
+    (issue 18 follow-up B2): a harness that gives each resume its own
+    ``RunConfig(trace_id=...)``, or resumes one copy with tracing on and
+    another with it off, would otherwise give one approval two keys."""
+    del ctx  # the call id is the key's other part; nothing else here travels
     return "approved"
 
 

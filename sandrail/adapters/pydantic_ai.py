@@ -22,9 +22,10 @@ Operation keys: ``f"{run_id}:{ctx.tool_call_id}"``, where ``run_id`` is
 the ``run_id`` of the model response that made the call (pydantic-ai keeps
 it on every message, so it survives ``ModelMessagesTypeAdapter`` and a new
 run over the same history), else the run's own ``ctx.run_id``. pydantic-ai
-gives every run its own ``run_id`` (pass ``run_id=`` to ``Agent.run`` to keep
-one across a resumed run), so a test model that reuses call ids across runs
-never makes a new run's call a retry of an old one. A model's retry is a new
+gives every run its own ``run_id``, so a test model that reuses call ids
+across runs never makes a new run's call a retry of an old one; a resumed
+run needs nothing passed to keep a deferred call's key (pydantic-ai refuses
+``run_id=`` already on the history; ``conversation_id=`` correlates runs). A model's retry is a new
 tool call with a new call id; an exact repeat of a call left unsettled
 (``uncertain``, ``approval_required``, or never answered) runs under that
 call's key and reconciles it (see :class:`~sandrail.Toolset`).
@@ -38,10 +39,13 @@ history and ``DeferredToolResults(approvals={tool_call_id: True})`` runs that
 very call once, under the key of the run that made it, so resuming the same
 history twice (two processes, a crash in between) launches once (C2). An
 approval with ``ToolApproved(override_args=...)`` runs the arguments the
-person gave. ``DeferredToolResults(approvals={tool_call_id: False})`` runs
-nothing; pass ``rejected(toolset)`` (a ``ToolDenied`` whose message is
-sandrail's ``approval_rejected`` result) to send the model a result it can
-act on. A ``Deny`` from the policy never asks anyone: the model reads
+person gave (``env`` may be a mapping there; invalid ones are reported as
+the person's, not the model's).
+``DeferredToolResults(approvals={tool_call_id: False})`` runs nothing; pass
+``rejected(toolset, requests=..., tool_call_id=...)`` (a ``ToolDenied``
+whose message is sandrail's ``approval_rejected`` result, or, for a call
+that already ran, its ``uncertain`` locator) to send the model a result it
+can act on. A ``Deny`` from the policy never asks anyone: the model reads
 ``policy_denied``.
 
 Timeouts: ``timeout_seconds`` is enforced here: when it passes, the call is
@@ -62,7 +66,14 @@ from typing import Any, Final
 
 from sandrail._toolset import Toolset, check_timeout, refusal
 from sandrail.adapters import require
-from sandrail.core import ArgumentProblem, ErrorCode, Profile, ToolResult, arguments_rejection
+from sandrail.core import (
+    ArgumentProblem,
+    ErrorCode,
+    Profile,
+    ToolResult,
+    arguments_rejection,
+    bound_result,
+)
 
 __all__ = ["rejected", "toolset"]
 
@@ -181,6 +192,9 @@ def _toolset_class() -> type[Any]:
                 ).to_json()
             key = tools.operation_key(call_id, run_id=run_id)
             approved = ctx.tool_call_approved is True
+            overridden = approved and _overridden(ctx.messages, call_id, tool_args)
+            if overridden and self._profile != "full":
+                tool_args = _env_as_list(tool_args)
             result = await tools.call(
                 name,
                 tool_args,
@@ -201,19 +215,86 @@ def _toolset_class() -> type[Any]:
                         "operation_key": result.content.get("operation_key", key),
                     }
                 )
+            if overridden and result.error_type == ErrorCode.ARGUMENTS_INVALID.value:
+                # The person wrote these arguments (override_args), not the model.
+                content = {**result.content, "instruction": _OVERRIDE_INVALID}
+                result = bound_result(
+                    ToolResult(status="error", content=content), tools.max_output_bytes
+                )
             return result.to_json()
 
     return SandrailToolset
 
 
-def rejected(toolset: Toolset, reason: str | None = None) -> Any:
+def rejected(
+    toolset: Toolset,
+    reason: str | None = None,
+    *,
+    requests: Any = None,
+    tool_call_id: str | None = None,
+) -> Any:
     """A ``pydantic_ai.ToolDenied`` for ``DeferredToolResults.approvals``
     whose message is :meth:`Toolset.rejection <sandrail.Toolset.rejection>`'s
     JSON: the model reads ``status: "error"``, ``approval_rejected``,
     ``executed: false`` and what to do instead (and ``reason``, when given).
-    Raises ``ImportError`` naming the extra when pydantic-ai is missing."""
+
+    Given the run's ``DeferredToolRequests`` (``requests``) and the call's
+    ``tool_call_id``, a call that already ran under its key (approved on one
+    copy of the history, rejected on another) is answered ``uncertain`` with
+    the task's locator instead, never "nothing ran" (C5). Raises
+    ``ImportError`` naming the extra when pydantic-ai is missing."""
     pydantic_ai = require("pydantic_ai", "pydantic-ai")
-    return pydantic_ai.ToolDenied(message=toolset.rejection(reason).to_json())
+    name, key = _deferred(requests, tool_call_id)
+    if name is None or key is None:
+        return pydantic_ai.ToolDenied(message=toolset.rejection(reason).to_json())
+    result = toolset.rejection(reason, name=name, call_id=tool_call_id, operation_key=key)
+    return pydantic_ai.ToolDenied(message=result.to_json())
+
+
+def _deferred(requests: Any, tool_call_id: object) -> tuple[str | None, str | None]:
+    """The tool name and operation key of ``tool_call_id`` in a run's
+    ``DeferredToolRequests`` (the key this adapter put in its metadata)."""
+    if not isinstance(tool_call_id, str):
+        return None, None
+    metadata = getattr(requests, "metadata", None)
+    meta = metadata.get(tool_call_id) if isinstance(metadata, Mapping) else None
+    key = meta.get("operation_key") if isinstance(meta, Mapping) else None
+    for part in getattr(requests, "approvals", None) or ():
+        if getattr(part, "tool_call_id", None) == tool_call_id:
+            name = getattr(part, "tool_name", None)
+            if isinstance(name, str) and isinstance(key, str):
+                return name, key
+    return None, None
+
+
+_OVERRIDE_INVALID: Final = (
+    "Nothing ran: the arguments the person gave when approving this call are invalid (the "
+    "other fields say why). Do not repeat the call; tell the user what was wrong."
+)
+
+
+def _overridden(messages: object, call_id: object, tool_args: Mapping[str, Any]) -> bool:
+    """Whether the arguments a call runs with are not those of its
+    tool-call part: a person approved it with ``override_args``."""
+    if not isinstance(messages, list):
+        return False
+    for message in reversed(messages):
+        for part in getattr(message, "parts", ()):
+            if getattr(part, "part_kind", None) == "tool-call" and part.tool_call_id == call_id:
+                try:
+                    return bool(part.args_as_dict() != dict(tool_args))
+                except Exception:
+                    return True
+    return False
+
+
+def _env_as_list(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` with an ``env`` given as a mapping (as a person writes
+    ``override_args``) in the strict profiles' ``{name, value}`` list."""
+    env = arguments.get("env")
+    if not isinstance(env, Mapping):
+        return dict(arguments)
+    return {**arguments, "env": [{"name": k, "value": v} for k, v in env.items()]}
 
 
 def _origin_run(messages: object, call_id: object) -> str | None:

@@ -29,6 +29,8 @@ def migrate_record(old: Path, new: str, session_id: str) -> None:
     """Move the old JSON-lines ownership record OLD (sandrail run --record
     before 0.2) into the SQLite or PostgreSQL record NEW, once; then use
     --record NEW. Lines of another session are counted, not moved."""
+    if not session_id.strip():
+        raise click.BadParameter("must not be empty", param_hint="--session")
     if Path(new).resolve() == old.resolve():
         raise click.BadParameter("NEW must be another file than OLD", param_hint="NEW")
     record = open_record_option(new)
@@ -43,6 +45,8 @@ def migrate_record(old: Path, new: str, session_id: str) -> None:
     click.echo(f"moved {moved.moved} task(s) into the {kind} record {new}")
     if moved.other_sessions:
         click.echo(
-            f"{moved.other_sessions} line(s) belong to another --session: run again with it",
+            f"{moved.other_sessions} task(s) not moved: their task id is not the one "
+            f"--session {session_id} derives (another session's: run again with its "
+            "--session; or edited by hand)",
             err=True,
         )

@@ -3,8 +3,13 @@ every worker that shares the record, with its locator; ``--reconcile`` reads
 their state from the sandbox (never relaunching) and settles them.
 
 Exits 0 when no task is left uncertain, 3 when some are (the number ``run``
-uses for uncertain), 2 for bad usage (a record that cannot be used included:
-one line, nothing done).
+uses for uncertain), 1 when a stored answer row is not readable (each is
+named by its session and task, after every readable one is listed), 2 for
+bad usage (a record that cannot be used included: one line, nothing done).
+
+A call that was ``uncertain`` because the record itself was down could not
+be noted then: its worker notes it once the record takes notes again (on its
+next call); until then it is in that worker's log only.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ._record import open_record_option
 __all__ = ["uncertain"]
 
 _UNCERTAIN_LEFT = 3
+_UNREADABLE = 1
 
 
 @click.command()
@@ -43,7 +49,8 @@ _UNCERTAIN_LEFT = 3
     type=click.Choice(["e2b", "simulator"]),
     default="e2b",
     show_default=True,
-    help="--reconcile: where the sandboxes are (E2B needs E2B_API_KEY).",
+    help="--reconcile: where the sandboxes are (E2B needs E2B_API_KEY; "
+    "the simulator's sandboxes live in one process only, so it reconciles nothing real).",
 )
 @click.option("--limit", type=click.IntRange(1, 100_000), default=1000, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of lines.")
@@ -62,20 +69,29 @@ def uncertain(record_spec: str, reconcile_: bool, backend: str, limit: int, as_j
                 close_backend(chosen)
             _print_reconciled(found, as_json)
             left = sum(item.verdict == "still_uncertain" for item in found)
+            bad = [item.answer for item in found if item.answer.unreadable is not None]
         else:
             answers = unresolved(record, limit=limit)
+            bad = [answer for answer in answers if answer.unreadable is not None]
             if as_json:
                 click.echo(json.dumps({"uncertain": [a.to_json() for a in answers]}, indent=2))
             else:
                 for answer in answers:
-                    click.echo(_line(answer.to_json()))
-                click.echo(f"{len(answers)} task(s) uncertain", err=True)
+                    if answer.unreadable is None:
+                        click.echo(_line(answer.to_json()))
+                click.echo(f"{len(answers) - len(bad)} task(s) uncertain", err=True)
             left = len(answers)
     except RecordError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
         record.close()
-    sys.exit(_UNCERTAIN_LEFT if left else 0)
+    for answer in bad:
+        click.echo(
+            f"unreadable answer row: session_id={answer.session_id} "
+            f"task_id={answer.task_id}: {answer.unreadable}",
+            err=True,
+        )
+    sys.exit(_UNREADABLE if bad else _UNCERTAIN_LEFT if left else 0)
 
 
 def _line(data: dict[str, object]) -> str:

@@ -10,23 +10,36 @@ created on first use under a transaction-scoped advisory lock (two workers
 creating them at once would otherwise collide in the catalog). Connections
 come from a pool that checks each one before lending it (a server restarted
 since is noticed, not answered with a dead socket); every statement has a
-``statement_timeout``, so a slow or cut connection fails the change within
+``statement_timeout``, so a slow database fails the change within
 ``timeout_seconds`` instead of holding the call.
+
+A server that answers nothing at all (frozen, or behind a partition that
+drops packets while the kernels still acknowledge them) would never end a
+statement_timeout nor a TCP timeout: so every use of a connection, the
+pool's check included, also runs under a client-side deadline
+(:mod:`._cutoff`) that shuts the connection's socket down when it passes;
+the blocked call then fails at once and the pool drops the connection.
+TCP keepalives and ``tcp_user_timeout`` catch a peer that vanished.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from sandrail.core import OwnedCommand, ToolRequest
 
+from ._cutoff import bounded
 from ._protocol import Answer, RecordError, answer_from_row, owned_from_row
 from ._tables import (
     POSTGRES,
     SCHEMA_VERSION,
+    TABLES,
     answer_values,
+    lost_tables,
     owned_values,
     session_of,
     settle_values,
@@ -43,15 +56,17 @@ INSERT INTO sandrail_owned AS o
     (session_id, task_id, operation_key, sandbox_id, launched, ledger_epoch, launch_digest)
 VALUES (%s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (session_id, task_id) DO UPDATE SET
+    sandbox_id = CASE
+        WHEN o.launched AND o.sandbox_id IS NOT NULL
+        THEN o.sandbox_id ELSE excluded.sandbox_id END,
     ledger_epoch = CASE
-        WHEN o.launched AND o.sandbox_id IS NOT DISTINCT FROM excluded.sandbox_id
+        WHEN o.launched AND (o.sandbox_id IS NOT NULL OR excluded.sandbox_id IS NULL)
         THEN o.ledger_epoch ELSE excluded.ledger_epoch END,
     launch_digest = CASE
         WHEN o.launched AND o.launch_digest IS NOT NULL
         THEN o.launch_digest ELSE excluded.launch_digest END,
     launched = o.launched OR excluded.launched,
     operation_key = excluded.operation_key,
-    sandbox_id = excluded.sandbox_id,
     updated_at = now()
 RETURNING operation_key, sandbox_id, launched, ledger_epoch, launch_digest
 """
@@ -106,6 +121,8 @@ class PostgresRecord:
         self._where = _describe(parts)
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
         milliseconds = int(timeout_seconds * 1000)
+        self._timeout = timeout_seconds
+        self._local = threading.local()  # the deadline of this thread's operation
         self._pool: ConnectionPool[Any] = ConnectionPool(
             conninfo,
             min_size=1,
@@ -113,10 +130,16 @@ class PostgresRecord:
             timeout=timeout_seconds,
             kwargs={
                 "autocommit": True,
-                "connect_timeout": max(1, int(timeout_seconds)),
+                "connect_timeout": max(1, round(timeout_seconds)),
                 "options": f"-c statement_timeout={milliseconds} -c lock_timeout={milliseconds}",
+                # A peer that vanished (TCP only; a unix socket ignores these).
+                "keepalives": 1,
+                "keepalives_idle": max(1, round(timeout_seconds)),
+                "keepalives_interval": 1,
+                "keepalives_count": 3,
+                "tcp_user_timeout": milliseconds,
             },
-            check=ConnectionPool.check_connection,
+            check=self._check_connection,
             reconnect_timeout=timeout_seconds,
             name="sandrail-record",
             open=False,
@@ -125,15 +148,47 @@ class PostgresRecord:
         self._ready = False
         self._ready_lock = threading.Lock()
 
-    def _connection(self) -> Any:
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[Any]:
+        """A pooled connection for one operation, which must end within
+        ``timeout_seconds`` from here (:func:`_deadline`) or fail."""
         if not self._ready:
             self.check()
-        return self._pool.connection()
+        with (
+            self._bounded() as deadline,
+            self._pool.connection() as conn,
+            _deadline(conn, deadline, self._where),
+        ):
+            yield conn
+
+    @contextlib.contextmanager
+    def _bounded(self) -> Iterator[float]:
+        """The deadline of this thread's operation, ``timeout_seconds`` from
+        now: the pool's check of the connection it lends runs under it too."""
+        deadline = time.monotonic() + self._timeout
+        self._local.deadline = deadline
+        try:
+            yield deadline
+        finally:
+            self._local.deadline = None
+
+    def _check_connection(self, conn: Any) -> None:
+        """The pool's check of a connection before lending it, bounded."""
+        from psycopg_pool import ConnectionPool
+
+        deadline = getattr(self._local, "deadline", None)
+        if deadline is None:
+            deadline = time.monotonic() + self._timeout
+        with _deadline(conn, deadline, self._where):
+            ConnectionPool.check_connection(conn)
 
     def check(self) -> None:
-        """Connect and create the tables if they are missing (what the first
-        use does); :class:`~sandrail.records.RecordError` if the server
-        cannot be reached or holds another schema."""
+        """Connect and create the tables in a database that holds none of
+        them (what the first use does); :class:`~sandrail.records.RecordError`
+        if the server cannot be reached, holds another schema, or lost some
+        of the tables (dropped by hand: made again empty, the record would
+        forget tasks that may have launched, C2). A database whose tables
+        were all dropped cannot be told from a new one: it starts empty."""
         with self._ready_lock:
             if self._ready:
                 return
@@ -141,15 +196,31 @@ class PostgresRecord:
                 if not self._opened:
                     self._pool.open(wait=False)
                     self._opened = True
-                with self._pool.connection() as conn, conn.transaction():
+                with (
+                    self._bounded() as deadline,
+                    self._pool.connection() as conn,
+                    _deadline(conn, deadline, self._where),
+                    conn.transaction(),
+                ):
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-                    for statement in POSTGRES.schema():
-                        conn.execute(statement)
-                    conn.execute(
-                        "INSERT INTO sandrail_meta (name, value) VALUES ('schema', %s) "
-                        "ON CONFLICT (name) DO NOTHING",
-                        (SCHEMA_VERSION,),
-                    )
+                    present = {
+                        name
+                        for (name,) in conn.execute(
+                            "SELECT relname FROM pg_class WHERE relname = ANY(%s) "
+                            "AND relkind IN ('r', 'p') AND pg_table_is_visible(oid)",
+                            (list(TABLES),),
+                        )
+                    }
+                    if not present:
+                        for statement in POSTGRES.schema():
+                            conn.execute(statement)
+                        conn.execute(
+                            "INSERT INTO sandrail_meta (name, value) VALUES ('schema', %s)",
+                            (SCHEMA_VERSION,),
+                        )
+                    elif present != set(TABLES):
+                        missing = [name for name in TABLES if name not in present]
+                        raise RecordError(lost_tables(self._where, missing))
                     row = conn.execute(
                         "SELECT value FROM sandrail_meta WHERE name = 'schema'"
                     ).fetchone()
@@ -195,7 +266,7 @@ class PostgresRecord:
                 rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         except self._errors as exc:
             raise RecordError(f"cannot read {self._where}: {_first_line(exc)}") from None
-        return [answer_from_row(row, self._where) for row in rows]
+        return [answer_from_row(row) for row in rows]
 
     def _one(self, statement: str, values: tuple[Any, ...], verb: str) -> dict[str, Any] | None:
         try:
@@ -221,6 +292,27 @@ class PostgresRecord:
 
     def __repr__(self) -> str:
         return f"PostgresRecord({self._where})"
+
+
+@contextlib.contextmanager
+def _deadline(conn: Any, deadline: float, where: str) -> Iterator[None]:
+    """Run the block on ``conn`` until ``deadline`` (``time.monotonic``);
+    past it, the connection's socket is shut down (:mod:`._cutoff`), so
+    whatever waits on it fails at once, and :class:`RecordError` says so."""
+    try:
+        fileno = conn.pgconn.socket
+    except Exception:  # a connection already closed: the block fails by itself
+        yield
+        return
+    with bounded(fileno, deadline) as watch:
+        try:
+            yield
+        except BaseException:
+            if watch.cut:
+                raise RecordError(
+                    f"{where} gave no answer in time; its connection was dropped"
+                ) from None
+            raise
 
 
 def _describe(parts: Mapping[str, Any]) -> str:

@@ -19,7 +19,6 @@ start expecting the winner's claim: the sandbox answers ``deduplicated``, or
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Mapping
 from typing import Any, Final, Protocol, runtime_checkable
@@ -45,7 +44,6 @@ __all__ = [
     "OwnershipRecord",
     "RecordError",
     "merge_owned",
-    "note_answer",
     "owned_from_row",
 ]
 
@@ -108,7 +106,9 @@ class OwnershipRecord(Protocol):
         ...
 
     def unresolved(self, *, limit: int = 1000) -> list[Answer]:
-        """Up to ``limit`` tasks whose last answer was ``uncertain``, oldest first."""
+        """Up to ``limit`` tasks whose last answer was ``uncertain``, oldest
+        first; a stored row that is not an answer comes as one whose
+        :attr:`Answer.unreadable` says why (it never hides the others)."""
         ...
 
     def close(self) -> None:
@@ -179,6 +179,10 @@ class Answer:
     """The result's locator fields (:data:`LOCATOR_FIELDS` it carried)."""
     updated_at: str | None = None
     """When the record kept it (ISO 8601, UTC), as the store reports it."""
+    unreadable: str | None = None
+    """Why the stored row is not an answer (edited by hand, damaged), or
+    ``None``. Such a row is still listed, by its session and task ids (as
+    far as they are text), so one bad row never hides the others."""
 
     @classmethod
     def of(cls, request: ToolRequest, owner: Owner, result: ToolResult) -> Answer | None:
@@ -208,7 +212,9 @@ class Answer:
 
     def owner_object(self) -> Owner:
         """The owner as the port takes it; :class:`RecordError` for a stored
-        owner that is neither shape."""
+        owner that is neither shape, or an unreadable row."""
+        if self.unreadable is not None:
+            raise RecordError(f"task {self.task_id}: {self.unreadable}")
         agent = self.owner.get("agent_id")
         if isinstance(agent, str) and set(self.owner) == {"agent_id"}:
             return AgentOwner(agent_id=agent)
@@ -250,6 +256,7 @@ class Answer:
             "owner": dict(self.owner),
             "locator": dict(self.locator),
             "updated_at": self.updated_at,
+            **({"unreadable": self.unreadable} if self.unreadable is not None else {}),
         }
 
 
@@ -264,24 +271,27 @@ def dumps(value: Mapping[str, Any]) -> str:
     return canonical_json(dict(value)).decode("utf-8")
 
 
-def answer_from_row(row: Mapping[str, Any], where: str) -> Answer:
-    """An :class:`Answer` from a stored row; :class:`RecordError` when the
-    row is not one."""
-    try:
-        owner = json.loads(row["owner"])
-        locator = json.loads(row["locator"])
-        fields = {name: row[name] for name in ("session_id", "task_id", "status", "tool")}
-        error_type = row["error_type"]
-    except (KeyError, TypeError, ValueError):
-        raise RecordError(f"{where}: an answer row is not readable") from None
-    if (
-        not all(isinstance(value, str) for value in fields.values())
-        or not isinstance(owner, dict)
-        or not isinstance(locator, dict)
-        or (error_type is not None and not isinstance(error_type, str))
-    ):
-        raise RecordError(f"{where}: an answer row is not readable")
+def answer_from_row(row: Mapping[str, Any]) -> Answer:
+    """An :class:`Answer` from a stored row; for a row that is not one, an
+    answer that says so (:attr:`Answer.unreadable`), named by its keys."""
     updated = row.get("updated_at")
+    problem = _unreadable(row)
+    if problem is not None:
+        return Answer(
+            session_id=_text(row.get("session_id")),
+            task_id=_text(row.get("task_id")),
+            status="uncertain",
+            error_type=None,
+            tool=_text(row.get("tool")),
+            owner={},
+            locator={},
+            updated_at=None if updated is None else str(updated),
+            unreadable=problem,
+        )
+    owner = json.loads(row["owner"])
+    locator = json.loads(row["locator"])
+    fields = {name: row[name] for name in ("session_id", "task_id", "status", "tool")}
+    error_type = row["error_type"]
     return Answer(
         session_id=fields["session_id"],
         task_id=fields["task_id"],
@@ -294,19 +304,22 @@ def answer_from_row(row: Mapping[str, Any], where: str) -> Answer:
     )
 
 
-_log = logging.getLogger("sandrail")
+def _unreadable(row: Mapping[str, Any]) -> str | None:
+    """Why ``row`` is not an answer (naming the column, never its value), or ``None``."""
+    for name in ("session_id", "task_id", "status", "tool"):
+        if not isinstance(row.get(name), str):
+            return f"the answer row's {name} is not text"
+    if row.get("error_type") is not None and not isinstance(row.get("error_type"), str):
+        return "the answer row's error_type is not text"
+    for name in ("owner", "locator"):
+        try:
+            value = json.loads(row[name])
+        except (KeyError, TypeError, ValueError, RecursionError):
+            return f"the answer row's {name} is not JSON"
+        if not isinstance(value, dict):
+            return f"the answer row's {name} is not a JSON object"
+    return None
 
 
-def note_answer(
-    record: OwnershipRecord, request: ToolRequest, owner: Owner, result: ToolResult
-) -> None:
-    """Note ``result`` as the last answer of the task it names in ``record``
-    (what a port with ``record=`` does after every call). Never raises: the
-    result is true whatever the record makes of it, so a record that cannot
-    take the note is logged (a warning on the ``sandrail`` logger)."""
-    try:
-        answer = Answer.of(request, owner, result)
-        if answer is not None:
-            record.note(answer)
-    except Exception as exc:
-        _log.warning("could not note a call's answer in the ownership record: %s", exc)
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else "(not text)"

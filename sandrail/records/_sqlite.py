@@ -28,7 +28,9 @@ from ._tables import (
     OWNED_COLUMNS,
     SCHEMA_VERSION,
     SQLITE,
+    TABLES,
     answer_values,
+    lost_tables,
     owned_values,
     session_of,
     settle_values,
@@ -56,6 +58,8 @@ class SQLiteRecord:
         self._path = Path(path)
         self._where = f"the record {self._path}"
         self._lock = threading.Lock()
+        self._identity: tuple[int, int] | None = None  # the file's, once open
+        self._absolute = self._path.absolute()  # a later chdir must not move it
         if not self._path.parent.is_dir():
             raise RecordError(f"the record's directory {self._path.parent} does not exist")
         if self._path.exists():
@@ -74,22 +78,52 @@ class SQLiteRecord:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = FULL")
             with self._transaction():
-                for statement in SQLITE.schema():
-                    self._db.execute(statement)
-                self._db.execute(
-                    "INSERT OR IGNORE INTO sandrail_meta (name, value) VALUES ('schema', ?)",
-                    (SCHEMA_VERSION,),
-                )
-                (version,) = self._db.execute(
-                    "SELECT value FROM sandrail_meta WHERE name = 'schema'"
-                ).fetchone()
+                version = self._schema()
+            self._identity = _identity(self._absolute, self._where)
         except sqlite3.Error as exc:
+            self._db.close()
             raise RecordError(f"cannot open {self._where}: {exc}") from None
+        except RecordError:
+            self._db.close()
+            raise
         if version != SCHEMA_VERSION:
             self._db.close()
             raise RecordError(
                 f"{self._where} has schema {version!r}; this sandrail reads {SCHEMA_VERSION!r}"
             )
+
+    def _schema(self) -> object:
+        """Create the tables in a database that never held a schema, else
+        check they are all there; the schema version the record says.
+
+        A database that held a schema once and lost a table of it (dropped
+        by hand, say) is refused: made again empty, it would forget tasks
+        whose start may have left, and a retry would launch them again (C2)."""
+        db = self._db
+        (ever,) = db.execute("PRAGMA schema_version").fetchone()
+        present = {
+            row[0]
+            for row in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+                TABLES,
+            )
+        }
+        if not present and ever == 0:
+            for statement in SQLITE.schema():
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO sandrail_meta (name, value) VALUES ('schema', ?)", (SCHEMA_VERSION,)
+            )
+        elif present != set(TABLES):
+            raise RecordError(lost_tables(self._where, [t for t in TABLES if t not in present]))
+        row = db.execute("SELECT value FROM sandrail_meta WHERE name = 'schema'").fetchone()
+        return None if row is None else row[0]
+
+    def _check_identity(self) -> None:
+        """Refuse a file deleted or replaced since it was opened: this
+        connection would go on writing rows nobody will read again."""
+        if self._identity is not None and _identity(self._absolute, self._where) != self._identity:
+            raise RecordError(_gone(self._where))
 
     @property
     def path(self) -> Path:
@@ -102,6 +136,7 @@ class SQLiteRecord:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                self._check_identity()
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
@@ -127,6 +162,7 @@ class SQLiteRecord:
         session = session_of(request)
         try:
             with self._lock:
+                self._check_identity()
                 row = self._db.execute(_SELECT_OWNED, (session, task_id)).fetchone()
         except sqlite3.Error as exc:
             raise RecordError(f"cannot read {self._where}: {exc}") from None
@@ -137,6 +173,7 @@ class SQLiteRecord:
         try:
             if answer.status != "uncertain":
                 with self._lock:  # one statement: its own transaction
+                    self._check_identity()
                     self._db.execute(_SETTLE, settle_values(answer))
                 return
             with self._transaction() as db:
@@ -148,6 +185,7 @@ class SQLiteRecord:
         """See :meth:`~sandrail.records.OwnershipRecord.unresolved`."""
         try:
             with self._lock:
+                self._check_identity()
                 rows = self._db.execute(
                     "SELECT * FROM sandrail_answers WHERE status = 'uncertain' "
                     "ORDER BY updated_at, session_id, task_id LIMIT ?",
@@ -155,7 +193,7 @@ class SQLiteRecord:
                 ).fetchall()
         except sqlite3.Error as exc:
             raise RecordError(f"cannot read {self._where}: {exc}") from None
-        return [answer_from_row(dict(row), self._where) for row in rows]
+        return [answer_from_row(dict(row)) for row in rows]
 
     def close(self) -> None:
         """Close the database connection."""
@@ -178,6 +216,22 @@ _REMEMBER: Final = SQLITE.upsert("sandrail_owned", OWNED_COLUMNS)
 _SELECT_OWNED: Final = SQLITE.select_owned()
 _NOTE: Final = SQLITE.note_uncertain()
 _SETTLE: Final = SQLITE.settle()
+
+
+def _identity(path: Path, where: str) -> tuple[int, int]:
+    """The file's identity (device, inode): another file at the path is another record."""
+    try:
+        found = path.stat()
+    except OSError:
+        raise RecordError(_gone(where)) from None
+    return (found.st_dev, found.st_ino)
+
+
+def _gone(where: str) -> str:
+    return (
+        f"{where} was deleted or replaced while in use; nothing was read or written. "
+        "Restore it, or open the record again"
+    )
 
 
 def _check_magic(path: Path) -> None:

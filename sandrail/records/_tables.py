@@ -25,14 +25,19 @@ __all__ = [
     "POSTGRES",
     "SCHEMA_VERSION",
     "SQLITE",
+    "TABLES",
     "Dialect",
     "answer_values",
+    "lost_tables",
     "owned_values",
     "session_of",
     "settle_values",
 ]
 
 SCHEMA_VERSION: Final = "1"
+
+TABLES: Final = ("sandrail_meta", "sandrail_owned", "sandrail_answers")
+"""The tables of a record, both stores alike."""
 
 OWNED_COLUMNS: Final = (
     "session_id",
@@ -182,3 +187,12 @@ def answer_values(answer: Answer) -> tuple[Any, ...]:
 def settle_values(answer: Answer) -> tuple[Any, ...]:
     """The values of :meth:`Dialect.settle`."""
     return (answer.status, answer.error_type, answer.session_id, answer.task_id)
+
+
+def lost_tables(where: str, missing: list[str]) -> str:
+    """Why a record that lost tables is refused, and what to do."""
+    return (
+        f"{where} held a sandrail schema but its tables {', '.join(missing)} are missing "
+        "(dropped by hand?); it is not read as empty, since a task it recorded could then "
+        "launch again. Restore it from a backup, or use a new record"
+    )

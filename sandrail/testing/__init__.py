@@ -9,10 +9,10 @@ line a run broke::
 
     def test_my_loop_survives_a_lost_start_answer() -> None:
         with World.simulated([Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)]) as world:
-            port = world.command_tools()
-            result = my_agent_loop(port)             # retries `uncertain` with the same key
-            assert result.status == "ok"
-            assert world.launches_of(port, "run-7:call-1") == 1
+            tools = world.toolset()                  # or world.command_tools(): ports
+            result = my_agent_loop(tools)            # retries `uncertain` with the same key
+            assert result.content["exit_code"] == 0
+            assert world.launched_commands()["echo hi"] == 1   # whatever keys it used
             world.assert_contract()                  # every call, against ground truth
 
 For a backend author: a :class:`Target` (the backend, its
@@ -47,6 +47,7 @@ from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import CHECKS, CONTRACT_LINES, ContractViolationError, Violation, judge
 from ._truth import GroundTruth, Strike, Target, TargetFactory
 from ._world import World
+from ._world_ports import WatchedToolset
 from .conformance import (
     BackendConformance,
     ConformanceReport,
@@ -84,6 +85,7 @@ __all__ = [
     "TargetFactory",
     "Violation",
     "WatchedPort",
+    "WatchedToolset",
     "World",
     "check_backend",
     "judge",

@@ -14,12 +14,13 @@ or plan).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-__all__ = ["GroundTruth", "Strike", "Target", "TargetFactory"]
+__all__ = ["GroundTruth", "Strike", "Target", "TargetFactory", "takes_strike"]
 
 
 @runtime_checkable
@@ -95,3 +96,15 @@ whole backend. A factory that takes one parameter, ``strike``, decides where
 they strike: it wraps the interpreter its backend calls upstream (the world,
 a sandbox provider's API) with ``strike(upstream)``, so that its own failure
 handling meets them, as a proxy in front of E2B meets network faults."""
+
+
+def takes_strike(factory: Callable[..., Any]) -> bool:
+    """Whether a target factory takes the ``strike`` parameter."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        for p in parameters
+    )

@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +27,7 @@ import attrs
 import sandrail
 from sandrail import ToolPort, ToolRequest, ToolResult
 from sandrail._options import given_options
-from sandrail._port import build_port
+from sandrail._port import ToolGroup, build_port
 from sandrail.core import (
     LAUNCH_TOOLS,
     Effect,
@@ -53,15 +52,14 @@ from sandrail.interpreters.simulator import (
     Script,
     SimulatedHarness,
     Simulator,
+    emulate,
 )
 
 from ._calls import (
     _BATCH,
     _CURRENT,
     _LABEL,
-    AGENT,
     OWNED_TOOLS,
-    SCOPE,
     SESSION,
     CallRecord,
     LateDelivery,
@@ -70,8 +68,16 @@ from ._calls import (
     native_identity,
 )
 from ._faults import FaultyBackend
+from ._launches import (
+    Unscripted,
+    launched_commands,
+    unscripted,
+    unscripted_launches,
+    unscripted_message,
+)
 from ._record_faults import FaultyRecord, RecordFaultPlan
-from ._truth import GroundTruth, Target, TargetFactory
+from ._truth import GroundTruth, Target, TargetFactory, takes_strike
+from ._world_ports import AsyncTap, WatchedToolset, checked_groups, toolset_identity, world_options
 
 __all__ = ["World"]
 
@@ -108,6 +114,7 @@ class World:
         late_delivery: LateDelivery = "manual",
         record_dir: Path | None = None,
         secrets: Sequence[str] = (),
+        unscripted_watch: Unscripted | None = None,
     ) -> None:
         self.backend = backend
         """What the tap forwards to: the simulator, a FaultyBackend in front of
@@ -144,6 +151,12 @@ class World:
         self.faulty_record: FaultyRecord | None = None
         """Strikes record faults on :attr:`durable` (see :meth:`strike_record`)."""
         self.recordings: list[Path] = []
+        self.unscripted_watch = unscripted_watch
+        """Notes the commands the simulator does not emulate (``None``: the
+        world cannot tell)."""
+        self.refuse_unscripted = False
+        """Whether :meth:`violations` lists unscripted launches (see
+        :meth:`simulated`)."""
         self._recorders: list[Recorder] = []
         self._owner_of: dict[int, CallRecord | None] = {}
         self._seen = 0
@@ -161,20 +174,35 @@ class World:
         deliver_at: frozenset[int] = frozenset(),
         record_dir: Path | None = None,
         secrets: Sequence[str] = (),
+        unscripted: Literal["fail", "allow"] = "fail",
         **simulator_options: Any,
     ) -> World:
         """A world on a fresh :class:`Simulator` that strikes ``plan`` (a
         :class:`FaultPlan` or a list of :class:`Fault`). ``scripts`` and the
-        other keyword arguments go to the simulator."""
+        other keyword arguments go to the simulator.
+
+        ``unscripted``: with ``"fail"`` (the default), each launch of a
+        command or snippet the simulator neither emulates nor has a script
+        for (it ran nothing and exited 127, under a result whose ``status``
+        is ``ok``) is a violation :meth:`violations` lists and
+        :meth:`assert_contract` raises; ``"allow"`` lets them be (a test of
+        exit 127 itself). :meth:`unscripted` lists them either way.
+        ``ValueError`` for any other value.
+        """
+        if unscripted not in ("fail", "allow"):
+            raise ValueError(f'unscripted must be "fail" or "allow", got {unscripted!r}')
+        default = simulator_options.pop("default", emulate)
+        watch = Unscripted(default) if callable(default) else None
         harness = SimulatedHarness()
         sim = Simulator(
+            default=default if watch is None else watch,
             scripts=scripts,
             plan=_plan(plan),
             harness=harness,
             late_delivery="manual",
             **simulator_options,
         )
-        return cls(
+        world = cls(
             backend=sim,
             faults=sim,
             truth=sim,
@@ -184,7 +212,10 @@ class World:
             late_delivery=late_delivery,
             record_dir=record_dir,
             secrets=secrets,
+            unscripted_watch=watch,
         )
+        world.refuse_unscripted = unscripted == "fail"
+        return world
 
     @classmethod
     def on(
@@ -214,7 +245,7 @@ class World:
             return faults
 
         if not isinstance(target, Target):
-            target = target(strike) if _takes_strike(target) else target()  # type: ignore[call-arg]
+            target = target(strike) if takes_strike(target) else target()  # type: ignore[call-arg]
         assert isinstance(target, Target)
         if faults is None:
             faults = FaultyBackend(target.backend, _plan(plan), harness=harness)
@@ -286,53 +317,74 @@ class World:
         ``interleave``: an asynchronous port whose effects yield to the event
         loop first, so concurrent calls interleave effect by effect.
         """
-        if owner is None:
-            owner = self.default_owner
-        if owner == "agent":
-            owner = sandrail.AgentOwner(agent_id=AGENT)
-        elif owner == "native":
-            owner = sandrail.NativeOwner(scope=SCOPE)
-        assert not isinstance(owner, str)
-        harness = self.harness
-        authorize = options.pop("authorize", None)
-        assert_authority = options.pop("assert_authority", None)
-
-        def authorize_both(request: ToolRequest) -> Any:
-            decision = harness.authorize(request)
-            return decision if authorize is None else authorize(request)
-
-        def authority_both(request: ToolRequest) -> bool:
-            held = harness.assert_authority(request)
-            return held if assert_authority is None else (held and assert_authority(request))
-
-        if durable_ownership and "resolve_owned_command" not in options:
-            resolve, remember = self.durable_record(session_id)
-            options["resolve_owned_command"] = resolve
-            options.setdefault("remember_owned_command", remember)
-        backend: Any = _AsyncTap(self, interleave) if interleave or self.asynchronous else self._tap
-        recorder: Recorder | None = None
-        if self.record_dir is not None:
-            path = self.record_dir / f"port-{len(self.recordings) + 1}-{session_id}-{tools}.jsonl"
-            recorder = Recorder(backend, path, secrets=self.secrets)
-            self.recordings.append(path)
-            self._recorders.append(recorder)
-            backend = recorder
-        given = given_options(
-            {
-                "backend": backend,
-                "session_id": session_id,
-                "owner": owner,
-                "authorize": authorize_both,
-                "assert_authority": authority_both,
-                **options,
-            },
-            f"{tools}_tools",
+        given, recorder = world_options(
+            self,
+            tools,
+            session_id=session_id,
+            owner=owner,
+            durable_ownership=durable_ownership,
+            interleave=interleave,
+            options=options,
         )
-        port = build_port(tools, given, port_type=functools.partial(WatchedPort, world=self))
+        port = build_port(
+            tools,
+            given_options(given, f"{tools}_tools"),
+            port_type=functools.partial(WatchedPort, world=self),
+        )
         assert isinstance(port, WatchedPort)
         if recorder is not None:
             recorder.attach(port)
         return port
+
+    def toolset(
+        self,
+        *,
+        tools: Iterable[ToolGroup] = ("command", "code"),
+        session_id: str = SESSION,
+        owner: sandrail.AgentOwner | sandrail.NativeOwner | Mode | None = None,
+        identity: Any = None,
+        durable_ownership: bool = False,
+        interleave: bool = False,
+        **options: Any,
+    ) -> sandrail.Toolset:
+        """A :class:`~sandrail.Toolset` on this world, its calls recorded as
+        a port's are: hand it to an adapter (pydantic-ai, the Agents SDK,
+        Anthropic, MCP) and judge the harness built on it.
+
+        ``tools``, ``run_id`` and every option of :class:`~sandrail.Toolset`
+        but ``backend`` (``TypeError``: the world's tap is the backend) mean
+        what they mean there; ``session_id``, ``owner``,
+        ``durable_ownership`` and ``interleave`` what they mean for
+        :meth:`port`. ``identity`` defaults to the owner's (for a native
+        owner, :func:`~sandrail.testing.native_identity`). In a world with a
+        ``record_dir`` a toolset records one tool group: give
+        ``tools=("command",)`` or ``("code",)`` (``ValueError`` otherwise).
+        """
+        groups = checked_groups(self, tools)
+        given, _ = world_options(
+            self,
+            "+".join(groups),
+            session_id=session_id,
+            owner=owner,
+            durable_ownership=durable_ownership,
+            interleave=interleave,
+            options=options,
+        )
+        return WatchedToolset(
+            world=self,
+            tools=groups,
+            identity=toolset_identity(given["owner"], identity),
+            **given,
+        )
+
+    def tap(self, interleave: bool = False) -> Any:
+        """The backend a port of this world sends its effects to: the tap,
+        or its asynchronous twin (see :meth:`port`'s ``interleave``)."""
+        return AsyncTap(self, interleave) if interleave or self.asynchronous else self._tap
+
+    def keep_recorder(self, recorder: Recorder) -> None:
+        """Close ``recorder`` with the world."""
+        self._recorders.append(recorder)
 
     def durable_record(
         self, session_id: str
@@ -623,34 +675,45 @@ class World:
 
     def check_watched(self) -> None:
         """Raise ``RuntimeError`` if the world's simulator answered effects
-        its tap never saw: calls made on ports this world did not build
-        (``sandrail.command_tools(backend=world.sim, ...)``) go unjudged."""
+        its tap never saw: calls made on ports or toolsets this world did
+        not build (``sandrail.Toolset(backend=world.sim, ...)``) go unjudged."""
         sim = self.sim
         if sim is not None and len(sim.effects_seen) > self._seen:
             raise RuntimeError(
                 f"the simulator answered {len(sim.effects_seen) - self._seen} effect(s) no port "
                 "of this world sent: make ports with world.command_tools() / "
-                "world.code_tools(), so that the judge sees their calls"
+                "world.code_tools(), or a Toolset with world.toolset(), so that the "
+                "judge sees their calls"
             )
 
     def launched_commands(self) -> Counter[str]:
         """Command text -> how many times the calls of this world launched it,
-        whatever its task id (a harness that retries with a new operation key
-        launches one command twice under two ids: C2 cannot see that, this
-        can)."""
-        found: Counter[str] = Counter()
-        for record in self.calls:
-            for effect, _ in record.effects:
-                if isinstance(effect, Start) and record.launched.get(effect.task_id):
-                    found[effect.command] += record.launched[effect.task_id]
-                    break
-        return found
+        whatever its task id; a snippet counts under its source (its command
+        names a hash of its key). A harness that retries with a new operation
+        key launches one command twice under two task ids: C2 cannot see
+        that, this can (``assert max(world.launched_commands().values()) <= 1``)."""
+        return launched_commands(self)
+
+    def unscripted(self) -> list[str]:
+        """What the calls of this world launched that the simulator neither
+        emulates nor has a script for (a command's text, a snippet's
+        source), once each: each ran nothing and exited 127. Script them
+        (``scripts={text: Script.prints(...)}``)."""
+        return unscripted(self)
 
     def violations(self, *, deliver_held: bool = True) -> list[Any]:
-        """Every contract line the calls so far broke (see :func:`judge`)."""
-        from ._judge import judge
+        """Every contract line the calls so far broke (see :func:`judge`),
+        then, unless the world allows them (see :meth:`simulated`), each
+        call that launched an unscripted command (line ``"unscripted"``)."""
+        from ._judge import Violation, judge
 
-        return judge(self, deliver_held=deliver_held)
+        found: list[Any] = judge(self, deliver_held=deliver_held)
+        if self.refuse_unscripted:
+            found += [
+                Violation("unscripted", record.number, unscripted_message(text))
+                for record, text in unscripted_launches(self)
+            ]
+        return found
 
     def assert_contract(self, *, deliver_held: bool = True) -> None:
         """Raise :class:`ContractViolationError` listing every broken line, if any."""
@@ -719,47 +782,6 @@ class World:
                 self.stale_launches.append((record, fence, mark))
         if fence is not None and (mark is None or fence > mark):
             self.fence_marks[effect.sandbox_id] = fence
-
-
-class _AsyncTap:
-    """The world's tap as an asynchronous backend; with ``interleave`` it
-    yields to the loop before each effect, so two calls in flight interleave
-    effect by effect."""
-
-    asynchronous = True
-
-    def __init__(self, world: World, interleave: bool) -> None:
-        self._world = world
-        self._interleave = interleave
-
-    async def __call__(self, effect: Effect) -> Any:
-        world = self._world
-        if self._interleave:
-            await asyncio.sleep(0)
-        world._seen += 1
-        if world._seen in world.deliver_at or world.late_delivery == "next_effect":
-            await world._deliver_held_async()
-        mark = world._mark(effect)
-        answer: object
-        try:
-            answer = world.backend(effect)
-            if inspect.isawaitable(answer):
-                answer = await answer
-        except EffectFailure as failure:
-            answer = failure
-        return world._settle(effect, answer, mark)
-
-
-def _takes_strike(factory: Callable[..., Any]) -> bool:
-    """Whether a target factory takes the ``strike`` parameter."""
-    try:
-        parameters = inspect.signature(factory).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(
-        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-        for p in parameters
-    )
 
 
 def _plan(plan: FaultPlan | Sequence[Fault] | None) -> FaultPlan:

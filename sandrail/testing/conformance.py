@@ -41,8 +41,8 @@ from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import Violation
 from ._plans import single_fault_plans, workloads
 from ._scenarios import SCENARIOS, Scenario
-from ._truth import Strike, Target, TargetFactory
-from ._world import World, _takes_strike
+from ._truth import Strike, Target, TargetFactory, takes_strike
+from ._world import World
 
 __all__ = [
     "BackendConformance",
@@ -126,7 +126,7 @@ class ConformanceReport:
 def _made(make_target: TargetFactory) -> Target:
     """A target from ``make_target``, its faults (if it places them) struck
     nowhere: for looking at what the target can do."""
-    if _takes_strike(make_target):
+    if takes_strike(make_target):
         return make_target(lambda upstream: upstream)  # type: ignore[call-arg]
     return make_target()  # type: ignore[call-arg]
 

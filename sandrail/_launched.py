@@ -1,0 +1,160 @@
+"""The toolset's ownership record, and a call whose key already launched.
+
+:func:`shared_record` is the one record of what a toolset's ports launched
+(they share task ids), written through to the harness's durable one.
+
+Issue 18 follow-up B3:
+A person's rejection, or a policy that now refuses, may meet a call whose
+key already started a command: approved once, then rejected on a resumed
+copy; allowed once, then denied on a retry. Telling the model "nothing ran"
+(``executed: false``) would license a retry with any key (C5) while the
+first start may have run (C6). So the toolset asks its ownership record
+first (:func:`launched_row`) and answers such a refusal with
+:func:`refused_after_launch`: ``uncertain``, the task's locator, nothing
+more sent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sandrail._options import RememberOwnedCallback, ResolveOwnedCallback
+from sandrail.core import (
+    LAUNCH_TOOLS,
+    ErrorCode,
+    OwnedCommand,
+    Owner,
+    ToolCall,
+    ToolDefinition,
+    ToolRequest,
+    ToolResult,
+    bound_result,
+    recorded_digest,
+    task_id,
+)
+
+__all__ = ["alike", "launched_row", "lookup", "refused_after_launch", "shared_record"]
+
+Resolve = Callable[[ToolRequest, str], OwnedCommand | None]
+
+
+def launched_row(
+    resolve: Resolve,
+    definitions: Mapping[str, ToolDefinition],
+    session_id: str,
+    owner: Owner,
+    name: str,
+    operation_key: str,
+) -> OwnedCommand | None:
+    """The record's row when a start of launch tool ``name`` under
+    ``operation_key`` may already have left, else ``None`` (also for a tool
+    that launches nothing, and a record that cannot be read: the answer
+    then stands as it was)."""
+    definition = definitions.get(name)
+    if name not in LAUNCH_TOOLS or definition is None or not isinstance(operation_key, str):
+        return None
+    wanted = task_id(session_id, owner, operation_key)
+    try:
+        known = resolve(lookup(definition, session_id, operation_key), wanted)
+    except Exception:
+        return None
+    if isinstance(known, OwnedCommand) and known.task_id == wanted and known.launched:
+        return known
+    return None
+
+
+def alike(known: OwnedCommand, name: str, arguments: object) -> bool:
+    """Whether ``arguments`` (the port's form) ask for the launch ``known``
+    recorded (C3's digest; a row without one matches)."""
+    if known.launch_digest is None:
+        return True
+    try:
+        return bool(known.launch_digest == recorded_digest(name, arguments))  # type: ignore[arg-type]
+    except Exception:
+        return False
+
+
+def refused_after_launch(
+    code: ErrorCode,
+    known: OwnedCommand,
+    request: ToolRequest,
+    *,
+    reason: object,
+    why: str,
+    readable: bool,
+    max_output_bytes: int,
+) -> ToolResult:
+    """A refusal (``code``: ``policy_denied``, ``approval_rejected``) of a
+    call whose key already launched (``known``): nothing more was sent, but
+    the start that may have left is not unsaid (never ``executed: false``,
+    C5): ``uncertain`` with the task's locator (C6), ``reason`` as
+    ``outcome_reason``, pointing at the task to read when ``readable``;
+    within ``max_output_bytes`` (C12)."""
+    identity = request.identity
+    content: dict[str, Any] = {
+        "status": "uncertain",
+        "ok": False,
+        "error_type": code.value,
+        "evidence_incomplete": True,
+        "observed_result": None,
+        **(identity.locator() if identity is not None else {}),
+        "session_id": request.session_id,
+        "operation_key": request.operation_key,
+        "call_id": request.call.call_id,
+        "sandbox_id": known.sandbox_id,
+        "task_id": known.task_id,
+    }
+    if isinstance(reason, str) and reason:
+        content["outcome_reason"] = reason
+    content["instruction"] = (
+        f"A command under this call's operation key had already started; {why}, so nothing "
+        "more was done. Do not repeat it"
+        + (": read the task with read_command_output and this task_id." if readable else ".")
+    )
+    return bound_result(ToolResult(status="uncertain", content=content), max_output_bytes)
+
+
+def lookup(
+    definition: ToolDefinition,
+    session_id: str,
+    operation_key: str,
+    call_id: str | None = None,
+    identity: Any = None,
+) -> ToolRequest:
+    """A request naming ``operation_key``'s call, for a record lookup (a
+    harness's ``resolve_owned_command`` takes one) or a refusal's locator."""
+    return ToolRequest(
+        call=ToolCall(name=definition.name, call_id=call_id or operation_key, arguments={}),
+        operation_key=operation_key,
+        session_id=session_id,
+        definition=definition,
+        identity=identity,
+    )
+
+
+def shared_record(
+    remember: RememberOwnedCallback | None, resolve: ResolveOwnedCallback | None
+) -> tuple[RememberOwnedCallback, ResolveOwnedCallback]:
+    """One ownership record for the ports of a toolset (they share task ids),
+    written through to the harness's durable one when it gives one."""
+    record: dict[str, OwnedCommand] = {}
+    lock = threading.Lock()
+
+    def remember_here(request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
+        stored = remember(request, owned) if remember is not None else None
+        # A record that settles races answers with its row (issue 17).
+        kept = stored if isinstance(stored, OwnedCommand) else owned
+        with lock:
+            record[owned.task_id] = kept
+        return kept
+
+    def resolve_here(request: ToolRequest, task: str) -> OwnedCommand | None:
+        found = resolve(request, task) if resolve is not None else None
+        if isinstance(found, OwnedCommand):
+            return found
+        with lock:
+            return record.get(task)
+
+    return remember_here, resolve_here
