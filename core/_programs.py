@@ -180,10 +180,10 @@ def _admit(
     refused = tool_refusal(snap, settings)
     if refused is not None:
         return refused
-    exposed = _masked_in_identity(snap, secrets)
+    own_task = task_id(snap.session_id, settings.owner, snap.operation_key)
+    exposed = _masked_in_identity(snap, own_task, secrets)
     env = snap.arguments.get("env")
     if env:
-        own_task = task_id(snap.session_id, settings.owner, snap.operation_key)
         exposed = exposed_env(env, snap.locator(), own_task, shown) + exposed
     if exposed:
         return _rejection(exposed, settings)
@@ -283,11 +283,15 @@ def _approval(
     )
 
 
-def _masked_in_identity(snap: _Snapshot, secrets: frozenset[str]) -> list[ArgumentProblem]:
-    """The fields of the call's identity that hold a value this session
-    already masks (an earlier call's env value, or a port's ``redact=``
-    value): every result shows the identity whole (C13), so the call is
-    refused before anything runs rather than show it (C17). The problem
+def _masked_in_identity(
+    snap: _Snapshot, own_task: str, secrets: frozenset[str]
+) -> list[ArgumentProblem]:
+    """The fields of the call's identity, its own task id included, that
+    hold a value this session already masks (an earlier call's env value,
+    or a port's ``redact=`` value): every result shows the identity whole
+    (C13), so the call is refused before anything runs rather than show it
+    (C17). A task id is a public pure function (C1): an earlier env value
+    can be a later call's task id before that call comes. The problem
     names the field, never the value."""
     if not secrets:
         return []
@@ -299,7 +303,7 @@ def _masked_in_identity(snap: _Snapshot, secrets: frozenset[str]) -> list[Argume
             "value the harness asked to redact); every result shows the call's identity "
             "whole, so it could not be kept secret: use an identity without it",
         )
-        for field, value in sorted(snap.locator().items())
+        for field, value in sorted(snap.locator(task=own_task).items())
         if any(mask_text(text, redactions) != text for text in _strings(value))
     ]
 

@@ -94,7 +94,10 @@ class Recorder:
 
     Call :meth:`attach` with the port built on this recorder before the first
     request: it writes the header from the port's settings. A recorder
-    records one port; :meth:`close` closes a file it opened.
+    records one port; :meth:`close` closes a file it opened. A port on a
+    recorder shares the session memory of the backend the recorder wraps:
+    a value its session masked before the recorder was put around it stays
+    masked, in results and in the cassette (C17).
     """
 
     def __init__(

@@ -1,5 +1,6 @@
-"""``python -m sandrail``: the command line."""
+"""``python -m sandrail``: the command line, started as the console script
+starts it (:mod:`_sandrail_start`; here only once the package has loaded)."""
 
-from sandrail.cli import main
+from _sandrail_start import main
 
 main()

@@ -19,8 +19,12 @@ never for the whole process: another backend object, or another session,
 starts with nothing. Across a restart a harness hands the values back with
 ``redact=``. A backend that cannot be referenced weakly (a callable of a
 built-in type) gets a :class:`Masks` per port (a toolset's ports still share
-theirs); a bound method is keyed by its object. The values live in memory
-only: never in an effect or a recording.
+theirs); a bound method is keyed by its object, and a
+:class:`~sandrail.interpreters.replay.Recorder` by the backend it wraps
+(it passes every effect there: a Recorder put around a session's backend
+mid-session put the values that session masks in clear in its cassette;
+re-attack of issue 20). The values live in memory only: never in an effect
+or a recording.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from sandrail.core import (
     redaction_secrets,
 )
 from sandrail.core._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined
+from sandrail.interpreters._recorder import Recorder
 
 __all__ = ["Masks", "checked_redact", "is_text", "masked_problems", "masks_for"]
 
@@ -101,7 +106,7 @@ _LOCK = threading.RLock()
 
 def masks_for(backend: object, session_id: str) -> Masks:
     """The :class:`Masks` of ``session_id`` on ``backend`` (see the module doc)."""
-    holder = backend.__self__ if inspect.ismethod(backend) else backend
+    holder = _holder(backend)
     try:
         weakref.ref(holder)
     except TypeError:
@@ -117,6 +122,20 @@ def masks_for(backend: object, session_id: str) -> Masks:
         if masks is None:
             masks = sessions[session_id] = Masks()
         return masks
+
+
+def _holder(backend: object) -> object:
+    """The object that holds ``backend``'s sessions: a bound method's
+    object, and what a Recorder wraps (however deep; a Recorder that wraps
+    itself, through any chain, holds its own)."""
+    seen: set[int] = set()
+    holder = backend
+    while True:
+        holder = holder.__self__ if inspect.ismethod(holder) else holder
+        if not isinstance(holder, Recorder) or id(holder) in seen:
+            return holder
+        seen.add(id(holder))
+        holder = holder.inner
 
 
 def _forget(key: int) -> None:

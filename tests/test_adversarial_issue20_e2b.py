@@ -200,24 +200,24 @@ def _cli(server: LocalE2B, *args: str, **popen: Any) -> subprocess.Popen[str]:
         "E2B_API_URL": server.api_url,
         "E2B_SANDBOX_URL": server.sandbox_url,
     }
+    streams: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     return subprocess.Popen(
         [sys.executable, "-m", "sandrail", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
         text=True,
         env=environment,
-        **popen,
+        **{**streams, **popen},
     )
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_c6_item7_ctrl_c_on_sandrail_run_after_the_start_is_uncertain_and_reconciles(
     server: LocalE2B, signum: int
 ) -> None:
     """Item 7: Ctrl-C on ``sandrail run`` after the start left exit 1 and
     ``Aborted!``, no task id, no operation key, while the command went on.
     It prints the ``uncertain`` result with its locator (exit 3), and a
-    retry with that key reconciles it: one launch."""
+    retry with that key reconciles it: one launch. SIGHUP (the terminal
+    closed) killed it silently, status 129 (re-attack A): the same."""
     session, key, mark = new_session(), f"op-{uuid.uuid4().hex[:8]}", _mark()
     words = ["bash", "-c", f"{server.mark(mark)}; sleep 6; echo done"]
     base = ["run", "--backend", "e2b", "--session", session, "--operation-key", key, "--"]
@@ -331,3 +331,73 @@ def test_item10_cancellations_print_no_stray_tracebacks() -> None:
     ):
         assert noise not in done.stderr, done.stderr
     assert time.monotonic() - started < 300
+
+
+# -- re-attack D: MCP over HTTP prints no ASGI tracebacks when clients cancel ----
+
+_MCP_CANCELS = textwrap.dedent(
+    """
+    import sys, anyio
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    URL = sys.argv[1]
+
+    async def one(delay, number):
+        async with streamable_http_client(URL) as (read, write, *_):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                with anyio.move_on_after(delay):
+                    await session.call_tool(
+                        "run_command", {"command": "sleep 2; echo done"},
+                        meta={"sandrail/operation_key": f"cancel-{number}"},
+                    )
+
+    async def main():
+        for number, delay in enumerate([0.05, 0.3, 0.8, 1.2, 0.5]):
+            await one(delay, number)
+        print("finished")
+
+    anyio.run(main)
+    """
+)
+
+
+def test_item10_reattack_d_mcp_http_prints_no_tracebacks_when_clients_cancel(
+    server: LocalE2B, tmp_path: Any
+) -> None:
+    """Re-attack D: 7 MCP calls cancelled by their clients made ``sandrail
+    mcp --transport http`` print 6 tracebacks (``anyio.ClosedResourceError``
+    in ``Error handling POST request``, then ``Exception in ASGI
+    application``: a second ``http.response.start``). Five cancels here;
+    nothing but the start and stop lines on standard error."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    errors = tmp_path / "mcp.err"
+    with errors.open("w") as sink:
+        serving = _cli(
+            server,
+            *("mcp", "--transport", "http", "--port", str(port), "--backend", "e2b"),
+            *("--session", new_session()),
+            stderr=sink,
+        )
+    try:
+        assert wait_until(lambda: "serving http" in errors.read_text(), timeout=60)
+        clients = subprocess.run(
+            [sys.executable, "-c", _MCP_CANCELS, f"http://127.0.0.1:{port}/mcp"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert clients.stdout.strip() == "finished", clients.stderr
+    finally:
+        serving.send_signal(signal.SIGTERM)
+        serving.communicate(timeout=60)
+    text = errors.read_text()
+    for noise in ("Traceback", "Exception in ASGI application", "Error handling POST request"):
+        assert noise not in text, text
+    assert serving.returncode == 0, text

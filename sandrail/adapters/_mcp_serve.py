@@ -11,6 +11,7 @@ every tool description, result and ``sandbox_status``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -44,11 +45,71 @@ def startup_line(backend: str, transport: str, where: str) -> str:
     return f"sandrail mcp ({transport}): commands run in E2B sandboxes{where}."
 
 
+_SESSION_CLOSED_LOGGER: Final = "mcp.server.streamable_http"
+
+
+class _ClientGone(logging.Filter):
+    """Drops the MCP SDK's ``Error handling POST request`` traceback when
+    the error is only that the session's streams are closed (its client
+    cancelled and left; re-attack of issue 20, D). Any other error of that
+    logger, and every other logger, is printed as before."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, _closed_stream_errors())
+
+
+def _closed_stream_errors() -> tuple[type[BaseException], ...]:
+    import anyio
+
+    return (anyio.ClosedResourceError, anyio.BrokenResourceError)
+
+
+class _QuietAfterTheResponse:
+    """ASGI middleware: once the app has sent its whole response, it cannot
+    send another, and a closed session stream it then meets is not an error
+    of this request.
+
+    Strategy: the MCP SDK answers a notification (``202``) before it hands
+    it to the session; when the client has cancelled and left meanwhile,
+    the session's stream is closed, and the SDK logs the error, starts a
+    second response (uvicorn raises: ``Unexpected ASGI message
+    'http.response.start'``) and re-raises the closed stream (uvicorn
+    prints ``Exception in ASGI application``). The cause is inside the SDK;
+    here a message after the response is dropped, and a closed-stream error
+    after the response is the end of the request. Anything else raises."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        finished = False
+
+        async def send_once(message: Any) -> None:
+            nonlocal finished
+            if finished:
+                return
+            if message.get("type") == "http.response.body" and not message.get("more_body"):
+                finished = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_once)
+        except _closed_stream_errors():
+            if not finished:
+                raise
+
+
 def serve_http(app: Any, host: str, port: int, say: Callable[[str], None]) -> str:
     """Serve the ASGI ``app`` with uvicorn on ``host:port`` until SIGINT or
     SIGTERM, then shut down gracefully (open requests finish, the backend
     is the caller's to close) and return the signal's name. ``say`` is
-    called with one line when serving starts and one when it stops.
+    called with one line when serving starts and one when it stops. A
+    client that cancels and leaves prints no traceback (see
+    :class:`_QuietAfterTheResponse`).
 
     Strategy: uvicorn's own handlers re-raise the signal once it has shut
     down, so Ctrl-C ended in ``KeyboardInterrupt`` (click prints ``Aborted!``
@@ -67,7 +128,8 @@ def serve_http(app: Any, host: str, port: int, say: Callable[[str], None]) -> st
 
             return contextlib.nullcontext()
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    logging.getLogger(_SESSION_CLOSED_LOGGER).addFilter(_ClientGone())
+    config = uvicorn.Config(_QuietAfterTheResponse(app), host=host, port=port, log_level="warning")
     server = Quiet(config)
     received: list[str] = []
 

@@ -1,14 +1,21 @@
-"""SIGINT and SIGTERM as the abort of the call in flight (issue 20, item 7).
+"""SIGINT, SIGTERM and SIGHUP as the abort of the call in flight (issue 20,
+item 7; SIGHUP, the terminal closing, since its re-attack, A).
 
 A command-line call is a harness whose user may press Ctrl-C (or whose
-supervisor may send SIGTERM) at any moment. Python's default turns SIGINT
-into a ``KeyboardInterrupt`` raised wherever the main thread is, which the
-port lets through (the process is being stopped) and click prints as
+supervisor may send SIGTERM, or whose terminal may close) at any moment.
+Python's default turns SIGINT into a ``KeyboardInterrupt`` raised wherever
+the main thread is, which the port lets through (the process is being stopped) and click prints as
 ``Aborted!`` with exit status 1, which says "nothing ran" even when the
 command was launched and goes on running. Here the signal is the call's
 abort instead (C11): the port answers ``canceled`` (``error``, nothing ran)
 before any side effect may have left, and ``uncertain`` with the full
 locator after (C6), which the command line prints like any result.
+SIGTERM and SIGHUP would otherwise end the process at once, silently.
+
+The console script notes these signals from its first line
+(:mod:`_sandrail_start`); one noted before the call began aborts it here
+at once. A signal the process inherited as ignored (``nohup``) stays
+ignored.
 
 Strategy: a signal handler runs in the main thread between two bytecodes,
 possibly while that thread holds the cancel token's lock (registering a
@@ -26,12 +33,13 @@ import threading
 from collections.abc import Iterator
 from typing import Final
 
+from _sandrail_start import EARLY, NOTED_SIGNALS
 from sandrail.interpreters._cancel import CancelToken
 
 __all__ = ["SIGNALS", "cancelled_by_signals"]
 
-SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
-"""The signals that abort a command-line call."""
+SIGNALS: Final = NOTED_SIGNALS
+"""The signals that abort a command-line call: SIGINT, SIGTERM, SIGHUP."""
 
 _FIRE: Final = b"f"
 _STOP: Final = b"s"
@@ -42,8 +50,10 @@ def cancelled_by_signals() -> Iterator[CancelToken]:
     """A cancel token that :data:`SIGNALS` fire while the block runs.
 
     The handlers that were there before are put back when the block ends,
-    whatever ends it. Outside the main thread (where Python allows no
-    handlers) the token is only a token: nothing fires it.
+    whatever ends it. A signal the console script noted before the block
+    fires the token at once. A signal whose handler is ``SIG_IGN`` stays
+    ignored. Outside the main thread (where Python allows no handlers) the
+    token is only a token: nothing fires it.
     """
     token = CancelToken()
     if threading.current_thread() is not threading.main_thread():
@@ -66,7 +76,13 @@ def cancelled_by_signals() -> Iterator[CancelToken]:
 
     watcher = threading.Thread(target=watch, name="sandrail-signals", daemon=True)
     watcher.start()
-    previous = {signum: signal.signal(signum, handle) for signum in SIGNALS}
+    previous = {
+        signum: signal.signal(signum, handle)
+        for signum in SIGNALS
+        if signal.getsignal(signum) is not signal.SIG_IGN
+    }
+    if EARLY.take():
+        token.cancel()
     try:
         yield token
     finally:

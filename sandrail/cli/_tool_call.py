@@ -6,7 +6,7 @@ status (:data:`EXIT_STATUS`; 5 when the result could not be written). The
 options both commands take are defined here once (:func:`tool_call_options`),
 and their values reach :func:`call_tool` by name.
 
-SIGINT (Ctrl-C) and SIGTERM while the call runs are its abort
+SIGINT (Ctrl-C), SIGTERM and SIGHUP while the call runs are its abort
 (:mod:`._interrupt`): the result is printed as any other, ``error``
 (``canceled``, exit 1) when nothing may have left yet, ``uncertain`` with
 the operation key and task id (exit 3) once a start may have (issue 20,
@@ -15,6 +15,7 @@ item 7).
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 import uuid
@@ -123,7 +124,9 @@ def call_tool(
     keyword arguments are the values of :func:`tool_call_options`. The
     backend is closed before the process exits, whatever happened: what the
     E2B SDK opened must not outlive the interpreter (issue 9, item 13).
-    SIGINT and SIGTERM abort the call (see the module doc)."""
+    SIGINT, SIGTERM and SIGHUP abort the call (see the module doc). With
+    standard output closed, the exit status is 5 and the result's status
+    is on standard error."""
     with cancelled_by_signals() as abort:
         record = open_record_option(record_spec)
         try:
@@ -141,6 +144,10 @@ def call_tool(
 
 def _print_and_exit(result: sandrail.ToolResult, indent: int | None) -> NoReturn:
     try:
+        if sys.stdout is None:
+            # Closed when the process started: click.echo would print nothing
+            # and say nothing (re-attack of issue 20, B).
+            raise OSError(errno.EBADF, "standard output is closed")
         click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
         sys.stdout.flush()
     except OSError as exc:

@@ -41,8 +41,9 @@ def code(
 ) -> None:
     """Run the snippet in FILE (- for standard input) with sandbox_run_code.
 
-    Ctrl-C or SIGTERM aborts the call as for sandrail run: error (exit 1)
-    while nothing may have left, else uncertain (exit 3) with its locator.
+    Ctrl-C, SIGTERM or SIGHUP aborts the call as for sandrail run: error
+    (exit 1) while nothing may have left, else uncertain (exit 3) with its
+    locator.
     """
     arguments: dict[str, Any] = {"code": _read_snippet(file), "language": language}
     if timeout is not None:

@@ -54,11 +54,15 @@ def run(
 
     COMMAND is one shell line: a single word runs as it is (sandrail run
     'ls | wc -l'), several words are quoted into one shell line (shlex.join),
-    each staying one argument (sandrail run -- sh -c 'exit 3' exits 3).
+    each staying one argument (sandrail run -- sh -c 'exit 3' gives a
+    result whose exit_code is 3; sandrail itself exits 0, as its own exit 3
+    means uncertain).
 
-    Ctrl-C or SIGTERM aborts the call: error (exit 1) while nothing may have
-    left, uncertain (exit 3) with its operation key and task id once its
-    start may have; retry with --operation-key to learn what happened.
+    Ctrl-C, SIGTERM or SIGHUP (the terminal closed) aborts the call: error
+    (exit 1) while nothing may have left, uncertain (exit 3) with its
+    operation key and task id once its start may have; retry with
+    --operation-key to learn what happened. One inherited as ignored
+    (nohup) stays ignored.
     """
     arguments: dict[str, Any] = {"command": _shell_line(command)}
     if background:
