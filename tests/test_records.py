@@ -213,20 +213,17 @@ def test_c17_issue20_item1_the_record_holds_no_env_value_nor_a_plain_digest_of_o
 # -- faults of the database ------------------------------------------------------------
 
 
-class Broken:
-    """A record whose reads or writes fail (a database down or too slow)."""
+class PassThrough:
+    """A record that hands every call to ``inner``: the base of the doubles
+    below, each of which overrides only where its database misbehaves."""
 
-    def __init__(self, inner: OwnershipRecord, *, reads: bool = False, writes: bool = False):
-        self.inner, self.reads, self.writes = inner, reads, writes
+    def __init__(self, inner: OwnershipRecord) -> None:
+        self.inner = inner
 
     def remember(self, request: Any, owned: OwnedCommand) -> OwnedCommand:
-        if self.writes:
-            raise RecordError("the database is down")
         return self.inner.remember(request, owned)
 
     def resolve(self, request: Any, task_id: str) -> OwnedCommand | None:
-        if self.reads:
-            raise RecordError("the database is down")
         return self.inner.resolve(request, task_id)
 
     def note(self, answer: Answer) -> None:
@@ -237,6 +234,24 @@ class Broken:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class Broken(PassThrough):
+    """A record whose reads or writes fail (a database down or too slow)."""
+
+    def __init__(self, inner: OwnershipRecord, *, reads: bool = False, writes: bool = False):
+        super().__init__(inner)
+        self.reads, self.writes = reads, writes
+
+    def remember(self, request: Any, owned: OwnedCommand) -> OwnedCommand:
+        if self.writes:
+            raise RecordError("the database is down")
+        return self.inner.remember(request, owned)
+
+    def resolve(self, request: Any, task_id: str) -> OwnedCommand | None:
+        if self.reads:
+            raise RecordError("the database is down")
+        return self.inner.resolve(request, task_id)
 
 
 def test_c5_issue17_postgres_down_before_the_first_start_sends_nothing(

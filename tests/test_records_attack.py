@@ -41,7 +41,7 @@ from sandrail.records import (
 from tests.postgres_server import Blackhole, PostgresServer, frozen, private_server
 from tests.rig import Rig
 from tests.test_adversarial import one_fault
-from tests.test_records import make_record  # noqa: F401 - the fixture, both stores
+from tests.test_records import PassThrough, make_record  # noqa: F401 - the fixture, both stores
 
 RECORD_DOWN = ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE.value
 LIVENESS = 60.0
@@ -117,32 +117,20 @@ def test_c5_issue17_b1_timeout_bounds_a_frozen_postgres_server() -> None:
 # -- B2: an async call and a record that blocks ------------------------------------------------
 
 
-class Stuck:
+class Stuck(PassThrough):
     """A record whose ``resolve`` blocks its thread until ``release`` is
     set (a database that does not answer), then answers from ``inner``."""
 
     def __init__(self, inner: OwnershipRecord) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.entered = threading.Event()
         self.release = threading.Event()
-
-    def remember(self, request: Any, owned: OwnedCommand) -> OwnedCommand:
-        return self.inner.remember(request, owned)
 
     def resolve(self, request: Any, task_id: str) -> OwnedCommand | None:
         self.entered.set()
         if not self.release.wait(LIVENESS):
             raise RecordError("released by nobody: the event loop was blocked")
         return self.inner.resolve(request, task_id)
-
-    def note(self, answer: Answer) -> None:
-        self.inner.note(answer)
-
-    def unresolved(self, *, limit: int = 1000) -> list[Answer]:
-        return self.inner.unresolved(limit=limit)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def test_c11_issue17_b2_an_async_call_never_blocks_its_loop_on_the_record(
@@ -408,11 +396,11 @@ def test_c6_issue17_b4_a_lost_sandbox_stays_named_by_the_record_and_every_locato
 # -- B5: an uncertain answer the record could not take -----------------------------------------
 
 
-class Outage:
+class Outage(PassThrough):
     """A record that is down (every method raises) while ``down`` is set."""
 
     def __init__(self, inner: OwnershipRecord) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.down = False
 
     def _up(self) -> None:
@@ -434,9 +422,6 @@ class Outage:
     def unresolved(self, *, limit: int = 1000) -> list[Answer]:
         self._up()
         return self.inner.unresolved(limit=limit)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def test_c6_issue17_b5_an_uncertain_answer_during_a_record_outage_is_listed_once_it_is_back(
