@@ -31,13 +31,6 @@ def server() -> Iterator[LocalE2B]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def sandbox(server: LocalE2B) -> Iterator[e2b.Sandbox]:
-    made = e2b.Sandbox.create(**server.sdk_options)
-    yield made
-    made.kill()
-
-
 def _ids(paginator: Any) -> list[str]:
     found = []
     while paginator.has_next:

@@ -45,20 +45,6 @@ def server() -> Iterator[LocalE2B]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def sandbox(server: LocalE2B) -> Iterator[e2b.Sandbox]:
-    made = e2b.Sandbox.create(**server.sdk_options)
-    yield made
-    made.kill()
-
-
-@pytest.fixture
-def folder(sandbox: e2b.Sandbox) -> str:
-    path = f"/home/user/t-{uuid.uuid4().hex[:8]}"
-    sandbox.files.make_dir(path)
-    return path
-
-
 def _envd(sandbox: e2b.Sandbox, content_type: str = "application/json") -> dict[str, str]:
     return {
         "E2b-Sandbox-Id": sandbox.sandbox_id,

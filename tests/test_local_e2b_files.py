@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import Iterator
 
 import e2b
@@ -29,20 +28,6 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="these tests assume re
 def server() -> Iterator[LocalE2B]:
     with serve(keepalive_seconds=0.2) as running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def sandbox(server: LocalE2B) -> Iterator[e2b.Sandbox]:
-    made = e2b.Sandbox.create(**server.sdk_options)
-    yield made
-    made.kill()
-
-
-@pytest.fixture
-def folder(sandbox: e2b.Sandbox) -> str:
-    path = f"/home/user/t-{uuid.uuid4().hex[:8]}"
-    sandbox.files.make_dir(path)
-    return path
 
 
 # -- item 3: links and permissions as envd reports them -----------------------------
