@@ -321,14 +321,16 @@ def _task_dir(result: sandrail.ToolResult) -> str:
 def _sized(server: LocalE2B, result: sandrail.ToolResult) -> None:
     """Until the launched task's exit record holds the streams' final sizes
     (the supervisor adds them a moment after the command ended; a cut made
-    before cannot be told from the command's own output). Bounded: 10 s."""
-    as_root(
+    before cannot be told from the command's own output). Bounded: 30 s,
+    then the test fails saying so (a loaded machine can take seconds)."""
+    said = as_root(
         server,
         result.content["sandbox_id"],
-        "for i in $(seq 200); do "
+        "for i in $(seq 600); do "
         f'read -r s c o e < {_task_dir(result)}/exit 2>/dev/null; [ -n "$e" ] && break; '
-        "sleep 0.05; done",
+        'sleep 0.05; done; [ -n "$e" ] && echo sized || echo unsized',
     )
+    assert said.strip() == "sized", "the exit record never got the streams' sizes"
 
 
 def _uncertain(result: sandrail.ToolResult) -> None:
