@@ -30,7 +30,7 @@ dispatch a failure is an ``error`` with ``executed: false`` (C5), after it an
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import attrs
@@ -77,7 +77,7 @@ from ._results import (
     error_result,
 )
 from ._rules import _INTEGER_ARGUMENTS, tool_refusal
-from ._shown import NOTHING_SHOWN, ShownIdentities, exposed_env
+from ._shown import NOTHING_SHOWN, ShownIdentities, exposed_env, strings
 from ._snapshot import PortSettings, _check_request, _fits, _refuse, _Snapshot
 from ._validation import ArgumentProblem, arguments_rejection, check_arguments
 
@@ -304,20 +304,8 @@ def _masked_in_identity(
             "whole, so it could not be kept secret: use an identity without it",
         )
         for field, value in sorted(snap.locator(task=own_task).items())
-        if any(mask_text(text, redactions) != text for text in _strings(value))
+        if any(mask_text(text, redactions) != text for text in strings(value))
     ]
-
-
-def _strings(value: object) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            yield from _strings(key)
-            yield from _strings(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _strings(item)
 
 
 def _sandbox_status(call: CallState) -> Generator[Effect, Any, ToolResult]:

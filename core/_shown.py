@@ -97,7 +97,7 @@ def shown_by(content: Mapping[str, Any]) -> set[str]:
     return {
         text
         for key in IDENTITY_FIELDS & content.keys()
-        for text in _strings(content[key])
+        for text in strings(content[key])
         if len(text) >= MIN_REDACTED_LENGTH
     }
 
@@ -117,7 +117,7 @@ def exposed_env(
     secrets = redaction_secrets(env)
     if not secrets:
         return []
-    own = [*_strings(locator), *([task] if task is not None else [])]
+    own = [*strings(locator), *([task] if task is not None else [])]
     problems = []
     for name, value in sorted(env.items(), key=lambda item: str(item[0])):
         if value not in secrets:
@@ -164,16 +164,18 @@ def _problem(name: object, where: str) -> ArgumentProblem:
     )
 
 
-def _strings(value: object) -> Iterator[str]:
+def strings(value: object) -> Iterator[str]:
+    """Every string in ``value`` (keys and items of mappings, lists and
+    tuples, depth first): the texts an identity field shows."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from _strings(key)
-            yield from _strings(item)
+            yield from strings(key)
+            yield from strings(item)
     elif isinstance(value, list | tuple):
         for item in value:
-            yield from _strings(item)
+            yield from strings(item)
 
 
 def joined(values: Iterable[str]) -> str:
