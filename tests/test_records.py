@@ -490,6 +490,36 @@ def test_issue17_open_record_picks_the_store_by_its_name(
         open_record(f"postgresql://sandrail@/nowhere?host={postgres.socket_dir}")
 
 
+def test_c5_issue17_a_database_that_is_not_there_fails_the_first_use_at_once(
+    postgres: PostgresServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's own reason at once, not the pool retrying in the
+    background until ``timeout_seconds`` and logging every retry (a
+    usage error in the command line used to take 10 s and 8 log lines)."""
+    record = PostgresRecord(
+        f"postgresql://sandrail@/nowhere?host={postgres.socket_dir}", timeout_seconds=3600
+    )
+    failed: list[BaseException] = []
+
+    def first_use() -> None:
+        try:
+            record.check()
+        except BaseException as exc:
+            failed.append(exc)
+
+    worker = threading.Thread(target=first_use, daemon=True)
+    worker.start()
+    worker.join(60)  # far below the hour the pool would wait
+    try:
+        assert not worker.is_alive(), "the first use waits for the pool's timeout"
+        (error,) = failed
+        assert isinstance(error, RecordError)
+        assert 'database "nowhere" does not exist' in str(error)
+        assert not [r for r in caplog.records if "error connecting" in r.getMessage()]
+    finally:
+        record.close()
+
+
 # -- the docs' examples ----------------------------------------------------------------------
 
 

@@ -123,22 +123,24 @@ class PostgresRecord:
         milliseconds = int(timeout_seconds * 1000)
         self._timeout = timeout_seconds
         self._local = threading.local()  # the deadline of this thread's operation
+        self._conninfo = conninfo
+        self._kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": max(1, round(timeout_seconds)),
+            "options": f"-c statement_timeout={milliseconds} -c lock_timeout={milliseconds}",
+            # A peer that vanished (TCP only; a unix socket ignores these).
+            "keepalives": 1,
+            "keepalives_idle": max(1, round(timeout_seconds)),
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": milliseconds,
+        }
         self._pool: ConnectionPool[Any] = ConnectionPool(
             conninfo,
             min_size=1,
             max_size=max_connections,
             timeout=timeout_seconds,
-            kwargs={
-                "autocommit": True,
-                "connect_timeout": max(1, round(timeout_seconds)),
-                "options": f"-c statement_timeout={milliseconds} -c lock_timeout={milliseconds}",
-                # A peer that vanished (TCP only; a unix socket ignores these).
-                "keepalives": 1,
-                "keepalives_idle": max(1, round(timeout_seconds)),
-                "keepalives_interval": 1,
-                "keepalives_count": 3,
-                "tcp_user_timeout": milliseconds,
-            },
+            kwargs=self._kwargs,
             check=self._check_connection,
             reconnect_timeout=timeout_seconds,
             name="sandrail-record",
@@ -194,6 +196,7 @@ class PostgresRecord:
                 return
             try:
                 if not self._opened:
+                    self._probe()
                     self._pool.open(wait=False)
                     self._opened = True
                 with (
@@ -232,6 +235,21 @@ class PostgresRecord:
                     f"{self._where} has schema {version!r}; this sandrail reads {SCHEMA_VERSION!r}"
                 )
             self._ready = True
+
+    def _probe(self) -> None:
+        """One direct connection before the pool opens: a server that is not
+        there, a database that does not exist or a refused login fails the
+        first use at once with the server's own reason, instead of after
+        ``timeout_seconds`` of the pool retrying in the background (and
+        logging each retry)."""
+        import psycopg
+
+        deadline = time.monotonic() + self._timeout
+        with (
+            psycopg.connect(self._conninfo, **self._kwargs) as conn,
+            _deadline(conn, deadline, self._where),
+        ):
+            conn.execute("SELECT 1")
 
     def remember(self, request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
         """See :meth:`~sandrail.records.OwnershipRecord.remember`."""
