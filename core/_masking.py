@@ -38,6 +38,7 @@ short value (``1``, ``true``) would mask ordinary text; the env-name rule
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from typing import Final
 
@@ -74,6 +75,12 @@ masking work grow without bound."""
 
 _REDACTED_BYTES: Final = REDACTED.encode("ascii")
 
+_FIND_AT_MOST: Final = 8
+"""A text that at most this many values fit in is searched value by value
+(``bytes.find``, C speed) while the set has no automaton yet: building one
+costs time linear in all the values' bytes, which a short text (a path, a
+reason, an identity) never needs to pay for long values it cannot hold."""
+
 _PREPARED_KEPT: Final = 8
 """Value sets kept prepared (the latest ones: each port's set, a call's set
 with its own env, a recorder's with its named secrets): preparing one is
@@ -84,7 +91,7 @@ call or read."""
 class _Prepared:
     """One set of values, encoded and sorted, and its automaton once built."""
 
-    __slots__ = ("automaton", "encoded")
+    __slots__ = ("automaton", "encoded", "minus_lengths")
 
     def __init__(self, values: frozenset[str]) -> None:
         usable: list[bytes] = []
@@ -96,6 +103,9 @@ class _Prepared:
             except UnicodeEncodeError:
                 continue
         self.encoded = tuple(sorted(usable, key=lambda data: (-len(data), data)))
+        self.minus_lengths = tuple(-len(data) for data in self.encoded)
+        """Ascending: the values that fit in ``n`` bytes are those from
+        ``bisect_left(minus_lengths, -n)`` on."""
         self.automaton: PatternAutomaton | None = None
 
 
@@ -180,6 +190,11 @@ class Redactions:
         One pass over ``data`` for all values together."""
         if len(data) < self._shortest:
             return []  # no value fits: no automaton needed
+        prepared = self._prepared
+        if prepared.automaton is None:
+            first = bisect.bisect_left(prepared.minus_lengths, -len(data))
+            if len(prepared.encoded) - first <= _FIND_AT_MOST:
+                return _found(data, prepared.encoded[first:])
         merged: list[tuple[int, int]] = []
         # Occurrences come by end; one may reach back over several earlier
         # intervals (a longer value ending later), which it then absorbs.
@@ -210,6 +225,26 @@ class Redactions:
             cursor = end
         parts.append(data[cursor:])
         return b"".join(parts)
+
+
+def _found(data: bytes, values: Iterable[bytes]) -> list[tuple[int, int]]:
+    """What :meth:`Redactions.intervals` answers, value by value: every
+    occurrence of each value, overlapping ones merged (touching ones apart)."""
+    spans: list[tuple[int, int]] = []
+    for value in values:
+        at = data.find(value)
+        while at != -1:
+            spans.append((at, at + len(value)))
+            at = data.find(value, at + 1)
+    spans.sort()
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start < merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def mask_text(text: str, redactions: Redactions) -> str:

@@ -377,8 +377,12 @@ def test_c17_intervals_and_held_tails_agree_with_a_plain_scan(
     every offset finds, periodic values included."""
     redactions = Redactions(secrets)
     data = text.encode()
+    # Before the set has its automaton, a text few values fit in is searched
+    # value by value; after, through the automaton: both as the scan.
     assert redactions.intervals(data) == _naive_intervals(redactions, data)
     assert redactions.pending_prefix(data, low) == _naive_pending(redactions, data, low)
+    redactions._search()
+    assert redactions.intervals(data) == _naive_intervals(redactions, data)
 
 
 def test_c17_a_session_that_keeps_adding_env_values_is_refused_past_the_cap() -> None:
@@ -428,8 +432,12 @@ def test_c17_one_pass_over_many_values_sharing_prefixes_agrees_with_a_plain_scan
     offset finds, held tails included."""
     redactions = Redactions(secrets)
     data = text.encode()
+    # Before the set has its automaton, a text few values fit in is searched
+    # value by value; after, through the automaton: both as the scan.
     assert redactions.intervals(data) == _naive_intervals(redactions, data)
     assert redactions.pending_prefix(data, low) == _naive_pending(redactions, data, low)
+    redactions._search()
+    assert redactions.intervals(data) == _naive_intervals(redactions, data)
 
 
 def test_c17_masking_builds_one_automaton_per_set_of_values() -> None:
@@ -442,3 +450,17 @@ def test_c17_masking_builds_one_automaton_per_set_of_values() -> None:
     assert first.intervals(data) == second.intervals(data) == [(200, 243)]
     assert first._search() is second._search()
     assert first.pending_prefix(b"xx" + b"a" * 45, 0) == 2 + 45 - 40
+
+
+def test_c17_a_short_text_is_searched_without_building_the_automaton() -> None:
+    """C17 cost: a reason or an identity checked against a call's own env
+    values (one of them long) needs no automaton over every value's bytes;
+    what it finds is what the automaton finds."""
+    values = ["k" * 40_000, "secret-1", "secret-12", "cret-1xy"]
+    redactions = Redactions(values)
+    data = b"a secret-12 and secret-1xy, secret-1"
+    found = redactions.intervals(data)
+    assert redactions._prepared.automaton is None
+    assert found == _naive_intervals(redactions, data) == [(2, 11), (16, 26), (28, 36)]
+    redactions._search()
+    assert redactions.intervals(data) == found
