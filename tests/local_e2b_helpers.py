@@ -19,8 +19,9 @@ def chain(exc: BaseException | None) -> list[type[BaseException]]:
     return found
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> bool:
-    """Poll ``condition`` every 20 ms for at most ``timeout`` seconds."""
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll ``condition`` every 20 ms for at most ``timeout`` seconds (a
+    bound for a loaded machine: it returns as soon as the condition holds)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():

@@ -302,7 +302,7 @@ class _Harness:
         self.durable: dict[str, OwnedCommand] = {}
 
     def call(self, tool: str, key: str, **arguments: Any) -> sandrail.ToolResult:
-        with E2BBackend(**self.server.sdk_options, request_timeout_seconds=10) as restarted:
+        with E2BBackend(**self.server.sdk_options, request_timeout_seconds=30) as restarted:
             port = port_on(
                 restarted,
                 self.session,
