@@ -23,8 +23,14 @@ import os
 from hypothesis import HealthCheck, settings
 
 # The real PostgreSQL server of the record and fleet tests (session scope),
-# and the ``untraced`` marker that pauses coverage for a test (under --cov).
-pytest_plugins = ["tests.postgres_server", "tests.coverage_pause", "tests.local_e2b_fixtures"]
+# the ``untraced`` marker that pauses coverage for a test (under --cov), and
+# the order that starts ``long`` and ``untraced`` tests first.
+pytest_plugins = [
+    "tests.postgres_server",
+    "tests.coverage_pause",
+    "tests.local_e2b_fixtures",
+    "tests.run_order",
+]
 
 settings.register_profile("default", max_examples=30, deadline=None)
 settings.register_profile(

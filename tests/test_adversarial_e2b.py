@@ -98,6 +98,7 @@ def _lost_start(server: LocalE2B, port: sandrail.ToolPort, command: str) -> str:
 # -- C2: cleanup between a lost answer and the retry (items 1, 2) -------------
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("cleanup", sorted(CLEANUPS))
 def test_c2_item1_a_user_cleanup_after_a_lost_answer_never_makes_the_retry_launch_again(
     server: LocalE2B, backend: E2BBackend, cleanup: str

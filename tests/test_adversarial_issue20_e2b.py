@@ -209,6 +209,7 @@ def _cli(server: LocalE2B, *args: str, **popen: Any) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_c6_item7_ctrl_c_on_sandrail_run_after_the_start_is_uncertain_and_reconciles(
     server: LocalE2B, signum: int
@@ -307,6 +308,7 @@ _CANCELLATIONS = textwrap.dedent(
 )
 
 
+@pytest.mark.long
 def test_item10_cancellations_print_no_stray_tracebacks() -> None:
     """Item 10: during cancellations the SDK printed ``Task exception was
     never retrieved`` and local-e2b printed ASGI cancellation tracebacks to
@@ -363,6 +365,7 @@ _MCP_CANCELS = textwrap.dedent(
 )
 
 
+@pytest.mark.long
 def test_item10_reattack_d_mcp_http_prints_no_tracebacks_when_clients_cancel(
     server: LocalE2B, tmp_path: Any
 ) -> None:

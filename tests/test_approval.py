@@ -124,6 +124,7 @@ def test_issue18_local_e2b_approve_runs_once_reject_runs_nothing(
 
 
 @needs_root
+@pytest.mark.long
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_issue18_c2_local_e2b_an_approval_resumed_in_two_fresh_processes_runs_once(
     server: LocalE2B, framework: str, tmp_path: Path

@@ -842,6 +842,7 @@ def test_item13_the_backend_is_an_async_context_manager(server: LocalE2B) -> Non
     assert asyncio.run(_open_and_close(server)).sandbox_id
 
 
+@pytest.mark.long
 def test_item13_the_cli_closes_the_backend_and_exits_1_never_aborting() -> None:
     """Item 13: with no server to reach, `sandrail run --backend e2b` printed
     the error result and then died with SIGABRT (exit 134) in most runs: a

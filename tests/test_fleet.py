@@ -37,7 +37,10 @@ from sandrail.records import PostgresRecord, SQLiteRecord, unresolved
 from sandrail.testing import native_identity
 from tests.postgres_server import PostgresServer
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="local-e2b user separation needs root")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="local-e2b user separation needs root"),
+    pytest.mark.long,
+]
 
 REPO = Path(__file__).resolve().parent.parent
 CAMPAIGN = os.environ.get("HYPOTHESIS_PROFILE") == "campaign"

@@ -75,6 +75,7 @@ def test_options_of_the_other_backend_are_a_usage_error(arguments: list[str]) ->
 
 
 @needs_root
+@pytest.mark.long
 def test_a_small_wire_campaign_has_no_violation_and_decisive_retries() -> None:
     """C2-C18 on the wire: 12 plans (every wire kind takes its turn), every
     call judged by the server's ground truth; retries after transient faults
