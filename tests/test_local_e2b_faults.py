@@ -298,3 +298,31 @@ def test_signal_scope_process_kills_only_the_command_as_envd_does() -> None:
         assert not gone(child)  # E2B's envd leaves the command's children running
         made.kill()
         assert wait_until(lambda: gone(child))  # until the sandbox goes
+
+
+def test_stopping_a_server_never_kills_a_sandbox_of_another_that_took_an_ended_mark(
+    server: LocalE2B,
+) -> None:
+    """Two servers on one machine (two CI jobs, two test workers). The kernel
+    gives a new namespace the inode number of the last one freed, and a new
+    ``/tmp`` can take a deleted one's inode number, so a sandbox of one
+    server can carry the very mark (namespace and ``/tmp`` inodes) of a
+    sandbox another server made and ended (seen in 3 of 15 sandboxes made
+    one after another). The other server's final sweep must skip the marks
+    of sandboxes it ended itself; it used to kill the live sandbox (its
+    anchor gone: ``nsenter: cannot open /proc/<anchor>/ns/mnt``).
+
+    The reuse is made certain here: the other server's record is given the
+    live sandbox's mark as one it made and then ended."""
+    live = e2b.Sandbox.create(**server.sdk_options)
+    try:
+        mark = (server._state / "sandboxes" / "namespaces").read_text().splitlines()[-1]
+        with serve() as other:
+            gone_box = e2b.Sandbox.create(**other.sdk_options)
+            gone_box.kill()
+            record = other._state / "sandboxes" / "namespaces"
+            with record.open("a") as lines:
+                lines.write(f"{mark}\nended {mark}\n")
+        assert live.commands.run("echo alive").stdout == "alive\n"
+    finally:
+        live.kill()

@@ -361,6 +361,11 @@ class Sandboxes:
         if sandbox.marks is not None:
             sandbox.marks.close()
         await sandbox.root.destroy()
+        # Its namespace's inode number, and soon its /tmp's, are free for any
+        # new sandbox on this machine (another server's too): the server's
+        # final sweep must not take a new sandbox with the same mark for it.
+        with (self._directory / "namespaces").open("a", encoding="utf-8") as namespaces:
+            namespaces.write("ended " + " ".join(map(str, sandbox.root.mark)) + "\n")
         self._truth.write("sandbox_ended", sandbox_id=sandbox.sandbox_id, reason=reason)
 
     def listing(

@@ -147,18 +147,27 @@ class LocalE2B:
 
 
 def _sweep(state: Path) -> None:
-    """Kill whatever is left in the sandboxes the server recorded."""
+    """Kill whatever is left in the sandboxes the server recorded and did
+    not end itself. An ended sandbox's mark is skipped: the kernel hands its
+    namespace inode number to the next new namespace, and its ``/tmp``
+    inode number can follow, so the mark may by now name a live sandbox of
+    another server on this machine."""
     try:
         lines = (state / "sandboxes" / "namespaces").read_text(encoding="utf-8").splitlines()
     except OSError:
         return
-    marks: list[Mark] = []
+    marks: dict[Mark, int] = {}
     for line in lines:
         fields = line.split()
-        if len(fields) == 4 and all(field.isdigit() for field in fields):
-            dev, ino, tmp_dev, tmp_ino = map(int, fields)
-            marks.append((dev, ino, tmp_dev, tmp_ino))
-    kill_namespaces(marks)
+        ended = fields[:1] == ["ended"]
+        numbers = fields[1:] if ended else fields
+        if len(numbers) == 4 and all(field.isdigit() for field in numbers):
+            dev, ino, tmp_dev, tmp_ino = map(int, numbers)
+            mark = (dev, ino, tmp_dev, tmp_ino)
+            # One server can make two sandboxes with one mark (one after the
+            # other ended): a mark is left only while more began than ended.
+            marks[mark] = marks.get(mark, 0) + (-1 if ended else 1)
+    kill_namespaces([mark for mark, live in marks.items() if live > 0])
 
 
 def _ready_line(process: subprocess.Popen[bytes], timeout: float) -> dict[str, Any]:
