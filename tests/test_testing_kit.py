@@ -505,3 +505,29 @@ def test_c6_c9_authority_lost_before_a_launched_keys_retry_may_answer_uncertain(
         assert last.result.status == "uncertain"
         assert world.violations() == []
         assert world.launched_commands()["echo hi"] == 1
+
+
+def test_c6_c9_authority_lost_before_the_retry_of_an_uncertain_start_may_answer_uncertain() -> None:
+    """C6 over C9 (found by the state machine in CI, issue 21): the sandbox
+    dies as the first call's start goes out (nothing launched, but the port
+    cannot know: ``uncertain``), then the retry of the key loses its
+    authority before it dispatches anything. It may not say that nothing
+    ran, so ``uncertain`` keeps the contract. The judge used to excuse this
+    only when the task had launched in truth."""
+    plan = FaultPlan(
+        (
+            Fault(effect="Ensure", occurrence=1, kind=FaultKind.AUTHORITY_LOST, when="before"),
+            Fault(effect="Start", occurrence=0, kind=FaultKind.SANDBOX_DIES, when="before"),
+        )
+    )
+    with World.simulated(plan) as world:
+        code = world.code_tools(durable_ownership=True)
+        first = world.call(code, "sandbox_run_code", {"code": "print(1)"}, key="op-a")
+        assert first.status == "uncertain"
+        world.call(code, "sandbox_run_code", {"code": "print(1)"}, key="op-a")
+        last = world.calls[-1]
+        assert (last.authority_lost, last.dispatched, last.launched_before) == (True, False, 0)
+        assert last.result is not None
+        assert last.result.status == "uncertain"
+        assert world.violations() == []
+        assert world.truth.launches == {}

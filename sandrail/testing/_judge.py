@@ -292,6 +292,20 @@ def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:
         yield Violation("C7", record.number, f"ok, but the task launched {count} times")
 
 
+def _answered_uncertain_before(world: World, record: CallRecord) -> bool:
+    """Whether an earlier call of ``record``'s task answered ``uncertain``:
+    the port was told its start may have arrived, and nothing since can
+    tell it otherwise (the sandbox that would know may be gone)."""
+    if record.task is None:
+        return False
+    return any(
+        earlier.task == record.task
+        and earlier.result is not None
+        and earlier.result.status == "uncertain"
+        for earlier in world.calls[: record.number - 1]
+    )
+
+
 def check_c9_c11_authority(world: World, record: CallRecord) -> Iterable[Violation]:
     """C9, C11: lost authority, drift or abort seen during a call: after a
     dispatch ``uncertain``, before it ``error``."""
@@ -300,14 +314,15 @@ def check_c9_c11_authority(world: World, record: CallRecord) -> Iterable[Violati
     assert record.result is not None
     line = "C11" if record.aborted else "C9"
     wanted = "uncertain" if record.dispatched else "error"
-    # C6 over C9 and C11: a launch call whose task had already launched (an
-    # earlier call of its key started it) may not say that nothing ran, so
-    # before its own dispatch it answers error or uncertain, never ok.
+    # C6 over C9 and C11: a launch call whose task may have launched (an
+    # earlier call of its key started it, or answered uncertain: a start that
+    # may have arrived) may not say that nothing ran, so before its own
+    # dispatch it answers error or uncertain, never ok.
     if (
         not record.dispatched
-        and record.launched_before
         and record.tool in LAUNCH_TOOLS
         and record.result.status == "uncertain"
+        and (record.launched_before or _answered_uncertain_before(world, record))
     ):
         return
     if record.result.status != wanted:
