@@ -35,6 +35,7 @@ from sandrail.records import (
     RecordError,
     SQLiteRecord,
     migrate_json_lines,
+    open_record,
     reconcile,
     unresolved,
 )
@@ -42,6 +43,7 @@ from tests.postgres_server import Blackhole, PostgresServer, frozen, private_ser
 from tests.rig import Rig
 from tests.test_adversarial import one_fault
 from tests.test_records import PassThrough, make_record  # noqa: F401 - the fixture, both stores
+from tests.test_records_cli import sandrail_cli
 
 RECORD_DOWN = ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE.value
 LIVENESS = 60.0
@@ -615,3 +617,65 @@ def test_issue17_migrate_names_a_sqlite_file_and_an_empty_session(tmp_path: Path
     other = sandrail_cli("migrate-record", str(old), str(tmp_path / "n3.sqlite"), "--session", "x")
     assert other.returncode == 0
     assert "task id is not the one --session x derives" in other.stderr
+
+
+# -- issue 21 outside attack: record names and a server gone after first use -------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "postgresql://sandrail:S3cr3tPassw0rd%@127.0.0.1:1/rec",  # a bad percent escape
+        "postgresql://sandrail:S3cr3tPassw0rd@[::1/rec",  # an unclosed IPv6 bracket
+        "POSTGRESQL://sandrail:S3cr3tPassw0rd%@127.0.0.1:1/rec",  # the scheme in capitals
+    ],
+)
+def test_c17_issue21_a1_a_malformed_postgres_url_never_shows_its_password(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outside attack: psycopg's parse error quoted the text, password
+    and all; upper-case schemes were taken for a file name."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RecordError) as raised:
+        open_record(spec)
+    assert "S3cr3tPassw0rd" not in str(raised.value)
+    assert "could not be parsed" in str(raised.value)
+    assert list(tmp_path.iterdir()) == []  # no SQLite file named after it
+    done = sandrail_cli("run", "--record", spec, "--", "true")
+    assert done.returncode == 2
+    assert "S3cr3tPassw0rd" not in done.stderr + done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_c2_issue21_a2_a_keyword_connection_string_is_a_postgres_record(
+    postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outside attack: ``open_record("host=... dbname=...")``, the form
+    PostgresRecord documents, made a local SQLite file named after the
+    string (password included), so a fleet configured that way shared no
+    record at all."""
+    monkeypatch.chdir(tmp_path)
+    database = postgres.fresh_database()
+    with open_record(postgres.conninfo(database)) as record:
+        assert isinstance(record, PostgresRecord)
+    with pytest.raises(RecordError, match="cannot use"):
+        open_record(f"host={postgres.socket_dir} dbname=nowhere user=sandrail password=Xy9")
+    assert list(tmp_path.iterdir()) == []
+    with open_record("./name=value.sqlite") as local:  # a path, written as one
+        assert isinstance(local, SQLiteRecord)
+
+
+def test_c5_issue21_a4_check_after_first_use_asks_the_server_again() -> None:
+    """The outside attack: ``check()`` after first use answered at once that
+    all was well while the server was down."""
+    with private_server() as server:
+        record = PostgresRecord(server.conninfo(server.fresh_database()), timeout_seconds=2)
+        try:
+            record.check()
+            server.stop("immediate")
+            with pytest.raises(RecordError, match="cannot use"):
+                record.check()
+            server.start()
+            record.check()
+        finally:
+            record.close()

@@ -24,6 +24,7 @@ their state from the sandbox without relaunching (``sandrail uncertain``).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ._legacy import Migration, migrate_json_lines
@@ -49,15 +50,22 @@ __all__ = [
 ]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_KEYWORD_CONNINFO = re.compile(r"\s*[A-Za-z_]+\s*=")
+"""The start of a ``"host=... dbname=..."`` connection string."""
 
 
 def open_record(spec: str | Path) -> SQLiteRecord | PostgresRecord:
-    """The record ``spec`` names: a ``postgresql://`` (or ``postgres://``)
-    URL is a :class:`PostgresRecord`, checked at once (connected, tables
-    made); anything else is the path of a :class:`SQLiteRecord`.
-    :class:`RecordError` when it cannot be used."""
+    """The record ``spec`` names: a ``postgresql://`` (or ``postgres://``, in
+    any case) URL or a ``"host=... dbname=..."`` connection string is a
+    :class:`PostgresRecord`, checked at once (connected, tables made);
+    anything else is the path of a :class:`SQLiteRecord` (a path that
+    starts like ``name=`` is read as a connection string: write
+    ``./name=...`` for such a file). :class:`RecordError` when it cannot be
+    used."""
     text = str(spec)
-    if text.startswith(_POSTGRES_SCHEMES):
+    if isinstance(spec, str) and (
+        text.lower().startswith(_POSTGRES_SCHEMES) or _KEYWORD_CONNINFO.match(text)
+    ):
         record = PostgresRecord(text)
         try:
             record.check()

@@ -116,8 +116,12 @@ class PostgresRecord:
             raise ValueError("max_connections must be a positive integer")
         try:
             parts = conninfo_to_dict(conninfo)
-        except psycopg.Error as exc:
-            raise RecordError(f"not a PostgreSQL connection string: {_first_line(exc)}") from None
+        except psycopg.Error:
+            # psycopg's reason quotes the text, which may hold a password.
+            raise RecordError(
+                "not a PostgreSQL connection string: it could not be parsed "
+                "(the text is not shown: it may hold a password)"
+            ) from None
         self._where = _describe(parts)
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
         milliseconds = int(timeout_seconds * 1000)
@@ -190,9 +194,16 @@ class PostgresRecord:
         if the server cannot be reached, holds another schema, or lost some
         of the tables (dropped by hand: made again empty, the record would
         forget tasks that may have launched, C2). A database whose tables
-        were all dropped cannot be told from a new one: it starts empty."""
+        were all dropped cannot be told from a new one: it starts empty.
+        Once the record is in use, it asks the server again (a server gone
+        since raises, within ``timeout_seconds``)."""
         with self._ready_lock:
             if self._ready:
+                try:
+                    with self._connection() as conn:
+                        conn.execute("SELECT 1")
+                except self._errors as exc:
+                    raise RecordError(f"cannot use {self._where}: {_first_line(exc)}") from None
                 return
             try:
                 if not self._opened:
