@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import attrs
 
-from ._budget import SHRINKABLE_FIELDS, BudgetError, fit_to_budget
+from ._budget import SHRINKABLE_FIELDS, BudgetError, Excerpt, fit_to_budget
 from ._canonical import CanonicalJSONError, canonical_json
 from ._contents import (
     _output_budget_note,
@@ -312,7 +312,11 @@ def _fits_whole(content: dict[str, Any], budget: int) -> bool:
     canonical JSON is measured, but only when no text is longer than the
     budget in characters (each costs at least a byte, so a longer one cannot
     fit, and huge output is never encoded whole just to learn that). Raises
-    ``CanonicalJSONError`` for content with no canonical form."""
+    ``CanonicalJSONError`` for content with no canonical form. A text read
+    only at its ends (an :class:`Excerpt`) never fits as it is: it is always
+    cut, and its marker says how much was never read."""
+    if any(isinstance(content.get(key), Excerpt) for key in SHRINKABLE_FIELDS):
+        return False
     bound = _size_bound(content)
     if bound is not None and bound <= budget:
         return True

@@ -197,6 +197,10 @@ def _stream(
     start = asked if tail_start is None else tail_start
     if tail_stop < size or head_stop > start:
         return None
+    if head_stop == start:
+        # The ends met (a masked value the head's page could not end inside
+        # carried it to the tail): consecutive pages, the whole stream.
+        return head_text + tail_text
     return Excerpt(head=head_text, tail=tail_text, omitted_bytes=start - head_stop)
 
 

@@ -27,6 +27,7 @@ from sandrail.core import (
     mask_text,
     widen,
 )
+from sandrail.core._budget import parse_omissions
 from sandrail.interpreters._masking import MaskedReads
 
 TASK = "a" * 64
@@ -464,3 +465,45 @@ def test_c17_a_short_text_is_searched_without_building_the_automaton() -> None:
     assert found == _naive_intervals(redactions, data) == [(2, 11), (16, 26), (28, 36)]
     redactions._search()
     assert redactions.intervals(data) == found
+
+
+def _over_budget(text: str, env: dict[str, str] | None) -> dict[str, Any]:
+    import sandrail
+    from sandrail.interpreters.simulator import Script, Simulator
+
+    toolset = sandrail.Toolset(
+        backend=Simulator(scripts={"c": Script.prints(text)}),
+        session_id="s",
+        owner=sandrail.AgentOwner(agent_id="a"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    arguments: dict[str, Any] = {"command": "c", **({"env": env} if env else {})}
+    result = toolset.call_sync("run_command", arguments, call_id="c", operation_key="k")
+    content: dict[str, Any] = json.loads(result.to_json())
+    return content
+
+
+def test_c12_c17_over_budget_output_with_a_masked_value_is_a_cut_string() -> None:
+    """The issue-21 outside attack: output over the budget, read at its two
+    ends, whose pages held a masked value came back as a JSON array
+    ``[head, tail, omitted]``: its masked ends were small enough to pass the
+    fits-as-it-is check, which never cut the excerpt. It is a string cut
+    with its marker, the budget note says so, and no value shows."""
+    secret = "tok_live_4f9a8b7c6d"
+    content = _over_budget(f"{secret}\n" * 3000, {"V": secret})
+    stdout = content["stdout"]
+    assert isinstance(stdout, str)
+    (marker,) = parse_omissions(stdout)
+    assert marker.omitted_bytes > 0
+    assert content["output_budget"]["truncated"] is True
+    assert secret not in json.dumps(content)
+
+
+def test_c12_c17_ends_that_met_across_a_masked_value_are_the_whole_stream() -> None:
+    """The head's page could not end inside a masked value that ran to the
+    tail's start: the two reads are consecutive pages, so the result is the
+    whole masked stream, not an excerpt with "0 bytes omitted"."""
+    content = _over_budget("ab" * 30000 + "\n", {"V": "abababab"})
+    assert content["stdout"] == REDACTED + "\n"
+    assert "output_budget" not in content
