@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 
@@ -39,3 +40,13 @@ def gone(pid: int) -> bool:
         return True
     except OSError:
         return not os.path.exists(f"/proc/{pid}")
+
+
+def signals_at_default() -> None:
+    """A child's ``preexec_fn``: SIGINT, SIGTERM and SIGHUP at their
+    default. A test run started in the background of a shell (``cmd &``)
+    ignores SIGINT, children inherit that, and the command line keeps an
+    inherited ignore (as ``nohup`` asks): a test that signals a child it
+    started must not depend on how its own run was started."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)

@@ -36,7 +36,7 @@ from tests.e2b_world import (
     request,
     server_fixture,
 )
-from tests.local_e2b_helpers import wait_until
+from tests.local_e2b_helpers import signals_at_default, wait_until
 
 pytestmark = needs_root
 server = server_fixture()
@@ -205,7 +205,7 @@ def _cli(server: LocalE2B, *args: str, **popen: Any) -> subprocess.Popen[str]:
         [sys.executable, "-m", "sandrail", *args],
         text=True,
         env=environment,
-        **{**streams, **popen},
+        **{"preexec_fn": signals_at_default, **streams, **popen},
     )
 
 

@@ -30,6 +30,7 @@ from sandrail.cli import main as cli_main
 from sandrail.core import ErrorCode, Start
 from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import Script, SimulatedHarness, Simulator
+from tests.local_e2b_helpers import signals_at_default
 from tests.rig import Rig
 
 SECRET = "sk-live-0123456789abcdef"
@@ -95,7 +96,7 @@ def _start(script: str, *args: str, **popen: Any) -> subprocess.CompletedProcess
         timeout=120,
         check=False,
         cwd=ROOT,
-        **popen,
+        **{"preexec_fn": signals_at_default, **popen},
     )
 
 
