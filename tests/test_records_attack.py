@@ -679,3 +679,45 @@ def test_c5_issue21_a4_check_after_first_use_asks_the_server_again() -> None:
             record.check()
         finally:
             record.close()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        " postgresql://sandrail:Hunter2Xyzzy@127.0.0.1:1/db",  # a stray leading space
+        "postgresql+psycopg://sandrail:Hunter2Xyzzy@127.0.0.1:1/db",  # SQLAlchemy's form
+        "postgresql:/sandrail:Hunter2Xyzzy@127.0.0.1:1/db",  # one slash
+        "pgsql://sandrail:Hunter2Xyzzy@127.0.0.1:1/db",
+        "postgresql:sandrail:Hunter2Xyzzy@127.0.0.1",  # no slashes at all
+        "mysql://sandrail:Hunter2Xyzzy@127.0.0.1/db",  # another kind of URL
+    ],
+)
+def test_c17_issue21_b1_a_near_postgres_url_is_refused_never_a_file_or_a_shown_password(
+    spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The re-attack: these were read as SQLite paths; the error named the
+    path, password and all, or a file named after it was made."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RecordError) as raised:
+        open_record(spec)
+    shown = str(raised.value) + repr(raised.value.__context__) + repr(raised.value.__cause__)
+    assert "Hunter2Xyzzy" not in shown
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_c17_issue21_b3_an_unparsable_url_keeps_no_password_in_the_exception_chain() -> None:
+    with pytest.raises(RecordError) as raised:
+        PostgresRecord("postgresql://sandrail:Hunter2Xyzzy%@127.0.0.1:1/db")
+    assert raised.value.__context__ is None
+    assert raised.value.__cause__ is None
+
+
+def test_c2_issue21_b3_a_scheme_in_capitals_opens_the_database(
+    postgres: PostgresServer,
+) -> None:
+    """The docstring says any case: ``POSTGRESQL://`` was recognised, then
+    handed to libpq as it was, which refused it."""
+    url = postgres.url(postgres.fresh_database())
+    for spec in (url.replace("postgresql://", "POSTGRESQL://"), "  " + url + "\n"):
+        with open_record(spec) as record:
+            assert isinstance(record, PostgresRecord)

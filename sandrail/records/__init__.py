@@ -49,9 +49,32 @@ __all__ = [
     "unresolved",
 ]
 
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-_KEYWORD_CONNINFO = re.compile(r"\s*[A-Za-z_]+\s*=")
+_POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+_KEYWORD_CONNINFO = re.compile(r"[A-Za-z_]+\s*=")
 """The start of a ``"host=... dbname=..."`` connection string."""
+
+
+def _postgres_url(text: str) -> str | None:
+    """``text`` as a PostgreSQL URL with its scheme in lower case, ``None``
+    for a path; :class:`RecordError` for a URL of another kind, or one that
+    looks like a PostgreSQL URL and is not (``postgresql:host``,
+    ``postgresql+psycopg://``, ``pgsql://``): read as a path, it would make
+    a local file named after it, password included. The text is never
+    shown."""
+    scheme = _SCHEME.match(text)
+    if scheme is None:
+        return None
+    name = scheme.group(1).lower()
+    rest = text[scheme.end() :]
+    if name in _POSTGRES_SCHEMES and rest.startswith("//"):
+        return f"{name}:{rest}"
+    if rest.startswith("//") or name.startswith(("postgres", "pg")):
+        raise RecordError(
+            "names neither a SQLite file nor a postgresql:// (or postgres://) URL "
+            "(the text is not shown: it may hold a password)"
+        )
+    return None
 
 
 def open_record(spec: str | Path) -> SQLiteRecord | PostgresRecord:
@@ -60,17 +83,23 @@ def open_record(spec: str | Path) -> SQLiteRecord | PostgresRecord:
     :class:`PostgresRecord`, checked at once (connected, tables made);
     anything else is the path of a :class:`SQLiteRecord` (a path that
     starts like ``name=`` is read as a connection string: write
-    ``./name=...`` for such a file). :class:`RecordError` when it cannot be
-    used."""
+    ``./name=...`` for such a file). Spaces around a name are ignored.
+    :class:`RecordError` when it cannot be used, or names another kind of
+    URL."""
     text = str(spec)
-    if isinstance(spec, str) and (
-        text.lower().startswith(_POSTGRES_SCHEMES) or _KEYWORD_CONNINFO.match(text)
-    ):
-        record = PostgresRecord(text)
-        try:
-            record.check()
-        except BaseException:
-            record.close()
-            raise
-        return record
+    if isinstance(spec, str):
+        text = text.strip()
+        url = _postgres_url(text)
+        if url is not None or _KEYWORD_CONNINFO.match(text):
+            return _opened(PostgresRecord(url or text))
     return SQLiteRecord(text)
+
+
+def _opened(record: PostgresRecord) -> PostgresRecord:
+    """``record``, checked at once; closed if the check fails."""
+    try:
+        record.check()
+    except BaseException:
+        record.close()
+        raise
+    return record

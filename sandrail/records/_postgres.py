@@ -115,13 +115,16 @@ class PostgresRecord:
         if not isinstance(max_connections, int) or max_connections < 1:
             raise ValueError("max_connections must be a positive integer")
         try:
-            parts = conninfo_to_dict(conninfo)
+            parts: dict[str, Any] | None = conninfo_to_dict(conninfo)
         except psycopg.Error:
-            # psycopg's reason quotes the text, which may hold a password.
+            parts = None
+        if parts is None:
+            # Raised outside the handler: psycopg's reason quotes the text,
+            # which may hold a password, and would stay as the __context__.
             raise RecordError(
                 "not a PostgreSQL connection string: it could not be parsed "
                 "(the text is not shown: it may hold a password)"
-            ) from None
+            )
         self._where = _describe(parts)
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error,)
         milliseconds = int(timeout_seconds * 1000)
