@@ -52,6 +52,7 @@ from ._definitions import (
 from ._effects import (
     BACKEND_LABELS,
     HARNESS_EFFECTS,
+    LAUNCH_STEPS,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
     TERMINAL_STATUSES,
@@ -187,6 +188,7 @@ __all__ = [
     "HARNESS_EFFECTS",
     "LANGUAGES",
     "LANGUAGE_ALIASES",
+    "LAUNCH_STEPS",
     "LAUNCH_TOOLS",
     "MAX_MASKED_BYTES",
     "MAX_TIMEOUT_SECONDS",
