@@ -17,16 +17,18 @@ from sandrail.core._definitions import (
     MIN_MAX_OUTPUT_BYTES,
     ToolDefinition,
 )
-from sandrail.core._results import ErrorCode
-from sandrail.core._validation import (
-    MAX_ARGUMENT_DEPTH,
-    MAX_ARGUMENT_VALUES,
+from sandrail.core._rejection import (
     ArgumentProblem,
-    _checker_for,
     _cut_first,
     _marker,
     _shorten,
     arguments_rejection,
+)
+from sandrail.core._results import ErrorCode
+from sandrail.core._validation import (
+    MAX_ARGUMENT_DEPTH,
+    MAX_ARGUMENT_VALUES,
+    _checker_for,
     check_arguments,
 )
 from sandrail.testing.strategies import (

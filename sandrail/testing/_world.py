@@ -29,7 +29,6 @@ from sandrail import ToolPort, ToolRequest, ToolResult
 from sandrail._options import given_options
 from sandrail._port import ToolGroup, build_port
 from sandrail.core import (
-    LAUNCH_TOOLS,
     Effect,
     EffectFailure,
     NativeIdentity,
@@ -40,6 +39,7 @@ from sandrail.core import (
     Start,
     Started,
     StartRefused,
+    ToolKind,
     launch_digest,
     plain_arguments,
 )
@@ -59,13 +59,13 @@ from ._calls import (
     _BATCH,
     _CURRENT,
     _LABEL,
-    OWNED_TOOLS,
     SESSION,
     CallRecord,
     LateDelivery,
     Mode,
     WatchedPort,
     native_identity,
+    tool_kind,
 )
 from ._faults import FaultyBackend
 from ._launches import (
@@ -517,12 +517,13 @@ class World:
         task: str | None = None
         conflict = foreign = False
         key = request.operation_key
-        if tool in LAUNCH_TOOLS and isinstance(key, str):
+        kind = tool_kind(tool)  # None: the port refuses the call (the judge holds it to that)
+        if kind is ToolKind.LAUNCHES and isinstance(key, str):
             task = sandrail.task_id(session_id, owner, key)
             self.keys.setdefault(session_id, set()).add(key)
             claimed = self.claims.get(task)
             conflict = claimed is not None and claimed != launch_digest(tool, arguments)
-        elif tool in OWNED_TOOLS:
+        elif kind is ToolKind.OWNED_TASK:
             asked = arguments.get("task_id")
             task = asked if isinstance(asked, str) else None
             owned = {sandrail.task_id(session_id, owner, k) for k in self.keys.get(session_id, ())}
