@@ -337,8 +337,8 @@ the result says which it was."""
 
 def refused_after_launch(
     code: ErrorCode,
-    request: ToolRequest,
     known: OwnedCommand,
+    request: ToolRequest,
     *,
     reason: object,
     readable: bool,

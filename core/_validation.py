@@ -89,6 +89,7 @@ def check_arguments(definition: ToolDefinition, arguments: object) -> tuple[Argu
     not a valid JSON Schema raises ``jsonschema.SchemaError``: that is a bug in
     the definition, not in the call.)
     """
+    tool_record(definition.name)  # no record, no check: what it leaves to its refusal is unknown
     checker = _checker_for(definition)
     if (
         checker.accepts is not None
