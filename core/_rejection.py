@@ -8,12 +8,12 @@ budget is cut as every text is (:func:`~sandrail.core._budget.cut_text`).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import attrs
 
+from ._budget import cut_text
 from ._canonical import canonical_size, escaped_size
 from ._definitions import MIN_MAX_OUTPUT_BYTES
 from ._results import ErrorCode
@@ -172,49 +172,15 @@ def _cut_first(pair: tuple[str, str], room: int) -> dict[str, str] | None:
     field, reason = pair
     reason_size = escaped_size(reason)
     field_room = min(escaped_size(field), max(room // 2, room - reason_size))
-    short_field = _shorten(field, field_room)
+    short_field = cut_text(field, field_room)
     if short_field is None:
         return None
-    short_reason = _shorten(reason, room - escaped_size(short_field))
+    short_reason = cut_text(reason, room - escaped_size(short_field))
     if short_reason is None:
         return None
     return _entry(short_field, short_reason)
 
 
-def _shorten(text: str, limit: int) -> str | None:
-    """``text`` if it fits ``limit`` canonical bytes; else its head and tail
-    around a marker naming how many UTF-8 bytes were left out; ``None`` if not
-    even the marker fits. The result is always valid Unicode."""
-    if escaped_size(text) <= limit:
-        return text
-    size = len(text.encode("utf-8"))
-    room = limit - escaped_size(_marker(size))
-    if room < 0:
-        return None
-    head = _take(text, room - room // 2, from_end=False)
-    tail = _take(text, room // 2, from_end=True)
-    cut = size - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
-    return head + _marker(cut) + tail
-
-
 def _capped(text: str) -> str:
     # _TEXT_LIMIT is far above any marker's size, so this never gives up.
-    return _shorten(text, _TEXT_LIMIT) or ""
-
-
-def _marker(cut: int) -> str:
-    return f"…[{cut} bytes cut]…"
-
-
-def _take(text: str, room: int, *, from_end: bool) -> str:
-    """The longest head (or tail) of ``text`` within ``room`` canonical bytes."""
-    if room <= 0:
-        return ""
-    # Each character costs at least one byte, so at most `room` are looked at.
-    window = text[-room:] if from_end else text[:room]
-    if escaped_size(window) <= room:
-        return window
-    chars = reversed(window) if from_end else iter(window)
-    sizes = itertools.accumulate(escaped_size(char) for char in chars)
-    count = sum(1 for _ in itertools.takewhile(lambda size: size <= room, sizes))
-    return window[len(window) - count :] if from_end else window[:count]
+    return cut_text(text, _TEXT_LIMIT) or ""
