@@ -87,12 +87,16 @@ class CallState:
         record: ToolRecord,
         snap: _Snapshot,
         settings: PortSettings,
-        secrets: frozenset[str] = frozenset(),
+        secrets: frozenset[str],
+        own_task: str,
     ) -> None:
         self.record = record
         """The tool's record (:mod:`._tools`): what the steps ask of the tool."""
         self.snap = snap
         self.settings = settings
+        self.own_task = own_task
+        """The task id this call's key derives (C1), computed once, at
+        admission: a launch launches it."""
         self.secrets = secrets | redaction_secrets(snap.arguments.get("env"))
         self.phase = Phase.BEFORE_DISPATCH
         self.sandbox_id: str | None = None

@@ -37,7 +37,7 @@ from ._effects import (
     Wait,
 )
 from ._guard import Phase
-from ._identity import NativeIdentity, task_id
+from ._identity import NativeIdentity
 from ._rejection import arguments_rejection
 from ._results import AgentCommandRef, BackgroundCommandRef, ErrorCode, NativeCommandRef, ToolResult
 from ._rules import call_digest, redacted_digest
@@ -124,8 +124,7 @@ def launch_program(
     snap, record = call.snap, call.record
     assert record.deadline is not None  # a launch has one (ToolRecord)
     _, timeout_seconds = record.deadline(snap.arguments, call.settings)
-    wanted = task_id(snap.session_id, call.settings.owner, snap.operation_key)
-    launch = plan(call, wanted, timeout_seconds)
+    launch = plan(call, call.own_task, timeout_seconds)
     ready = yield from _ensure(call, launch)
     if launch.source is not None:
         yield from _publish(call, ready, launch)
@@ -193,8 +192,9 @@ def _claim(
         raise StoppedError(call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)) from None
     defaults = call.record.digest_defaults
     digest = call_digest(snap.tool, defaults, snap.arguments)
-    # What the record may keep: no env value.
-    recorded = redacted_digest(snap.tool, defaults, snap.arguments)
+    # What the record may keep: no env value (without one, the digest itself).
+    env = snap.arguments.get("env")
+    recorded = redacted_digest(snap.tool, defaults, snap.arguments) if env else digest
     claim = launch_claim(known, launch.task_id, ready, recorded)
     if claim is None:
         # C3 before anything is sent: the key's first start, which may still

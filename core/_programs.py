@@ -172,7 +172,7 @@ def _admit(
         exposed = exposed_env(env, snap.locator(), own_task, shown) + exposed
     if exposed:
         return _rejection(exposed, settings)
-    call = CallState(record, snap, settings, secrets)
+    call = CallState(record, snap, settings, secrets, own_task)
     if call.secrets is not secrets and not call.secrets <= secrets:
         kept = sum(len(value.encode("utf-8", "surrogatepass")) for value in call.secrets)
         if kept > MAX_MASKED_BYTES:
@@ -311,7 +311,8 @@ def crash_result(
             ErrorCode.INTERNAL, instruction="sandrail failed before anything ran; nothing ran."
         )
     if snap is not None:
-        call = CallState(tool_record(snap.tool), snap, settings)
+        own_task = task_id(snap.session_id, settings.owner, snap.operation_key)
+        call = CallState(tool_record(snap.tool), snap, settings, frozenset(), own_task)
         call.sandbox_id, call.task_id = sandbox_id, task
         call.dispatched()
         try:

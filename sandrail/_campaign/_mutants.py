@@ -363,7 +363,6 @@ def _skip_ownership() -> Iterator[None]:
         _owned_commands_answered(claim),
         mock.patch.object(programs, "task_id", task_id),
         mock.patch.object(owned, "task_id", task_id),
-        mock.patch.object(launches, "task_id", task_id),
     ):
         yield
 
