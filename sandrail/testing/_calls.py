@@ -26,6 +26,7 @@ from sandrail.core import (
     NativeIdentity,
     SandboxEffect,
     ToolKind,
+    ToolSet,
     UnknownToolError,
 )
 from sandrail.interpreters.simulator import Fault
@@ -42,6 +43,7 @@ __all__ = [
     "LateDelivery",
     "Mode",
     "WatchedPort",
+    "code_tool",
     "native_identity",
     "tool_kind",
 ]
@@ -54,6 +56,12 @@ AGENT = "agent-1"
 SCOPE: Mapping[str, Any] = {"tenant": "acme", "project": "rails"}
 OWNED_TOOLS = frozenset(name for name, tool in TOOLS.items() if tool.kind is ToolKind.OWNED_TASK)
 """The tools that act on a task this session launched (their records say so)."""
+
+
+def code_tool(mode: Mode) -> str:
+    """The snippet tool's name for an owner of ``mode`` (its record's tool set)."""
+    wanted = ToolSet.AGENT_CODE if mode == "agent" else ToolSet.NATIVE_CODE
+    return next(name for name, tool in TOOLS.items() if tool.tool_set is wanted)
 
 
 def tool_kind(name: object) -> ToolKind | None:

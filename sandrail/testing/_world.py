@@ -64,6 +64,7 @@ from ._calls import (
     LateDelivery,
     Mode,
     WatchedPort,
+    code_tool,
     native_identity,
     tool_kind,
 )
@@ -285,7 +286,7 @@ class World:
     def code_tool(self) -> str:
         """The snippet tool's name for :attr:`default_owner` (``run_code``
         for a native owner, ``sandbox_run_code`` for an agent)."""
-        return "run_code" if self.default_owner == "native" else "sandbox_run_code"
+        return code_tool(self.default_owner)
 
     def code_tools(self, **options: Any) -> WatchedPort:
         """A port with the snippet tool on this world (see :meth:`port`)."""
