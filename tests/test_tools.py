@@ -60,10 +60,10 @@ def _settings(*definitions: sandrail.ToolDefinition) -> PortSettings:
     )
 
 
-def _write_file() -> sandrail.ToolDefinition:
+def _copy_file() -> sandrail.ToolDefinition:
     """A definition of a tool the core has no record of (same schema as
     run_command, another name)."""
-    return attrs.evolve(run_command_definition(300), name="write_file")
+    return attrs.evolve(run_command_definition(300), name="copy_file")
 
 
 def _snap(tool: str) -> _Snapshot:
@@ -109,7 +109,7 @@ def test_a_record_states_every_fact_and_checks_them() -> None:
     with pytest.raises(ValueError, match="without the refusal"):
         attrs.evolve(run, refusal=None)
     with pytest.raises(ValueError, match="names another tool"):
-        attrs.evolve(run, name="write_file")
+        attrs.evolve(run, name="copy_file")
 
 
 def test_c3_launch_digest_fills_each_tools_own_defaults() -> None:
@@ -124,14 +124,14 @@ def test_c3_launch_digest_fills_each_tools_own_defaults() -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["write_file", "", "RUN_COMMAND", None, ["run_command"]])
+@pytest.mark.parametrize("name", ["copy_file", "", "RUN_COMMAND", None, ["run_command"]])
 def test_an_unknown_tool_fails_loudly_at_every_reader_of_the_table(name: Any) -> None:
     """Never a default: each place that asks what a tool is raises
     UnknownToolError (a LookupError) naming the known tools."""
     settings = _settings()
     readers: list[Callable[[], object]] = [
         lambda: tool_record(name),
-        lambda: tool_records([attrs.evolve(run_command_definition(300), name="write_file")]),
+        lambda: tool_records([attrs.evolve(run_command_definition(300), name="copy_file")]),
         lambda: launch_digest(name, {}),
         lambda: recorded_digest(name, {}),
         lambda: launch_timeout(name, {}, settings),
@@ -149,7 +149,7 @@ def test_an_unknown_tool_fails_loudly_at_every_reader_of_the_table(name: Any) ->
 
 
 def test_an_unknown_tool_fails_loudly_in_validation_profiles_dispatch_and_ports() -> None:
-    definition = _write_file()
+    definition = _copy_file()
     with pytest.raises(UnknownToolError):
         check_arguments(definition, {"command": "x"})
     with pytest.raises(UnknownToolError):
@@ -157,7 +157,7 @@ def test_an_unknown_tool_fails_loudly_in_validation_profiles_dispatch_and_ports(
     # A port's settings holding it: the program refuses to guess what it does.
     settings = _settings(definition)
     request = sandrail.ToolRequest(
-        call=sandrail.ToolCall(name="write_file", call_id="c", arguments={"command": "x"}),
+        call=sandrail.ToolCall(name="copy_file", call_id="c", arguments={"command": "x"}),
         operation_key="k",
         session_id="s",
         definition=definition,
@@ -166,7 +166,7 @@ def test_an_unknown_tool_fails_loudly_in_validation_profiles_dispatch_and_ports(
     with pytest.raises(UnknownToolError):
         drive(tool_program(request, settings), Simulator())
     with pytest.raises(UnknownToolError):
-        crash_result(_snap("write_file"), settings, dispatched=True, sandbox_id=None, task=None)
+        crash_result(_snap("copy_file"), settings, dispatched=True, sandbox_id=None, task=None)
     # A port offering it is refused when it is made, not at its first call.
     options = given_options(
         {
@@ -190,7 +190,7 @@ def test_a_tool_the_port_does_not_offer_is_refused_and_the_judge_holds_it_to_tha
     port = world.command_tools()
     request = world.request(port, "sandbox_status", {}, key="k1")
     result = port.execute_sync(
-        attrs.evolve(request, call=attrs.evolve(request.call, name="write_file"))
+        attrs.evolve(request, call=attrs.evolve(request.call, name="copy_file"))
     )
     assert result.content["error_type"] == "e2b_command_tool_unbound"
     world.assert_contract()
