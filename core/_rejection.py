@@ -15,10 +15,11 @@ import attrs
 
 from ._budget import cut_text
 from ._canonical import canonical_size, escaped_size
+from ._compiled_schema import is_unicode
 from ._definitions import MIN_MAX_OUTPUT_BYTES
 from ._results import ErrorCode
 
-__all__ = ["ArgumentProblem", "arguments_rejection", "is_unicode", "printable"]
+__all__ = ["ArgumentProblem", "arguments_rejection", "printable"]
 
 _INSTRUCTION: Final = "Nothing ran. Fix these arguments and try again."
 # Longest field or reason text (in canonical bytes) kept once content must shrink.
@@ -83,16 +84,6 @@ def arguments_rejection(
         content = _fit_problems(layout, listed, max_output_bytes) or bare
     # The arithmetic above is exact; this last measure makes C12 hold even if it were not.
     return content if canonical_size(content) <= max_output_bytes else bare
-
-
-def is_unicode(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def printable(text: str) -> str:

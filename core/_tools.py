@@ -16,7 +16,7 @@ Adding a tool is adding its record here, with its definition
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -53,8 +53,8 @@ from ._rules import (
     redacted_digest,
     snippet_deadline,
 )
-from ._snapshot import PortSettings
-from ._tool_record import ToolKind, ToolRecord, ToolSet, UnknownToolError
+from ._snapshot import PortSettings, _Snapshot
+from ._tool_record import Program, Shape, ToolKind, ToolRecord, ToolSet, UnknownToolError
 
 __all__ = [
     "CODE_TOOL_NAMES",
@@ -78,6 +78,35 @@ _NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
 _LANGUAGE_RULES: Final = (("properties", "language", "enum"), ("properties", "language", "anyOf"))
 
 
+def _launching_nothing(
+    name: str,
+    kind: ToolKind,
+    define: Callable[[int], ToolDefinition],
+    program: Callable[[Any], Program],
+    result_shapes: Callable[[_Snapshot, PortSettings], Sequence[Shape]],
+    uncertain_instruction: str,
+    *,
+    uncertain_points_to_read: bool,
+) -> ToolRecord:
+    """A command tool that launches nothing: no deadline, no digest defaults,
+    no refusal of its own, nothing to convert from a strict profile."""
+    return ToolRecord(
+        name=name,
+        kind=kind,
+        tool_set=ToolSet.COMMAND,
+        define=define,
+        program=program,
+        result_shapes=result_shapes,
+        uncertain_instruction=uncertain_instruction,
+        uncertain_points_to_read=uncertain_points_to_read,
+        refusal=None,
+        own_code_rules=(),
+        digest_defaults=_NOTHING,
+        deadline=None,
+        strict_conversion=None,
+    )
+
+
 def _run_code(name: str, tool_set: ToolSet) -> ToolRecord:
     return ToolRecord(
         name=name,
@@ -99,20 +128,14 @@ def _run_code(name: str, tool_set: ToolSet) -> ToolRecord:
 _RECORDS: Final[dict[str, ToolRecord]] = {
     record.name: record
     for record in (
-        ToolRecord(
-            name="sandbox_status",
-            kind=ToolKind.INSPECTS,
-            tool_set=ToolSet.COMMAND,
-            define=sandbox_status_definition,
-            program=sandbox_status_program,
-            result_shapes=status_shapes,
-            uncertain_instruction=REPEAT_LAUNCH,
+        _launching_nothing(
+            "sandbox_status",
+            ToolKind.INSPECTS,
+            sandbox_status_definition,
+            sandbox_status_program,
+            status_shapes,
+            REPEAT_LAUNCH,
             uncertain_points_to_read=True,
-            refusal=None,
-            own_code_rules=(),
-            digest_defaults=_NOTHING,
-            deadline=None,
-            strict_conversion=None,
         ),
         ToolRecord(
             name="run_command",
@@ -131,35 +154,23 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             deadline=command_deadline,
             strict_conversion=command_from_strict,
         ),
-        ToolRecord(
-            name="read_command_output",
-            kind=ToolKind.OWNED_TASK,
-            tool_set=ToolSet.COMMAND,
-            define=read_command_output_definition,
-            program=read_program,
-            result_shapes=read_shapes,
-            uncertain_instruction=REPEAT_READ,
+        _launching_nothing(
+            "read_command_output",
+            ToolKind.OWNED_TASK,
+            read_command_output_definition,
+            read_program,
+            read_shapes,
+            REPEAT_READ,
             uncertain_points_to_read=False,
-            refusal=None,
-            own_code_rules=(),
-            digest_defaults=_NOTHING,
-            deadline=None,
-            strict_conversion=None,
         ),
-        ToolRecord(
-            name="stop_command",
-            kind=ToolKind.OWNED_TASK,
-            tool_set=ToolSet.COMMAND,
-            define=stop_command_definition,
-            program=stop_program,
-            result_shapes=stop_shapes,
-            uncertain_instruction=REPEAT_STOP,
+        _launching_nothing(
+            "stop_command",
+            ToolKind.OWNED_TASK,
+            stop_command_definition,
+            stop_program,
+            stop_shapes,
+            REPEAT_STOP,
             uncertain_points_to_read=False,
-            refusal=None,
-            own_code_rules=(),
-            digest_defaults=_NOTHING,
-            deadline=None,
-            strict_conversion=None,
         ),
         _run_code("run_code", ToolSet.NATIVE_CODE),
         _run_code("sandbox_run_code", ToolSet.AGENT_CODE),

@@ -36,7 +36,7 @@ import attrs
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
-from ._compiled_schema import Predicate, compile_schema, ecma_regex, is_plain_json
+from ._compiled_schema import Predicate, compile_schema, ecma_regex, is_plain_json, is_unicode
 from ._definitions import (
     COMMAND_PATTERN,
     NO_NUL_PATTERN,
@@ -46,7 +46,7 @@ from ._definitions import (
 )
 from ._env import ENV_NAME_PATTERN, env_name_problem
 from ._env_strict import STRICT_ENV_NAME_PATTERN
-from ._rejection import ArgumentProblem, arguments_rejection, is_unicode, printable
+from ._rejection import ArgumentProblem, arguments_rejection, printable
 from ._tools import tool_record
 
 __all__ = [

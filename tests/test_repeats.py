@@ -126,6 +126,16 @@ def test_c2_mcp_fallback_keys_of_one_call_spelled_two_ways_are_one_key() -> None
     assert other[0] != plain[0]
 
 
+def _request(call_id: str, identity: sandrail.AgentIdentity | None) -> sandrail.ToolRequest:
+    return sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id=call_id, arguments={}),
+        operation_key="k",
+        session_id="s",
+        definition=command_tool_definitions()[1],
+        identity=identity,
+    )
+
+
 @pytest.mark.parametrize(
     ("code", "said"),
     [
@@ -136,14 +146,7 @@ def test_c2_mcp_fallback_keys_of_one_call_spelled_two_ways_are_one_key() -> None
 def test_c5_c6_a_refusal_after_a_launch_is_uncertain_with_the_tasks_locator(
     code: ErrorCode, said: str
 ) -> None:
-    identity = sandrail.AgentIdentity(agent_id="a")
-    request = sandrail.ToolRequest(
-        call=sandrail.ToolCall(name="run_command", call_id="c2", arguments={}),
-        operation_key="k",
-        session_id="s",
-        definition=command_tool_definitions()[1],
-        identity=identity,
-    )
+    request = _request("c2", sandrail.AgentIdentity(agent_id="a"))
     result = refused_after_launch(
         code, KNOWN, request, reason="no", readable=True, max_output_bytes=24_000
     )
@@ -170,13 +173,7 @@ def test_c5_c6_a_refusal_after_a_launch_is_uncertain_with_the_tasks_locator(
 
 
 def test_c12_a_refusal_after_a_launch_fits_the_budget_and_only_follows_refusals() -> None:
-    request = sandrail.ToolRequest(
-        call=sandrail.ToolCall(name="run_command", call_id="c", arguments={}),
-        operation_key="k",
-        session_id="s",
-        definition=command_tool_definitions()[1],
-        identity=None,
-    )
+    request = _request("c", None)
     result = refused_after_launch(
         ErrorCode.POLICY_DENIED,
         KNOWN,
