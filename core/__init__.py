@@ -146,7 +146,7 @@ from ._profiles import (
 )
 from ._programs import Program, crash_result, refused_after_launch, tool_program
 from ._rejection import ArgumentProblem, arguments_rejection
-from ._repeats import repeat_scope, same_call
+from ._repeats import one_call, repeat_scope, same_call
 from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
 from ._results import (
     APPROVAL_REJECTED_INSTRUCTION,
@@ -339,6 +339,7 @@ __all__ = [
     "next_step",
     "observe",
     "omission_marker",
+    "one_call",
     "owner_key",
     "plain_arguments",
     "recorded_digest",

@@ -192,9 +192,10 @@ def _claim(
         raise StoppedError(call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)) from None
     defaults = call.record.digest_defaults
     digest = call_digest(snap.tool, defaults, snap.arguments)
-    # What the record may keep: no env value (without one, the digest itself).
-    env = snap.arguments.get("env")
-    recorded = redacted_digest(snap.tool, defaults, snap.arguments) if env else digest
+    # What the record may keep: no env value (with nothing to mask, the
+    # digest itself).
+    masks = snap.arguments.get("env") or call.secrets
+    recorded = redacted_digest(snap.tool, defaults, snap.arguments) if masks else digest
     claim = launch_claim(known, launch.task_id, ready, recorded)
     if claim is None:
         # C3 before anything is sent: the key's first start, which may still

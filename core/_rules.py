@@ -39,6 +39,7 @@ __all__ = [
     "command_deadline",
     "command_from_strict",
     "command_refusal",
+    "filled_arguments",
     "redacted_digest",
     "snippet_deadline",
 ]
@@ -53,19 +54,25 @@ RUN_CODE_DEFAULTS: Final[Mapping[str, Any]] = MappingProxyType(
 """A code tool's arguments when left out, as its digest fills them in."""
 
 
-def call_text(tool: str, defaults: Mapping[str, Any], arguments: Mapping[str, Any]) -> bytes:
-    """The canonical text of what a call of ``tool`` means (C3): the tool and
-    its arguments with ``defaults`` (its record's) filled in, so ``{"command":
-    "x"}`` and ``{"command": "x", "background": false}`` are the same launch
-    (and so are ``env: {}``, a strict profile's ``env: []`` and no env).
-    Raises ``CanonicalJSONError`` for arguments with no canonical form."""
+def filled_arguments(defaults: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """What a call's ``arguments`` mean (C3): ``defaults`` (its record's)
+    filled in, so ``{"command": "x"}`` and ``{"command": "x", "background":
+    false}`` are the same launch (and so are ``env: {}``, a strict profile's
+    ``env: []`` and no env, and a language and its alias)."""
     filled = dict(defaults)
     filled.update(arguments)
     if filled.get("env") == {}:
         filled["env"] = None  # no variables, however they were written
     if "language" in filled:
         filled["language"] = resolve_language(filled["language"]) or filled["language"]
-    return canonical_json({"tool": tool, "arguments": filled})
+    return filled
+
+
+def call_text(tool: str, defaults: Mapping[str, Any], arguments: Mapping[str, Any]) -> bytes:
+    """The canonical text of what a call of ``tool`` means (C3): the tool and
+    its :func:`filled_arguments`. Raises ``CanonicalJSONError`` for
+    arguments with no canonical form."""
+    return canonical_json({"tool": tool, "arguments": filled_arguments(defaults, arguments)})
 
 
 def call_digest(tool: str, defaults: Mapping[str, Any], arguments: Mapping[str, Any]) -> str:

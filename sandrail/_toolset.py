@@ -100,6 +100,7 @@ from sandrail.core import (
     bound_result,
     error_result,
     minimum_output_bytes,
+    one_call,
     refused_after_launch,
     repeat_scope,
     same_call,
@@ -309,20 +310,24 @@ class Toolset:
         :meth:`call` with the same ``profile``."""
         return tool_schema(self.definition(name), profile)
 
-    def same_call(self, name: str, arguments: object, profile: Profile = "full") -> bytes | None:
-        """What two calls of tool ``name`` (``arguments`` in ``profile``'s
-        shape) share exactly when they are one call to this toolset: the
-        core's :func:`~sandrail.core.same_call` of the arguments in the port's
-        form. ``None`` when the call would run nothing: no such tool,
-        arguments the toolset refuses before the port sees them (not an
-        object, a strict profile's its schema refuses) or with no canonical
-        form. What an exact repeat is matched by, here
-        (``reconcile_repeats``) and by the MCP adapter's fallback keys."""
+    def one_call(
+        self, name: str, arguments: object, profile: Profile = "full"
+    ) -> dict[str, Any] | None:
+        """Tool ``name``'s ``arguments`` (in ``profile``'s shape) as one call
+        to this toolset: the core's :func:`~sandrail.core.one_call` of them in
+        the port's form, the same JSON for two calls exactly when they are
+        one (what an exact repeat is matched by, here with
+        ``reconcile_repeats`` and by the MCP adapter's fallback keys).
+        ``None`` when the call would run nothing: no such tool, or arguments
+        the toolset refuses before the port sees them (not an object, a
+        strict profile's its schema refuses)."""
         port = self._ports.get(name) if isinstance(name, str) else None
         if port is None:
             return None
         converted = self._converted(port.definition(name), profile, arguments)
-        return None if isinstance(converted, ToolResult) else _same(port, name, converted)
+        if isinstance(converted, ToolResult):
+            return None
+        return one_call(name, converted, port.settings)
 
     def operation_key(self, call_id: str, *, run_id: str | None = None) -> str:
         """``f"{run_id}:{call_id}"``, the documented operation-key rule (see
@@ -585,7 +590,7 @@ class Toolset:
                 instruction="The harness's identity function failed; nothing ran.",
             )
         repeat = None
-        same = _same(port, name, converted) if reconcile_repeats else None
+        same = same_call(name, converted, port.settings) if reconcile_repeats else None
         if same is not None:
             repeat = (
                 repeat_scope(run_id, operation_key, call_id),
@@ -692,10 +697,6 @@ class Toolset:
             self._unsettled.move_to_end(repeat)
             while len(self._unsettled) > _UNSETTLED_KEPT:
                 self._unsettled.popitem(last=False)
-
-
-def _same(port: ToolPort, name: str, converted: Mapping[str, Any]) -> bytes | None:
-    return same_call(name, converted, port.settings)
 
 
 class _Prepared(NamedTuple):

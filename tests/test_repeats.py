@@ -12,8 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sandrail
-from sandrail.adapters.mcp import _FallbackKeys
-from sandrail.adapters.mcp import same_call as mcp_same_call
 from sandrail.core import (
     AgentOwner,
     ErrorCode,
@@ -22,6 +20,7 @@ from sandrail.core import (
     canonical_json,
     command_tool_definitions,
     launch_digest,
+    one_call,
     refused_after_launch,
     repeat_scope,
     same_call,
@@ -92,38 +91,26 @@ def test_c2_repeat_scope_is_total_and_keys_name_their_own(run: Any, key: Any, ca
 
 
 def test_c2_the_toolset_and_the_mcp_adapter_match_repeats_by_one_rule() -> None:
-    """Both ask :meth:`Toolset.same_call`, which is the core's rule on the
-    arguments in the port's form (strict profiles converted first)."""
+    """Both ask :meth:`Toolset.one_call`, which is the core's rule on the
+    arguments in the port's form (strict profiles converted first); the
+    toolset's repeat digest is the launch digest of those arguments."""
     tools = toolset()
     port_settings = tools._ports["run_command"].settings
-    strict: dict[str, Any] = {
-        "command": "x",
-        "cwd": None,
-        "timeout": None,
-        "env": [],
-        "background": None,
-    }
-    expected = same_call("run_command", {"command": "x", "env": {}}, port_settings)
-    assert tools.same_call("run_command", {"command": "x"}) == expected
-    assert tools.same_call("run_command", strict, "openai-strict") == expected
-    assert mcp_same_call(tools, "run_command", strict, "openai-strict") == expected
-    # Arguments the toolset refuses run nothing: still a stable text.
-    bad = ["command"]
-    assert tools.same_call("run_command", bad) is None
-    assert mcp_same_call(tools, "run_command", bad, "full") == canonical_json(["run_command", bad])
-    assert tools.same_call("no_such_tool", {}) is None
-
-
-def test_c2_mcp_fallback_keys_of_one_call_spelled_two_ways_are_one_key() -> None:
-    """A client's retry that spells out a default is the same call, as a
-    model's exact repeat is to the toolset."""
-    tools = toolset()
-    keys = _FallbackKeys()
-    plain = keys.key(mcp_same_call(tools, "run_command", {"command": "x"}, "full"))
-    spelled = {"command": "x", "background": False, "timeout": None}
-    assert keys.key(mcp_same_call(tools, "run_command", spelled, "full")) == plain
-    other = keys.key(mcp_same_call(tools, "run_command", {"command": "y"}, "full"))
-    assert other[0] != plain[0]
+    strict: dict[str, Any] = {"command": "x", "cwd": None, "timeout": None, "env": []}
+    strict["background"] = None
+    expected = one_call("run_command", {"command": "x", "env": {}}, port_settings)
+    assert expected["timeout"] == 300  # the port's deadline, in place of none
+    assert tools.one_call("run_command", {"command": "x"}) == expected
+    assert tools.one_call("run_command", strict, "openai-strict") == expected
+    assert same_call("run_command", {"command": "x"}, port_settings) == canonical_json(
+        {"tool": "run_command", "arguments": expected}
+    )
+    assert hashlib.sha256(
+        same_call("run_command", {"command": "x"}, port_settings) or b""
+    ).hexdigest() == launch_digest("run_command", expected)
+    # Arguments the toolset refuses before the port, or no such tool: none.
+    assert tools.one_call("run_command", ["command"]) is None
+    assert tools.one_call("no_such_tool", {}) is None
 
 
 def _request(call_id: str, identity: sandrail.AgentIdentity | None) -> sandrail.ToolRequest:

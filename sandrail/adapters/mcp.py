@@ -44,10 +44,8 @@ it is never silently replaced by the fallback. A request without one gets a
 fallback key of its MCP session (another client, or another session of the
 same client, never shares it), derived from the tool, its arguments and a
 generation that moves on only once an identical call's settled result
-(``ok`` or ``error``) was returned. Identical means what the toolset
-matches a model's exact repeat by (:meth:`~sandrail.Toolset.same_call`):
-the arguments as the port reads them, whatever their key order, ``1.0``
-for ``1`` or a default spelled out. The key shows an HMAC of the tool and
+(``ok`` or ``error``) was returned (identical as the toolset matches a
+model's exact repeat: :meth:`~sandrail.Toolset.one_call`). The key shows an HMAC of the tool and
 arguments under a secret the server draws for each MCP session, never a
 plain digest: a transcript that shows the key is no oracle for the env
 values it was derived from (C17):
@@ -134,12 +132,16 @@ class _FallbackKeys:
         self._secret = secrets.token_bytes(32)
         self._generations: dict[str, int] = {}
 
-    def key(self, same: bytes) -> tuple[str, str, int]:
-        """The key of a call whose :func:`same_call` text is ``same``."""
+    def key(self, name: str, arguments: object) -> tuple[str, str, int]:
+        try:
+            # Canonical JSON: key order and 1 versus 1.0 make no new call.
+            text = canonical_json([name, arguments])
+        except (CanonicalJSONError, TypeError, ValueError, RecursionError):
+            text = json.dumps([name, arguments], sort_keys=True, default=repr).encode()
         # Keyed (issue 20): the key is shown to the model, and a plain digest
         # of arguments holding env values would let anyone who reads a
         # transcript test guesses of those values offline.
-        digest = hmac.new(self._secret, same, hashlib.sha256).hexdigest()[:32]
+        digest = hmac.new(self._secret, text, hashlib.sha256).hexdigest()[:32]
         generation = self._generations.get(digest, 0)
         return f"mcp:{self._epoch}:{digest}:{generation}", digest, generation
 
@@ -149,28 +151,12 @@ class _FallbackKeys:
             self._generations[digest] = generation + 1
 
 
-def same_call(toolset: Toolset, name: str, arguments: object, profile: Profile) -> bytes:
-    """What a fallback key is derived from: the toolset's own rule of when two
-    calls are one call (:meth:`~sandrail.Toolset.same_call`, the one a
-    model's exact repeat is matched by), so a retry that writes the same
-    arguments differently (key order, ``1.0`` for ``1``, a default spelled
-    out) is the same call. Arguments the toolset refuses run nothing: any
-    stable text of them will do."""
-    same = toolset.same_call(name, arguments, profile)
-    if same is not None:
-        return same
-    try:
-        return canonical_json([name, arguments])
-    except (CanonicalJSONError, TypeError, ValueError, RecursionError):
-        return json.dumps([name, arguments], sort_keys=True, default=repr).encode()
-
-
 def minimum_output_bytes(toolset: Toolset) -> int:
     """The smallest ``max_output_bytes`` a toolset served over MCP can have:
     every call under a fallback key (a client that sends no key) must be
     able to carry its full identity (C14). The number :func:`server` and
     ``sandrail mcp --max-output-bytes`` name when they refuse a budget."""
-    longest, _, _ = _FallbackKeys().key(b"")
+    longest, _, _ = _FallbackKeys().key("", None)
     return toolset.minimum_output_bytes(call_id="mcp-999999", operation_key=longest + "9" * 5)
 
 
@@ -271,9 +257,10 @@ def server(
             key = str.__str__(sent)
         else:
             fallback = fallback_of(ctx)
-            key, digest, generation = fallback.key(
-                same_call(toolset, params.name, arguments, profile)
-            )
+            # One call as the toolset matches a model's exact repeat (key
+            # order, 1.0 for 1, a default spelled out make no new call).
+            same = toolset.one_call(params.name, arguments, profile)
+            key, digest, generation = fallback.key(params.name, same or arguments)
             derived = (digest, generation)
         call_id = f"mcp-{ctx.request_id}"
         asked = _answered(params, key)
