@@ -247,6 +247,7 @@ PUBLIC_MODULES = (
     "sandrail.adapters.openai_agents",
     "sandrail.adapters.pydantic_ai",
     "sandrail.adapters.anthropic",
+    "sandrail.adapters.kit",
     "sandrail.local_e2b",
 )
 """The modules whose ``__all__`` is sandrail's public surface."""
