@@ -64,7 +64,7 @@ import asyncio
 import json
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, TypedDict
 
 import attrs
 
@@ -341,18 +341,7 @@ class Adapter:
         this call (see :meth:`~sandrail.Toolset.call`); ``cancel``: the
         harness's abort signal, if any. Never raises but for the caller's
         own cancellation (the result is then in ``toolset.abandoned``)."""
-        return await self._toolset.call(
-            call.name,
-            call.arguments,
-            call_id=call.call_id,
-            operation_key=call.operation_key,
-            profile=self._profile,
-            cancel=cancel,
-            timeout_seconds=self._timeout_seconds,
-            reconcile_repeats=call.run_id is not None,
-            run_id=call.run_id,
-            approved=approved,
-        )
+        return await self._toolset.call(*_named(call), **self._options(call, approved, cancel))
 
     def run_sync(
         self, call: ModelCall, *, approved: bool = False, cancel: object | None = None
@@ -360,9 +349,13 @@ class Adapter:
         """:meth:`run` for code without an event loop (with an asynchronous
         backend inside a running loop it refuses: see
         :meth:`~sandrail.Toolset.call_sync`)."""
-        return self._toolset.call_sync(
-            call.name,
-            call.arguments,
+        return self._toolset.call_sync(*_named(call), **self._options(call, approved, cancel))
+
+    def _options(self, call: ModelCall, approved: bool, cancel: object | None) -> _CallOptions:
+        """The keyword arguments of the toolset's ``call`` (and
+        ``call_sync``) for ``call``: repeats are matched under its run (a
+        client's own key has none, and is its own)."""
+        return _CallOptions(
             call_id=call.call_id,
             operation_key=call.operation_key,
             profile=self._profile,
@@ -442,6 +435,23 @@ def parsed_arguments(arguments: object) -> dict[str, Any] | None:
     if isinstance(parsed, dict) and all(type(key) is str for key in parsed):
         return parsed
     return None
+
+
+class _CallOptions(TypedDict):
+    """The keyword arguments of :meth:`~sandrail.Toolset.call` an adapter passes."""
+
+    call_id: str
+    operation_key: str
+    profile: Profile
+    cancel: object | None
+    timeout_seconds: float | None
+    reconcile_repeats: bool
+    run_id: str | None
+    approved: bool
+
+
+def _named(call: ModelCall) -> tuple[str, object]:
+    return call.name, call.arguments
 
 
 def _plain_text(value: object) -> str | None:
