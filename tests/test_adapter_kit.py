@@ -233,6 +233,7 @@ def test_c5_rejecting_a_call_that_already_ran_says_so() -> None:
     adapter = Adapter(tools, framework="toy")
     deploy = adapter.call_of("run_command", {"command": "echo deploy"}, call_id="c1", run_id="r")
     assert isinstance(deploy, ModelCall)
+    assert adapter.run_sync(deploy).status == "approval_required"
     assert adapter.run_sync(deploy, approved=True).status == "ok"
     late = adapter.reject(deploy)
     assert (late.status, late.error_type) == ("uncertain", "approval_rejected")

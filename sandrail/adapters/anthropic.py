@@ -33,8 +33,11 @@ with ``await tools.approve(block)`` (runs that very call once, under its own
 operation key, so approving again, after a restart say, launches nothing
 new: C2) or ``tools.reject(block, reason=...)`` (runs nothing; the model
 reads ``approval_rejected``). A ``Deny`` never asks: the model reads
-``policy_denied``. The key's run part is ``run_id=``: keep it with the
-conversation when an approval may be answered by another process.
+``policy_denied``. The approval is bound to the block asked about: a block
+with its id and other input is refused (``approval_mismatch``) and a
+rejected block stays rejected (``docs/howto/approval.md``). The key's run
+part is ``run_id=``: keep it with the conversation, and give the toolsets
+one durable record, when an approval may be answered by another process.
 
 ``timeout_seconds`` is each call's deadline: when it passes, the call is
 aborted as a :class:`~sandrail.CancelToken` would abort it and the

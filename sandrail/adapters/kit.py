@@ -334,24 +334,50 @@ class Adapter:
         )
 
     async def run(
-        self, call: ModelCall, *, approved: bool = False, cancel: object | None = None
+        self,
+        call: ModelCall,
+        *,
+        approved: bool = False,
+        edited: bool = False,
+        cancel: object | None = None,
     ) -> ToolResult:
         """Run ``call`` on the toolset and return its result (send the model
-        ``result.to_json()``). ``approved=True``: a person approved exactly
-        this call (see :meth:`~sandrail.Toolset.call`); ``cancel``: the
-        harness's abort signal, if any. Never raises but for the caller's
-        own cancellation (the result is then in ``toolset.abandoned``)."""
-        return await self._toolset.call(*_named(call), **self._options(call, approved, cancel))
+        ``result.to_json()``). ``cancel``: the harness's abort signal, if
+        any. Never raises but for the caller's own cancellation (the result
+        is then in ``toolset.abandoned``).
+
+        ``approved=True``: a person approved the call the toolset asked them
+        about under this key. The approval is bound to that call (see
+        :meth:`~sandrail.Toolset.call`): a call with another tool or other
+        arguments under its key is refused (``approval_mismatch``), one a
+        person rejected first stays rejected, and one nobody was asked
+        about here (another process without the same durable record) is
+        asked about again: the result is ``approval_required`` once more, so
+        hand it to the framework's human-in-the-loop as the first time.
+        Nothing runs in any of them. ``edited=True`` (with ``approved``):
+        the arguments are the person's own, written when approving (an
+        edit of the call asked about), and the approval covers them."""
+        options = self._options(call, approved, edited, cancel)
+        return await self._toolset.call(*_named(call), **options)
 
     def run_sync(
-        self, call: ModelCall, *, approved: bool = False, cancel: object | None = None
+        self,
+        call: ModelCall,
+        *,
+        approved: bool = False,
+        edited: bool = False,
+        cancel: object | None = None,
     ) -> ToolResult:
         """:meth:`run` for code without an event loop (with an asynchronous
         backend inside a running loop it refuses: see
         :meth:`~sandrail.Toolset.call_sync`)."""
-        return self._toolset.call_sync(*_named(call), **self._options(call, approved, cancel))
+        return self._toolset.call_sync(
+            *_named(call), **self._options(call, approved, edited, cancel)
+        )
 
-    def _options(self, call: ModelCall, approved: bool, cancel: object | None) -> _CallOptions:
+    def _options(
+        self, call: ModelCall, approved: bool, edited: bool, cancel: object | None
+    ) -> _CallOptions:
         """The keyword arguments of the toolset's ``call`` (and
         ``call_sync``) for ``call``: repeats are matched under its run (a
         client's own key has none, and is its own)."""
@@ -364,6 +390,7 @@ class Adapter:
             reconcile_repeats=call.run_id is not None,
             run_id=call.run_id,
             approved=approved,
+            edited=edited,
         )
 
     async def asks_a_person(self, call: ModelCall) -> bool:
@@ -448,6 +475,7 @@ class _CallOptions(TypedDict):
     reconcile_repeats: bool
     run_id: str | None
     approved: bool
+    edited: bool
 
 
 def _named(call: ModelCall) -> tuple[str, object]:

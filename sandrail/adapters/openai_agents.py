@@ -42,10 +42,12 @@ that reuses call ids across runs of one session needs ``run_id=`` (a
 function of the context that the saved state carries too, such as
 ``lambda ctx: ctx.context.run_id``), or a new run's approved call would be
 taken for the old one's retry. A
-state resumed twice, from one saved copy, in two processes, then launches
-once (C2). Arguments that are not a JSON object are the SDK's to judge: it
-asks for approval of them before this adapter sees them; approved, they are
-refused and nothing runs.
+state resumed twice, from one saved copy, in two processes sharing the
+toolset's record, then launches once (C2); a rejection given with
+``rejection(toolset, item=item)`` stands against a later approval.
+Arguments that are not a JSON object are the SDK's to judge: it asks for
+approval of them before this adapter sees them; approved, they are refused
+and nothing runs.
 
 Timeouts: ``timeout_seconds`` is enforced here, not by the SDK: when it
 passes, the call is aborted as a :class:`~sandrail.CancelToken` would abort

@@ -37,7 +37,11 @@ Approval (DESIGN §12). When the harness's policy answers
 ``output_type=[str, DeferredToolRequests]``). A new run with the message
 history and ``DeferredToolResults(approvals={tool_call_id: True})`` runs that
 very call once, under the key of the run that made it, so resuming the same
-history twice (two processes, a crash in between) launches once (C2). An
+history twice (two processes sharing the toolset's record, a crash in
+between) launches once (C2); a history that comes back with the call
+changed is refused (``approval_mismatch``), and a call the toolset cannot
+match to a question it asked is deferred to a person again
+(``docs/howto/approval.md``). An
 approval with ``ToolApproved(override_args=...)`` runs the arguments the
 person gave (``env`` may be a mapping there; invalid ones are reported as
 the person's, not the model's).
@@ -168,10 +172,12 @@ def _toolset_class() -> type[Any]:
             call = adapter.call_of(name, arguments, call_id=call_id, run_id=run_id)
             if not isinstance(call, ModelCall):
                 return call.to_json()
-            result = await adapter.run(call, approved=approved)
-            if result.needs_approval and not approved:
+            result = await adapter.run(call, approved=approved, edited=overridden)
+            if result.needs_approval:
                 # Nothing ran: hand the question to pydantic-ai's deferred
-                # tools, so a person answers it.
+                # tools, so a person answers it (again, for an approval the
+                # toolset cannot match to a question it asked: see
+                # sandrail.adapters.kit.Adapter.run).
                 raise pydantic_ai.ApprovalRequired(
                     metadata={
                         "interaction_id": result.content.get("interaction_id"),
