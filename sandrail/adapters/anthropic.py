@@ -47,8 +47,9 @@ cancels the call and leaves nothing to send the model.
 
 The handlers never raise for any block: a block that cannot be read (an
 attribute that raises, a missing id) is answered with a refusal.
-:meth:`AnthropicTools.handle_all` raises ``TypeError`` only when it is not
-given a list (or other iterable) of blocks.
+:meth:`AnthropicTools.handle_all` (and ``handle_all_sync``) raises
+``TypeError`` only when it is not given a list (or other iterable) of
+blocks.
 """
 
 from __future__ import annotations
@@ -184,6 +185,11 @@ class AnthropicTools:
         ``TypeError`` when ``content`` is not a list (or other iterable) of
         blocks: pass the reply's ``content``, not the reply."""
         return [await self.handle(block) for block in _tool_uses(content, "handle_all")]
+
+    def handle_all_sync(self, content: Iterable[object]) -> list[dict[str, Any]]:
+        """:meth:`handle_all` for code without an event loop: each block as
+        :meth:`handle_sync` answers it, one after the other, in order."""
+        return [self.handle_sync(block) for block in _tool_uses(content, "handle_all_sync")]
 
 
 def _tool_uses(content: Iterable[object], method: str) -> list[object]:
