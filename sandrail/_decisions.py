@@ -154,6 +154,8 @@ class Decisions:
         recorded: str | None,
     ) -> OwnedCommand | None:
         task = self._task_id(key)
+        if task is None:
+            return None
         new = OwnedCommand(
             task_id=task,
             operation_key=key,
@@ -173,15 +175,22 @@ class Decisions:
 
     def _row(self, request: ToolRequest, key: str) -> OwnedCommand | None:
         task = self._task_id(key)
+        if task is None:
+            return None
         try:
             row = self._resolve(request, task)
         except Exception:
             return None
         return row if isinstance(row, OwnedCommand) and row.task_id == task else None
 
-    def _task_id(self, key: str) -> str:
+    def _task_id(self, key: str) -> str | None:
+        """The row's task id, or ``None`` for a key that is not valid text
+        (a lone surrogate: the port refuses such a key before it asks)."""
         frame = [_DOMAIN, self._session_id, self._owner.key(), key]
-        return hashlib.sha256(canonical_json(frame)).hexdigest()
+        try:
+            return hashlib.sha256(canonical_json(frame)).hexdigest()
+        except Exception:
+            return None
 
 
 def _key(request: ToolRequest) -> str | None:

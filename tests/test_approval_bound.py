@@ -363,3 +363,19 @@ def test_c8_an_edited_approval_runs_the_persons_arguments_and_a_rejection_stands
     refused = tools.call_sync("run_command", {"command": STAGING}, operation_key="r:c2", **options)
     _refused(refused.content, "approval_rejected")
     assert _launches(sim) == 1
+
+
+def test_c5_an_approval_or_rejection_under_a_key_that_is_not_text_never_raises() -> None:
+    """A key holding a lone surrogate (JSON decodes ``"\\ud800"`` into one: a
+    client's choice over MCP) has no task id: approving or rejecting it
+    answers a result and runs nothing, never a raise."""
+    sim = Simulator()
+    tools = make_toolset(sim)
+    key = "k\ud800"
+    for approved in (False, True):
+        answer = tools.call_sync(
+            "run_command", {"command": STAGING}, call_id="c1", operation_key=key, approved=approved
+        )
+        assert answer.error_type == "e2b_command_operation_key_required"
+    assert tools.rejection(name="run_command", call_id="c1", operation_key=key).executed is False
+    assert _launches(sim) == 0
