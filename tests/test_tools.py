@@ -224,3 +224,13 @@ def test_dispatch_runs_the_records_program_and_nothing_else() -> None:
         result = world.call(port, "sandbox_status", {}, key="k1")
     assert ran == ["sandbox_status"]
     assert result.content == {"status": "ok", "ok": True}
+
+
+def test_launch_timeout_is_the_records_deadline_and_only_a_launch_has_one() -> None:
+    settings = _settings()
+    assert launch_timeout("run_command", {"command": "x"}, settings) == ("timeout", 300)
+    background = {"command": "x", "background": True, "background_timeout": 90}
+    assert launch_timeout("run_command", background, settings) == ("background_timeout", 90)
+    assert launch_timeout("run_code", {"code": "1", "timeout": 900}, settings) == ("timeout", 300)
+    with pytest.raises(ValueError, match="read_command_output launches nothing"):
+        launch_timeout("read_command_output", {"task_id": "a" * 64}, settings)
