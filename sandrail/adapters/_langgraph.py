@@ -1,0 +1,153 @@
+"""What the LangChain and Deep Agents adapters share: the run identity LangGraph
+keeps across a resume and a crash re-run, and the approval question asked
+through LangGraph's own ``interrupt()``.
+
+Identity. LangGraph re-runs a node from its first line when it is resumed
+(``Command(resume=...)``) and when it raised and the thread is invoked again
+(``invoke(None, config)``). Across both, three things stay the same (measured
+on ``langgraph`` 1.2 with its SQLite and PostgreSQL checkpointers): the thread
+id, the checkpoint namespace (``tools:<task id>`` inside a ``ToolNode``; the
+task id is a function of the checkpoint the task belongs to, so a new turn of
+the same thread has a new one) and the model's tool call id. The run part of
+an operation key is the first two, so the key of a re-run is the key of the
+run it repeats, and the key of a new turn is new even when a scripted model
+numbers its calls ``call_1`` again.
+
+Approval. When the harness's policy answers ``ApprovalRequired``, the tool
+calls ``interrupt()`` with an :func:`approval_request` (what the person must
+see; env values are never part of it) and LangGraph pauses the run. The
+answer is ``Command(resume={"type": "approve"})`` or ``{"type": "reject",
+"message": ...}``, the decision shape of LangChain's
+``HumanInTheLoopMiddleware`` in its per-call mode; LangGraph checks it against
+:func:`decision_schema` before saving it, so a malformed answer is refused at the
+``Command`` and can be given again. On resume the node runs from its first
+line: the policy is asked again (nothing runs), ``interrupt()`` returns the
+answer, and an approval runs that very call under the key it had when the
+question was asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+import functools
+from typing import Any, Literal
+
+from sandrail import ApprovalRequired, ErrorCode, Toolset, ToolResult
+from sandrail.core import bound_result, error_result
+
+__all__ = [
+    "approval_request",
+    "decision_schema",
+    "no_key",
+    "read_decision",
+    "run_of_config",
+]
+
+
+@functools.cache
+def decision_schema() -> Any:
+    """The answer ``interrupt()`` takes back (``{"type": "approve"}`` or
+    ``{"type": "reject", "message": ...}``): LangGraph validates a resume
+    value against it before saving it (a ``pydantic.ValidationError`` at the
+    ``Command``, and the question stays open). Built on first use, with the
+    ``TypedDict`` pydantic reads on every Python."""
+    from typing_extensions import NotRequired, TypedDict
+
+    # The functional form: real types, not annotations postponed in here.
+    approve = TypedDict("Approve", {"type": Literal["approve"]})  # type: ignore[operator]
+    reject = TypedDict(  # type: ignore[operator]
+        "Reject", {"type": Literal["reject"], "message": NotRequired[str]}
+    )
+    return approve | reject
+
+
+def run_of_config(config: object) -> str | None:
+    """The run part of an operation key from a LangGraph ``RunnableConfig``:
+    ``langgraph:{thread_id}:{checkpoint_ns}``, or ``None`` outside a LangGraph
+    task (no ``checkpoint_ns``). The thread id is absent without a
+    checkpointer: the namespace's task id alone then tells runs apart (a run
+    without a checkpointer cannot be resumed, so nothing re-runs it)."""
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping):
+        return None
+    namespace = configurable.get("checkpoint_ns")
+    if not isinstance(namespace, str) or not namespace.strip():
+        return None
+    thread = configurable.get("thread_id")
+    shown = "" if thread is None else str(thread)
+    return f"langgraph:{shown}:{namespace}"
+
+
+def approval_request(
+    toolset: Toolset,
+    name: str,
+    arguments: Mapping[str, Any],
+    *,
+    call_id: str,
+    operation_key: str,
+    decision: ApprovalRequired,
+) -> dict[str, Any]:
+    """The ``interrupt()`` value a person answers: the tool, its arguments
+    with every env value hidden (the names stay), the call's identity and
+    the policy's interaction id, in the shape of ``HumanInTheLoopMiddleware``'s
+    request (``action_requests``, ``review_configs``) so a client built for it
+    shows it. Plain JSON data: checkpointers store it as it is."""
+    shown = shown_arguments(arguments)
+    return {
+        "type": "sandrail_approval",
+        "action_requests": [
+            {
+                "name": name,
+                "args": shown,
+                "description": f"sandrail asks a person to approve {name} "
+                f"(interaction {decision.interaction_id}).",
+            }
+        ],
+        "review_configs": [{"action_name": name, "allowed_decisions": ["approve", "reject"]}],
+        "tool_call_id": call_id,
+        "operation_key": operation_key,
+        "interaction_id": decision.interaction_id,
+        "session_id": toolset.session_id,
+    }
+
+
+def shown_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` with each env value replaced by ``"[hidden]"`` (a
+    mapping, or the strict profiles' ``{name, value}`` list): a person sees
+    which variables a command gets, never their values (C17)."""
+    shown = dict(arguments)
+    env = shown.get("env")
+    if isinstance(env, Mapping):
+        shown["env"] = {str(k): "[hidden]" for k in env}
+    elif isinstance(env, list):
+        shown["env"] = [
+            {"name": item.get("name"), "value": "[hidden]"} if isinstance(item, Mapping) else None
+            for item in env
+        ]
+    return shown
+
+
+def read_decision(answer: object) -> tuple[bool, str | None]:
+    """``(approved, reason)`` from the value ``interrupt()`` returned.
+    Anything but an approval is a rejection: nothing runs (a value that is
+    not a decision at all, which :func:`decision_schema` keeps LangGraph from saving,
+    is read as a rejection with its reason said)."""
+    if isinstance(answer, Mapping):
+        kind = answer.get("type")
+        if kind == "approve":
+            return True, None
+        if kind == "reject":
+            message = answer.get("message")
+            return False, message if isinstance(message, str) else None
+    return False, "the answer given was neither an approval nor a rejection"
+
+
+def no_key(toolset: Toolset, why: str) -> ToolResult:
+    """The refusal of a call with no safe operation key: nothing ran."""
+    return bound_result(
+        error_result(
+            ErrorCode.OPERATION_KEY_REQUIRED,
+            instruction=f"No safe operation key for this call ({why}); nothing ran.",
+        ),
+        toolset.max_output_bytes,
+    )

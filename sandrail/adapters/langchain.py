@@ -1,0 +1,313 @@
+"""LangChain tools for a :class:`~sandrail.Toolset`, for ``create_agent``, LangGraph's
+``ToolNode`` and any graph.
+
+    tools = sandrail.adapters.langchain.tools(toolset)
+    agent = create_agent(model, tools=tools, checkpointer=checkpointer)
+
+Each tool is a LangChain ``BaseTool`` (sync and async) whose parameters are
+the toolset's schema in ``profile`` (``openai-strict`` by default: closed
+objects, every property required and nullable, ``env`` as a ``{name,
+value}`` list, which every chat model LangChain binds tools to accepts). The
+model's arguments reach sandrail as the model wrote them (LangChain does not
+validate a JSON-schema tool's input), and the tool's ``ToolMessage`` content
+is exactly ``result.to_json()``: a string, which LangChain sends as it is, so
+what the model reads is within the budget (C12). Its ``status`` is
+``"error"`` for every result that is not ``ok``.
+
+Operation keys: ``f"langgraph:{thread_id}:{checkpoint_ns}:{tool_call_id}"``,
+from the ``RunnableConfig`` LangGraph gives the tool and the model's tool call
+id. A node that is resumed, or re-run after it crashed, runs its tools again
+from their first line; these three are the same then, so the call reconciles
+with its first launch and never launches again (C2); a new turn of the
+thread has a new checkpoint namespace, so a scripted model's reused call ids
+are new calls. Replaying a thread from an earlier checkpoint re-runs that
+checkpoint's tasks under their old keys: they reconcile, they do not run
+again. Outside a LangGraph run (``tool.invoke(tool_call)`` by hand) there is
+no such identity: pass ``run_id=`` (a string, or a function of the
+``RunnableConfig`` returning one), or the call is refused
+(``e2b_command_operation_key_required``) and nothing runs; so is a call
+without a tool call id (``tool.invoke({"command": ...})``). An exact repeat
+of a call left unsettled (``uncertain``, or never answered) runs under that
+call's key and reconciles it (see :class:`~sandrail.Toolset`).
+
+Approval (see ``docs/howto/langgraph.md``). When the harness's policy answers
+``ApprovalRequired``, the tool calls LangGraph's ``interrupt()`` with the
+question (:func:`sandrail.adapters._langgraph.approval_request`; env values
+hidden) and the run pauses; it needs a checkpointer. ``Command(resume={"type":
+"approve"})`` runs that very call once under its key, however often and from
+however many processes the same checkpoint is resumed; ``{"type": "reject",
+"message": ...}`` runs nothing and the model reads ``approval_rejected``
+(or, when the key already launched, ``uncertain`` with the task's locator).
+``Deny`` never asks anyone. LangChain's ``HumanInTheLoopMiddleware`` works
+too: a call it gates runs when approved (an edit runs the reviewer's
+arguments under the call's key) and the middleware's own message answers a
+rejection; let the harness's policy ``ALLOW`` such calls, or the person is
+asked twice.
+
+Timeouts: ``timeout_seconds`` is each call's deadline, enforced here; when
+it passes, the call is aborted as a :class:`~sandrail.CancelToken` would abort
+it and the model reads the ``canceled`` or ``uncertain`` result.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from sandrail import ApprovalRequired, Profile, Toolset, ToolResult
+from sandrail.adapters import require
+from sandrail.adapters._langgraph import (
+    approval_request,
+    decision_schema,
+    no_key,
+    read_decision,
+    run_of_config,
+)
+
+__all__ = ["tools"]
+
+RunId = str | Callable[[Any], str] | None
+
+_CALL: Final[contextvars.ContextVar[tuple[str | None, Any] | None]] = contextvars.ContextVar(
+    "sandrail_langchain_call", default=None
+)
+"""The tool call being run (its id and the model's arguments as given),
+from ``invoke`` to ``_run``: LangChain hands ``_run`` the arguments as
+keywords (where ``config`` and ``run_manager`` would shadow a model's
+argument of that name) and never the call id."""
+
+
+def tools(
+    toolset: Toolset,
+    *,
+    profile: Profile = "openai-strict",
+    run_id: RunId = None,
+    timeout_seconds: float | None = None,
+) -> list[Any]:
+    """One LangChain ``BaseTool`` per tool of ``toolset`` (see the module doc).
+
+    Raises ``ImportError`` naming the ``langchain`` extra when
+    ``langchain-core`` or ``langgraph`` is missing, ``ValueError`` for an
+    unknown ``profile``, a blank ``run_id`` or a ``timeout_seconds`` that is
+    not a positive number, ``TypeError`` for a ``run_id`` that is neither a
+    string nor a function."""
+    require("langchain_core", "langchain")
+    require("langgraph", "langchain")
+    if run_id is not None and not callable(run_id):
+        if not isinstance(run_id, str):
+            raise TypeError(f"run_id must be a string or a function, got {type(run_id).__name__}")
+        if not run_id.strip():
+            raise ValueError("run_id must be a non-blank string")
+    _check_timeout(timeout_seconds)
+    cls = _tool_class()
+    made = []
+    for name in toolset.names:
+        schema = toolset.schema(name, profile)
+        made.append(
+            cls(
+                name=name,
+                description=toolset.definition(name).description,
+                args_schema=schema,
+                sandrail=_Binding(toolset, name, profile, run_id, timeout_seconds),
+            )
+        )
+    return made
+
+
+class _Binding:
+    """What one tool runs: its toolset, name and the adapter's settings."""
+
+    def __init__(
+        self,
+        toolset: Toolset,
+        name: str,
+        profile: Profile,
+        run_id: RunId,
+        timeout_seconds: float | None,
+    ) -> None:
+        self.toolset = toolset
+        self.name = name
+        self.profile: Profile = profile
+        self.run_id = run_id
+        self.timeout_seconds = timeout_seconds
+
+    def run_of(self, config: object) -> str | None | _Refused:
+        if self.run_id is None:
+            return run_of_config(config)
+        if isinstance(self.run_id, str):
+            return self.run_id
+        try:
+            value = self.run_id(config)
+        except Exception as exc:
+            return _Refused(f"the run_id function raised {type(exc).__name__}")
+        if not isinstance(value, str) or not value.strip():
+            return _Refused("the run_id function returned no non-blank string")
+        return value
+
+    def prepared(self, config: object) -> ToolResult | tuple[str, Any, str, str]:
+        """The call's id, arguments, run and key, or the refusal to send."""
+        call = _CALL.get()
+        call_id, arguments = call if call is not None else (None, None)
+        if not isinstance(call_id, str) or not call_id.strip():
+            return no_key(
+                self.toolset,
+                "the tool was not invoked with a tool call, so it has no tool call id",
+            )
+        run = self.run_of(config)
+        if isinstance(run, _Refused):
+            return no_key(self.toolset, run.reason)
+        if run is None:
+            return no_key(
+                self.toolset,
+                "it runs outside a LangGraph task and the adapter was given no run_id",
+            )
+        return call_id, arguments, run, self.toolset.operation_key(call_id, run_id=run)
+
+    def settings(self, call_id: str, run: str, key: str) -> dict[str, Any]:
+        return {
+            "call_id": call_id,
+            "operation_key": key,
+            "profile": self.profile,
+            "timeout_seconds": self.timeout_seconds,
+            "reconcile_repeats": True,
+            "run_id": run,
+        }
+
+    def question(
+        self, result: ToolResult, arguments: Any, call_id: str, key: str
+    ) -> dict[str, Any] | None:
+        """The interrupt value when ``result`` asks for a person, else ``None``."""
+        if not result.needs_approval or not isinstance(arguments, Mapping):
+            return None
+        interaction = result.content.get("interaction_id")
+        return approval_request(
+            self.toolset,
+            self.name,
+            arguments,
+            call_id=call_id,
+            operation_key=key,
+            decision=ApprovalRequired(
+                interaction_id=interaction if isinstance(interaction, str) else ""
+            ),
+        )
+
+    def rejected(self, reason: str | None, arguments: Any, call_id: str, key: str) -> ToolResult:
+        return self.toolset.rejection(
+            reason,
+            name=self.name,
+            call_id=call_id,
+            operation_key=key,
+            arguments=arguments,
+            profile=self.profile,
+        )
+
+
+class _Refused:
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _check_timeout(timeout_seconds: object) -> None:
+    if timeout_seconds is None:
+        return
+    if (
+        isinstance(timeout_seconds, bool)
+        or not isinstance(timeout_seconds, (int, float))
+        or not math.isfinite(timeout_seconds)
+        or timeout_seconds <= 0
+    ):
+        raise ValueError(f"timeout_seconds must be a positive number, got {timeout_seconds!r}")
+
+
+@functools.cache
+def _tool_class() -> type[Any]:
+    tools_module = require("langchain_core.tools", "langchain")
+    messages = require("langchain_core.messages", "langchain")
+    types = require("langgraph.types", "langchain")
+    config_module = require("langchain_core.runnables", "langchain")
+    RunnableConfig = config_module.RunnableConfig  # noqa: N806
+
+    def message(binding: _Binding, call_id: str | None, result: ToolResult) -> Any:
+        return messages.ToolMessage(
+            content=result.to_json(),
+            tool_call_id=call_id or "",
+            name=binding.name,
+            status="error" if result.is_error else "success",
+        )
+
+    def entered(tool_input: Any) -> tuple[str | None, Any]:
+        if isinstance(tool_input, Mapping) and tool_input.get("type") == "tool_call":
+            call_id = tool_input.get("id")
+            return (call_id if isinstance(call_id, str) else None), tool_input.get("args")
+        return None, tool_input
+
+    class SandrailTool(tools_module.BaseTool):  # type: ignore[misc, name-defined]
+        """One sandrail tool as a LangChain tool (see the module doc)."""
+
+        sandrail: Any
+        """The :class:`_Binding` this tool runs."""
+
+        def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+            token = _CALL.set(entered(input))
+            try:
+                return super().invoke(input, config, **kwargs)
+            finally:
+                _CALL.reset(token)
+
+        async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+            token = _CALL.set(entered(input))
+            try:
+                return await super().ainvoke(input, config, **kwargs)
+            finally:
+                _CALL.reset(token)
+
+        def _run(self, *_: Any, config: RunnableConfig, **__: Any) -> Any:
+            binding: _Binding = self.sandrail
+            prepared = binding.prepared(config)
+            if isinstance(prepared, ToolResult):
+                return message(binding, (_CALL.get() or (None,))[0], prepared)
+            call_id, arguments, run, key = prepared
+            settings = binding.settings(call_id, run, key)
+            result = binding.toolset.call_sync(binding.name, arguments, **settings)
+            question = binding.question(result, arguments, call_id, key)
+            if question is not None:
+                approved, reason = read_decision(
+                    types.interrupt(question, response_schema=decision_schema())
+                )
+                if not approved:
+                    result = binding.rejected(reason, arguments, call_id, key)
+                else:
+                    result = binding.toolset.call_sync(
+                        binding.name, arguments, approved=True, **settings
+                    )
+            return message(binding, call_id, result)
+
+        async def _arun(self, *_: Any, config: RunnableConfig, **__: Any) -> Any:
+            binding: _Binding = self.sandrail
+            prepared = binding.prepared(config)
+            if isinstance(prepared, ToolResult):
+                return message(binding, (_CALL.get() or (None,))[0], prepared)
+            call_id, arguments, run, key = prepared
+            settings = binding.settings(call_id, run, key)
+            result = await binding.toolset.call(binding.name, arguments, **settings)
+            question = binding.question(result, arguments, call_id, key)
+            if question is not None:
+                approved, reason = read_decision(
+                    types.interrupt(question, response_schema=decision_schema())
+                )
+                if not approved:
+                    result = binding.rejected(reason, arguments, call_id, key)
+                else:
+                    result = await binding.toolset.call(
+                        binding.name, arguments, approved=True, **settings
+                    )
+            return message(binding, call_id, result)
+
+    # LangChain finds the parameter to pass the RunnableConfig in by its type
+    # hint, which a postponed annotation here would not resolve to.
+    for method in (SandrailTool._run, SandrailTool._arun):
+        method.__annotations__["config"] = RunnableConfig
+    return SandrailTool
