@@ -28,11 +28,11 @@ question was asked.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import functools
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from sandrail import ApprovalRequired, ErrorCode, Toolset, ToolResult
+from sandrail import ApprovalRequired, ErrorCode, ToolResult, Toolset
 from sandrail.core import bound_result, error_result
 
 __all__ = [
@@ -51,7 +51,9 @@ def decision_schema() -> Any:
     value against it before saving it (a ``pydantic.ValidationError`` at the
     ``Command``, and the question stays open). Built on first use, with the
     ``TypedDict`` pydantic reads on every Python."""
-    from typing_extensions import NotRequired, TypedDict
+    from typing import NotRequired
+
+    from typing_extensions import TypedDict
 
     # The functional form: real types, not annotations postponed in here.
     approve = TypedDict("Approve", {"type": Literal["approve"]})  # type: ignore[operator]
@@ -61,21 +63,56 @@ def decision_schema() -> Any:
     return approve | reject
 
 
-def run_of_config(config: object) -> str | None:
-    """The run part of an operation key from a LangGraph ``RunnableConfig``:
-    ``langgraph:{thread_id}:{checkpoint_ns}``, or ``None`` outside a LangGraph
-    task (no ``checkpoint_ns``). The thread id is absent without a
-    checkpointer: the namespace's task id alone then tells runs apart (a run
-    without a checkpointer cannot be resumed, so nothing re-runs it)."""
+def run_of_config(config: object, runtime: object = None, call_id: str | None = None) -> str | None:
+    """The run part of an operation key for the tool call ``call_id``:
+    ``langgraph:{thread_id}:{message id}`` where LangGraph's ``ToolNode``
+    gives the tool its ``ToolRuntime`` and the graph state holds the model
+    message that made the call; else ``langgraph:{thread_id}:{checkpoint_ns}``
+    from the ``RunnableConfig``; ``None`` outside a LangGraph task (no
+    namespace and no such message).
+
+    Why the message first: the checkpoint namespace holds the task id, a
+    function of the checkpoint the task runs in. A node resumed or re-run
+    runs in the checkpoint it ran in before, but a call gated in an earlier
+    node (``HumanInTheLoopMiddleware``'s batched mode asks in the model
+    node's ``after_model`` hook) runs in a checkpoint made after each
+    resume, so two resumes of one saved question would give it two keys.
+    The message that made the call is in the saved state: the same after any
+    resume or re-run, new for every model turn. The thread id is absent
+    without a checkpointer: the message or namespace alone then tells runs
+    apart (such a run cannot be resumed)."""
     configurable = config.get("configurable") if isinstance(config, Mapping) else None
     if not isinstance(configurable, Mapping):
-        return None
+        configurable = {}
+    thread = configurable.get("thread_id")
+    shown = "" if thread is None else str(thread)
+    made_by = _message_of(getattr(runtime, "state", None), call_id)
+    if made_by is not None:
+        return f"langgraph:{shown}:message:{made_by}"
     namespace = configurable.get("checkpoint_ns")
     if not isinstance(namespace, str) or not namespace.strip():
         return None
-    thread = configurable.get("thread_id")
-    shown = "" if thread is None else str(thread)
     return f"langgraph:{shown}:{namespace}"
+
+
+def _message_of(state: object, call_id: str | None) -> str | None:
+    """The id of the latest message in ``state`` whose tool calls include
+    ``call_id``, or ``None``."""
+    if not isinstance(call_id, str):
+        return None
+    messages = state.get("messages") if isinstance(state, Mapping) else state
+    if not isinstance(messages, list):
+        messages = getattr(state, "messages", None)
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        calls = getattr(message, "tool_calls", None)
+        if not isinstance(calls, list):
+            continue
+        if any(isinstance(c, Mapping) and c.get("id") == call_id for c in calls):
+            made_by = getattr(message, "id", None)
+            return made_by if isinstance(made_by, str) and made_by.strip() else None
+    return None
 
 
 def approval_request(

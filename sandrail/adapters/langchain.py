@@ -57,7 +57,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from sandrail import ApprovalRequired, Profile, Toolset, ToolResult
+from sandrail import ApprovalRequired, Profile, ToolResult, Toolset
 from sandrail.adapters import require
 from sandrail.adapters._langgraph import (
     approval_request,
@@ -102,16 +102,17 @@ def tools(
         if not run_id.strip():
             raise ValueError("run_id must be a non-blank string")
     _check_timeout(timeout_seconds)
-    cls = _tool_class()
+    cls, functions = _classes()
     made = []
     for name in toolset.names:
-        schema = toolset.schema(name, profile)
+        run, arun = functions(_Binding(toolset, name, profile, run_id, timeout_seconds))
         made.append(
             cls(
                 name=name,
                 description=toolset.definition(name).description,
-                args_schema=schema,
-                sandrail=_Binding(toolset, name, profile, run_id, timeout_seconds),
+                args_schema=toolset.schema(name, profile),
+                func=run,
+                coroutine=arun,
             )
         )
     return made
@@ -134,9 +135,9 @@ class _Binding:
         self.run_id = run_id
         self.timeout_seconds = timeout_seconds
 
-    def run_of(self, config: object) -> str | None | _Refused:
+    def run_of(self, config: object, runtime: object, call_id: str) -> str | _Refused | None:
         if self.run_id is None:
-            return run_of_config(config)
+            return run_of_config(config, runtime, call_id)
         if isinstance(self.run_id, str):
             return self.run_id
         try:
@@ -147,7 +148,7 @@ class _Binding:
             return _Refused("the run_id function returned no non-blank string")
         return value
 
-    def prepared(self, config: object) -> ToolResult | tuple[str, Any, str, str]:
+    def prepared(self, config: object, runtime: object) -> ToolResult | tuple[str, Any, str, str]:
         """The call's id, arguments, run and key, or the refusal to send."""
         call = _CALL.get()
         call_id, arguments = call if call is not None else (None, None)
@@ -156,7 +157,7 @@ class _Binding:
                 self.toolset,
                 "the tool was not invoked with a tool call, so it has no tool call id",
             )
-        run = self.run_of(config)
+        run = self.run_of(config, runtime, call_id)
         if isinstance(run, _Refused):
             return no_key(self.toolset, run.reason)
         if run is None:
@@ -223,12 +224,13 @@ def _check_timeout(timeout_seconds: object) -> None:
 
 
 @functools.cache
-def _tool_class() -> type[Any]:
+def _classes() -> tuple[type[Any], Any]:
     tools_module = require("langchain_core.tools", "langchain")
     messages = require("langchain_core.messages", "langchain")
     types = require("langgraph.types", "langchain")
     config_module = require("langchain_core.runnables", "langchain")
-    RunnableConfig = config_module.RunnableConfig  # noqa: N806
+    prebuilt = require("langgraph.prebuilt", "langchain")
+    RunnableConfig = config_module.RunnableConfig
 
     def message(binding: _Binding, call_id: str | None, result: ToolResult) -> Any:
         return messages.ToolMessage(
@@ -241,14 +243,17 @@ def _tool_class() -> type[Any]:
     def entered(tool_input: Any) -> tuple[str | None, Any]:
         if isinstance(tool_input, Mapping) and tool_input.get("type") == "tool_call":
             call_id = tool_input.get("id")
-            return (call_id if isinstance(call_id, str) else None), tool_input.get("args")
+            arguments = tool_input.get("args")
+            if isinstance(arguments, Mapping) and isinstance(
+                arguments.get("runtime"), prebuilt.ToolRuntime
+            ):
+                # LangGraph's ToolNode put it there (see _Binding.run_of).
+                arguments = {k: v for k, v in arguments.items() if k != "runtime"}
+            return (call_id if isinstance(call_id, str) else None), arguments
         return None, tool_input
 
-    class SandrailTool(tools_module.BaseTool):  # type: ignore[misc, name-defined]
+    class SandrailTool(tools_module.StructuredTool):  # type: ignore[misc, name-defined]
         """One sandrail tool as a LangChain tool (see the module doc)."""
-
-        sandrail: Any
-        """The :class:`_Binding` this tool runs."""
 
         def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
             token = _CALL.set(entered(input))
@@ -264,9 +269,9 @@ def _tool_class() -> type[Any]:
             finally:
                 _CALL.reset(token)
 
-        def _run(self, *_: Any, config: RunnableConfig, **__: Any) -> Any:
-            binding: _Binding = self.sandrail
-            prepared = binding.prepared(config)
+    def functions(binding: _Binding) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        def run(*, config: Any, runtime: Any = None, **_: Any) -> Any:
+            prepared = binding.prepared(config, runtime)
             if isinstance(prepared, ToolResult):
                 return message(binding, (_CALL.get() or (None,))[0], prepared)
             call_id, arguments, run, key = prepared
@@ -285,9 +290,8 @@ def _tool_class() -> type[Any]:
                     )
             return message(binding, call_id, result)
 
-        async def _arun(self, *_: Any, config: RunnableConfig, **__: Any) -> Any:
-            binding: _Binding = self.sandrail
-            prepared = binding.prepared(config)
+        async def arun(*, config: Any, runtime: Any = None, **_: Any) -> Any:
+            prepared = binding.prepared(config, runtime)
             if isinstance(prepared, ToolResult):
                 return message(binding, (_CALL.get() or (None,))[0], prepared)
             call_id, arguments, run, key = prepared
@@ -306,8 +310,13 @@ def _tool_class() -> type[Any]:
                     )
             return message(binding, call_id, result)
 
-    # LangChain finds the parameter to pass the RunnableConfig in by its type
-    # hint, which a postponed annotation here would not resolve to.
-    for method in (SandrailTool._run, SandrailTool._arun):
-        method.__annotations__["config"] = RunnableConfig
-    return SandrailTool
+        # LangChain passes the RunnableConfig, and LangGraph's ToolNode the
+        # ToolRuntime, by these type hints, which postponed annotations here
+        # would not resolve to.
+        for function in (run, arun):
+            function.__annotations__.update(
+                config=RunnableConfig, runtime=prebuilt.ToolRuntime | None
+            )
+        return run, arun
+
+    return SandrailTool, functions
