@@ -109,7 +109,8 @@ def test_c12_create_agent_sends_the_model_exactly_to_json_within_the_budget() ->
         (converted,) = convert_to_openai_messages([message])
         assert converted["content"] == text
     first, second = (json.loads(m.content) for m in sent)
-    assert first["status"] == "ok" and first["output_budget"]["truncated"] is True
+    assert first["status"] == "ok"
+    assert first["output_budget"]["truncated"] is True
     assert second["stdout"] == "héllo\n"
     assert sent[0].status == "success"
     assert out["messages"][-1].content == "done"
@@ -137,9 +138,11 @@ def test_c2_a_background_run_is_read_by_cursor_through_the_model() -> None:
     agent = create_agent(model, tools=lc.tools(tools))
     out = agent.invoke(USER)
     started, first, second = _results(out["messages"])
-    assert started["status"] == "ok" and "stdout" not in started
+    assert started["status"] == "ok"
+    assert "stdout" not in started
     assert "read_command_output" in started["instruction"]
-    assert first["stdout"] == "1\n2\n" and first["stdout_cursor"] == 4
+    assert first["stdout"] == "1\n2\n"
+    assert first["stdout_cursor"] == 4
     assert second["stdout"] == "3\n"
     assert launches(tools) == 1
 
@@ -153,7 +156,8 @@ def test_c2_a_scripted_models_reused_call_ids_are_new_calls_on_a_new_turn() -> N
     agent.invoke(USER, _thread("t"))
     out = agent.invoke({"messages": [{"role": "user", "content": "again"}]}, _thread("t"))
     one, two = _results(out["messages"])
-    assert one["stdout"] == "one\n" and two["stdout"] == "two\n"
+    assert one["stdout"] == "one\n"
+    assert two["stdout"] == "two\n"
     assert one["operation_key"] != two["operation_key"]
     assert two["operation_key"].startswith("langgraph:t:message:")
     assert two["operation_key"].endswith(":call_1")
@@ -169,11 +173,13 @@ def test_c8_approval_approved_runs_that_call_once_under_its_key() -> None:
     value = question.value
     assert value["type"] == "sandrail_approval"
     assert value["action_requests"][0]["args"]["command"] == "rm -rf /tmp/x"
-    assert value["interaction_id"] == "ask-rm" and value["tool_call_id"] == "c1"
+    assert value["interaction_id"] == "ask-rm"
+    assert value["tool_call_id"] == "c1"
     assert launches(tools) == 0
     out = agent.invoke(Command(resume={"type": "approve"}), _thread("a"))
     (result,) = _results(out["messages"])
-    assert result["status"] == "ok" and result["operation_key"] == value["operation_key"]
+    assert result["status"] == "ok"
+    assert result["operation_key"] == value["operation_key"]
     assert launches(tools) == 1
 
 
@@ -185,7 +191,8 @@ def test_c5_approval_rejected_runs_nothing_and_the_model_reads_why() -> None:
     out = agent.invoke(Command(resume={"type": "reject", "message": "not today"}), _thread("r"))
     (message,) = tool_messages(out["messages"])
     result = json.loads(message.content)
-    assert result["error_type"] == "approval_rejected" and result["executed"] is False
+    assert result["error_type"] == "approval_rejected"
+    assert result["executed"] is False
     assert result["outcome_reason"] == "not today"
     assert message.status == "error"
     assert launches(tools) == 0
@@ -227,7 +234,8 @@ def test_c2_one_interrupted_checkpoint_resumed_twice_launches_once() -> None:
     second = agent.invoke(Command(resume={"type": "approve"}), asked_at)
     (one,) = _results(first["messages"])
     (two,) = _results(second["messages"])
-    assert one["deduplicated"] is False and two["deduplicated"] is True
+    assert one["deduplicated"] is False
+    assert two["deduplicated"] is True
     assert one["task_id"] == two["task_id"]
     assert launches(tools) == 1
 
@@ -258,7 +266,8 @@ def test_async_agent_runs_the_tools_and_approval_too() -> None:
 
     out = asyncio.run(main())
     echo, rm = _results(out["messages"])
-    assert echo["stdout"] == "a\n" and rm["status"] == "ok"
+    assert echo["stdout"] == "a\n"
+    assert rm["status"] == "ok"
     assert launches(tools) == 2
 
 
@@ -323,7 +332,8 @@ def test_human_in_the_loop_middleware_gates_the_tools() -> None:
     by_id = {m.tool_call_id: m for m in tool_messages(out["messages"])}
     assert json.loads(by_id["c1"].content)["stdout"] == "a\n"
     assert '"stdout":"edited\\n"' in by_id["c2"].content
-    assert by_id["c3"].status == "error" and "sandrail" not in by_id["c3"].content
+    assert by_id["c3"].status == "error"
+    assert "sandrail" not in by_id["c3"].content
     assert launches(tools) == 2
     again = agent.invoke(Command(resume={"decisions": decisions}), asked_at)
     replayed = {m.tool_call_id: m.content for m in tool_messages(again["messages"])}
@@ -348,7 +358,8 @@ def test_c1_a_call_without_a_safe_key_is_refused_and_runs_nothing() -> None:
     assert launches(tools) == 0
     given = next(t for t in lc.tools(tools, run_id="mine") if t.name == "run_command")
     ran = json.loads(given.invoke({"type": "tool_call", **run_command("echo x", "c")}).content)
-    assert ran["operation_key"] == "mine:c" and ran["stdout"] == "x\n"
+    assert ran["operation_key"] == "mine:c"
+    assert ran["stdout"] == "x\n"
 
 
 def test_a_models_argument_named_like_langchains_own_keywords_is_refused_not_dropped() -> None:
@@ -384,7 +395,8 @@ def test_c11_timeout_seconds_sends_the_model_the_canceled_or_uncertain_result() 
     agent = create_agent(model, tools=lc.tools(tools, timeout_seconds=0.3))
     out = asyncio.run(agent.ainvoke(USER))
     (result,) = _results(out["messages"])
-    assert result["status"] == "uncertain" and result["operation_key"].endswith(":c1")
+    assert result["status"] == "uncertain"
+    assert result["operation_key"].endswith(":c1")
 
 
 def test_tool_messages_flag_every_result_that_is_not_ok() -> None:
@@ -392,5 +404,6 @@ def test_tool_messages_flag_every_result_that_is_not_ok() -> None:
     model = scripted([[run_command("exit 3", "c1"), run_command(" ", "c2")]])
     out = create_agent(model, tools=lc.tools(tools)).invoke(USER)
     exited, refused = tool_messages(out["messages"])
-    assert isinstance(exited, ToolMessage) and exited.status == "success"
+    assert isinstance(exited, ToolMessage)
+    assert exited.status == "success"
     assert refused.status == "error"

@@ -56,8 +56,8 @@ def decision_schema() -> Any:
     from typing_extensions import TypedDict
 
     # The functional form: real types, not annotations postponed in here.
-    approve = TypedDict("Approve", {"type": Literal["approve"]})  # type: ignore[operator]
-    reject = TypedDict(  # type: ignore[operator]
+    approve = TypedDict("Approve", {"type": Literal["approve"]})  # type: ignore[name-match]  # noqa: UP013
+    reject = TypedDict(  # type: ignore[name-match]  # noqa: UP013
         "Reject", {"type": Literal["reject"], "message": NotRequired[str]}
     )
     return approve | reject
