@@ -36,8 +36,17 @@ def _worker(
     server: LocalE2B, mode: str, spec: str, record: Path, thread: str, command: str, out: Path
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.langgraph_worker", mode, spec, str(record), thread]
-        + [command, str(out)],
+        [
+            sys.executable,
+            "-m",
+            "tests.langgraph_worker",
+            mode,
+            spec,
+            str(record),
+            thread,
+            command,
+            str(out),
+        ],
         cwd=REPO,
         env={**os.environ, **server.env},
         stdout=subprocess.DEVNULL,
