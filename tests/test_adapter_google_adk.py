@@ -24,24 +24,7 @@ from tests.adk_rig import (
     scripted,
     text,
 )
-from tests.embed_rig import launches, toolset
-
-ARGUMENT_ERRORS = {
-    ErrorCode.ARGUMENTS_INVALID.value,
-    ErrorCode.COMMAND_REQUIRED.value,
-    ErrorCode.BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND.value,
-    ErrorCode.TIMEOUT_REQUIRES_FOREGROUND.value,
-    ErrorCode.UNSUPPORTED_LANGUAGE.value,
-}
-
-
-def _asks_for_rm(request: sandrail.ToolRequest) -> Any:
-    command = request.call.arguments.get("command", "")
-    if command.startswith("rm"):
-        return sandrail.ApprovalRequired(interaction_id="ask-rm")
-    if command.startswith("shutdown"):
-        return sandrail.Deny(reason="never")
-    return sandrail.ALLOW
+from tests.embed_rig import ARGUMENT_ERRORS, asks_for_rm, launches, toolset
 
 
 class _Run:
@@ -148,7 +131,7 @@ def test_c2_a_background_run_is_read_by_cursor() -> None:
 
 
 def test_c8_confirmation_approved_runs_the_call_once_under_its_key() -> None:
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     run = _Run(tools, [[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
     events = run.send(text("go"))
     (asked,) = confirmation_calls(events)
@@ -165,7 +148,7 @@ def test_c8_confirmation_approved_runs_the_call_once_under_its_key() -> None:
 
 
 def test_c5_confirmation_rejected_runs_nothing_and_the_model_reads_why() -> None:
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     run = _Run(tools, [[run_command("rm -rf /tmp/x", "c1")], "ok"])
     (asked,) = confirmation_calls(run.send(text("go")))
     run.send(answer(asked, False))
@@ -181,10 +164,10 @@ def test_c2_one_confirmation_answered_from_two_runners_launches_once() -> None:
     from sandrail.interpreters.simulator import Simulator
 
     sim = Simulator()
-    first_tools = toolset(sim, authorize=_asks_for_rm)
+    first_tools = toolset(sim, authorize=asks_for_rm)
     run = _Run(first_tools, [[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
     (asked,) = confirmation_calls(run.send(text("go")))
-    other = _Run(toolset(sim, authorize=_asks_for_rm), ["ok"])
+    other = _Run(toolset(sim, authorize=asks_for_rm), ["ok"])
     other.runner.session_service = run.runner.session_service
     other.session = run.session
     run.send(answer(asked, True))
@@ -193,7 +176,7 @@ def test_c2_one_confirmation_answered_from_two_runners_launches_once() -> None:
 
 
 def test_c8_deny_asks_nobody() -> None:
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     run = _Run(tools, [[run_command("shutdown now", "c1")], "ok"])
     events = run.send(text("go"))
     assert confirmation_calls(events) == []

@@ -25,26 +25,10 @@ import sandrail
 from sandrail.adapters import langchain as lc
 from sandrail.core import ErrorCode, canonical_json
 from sandrail.testing.strategies import schema_values
-from tests.embed_rig import launches, toolset
+from tests.embed_rig import ARGUMENT_ERRORS, asks_for_rm, launches, toolset
 from tests.langchain_rig import run_command, scripted, tool_messages
 
 USER = {"messages": [{"role": "user", "content": "go"}]}
-ARGUMENT_ERRORS = {
-    ErrorCode.ARGUMENTS_INVALID.value,
-    ErrorCode.COMMAND_REQUIRED.value,
-    ErrorCode.BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND.value,
-    ErrorCode.TIMEOUT_REQUIRES_FOREGROUND.value,
-    ErrorCode.UNSUPPORTED_LANGUAGE.value,
-}
-
-
-def _asks_for_rm(request: sandrail.ToolRequest) -> Any:
-    command = request.call.arguments.get("command", "")
-    if command.startswith("rm"):
-        return sandrail.ApprovalRequired(interaction_id="ask-rm")
-    if command.startswith("shutdown"):
-        return sandrail.Deny(reason="never")
-    return sandrail.ALLOW
 
 
 def _thread(name: str) -> dict[str, Any]:
@@ -165,7 +149,7 @@ def test_c2_a_scripted_models_reused_call_ids_are_new_calls_on_a_new_turn() -> N
 
 
 def test_c8_approval_approved_runs_that_call_once_under_its_key() -> None:
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
     agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
     paused = agent.invoke(USER, _thread("a"))
@@ -184,7 +168,7 @@ def test_c8_approval_approved_runs_that_call_once_under_its_key() -> None:
 
 
 def test_c5_approval_rejected_runs_nothing_and_the_model_reads_why() -> None:
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
     agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
     agent.invoke(USER, _thread("r"))
@@ -199,7 +183,7 @@ def test_c5_approval_rejected_runs_nothing_and_the_model_reads_why() -> None:
 
 
 def test_c8_a_malformed_answer_is_refused_at_the_command_and_the_question_stays() -> None:
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
     agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
     agent.invoke(USER, _thread("m"))
@@ -212,7 +196,7 @@ def test_c8_a_malformed_answer_is_refused_at_the_command_and_the_question_stays(
 
 
 def test_c8_deny_asks_nobody() -> None:
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     model = scripted([[run_command("shutdown now", "c1")]])
     agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
     out = agent.invoke(USER, _thread("d"))
@@ -224,7 +208,7 @@ def test_c2_one_interrupted_checkpoint_resumed_twice_launches_once() -> None:
     """Resuming the same saved checkpoint twice (approve, then approve again
     from the checkpoint the question was asked at) re-runs the tool node;
     the second run reconciles the first launch."""
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     saver = InMemorySaver()
     model = scripted([[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
     agent = create_agent(model, tools=lc.tools(tools), checkpointer=saver)
@@ -241,7 +225,7 @@ def test_c2_one_interrupted_checkpoint_resumed_twice_launches_once() -> None:
 
 
 def test_c5_a_rejection_on_a_copy_after_an_approval_ran_is_never_nothing_ran() -> None:
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     model = scripted([[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
     agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
     agent.invoke(USER, _thread("flip"))
@@ -255,7 +239,7 @@ def test_c5_a_rejection_on_a_copy_after_an_approval_ran_is_never_nothing_ran() -
 
 
 def test_async_agent_runs_the_tools_and_approval_too() -> None:
-    tools = toolset(authorize=_asks_for_rm)
+    tools = toolset(authorize=asks_for_rm)
     model = scripted([[run_command("echo a", "c1"), run_command("rm -rf /tmp/y", "c2")]])
     agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
 

@@ -14,8 +14,8 @@ run it repeats, and the key of a new turn is new even when a scripted model
 numbers its calls ``call_1`` again.
 
 Approval. When the harness's policy answers ``ApprovalRequired``, the tool
-calls ``interrupt()`` with an :func:`approval_request` (what the person must
-see; env values are never part of it) and LangGraph pauses the run. The
+calls ``interrupt()`` with the question a person must see (env values are
+never part of it) and LangGraph pauses the run. The
 answer is ``Command(resume={"type": "approve"})`` or ``{"type": "reject",
 "message": ...}``, the decision shape of LangChain's
 ``HumanInTheLoopMiddleware`` in its per-call mode; LangGraph checks it against
@@ -32,16 +32,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from sandrail import ApprovalRequired, ErrorCode, ToolResult, Toolset
-from sandrail.core import bound_result, error_result
-
-__all__ = [
-    "approval_request",
-    "decision_schema",
-    "no_key",
-    "read_decision",
-    "run_of_config",
-]
+__all__ = ["decision_schema", "read_decision", "run_of_config"]
 
 
 @functools.cache
@@ -115,55 +106,6 @@ def _message_of(state: object, call_id: str | None) -> str | None:
     return None
 
 
-def approval_request(
-    toolset: Toolset,
-    name: str,
-    arguments: Mapping[str, Any],
-    *,
-    call_id: str,
-    operation_key: str,
-    decision: ApprovalRequired,
-) -> dict[str, Any]:
-    """The ``interrupt()`` value a person answers: the tool, its arguments
-    with every env value hidden (the names stay), the call's identity and
-    the policy's interaction id, in the shape of ``HumanInTheLoopMiddleware``'s
-    request (``action_requests``, ``review_configs``) so a client built for it
-    shows it. Plain JSON data: checkpointers store it as it is."""
-    shown = shown_arguments(arguments)
-    return {
-        "type": "sandrail_approval",
-        "action_requests": [
-            {
-                "name": name,
-                "args": shown,
-                "description": f"sandrail asks a person to approve {name} "
-                f"(interaction {decision.interaction_id}).",
-            }
-        ],
-        "review_configs": [{"action_name": name, "allowed_decisions": ["approve", "reject"]}],
-        "tool_call_id": call_id,
-        "operation_key": operation_key,
-        "interaction_id": decision.interaction_id,
-        "session_id": toolset.session_id,
-    }
-
-
-def shown_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """``arguments`` with each env value replaced by ``"[hidden]"`` (a
-    mapping, or the strict profiles' ``{name, value}`` list): a person sees
-    which variables a command gets, never their values (C17)."""
-    shown = dict(arguments)
-    env = shown.get("env")
-    if isinstance(env, Mapping):
-        shown["env"] = {str(k): "[hidden]" for k in env}
-    elif isinstance(env, list):
-        shown["env"] = [
-            {"name": item.get("name"), "value": "[hidden]"} if isinstance(item, Mapping) else None
-            for item in env
-        ]
-    return shown
-
-
 def read_decision(answer: object) -> tuple[bool, str | None]:
     """``(approved, reason)`` from the value ``interrupt()`` returned.
     Anything but an approval is a rejection: nothing runs (a value that is
@@ -177,14 +119,3 @@ def read_decision(answer: object) -> tuple[bool, str | None]:
             message = answer.get("message")
             return False, message if isinstance(message, str) else None
     return False, "the answer given was neither an approval nor a rejection"
-
-
-def no_key(toolset: Toolset, why: str) -> ToolResult:
-    """The refusal of a call with no safe operation key: nothing ran."""
-    return bound_result(
-        error_result(
-            ErrorCode.OPERATION_KEY_REQUIRED,
-            instruction=f"No safe operation key for this call ({why}); nothing ran.",
-        ),
-        toolset.max_output_bytes,
-    )

@@ -48,12 +48,8 @@ from typing import Any, Final
 
 from sandrail import ApprovalRequired, ToolResult, Toolset
 from sandrail.adapters import require
-from sandrail.adapters._langgraph import (
-    approval_request,
-    decision_schema,
-    no_key,
-    read_decision,
-)
+from sandrail.adapters._glue import approval_request, no_key
+from sandrail.adapters._langgraph import decision_schema, read_decision
 
 __all__ = ["SandrailSandbox"]
 

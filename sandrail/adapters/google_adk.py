@@ -39,13 +39,12 @@ Timeouts: ``timeout_seconds`` is each call's deadline, enforced here.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from sandrail import ApprovalRequired, Profile, ToolResult, Toolset
 from sandrail.adapters import require
-from sandrail.adapters._langgraph import approval_request, no_key
+from sandrail.adapters._glue import approval_request, check_timeout, no_key
 
 __all__ = ["tools"]
 
@@ -59,13 +58,7 @@ def tools(
     missing, ``ValueError`` for an unknown ``profile`` or a
     ``timeout_seconds`` that is not a positive number."""
     require("google.adk", "google-adk")
-    if timeout_seconds is not None and (
-        isinstance(timeout_seconds, bool)
-        or not isinstance(timeout_seconds, (int, float))
-        or not math.isfinite(timeout_seconds)
-        or timeout_seconds <= 0
-    ):
-        raise ValueError(f"timeout_seconds must be a positive number, got {timeout_seconds!r}")
+    check_timeout(timeout_seconds)
     schemas = {name: toolset.schema(name, profile) for name in toolset.names}
     cls = _tool_class()
     return [cls(toolset, name, schemas[name], profile, timeout_seconds) for name in toolset.names]

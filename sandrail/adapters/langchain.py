@@ -53,23 +53,18 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, Final
 
 from sandrail import ApprovalRequired, Profile, ToolResult, Toolset
 from sandrail.adapters import require
-from sandrail.adapters._langgraph import (
-    approval_request,
-    decision_schema,
-    no_key,
-    read_decision,
-    run_of_config,
-)
+from sandrail.adapters._glue import approval_request, check_timeout, no_key
+from sandrail.adapters._langgraph import decision_schema, read_decision, run_of_config
 
 __all__ = ["tools"]
 
 RunId = str | Callable[[Any], str] | None
+_Steps = Generator[dict[str, Any], ToolResult, Any]
 
 _CALL: Final[contextvars.ContextVar[tuple[str | None, Any] | None]] = contextvars.ContextVar(
     "sandrail_langchain_call", default=None
@@ -101,7 +96,7 @@ def tools(
             raise TypeError(f"run_id must be a string or a function, got {type(run_id).__name__}")
         if not run_id.strip():
             raise ValueError("run_id must be a non-blank string")
-    _check_timeout(timeout_seconds)
+    check_timeout(timeout_seconds)
     cls, functions = _classes()
     made = []
     for name in toolset.names:
@@ -211,18 +206,6 @@ class _Refused:
         self.reason = reason
 
 
-def _check_timeout(timeout_seconds: object) -> None:
-    if timeout_seconds is None:
-        return
-    if (
-        isinstance(timeout_seconds, bool)
-        or not isinstance(timeout_seconds, (int, float))
-        or not math.isfinite(timeout_seconds)
-        or timeout_seconds <= 0
-    ):
-        raise ValueError(f"timeout_seconds must be a positive number, got {timeout_seconds!r}")
-
-
 @functools.cache
 def _classes() -> tuple[type[Any], Any]:
     tools_module = require("langchain_core.tools", "langchain")
@@ -269,46 +252,48 @@ def _classes() -> tuple[type[Any], Any]:
             finally:
                 _CALL.reset(token)
 
+    def steps(binding: _Binding, config: Any, runtime: Any) -> _Steps:
+        """The call as a program: it yields the keyword arguments of each
+        ``Toolset`` call to make and receives its result (one program, a
+        sync and an async driver)."""
+        prepared = binding.prepared(config, runtime)
+        if isinstance(prepared, ToolResult):
+            return message(binding, (_CALL.get() or (None,))[0], prepared)
+        call_id, arguments, run, key = prepared
+        settings = binding.settings(call_id, run, key)
+        result = yield settings
+        question = binding.question(result, arguments, call_id, key)
+        if question is not None:
+            answer = types.interrupt(question, response_schema=decision_schema())
+            approved, reason = read_decision(answer)
+            if approved:
+                result = yield {**settings, "approved": True}
+            else:
+                result = binding.rejected(reason, arguments, call_id, key)
+        return message(binding, call_id, result)
+
     def functions(binding: _Binding) -> tuple[Callable[..., Any], Callable[..., Any]]:
         def run(*, config: Any, runtime: Any = None, **_: Any) -> Any:
-            prepared = binding.prepared(config, runtime)
-            if isinstance(prepared, ToolResult):
-                return message(binding, (_CALL.get() or (None,))[0], prepared)
-            call_id, arguments, run, key = prepared
-            settings = binding.settings(call_id, run, key)
-            result = binding.toolset.call_sync(binding.name, arguments, **settings)
-            question = binding.question(result, arguments, call_id, key)
-            if question is not None:
-                approved, reason = read_decision(
-                    types.interrupt(question, response_schema=decision_schema())
-                )
-                if not approved:
-                    result = binding.rejected(reason, arguments, call_id, key)
-                else:
-                    result = binding.toolset.call_sync(
-                        binding.name, arguments, approved=True, **settings
-                    )
-            return message(binding, call_id, result)
+            program = steps(binding, config, runtime)
+            arguments = (_CALL.get() or (None, None))[1]
+            try:
+                settings = next(program)
+                while True:
+                    result = binding.toolset.call_sync(binding.name, arguments, **settings)
+                    settings = program.send(result)
+            except StopIteration as done:
+                return done.value
 
         async def arun(*, config: Any, runtime: Any = None, **_: Any) -> Any:
-            prepared = binding.prepared(config, runtime)
-            if isinstance(prepared, ToolResult):
-                return message(binding, (_CALL.get() or (None,))[0], prepared)
-            call_id, arguments, run, key = prepared
-            settings = binding.settings(call_id, run, key)
-            result = await binding.toolset.call(binding.name, arguments, **settings)
-            question = binding.question(result, arguments, call_id, key)
-            if question is not None:
-                approved, reason = read_decision(
-                    types.interrupt(question, response_schema=decision_schema())
-                )
-                if not approved:
-                    result = binding.rejected(reason, arguments, call_id, key)
-                else:
-                    result = await binding.toolset.call(
-                        binding.name, arguments, approved=True, **settings
-                    )
-            return message(binding, call_id, result)
+            program = steps(binding, config, runtime)
+            arguments = (_CALL.get() or (None, None))[1]
+            try:
+                settings = next(program)
+                while True:
+                    result = await binding.toolset.call(binding.name, arguments, **settings)
+                    settings = program.send(result)
+            except StopIteration as done:
+                return done.value
 
         # LangChain passes the RunnableConfig, and LangGraph's ToolNode the
         # ToolRuntime, by these type hints, which postponed annotations here
