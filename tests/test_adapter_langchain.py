@@ -391,3 +391,17 @@ def test_tool_messages_flag_every_result_that_is_not_ok() -> None:
     assert isinstance(exited, ToolMessage)
     assert exited.status == "success"
     assert refused.status == "error"
+
+
+def test_c15_big_output_stays_within_the_budget_and_whole_in_the_artifact_store() -> None:
+    store = sandrail.MemoryArtifactStore()
+    tools = toolset(max_output_bytes=1500, artifacts=store)
+    model = scripted([[run_command("seq 9000", "c1")]])
+    out = create_agent(model, tools=lc.tools(tools)).invoke(USER)
+    (message,) = tool_messages(model.sent[-1])
+    assert len(message.content.encode("utf-8")) <= 1500
+    budget = json.loads(message.content)["output_budget"]
+    assert budget["truncated"] is True
+    kept = json.loads(store.read(budget["artifact_uri"]))  # the whole result, uncut
+    assert kept["stdout"] == "".join(f"{n}\n" for n in range(1, 9001))
+    assert out["messages"][-1].content == "done"
