@@ -10,7 +10,10 @@ reads too, its commands on a local-e2b server (named by the E2B_* variables).
 - ``CHECKPOINTER``: ``sqlite:PATH`` or ``postgres:URL``;
 - ``RECORD``: the ownership record (a SQLite path);
 - the scripted model calls ``run_command`` with ``COMMAND`` once, then ends;
-  the policy asks a person about any command containing ``ask-me``.
+  the policy asks a person about any command containing ``ask-me``. With
+  ``FLAVOR=deepagents`` in the environment the agent is a Deep Agents one on
+  :class:`~sandrail.adapters.deepagents.SandrailSandbox` and the model calls
+  its ``execute`` tool instead.
 
 OUT receives one JSON object: the interrupts, or the tool results.
 """
@@ -75,14 +78,27 @@ def main(argv: list[str]) -> int:
         record=open_record(record),
     )
 
+    deep = os.environ.get("FLAVOR") == "deepagents"
+
     def turn(messages: list[Any]) -> Any:
         if isinstance(messages[-1], ToolMessage):
             return "done"
+        if deep:
+            return [{"name": "execute", "args": {"command": command}, "id": "call_1"}]
         return [run_command(command, "call_1", timeout=60)]
 
     config = {"configurable": {"thread_id": thread}}
     with checkpointer(spec) as saver:
-        agent = create_agent(scripted([turn, turn]), tools=lc.tools(tools), checkpointer=saver)
+        if deep:
+            from deepagents import create_deep_agent
+
+            from sandrail.adapters.deepagents import SandrailSandbox
+
+            agent = create_deep_agent(
+                model=scripted([turn, turn]), backend=SandrailSandbox(tools), checkpointer=saver
+            )
+        else:
+            agent = create_agent(scripted([turn, turn]), tools=lc.tools(tools), checkpointer=saver)
         given: Any = {
             "start": {"messages": [{"role": "user", "content": "go"}]},
             "approve": Command(resume={"type": "approve"}),
@@ -92,7 +108,11 @@ def main(argv: list[str]) -> int:
         state = agent.invoke(given, config)
     answer = {
         "interrupts": [i.value for i in state.get("__interrupt__", ())],
-        "results": [json.loads(m.content) for m in state["messages"] if isinstance(m, ToolMessage)],
+        "results": [
+            {"text": m.content, "artifact": m.artifact} if deep else json.loads(m.content)
+            for m in state["messages"]
+            if isinstance(m, ToolMessage)
+        ],
     }
     with open(out, "w", encoding="utf-8") as file:
         json.dump(answer, file)

@@ -33,7 +33,14 @@ def server() -> Iterator[LocalE2B]:
 
 
 def _worker(
-    server: LocalE2B, mode: str, spec: str, record: Path, thread: str, command: str, out: Path
+    server: LocalE2B,
+    mode: str,
+    spec: str,
+    record: Path,
+    thread: str,
+    command: str,
+    out: Path,
+    flavor: str = "langchain",
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
@@ -48,7 +55,7 @@ def _worker(
             str(out),
         ],
         cwd=REPO,
-        env={**os.environ, **server.env},
+        env={**os.environ, **server.env, "FLAVOR": flavor},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -118,4 +125,34 @@ def test_c2_a_harness_killed_mid_command_resumes_from_its_checkpointer_without_r
     assert result["status"] == "ok"
     assert result["deduplicated"] is True
     assert result["stdout"] == "finished\n"
+    assert server.truth().marked(mark) == 1
+
+
+def test_c2_a_deep_agents_harness_killed_mid_command_resumes_without_relaunching(
+    server: LocalE2B, tmp_path: Path
+) -> None:
+    """Deep Agents' ``execute`` gets no call id: the backend's key (the thread,
+    the tool call id LangChain's callback reports, the command's place in the
+    call) is the same in the process that resumes."""
+    spec = _checkpointers(tmp_path, None)
+    record = tmp_path / "owned.sqlite"
+    mark = f"da.{uuid.uuid4().hex[:10]}"
+    command = f"{server.mark(mark)}; sleep 3; echo finished"
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    out = tmp_path / "0.json"
+    first = _worker(server, "start", spec, record, thread, command, out, "deepagents")
+    deadline = time.monotonic() + 60
+    while server.truth().marked(mark) == 0:
+        assert first.poll() is None, first.communicate()[1].decode()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    out = tmp_path / "1.json"
+    again = _finished(
+        _worker(server, "again", spec, record, thread, command, out, "deepagents"), out
+    )
+    (result,) = again["results"]
+    assert result["text"].startswith("finished\n")
+    assert result["artifact"] == {"truncated": False, "exit_code": 0}
     assert server.truth().marked(mark) == 1
