@@ -11,6 +11,7 @@ from deepagents import create_deep_agent
 from deepagents.backends.protocol import ExecuteResponse, SandboxBackendProtocol
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
+from typing_extensions import TypedDict
 
 import sandrail
 from sandrail.adapters.deepagents import SandrailSandbox
@@ -30,6 +31,10 @@ def _asks_for_rm(request: sandrail.ToolRequest) -> Any:
     if request.call.arguments["command"].startswith("rm"):
         return sandrail.ApprovalRequired(interaction_id="ask")
     return sandrail.ALLOW
+
+
+class _Answers(TypedDict):
+    answers: list[Any]
 
 
 def _thread(name: str) -> dict[str, Any]:
@@ -136,3 +141,61 @@ def test_c1_outside_a_langgraph_run_nothing_runs_and_the_output_says_why() -> No
 def test_bad_backend_settings_are_refused_at_once(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"timeout|workdir"):
         SandrailSandbox(toolset(), **options)
+
+
+def test_schema_honesty_what_deep_agents_execute_admits_is_never_refused_as_invalid() -> None:
+    """Every ``execute`` argument valid against the schema Deep Agents hands the
+    model (drawn by hypothesis-jsonschema; Deep Agents itself refuses a
+    timeout outside 0..3600 before the backend is called) reaches the policy (which denies it, last)
+    without an argument refusal, but for the two the module doc names: a
+    blank command (run as a shell runs it: nothing, exit 0) and a NUL or a
+    lone surrogate, which no shell can be given."""
+    from deepagents.middleware.filesystem import FilesystemMiddleware
+    from hypothesis import HealthCheck, given, settings
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.graph import START, StateGraph
+
+    from tests.embed_rig import ARGUMENT_ERRORS
+    from tests.jsonschema_draws import jsonschema_values
+
+    tools = toolset(authorize=lambda request: sandrail.Deny(reason="checked"))
+    backend = SandrailSandbox(tools)
+    (execute,) = [t for t in FilesystemMiddleware(backend=backend).tools if t.name == "execute"]
+    sent = convert_to_openai_tool(execute)["function"]["parameters"]
+    drawn: list[dict[str, Any]] = []
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        jsonschema_values(json.dumps(sent)).filter(lambda a: 0 <= (a.get("timeout") or 0) <= 3600)
+    )
+    def draw(arguments: dict[str, Any]) -> None:
+        drawn.append(arguments)
+
+    draw()
+
+    def shell_can_take(command: str) -> bool:
+        return "\x00" not in command and not any(0xD800 <= ord(c) <= 0xDFFF for c in command)
+
+    def run(state: _Answers) -> dict[str, Any]:
+        answers = []
+        for arguments in drawn:
+            response = backend.execute(arguments["command"], timeout=arguments.get("timeout"))
+            answers.append((arguments["command"], response))
+        return {"answers": answers}
+
+    builder = StateGraph(_Answers)
+    builder.add_node("run", run)
+    builder.add_edge(START, "run")
+    answers = builder.compile().invoke({"answers": []})["answers"]
+    assert len(answers) == len(drawn) > 0
+    for command, response in answers:
+        if not command.strip():
+            assert (response.output, response.exit_code) == ("", 0)
+            continue
+        told = json.loads(response.output)
+        if shell_can_take(command):
+            assert told["error_type"] not in ARGUMENT_ERRORS, told
+            assert told["error_type"] == ErrorCode.POLICY_DENIED.value, told
+        else:
+            assert told["executed"] is False
+    assert launches(tools) == 0

@@ -31,6 +31,12 @@ sandrail's ``run_command``:
   ``error`` that ran nothing, a refusal) is told as it is: the output is the
   result's JSON (its ``status``, the locator and what to do next) and the
   exit code is ``None``, never a made-up ``1``.
+- What Deep Agents' ``execute`` schema lets a model send is run, with two
+  exceptions: a blank command does nothing and succeeds (exit code 0, as a
+  shell does), and a command with a NUL character or a lone surrogate, which
+  no shell can be given, is refused (the output says why; nothing ran). A
+  command runs at most the toolset's ``foreground_timeout_seconds`` (300 by
+  default), whatever longer ``timeout`` Deep Agents passes.
 - Approval: when the harness's policy answers ``ApprovalRequired``, the
   backend asks through LangGraph's ``interrupt()`` (as the LangChain adapter
   does: ``Command(resume={"type": "approve"})`` or ``{"type": "reject"}``);
@@ -124,6 +130,8 @@ def _listen() -> None:
         class NoteToolCalls(callbacks.BaseCallbackHandler):  # type: ignore[misc, name-defined]
             """Notes the tool call id of each tool run (nothing else)."""
 
+            run_inline = True  # before the tool runs, also under an async manager
+
             def on_tool_start(self, serialized: Any, input_str: Any, **kwargs: Any) -> None:
                 _CALLS.started(kwargs.get("run_id"), kwargs.get("tool_call_id"))
 
@@ -178,6 +186,11 @@ def _backend_class() -> type[Any]:
             return self._toolset.session_id
 
         def execute(self, command: str, *, timeout: int | None = None) -> Any:
+            if isinstance(command, str) and not command.strip():
+                # What a shell does with an empty command line: nothing, and
+                # succeeds (sandrail refuses a blank command, which Deep Agents'
+                # schema lets a model send).
+                return protocol.ExecuteResponse(output="", exit_code=0, truncated=False)
             seconds = self._timeout if timeout is None or timeout <= 0 else int(timeout)
             arguments: dict[str, Any] = {"command": command, "timeout": seconds}
             if self._workdir is not None:
