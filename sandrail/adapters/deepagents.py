@@ -72,6 +72,7 @@ def SandrailSandbox(toolset: Toolset, *, workdir: str | None = None, timeout: in
     Raises ``ImportError`` naming the ``deepagents`` extra when Deep Agents
     is missing, ``ValueError`` for a ``timeout`` that is not a positive
     whole number."""
+    require("deepagents", "deepagents")  # checked on every call: the class is cached
     if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
         raise ValueError(f"timeout must be a positive whole number of seconds, got {timeout!r}")
     if workdir is not None and (not isinstance(workdir, str) or not workdir.strip()):
