@@ -68,7 +68,7 @@ def test_c6_an_uncertain_result_is_told_as_it_is_never_exit_code_1() -> None:
     (message,) = tool_messages(out["messages"])
     told = json.loads(message.content)
     assert told["status"] == "uncertain"
-    assert told["operation_key"] == "langgraph::call:e1:deepagents-1"
+    assert told["operation_key"] == "langgraph:-:call:e1:deepagents-1"  # no thread: "-"
     assert "exit_code" not in (message.artifact or {})
 
 

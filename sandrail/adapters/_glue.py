@@ -1,88 +1,45 @@
-"""Glue the LangChain, Deep Agents and ADK adapters share: the question a person
-answers, a refusal for a call with no safe key, and the check of a timeout setting.
-(The adapter kit's public helpers take these over when they land.)"""
+"""The approval question the LangChain, Deep Agents and ADK adapters ask a person:
+what :func:`approval_request` builds, on the adapter kit's
+:func:`~sandrail.adapters.kit.shown_arguments`."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+import json
 from typing import Any
 
-from sandrail import ApprovalRequired, ErrorCode, ToolResult, Toolset
-from sandrail.core import bound_result, error_result
+from sandrail import ToolResult, Toolset
+from sandrail.adapters.kit import ModelCall, shown_arguments
 
-__all__ = ["approval_request", "check_timeout", "no_key", "shown_arguments"]
+__all__ = ["approval_request"]
 
 
-def approval_request(
-    toolset: Toolset,
-    name: str,
-    arguments: Mapping[str, Any],
-    *,
-    call_id: str,
-    operation_key: str,
-    decision: ApprovalRequired,
-) -> dict[str, Any]:
-    """The ``interrupt()`` value a person answers: the tool, its arguments
-    with every env value hidden (the names stay), the call's identity and
-    the policy's interaction id, in the shape of ``HumanInTheLoopMiddleware``'s
-    request (``action_requests``, ``review_configs``) so a client built for it
-    shows it. Plain JSON data: checkpointers store it as it is."""
-    shown = shown_arguments(arguments)
+def approval_request(toolset: Toolset, asked: ToolResult, call: ModelCall) -> dict[str, Any]:
+    """The question a person answers about ``call`` (whose result ``asked``
+    is ``approval_required``): the tool, its arguments as the adapter kit
+    shows them (every env value masked, wherever it appears), the call's
+    identity and the policy's interaction id, in the shape of LangChain's
+    ``HumanInTheLoopMiddleware`` requests (``action_requests``,
+    ``review_configs``), so a client built for those shows it. Plain JSON
+    data: checkpointers and session stores keep it as it is."""
+    shown = shown_arguments(call.arguments)
+    try:
+        args: Any = json.loads(shown)
+    except ValueError:  # cut to fit what a person reads
+        args = {"shown": shown}
+    interaction = asked.content.get("interaction_id")
     return {
         "type": "sandrail_approval",
         "action_requests": [
             {
-                "name": name,
-                "args": shown,
-                "description": f"sandrail asks a person to approve {name} "
-                f"(interaction {decision.interaction_id}).",
+                "name": call.name,
+                "args": args,
+                "description": f"sandrail asks a person to approve {call.name} "
+                f"(interaction {interaction}): {shown}",
             }
         ],
-        "review_configs": [{"action_name": name, "allowed_decisions": ["approve", "reject"]}],
-        "tool_call_id": call_id,
-        "operation_key": operation_key,
-        "interaction_id": decision.interaction_id,
+        "review_configs": [{"action_name": call.name, "allowed_decisions": ["approve", "reject"]}],
+        "tool_call_id": call.call_id,
+        "operation_key": call.operation_key,
+        "interaction_id": interaction if isinstance(interaction, str) else None,
         "session_id": toolset.session_id,
     }
-
-
-def shown_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """``arguments`` with each env value replaced by ``"[hidden]"`` (a
-    mapping, or the strict profiles' ``{name, value}`` list): a person sees
-    which variables a command gets, never their values (C17)."""
-    shown = dict(arguments)
-    env = shown.get("env")
-    if isinstance(env, Mapping):
-        shown["env"] = {str(k): "[hidden]" for k in env}
-    elif isinstance(env, list):
-        shown["env"] = [
-            {"name": item.get("name"), "value": "[hidden]"} if isinstance(item, Mapping) else None
-            for item in env
-        ]
-    return shown
-
-
-def no_key(toolset: Toolset, why: str) -> ToolResult:
-    """The refusal of a call with no safe operation key: nothing ran."""
-    return bound_result(
-        error_result(
-            ErrorCode.OPERATION_KEY_REQUIRED,
-            instruction=f"No safe operation key for this call ({why}); nothing ran.",
-        ),
-        toolset.max_output_bytes,
-    )
-
-
-def check_timeout(timeout_seconds: object) -> None:
-    """``ValueError`` unless ``timeout_seconds`` is ``None`` or a positive,
-    finite number."""
-    if timeout_seconds is None:
-        return
-    if (
-        isinstance(timeout_seconds, bool)
-        or not isinstance(timeout_seconds, (int, float))
-        or not math.isfinite(timeout_seconds)
-        or timeout_seconds <= 0
-    ):
-        raise ValueError(f"timeout_seconds must be a positive number, got {timeout_seconds!r}")

@@ -32,6 +32,8 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from sandrail.adapters.kit import run_id_of
+
 __all__ = ["decision_schema", "read_decision", "run_of_config"]
 
 
@@ -56,9 +58,9 @@ def decision_schema() -> Any:
 
 def run_of_config(config: object, runtime: object = None, call_id: str | None = None) -> str | None:
     """The run part of an operation key for the tool call ``call_id``:
-    ``langgraph:{thread_id}:{message id}`` where LangGraph's ``ToolNode``
+    ``langgraph:{thread_id}:message:{message id}`` where LangGraph's ``ToolNode``
     gives the tool its ``ToolRuntime`` and the graph state holds the model
-    message that made the call; else ``langgraph:{thread_id}:{checkpoint_ns}``
+    message that made the call; else ``langgraph:{thread_id}:task:{checkpoint_ns}``
     from the ``RunnableConfig``; ``None`` outside a LangGraph task (no
     namespace and no such message).
 
@@ -71,19 +73,21 @@ def run_of_config(config: object, runtime: object = None, call_id: str | None = 
     The message that made the call is in the saved state: the same after any
     resume or re-run, new for every model turn. The thread id is absent
     without a checkpointer: the message or namespace alone then tells runs
-    apart (such a run cannot be resumed)."""
+    apart (such a run cannot be resumed), and the thread part is ``-``.
+    The parts are joined by :func:`~sandrail.adapters.kit.run_id_of` (a ``:``
+    inside one, as in ``tools:<task id>``, is escaped)."""
     configurable = config.get("configurable") if isinstance(config, Mapping) else None
     if not isinstance(configurable, Mapping):
         configurable = {}
     thread = configurable.get("thread_id")
-    shown = "" if thread is None else str(thread)
+    shown = "-" if thread is None or not str(thread).strip() else str(thread)
     made_by = _message_of(getattr(runtime, "state", None), call_id)
     if made_by is not None:
-        return f"langgraph:{shown}:message:{made_by}"
+        return run_id_of("langgraph", shown, "message", made_by)
     namespace = configurable.get("checkpoint_ns")
     if not isinstance(namespace, str) or not namespace.strip():
         return None
-    return f"langgraph:{shown}:{namespace}"
+    return run_id_of("langgraph", shown, "task", namespace)
 
 
 def _message_of(state: object, call_id: str | None) -> str | None:

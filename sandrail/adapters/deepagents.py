@@ -52,10 +52,10 @@ import threading
 from collections import OrderedDict
 from typing import Any, Final
 
-from sandrail import ApprovalRequired, ToolResult, Toolset
-from sandrail.adapters import require
-from sandrail.adapters._glue import approval_request, no_key
+from sandrail import ErrorCode, ToolResult, Toolset
+from sandrail.adapters._glue import approval_request
 from sandrail.adapters._langgraph import decision_schema, read_decision
+from sandrail.adapters.kit import Adapter, require, run_id_of
 
 __all__ = ["SandrailSandbox"]
 
@@ -154,16 +154,18 @@ def _key_parts() -> tuple[str, Any] | str:
         return "the backend was called outside a LangGraph run"
     configurable = config.get("configurable") or {}
     thread = configurable.get("thread_id")
-    shown = "" if thread is None else str(thread)
+    shown = "-" if thread is None or not str(thread).strip() else str(thread)
     manager = config.get("callbacks")
     tool_run = getattr(manager, "parent_run_id", None)
     call_id = _CALLS.call_id(tool_run) if tool_run is not None else None
     if call_id is not None:
-        return f"langgraph:{shown}:call:{call_id}", tool_run
-    namespace = configurable.get("checkpoint_ns")
-    if not isinstance(namespace, str) or not namespace.strip() or tool_run is None:
+        run = run_id_of("langgraph", shown, "call", call_id)
+    else:
+        namespace = configurable.get("checkpoint_ns")
+        run = run_id_of("langgraph", shown, "task", namespace) if tool_run is not None else None
+    if run is None:
         return "the backend was called outside a LangGraph task"
-    return f"langgraph:{shown}:{namespace}", tool_run
+    return run, tool_run
 
 
 def _backend_class() -> type[Any]:
@@ -179,6 +181,7 @@ def _backend_class() -> type[Any]:
 
         def __init__(self, toolset: Toolset, workdir: str | None, timeout: int) -> None:
             self._toolset = toolset
+            self._adapter = Adapter(toolset, framework="Deep Agents", profile="full")
             self._workdir = workdir
             self._timeout = timeout
 
@@ -199,39 +202,27 @@ def _backend_class() -> type[Any]:
             return _response(protocol, self._run(arguments))
 
         def _run(self, arguments: dict[str, Any]) -> ToolResult:
+            adapter = self._adapter
             parts = _key_parts()
             if isinstance(parts, str):
-                return no_key(self._toolset, parts)
+                return adapter.refusal(
+                    ErrorCode.OPERATION_KEY_REQUIRED,
+                    f"No safe operation key for this command ({parts}); nothing ran.",
+                )
             run, scope = parts
             call_id = f"deepagents-{_CALLS.next_number(scope)}"
-            key = self._toolset.operation_key(call_id, run_id=run)
-            settings: dict[str, Any] = {"call_id": call_id, "operation_key": key, "run_id": run}
-            result = self._toolset.call_sync("run_command", arguments, **settings)
+            call = adapter.call_of("run_command", arguments, call_id=call_id, run_id=run)
+            if isinstance(call, ToolResult):
+                return call
+            result = adapter.run_sync(call)
             if not result.needs_approval:
                 return result
-            interaction = result.content.get("interaction_id")
-            question = approval_request(
-                self._toolset,
-                "run_command",
-                arguments,
-                call_id=call_id,
-                operation_key=key,
-                decision=ApprovalRequired(
-                    interaction_id=interaction if isinstance(interaction, str) else ""
-                ),
-            )
-            approved, reason = read_decision(
-                types.interrupt(question, response_schema=decision_schema())
-            )
+            question = approval_request(self._toolset, result, call)
+            answer = types.interrupt(question, response_schema=decision_schema())
+            approved, reason = read_decision(answer)
             if not approved:
-                return self._toolset.rejection(
-                    reason,
-                    name="run_command",
-                    call_id=call_id,
-                    operation_key=key,
-                    arguments=arguments,
-                )
-            return self._toolset.call_sync("run_command", arguments, approved=True, **settings)
+                return adapter.reject(call, reason)
+            return adapter.run_sync(call, approved=True)
 
         def upload_files(self, files: list[tuple[str, bytes]]) -> list[Any]:
             answers = []

@@ -39,12 +39,11 @@ Timeouts: ``timeout_seconds`` is each call's deadline, enforced here.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from typing import Any
 
-from sandrail import ApprovalRequired, Profile, ToolResult, Toolset
-from sandrail.adapters import require
-from sandrail.adapters._glue import approval_request, check_timeout, no_key
+from sandrail import Profile, ToolResult, Toolset
+from sandrail.adapters._glue import approval_request
+from sandrail.adapters.kit import Adapter, ModelCall, require, run_id_of
 
 __all__ = ["tools"]
 
@@ -58,10 +57,9 @@ def tools(
     missing, ``ValueError`` for an unknown ``profile`` or a
     ``timeout_seconds`` that is not a positive number."""
     require("google.adk", "google-adk")
-    check_timeout(timeout_seconds)
-    schemas = {name: toolset.schema(name, profile) for name in toolset.names}
+    adapter = Adapter(toolset, framework="ADK", profile=profile, timeout_seconds=timeout_seconds)
     cls = _tool_class()
-    return [cls(toolset, name, schemas[name], profile, timeout_seconds) for name in toolset.names]
+    return [cls(adapter, name, schema) for name, schema in adapter.schemas().items()]
 
 
 def _origin(tool_context: Any, call_id: str) -> str | None:
@@ -86,19 +84,10 @@ def _tool_class() -> type[Any]:
     class SandrailTool(base.BaseTool):  # type: ignore[misc, name-defined]
         """One sandrail tool as an ADK tool (see the module doc)."""
 
-        def __init__(
-            self,
-            toolset: Toolset,
-            name: str,
-            schema: dict[str, Any],
-            profile: Profile,
-            timeout_seconds: float | None,
-        ) -> None:
-            super().__init__(name=name, description=toolset.definition(name).description)
-            self._toolset = toolset
+        def __init__(self, adapter: Adapter, name: str, schema: dict[str, Any]) -> None:
+            super().__init__(name=name, description=adapter.toolset.definition(name).description)
+            self._adapter = adapter
             self._schema = schema
-            self._profile: Profile = profile
-            self._timeout_seconds = timeout_seconds
 
         def _get_declaration(self) -> Any:
             return genai_types.FunctionDeclaration(
@@ -107,69 +96,39 @@ def _tool_class() -> type[Any]:
                 parameters_json_schema=self._schema,
             )
 
-        def _identity(self, tool_context: Any) -> tuple[str, str, str] | ToolResult:
+        def _call(self, args: Any, tool_context: Any) -> ModelCall | ToolResult:
             call_id = getattr(tool_context, "function_call_id", None)
-            if not isinstance(call_id, str) or not call_id.strip():
-                return no_key(self._toolset, "ADK gave this tool call no function call id")
-            origin = _origin(tool_context, call_id)
             session = getattr(getattr(tool_context, "session", None), "id", None)
-            if origin is None or not isinstance(session, str):
-                return no_key(self._toolset, "ADK gave this tool call no invocation or session")
-            run = f"adk:{session}:{origin}"
-            return call_id, run, self._toolset.operation_key(call_id, run_id=run)
+            origin = _origin(tool_context, call_id) if isinstance(call_id, str) else None
+            return self._adapter.call_of(
+                self.name,
+                args,
+                call_id=call_id,
+                run_id=run_id_of("adk", session, origin),
+            )
 
         async def run_async(self, *, args: dict[str, Any], tool_context: Any) -> Any:
-            identity = self._identity(tool_context)
-            if isinstance(identity, ToolResult):
-                return dict(identity.content)
-            call_id, run, key = identity
-            settings: dict[str, Any] = {
-                "call_id": call_id,
-                "operation_key": key,
-                "profile": self._profile,
-                "timeout_seconds": self._timeout_seconds,
-                "reconcile_repeats": True,
-                "run_id": run,
-            }
-            result = await self._toolset.call(self.name, args, **settings)
+            adapter = self._adapter
+            call = self._call(args, tool_context)
+            if isinstance(call, ToolResult):
+                return dict(call.content)
+            result = await adapter.run(call)
             if result.needs_approval:
                 confirmation = getattr(tool_context, "tool_confirmation", None)
                 if confirmation is None:
-                    self._ask(tool_context, result, args, call_id, key)
+                    tool_context.request_confirmation(
+                        hint=f"sandrail asks a person to approve {self.name} (call "
+                        f'{call.call_id}): answer {{"confirmed": true}} to run it once, or '
+                        "false to run nothing.",
+                        payload=approval_request(adapter.toolset, result, call),
+                    )
                     # The pause is no result for the model to answer (as ADK's
                     # own confirmation gate does).
                     tool_context.actions.skip_summarization = True
                 elif confirmation.confirmed is True:
-                    result = await self._toolset.call(self.name, args, approved=True, **settings)
+                    result = await adapter.run(call, approved=True)
                 else:
-                    result = self._toolset.rejection(
-                        None,
-                        name=self.name,
-                        call_id=call_id,
-                        operation_key=key,
-                        arguments=args,
-                        profile=self._profile,
-                    )
+                    result = adapter.reject(call)
             return dict(result.content)
-
-        def _ask(
-            self, tool_context: Any, result: ToolResult, args: Any, call_id: str, key: str
-        ) -> None:
-            interaction = result.content.get("interaction_id")
-            question = approval_request(
-                self._toolset,
-                self.name,
-                args if isinstance(args, Mapping) else {},
-                call_id=call_id,
-                operation_key=key,
-                decision=ApprovalRequired(
-                    interaction_id=interaction if isinstance(interaction, str) else ""
-                ),
-            )
-            tool_context.request_confirmation(
-                hint=f"sandrail asks a person to approve {self.name} (call {call_id}): "
-                'answer {"confirmed": true} to run it once, or false to run nothing.',
-                payload=question,
-            )
 
     return SandrailTool

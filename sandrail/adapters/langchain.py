@@ -14,13 +14,16 @@ is exactly ``result.to_json()``: a string, which LangChain sends as it is, so
 what the model reads is within the budget (C12). Its ``status`` is
 ``"error"`` for every result that is not ``ok``.
 
-Operation keys: ``f"langgraph:{thread_id}:{checkpoint_ns}:{tool_call_id}"``,
-from the ``RunnableConfig`` LangGraph gives the tool and the model's tool call
-id. A node that is resumed, or re-run after it crashed, runs its tools again
-from their first line; these three are the same then, so the call reconciles
+Operation keys: ``langgraph:{thread_id}:message:{message id}:{tool_call_id}``,
+from the thread LangGraph runs the tool in, the model message in the saved
+state that made the call (``ToolNode`` gives the tool its ``ToolRuntime``)
+and the model's tool call id; a tool invoked without a ``ToolNode`` has
+``task:{checkpoint_ns}`` in place of the message. A node that is resumed,
+or re-run after it crashed, runs its tools again from their first line;
+these are the same then, so the call reconciles
 with its first launch and never launches again (C2); a new turn of the
-thread has a new checkpoint namespace, so a scripted model's reused call ids
-are new calls. Replaying a thread from an earlier checkpoint re-runs that
+thread has a new model message, so a scripted model's reused call ids are
+new calls. Replaying a thread from an earlier checkpoint re-runs that
 checkpoint's tasks under their old keys: they reconcile, they do not run
 again. Outside a LangGraph run (``tool.invoke(tool_call)`` by hand) there is
 no such identity: pass ``run_id=`` (a string, or a function of the
@@ -32,12 +35,14 @@ call's key and reconciles it (see :class:`~sandrail.Toolset`).
 
 Approval (see ``docs/howto/langgraph.md``). When the harness's policy answers
 ``ApprovalRequired``, the tool calls LangGraph's ``interrupt()`` with the
-question (:func:`sandrail.adapters._langgraph.approval_request`; env values
-hidden) and the run pauses; it needs a checkpointer. ``Command(resume={"type":
+question (the tool, its arguments with env values masked, the call's key)
+and the run pauses; it needs a checkpointer. ``Command(resume={"type":
 "approve"})`` runs that very call once under its key, however often and from
-however many processes the same checkpoint is resumed; ``{"type": "reject",
-"message": ...}`` runs nothing and the model reads ``approval_rejected``
-(or, when the key already launched, ``uncertain`` with the task's locator).
+however many processes the same checkpoint is resumed (each with the
+toolset's durable ``record=``, which keeps the question and the first
+decision: see ``docs/howto/approval.md``); ``{"type": "reject", "message":
+...}`` runs nothing and the model reads ``approval_rejected`` (or, when the
+key already launched, ``uncertain`` with the task's locator).
 ``Deny`` never asks anyone. LangChain's ``HumanInTheLoopMiddleware`` works
 too: a call it gates runs when approved (an edit runs the reviewer's
 arguments under the call's key) and the middleware's own message answers a
@@ -56,15 +61,15 @@ import functools
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, Final
 
-from sandrail import ApprovalRequired, Profile, ToolResult, Toolset
-from sandrail.adapters import require
-from sandrail.adapters._glue import approval_request, check_timeout, no_key
+from sandrail import ErrorCode, Profile, ToolResult, Toolset
+from sandrail.adapters._glue import approval_request
 from sandrail.adapters._langgraph import decision_schema, read_decision, run_of_config
+from sandrail.adapters.kit import Adapter, ModelCall, check_run_id, require
 
 __all__ = ["tools"]
 
 RunId = str | Callable[[Any], str] | None
-_Steps = Generator[dict[str, Any], ToolResult, Any]
+_Steps = Generator[tuple[ModelCall, bool], ToolResult, Any]
 
 _CALL: Final[contextvars.ContextVar[tuple[str | None, Any] | None]] = contextvars.ContextVar(
     "sandrail_langchain_call", default=None
@@ -91,16 +96,15 @@ def tools(
     string nor a function."""
     require("langchain_core", "langchain")
     require("langgraph", "langchain")
-    if run_id is not None and not callable(run_id):
-        if not isinstance(run_id, str):
-            raise TypeError(f"run_id must be a string or a function, got {type(run_id).__name__}")
-        if not run_id.strip():
-            raise ValueError("run_id must be a non-blank string")
-    check_timeout(timeout_seconds)
+    if not callable(run_id):
+        check_run_id(run_id)
+    adapter = Adapter(
+        toolset, framework="LangGraph", profile=profile, timeout_seconds=timeout_seconds
+    )
     cls, functions = _classes()
     made = []
     for name in toolset.names:
-        run, arun = functions(_Binding(toolset, name, profile, run_id, timeout_seconds))
+        run, arun = functions(_Binding(adapter, name, run_id))
         made.append(
             cls(
                 name=name,
@@ -114,96 +118,57 @@ def tools(
 
 
 class _Binding:
-    """What one tool runs: its toolset, name and the adapter's settings."""
+    """What one tool runs: the adapter (the toolset and its settings), the
+    tool's name and the configured ``run_id``."""
 
-    def __init__(
-        self,
-        toolset: Toolset,
-        name: str,
-        profile: Profile,
-        run_id: RunId,
-        timeout_seconds: float | None,
-    ) -> None:
-        self.toolset = toolset
+    def __init__(self, adapter: Adapter, name: str, run_id: RunId) -> None:
+        self.adapter = adapter
         self.name = name
-        self.profile: Profile = profile
         self.run_id = run_id
-        self.timeout_seconds = timeout_seconds
 
-    def run_of(self, config: object, runtime: object, call_id: str) -> str | _Refused | None:
+    def run_of(self, config: object, runtime: object, call_id: str) -> str | ToolResult:
+        """The run part of the call's key, or the refusal to send."""
         if self.run_id is None:
-            return run_of_config(config, runtime, call_id)
+            run = run_of_config(config, runtime, call_id)
+            if run is None:
+                return self.no_key(
+                    "it runs outside a LangGraph task and the adapter was given no run_id"
+                )
+            return run
         if isinstance(self.run_id, str):
             return self.run_id
         try:
             value = self.run_id(config)
         except Exception as exc:
-            return _Refused(f"the run_id function raised {type(exc).__name__}")
+            return self.no_key(f"the run_id function raised {type(exc).__name__}")
         if not isinstance(value, str) or not value.strip():
-            return _Refused("the run_id function returned no non-blank string")
+            return self.no_key("the run_id function returned no non-blank string")
         return value
 
-    def prepared(self, config: object, runtime: object) -> ToolResult | tuple[str, Any, str, str]:
-        """The call's id, arguments, run and key, or the refusal to send."""
+    def no_key(self, why: str) -> ToolResult:
+        return self.adapter.refusal(
+            ErrorCode.OPERATION_KEY_REQUIRED,
+            f"No safe operation key for this call ({why}); nothing ran.",
+        )
+
+    def prepared(self, config: object, runtime: object) -> ModelCall | ToolResult:
+        """The call to run, or the refusal to send (nothing ran)."""
         call = _CALL.get()
         call_id, arguments = call if call is not None else (None, None)
         if not isinstance(call_id, str) or not call_id.strip():
-            return no_key(
-                self.toolset,
-                "the tool was not invoked with a tool call, so it has no tool call id",
+            return self.no_key(
+                "the tool was not invoked with a tool call, so it has no tool call id"
             )
         run = self.run_of(config, runtime, call_id)
-        if isinstance(run, _Refused):
-            return no_key(self.toolset, run.reason)
-        if run is None:
-            return no_key(
-                self.toolset,
-                "it runs outside a LangGraph task and the adapter was given no run_id",
-            )
-        return call_id, arguments, run, self.toolset.operation_key(call_id, run_id=run)
+        if isinstance(run, ToolResult):
+            return run
+        return self.adapter.call_of(self.name, arguments, call_id=call_id, run_id=run)
 
-    def settings(self, call_id: str, run: str, key: str) -> dict[str, Any]:
-        return {
-            "call_id": call_id,
-            "operation_key": key,
-            "profile": self.profile,
-            "timeout_seconds": self.timeout_seconds,
-            "reconcile_repeats": True,
-            "run_id": run,
-        }
-
-    def question(
-        self, result: ToolResult, arguments: Any, call_id: str, key: str
-    ) -> dict[str, Any] | None:
+    def question(self, result: ToolResult, call: ModelCall) -> dict[str, Any] | None:
         """The interrupt value when ``result`` asks for a person, else ``None``."""
-        if not result.needs_approval or not isinstance(arguments, Mapping):
+        if not result.needs_approval:
             return None
-        interaction = result.content.get("interaction_id")
-        return approval_request(
-            self.toolset,
-            self.name,
-            arguments,
-            call_id=call_id,
-            operation_key=key,
-            decision=ApprovalRequired(
-                interaction_id=interaction if isinstance(interaction, str) else ""
-            ),
-        )
-
-    def rejected(self, reason: str | None, arguments: Any, call_id: str, key: str) -> ToolResult:
-        return self.toolset.rejection(
-            reason,
-            name=self.name,
-            call_id=call_id,
-            operation_key=key,
-            arguments=arguments,
-            profile=self.profile,
-        )
-
-
-class _Refused:
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
+        return approval_request(self.adapter.toolset, result, call)
 
 
 @functools.cache
@@ -253,45 +218,41 @@ def _classes() -> tuple[type[Any], Any]:
                 _CALL.reset(token)
 
     def steps(binding: _Binding, config: Any, runtime: Any) -> _Steps:
-        """The call as a program: it yields the keyword arguments of each
-        ``Toolset`` call to make and receives its result (one program, a
-        sync and an async driver)."""
-        prepared = binding.prepared(config, runtime)
-        if isinstance(prepared, ToolResult):
-            return message(binding, (_CALL.get() or (None,))[0], prepared)
-        call_id, arguments, run, key = prepared
-        settings = binding.settings(call_id, run, key)
-        result = yield settings
-        question = binding.question(result, arguments, call_id, key)
+        """The call as a program: it yields each run of the call to make
+        (the call, and whether a person approved it) and receives its
+        result (one program, a sync and an async driver)."""
+        call = binding.prepared(config, runtime)
+        if isinstance(call, ToolResult):
+            return message(binding, (_CALL.get() or (None,))[0], call)
+        result = yield call, False
+        question = binding.question(result, call)
         if question is not None:
             answer = types.interrupt(question, response_schema=decision_schema())
             approved, reason = read_decision(answer)
             if approved:
-                result = yield {**settings, "approved": True}
+                result = yield call, True
             else:
-                result = binding.rejected(reason, arguments, call_id, key)
-        return message(binding, call_id, result)
+                result = binding.adapter.reject(call, reason)
+        return message(binding, call.call_id, result)
 
     def functions(binding: _Binding) -> tuple[Callable[..., Any], Callable[..., Any]]:
         def run(*, config: Any, runtime: Any = None, **_: Any) -> Any:
             program = steps(binding, config, runtime)
-            arguments = (_CALL.get() or (None, None))[1]
             try:
-                settings = next(program)
+                call, approved = next(program)
                 while True:
-                    result = binding.toolset.call_sync(binding.name, arguments, **settings)
-                    settings = program.send(result)
+                    result = binding.adapter.run_sync(call, approved=approved)
+                    call, approved = program.send(result)
             except StopIteration as done:
                 return done.value
 
         async def arun(*, config: Any, runtime: Any = None, **_: Any) -> Any:
             program = steps(binding, config, runtime)
-            arguments = (_CALL.get() or (None, None))[1]
             try:
-                settings = next(program)
+                call, approved = next(program)
                 while True:
-                    result = await binding.toolset.call(binding.name, arguments, **settings)
-                    settings = program.send(result)
+                    result = await binding.adapter.run(call, approved=approved)
+                    call, approved = program.send(result)
             except StopIteration as done:
                 return done.value
 
