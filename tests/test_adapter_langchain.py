@@ -407,3 +407,20 @@ def test_c15_big_output_stays_within_the_budget_and_whole_in_the_artifact_store(
     kept = json.loads(store.read(budget["artifact_uri"]))  # the whole result, uncut
     assert kept["stdout"] == "".join(f"{n}\n" for n in range(1, 9001))
     assert out["messages"][-1].content == "done"
+
+
+def test_c5_a_rejection_stands_against_a_later_approval_of_the_same_question() -> None:
+    """The same saved question rejected first, then approved on a copy of the
+    thread taken before: the first decision stands and nothing runs."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("first"))
+    asked_at = agent.get_state(_thread("first")).config
+    agent.invoke(Command(resume={"type": "reject", "message": "no"}), _thread("first"))
+    late = agent.invoke(Command(resume={"type": "approve"}), asked_at)
+    (result,) = _results(late["messages"])
+    assert result["error_type"] == ErrorCode.APPROVAL_REJECTED.value
+    assert result["outcome_reason"] == "no"  # the first decision, as it was given
+    assert result["executed"] is False
+    assert launches(tools) == 0
