@@ -68,6 +68,17 @@ def _finished(worker: subprocess.Popen[bytes], out: Path) -> dict[str, Any]:
     return answer
 
 
+def _kill_once_marked(server: LocalE2B, worker: subprocess.Popen[bytes], mark: str) -> None:
+    """SIGKILL ``worker`` as soon as its command has started in the sandbox."""
+    deadline = time.monotonic() + 60
+    while server.truth().marked(mark) == 0:
+        assert worker.poll() is None, worker.communicate()[1].decode()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=30)
+
+
 def _checkpointers(tmp_path: Path, postgres: PostgresServer | None) -> str:
     if postgres is None:
         return f"sqlite:{tmp_path / 'checkpoints.sqlite'}"
@@ -110,13 +121,7 @@ def test_c2_a_harness_killed_mid_command_resumes_from_its_checkpointer_without_r
     command = f"{server.mark(mark)}; sleep 3; echo finished"
     thread = f"t-{uuid.uuid4().hex[:8]}"
     first = _worker(server, "start", spec, record, thread, command, tmp_path / "0.json")
-    deadline = time.monotonic() + 60
-    while server.truth().marked(mark) == 0:
-        assert first.poll() is None, first.communicate()[1].decode()[-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=30)
+    _kill_once_marked(server, first, mark)
     again = _finished(
         _worker(server, "again", spec, record, thread, command, tmp_path / "1.json"),
         tmp_path / "1.json",
@@ -141,13 +146,7 @@ def test_c2_a_deep_agents_harness_killed_mid_command_resumes_without_relaunching
     thread = f"t-{uuid.uuid4().hex[:8]}"
     out = tmp_path / "0.json"
     first = _worker(server, "start", spec, record, thread, command, out, "deepagents")
-    deadline = time.monotonic() + 60
-    while server.truth().marked(mark) == 0:
-        assert first.poll() is None, first.communicate()[1].decode()[-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    first.send_signal(signal.SIGKILL)
-    first.wait(timeout=30)
+    _kill_once_marked(server, first, mark)
     out = tmp_path / "1.json"
     again = _finished(
         _worker(server, "again", spec, record, thread, command, out, "deepagents"), out
