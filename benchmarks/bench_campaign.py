@@ -3,16 +3,17 @@ a campaign's time goes, per call judged.
 
 A fixed sample of the default campaign's items (every 5th; every 25th with
 ``--quick``: mutants, single-fault plans, record faults and schedules alike)
-runs in this process, with the time spent inside the port (``execute_sync``
-and ``execute``: the port and core, the world's taps and the simulator) and
-inside the simulator measured as it runs (process CPU time, so other work on
-a shared machine counts less). The baseline is the port and core's own time
-per call (the port less the simulator): the campaign cannot run faster than
-that without a faster port (P2). Each row's ratio is baseline / row: the
-share of the campaign that is the port and core. Without ``--quick``, the
-whole default campaign then runs on two worker processes, as ``sandrail
-simulate`` runs it; its ratio is the wall time two cores would need for the
-port and core alone over the wall time it took.
+runs in this process, with the time spent inside the port (``execute_sync``,
+and concurrent calls with their event loop: the port and core, the world's
+tap and the simulator) and inside the simulator measured as it runs (process
+CPU time, so other work on a shared machine counts less). The baseline is
+the port and core's own time per call (the port less the simulator): the
+campaign cannot run faster than that without a faster port (P2). Each row's
+ratio is baseline / row: the share of the campaign that is the port and
+core. Without ``--quick``, the whole default campaign then runs on two
+worker processes, as ``sandrail simulate`` runs it; its ratio is the wall
+time two cores would need for the port and core alone over the wall time it
+took.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from benchmarks._common import row
 from sandrail._campaign import _runner as runner
 from sandrail._campaign._report import CampaignReport
 from sandrail.interpreters.simulator import Simulator
+from sandrail.testing import World
 
 GOAL = (
     "P6: the default campaign (5,104 plans, 45,669 calls judged) ≤ 10 s on two cores; "
@@ -42,7 +44,7 @@ def _timing(spent: dict[str, float]) -> Iterator[None]:
     inside: dict[str, int] = {"port": 0, "simulator": 0}
     originals: list[tuple[Any, str, Any]] = []
 
-    def timed(owner: Any, name: str, what: str, *, awaited: bool = False) -> None:
+    def timed(owner: Any, name: str, what: str) -> None:
         original = getattr(owner, name)
         originals.append((owner, name, original))
 
@@ -57,17 +59,11 @@ def _timing(spent: dict[str, float]) -> Iterator[None]:
                 spent[what] += time.process_time() - began
                 inside[what] -= 1
 
-        async def asynchronous(*args: Any, **kwargs: Any) -> Any:
-            began = time.process_time()
-            try:
-                return await original(*args, **kwargs)
-            finally:
-                spent[what] += time.process_time() - began
-
-        setattr(owner, name, asynchronous if awaited else sync)
+        setattr(owner, name, sync)
 
     timed(port_module.ToolPort, "execute_sync", "port")
-    timed(port_module.ToolPort, "execute", "port", awaited=True)
+    # Concurrent calls interleave on one loop: timed together, loop included.
+    timed(World, "call_concurrently", "port")
     timed(Simulator, "__call__", "simulator")
     try:
         yield
