@@ -11,10 +11,11 @@ the library is missing or a page is over the anchors' budget.
 from __future__ import annotations
 
 import contextlib
+import random
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandrail.core import Redactions
@@ -89,6 +90,29 @@ def test_c17_masking_answers_alike_with_and_without_the_native_search(
         alone = Redactions(texts)
         assert alone._prepared.native() is None
         assert (alone.intervals(data), alone.pending_prefix(data, low)) == answers
+
+
+@settings(max_examples=25)
+@given(st.randoms(use_true_random=False), st.integers(0, 4))
+def test_c17_native_search_of_long_values_over_many_windows_answers_as_the_pure_one(
+    draw: random.Random, shape: int
+) -> None:
+    """Values longer than the first tails searched and pages longer than a
+    window: an anchor or a held tail across a window's edge is found once."""
+    letters = "ab" if shape < 2 else "abcdefgh"
+    values = [
+        "".join(draw.choice(letters) for _ in range(draw.randint(8, 3_000))) for _ in range(6)
+    ]
+    pieces = [draw.choice(values)[: draw.randint(1, 3_000)] for _ in range(8)]
+    data = "".join(piece + draw.choice(letters) * draw.randint(0, 9) for piece in pieces).encode()
+    data += values[shape][: draw.randint(1, len(values[shape]))].encode()
+    encoded = [value.encode() for value in values]
+    native, pure = _native(encoded), PatternAutomaton(encoded)
+    with contextlib.suppress(anchored.OverBudget):
+        assert _merged(native.occurrences(data)) == _merged(pure.occurrences(data))
+    for low in (0, len(data) // 2, len(data) - 300, len(data) - 5):
+        with contextlib.suppress(anchored.OverBudget):
+            assert native.pending(data, max(low, 0)) == pure.pending(data, max(low, 0))
 
 
 @pytest.fixture
