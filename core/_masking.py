@@ -225,14 +225,7 @@ class Redactions:
                 spans = native.occurrences(data)
         if spans is None:
             spans = self._search().occurrences(data)
-        merged: list[tuple[int, int]] = []
-        # Occurrences come by end; one may reach back over several earlier
-        # intervals (a longer value ending later), which it then absorbs.
-        for start, end in spans:
-            while merged and merged[-1][1] > start:
-                start = min(start, merged.pop()[0])
-            merged.append((start, end))
-        return merged
+        return _merged(spans)
 
     def pending_prefix(self, data: bytes, low: int) -> int | None:
         """The earliest position ``p >= low`` where ``data[p:]`` is a proper
@@ -259,6 +252,18 @@ class Redactions:
             cursor = end
         parts.append(data[cursor:])
         return b"".join(parts)
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Spans ordered by end, overlapping ones merged (touching ones apart)."""
+    merged: list[tuple[int, int]] = []
+    # A span may reach back over several earlier intervals (a longer value
+    # ending later), which it then absorbs.
+    for start, end in spans:
+        while merged and merged[-1][1] > start:
+            start = min(start, merged.pop()[0])
+        merged.append((start, end))
+    return merged
 
 
 def _found(data: bytes, values: Iterable[bytes]) -> list[tuple[int, int]]:

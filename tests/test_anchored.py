@@ -21,21 +21,12 @@ from hypothesis import strategies as st
 from sandrail.core import Redactions
 from sandrail.core import _anchored as anchored
 from sandrail.core import _masking as masking
+from sandrail.core._masking import _merged
 from sandrail.core._patterns import PatternAutomaton
 
 pytestmark = pytest.mark.skipif(
     not anchored.native_available(), reason="the native extra (ahocorasick-rs) is not installed"
 )
-
-
-def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Spans ordered by end, merged as :meth:`Redactions.intervals` merges them."""
-    merged: list[tuple[int, int]] = []
-    for start, end in spans:
-        while merged and merged[-1][1] > start:
-            start = min(start, merged.pop()[0])
-        merged.append((start, end))
-    return merged
 
 
 def _native(values: list[bytes]) -> anchored.AnchoredSearch:
