@@ -84,12 +84,13 @@ def test_c17_masking_answers_alike_with_and_without_the_native_search(
 
 
 @settings(max_examples=25)
-@given(st.randoms(use_true_random=False), st.integers(0, 4))
+@given(st.integers(0, 2**32), st.integers(0, 4))
 def test_c17_native_search_of_long_values_over_many_windows_answers_as_the_pure_one(
-    draw: random.Random, shape: int
+    seed: int, shape: int
 ) -> None:
     """Values longer than the first tails searched and pages longer than a
     window: an anchor or a held tail across a window's edge is found once."""
+    draw = random.Random(seed)
     letters = "ab" if shape < 2 else "abcdefgh"
     values = [
         "".join(draw.choice(letters) for _ in range(draw.randint(8, 3_000))) for _ in range(6)
