@@ -130,6 +130,7 @@ from typing import Any, Final, Literal, assert_never
 from sandrail.core._claim import claim_verdict
 from sandrail.core._effects import (
     HARNESS_EFFECTS,
+    SANDBOX_EFFECTS,
     Allow,
     Cancel,
     CancelRequested,
@@ -338,7 +339,7 @@ class Simulator:
         if type(effect) not in _APPLY:
             if isinstance(effect, HARNESS_EFFECTS):
                 raise TypeError(f"{type(effect).__name__} is a harness effect: the port answers it")
-            if not isinstance(effect, Inspect | Ensure | Publish | Start | Wait | Read | Cancel):
+            if not isinstance(effect, SANDBOX_EFFECTS):
                 raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
         with self._lock:
             return self._receive(effect)  # type: ignore[arg-type]

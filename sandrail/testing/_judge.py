@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 import attrs
 
 from sandrail.core import (
-    LAUNCH_TOOLS,
     SIDE_EFFECTS,
     TERMINAL_STATUSES,
     Delivery,
@@ -172,7 +171,7 @@ def check_c2_one_launch(world: World, record: CallRecord) -> Iterable[Violation]
     total = sum(record.launched.values())
     if total > 1:
         yield Violation("C2", record.number, f"one call launched {total} times")
-    stray = set(record.launched) - ({record.task} if record.tool in LAUNCH_TOOLS else set())
+    stray = set(record.launched) - ({record.task} if record.launches else set())
     if stray:
         yield Violation(
             "C2", record.number, f"launched task(s) its operation key does not derive: {stray}"
@@ -265,7 +264,7 @@ def check_c6_a_launched_task_is_never_nothing_ran(
     assert record.result is not None
     if record.result.status != "error" or record.launched_before == 0:
         return
-    if record.tool not in LAUNCH_TOOLS:
+    if not record.launches:
         return
     if _content(record).get("error_type") == ErrorCode.SANDBOX_UNAVAILABLE.value:
         yield Violation(
@@ -311,7 +310,7 @@ def check_c6_unknown_side_effect_is_uncertain(
 def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:
     """C7: ok for a launch means exactly one launch happened."""
     assert record.result is not None
-    if record.result.status != "ok" or record.tool not in LAUNCH_TOOLS or record.task is None:
+    if record.result.status != "ok" or not record.launches or record.task is None:
         return
     count = world.truth.launches.get(record.task, 0)
     if count != 1:
@@ -346,7 +345,7 @@ def check_c9_c11_authority(world: World, record: CallRecord) -> Iterable[Violati
     # dispatch it answers error or uncertain, never ok.
     if (
         not record.dispatched
-        and record.tool in LAUNCH_TOOLS
+        and record.launches
         and record.result.status == "uncertain"
         and (record.launched_before or _answered_uncertain_before(world, record))
     ):

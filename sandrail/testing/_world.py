@@ -33,7 +33,6 @@ from sandrail import ToolPort, ToolRequest, ToolResult
 from sandrail._options import given_options
 from sandrail._port import ToolGroup, build_port
 from sandrail.core import (
-    LAUNCH_TOOLS,
     Effect,
     EffectFailure,
     NativeIdentity,
@@ -44,6 +43,7 @@ from sandrail.core import (
     Start,
     Started,
     StartRefused,
+    ToolKind,
     launch_digest,
     plain_arguments,
 )
@@ -63,13 +63,14 @@ from ._calls import (
     _BATCH,
     _CURRENT,
     _LABEL,
-    OWNED_TOOLS,
     SESSION,
     CallRecord,
     LateDelivery,
     Mode,
     WatchedPort,
+    code_tool,
     native_identity,
+    tool_kind,
 )
 from ._faults import FaultyBackend
 from ._launches import (
@@ -290,7 +291,7 @@ class World:
     def code_tool(self) -> str:
         """The snippet tool's name for :attr:`default_owner` (``run_code``
         for a native owner, ``sandbox_run_code`` for an agent)."""
-        return "run_code" if self.default_owner == "native" else "sandbox_run_code"
+        return code_tool(self.default_owner)
 
     def code_tools(self, **options: Any) -> WatchedPort:
         """A port with the snippet tool on this world (see :meth:`port`)."""
@@ -522,12 +523,13 @@ class World:
         task: str | None = None
         conflict = foreign = False
         key = request.operation_key
-        if tool in LAUNCH_TOOLS and isinstance(key, str):
+        kind = tool_kind(tool)  # None: the port refuses the call (the judge holds it to that)
+        if kind is ToolKind.LAUNCHES and isinstance(key, str):
             task = self._task_id(session_id, owner, key)
             self.keys.setdefault(session_id, set()).add(key)
             claimed = self.claims.get(task)
             conflict = claimed is not None and claimed != launch_digest(tool, arguments)
-        elif tool in OWNED_TOOLS:
+        elif kind is ToolKind.OWNED_TASK:
             asked = arguments.get("task_id")
             task = asked if isinstance(asked, str) else None
             owned = {self._task_id(session_id, owner, k) for k in self.keys.get(session_id, ())}
