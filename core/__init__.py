@@ -147,7 +147,7 @@ from ._profiles import (
 from ._programs import Program, crash_result, refused_after_launch, tool_program
 from ._rejection import ArgumentProblem, arguments_rejection
 from ._repeats import one_call, repeat_scope, same_call
-from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
+from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest, with_arguments
 from ._results import (
     APPROVAL_REJECTED_INSTRUCTION,
     AgentCommandRef,
@@ -363,4 +363,5 @@ __all__ = [
     "unchanged",
     "unexpected_failure",
     "widen",
+    "with_arguments",
 ]

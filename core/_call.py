@@ -39,7 +39,7 @@ from ._results import (
 from ._snapshot import PortSettings, _refuse, _Snapshot
 from ._tool_record import ToolRecord
 
-__all__ = ["BrokenArtifactError", "CallState", "StoppedError", "bound_result"]
+__all__ = ["ALL_WELL", "BrokenArtifactError", "CallState", "StoppedError", "bound_result"]
 
 _MAX_SAFE: Final = 2**53 - 1
 
@@ -58,6 +58,11 @@ class StoppedError(Exception):
 class BrokenArtifactError(Exception):
     """An artifact cannot be completed as asked; it is discarded, the call
     goes on without it."""
+
+
+ALL_WELL: Final = AuthorityReport(aborted=False, drifted=False, authority_held=True)
+"""The guard's observation when all is well: an interpreter that answers
+with this very object lets the program decide without reading it."""
 
 
 def _all_well(report: object) -> bool:
@@ -97,7 +102,8 @@ class CallState:
         self.own_task = own_task
         """The task id this call's key derives (C1), computed once, at
         admission: a launch launches it."""
-        self.secrets = secrets | redaction_secrets(snap.arguments.get("env"))
+        env = snap.arguments.get("env")
+        self.secrets = secrets | redaction_secrets(env) if env else secrets
         self.phase = Phase.BEFORE_DISPATCH
         self.sandbox_id: str | None = None
         self.task_id: str | None = None
@@ -108,7 +114,8 @@ class CallState:
         :meth:`finish` must not store the content again; ``output_artifact``
         is the store's reference, or ``None`` if the store failed."""
         self.output_artifact: ArtifactRef | None = None
-        self._check = CheckAuthority(request_digest=snap.digest)
+        self.check = CheckAuthority(request_digest=snap.digest)
+        """The guard's effect (the same every time: the request it checks)."""
 
     def dispatched(self) -> None:
         """A side-effect request may have reached the sandbox: from now on
@@ -163,7 +170,7 @@ class CallState:
     def guard(self) -> Generator[Effect, Any, ToolResult | None]:
         """Check abort, drift and authority now (C9, C11): the result that
         ends the call, or ``None`` to go on."""
-        report = yield self._check
+        report = yield self.check
         if _all_well(report):
             return None  # the common case, decided without the table
         return self._stop_for(report)
@@ -171,9 +178,20 @@ class CallState:
     def go_on(self) -> Generator[Effect, Any, None]:
         """:meth:`guard` as a step: raises :class:`StoppedError` when it
         says stop."""
-        report = yield self._check
+        report = yield self.check
         if _all_well(report):
             return  # the common case, decided without the table
+        stop = self._stop_for(report)
+        if stop is not None:
+            raise StoppedError(stop)
+
+    def went_on(self, report: object) -> None:
+        """The guard's observation ``report`` (the answer to :attr:`check`)
+        as a step: raises :class:`StoppedError` when it says stop. A step
+        writes ``call.went_on((yield call.check))``: :meth:`go_on` without
+        a generator of its own, for the hot path."""
+        if report is ALL_WELL or _all_well(report):
+            return  # the common case (the port answers with this very object)
         stop = self._stop_for(report)
         if stop is not None:
             raise StoppedError(stop)

@@ -38,7 +38,6 @@ from typing import Any, Final
 
 import attrs
 
-from ._admission import record_admission_size
 from ._budget import BudgetError, fit_to_budget
 from ._call import CallState, StoppedError, bound_result
 from ._canonical import CanonicalJSONError
@@ -54,6 +53,7 @@ from ._effects import (
 )
 from ._identity import task_id
 from ._masking import MAX_MASKED_BYTES, Redactions, mask_text, redaction_secrets
+from ._plan import session_plan
 from ._rejection import ArgumentProblem, arguments_rejection
 from ._requests import RUNTIME_ARTIFACTS, ToolRequest
 from ._results import (
@@ -148,7 +148,8 @@ def _admit(
     (its record's refusal) refuse, a secret the identity would show (C17):
     this call's own identity and task id, or an identity the session already
     showed."""
-    needed = record_admission_size(record, snap, settings)
+    plan = session_plan(settings)
+    needed = plan.admission_size(record, snap)
     if not snap.governed and needed > settings.max_output_bytes:
         return error_result(
             ErrorCode.BUDGET_BELOW_MINIMUM_IDENTITY,
@@ -165,7 +166,7 @@ def _admit(
     refused = None if record.refusal is None else record.refusal(snap, settings)
     if refused is not None:
         return refused
-    own_task = task_id(snap.session_id, settings.owner, snap.operation_key)
+    own_task = plan.task_id(snap.operation_key)
     exposed = _masked_in_identity(snap, own_task, secrets)
     env = snap.arguments.get("env")
     if env:
@@ -223,7 +224,9 @@ def _authorize(call: CallState) -> Generator[Effect, Any, None]:
                 "The harness's authorize callback failed; nothing ran.",
             )
         ) from None
-    yield from call.go_on()
+    call.went_on((yield call.check))
+    if type(decision) is Allow:
+        return
     redactions = Redactions(call.secrets)
     if isinstance(decision, ApprovalRequired) and isinstance(decision.interaction_id, str):
         raise StoppedError(_approval(decision.interaction_id, redactions, snap, settings))

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import operator
 from collections.abc import Callable, Mapping
+from json.encoder import encode_basestring
 from typing import Any, Final, NamedTuple
 
 import attrs
@@ -63,12 +65,23 @@ class PortSettings:
     artifacts_enabled: bool = False
     owner_key: str = attrs.field(init=False, eq=False, repr=False)
     """:func:`owner_key` of ``owner``, computed once."""
+    plan: object = attrs.field(init=False, default=None, eq=False, repr=False)
+    """The port's :class:`~sandrail.core._plan.SessionPlan`, made at its
+    first call (:func:`~sandrail.core._plan.session_plan`)."""
+    _by_name: dict[str, ToolDefinition] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "owner_key", owner_key(self.owner))
+        by_name: dict[str, ToolDefinition] = {}
+        for definition in self.definitions:
+            by_name.setdefault(definition.name, definition)  # the first, as a search finds it
+        object.__setattr__(self, "_by_name", by_name)
 
     def definition(self, name: str) -> ToolDefinition | None:
-        for definition in self.definitions:
+        """The definition of tool ``name``, ``None`` if these settings have none."""
+        if type(name) is str:
+            return self._by_name.get(name)
+        for definition in self.definitions:  # a str subclass compares as a str does
             if definition.name == name:
                 return definition
         return None
@@ -161,9 +174,22 @@ def _plain(value: object) -> object:
 _DIGEST_ENCODER: Final = json.JSONEncoder(
     sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain
 )
-digest_text: Final = _DIGEST_ENCODER.encode
-"""The JSON text digests are taken of: sorted keys, compact, text as it is
-(no ``\\u`` escapes), no NaN; a mapping that is not a dict as a dict."""
+_make_encoder: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
+
+
+def digest_text(value: object) -> str:
+    """The JSON text digests are taken of: sorted keys, compact, text as it
+    is (no ``\\u`` escapes), no NaN; a mapping that is not a dict as a dict.
+    Raises as ``json.dumps`` does (``TypeError``, ``ValueError``,
+    ``RecursionError``) for a value with no such text.
+
+    Strategy: exactly ``json.JSONEncoder(...).encode`` (its C encoder, made
+    for each value as ``encode`` makes it, so a circular value is reported
+    as one), without the Python layers ``encode`` walks through first."""
+    if _make_encoder is None or type(value) is str:
+        return _DIGEST_ENCODER.encode(value)
+    encode = _make_encoder({}, _plain, encode_basestring, None, ":", ",", True, False, False)
+    return "".join(encode(value, 0))
 
 
 def plain_arguments(arguments: object) -> dict[str, Any] | None:
