@@ -93,7 +93,14 @@ def tool_program(
     sandbox id's once ``Ensure`` names it, before any start
     (:mod:`._shown`).
     """
-    result = yield from _tool_program(request, settings, snapshot, secrets, shown)
+    result = _admitted(request, settings, snapshot, secrets, shown)
+    if isinstance(result, CallState):
+        call = result
+        try:
+            yield from _authorize(call)
+            result = yield from call.record.program(call)
+        except StoppedError as stopped:
+            result = stopped.result
     if result.status in ("ok", "uncertain"):
         return result  # already fitted by CallState.finish / CallState.uncertain
     if getattr(request, "result_governance", None) == RUNTIME_ARTIFACTS:
@@ -116,24 +123,19 @@ def _masked_problems(
     )
 
 
-def _tool_program(
+def _admitted(
     request: object,
     settings: PortSettings,
     snapshot: _Snapshot | None,
     secrets: frozenset[str],
     shown: ShownIdentities,
-) -> Program:
+) -> CallState | ToolResult:
+    """The call to run, or the refusal of a malformed request or of one
+    admission refuses (C5, C14)."""
     checked = snapshot if snapshot is not None else _check_request(request, settings)
     if isinstance(checked, ToolResult):
         return checked
-    call = _admit(tool_record(checked.tool), checked, settings, secrets, shown)
-    if isinstance(call, ToolResult):
-        return call
-    try:
-        yield from _authorize(call)
-        return (yield from call.record.program(call))
-    except StoppedError as stopped:
-        return stopped.result
+    return _admit(tool_record(checked.tool), checked, settings, secrets, shown)
 
 
 def _admit(

@@ -230,6 +230,11 @@ class _Seen(NamedTuple):
     objects: tuple[object, ...]
     plain_arguments: object
     plain_scope: object
+    flat_keys: tuple[str, ...] | None
+    """For arguments of strings, integers, booleans and nulls only: their
+    keys, and ``flat_types`` the exact type of each value (then an equal
+    dict with the same types has the same JSON)."""
+    flat_types: tuple[type, ...] | None
 
 
 def _paths(kind: type) -> tuple[str, ...]:
@@ -305,6 +310,8 @@ def _text(value: object) -> bool:
     if not _nonblank(value):
         return False
     assert isinstance(value, str)
+    if value.isascii():
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -449,11 +456,17 @@ def _seen(request: ToolRequest, arguments: dict[str, Any]) -> _Seen:
     read, still = _READERS[type(live)]
     objects = read(request)
     scope = live.scope if isinstance(live, NativeIdentity) else None
+    keys = types = None
+    if all(map(_FLAT.__contains__, map(type, arguments.values()))):
+        keys = tuple(arguments)
+        types = tuple(map(type, arguments.values()))
     return _Seen(
         still=still,
         objects=objects,
         plain_arguments=_copy(arguments),
         plain_scope=None if scope is None else json.loads(digest_text(scope)),
+        flat_keys=keys,
+        flat_types=types,
     )
 
 
@@ -489,14 +502,25 @@ def unchanged(request: ToolRequest, snap: _Snapshot) -> bool | None:
         same_scope = _same_json(identity.scope, seen.plain_scope)
         if same_scope is not True:
             return same_scope
+    live = objects[_ARGUMENTS]
+    keys = seen.flat_keys
+    if (
+        keys is not None
+        and type(live) is dict
+        and live == seen.plain_arguments
+        and tuple(map(type, map(live.__getitem__, keys))) == seen.flat_types
+    ):
+        return True  # equal keys and values, each of the very same JSON type
     try:
-        return _same_json(objects[_ARGUMENTS], seen.plain_arguments)
+        return _same_json(live, seen.plain_arguments)
     except RecursionError:
         return None
 
 
 def _copy(plain: dict[str, Any]) -> dict[str, Any]:
     """An independent copy of plain JSON data (dicts, lists and scalars)."""
+    if all(map(_FLAT.__contains__, map(type, plain.values()))):
+        return dict(plain)  # nothing nested to copy
     return {
         key: value
         if type(value) is not dict and type(value) is not list

@@ -102,6 +102,8 @@ _SIDE_EFFECT_TYPES: Final = frozenset(SIDE_EFFECTS)
 _DECISIONS: Final = frozenset((Allow, ApprovalRequired, Deny))
 _NOTED: Final = frozenset((*SANDBOX_EFFECTS, RememberOwned))
 """Effects whose sending :meth:`PortCall.note` records (what a crash report needs)."""
+_PLAIN_SANDBOX: Final = _SANDBOX_TYPES - {Read}
+"""Sandbox effects the backend answers as they are (only reads are masked)."""
 _SCALARS: Final = frozenset((str, int, float, bool, type(None)))
 """JSON's immutable values: a dict holding only these is copied whole by ``dict()``."""
 
@@ -368,8 +370,20 @@ class PortCall:
 
     def interpret(self, effect: Effect) -> Any:
         """The synchronous interpreter (see the module doc)."""
-        if type(effect) is CheckAuthority and self.layered is None:
-            return self.check(effect)  # the guard, several times a call; never raises
+        kind = type(effect)
+        if self.layered is None:
+            if kind is CheckAuthority:
+                return self.check(effect)  # the guard, several times a call; never raises
+            if kind in _PLAIN_SANDBOX:
+                # The common sandbox effects, routed as route() would.
+                if kind in _NOTED:
+                    self.note(effect)
+                try:
+                    return self.backend(effect)
+                except (EffectFailure, FatalInterpreterError):
+                    raise
+                except (Exception, asyncio.CancelledError) as exc:
+                    raise unexpected_failure(effect, exc) from exc
         self.note(effect)
         try:
             return self.route(effect)
