@@ -28,7 +28,7 @@ from ._claim import (
     remembered,
     settled_claim,
 )
-from ._contents import admission_size, minimum_output_bytes
+from ._contents import admission_size, minimum_output_bytes, usable_artifact
 from ._definitions import (
     COMMAND_TOOL_NAMES,
     DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
@@ -39,6 +39,7 @@ from ._definitions import (
     MAX_TIMEOUT_SECONDS,
     MIN_MAX_OUTPUT_BYTES,
     READ_MAX_BYTES,
+    REFUSED_WITH_OWN_CODE,
     RETAINED_OUTPUT_LIMIT,
     SANDBOX_ID_PATTERN,
     TASK_ID_PATTERN,
@@ -162,6 +163,7 @@ from ._results import (
     next_step,
 )
 from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout, recorded_digest
+from ._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined, shown_by
 from ._snapshot import (
     PortSettings,
     RequestParts,
@@ -173,7 +175,7 @@ from ._snapshot import (
     snapshot_request,
     unchanged,
 )
-from ._validation import ArgumentProblem, arguments_rejection, check_arguments
+from ._validation import ArgumentProblem, arguments_rejection, check_arguments, ecma_regex
 
 __all__ = [
     "APPROVAL_REJECTED_INSTRUCTION",
@@ -189,13 +191,16 @@ __all__ = [
     "LANGUAGE_ALIASES",
     "LAUNCH_TOOLS",
     "MAX_MASKED_BYTES",
+    "MAX_SHOWN_BYTES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
     "MIN_REDACTED_LENGTH",
+    "NOTHING_SHOWN",
     "PROFILES",
     "READ_MAX_BYTES",
     "REDACTED",
     "REFUSED_ENV_NAMES",
+    "REFUSED_WITH_OWN_CODE",
     "RESERVED_ENV_NAMES",
     "RESERVED_ENV_PREFIXES",
     "RETAINED_OUTPUT_LIMIT",
@@ -274,6 +279,7 @@ __all__ = [
     "SandboxPhase",
     "SandboxReady",
     "SandboxState",
+    "ShownIdentities",
     "Start",
     "StartRefused",
     "Started",
@@ -302,11 +308,13 @@ __all__ = [
     "decide",
     "definitions_equal",
     "digest_text",
+    "ecma_regex",
     "env_name_problem",
     "error_result",
     "escaped_size",
     "fit_to_budget",
     "fixed_size",
+    "joined",
     "known_to_launch",
     "launch_claim",
     "launch_digest",
@@ -329,6 +337,7 @@ __all__ = [
     "resolve_language",
     "sanitize_text",
     "settled_claim",
+    "shown_by",
     "snapshot_request",
     "stated_schema",
     "task_id",
@@ -336,5 +345,6 @@ __all__ = [
     "tool_schema",
     "unchanged",
     "unexpected_failure",
+    "usable_artifact",
     "widen",
 ]

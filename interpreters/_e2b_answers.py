@@ -17,7 +17,7 @@ from typing import Final, Literal
 
 import attrs
 
-from sandrail.core._effects import CommandState, CommandStatus, OutputChunk, Started, StartRefused
+from sandrail.core import CommandState, CommandStatus, OutputChunk, Started, StartRefused
 
 __all__ = [
     "NOT_STARTED_REFUSAL",

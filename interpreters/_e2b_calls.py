@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import attrs
 
-from sandrail.core._effects import Delivery, EffectFailure
+from sandrail.core import Delivery, EffectFailure
 
 from ._e2b_answers import Malformed, parse_init
 from ._e2b_failures import classify, launcher_missing, launcher_refused, sdk_call

@@ -75,7 +75,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from sandrail.core._effects import Delivery, EffectFailure
+from sandrail.core import Delivery, EffectFailure
 
 __all__ = [
     "FAILURE_TABLE",

@@ -15,8 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from sandrail.core._claim import claim_proof
-from sandrail.core._effects import Delivery, EffectFailure, Start
+from sandrail.core import Delivery, EffectFailure, Start, claim_proof
 
 __all__ = ["request_files", "shell_int", "utf8"]
 

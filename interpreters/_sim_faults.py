@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
-from sandrail.core._effects import SANDBOX_EFFECTS, EffectFailure, Outcome, SandboxEffect
+from sandrail.core import SANDBOX_EFFECTS, EffectFailure, Outcome, SandboxEffect
 
 __all__ = [
     "SANDBOX_EFFECT_NAMES",

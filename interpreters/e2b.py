@@ -123,7 +123,7 @@ from typing import Any, Final, overload
 
 import attrs
 
-from sandrail.core._effects import (
+from sandrail.core import (
     Cancel,
     CancelRequested,
     CommandState,

@@ -127,8 +127,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Final, Literal, assert_never
 
-from sandrail.core._claim import claim_verdict
-from sandrail.core._effects import (
+from sandrail.core import (
     HARNESS_EFFECTS,
     Allow,
     Cancel,
@@ -152,9 +151,10 @@ from sandrail.core._effects import (
     Start,
     Started,
     StartRefused,
+    ToolRequest,
     Wait,
+    claim_verdict,
 )
-from sandrail.core._requests import ToolRequest
 
 from ._cancel import CancelToken
 from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan, deliver_held

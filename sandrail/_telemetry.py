@@ -36,8 +36,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any, Final
 
-from sandrail.core import EffectFailure, ToolRequest, ToolResult
-from sandrail.core._masking import Redactions, mask_text
+from sandrail.core import EffectFailure, Redactions, ToolRequest, ToolResult, mask_text
 
 __all__ = ["OFF", "CallTrace", "Telemetry"]
 

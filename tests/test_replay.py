@@ -22,6 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sandrail
+from sandrail import replay_file
+from sandrail import replay_port as build_replay_port
 from sandrail.cli.replay import replay as replay_command
 from sandrail.core import (
     Allow,
@@ -69,10 +71,6 @@ from sandrail.interpreters.replay import (
     encode_outcome,
     load_cassette,
     parse_cassette,
-    replay_file,
-)
-from sandrail.interpreters.replay import (
-    replay_port as build_replay_port,
 )
 from sandrail.interpreters.simulator import Simulator
 from tests.golden import record as golden

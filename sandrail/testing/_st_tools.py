@@ -18,16 +18,17 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import sandrail
-from sandrail.core._definitions import (
+from sandrail.core import (
     MAX_TIMEOUT_SECONDS,
     REFUSED_WITH_OWN_CODE,
+    ArgumentProblem,
+    Profile,
     ToolDefinition,
     code_tool_definitions,
     command_tool_definitions,
+    stated_schema,
 )
-from sandrail.core._profiles import PROFILES as CORE_PROFILES
-from sandrail.core._profiles import Profile, stated_schema
-from sandrail.core._validation import ArgumentProblem
+from sandrail.core import PROFILES as CORE_PROFILES
 
 from ._calls import native_identity
 from ._st_json import identifiers
