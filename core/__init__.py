@@ -53,6 +53,8 @@ from ._definitions import (
 from ._effects import (
     BACKEND_LABELS,
     HARNESS_EFFECTS,
+    MAX_BACKEND_LABEL_CHARS,
+    MAX_BOUNDARY_CHARS,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
     TERMINAL_STATUSES,
@@ -190,6 +192,8 @@ __all__ = [
     "LANGUAGES",
     "LANGUAGE_ALIASES",
     "LAUNCH_TOOLS",
+    "MAX_BACKEND_LABEL_CHARS",
+    "MAX_BOUNDARY_CHARS",
     "MAX_MASKED_BYTES",
     "MAX_SHOWN_BYTES",
     "MAX_TIMEOUT_SECONDS",

@@ -18,6 +18,8 @@ from ._definitions import (
 )
 from ._effects import (
     BACKEND_LABELS,
+    MAX_BACKEND_LABEL_CHARS,
+    MAX_BOUNDARY_CHARS,
     BackendLabel,
     CommandState,
     SandboxState,
@@ -309,6 +311,14 @@ def _fixed_overheads(
         for label in BACKEND_LABELS:
             state = SandboxState(sandbox_id=sandbox_id, phase="closing", backend=label)
             shapes.append((None, _status_content(settings, state)))
+        stated = SandboxState(
+            sandbox_id=sandbox_id,
+            phase="closing",
+            backend="x" * MAX_BACKEND_LABEL_CHARS,
+            isolated=False,
+            boundary="x" * MAX_BOUNDARY_CHARS,
+        )
+        shapes.append((None, _status_content(settings, stated)))
     overheads: list[tuple[bool | None, int]] = []
     for with_sandbox, content in shapes:
         size = fixed_size(content)
@@ -386,7 +396,7 @@ def _stop_content(
     return content
 
 
-_BOUNDARIES: Final[Mapping[BackendLabel, tuple[bool, str]]] = {
+_BOUNDARIES: Final[Mapping[str, tuple[bool, str]]] = {
     "e2b": (True, "Remote E2B sandbox; the host's files are not shared with it."),
     "simulator": (
         False,
@@ -395,12 +405,19 @@ _BOUNDARIES: Final[Mapping[BackendLabel, tuple[bool, str]]] = {
         "harness scripted; any other command exits 127 with a 'not emulated' line on stderr.",
     ),
 }
-"""Per backend: whether commands run isolated from the host, and the
-boundary in words (``sandbox_status`` says both)."""
+"""Per built-in backend label: whether commands run isolated from the host,
+and the boundary in words (``sandbox_status`` says both), where the answer
+states none (every backend may state its own: :class:`SandboxState`)."""
+
+_UNSTATED: Final = (False, "The backend states no boundary: assume nothing is isolated.")
+"""What ``sandbox_status`` says for a label of no built-in backend whose
+answer states no boundary."""
 
 
 def _status_content(settings: PortSettings, state: SandboxState) -> dict[str, Any]:
-    isolated, boundary = _BOUNDARIES[state.backend]
+    isolated, boundary = _BOUNDARIES.get(state.backend, _UNSTATED)
+    if state.boundary is not None:
+        isolated, boundary = bool(state.isolated), state.boundary
     return {
         "status": "ok",
         "ok": True,

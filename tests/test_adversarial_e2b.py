@@ -22,7 +22,7 @@ import pytest
 import sandrail
 from sandrail.core import OwnedCommand
 from sandrail.core._effects import Delivery, EffectFailure, Start
-from sandrail.interpreters._e2b_launcher import LEDGER
+from sandrail.interpreters._launcher_script import LEDGER
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.local_e2b import LocalE2B, Route, WireFault, WireFaultKind, serve
 from tests.e2b_world import (

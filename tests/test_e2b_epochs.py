@@ -21,7 +21,7 @@ import pytest
 import sandrail
 from sandrail.core import OwnedCommand
 from sandrail.core._effects import Ensure, SandboxReady, Start, Started, StartRefused
-from sandrail.interpreters._e2b_launcher import LAUNCHER_NAME, LEDGER
+from sandrail.interpreters._launcher_script import LAUNCHER_NAME, LEDGER
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.local_e2b import LocalE2B, Route, WireFault, WireFaultKind
 from tests.e2b_world import (

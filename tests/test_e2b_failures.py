@@ -24,7 +24,7 @@ from connectrpc.errors import ConnectError
 import sandrail
 from sandrail.core._effects import Delivery, Effect, EffectFailure, Start, Wait
 from sandrail.interpreters import _e2b_failures
-from sandrail.interpreters._e2b_launcher import LAUNCHER_NAME, LEDGER
+from sandrail.interpreters._launcher_script import LAUNCHER_NAME, LEDGER
 from sandrail.interpreters.e2b import FAILURE_TABLE, E2BBackend, classify_failure
 from sandrail.local_e2b import LocalE2B, Route, WireFault, WireFaultKind, serve
 from tests.e2b_world import as_root, needs_root, new_session, port_on, request, server_fixture
