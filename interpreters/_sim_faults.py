@@ -40,6 +40,7 @@ __all__ = [
     "Step",
     "deliver_held",
     "deliver_held_async",
+    "harness_step",
     "strike",
     "strike_async",
 ]
@@ -317,6 +318,21 @@ TRANSIENT_KINDS: Final[tuple[FaultKind, ...]] = tuple(
 )
 """Fault kinds that destroy no evidence (their rows say ``transient``): after
 one, a retry with the same operation key can always tell what happened."""
+
+
+def harness_step(harness: Any, step: Step) -> bool:
+    """Do ``step`` if it is one the harness takes (``lose_authority``,
+    ``mutate_request``, ``cancel``: the same in every backend) and say
+    whether it was. ``harness`` is a ``SimulatedHarness``."""
+    if step == "lose_authority":
+        harness.authority_held = False
+    elif step == "mutate_request":
+        harness.mutate_request()
+    elif step == "cancel":
+        harness.cancel_token.cancel()
+    else:
+        return False
+    return True
 
 
 def strike(

@@ -155,6 +155,7 @@ from ._sim_faults import (
     Raised,
     Step,
     deliver_held,
+    harness_step,
     strike,
 )
 from ._sim_scripts import NOT_EMULATED, NOT_EMULATED_EXIT_CODE, Chunk, Script, Stream, emulate
@@ -381,14 +382,10 @@ class Simulator:
         harness = self.harness
 
         def act(step: Step) -> None:
+            if harness_step(harness, step):
+                return
             if step == "hold":
                 self.held.append(effect)
-            elif step == "lose_authority":
-                harness.authority_held = False
-            elif step == "mutate_request":
-                harness.mutate_request()
-            elif step == "cancel":
-                harness.cancel_token.cancel()
             elif step == "hang":
                 if not harness.cancel_token.cancelled:
                     timeout = (

@@ -37,7 +37,13 @@ from sandrail.core import (
     SandboxState,
 )
 from sandrail.interpreters._drivers import is_asynchronous
-from sandrail.interpreters._sim_faults import deliver_held, deliver_held_async, strike, strike_async
+from sandrail.interpreters._sim_faults import (
+    deliver_held,
+    deliver_held_async,
+    harness_step,
+    strike,
+    strike_async,
+)
 from sandrail.interpreters.simulator import (
     FAULT_TABLE,
     TRANSIENT_KINDS,
@@ -165,17 +171,12 @@ class FaultyBackend:
         """How this backend does a fault's steps other than ``apply``."""
 
         def act(step: Step) -> None:
-            harness = self.harness
+            if harness_step(self.harness, step):
+                return
             if step == "hold":
                 self.held.append(effect)  # type: ignore[arg-type]
-            elif step == "lose_authority":
-                harness.authority_held = False
-            elif step == "mutate_request":
-                harness.mutate_request()
-            elif step == "cancel":
-                harness.cancel_token.cancel()
             elif step == "hang":
-                if not harness.cancel_token.cancelled:
+                if not self.harness.cancel_token.cancelled:
                     self.hang()
             elif step == "kill":
                 self.kill(effect)
