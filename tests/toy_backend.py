@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import secrets
 import struct
 import threading
 from typing import Any, Final
@@ -251,7 +252,8 @@ def toy_target(server: LocalE2B) -> Target:
     server's ground truth, as for the E2B interpreter), the kill and wipe
     controls done on the server."""
     backend = ToyShellBackend(server)
-    truth = LaunchTruth(server, f"toy-{id(backend):x}")
+    # A fresh mark prefix per world: task ids repeat across worlds.
+    truth = LaunchTruth(server, f"toy-{secrets.token_hex(6)}")
     marked = MarkedBackend(backend, truth)  # type: ignore[arg-type]
 
     def kill_sandbox(sandbox_id: str) -> None:
