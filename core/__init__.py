@@ -5,6 +5,7 @@ definitions, argument validation, canonical JSON, the budget, the guard
 table, task ids, the effect vocabulary and one generator program per tool.
 """
 
+from ._admission import admission_size, minimum_output_bytes
 from ._budget import (
     SHRINKABLE_FIELDS,
     BudgetError,
@@ -13,7 +14,7 @@ from ._budget import (
     minimal_uncertain_size,
     omission_marker,
 )
-from ._call import bound_result, crash_result
+from ._call import bound_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
 from ._claim import (
     ClaimProof,
@@ -28,9 +29,9 @@ from ._claim import (
     remembered,
     settled_claim,
 )
-from ._contents import admission_size, minimum_output_bytes, usable_artifact
+from ._compiled_schema import ecma_regex
+from ._contents import usable_artifact
 from ._definitions import (
-    COMMAND_TOOL_NAMES,
     DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
     DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -39,20 +40,17 @@ from ._definitions import (
     MAX_TIMEOUT_SECONDS,
     MIN_MAX_OUTPUT_BYTES,
     READ_MAX_BYTES,
-    REFUSED_WITH_OWN_CODE,
     RETAINED_OUTPUT_LIMIT,
     SANDBOX_ID_PATTERN,
     TASK_ID_PATTERN,
-    TOOL_NAMES,
     ToolDefinition,
-    code_tool_definitions,
-    command_tool_definitions,
     definitions_equal,
     resolve_language,
 )
 from ._effects import (
     BACKEND_LABELS,
     HARNESS_EFFECTS,
+    LAUNCH_STEPS,
     MAX_BACKEND_LABEL_CHARS,
     MAX_BOUNDARY_CHARS,
     SANDBOX_EFFECTS,
@@ -150,7 +148,9 @@ from ._profiles import (
     stated_schema,
     tool_schema,
 )
-from ._programs import Program, tool_program
+from ._programs import Program, crash_result, refused_after_launch, tool_program
+from ._rejection import ArgumentProblem, arguments_rejection
+from ._repeats import one_call, repeat_scope, same_call
 from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
 from ._results import (
     APPROVAL_REJECTED_INSTRUCTION,
@@ -164,7 +164,6 @@ from ._results import (
     error_result,
     next_step,
 )
-from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout, recorded_digest
 from ._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined, shown_by
 from ._snapshot import (
     PortSettings,
@@ -177,11 +176,27 @@ from ._snapshot import (
     snapshot_request,
     unchanged,
 )
-from ._validation import ArgumentProblem, arguments_rejection, check_arguments, ecma_regex
+from ._tool_record import ToolKind, ToolRecord, ToolSet, UnknownToolError
+from ._tools import (
+    CODE_TOOL_NAMES,
+    COMMAND_TOOL_NAMES,
+    LAUNCH_TOOLS,
+    TOOL_NAMES,
+    TOOLS,
+    code_tool_definitions,
+    command_tool_definitions,
+    launch_digest,
+    launch_timeout,
+    recorded_digest,
+    tool_record,
+    tool_records,
+)
+from ._validation import check_arguments
 
 __all__ = [
     "APPROVAL_REJECTED_INSTRUCTION",
     "BACKEND_LABELS",
+    "CODE_TOOL_NAMES",
     "COMMAND_TOOL_NAMES",
     "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
     "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
@@ -191,6 +206,7 @@ __all__ = [
     "HARNESS_EFFECTS",
     "LANGUAGES",
     "LANGUAGE_ALIASES",
+    "LAUNCH_STEPS",
     "LAUNCH_TOOLS",
     "MAX_BACKEND_LABEL_CHARS",
     "MAX_BOUNDARY_CHARS",
@@ -204,7 +220,6 @@ __all__ = [
     "READ_MAX_BYTES",
     "REDACTED",
     "REFUSED_ENV_NAMES",
-    "REFUSED_WITH_OWN_CODE",
     "RESERVED_ENV_NAMES",
     "RESERVED_ENV_PREFIXES",
     "RETAINED_OUTPUT_LIMIT",
@@ -216,6 +231,7 @@ __all__ = [
     "SIDE_EFFECTS",
     "TASK_ID_PATTERN",
     "TERMINAL_STATUSES",
+    "TOOLS",
     "TOOL_NAMES",
     "VENDOR_UNSUPPORTED",
     "WAIT_GRACE_SECONDS",
@@ -290,8 +306,12 @@ __all__ = [
     "Status",
     "ToolCall",
     "ToolDefinition",
+    "ToolKind",
+    "ToolRecord",
     "ToolRequest",
     "ToolResult",
+    "ToolSet",
+    "UnknownToolError",
     "Unsure",
     "Verdict",
     "Wait",
@@ -331,14 +351,18 @@ __all__ = [
     "next_step",
     "observe",
     "omission_marker",
+    "one_call",
     "owner_key",
     "plain_arguments",
     "recorded_digest",
     "redaction_secrets",
+    "refused_after_launch",
     "remembered",
+    "repeat_scope",
     "request_digest",
     "request_parts",
     "resolve_language",
+    "same_call",
     "sanitize_text",
     "settled_claim",
     "shown_by",
@@ -346,6 +370,8 @@ __all__ = [
     "stated_schema",
     "task_id",
     "tool_program",
+    "tool_record",
+    "tool_records",
     "tool_schema",
     "unchanged",
     "unexpected_failure",

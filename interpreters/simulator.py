@@ -116,6 +116,7 @@ from typing import Any, Final, Literal
 
 from sandrail.core import (
     HARNESS_EFFECTS,
+    SANDBOX_EFFECTS,
     Allow,
     Cancel,
     CancelRequested,
@@ -343,7 +344,7 @@ class Simulator:
         if type(effect) not in _APPLY:
             if isinstance(effect, HARNESS_EFFECTS):
                 raise TypeError(f"{type(effect).__name__} is a harness effect: the port answers it")
-            if not isinstance(effect, Inspect | Ensure | Publish | Start | Wait | Read | Cancel):
+            if not isinstance(effect, SANDBOX_EFFECTS):
                 raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
         with self._lock:
             return self._receive(effect)  # type: ignore[arg-type]

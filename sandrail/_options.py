@@ -33,6 +33,7 @@ from sandrail.core import (
     ToolDefinition,
     ToolRequest,
     canonical_json,
+    tool_records,
 )
 
 __all__ = [
@@ -139,10 +140,13 @@ def port_settings(
     from the start (``redact``). ``TypeError`` or ``ValueError`` at once for
     a port that could not work: a callback that is not callable, a session
     or owner that is not plain text, a budget below 256 bytes, a timeout out
-    of range. (Checked in this order: the first problem is the one named.)"""
+    of range; :class:`~sandrail.core.UnknownToolError` for a definition of a
+    tool the core has no record of. (Checked in this order: the first problem
+    is the one named.)"""
     offered = definitions(
         checked_timeout("foreground_timeout_seconds", options["foreground_timeout_seconds"])
     )
+    tool_records(offered)  # a tool the core has no record of fails here, not at its first call
     if not callable(options["backend"]):
         raise TypeError("backend must be an interpreter: a callable from effect to outcome")
     session_id = options["session_id"]

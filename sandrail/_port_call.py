@@ -71,7 +71,6 @@ from sandrail.core import (
     PolicyDecision,
     PortSettings,
     Program,
-    Publish,
     Read,
     Redactions,
     RememberOwned,
@@ -312,7 +311,7 @@ class PortCall:
         if isinstance(sandbox_id, str):
             self.sandbox_id = sandbox_id
         task = getattr(effect, "task_id", None)
-        if isinstance(task, str) and kind in (Start, Publish):
+        if isinstance(task, str) and kind.launch_step:
             self.task_id = task
 
     def route(self, effect: Effect) -> Any:

@@ -64,6 +64,7 @@ at once are two calls. The record lives in this object (the most recent
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 import uuid
 from collections import OrderedDict
@@ -72,13 +73,7 @@ from typing import Any, Final, NamedTuple, Unpack
 
 from sandrail._approval import Approvals, rejection
 from sandrail._decisions import Decisions, Question
-from sandrail._launched import (
-    alike,
-    launched_row,
-    lookup,
-    refused_after_launch,
-    shared_record,
-)
+from sandrail._launched import alike, launched_row, lookup, shared_record
 from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
     PortOptions,
@@ -86,7 +81,7 @@ from sandrail._options import (
     owned_callbacks,
 )
 from sandrail._port import ToolGroup, ToolPort, build_port
-from sandrail._repeats import as_the_port_reads, of_its_task, repeat_digest, run_of
+from sandrail._repeats import of_its_task
 from sandrail._toolset_backend import attachable_recorder, label_of
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -108,6 +103,10 @@ from sandrail.core import (
     canonical_arguments,
     error_result,
     minimum_output_bytes,
+    one_call,
+    refused_after_launch,
+    repeat_scope,
+    same_call,
     tool_schema,
 )
 from sandrail.interpreters._cancel import CancelToken, EitherSignal
@@ -116,7 +115,7 @@ from sandrail.interpreters._drivers import is_asynchronous
 __all__ = ["MAX_CALL_TIMEOUT_SECONDS", "Toolset", "check_timeout", "refusal"]
 
 IdentitySource = OwnerIdentity | Callable[[], OwnerIdentity]
-_Repeat = tuple[str, str]  # (the run, the launch digest): what repeats match on
+_Repeat = tuple[str, str]  # (the scope, the digest of the same call): what repeats match on
 
 _ABANDONED_KEPT: Final = 1024
 _UNSETTLED_KEPT: Final = 1024
@@ -315,6 +314,25 @@ class Toolset:
         a framework. Arguments the model builds from it go back through
         :meth:`call` with the same ``profile``."""
         return tool_schema(self.definition(name), profile)
+
+    def one_call(
+        self, name: str, arguments: object, profile: Profile = "full"
+    ) -> dict[str, Any] | None:
+        """Tool ``name``'s ``arguments`` (in ``profile``'s shape) as one call
+        to this toolset: the core's :func:`~sandrail.core.one_call` of them in
+        the port's form, the same JSON for two calls exactly when they are
+        one (what an exact repeat is matched by, here with
+        ``reconcile_repeats`` and by the MCP adapter's fallback keys).
+        ``None`` when the call would run nothing: no such tool, or arguments
+        the toolset refuses before the port sees them (not an object, a
+        strict profile's its schema refuses)."""
+        port = self._ports.get(name) if isinstance(name, str) else None
+        if port is None:
+            return None
+        converted = self._converted(port.definition(name), profile, arguments)
+        if isinstance(converted, ToolResult):
+            return None
+        return one_call(name, converted, port.settings)
 
     def operation_key(self, call_id: str, *, run_id: str | None = None) -> str:
         """``f"{run_id}:{call_id}"``, the documented operation-key rule (see
@@ -598,7 +616,6 @@ class Toolset:
             known,
             request,
             reason=rejected.content.get("outcome_reason"),
-            why="a person has now rejected it",
             readable="read_command_output" in self._ports,
             max_output_bytes=self._max_output_bytes,
         )
@@ -645,10 +662,12 @@ class Toolset:
                 instruction="The harness's identity function failed; nothing ran.",
             )
         repeat = None
-        if reconcile_repeats:
-            digest = repeat_digest(name, as_the_port_reads(port, name, converted))
-            if digest is not None:
-                repeat = (run_of(run_id, operation_key, call_id), digest)
+        same = same_call(name, converted, port.settings) if reconcile_repeats else None
+        if same is not None:
+            repeat = (
+                repeat_scope(run_id, operation_key, call_id),
+                hashlib.sha256(same).hexdigest(),
+            )
         if repeat is not None:
             with self._lock:
                 earlier = self._unsettled.get(repeat)
@@ -721,7 +740,6 @@ class Toolset:
             known,
             request,
             reason=content.get("instruction"),
-            why="the harness's policy now denies this call",
             readable="read_command_output" in self._ports,
             max_output_bytes=self._max_output_bytes,
         )

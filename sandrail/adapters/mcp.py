@@ -44,7 +44,8 @@ it is never silently replaced by the fallback. A request without one gets a
 fallback key of its MCP session (another client, or another session of the
 same client, never shares it), derived from the tool, its arguments and a
 generation that moves on only once an identical call's settled result
-(``ok`` or ``error``) was returned. The key shows an HMAC of the tool and
+(``ok`` or ``error``) was returned (identical as the toolset matches a
+model's exact repeat: :meth:`~sandrail.Toolset.one_call`). The key shows an HMAC of the tool and
 arguments under a secret the server draws for each MCP session, never a
 plain digest: a transcript that shows the key is no oracle for the env
 values it was derived from (C17):
@@ -256,7 +257,10 @@ def server(
             key = str.__str__(sent)
         else:
             fallback = fallback_of(ctx)
-            key, digest, generation = fallback.key(params.name, arguments)
+            # One call as the toolset matches a model's exact repeat (key
+            # order, 1.0 for 1, a default spelled out make no new call).
+            same = toolset.one_call(params.name, arguments, profile)
+            key, digest, generation = fallback.key(params.name, same or arguments)
             derived = (digest, generation)
         call = adapter.call_of(
             params.name, arguments, call_id=f"mcp-{ctx.request_id}", operation_key=key

@@ -12,11 +12,11 @@ recordings, C18 processes left alive after a stop).
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from sandrail.core import (
-    LAUNCH_TOOLS,
     SIDE_EFFECTS,
     TERMINAL_STATUSES,
     Delivery,
@@ -126,12 +126,37 @@ def _content(record: CallRecord) -> dict[str, object]:
     return dict(record.result.content)
 
 
+_CANONICAL: weakref.WeakKeyDictionary[CallRecord, tuple[object, bytes]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _canonical_content(record: CallRecord) -> bytes:
+    """The canonical JSON of the record's content, made once per result (C12
+    and C17 both read it)."""
+    assert record.result is not None
+    kept = _CANONICAL.get(record)
+    if kept is not None and kept[0] is record.result:
+        return kept[1]
+    text = canonical_json(_content(record))
+    _CANONICAL[record] = (record.result, text)
+    return text
+
+
+def _same_json(left: object, right: object) -> bool:
+    """Whether two JSON values have the same canonical form (two strings are
+    compared as they are: their canonical forms are equal exactly when they are)."""
+    if type(left) is str and type(right) is str:
+        return left == right
+    return canonical_json(left) == canonical_json(right)
+
+
 def check_c2_one_launch(world: World, record: CallRecord) -> Iterable[Violation]:
     """C2: a call launches at most once, and only the task its key derives."""
     total = sum(record.launched.values())
     if total > 1:
         yield Violation("C2", record.number, f"one call launched {total} times")
-    stray = set(record.launched) - ({record.task} if record.tool in LAUNCH_TOOLS else set())
+    stray = set(record.launched) - ({record.task} if record.launches else set())
     if stray:
         yield Violation(
             "C2", record.number, f"launched task(s) its operation key does not derive: {stray}"
@@ -224,7 +249,7 @@ def check_c6_a_launched_task_is_never_nothing_ran(
     assert record.result is not None
     if record.result.status != "error" or record.launched_before == 0:
         return
-    if record.tool not in LAUNCH_TOOLS:
+    if not record.launches:
         return
     if _content(record).get("error_type") == ErrorCode.SANDBOX_UNAVAILABLE.value:
         yield Violation(
@@ -270,7 +295,7 @@ def check_c6_unknown_side_effect_is_uncertain(
 def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:
     """C7: ok for a launch means exactly one launch happened."""
     assert record.result is not None
-    if record.result.status != "ok" or record.tool not in LAUNCH_TOOLS or record.task is None:
+    if record.result.status != "ok" or not record.launches or record.task is None:
         return
     count = world.truth.launches.get(record.task, 0)
     if count != 1:
@@ -305,7 +330,7 @@ def check_c9_c11_authority(world: World, record: CallRecord) -> Iterable[Violati
     # dispatch it answers error or uncertain, never ok.
     if (
         not record.dispatched
-        and record.tool in LAUNCH_TOOLS
+        and record.launches
         and record.result.status == "uncertain"
         and (record.launched_before or _answered_uncertain_before(world, record))
     ):
@@ -323,7 +348,7 @@ def check_c12_budget(world: World, record: CallRecord) -> Iterable[Violation]:
     runtime governs results)."""
     if record.governed:
         return
-    size = len(canonical_json(_content(record)))
+    size = len(_canonical_content(record))
     if size > record.budget:
         yield Violation("C12", record.number, f"{size} bytes > budget {record.budget}")
 
@@ -332,7 +357,7 @@ def check_c13_identity_intact(world: World, record: CallRecord) -> Iterable[Viol
     """C13: every identity field a result carries is byte-identical to the request."""
     content = _content(record)
     for key, value in _locator(record).items():
-        if key in content and canonical_json(content[key]) != canonical_json(value):
+        if key in content and not _same_json(content[key], value):
             yield Violation("C13", record.number, f"identity field {key} changed")
 
 
@@ -356,7 +381,7 @@ def check_c14_admission(world: World, record: CallRecord) -> Iterable[Violation]
 
 def check_c17_env_secret(world: World, record: CallRecord) -> Iterable[Violation]:
     """C17: no secret of the world (an env value its calls pass) appears in a result."""
-    text = canonical_json(_content(record)).decode("utf-8")
+    text = _canonical_content(record).decode("utf-8")
     for secret in world.secrets:
         if secret in text:
             yield Violation("C17", record.number, "an environment value appears in the result")
