@@ -161,7 +161,13 @@ from ._results import (
     error_result,
     next_step,
 )
-from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout, recorded_digest
+from ._rules import (
+    LAUNCH_TOOLS,
+    launch_digest,
+    launch_timeout,
+    recorded_digest,
+    shown_arguments,
+)
 from ._snapshot import (
     PortSettings,
     RequestParts,
@@ -329,6 +335,7 @@ __all__ = [
     "resolve_language",
     "sanitize_text",
     "settled_claim",
+    "shown_arguments",
     "snapshot_request",
     "stated_schema",
     "task_id",

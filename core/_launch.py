@@ -166,7 +166,8 @@ def _claim(
         # A record that cannot be read could hide a start: never a launch.
         raise StoppedError(call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)) from None
     digest = launch_digest(snap.tool, snap.arguments)
-    recorded = recorded_digest(snap.tool, snap.arguments)  # what the record may keep: no env value
+    # What the record may keep: the arguments as the result shows them.
+    recorded = recorded_digest(snap.tool, snap.arguments, call.secrets)
     claim = launch_claim(known, launch.task_id, ready, recorded)
     if claim is None:
         # C3 before anything is sent: the key's first start, which may still

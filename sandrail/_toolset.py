@@ -250,6 +250,13 @@ class Toolset:
     # -- what the model is offered -------------------------------------------
 
     @property
+    def masked_values(self) -> frozenset[str]:
+        """The values the toolset's session masks now (env values it passed,
+        ``redact=``): what an adapter must keep out of anything it derives
+        and shows, such as an MCP fallback key (C17). In memory only."""
+        return self._masks.secrets
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The tool names, in a stable order."""
         return tuple(self._ports)
@@ -514,7 +521,9 @@ class Toolset:
         definition = self._ports[name].definition(name)
         if arguments is not None:  # a launch of these very arguments (C3)
             converted = self._converted(definition, profile, arguments)
-            if isinstance(converted, ToolResult) or not alike(known, name, converted):
+            if isinstance(converted, ToolResult) or not alike(
+                known, name, converted, self._masks.secrets
+            ):
                 return rejected
         try:
             identity = self._identity() if callable(self._identity) else self._identity
@@ -631,7 +640,7 @@ class Toolset:
         try:
             name, key = str(call.name), str.__str__(request.operation_key)
             known = self.launched(name, key)
-            return known is not None and alike(known, name, call.arguments)
+            return known is not None and alike(known, name, call.arguments, self._masks.secrets)
         except Exception:
             return False
 
