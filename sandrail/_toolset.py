@@ -81,6 +81,7 @@ from sandrail._launched import (
 from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
     PortOptions,
+    check_owner,
     given_options,
     owned_callbacks,
 )
@@ -187,6 +188,7 @@ class Toolset:
             raise ValueError('tools must name "command", "code" or both')
         recorder = attachable_recorder(given["backend"], groups)
         owner = given["owner"]
+        check_owner(owner)  # before the identity it implies: say what owner takes
         if identity is None:
             if not isinstance(owner, AgentOwner):
                 raise TypeError(
