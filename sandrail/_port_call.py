@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, cast
@@ -93,6 +94,8 @@ from sandrail.interpreters._drivers import answered_now
 from sandrail.interpreters._masking import MaskedReads
 from sandrail.records._backlog import note_answer
 from sandrail.records._protocol import OwnershipRecord
+
+logger = logging.getLogger("sandrail")
 
 __all__ = ["Binding", "Ledger", "PortCall"]
 
@@ -560,9 +563,42 @@ def _cancel_requested() -> bool:
 
 
 def _policy(decision: object) -> PolicyDecision:
+    """``decision`` if it is one; else the failure of the harness's
+    callback, named in a warning of the ``sandrail`` logger.
+
+    Strategy: a policy that returns something else (``True``, the shape
+    ``assert_authority`` takes; ``"allow"``; ``None``; the ``Deny`` class)
+    is a harness bug, not a denial: every call would be refused while its
+    author reads "policy denied" and looks at the policy's rules. Nothing
+    runs either way; the call is answered
+    ``e2b_command_harness_callback_failed`` (the model is told the harness
+    failed, not that the call was refused), and the log says what was
+    returned and what is accepted, on every such call (a harness that
+    refuses every call should be loud)."""
     if isinstance(decision, (Allow, ApprovalRequired, Deny)):
         return decision
-    return Deny(reason="The harness policy returned an unrecognised decision.")
+    problem = (
+        f"authorize returned {_what(decision)}, which is no decision: it must return "
+        "sandrail.ALLOW, sandrail.ApprovalRequired(interaction_id=...) or "
+        "sandrail.Deny(reason=...); nothing ran"
+    )
+    logger.warning("%s", problem)
+    raise EffectFailure(Delivery.NOT_SENT, problem)
+
+
+def _what(value: object) -> str:
+    """A short name of what a callback returned: its type, and the value
+    itself only when it is a bool, None or a short word (``"allow"``),
+    which hold nothing of a call."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, str) and len(value) <= 20 and value.replace("_", "").isalnum():
+        return f"the string {value!r}"
+    if isinstance(value, type):
+        return f"the class {value.__qualname__} (not an instance of it)"
+    if inspect.isawaitable(value):
+        return f"an awaitable ({type(value).__qualname__})"
+    return f"a {type(value).__qualname__}"
 
 
 def _discard(awaitable: object) -> None:
