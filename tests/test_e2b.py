@@ -929,3 +929,44 @@ def test_c7_each_snippet_language_runs_in_a_local_e2b_sandbox(
     )
     assert result.status == "ok", result.content
     assert (result.content["stdout"], result.content["exit_code"]) == ("2\n", 0), result.content
+
+
+# ---------------------------------------------------------------------------
+# Traces: the SDK's HTTP requests nest under the tool call's span
+
+
+def test_the_sdks_http_requests_nest_under_the_tool_calls_span(
+    server: LocalE2B, backend: E2BBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an HTTP instrumentation on (here: a span around every request
+    the e2b SDK's httpx client sends, as opentelemetry-instrumentation-httpx
+    makes), each request of a ``run_command`` is a child of the call's span:
+    one trace per call, not unrelated root spans."""
+    import httpx
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = provider.get_tracer("httpx")
+    send = httpx.AsyncClient.send
+
+    async def traced_send(self: httpx.AsyncClient, request: httpx.Request, **kw: Any) -> Any:
+        with tracer.start_as_current_span(f"{request.method} {request.url.path}"):
+            return await send(self, request, **kw)
+
+    monkeypatch.setattr(httpx.AsyncClient, "send", traced_send)
+    port = port_on(backend, new_session(), tracer_provider=provider)
+    result = port.execute_sync(request(port, "run_command", "op-traced", command="echo hi"))
+    assert result.status == "ok", result.content
+    finished = spans.get_finished_spans()
+    (call,) = [span for span in finished if span.name == "execute_tool run_command"]
+    sent = [span for span in finished if span is not call]
+    assert sent, "the SDK sent no request through httpx"
+    for span in sent:
+        assert span.context.trace_id == call.context.trace_id, span.name
+        assert span.parent is not None
+        assert span.parent.span_id == call.context.span_id
+    provider.shutdown()
