@@ -204,7 +204,7 @@ class E2BBackend:
     threading rule, and :mod:`._e2b_failures` for the failure table).
 
     - ``api_key``: passed to every SDK call (``None``: the SDK reads
-      ``E2B_API_KEY``). ``api_url``, ``sandbox_url``: where the control
+      ``E2B_API_KEY``; with neither, ``ValueError`` at once). ``api_url``, ``sandbox_url``: where the control
       plane and envd are (``None``: the SDK reads ``E2B_API_URL`` and
       ``E2B_SANDBOX_URL``, else E2B's cloud); a local server
       (``sandrail local-e2b``) gives both.
@@ -267,6 +267,15 @@ class E2BBackend:
             not isinstance(ledger_key, str | bytes) or len(ledger_key) < 16
         ):
             raise ValueError("ledger_key must be a string or bytes of at least 16 characters")
+        if api_key is None and not os.environ.get("E2B_API_KEY", "").strip():
+            # Refused here, not call by call: every call would otherwise read
+            # as a sandbox that could not be reached, which a retry loop
+            # retries forever.
+            raise ValueError(
+                "E2BBackend needs an E2B API key: pass api_key=... or set E2B_API_KEY "
+                "(for a local server, `sandrail local-e2b` prints the three variables "
+                "to export); nothing can run without one"
+            )
         self._api_key = api_key
         self._api_url = api_url
         self._sandbox_url = sandbox_url

@@ -164,11 +164,27 @@ def test_bad_settings_are_refused_at_once(options: dict[str, Any], message: str)
         E2BBackend(**options)
 
 
-def test_without_any_key_a_start_is_refused_before_sending(
+def test_c5_without_any_key_the_backend_is_refused_at_construction(
     server: LocalE2B, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """No API key anywhere: a configuration error, said at once, never a
+    call answered "the sandbox could not be reached; the call may be
+    retried" (a retry loop would retry it forever)."""
     monkeypatch.delenv("E2B_API_KEY", raising=False)
-    with E2BBackend(api_url=server.api_url, sandbox_url=server.sandbox_url) as keyless:
+    with pytest.raises(ValueError, match="E2BBackend needs an E2B API key"):
+        E2BBackend(api_url=server.api_url, sandbox_url=server.sandbox_url)
+    monkeypatch.setenv("E2B_API_KEY", "  ")
+    with pytest.raises(ValueError, match="pass api_key=... or set E2B_API_KEY"):
+        E2BBackend()
+
+
+def test_a_key_unset_after_construction_still_refuses_a_start_before_sending(
+    server: LocalE2B, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("E2B_API_KEY", server.api_key)
+    keyless = E2BBackend(api_url=server.api_url, sandbox_url=server.sandbox_url)
+    monkeypatch.delenv("E2B_API_KEY")
+    with keyless:
         failed = failure(keyless(Start(**start_fields("sbx-none", "true"))))
     assert failed.delivery is Delivery.NOT_SENT
     assert "ledger key" in failed.detail
