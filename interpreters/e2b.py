@@ -204,10 +204,10 @@ class E2BBackend:
     threading rule, and :mod:`._e2b_failures` for the failure table).
 
     - ``api_key``: passed to every SDK call (``None``: the SDK reads
-      ``E2B_API_KEY``; with neither, ``ValueError`` at once). ``api_url``, ``sandbox_url``: where the control
-      plane and envd are (``None``: the SDK reads ``E2B_API_URL`` and
-      ``E2B_SANDBOX_URL``, else E2B's cloud); a local server
-      (``sandrail local-e2b``) gives both.
+      ``E2B_API_KEY``; with neither, ``ValueError`` at once). ``api_url``,
+      ``sandbox_url``: where the control plane and envd are (``None``: the
+      SDK reads ``E2B_API_URL`` and ``E2B_SANDBOX_URL``, else E2B's cloud);
+      a local server (``sandrail local-e2b``) gives both.
     - ``ledger_key``: the key of the request digests kept in sandboxes (an
       HMAC key the sandbox never sees). Default: derived from the API key,
       so every harness of one E2B account agrees on it. Change it and

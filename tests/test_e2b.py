@@ -174,7 +174,7 @@ def test_c5_without_any_key_the_backend_is_refused_at_construction(
     with pytest.raises(ValueError, match="E2BBackend needs an E2B API key"):
         E2BBackend(api_url=server.api_url, sandbox_url=server.sandbox_url)
     monkeypatch.setenv("E2B_API_KEY", "  ")
-    with pytest.raises(ValueError, match="pass api_key=... or set E2B_API_KEY"):
+    with pytest.raises(ValueError, match=r"pass api_key=\.\.\. or set E2B_API_KEY"):
         E2BBackend()
 
 
