@@ -294,6 +294,8 @@ class E2BBackend:
         self._sdk_module: Any = None
         self._sandboxes: dict[str, Box] = {}
         self._sessions: dict[tuple[str, str], str] = {}
+        # Written by adopt_session from any thread (one dict store), read on the loop.
+        self._adopted: dict[tuple[str, str], str] = {}
         self._dead: set[str] = set()
         self._final: OrderedDict[tuple[str, str], RawRead] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -386,6 +388,23 @@ class E2BBackend:
             if value is not None:
                 options[name] = value
         return options
+
+    def adopt_session(self, session_id: str, owner_key: str, sandbox_id: str) -> None:
+        """Take ``sandbox_id`` as the sandbox of ``session_id`` (of the owner
+        ``owner_key``): a durable record says the session's launches went
+        there (a port hands it over before its first ``Ensure``). ``Ensure``
+        then connects to it and, should it be gone, fails ``not_sent`` and
+        makes no other: its tasks could relaunch in a new one, after a
+        restart as within one process (``docs/explanation/limits.md``). A
+        sandbox this backend already found for the session stays; a
+        malformed id is ignored."""
+        if (
+            isinstance(sandbox_id, str)
+            and _SANDBOX_ID.fullmatch(sandbox_id)
+            and isinstance(session_id, str)
+            and isinstance(owner_key, str)
+        ):
+            self._adopted.setdefault((session_id, owner_key), sandbox_id)
 
     def _ledger_key(self) -> bytes:
         if self._key is None:
@@ -508,7 +527,7 @@ class E2BBackend:
 
     async def _inspect(self, effect: Inspect) -> SandboxState:
         key = (effect.session_id, effect.owner_key)
-        known = self._sessions.get(key)
+        known = self._sessions.get(key) or self._adopted.get(key)
         try:
             sandbox_id = await self._find(self._metadata(*key))
         except Exception as exc:
@@ -524,9 +543,10 @@ class E2BBackend:
     async def _ensure(self, effect: Ensure) -> SandboxReady:
         key = (effect.session_id, effect.owner_key)
         async with self._lock(key):
-            known = self._sessions.get(key)
+            known = self._sessions.get(key) or self._adopted.get(key)
             if known is not None:
                 box = await self._box(known)
+                self._sessions[key] = known
                 await self._refresh(box)
                 if not box.installed:
                     await self._ready(box, created=False)

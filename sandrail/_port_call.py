@@ -41,7 +41,7 @@ from typing import Any, Final, cast
 import attrs
 
 from sandrail._artifact_calls import ArtifactStore, CallArtifacts
-from sandrail._masks import Masks
+from sandrail._masks import Masks, holder_of
 from sandrail._options import (
     AuthorityCallback,
     AuthorizeCallback,
@@ -63,7 +63,9 @@ from sandrail.core import (
     Deny,
     Effect,
     EffectFailure,
+    Ensure,
     FatalInterpreterError,
+    Inspect,
     OpenArtifact,
     OwnedCommand,
     PolicyDecision,
@@ -157,6 +159,9 @@ class Binding:
     """Where each task's last answer is noted for operators (``record=``)."""
     telemetry: Telemetry
     tool_names: frozenset[str] = attrs.field(init=False)
+    adopted: set[str] = attrs.field(factory=set, eq=False)
+    """The sessions whose sandbox the durable record was asked for already
+    (:meth:`PortCall.adopt_session`)."""
 
     @tool_names.default
     def _names(self) -> frozenset[str]:
@@ -337,6 +342,11 @@ class PortCall:
             return self.check(effect)  # the guard, several times a call; never raises
         self.note(effect)
         try:
+            if (
+                isinstance(effect, Ensure | Inspect)
+                and effect.session_id not in self.binding.adopted
+            ):
+                self.adopt_session(effect)
             return self.route(effect)
         except (EffectFailure, FatalInterpreterError):
             raise
@@ -349,6 +359,11 @@ class PortCall:
         """The asynchronous interpreter (see the module doc)."""
         self.note(effect)
         try:
+            if (
+                isinstance(effect, Ensure | Inspect)
+                and effect.session_id not in self.binding.adopted
+            ):
+                await asyncio.to_thread(self.adopt_session, effect)
             if isinstance(effect, SANDBOX_EFFECTS):
                 return await self._abortable(self.route, effect)
             outcome = self.route(effect)
@@ -361,6 +376,29 @@ class PortCall:
             raise unexpected_failure(effect, exc) from exc  # the backend's own
         except Exception as exc:
             raise unexpected_failure(effect, exc) from exc
+
+    def adopt_session(self, effect: Ensure | Inspect) -> None:
+        """Before the port's first ``Ensure`` or ``Inspect`` of a session:
+        hand the backend the sandbox the durable record says the session's
+        launches went to (``adopt_session``), so that a restarted harness
+        never makes a second sandbox for a session whose sandbox is gone (its
+        tasks could relaunch there; ``docs/explanation/limits.md``). Asked
+        once per port and session; nothing to do without a record that
+        answers ``session_sandbox`` or a backend that takes it. A record that
+        cannot be read fails the effect ``not_sent``: nothing is made."""
+        binding = self.binding
+        lookup = getattr(binding.answers, "session_sandbox", None)
+        adopt = getattr(holder_of(binding.backend), "adopt_session", None)
+        if callable(lookup) and callable(adopt):
+            try:
+                sandbox_id = lookup(effect.session_id, binding.settings.owner)
+            except Exception as exc:
+                raise EffectFailure(
+                    Delivery.NOT_SENT, "the ownership record could not be read"
+                ) from exc
+            if isinstance(sandbox_id, str):
+                adopt(effect.session_id, effect.owner_key, sandbox_id)
+        binding.adopted.add(effect.session_id)
 
     async def _abortable(self, run: Callable[[Any], Any], effect: Effect) -> Any:
         """Await ``run(effect)``, waking at once if the request is aborted (C11)."""

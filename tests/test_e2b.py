@@ -986,3 +986,65 @@ def test_the_sdks_http_requests_nest_under_the_tool_calls_span(
         assert span.parent is not None
         assert span.parent.span_id == call.context.span_id
     provider.shutdown()
+
+
+# ---------------------------------------------------------------------------
+# A sandbox really gone stays gone for its session, across a restart
+
+
+def _life(server: LocalE2B, session: str, record: Any) -> tuple[E2BBackend, sandrail.ToolPort]:
+    backend = E2BBackend(**server.sdk_options)
+    return backend, port_on(backend, session, record=record)
+
+
+def test_c2_after_a_restart_a_session_whose_sandbox_is_gone_gets_no_second_sandbox(
+    server: LocalE2B, tmp_path: Path
+) -> None:
+    """Within one process a gone sandbox stays gone for its session (new
+    calls ``error``, retries ``uncertain``); a restarted harness with a
+    durable record keeps that promise too: no second sandbox, in which a
+    retry could relaunch what ran in the first."""
+    from sandrail.records import SQLiteRecord
+
+    session = new_session()
+    record = SQLiteRecord(tmp_path / "owned.sqlite")
+    try:
+        backend, port = _life(server, session, record)
+        with backend:
+            ran = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+        assert ran.status == "ok", ran.content
+        sandbox_id = ran.content["sandbox_id"]
+        e2b.Sandbox.kill(sandbox_id, **server.sdk_options)
+        made = {box.sandbox_id for box in server.truth().sandboxes}
+        backend, port = _life(server, session, record)  # the restart
+        with backend:
+            new = port.execute_sync(request(port, "run_command", "op-2", command="true"))
+            retry = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+            status = port.execute_sync(request(port, "sandbox_status", "status"))
+        assert (new.status, new.content["executed"]) == ("error", False), new.content
+        assert retry.status == "uncertain", retry.content
+        assert retry.content["sandbox_id"] == sandbox_id
+        assert status.content.get("sandbox_id") == sandbox_id, status.content
+        assert {box.sandbox_id for box in server.truth().sandboxes} == made  # none was made
+    finally:
+        record.close()
+
+
+def test_c2_a_restarted_harness_finds_its_live_sandbox_through_the_record_too(
+    server: LocalE2B, tmp_path: Path
+) -> None:
+    from sandrail.records import SQLiteRecord
+
+    session = new_session()
+    record = SQLiteRecord(tmp_path / "owned.sqlite")
+    try:
+        backend, port = _life(server, session, record)
+        with backend:
+            ran = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+        backend, port = _life(server, session, record)
+        with backend:
+            again = port.execute_sync(request(port, "run_command", "op-2", command="true"))
+        assert again.status == "ok", again.content
+        assert again.content["sandbox_id"] == ran.content["sandbox_id"]
+    finally:
+        record.close()
