@@ -1048,3 +1048,28 @@ def test_c2_a_restarted_harness_finds_its_live_sandbox_through_the_record_too(
         assert again.content["sandbox_id"] == ran.content["sandbox_id"]
     finally:
         record.close()
+
+
+def test_c6_reconciling_a_task_whose_sandbox_is_gone_says_so(
+    server: LocalE2B, tmp_path: Path
+) -> None:
+    """``sandrail uncertain --reconcile`` after a lost sandbox: the task stays
+    uncertain with the reason the docs promise, "the sandbox is gone", not
+    the read's ``e2b_command_read_failed``."""
+    from sandrail.records import SQLiteRecord, reconcile
+
+    session = new_session()
+    record = SQLiteRecord(tmp_path / "owned.sqlite")
+    try:
+        backend, port = _life(server, session, record)
+        with backend:
+            ran = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+            assert ran.status == "ok", ran.content
+            e2b.Sandbox.kill(ran.content["sandbox_id"], **server.sdk_options)
+            retry = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+            assert retry.status == "uncertain", retry.content
+        with E2BBackend(**server.sdk_options) as operator:
+            (found,) = reconcile(record, operator)
+        assert (found.verdict, found.reason) == ("still_uncertain", "the sandbox is gone")
+    finally:
+        record.close()
