@@ -80,6 +80,9 @@ from sandrail._launched import (
 )
 from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
+    AuthorityCallback,
+    AuthorizeCallback,
+    Defaulted,
     PortOptions,
     check_owner,
     given_options,
@@ -96,6 +99,7 @@ from sandrail.core import (
     ErrorCode,
     NativeIdentity,
     OwnedCommand,
+    Owner,
     OwnerIdentity,
     PolicyDecision,
     ToolCall,
@@ -134,7 +138,9 @@ class Toolset:
     """Every sandrail tool for one session and owner, behind one call.
 
     - ``backend``, ``session_id``, ``owner``, ``authorize``,
-      ``assert_authority`` and the optional settings are those of
+      ``assert_authority`` (required) and the optional settings
+      (``**options``: ``max_output_bytes``, ``record``, ``redact``,
+      ``artifacts``, the timeouts, ``tracer_provider``, ...) are those of
       :func:`sandrail.command_tools`; both ports share them. A
       :class:`~sandrail.interpreters.replay.Recorder` backend records one
       port: the toolset attaches it itself, so give it one tool group
@@ -156,11 +162,12 @@ class Toolset:
     ``read_command_output`` and ``stop_command`` check (C4) and which makes a
     retry through either port expect the claim its first start may have made
     (C2). A second toolset for the same session, or one after a restart,
-    reaches them only through a durable record: pass
-    ``remember_owned_command`` and ``resolve_owned_command`` (see the README's
-    "Retries, restarts and threads"), or ``record=`` (a
-    :mod:`sandrail.records` store). ``redact`` are values to mask from the
-    start (a restarted harness's env values). ``tracer_provider`` and
+    reaches them only through a durable record: ``record=`` (a
+    :mod:`sandrail.records` store; see the how-to "Durable ownership records
+    and a fleet of workers", ``docs/howto/records-and-fleet.md``), or the
+    ``remember_owned_command`` and ``resolve_owned_command`` pair.
+    ``redact`` are values to mask from the start (a restarted harness's env
+    values). ``tracer_provider`` and
     ``meter_provider``: see :func:`~sandrail.command_tools`.
 
     Raises ``TypeError`` or ``ValueError`` at once for a toolset that could
@@ -177,17 +184,28 @@ class Toolset:
     def __init__(
         self,
         *,
+        backend: Callable[[Any], Any],
+        session_id: str,
+        owner: Owner,
+        authorize: AuthorizeCallback,
+        assert_authority: AuthorityCallback,
         identity: IdentitySource | None = None,
         tools: Iterable[ToolGroup] = ("command", "code"),
         run_id: str | None = None,
-        **options: Unpack[PortOptions],
+        **options: Unpack[Defaulted],
     ) -> None:
-        given = given_options(options, "Toolset", ("identity", "tools", "run_id"))
+        required: PortOptions = {
+            "backend": backend,
+            "session_id": session_id,
+            "owner": owner,
+            "authorize": authorize,
+            "assert_authority": assert_authority,
+        }
+        given = given_options({**required, **options}, "Toolset", ("identity", "tools", "run_id"))
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
             raise ValueError('tools must name "command", "code" or both')
         recorder = attachable_recorder(given["backend"], groups)
-        owner = given["owner"]
         check_owner(owner)  # before the identity it implies: say what owner takes
         if identity is None:
             if not isinstance(owner, AgentOwner):
