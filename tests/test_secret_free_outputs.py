@@ -557,3 +557,33 @@ def test_c3_after_a_restart_a_change_inside_a_masked_value_is_refused_by_the_san
     assert result.content["error_type"] == "e2b_command_operation_conflict"
     assert result.content["executed"] is False
     assert sum(sim.launches.values()) == 2
+
+
+# ---------------------------------------------------------------------------
+# The digest a record keeps, directly
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_c17_the_recorded_digest_is_of_the_call_as_shown(strict: bool) -> None:
+    """Of the call as its result shows it: the same whatever the masked
+    value (env, ``redact=``, in the text, in a strict profile's env list),
+    and another for any change that shows."""
+    from sandrail.core import REDACTED, recorded_digest, shown_arguments
+
+    def call(value: str, command: str = "./deploy.sh --token {}") -> dict[str, Any]:
+        env: Any = [{"name": "T", "value": value}] if strict else {"T": value}
+        return {"command": command.format(value), "env": env, "cwd": f"/w/{value}"}
+
+    one, two = "Q" + "1" * 9, "Q" + "2" * 20
+    shown = shown_arguments(call(one), ["X" * 10])
+    assert one not in json.dumps(shown)
+    assert shown["command"] == f"./deploy.sh --token {REDACTED}"
+    assert shown == shown_arguments(call(two), ["X" * 10])
+    assert recorded_digest("run_command", call(one)) == recorded_digest("run_command", call(two))
+    changed = call(one, "./deploy.sh --force {}")
+    assert recorded_digest("run_command", changed) != recorded_digest("run_command", call(one))
+    named = {"command": "curl " + "X" * 10, "args": ("X" * 10, 1)}
+    assert shown_arguments(named, ["X" * 10]) == {
+        "command": f"curl {REDACTED}",
+        "args": [REDACTED, 1],
+    }
