@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import sandrail
 from sandrail.cli import main as cli
+from sandrail.core import PolicyDecision
 from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Script, Simulator
 from sandrail.records import OwnershipRecord, PostgresRecord, SQLiteRecord
@@ -130,12 +131,21 @@ class Outputs:
         return {"spans": spans, "metrics": sorted(points, key=repr), "logs": self.log.getvalue()}
 
 
+def _policy(request: sandrail.ToolRequest) -> PolicyDecision:
+    """Allow, but ask a person about ``./approve.sh`` (its question and the
+    decision are kept in the record too)."""
+    command = request.call.arguments.get("command", "")
+    if isinstance(command, str) and command.startswith("./approve.sh"):
+        return sandrail.ApprovalRequired(interaction_id="ask-1")
+    return sandrail.ALLOW
+
+
 def _toolset(backend: Any, record: OwnershipRecord, out: Outputs, redact: str, **kw: Any) -> Any:
     return sandrail.Toolset(
         backend=backend,
         session_id="session-1",
         owner=sandrail.AgentOwner(agent_id="agent-1"),
-        authorize=lambda request: sandrail.ALLOW,
+        authorize=_policy,
         assert_authority=lambda request: True,
         record=record,
         redact=[redact],
@@ -184,6 +194,14 @@ def run_calls(secrets: tuple[str, ...], record: OwnershipRecord, where: Path) ->
             "ok",
             "error",
         ], results
+        # A person is asked about a call holding the redact= value, and approves it.
+        approve = {"command": f"./approve.sh {redacted}"}
+        for approved in (False, True):
+            result = tools.call_sync(
+                "run_command", approve, call_id="c10", operation_key="k10", approved=approved
+            )
+            results.append(result.to_json())
+        assert [json.loads(r)["status"] for r in results[-2:]] == ["approval_required", "ok"]
         commands.close()
         code = Recorder(Simulator(), where / "code.jsonl")
         coder = _toolset(code, record, out, redacted, tools=("code",))
