@@ -997,79 +997,73 @@ def _life(server: LocalE2B, session: str, record: Any) -> tuple[E2BBackend, sand
     return backend, port_on(backend, session, record=record)
 
 
+@pytest.fixture
+def owned(tmp_path: Path) -> Any:
+    """A durable ownership record of the test's own (SQLite)."""
+    from sandrail.records import SQLiteRecord
+
+    record = SQLiteRecord(tmp_path / "owned.sqlite")
+    yield record
+    record.close()
+
+
+def _ran_once(server: LocalE2B, session: str, record: Any) -> sandrail.ToolResult:
+    """A first life that launched ``op-1`` (``true``) and ended."""
+    backend, port = _life(server, session, record)
+    with backend:
+        ran = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+    assert ran.status == "ok", ran.content
+    return ran
+
+
 def test_c2_after_a_restart_a_session_whose_sandbox_is_gone_gets_no_second_sandbox(
-    server: LocalE2B, tmp_path: Path
+    server: LocalE2B, owned: Any
 ) -> None:
     """Within one process a gone sandbox stays gone for its session (new
     calls ``error``, retries ``uncertain``); a restarted harness with a
     durable record keeps that promise too: no second sandbox, in which a
     retry could relaunch what ran in the first."""
-    from sandrail.records import SQLiteRecord
-
     session = new_session()
-    record = SQLiteRecord(tmp_path / "owned.sqlite")
-    try:
-        backend, port = _life(server, session, record)
-        with backend:
-            ran = port.execute_sync(request(port, "run_command", "op-1", command="true"))
-        assert ran.status == "ok", ran.content
-        sandbox_id = ran.content["sandbox_id"]
-        e2b.Sandbox.kill(sandbox_id, **server.sdk_options)
-        made = {box.sandbox_id for box in server.truth().sandboxes}
-        backend, port = _life(server, session, record)  # the restart
-        with backend:
-            new = port.execute_sync(request(port, "run_command", "op-2", command="true"))
-            retry = port.execute_sync(request(port, "run_command", "op-1", command="true"))
-            status = port.execute_sync(request(port, "sandbox_status", "status"))
-        assert (new.status, new.content["executed"]) == ("error", False), new.content
-        assert retry.status == "uncertain", retry.content
-        assert retry.content["sandbox_id"] == sandbox_id
-        assert status.content.get("sandbox_id") == sandbox_id, status.content
-        assert {box.sandbox_id for box in server.truth().sandboxes} == made  # none was made
-    finally:
-        record.close()
+    sandbox_id = _ran_once(server, session, owned).content["sandbox_id"]
+    e2b.Sandbox.kill(sandbox_id, **server.sdk_options)
+    made = {box.sandbox_id for box in server.truth().sandboxes}
+    backend, port = _life(server, session, owned)  # the restart
+    with backend:
+        new = port.execute_sync(request(port, "run_command", "op-2", command="true"))
+        retry = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+        status = port.execute_sync(request(port, "sandbox_status", "status"))
+    assert (new.status, new.content["executed"]) == ("error", False), new.content
+    assert retry.status == "uncertain", retry.content
+    assert retry.content["sandbox_id"] == sandbox_id
+    assert status.content.get("sandbox_id") == sandbox_id, status.content
+    assert {box.sandbox_id for box in server.truth().sandboxes} == made  # none was made
 
 
 def test_c2_a_restarted_harness_finds_its_live_sandbox_through_the_record_too(
-    server: LocalE2B, tmp_path: Path
+    server: LocalE2B, owned: Any
 ) -> None:
-    from sandrail.records import SQLiteRecord
-
     session = new_session()
-    record = SQLiteRecord(tmp_path / "owned.sqlite")
-    try:
-        backend, port = _life(server, session, record)
-        with backend:
-            ran = port.execute_sync(request(port, "run_command", "op-1", command="true"))
-        backend, port = _life(server, session, record)
-        with backend:
-            again = port.execute_sync(request(port, "run_command", "op-2", command="true"))
-        assert again.status == "ok", again.content
-        assert again.content["sandbox_id"] == ran.content["sandbox_id"]
-    finally:
-        record.close()
+    ran = _ran_once(server, session, owned)
+    backend, port = _life(server, session, owned)
+    with backend:
+        again = port.execute_sync(request(port, "run_command", "op-2", command="true"))
+    assert again.status == "ok", again.content
+    assert again.content["sandbox_id"] == ran.content["sandbox_id"]
 
 
-def test_c6_reconciling_a_task_whose_sandbox_is_gone_says_so(
-    server: LocalE2B, tmp_path: Path
-) -> None:
+def test_c6_reconciling_a_task_whose_sandbox_is_gone_says_so(server: LocalE2B, owned: Any) -> None:
     """``sandrail uncertain --reconcile`` after a lost sandbox: the task stays
     uncertain with the reason the docs promise, "the sandbox is gone", not
     the read's ``e2b_command_read_failed``."""
-    from sandrail.records import SQLiteRecord, reconcile
+    from sandrail.records import reconcile
 
     session = new_session()
-    record = SQLiteRecord(tmp_path / "owned.sqlite")
-    try:
-        backend, port = _life(server, session, record)
-        with backend:
-            ran = port.execute_sync(request(port, "run_command", "op-1", command="true"))
-            assert ran.status == "ok", ran.content
-            e2b.Sandbox.kill(ran.content["sandbox_id"], **server.sdk_options)
-            retry = port.execute_sync(request(port, "run_command", "op-1", command="true"))
-            assert retry.status == "uncertain", retry.content
-        with E2BBackend(**server.sdk_options) as operator:
-            (found,) = reconcile(record, operator)
-        assert (found.verdict, found.reason) == ("still_uncertain", "the sandbox is gone")
-    finally:
-        record.close()
+    ran = _ran_once(server, session, owned)
+    e2b.Sandbox.kill(ran.content["sandbox_id"], **server.sdk_options)
+    backend, port = _life(server, session, owned)
+    with backend:
+        retry = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+    assert retry.status == "uncertain", retry.content
+    with E2BBackend(**server.sdk_options) as operator:
+        (found,) = reconcile(owned, operator)
+    assert (found.verdict, found.reason) == ("still_uncertain", "the sandbox is gone")

@@ -37,11 +37,6 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sandrail
 from sandrail.cli import main as cli
@@ -50,6 +45,7 @@ from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Script, Simulator
 from sandrail.records import OwnershipRecord, PostgresRecord, SQLiteRecord
 from tests.postgres_server import PostgresServer
+from tests.test_tracing import Telemetered
 
 ROLES = "QXZJ"
 """The first letter of each secret: env value, redact= value, earlier
@@ -82,15 +78,11 @@ def _scripts() -> dict[str, Script]:
 # One run: the calls, and everything they leave behind
 
 
-class Outputs:
+class Outputs(Telemetered):
     """What one run leaves behind, in comparable form."""
 
     def __init__(self) -> None:
-        self.spans = InMemorySpanExporter()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
-        self.metrics = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.metrics])
+        super().__init__()
         self.log = io.StringIO()
         self.found: dict[str, Any] = {}
 
