@@ -363,7 +363,10 @@ class PortCall:
                 isinstance(effect, Ensure | Inspect)
                 and effect.session_id not in self.binding.adopted
             ):
-                await asyncio.to_thread(self.adopt_session, effect)
+                if self._adoption() is None:
+                    self.binding.adopted.add(effect.session_id)  # nothing to ask: no hop
+                else:
+                    await asyncio.to_thread(self.adopt_session, effect)
             if isinstance(effect, SANDBOX_EFFECTS):
                 return await self._abortable(self.route, effect)
             outcome = self.route(effect)
@@ -387,9 +390,9 @@ class PortCall:
         answers ``session_sandbox`` or a backend that takes it. A record that
         cannot be read fails the effect ``not_sent``: nothing is made."""
         binding = self.binding
-        lookup = getattr(binding.answers, "session_sandbox", None)
-        adopt = getattr(holder_of(binding.backend), "adopt_session", None)
-        if callable(lookup) and callable(adopt):
+        both = self._adoption()
+        if both is not None:
+            lookup, adopt = both
             try:
                 sandbox_id = lookup(effect.session_id, binding.settings.owner)
             except Exception as exc:
@@ -399,6 +402,13 @@ class PortCall:
             if isinstance(sandbox_id, str):
                 adopt(effect.session_id, effect.owner_key, sandbox_id)
         binding.adopted.add(effect.session_id)
+
+    def _adoption(self) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """The record's ``session_sandbox`` and the backend's
+        ``adopt_session``, when both exist (else nothing is to be asked)."""
+        lookup = getattr(self.binding.answers, "session_sandbox", None)
+        adopt = getattr(holder_of(self.binding.backend), "adopt_session", None)
+        return (lookup, adopt) if callable(lookup) and callable(adopt) else None
 
     async def _abortable(self, run: Callable[[Any], Any], effect: Effect) -> Any:
         """Await ``run(effect)``, waking at once if the request is aborted (C11)."""
