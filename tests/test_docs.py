@@ -247,6 +247,9 @@ PUBLIC_MODULES = (
     "sandrail.adapters.openai_agents",
     "sandrail.adapters.pydantic_ai",
     "sandrail.adapters.anthropic",
+    "sandrail.adapters.langchain",
+    "sandrail.adapters.deepagents",
+    "sandrail.adapters.google_adk",
     "sandrail.adapters.kit",
     "sandrail.local_e2b",
 )

@@ -265,6 +265,10 @@ def test_c3_an_empty_env_in_any_profile_is_the_same_launch_as_none() -> None:
         ("mcp.server.lowlevel", "mcp", "sandrail.adapters.mcp:server"),
         ("agents", "openai-agents", "sandrail.adapters.openai_agents:function_tools"),
         ("pydantic_ai", "pydantic-ai", "sandrail.adapters.pydantic_ai:toolset"),
+        ("langchain_core", "langchain", "sandrail.adapters.langchain:tools"),
+        ("langgraph", "langchain", "sandrail.adapters.langchain:tools"),
+        ("deepagents", "deepagents", "sandrail.adapters.deepagents:SandrailSandbox"),
+        ("google.adk", "google-adk", "sandrail.adapters.google_adk:tools"),
     ],
 )
 def test_an_adapter_without_its_framework_names_the_extra(

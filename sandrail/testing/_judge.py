@@ -14,6 +14,7 @@ stop).
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
@@ -143,6 +144,31 @@ def _locator(record: CallRecord) -> dict[str, object]:
 def _content(record: CallRecord) -> dict[str, object]:
     assert record.result is not None
     return dict(record.result.content)
+
+
+_CANONICAL: weakref.WeakKeyDictionary[CallRecord, tuple[object, bytes]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _canonical_content(record: CallRecord) -> bytes:
+    """The canonical JSON of the record's content, made once per result (C12
+    and C17 both read it)."""
+    assert record.result is not None
+    kept = _CANONICAL.get(record)
+    if kept is not None and kept[0] is record.result:
+        return kept[1]
+    text = canonical_json(_content(record))
+    _CANONICAL[record] = (record.result, text)
+    return text
+
+
+def _same_json(left: object, right: object) -> bool:
+    """Whether two JSON values have the same canonical form (two strings are
+    compared as they are: their canonical forms are equal exactly when they are)."""
+    if type(left) is str and type(right) is str:
+        return left == right
+    return canonical_json(left) == canonical_json(right)
 
 
 def check_c2_one_launch(world: World, record: CallRecord) -> Iterable[Violation]:
@@ -342,7 +368,7 @@ def check_c12_budget(world: World, record: CallRecord) -> Iterable[Violation]:
     runtime governs results)."""
     if record.governed:
         return
-    size = len(canonical_json(_content(record)))
+    size = len(_canonical_content(record))
     if size > record.budget:
         yield Violation("C12", record.number, f"{size} bytes > budget {record.budget}")
 
@@ -351,7 +377,7 @@ def check_c13_identity_intact(world: World, record: CallRecord) -> Iterable[Viol
     """C13: every identity field a result carries is byte-identical to the request."""
     content = _content(record)
     for key, value in _locator(record).items():
-        if key in content and canonical_json(content[key]) != canonical_json(value):
+        if key in content and not _same_json(content[key], value):
             yield Violation("C13", record.number, f"identity field {key} changed")
 
 
@@ -375,7 +401,7 @@ def check_c14_admission(world: World, record: CallRecord) -> Iterable[Violation]
 
 def check_c17_env_secret(world: World, record: CallRecord) -> Iterable[Violation]:
     """C17: no secret of the world (an env value its calls pass) appears in a result."""
-    text = canonical_json(_content(record)).decode("utf-8")
+    text = _canonical_content(record).decode("utf-8")
     for secret in world.secrets:
         if secret in text:
             yield Violation("C17", record.number, "an environment value appears in the result")

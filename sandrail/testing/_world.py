@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
+import os
+import threading
+import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -158,6 +162,7 @@ class World:
         """Whether :meth:`violations` lists unscripted launches (see
         :meth:`simulated`)."""
         self._recorders: list[Recorder] = []
+        self._task_ids: dict[tuple[str, str], tuple[object, str]] = {}
         self._owner_of: dict[int, CallRecord | None] = {}
         self._seen = 0
         self._applied = getattr(truth, "applied", None)
@@ -476,7 +481,7 @@ class World:
 
         try:
             with self.labelled(_LABEL.get() if label is None else label):
-                return asyncio.run(all_of())
+                return _run(all_of())
         finally:
             _BATCH.reset(batch)
 
@@ -518,14 +523,14 @@ class World:
         conflict = foreign = False
         key = request.operation_key
         if tool in LAUNCH_TOOLS and isinstance(key, str):
-            task = sandrail.task_id(session_id, owner, key)
+            task = self._task_id(session_id, owner, key)
             self.keys.setdefault(session_id, set()).add(key)
             claimed = self.claims.get(task)
             conflict = claimed is not None and claimed != launch_digest(tool, arguments)
         elif tool in OWNED_TOOLS:
             asked = arguments.get("task_id")
             task = asked if isinstance(asked, str) else None
-            owned = {sandrail.task_id(session_id, owner, k) for k in self.keys.get(session_id, ())}
+            owned = {self._task_id(session_id, owner, k) for k in self.keys.get(session_id, ())}
             foreign = task is not None and task not in owned
         locator: dict[str, Any] = {} if identity is None else identity.locator()
         locator |= {"session_id": session_id, "operation_key": key, "call_id": request.call.call_id}
@@ -551,6 +556,18 @@ class World:
         )
         self.calls.append(record)
         return record
+
+    def _task_id(
+        self, session_id: str, owner: sandrail.AgentOwner | sandrail.NativeOwner, key: str
+    ) -> str:
+        """:func:`sandrail.task_id`, worked out once per session, owner and key
+        (a read asks for every key of its session)."""
+        found = self._task_ids.get((session_id, key))
+        if found is not None and (found[0] is owner or found[0] == owner):
+            return found[1]
+        task = sandrail.task_id(session_id, owner, key)
+        self._task_ids[(session_id, key)] = (owner, task)
+        return task
 
     def _observe_harness(self, record: CallRecord) -> None:
         # The request's token fires with the world's (a fault) or the harness's own.
@@ -787,6 +804,48 @@ class World:
                 self.stale_launches.append((record, fence, mark))
         if fence is not None and (mark is None or fence > mark):
             self.fence_marks[effect.sandbox_id] = fence
+
+
+_T = TypeVar("_T")
+_RUNNER: dict[str, tuple[int, asyncio.Runner]] = {}
+
+
+def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """``asyncio.run(coroutine)``, on one event loop kept for the main thread
+    of this process (a campaign makes thousands of concurrent calls, and a
+    new loop costs about a millisecond each); any other thread, and a call
+    from inside a running loop, gets exactly ``asyncio.run``. As there, the
+    coroutine runs in a copy of the caller's context, and the tasks it leaves
+    behind are cancelled before this returns."""
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(coroutine)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return asyncio.run(coroutine)  # raises, as it does there
+    kept = _RUNNER.get("main")
+    if kept is None or kept[0] != os.getpid():  # a fork must not share its parent's loop
+        runner = asyncio.Runner()
+        weakref.finalize(runner, runner.close)
+        kept = _RUNNER["main"] = (os.getpid(), runner)
+    runner = kept[1]
+    try:
+        return runner.run(coroutine, context=contextvars.copy_context())
+    finally:
+        _cancel_left(runner.get_loop())
+
+
+def _cancel_left(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a run left on ``loop`` and let them finish (as
+    ``asyncio.run`` does when it closes its loop)."""
+    left = asyncio.all_tasks(loop)
+    if not left:
+        return
+    for task in left:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
 
 def _plan(plan: FaultPlan | Sequence[Fault] | None) -> FaultPlan:
