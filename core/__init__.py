@@ -164,6 +164,7 @@ from ._results import (
     error_result,
     next_step,
 )
+from ._rules import shown_arguments
 from ._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined, shown_by
 from ._snapshot import (
     PortSettings,
@@ -365,6 +366,7 @@ __all__ = [
     "same_call",
     "sanitize_text",
     "settled_claim",
+    "shown_arguments",
     "shown_by",
     "snapshot_request",
     "stated_schema",
