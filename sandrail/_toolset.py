@@ -98,20 +98,22 @@ from sandrail.core import (
     Owner,
     OwnerIdentity,
     PolicyDecision,
+    Profile,
     ToolCall,
     ToolDefinition,
     ToolRequest,
     ToolResult,
     arguments_rejection,
     bound_result,
+    canonical_arguments,
     error_result,
     minimum_output_bytes,
     one_call,
     refused_after_launch,
     repeat_scope,
     same_call,
+    tool_schema,
 )
-from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
 from sandrail.interpreters._cancel import CancelToken, EitherSignal
 from sandrail.interpreters._drivers import is_asynchronous
 
