@@ -14,7 +14,7 @@ from ._budget import (
     minimal_uncertain_size,
     omission_marker,
 )
-from ._call import bound_result
+from ._call import ALL_WELL, bound_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
 from ._claim import (
     ClaimProof,
@@ -29,6 +29,8 @@ from ._claim import (
     remembered,
     settled_claim,
 )
+from ._compiled_schema import ecma_regex
+from ._contents import usable_artifact
 from ._definitions import (
     DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
     DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
@@ -49,6 +51,8 @@ from ._effects import (
     BACKEND_LABELS,
     HARNESS_EFFECTS,
     LAUNCH_STEPS,
+    MAX_BACKEND_LABEL_CHARS,
+    MAX_BOUNDARY_CHARS,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
     TERMINAL_STATUSES,
@@ -160,6 +164,8 @@ from ._results import (
     error_result,
     next_step,
 )
+from ._rules import shown_arguments
+from ._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined, shown_by
 from ._snapshot import (
     PortSettings,
     RequestParts,
@@ -189,6 +195,7 @@ from ._tools import (
 from ._validation import check_arguments
 
 __all__ = [
+    "ALL_WELL",
     "APPROVAL_REJECTED_INSTRUCTION",
     "BACKEND_LABELS",
     "CODE_TOOL_NAMES",
@@ -203,10 +210,14 @@ __all__ = [
     "LANGUAGE_ALIASES",
     "LAUNCH_STEPS",
     "LAUNCH_TOOLS",
+    "MAX_BACKEND_LABEL_CHARS",
+    "MAX_BOUNDARY_CHARS",
     "MAX_MASKED_BYTES",
+    "MAX_SHOWN_BYTES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
     "MIN_REDACTED_LENGTH",
+    "NOTHING_SHOWN",
     "PROFILES",
     "READ_MAX_BYTES",
     "REDACTED",
@@ -290,6 +301,7 @@ __all__ = [
     "SandboxPhase",
     "SandboxReady",
     "SandboxState",
+    "ShownIdentities",
     "Start",
     "StartRefused",
     "Started",
@@ -322,11 +334,13 @@ __all__ = [
     "decide",
     "definitions_equal",
     "digest_text",
+    "ecma_regex",
     "env_name_problem",
     "error_result",
     "escaped_size",
     "fit_to_budget",
     "fixed_size",
+    "joined",
     "known_to_launch",
     "launch_claim",
     "launch_digest",
@@ -353,6 +367,8 @@ __all__ = [
     "same_call",
     "sanitize_text",
     "settled_claim",
+    "shown_arguments",
+    "shown_by",
     "snapshot_request",
     "stated_schema",
     "task_id",
@@ -362,6 +378,7 @@ __all__ = [
     "tool_schema",
     "unchanged",
     "unexpected_failure",
+    "usable_artifact",
     "widen",
     "with_arguments",
 ]
