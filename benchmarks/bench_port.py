@@ -102,33 +102,35 @@ def _valid(definition: object, arguments: object) -> tuple[()]:
     return ()
 
 
+def _sandbox_effects(sandbox_id: str, task: str) -> tuple[Start, Wait, Read]:
+    """A trivial foreground run's Start, Wait and Read."""
+    return (
+        Start(
+            sandbox_id=sandbox_id,
+            task_id=task,
+            request_digest="d",
+            command="true",
+            cwd=None,
+            env=None,
+            timeout_seconds=300,
+        ),
+        Wait(sandbox_id=sandbox_id, task_id=task, timeout_seconds=315),
+        Read(
+            sandbox_id=sandbox_id, task_id=task, stdout_cursor=0, stderr_cursor=0, max_bytes=2**24
+        ),
+    )
+
+
 def _simulator_rate(count: int) -> float:
     sim = Simulator()
     began = time.perf_counter()
     for i in range(count):
         sandbox_id = sim(Ensure(session_id="bench", owner_key="o")).sandbox_id
         task = f"{i:064x}"
-        sim(
-            Start(
-                sandbox_id=sandbox_id,
-                task_id=task,
-                request_digest="d",
-                command="true",
-                cwd=None,
-                env=None,
-                timeout_seconds=300,
-            )
-        )
-        sim(Wait(sandbox_id=sandbox_id, task_id=task, timeout_seconds=315))
-        sim(
-            Read(
-                sandbox_id=sandbox_id,
-                task_id=task,
-                stdout_cursor=0,
-                stderr_cursor=0,
-                max_bytes=2**24,
-            )
-        )
+        start, wait, read = _sandbox_effects(sandbox_id, task)
+        sim(start)
+        sim(wait)
+        sim(read)
     return count / (time.perf_counter() - began)
 
 
@@ -151,22 +153,12 @@ def _effects_only(request: Any, snapshot: Any) -> Generator[Any, Any, Any]:
         ledger_epoch=ready.ledger_epoch,
         launch_digest="d",
     )
-    yield Start(
-        sandbox_id=ready.sandbox_id,
-        task_id=task,
-        request_digest="d",
-        command="true",
-        cwd=None,
-        env=None,
-        timeout_seconds=300,
-        claim_epoch=ready.ledger_epoch,
-    )
+    start, wait, read = _sandbox_effects(ready.sandbox_id, task)
+    yield start
     yield check
-    yield Wait(sandbox_id=ready.sandbox_id, task_id=task, timeout_seconds=315)
+    yield wait
     yield check
-    yield Read(
-        sandbox_id=ready.sandbox_id, task_id=task, stdout_cursor=0, stderr_cursor=0, max_bytes=2**24
-    )
+    yield read
     yield check
     return None
 
