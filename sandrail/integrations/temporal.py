@@ -401,7 +401,7 @@ async def call_tool(
         maximum_interval=timedelta(seconds=10),
         maximum_attempts=10,
     )
-    return await workflow.execute_activity(
+    text: str = await workflow.execute_activity(
         TOOL_ACTIVITY,
         ToolCallInput(
             name=name,
@@ -416,4 +416,4 @@ async def call_tool(
         retry_policy=policy,
         task_queue=task_queue,
     )
-
+    return text
