@@ -217,7 +217,8 @@ def test_c2_dbos_fork_reruns_from_its_step_in_the_same_sandbox(
     finally:
         app.close()
     truth = server.truth()
-    assert truth.marked(f"{prefix}.a") == 1 and truth.marked(f"{prefix}.b") == 2
+    assert truth.marked(f"{prefix}.a") == 1
+    assert truth.marked(f"{prefix}.b") == 2
     assert forked[0] == first[0]  # copied, not re-run
     assert forked[1]["operation_key"] == f"dbos:{fork.workflow_id}:2"
     assert forked[1]["operation_key"] != first[1]["operation_key"]
@@ -250,7 +251,8 @@ def test_c11_dbos_cancelled_workflow_aborts_the_running_step(
         (line,) = [e for e in app.workers.events(0) if e["event"] == "answer"]
     finally:
         app.close()
-    assert line["status"] == "uncertain" and line["error_type"] == "e2b_command_aborted"
+    assert line["status"] == "uncertain"
+    assert line["error_type"] == "e2b_command_aborted"
     assert server.truth().marked(prefix) == 1
 
 

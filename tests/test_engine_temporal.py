@@ -329,12 +329,15 @@ def test_c2_temporal_reset_reruns_the_calls_after_its_point_and_continue_as_new_
     assert truth.marked(f"{prefix}.a") == 1  # replayed from history, never re-run
     assert truth.marked(f"{prefix}.b") == 2  # after the reset point: run again
     assert a2 == a1  # the same answer, from the copied history
-    assert b2["run_id"] != b1["run_id"] and b2["operation_key"] != b1["operation_key"]
+    assert b2["run_id"] != b1["run_id"]
+    assert b2["operation_key"] != b1["operation_key"]
     assert b2["operation_key"].endswith(f":{b2['run_id']}:{b2['turn_id']}")
-    assert b2["deduplicated"] is False and b2["session_id"] == b1["session_id"]
+    assert b2["deduplicated"] is False
+    assert b2["session_id"] == b1["session_id"]
     assert b2["sandbox_id"] == b1["sandbox_id"]  # the same sandbox
     assert truth.marked(f"{prefix}.c") == 2  # one launch per run
-    assert len(runs) == 2 and continued[0]["turn_id"] == "1"
+    assert len(runs) == 2
+    assert continued[0]["turn_id"] == "1"
     assert continued[0]["run_id"] in runs
 
 
@@ -404,7 +407,8 @@ def test_temporal_refusal_is_a_non_retryable_failure_and_uncertain_is_retried_wi
     assert isinstance(error.__cause__, ActivityError)
     cause = error.__cause__.__cause__
     assert isinstance(cause, ApplicationError)
-    assert cause.type == "policy_denied" and cause.non_retryable
+    assert cause.type == "policy_denied"
+    assert cause.non_retryable
     assert '"executed":false' in cause.details[0]
     assert list(denied_attempts.values()) == [1]
     assert answer["status"] == "uncertain"
@@ -439,7 +443,7 @@ def test_c11_temporal_cancelled_workflow_cancels_the_running_call(server: LocalE
                     await handle.result()
                 return failure.value, time.monotonic() - began
 
-    error, seconds = _run(scenario())
+    _error, seconds = _run(scenario())
     assert seconds < 30  # not the command's 60 s
     assert server.truth().marked(prefix) == 1
 
