@@ -191,7 +191,8 @@ def test_c10_dbos_zombie_executor_loses_to_the_one_that_recovered_its_workflow(
         zombie_answers = [e for e in app.workers.events(0) if e["event"] == "answer"]
     finally:
         app.close()
-    assert answer["status"] == "ok" and answer["execution_fence"] == 2, answer
+    assert answer["status"] == "ok", answer
+    assert answer["execution_fence"] == 2, answer
     assert server.truth().marked(prefix) == 1  # C2
     assert all(e["status"] in ("error", "uncertain") for e in zombie_answers), zombie_answers
     assert all(e["fence"] == 1 for e in zombie_answers)
