@@ -90,28 +90,30 @@ def _temporal(calls: int) -> tuple[float, float]:
     binary = str(Path(sys.executable).parent / "temporal")
 
     async def measure() -> tuple[float, float]:
-        async with await WorkflowEnvironment.start_local(
-            dev_server_existing_path=binary, ip="127.0.0.1"
-        ) as env:
-            async with Worker(
+        async with (
+            await WorkflowEnvironment.start_local(
+                dev_server_existing_path=binary, ip="127.0.0.1"
+            ) as env,
+            Worker(
                 env.client,
                 task_queue="bench",
                 workflows=[_Bare, _Integrated],
                 activities=[_bare_activity, *sandbox.activities],
                 workflow_runner=UnsandboxedWorkflowRunner(),
-            ):
-                for name in ("BenchBare", "BenchSandrail"):  # warm both up first
-                    await env.client.execute_workflow(
-                        name, 3, id=f"{name}-warm-{time.time_ns()}", task_queue="bench"
-                    )
-                timings = []
-                for name in ("BenchBare", "BenchSandrail"):
-                    began = time.perf_counter()
-                    await env.client.execute_workflow(
-                        name, calls, id=f"{name}-{time.time_ns()}", task_queue="bench"
-                    )
-                    timings.append((time.perf_counter() - began) / calls)
-                return timings[0], timings[1]
+            ),
+        ):
+            for name in ("BenchBare", "BenchSandrail"):  # warm both up first
+                await env.client.execute_workflow(
+                    name, 3, id=f"{name}-warm-{time.time_ns()}", task_queue="bench"
+                )
+            timings = []
+            for name in ("BenchBare", "BenchSandrail"):
+                began = time.perf_counter()
+                await env.client.execute_workflow(
+                    name, calls, id=f"{name}-{time.time_ns()}", task_queue="bench"
+                )
+                timings.append((time.perf_counter() - began) / calls)
+            return timings[0], timings[1]
 
     return asyncio.run(measure())
 
