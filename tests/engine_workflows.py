@@ -2,14 +2,15 @@
 ``tests/engine_worker.py`` and by the tests that start them).
 
 ``ToolCalls`` runs each command with ``call_tool`` in order and returns the
-answers; ``Continued`` does the same and then continues as new ``rounds``
-times; ``OneCall`` runs one tool call; ``Keys`` reads the keys of two
-activities; ``Approval`` asks for a person's approval of one call (a signal) and
-runs it once approved.
+answers; ``Parallel`` runs them all at once; ``Continued`` runs them in
+order and then continues as new ``rounds`` times; ``OneCall`` runs one tool
+call; ``Keys`` reads the keys of two activities; ``Approval`` asks for a
+person's approval of one call (a signal) and runs it once approved.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +44,13 @@ class ToolCalls:
     @workflow.run
     async def run(self, commands: list[str]) -> list[str]:
         return [await _run(command) for command in commands]
+
+
+@workflow.defn(name="Parallel")
+class Parallel:
+    @workflow.run
+    async def run(self, commands: list[str]) -> list[str]:
+        return list(await asyncio.gather(*(_run(command) for command in commands)))
 
 
 @workflow.defn(name="Continued")
@@ -114,4 +122,4 @@ class Keys:
         ]
 
 
-WORKFLOWS = [ToolCalls, Continued, Approval]
+WORKFLOWS = [ToolCalls, Parallel, Continued, Approval]

@@ -19,7 +19,6 @@ from typing import Any, Final, Literal
 
 from sandrail import (
     ALLOW,
-    ErrorCode,
     NativeIdentity,
     NativeOwner,
     ToolRequest,
@@ -186,7 +185,7 @@ def locator(
     }
 
 
-def verdict(result: ToolResult, *, last_attempt: bool, stale_fence_retries: bool) -> Verdict:
+def verdict(result: ToolResult, *, last_attempt: bool, attempt_lost: bool = False) -> Verdict:
     """The one rule of what the engine does with an answer.
 
     - ``ok``: returned.
@@ -195,22 +194,15 @@ def verdict(result: ToolResult, *, last_attempt: bool, stale_fence_retries: bool
       (``"reconcile"``) while attempts are left, and returned (or raised as
       a failure that is not retried) on the last one: never retried
       without bound.
-    - ``error`` with ``e2b_command_fence_stale``: a newer attempt holds the
-      sandbox and nothing ran. Where a new attempt carries a newer fence
-      (``stale_fence_retries``: Temporal) it is retried, within the same
-      bound; else it is a refusal.
+    - ``error`` when the engine's attempt itself was lost before anything
+      was sent (``attempt_lost``: its lease lapsed): retried within the same
+      bound, since nothing ran and the engine may still want the call.
     - any other ``error``, and ``approval_required``: a refusal
       (``"refuse"``): nothing ran, and running it again would only be
       refused again.
     """
     if result.status == "ok":
         return "return"
-    if result.status == "uncertain":
+    if result.status == "uncertain" or (attempt_lost and result.status == "error"):
         return "return" if last_attempt else "reconcile"
-    if (
-        stale_fence_retries
-        and not last_attempt
-        and result.content.get("error_type") == ErrorCode.FENCE_STALE.value
-    ):
-        return "reconcile"
     return "refuse"

@@ -28,16 +28,21 @@ What Temporal re-runs, and what stays stable (see ``docs/explanation/engines.md`
 - **The session**, so the sandbox, is ``temporal:{namespace}:{workflow id}``
   (:func:`session_id`): the same across attempts, resets and continue-as-new,
   so a recovered worker finds the same sandbox.
-- **The execution fence** (C10) is the second at which Temporal scheduled the
-  running attempt. A plain attempt number cannot be it: the sandbox keeps one
-  highest fence for all the workflow's calls, and a call at its third attempt
-  would then refuse every later call's first. A newer attempt of the same
-  activity is scheduled after the old one's timeout, so with a heartbeat (or
-  start-to-close) timeout of a second or more it carries a higher fence: a
-  zombie attempt (a worker that missed its timeout and still runs) is refused
-  inside the sandbox once the new attempt launched, and loses its authority
-  (C9) as soon as Temporal tells it, at a heartbeat, that it was superseded.
-  A call refused that way is retried (a new attempt carries a newer fence).
+- **A zombie attempt** (a worker that missed its heartbeat timeout and still
+  runs) runs the same key as the attempt that replaced it, so the sandbox's
+  claim of that key lets only one of them launch (C2), whichever comes
+  first; the other reconciles. It also loses its authority (C9) before it
+  sends anything: when Temporal tells it, at a heartbeat, that its attempt
+  is gone, and, without waiting for that, when it finds that it heartbeated
+  last a whole heartbeat timeout ago (its lease lapsed: Temporal has timed
+  the attempt out by then), by this worker's own monotonic clock. A call
+  stopped that way ran nothing and is retried (within the bound below).
+- **The execution fence** (C10) is the same for every call (1): the
+  sandbox keeps one highest fence for all the calls of a session, and
+  nothing Temporal gives an activity grows across the whole workflow (an
+  attempt number or a scheduled time is one activity's), so any of them
+  would refuse a parallel activity's current attempt. See
+  ``docs/explanation/engines.md``.
 - **Heartbeats** carry the call's locator (session, operation key, call id,
   task id, never arguments or output) every third of the heartbeat timeout
   while the call runs, so Temporal notices a lost worker and can deliver a
@@ -68,7 +73,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timedelta
 from typing import Any, Final
@@ -97,7 +104,6 @@ __all__ = [
     "SandboxActivities",
     "ToolCallInput",
     "call_tool",
-    "execution_fence",
     "operation_key",
     "session_id",
 ]
@@ -106,6 +112,7 @@ TOOL_ACTIVITY: Final = "sandrail.call_tool"
 """The name of the activity :class:`SandboxActivities` registers."""
 
 _DEFAULT_RECONCILE_ATTEMPTS: Final = 3
+_FENCE: Final = 1
 _RECONCILE_DELAY: Final = timedelta(seconds=1)
 
 
@@ -155,20 +162,44 @@ def session_id() -> str:
     return f"temporal:{info.workflow_namespace or info.namespace}:{info.workflow_id}"
 
 
-def execution_fence() -> int:
-    """The running attempt's execution fence: the whole second (since the
-    epoch, by the Temporal server's clock) at which the attempt was
-    scheduled (see the module doc). Raises :class:`NotInActivityError`
-    outside an activity."""
-    scheduled = _info().current_attempt_scheduled_time
-    return max(1, int(scheduled.timestamp()))
+class _Lease:
+    """How long the running attempt can be sure Temporal still has it: a
+    heartbeat timeout after its last heartbeat, by this worker's monotonic
+    clock (no other machine's clock). Once lapsed it stays lapsed: Temporal
+    may have given the call to another worker meanwhile."""
+
+    def __init__(self, timeout: timedelta | None) -> None:
+        self._seconds = timeout.total_seconds() if timeout else None
+        self._last = time.monotonic()
+        self.lapsed = False
+
+    def beat(self) -> None:
+        """A heartbeat is being sent now."""
+        self._check()
+        self._last = time.monotonic()
+
+    def holds(self) -> bool:
+        self._check()
+        return not self.lapsed
+
+    def _check(self) -> None:
+        if self._seconds is not None and time.monotonic() - self._last >= self._seconds:
+            self.lapsed = True
+
+
+_lease: contextvars.ContextVar[_Lease | None] = contextvars.ContextVar(
+    "sandrail_temporal_lease", default=None
+)
 
 
 def _attempt_holds() -> bool:
-    """Whether Temporal still has this attempt running: it has not told it
-    (through a heartbeat) that it was cancelled, timed out, reset, paused or
-    is unknown (superseded)."""
-    return activity.cancellation_details() is None
+    """Whether this attempt may still act: Temporal has not told it (through
+    a heartbeat) that it was cancelled, timed out, reset, paused or is
+    unknown, and the lease of a call run by :class:`SandboxActivities` has
+    not lapsed (a call of an activity of your own has no lease: only what
+    Temporal says applies)."""
+    lease = _lease.get()
+    return activity.cancellation_details() is None and (lease is None or lease.holds())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +227,7 @@ class SandboxActivities:
     the same on every worker). Each workflow gets its own toolset (session
     :func:`session_id`), built on the first call a worker runs for it, with
     the identity of the running activity (run id, activity id, the
-    workflow id as task chain, ``build_id`` and :func:`execution_fence`).
+    workflow id as task chain, ``build_id``, and fence 1: see the module doc).
     Give a durable ``record`` (:mod:`sandrail.records`) shared by the
     workers, so a retry on another worker expects the claim the first start
     may have made. ``env`` are worker-side secrets joined to every
@@ -261,7 +292,7 @@ class SandboxActivities:
             build_id=self._build_id,
             task_chain_id=info.workflow_id or info.activity_id,
             parent_run_id=None,
-            execution_fence=execution_fence(),
+            execution_fence=_FENCE,
         )
 
     async def _run(self, call: ToolCallInput) -> str:
@@ -277,7 +308,9 @@ class SandboxActivities:
             result = _moved_result(earlier, toolset.max_output_bytes)
         else:
             arguments = with_env(call.name, call.arguments, self._sessions.secrets())
-            async with _heartbeating(here, info.heartbeat_timeout):
+            lease = _Lease(info.heartbeat_timeout)
+            token = _lease.set(lease)
+            async with _heartbeating(here, lease, info.heartbeat_timeout):
                 try:
                     result = await toolset.call(
                         call.name,
@@ -291,6 +324,10 @@ class SandboxActivities:
                     stopped = toolset.abandoned.get(key)
                     text = stopped.to_json() if stopped is not None else None
                     raise CancelledError("sandrail: the tool call was cancelled", text) from None
+                finally:
+                    _lease.reset(token)
+            if lease.lapsed and result.content.get("executed") is False:
+                return _answer(result, refusals, self._last_attempt(info), lost=True)
         return _answer(result, refusals, self._last_attempt(info))
 
     def _last_attempt(self, info: activity.Info) -> bool:
@@ -300,10 +337,13 @@ class SandboxActivities:
         return policy is not None and 0 < policy.maximum_attempts <= info.attempt
 
 
-def _answer(result: ToolResult, refusals: Refusals, last_attempt: bool) -> str:
-    """The activity's result for ``result``, or the failure it raises."""
+def _answer(
+    result: ToolResult, refusals: Refusals, last_attempt: bool, *, lost: bool = False
+) -> str:
+    """The activity's result for ``result``, or the failure it raises
+    (``lost``: the attempt's lease lapsed before anything was sent)."""
     text = result.to_json()
-    what = verdict(result, last_attempt=last_attempt, stale_fence_retries=True)
+    what = verdict(result, last_attempt=last_attempt, attempt_lost=lost)
     if what == "reconcile":
         raise ApplicationError(
             "sandrail: not settled yet; the next attempt reconciles it under the same key",
@@ -319,14 +359,15 @@ def _answer(result: ToolResult, refusals: Refusals, last_attempt: bool) -> str:
 
 @contextlib.asynccontextmanager
 async def _heartbeating(
-    details: Mapping[str, Any], timeout: timedelta | None
+    details: Mapping[str, Any], lease: _Lease, timeout: timedelta | None
 ) -> AsyncIterator[None]:
     """Heartbeat ``details`` now and every third of ``timeout`` (5 s without
-    one) until the body ends."""
+    one) until the body ends, each beat renewing ``lease``."""
     interval = max(0.1, timeout.total_seconds() / 3) if timeout else 5.0
 
     async def beat() -> None:
         while True:
+            lease.beat()
             activity.heartbeat(dict(details))
             await asyncio.sleep(interval)
 
