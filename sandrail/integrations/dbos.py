@@ -27,7 +27,9 @@ What DBOS re-runs, and what stays stable (see ``docs/explanation/engines.md``):
   workflow and its forks find the sandbox its earlier steps used.
 - **The execution fence** (C10) is the workflow's dispatch count
   (``recovery_attempts``: 1 for its first execution, one more each time it
-  is recovered), read when a call starts. Every call of one execution
+  is recovered), read when a call starts, plus the counts of the workflows
+  its chain of forks came from (a fork shares their sandbox, so it never
+  starts below a fence they left there). Every call of one execution
   shares it, and a newer execution of the workflow carries a higher one, so
   a zombie (an executor still running a workflow another one recovered) is
   refused inside the sandbox once the new execution launched, and loses
@@ -147,29 +149,37 @@ class _Execution:
     """What one call learns of its workflow's execution when it starts, and
     a watch of the workflow's status while the call runs."""
 
-    def __init__(self, workflow_id: str, root: str, parent: str | None, fence: int) -> None:
+    def __init__(
+        self, workflow_id: str, root: str, parent: str | None, dispatched: int, before: int
+    ) -> None:
         self.workflow_id = workflow_id
         self.root = root
         self.parent = parent
-        self.fence = fence
+        self.dispatched = dispatched
+        self.fence = before + dispatched
         self.cancel = CancelToken()
         self.superseded = False
         self._stop = threading.Event()
 
     @classmethod
     def read(cls, workflow_id: str) -> _Execution:
+        """The execution as DBOS has it now. Its fence is its dispatch count
+        plus the counts of the workflows its chain of forks came from: a fork
+        shares their sandbox, so it never starts below a fence they left
+        there."""
         status = DBOS.get_workflow_status(workflow_id)
         if status is None:
             raise NotInStepError(f"DBOS has no status for workflow {workflow_id!r}")
-        root, origin = workflow_id, status.forked_from
+        root, origin, before = workflow_id, status.forked_from, 0
         for _ in range(_MAX_FORK_DEPTH):
             if not origin:
                 break
             root = origin
             earlier = DBOS.get_workflow_status(origin)
             origin = earlier.forked_from if earlier is not None else None
-        fence = status.recovery_attempts or 1
-        return cls(workflow_id, root, status.parent_workflow_id, max(1, fence))
+            before += max(1, earlier.recovery_attempts or 1) if earlier is not None else 1
+        dispatched = max(1, status.recovery_attempts or 1)
+        return cls(workflow_id, root, status.parent_workflow_id, dispatched, before)
 
     def watch(self, poll_seconds: float) -> None:
         """Read the workflow's status every ``poll_seconds`` until
@@ -184,7 +194,7 @@ class _Execution:
                     continue  # the database is away: the call's own checks decide
                 if status is None:
                     continue
-                if (status.recovery_attempts or 1) > self.fence:
+                if (status.recovery_attempts or 1) > self.dispatched:
                     self.superseded = True
                 if self.superseded or status.status == "CANCELLED":
                     self.cancel.cancel()
@@ -398,7 +408,7 @@ class SandboxSteps:
     def _answer(self, result: ToolResult, refusals: Refusals) -> str:
         status = DBOS.step_status
         attempt = (status.current_attempt or 0) + 1 if status is not None else self._attempts
-        what = verdict(result, last_attempt=attempt >= self._attempts, stale_fence_retries=False)
+        what = verdict(result, last_attempt=attempt >= self._attempts)
         text = result.to_json()
         if what == "reconcile":
             raise SandrailReconcile(text)
