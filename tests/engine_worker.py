@@ -2,7 +2,8 @@
 executor running sandrail's tools on a local-e2b server (named by the E2B_*
 variables), with a durable record shared by every worker.
 
-``python -m tests.engine_worker temporal ADDRESS TASK_QUEUE RECORD LOG``
+``python -m tests.engine_worker temporal ADDRESS TASK_QUEUE RECORD LOG`` (an
+activity worker: ``ENGINE_SLOTS`` activities at once, 8 by default)
 ``python -m tests.engine_worker dbos DATABASE_URL EXECUTOR_ID RECORD LOG [RECOVER_ID...]``
 
 The record is wrapped so the worker can die where the test wants it to
@@ -29,7 +30,10 @@ import sys
 import threading
 from typing import Any
 
+from temporalio import activity
+
 import sandrail
+from sandrail.integrations.temporal import TOOL_ACTIVITY, SandboxActivities, ToolCallInput
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.records import Answer, open_record
 
@@ -115,9 +119,6 @@ def temporal(address: str, task_queue: str, record_spec: str, log: str) -> int:
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from sandrail.integrations.temporal import SandboxActivities
-    from tests import engine_workflows
-
     async def main() -> None:
         record = DyingRecord(open_record(record_spec), log)
         sandbox = SandboxActivities(
@@ -128,13 +129,31 @@ def temporal(address: str, task_queue: str, record_spec: str, log: str) -> int:
             authorize=authorize,
             reconcile_attempts=4,
         )
+        (tool_activity,) = sandbox.activities
+
+        @activity.defn(name=TOOL_ACTIVITY)
+        async def logged(call: ToolCallInput) -> str:
+            """The sandrail activity, logging how an attempt ended (the
+            test knows a zombie's attempt is over, answered or cancelled)."""
+            try:
+                text: str = await tool_activity(call)
+            except BaseException as exc:
+                record._write({"event": "attempt_ended", "raised": type(exc).__name__})
+                raise
+            record._write({"event": "attempt_ended", "raised": None})
+            return text
+
         client = await Client.connect(address)
+        slots = int(os.environ.get("ENGINE_SLOTS", "8"))
+        # An activity worker only: the tests run the workflows on a worker
+        # of their own, so a killed or frozen process holds no workflow task
+        # (nor a sticky queue) that Temporal must first time out.
         worker = Worker(
             client,
             task_queue=task_queue,
-            workflows=engine_workflows.WORKFLOWS,
-            activities=sandbox.activities,
-            max_concurrent_activities=8,
+            activities=[logged],
+            max_concurrent_activities=slots,
+            max_concurrent_activity_task_polls=min(slots, 2),
         )
         record._write({"event": "ready"})
         await worker.run()

@@ -256,6 +256,9 @@ PUBLIC_MODULES = (
     "sandrail.adapters.openai_agents",
     "sandrail.adapters.pydantic_ai",
     "sandrail.adapters.anthropic",
+    "sandrail.integrations",
+    "sandrail.integrations.temporal",
+    "sandrail.integrations.dbos",
     "sandrail.local_e2b",
 )
 """The modules whose ``__all__`` is sandrail's public surface."""

@@ -10,6 +10,7 @@ The figures are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -24,11 +25,13 @@ from typing import Any
 import pytest
 from dbos import DBOSClient
 
+import sandrail
+from sandrail.core import Effect, Start
 from sandrail.integrations import dbos as sandrail_dbos
-from sandrail.interpreters.simulator import Simulator
+from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
 from sandrail.local_e2b import LocalE2B, serve
 from tests import engine_dbos_app
-from tests.engine_rig import Figures, Workers, kill_and_replace
+from tests.engine_rig import Figures, Workers, dump_database, kill_and_replace
 from tests.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="local-e2b user separation needs root")
@@ -67,17 +70,7 @@ class App:
 
     def dump(self) -> str:
         """Every row of every table of the database (DBOS's and sandrail's)."""
-        database = self.database
-        tables = self.postgres.sql(
-            "SELECT table_schema, table_name FROM information_schema.tables "
-            "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')",
-            database,
-        )
-        text = []
-        for schema, table in tables:
-            rows = self.postgres.sql(f'SELECT t::text FROM "{schema}"."{table}" t', database)
-            text.extend(str(row[0]) for row in rows)
-        return "\n".join(text)
+        return dump_database(self.postgres, self.database)
 
     def close(self) -> None:
         self.workers.stop()
@@ -143,6 +136,7 @@ def test_c2_dbos_executors_killed_at_random_launch_each_call_once(
         figures = Figures(
             engine="dbos",
             workers=2,
+            started=len(app.workers.logs),
             kills=app.workers.kills,
             self_kills=dict(app.workers.self_kills()),
             calls=len(answers),
@@ -151,7 +145,7 @@ def test_c2_dbos_executors_killed_at_random_launch_each_call_once(
             decisive_retried=sum(answer["status"] in ("ok", "error") for answer in retried),
             statuses=statuses,
         )
-        figures.check()
+        figures.check(tmp_path)
         assert SECRET not in app.dump()  # C17: nothing secret in the engine's database
         assert all("secret=<redacted>" in a["stdout"] for a in answers if a["status"] == "ok")
     finally:
@@ -167,7 +161,9 @@ def test_c10_dbos_zombie_executor_loses_to_the_one_that_recovered_its_workflow(
     count, so a higher fence) and launches the command. The frozen one is
     woken beside it and loses: it sees the newer execution (C9: its
     authority is gone before or after the start) or its start, with the
-    older fence, is refused inside the sandbox (C10). One launch."""
+    older fence, is refused inside the sandbox (C10). One launch. A fork of
+    the recovered workflow then runs in the same sandbox with a fence above
+    the one its origin left there (its step runs again, as a new call)."""
     prefix = f"dzb-{uuid.uuid4().hex[:8]}"
     app = App(server, postgres, tmp_path)
     try:
@@ -189,13 +185,22 @@ def test_c10_dbos_zombie_executor_loses_to_the_one_that_recovered_its_workflow(
                 break
             time.sleep(0.1)
         zombie_answers = [e for e in app.workers.events(0) if e["event"] == "answer"]
+        launched = server.truth().marked(prefix)
+        # A fork of the recovered workflow shares its sandbox, where fence 2
+        # was seen: its own first execution must not start below it.
+        fork = app.client.fork_workflow(prefix, 1)
+        (forked,) = [json.loads(text) for text in fork.get_result(polling_interval_sec=0.2)]
     finally:
         app.close()
     assert answer["status"] == "ok", answer
     assert answer["execution_fence"] == 2, answer
-    assert server.truth().marked(prefix) == 1  # C2
+    assert launched == 1  # C2
     assert all(e["status"] in ("error", "uncertain") for e in zombie_answers), zombie_answers
     assert all(e["fence"] == 1 for e in zombie_answers)
+    assert forked["status"] == "ok", forked  # C10: no stale fence for the fork
+    assert forked["execution_fence"] == 3, forked  # its own 1, after its origin's 2
+    assert forked["sandbox_id"] == answer["sandbox_id"]
+    assert server.truth().marked(prefix) == 2  # the fork ran the step again, once
 
 
 def test_c2_dbos_fork_reruns_from_its_step_in_the_same_sandbox(
@@ -271,3 +276,109 @@ def test_dbos_steps_refuse_bad_options_at_once() -> None:
         sandrail_dbos.SandboxSteps(backend=sim, scope={}, reconcile_attempts=101)
     with pytest.raises(TypeError, match="identity"):
         sandrail_dbos.SandboxSteps(backend=sim, scope={}, identity=None, name="bad-options")
+
+
+# -- answers: the uncertain bound, refusals="raise" (DBOS in this process) ---------
+
+
+class _Counting:
+    """The simulator, counting the starts it is sent."""
+
+    def __init__(self, simulator: Simulator) -> None:
+        self.simulator = simulator
+        self.starts = 0
+
+    def __call__(self, effect: Effect) -> Any:
+        if isinstance(effect, Start):
+            self.starts += 1
+        return self.simulator(effect)
+
+
+@contextlib.contextmanager
+def _dbos_here(postgres: PostgresServer) -> Iterator[None]:
+    """DBOS launched in this process on a fresh database (destroyed after)."""
+    from dbos import DBOS
+
+    DBOS(
+        config={
+            "name": "sandrail-answers",
+            "system_database_url": postgres.url(postgres.fresh_database()),
+        }
+    )
+    DBOS.launch()
+    try:
+        yield
+    finally:
+        DBOS.destroy(destroy_registry=True)
+
+
+def test_c6_dbos_uncertain_is_retried_within_its_bound_and_never_launches_twice(
+    postgres: PostgresServer,
+) -> None:
+    """C6, C2 under DBOS: a start whose answer is lost every time is
+    ``uncertain``; the step is retried (each retry reconciles under the same
+    key, never launching again) for ``reconcile_attempts`` attempts, then
+    returned with its locator; with ``refusals="raise"`` it is raised as
+    ``SandrailRefusal`` once the bound is reached."""
+    from dbos import DBOS
+
+    lost = FaultPlan(
+        tuple(Fault(effect="Start", occurrence=n, kind=FaultKind.RESPONSE_LOST) for n in range(20))
+    )
+    backend = _Counting(Simulator(plan=lost))
+    tag = uuid.uuid4().hex[:8]
+    steps = sandrail_dbos.SandboxSteps(
+        backend=backend, scope={"tenant": "t"}, reconcile_attempts=3, name=f"unc-{tag}"
+    )
+
+    @DBOS.workflow(name=f"unc-return-{tag}")
+    def returned() -> str:
+        return steps.call("run_command", {"command": "echo one"})
+
+    @DBOS.workflow(name=f"unc-raise-{tag}")
+    def raised() -> str:
+        return steps.call("run_command", {"command": "echo two"}, refusals="raise")
+
+    with _dbos_here(postgres):
+        answer = json.loads(returned())
+        starts_returned = backend.starts
+        with pytest.raises(sandrail_dbos.SandrailRefusal) as failure:
+            raised()
+    assert answer["status"] == "uncertain", answer
+    assert answer["operation_key"].startswith("dbos:")
+    assert starts_returned == 3  # the bound: three attempts, then returned
+    assert backend.starts == 6
+    raised_answer = json.loads(failure.value.text)
+    assert raised_answer["status"] == "uncertain"
+    assert failure.value.kind == raised_answer["error_type"]
+    assert sorted(backend.simulator.launches.values()) == [1, 1]  # C2: once per key
+
+
+def test_c8_dbos_refusal_raised_is_not_retried(postgres: PostgresServer) -> None:
+    """C8 under DBOS: with ``refusals="raise"`` a refusal (``policy_denied``)
+    raises ``SandrailRefusal`` after one attempt (DBOS does not retry it),
+    its text the answer's JSON; nothing reached the sandbox."""
+    from dbos import DBOS
+
+    asked: list[str] = []
+
+    def deny(request: sandrail.ToolRequest) -> sandrail.core.PolicyDecision:
+        asked.append(request.operation_key)
+        return sandrail.Deny(reason="not here")
+
+    backend = _Counting(Simulator())
+    tag = uuid.uuid4().hex[:8]
+    steps = sandrail_dbos.SandboxSteps(
+        backend=backend, scope={"tenant": "t"}, authorize=deny, name=f"deny-{tag}"
+    )
+
+    @DBOS.workflow(name=f"deny-{tag}")
+    def denied() -> str:
+        return steps.call("run_command", {"command": "rm -rf /"}, refusals="raise")
+
+    with _dbos_here(postgres), pytest.raises(sandrail_dbos.SandrailRefusal) as failure:
+        denied()
+    assert failure.value.kind == "policy_denied"
+    assert json.loads(failure.value.text)["executed"] is False
+    assert len(asked) == 1  # one attempt: not retried
+    assert backend.starts == 0

@@ -10,13 +10,14 @@ The figures are printed (``pytest -s``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +31,21 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import sandrail
+from sandrail.core import Delivery, Effect, EffectFailure, Start
 from sandrail.integrations import temporal as sandrail_temporal
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
 from sandrail.local_e2b import LocalE2B, serve
 from sandrail.records import SQLiteRecord
 from tests import engine_workflows
-from tests.engine_rig import Figures, Workers, kill_and_replace, temporal_binary
+from tests.engine_rig import (
+    Figures,
+    Workers,
+    dump_database,
+    kill_and_replace,
+    temporal_binary,
+)
+from tests.postgres_server import PostgresServer
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="local-e2b user separation needs root")
 
@@ -93,11 +102,13 @@ async def _history_bytes(handle: WorkflowHandle[Any, Any]) -> bytes:
 
 @pytest.mark.long
 def test_c2_temporal_workers_killed_at_random_launch_each_call_once(
-    server: LocalE2B, tmp_path: Path
+    server: LocalE2B, postgres: PostgresServer, tmp_path: Path
 ) -> None:
-    """C2, C6, C17 under Temporal: two worker processes run 3 workflows of 3
-    calls; workers SIGKILL themselves before a start may leave and after the
-    answer was made (before Temporal recorded it), and the test SIGKILLs a
+    """C2, C6, C17 under Temporal: two activity worker processes run the
+    calls of 3 workflows of 3 calls (the workflows run on a worker of the
+    test's own, so a kill costs no workflow task timeout); workers SIGKILL
+    themselves before a start may leave and after the answer was made
+    (before Temporal recorded it), and the test SIGKILLs a
     worker while a command runs; each dead worker is replaced by a new one,
     which recovers the activity. From local-e2b's ground truth: every call
     launched exactly once; the answers after recovery are decisive; the
@@ -105,19 +116,20 @@ def test_c2_temporal_workers_killed_at_random_launch_each_call_once(
     rng = random.Random(26)
     prefix = f"tmp-{uuid.uuid4().hex[:8]}"
     queue = f"q-{prefix}"
-    record = tmp_path / "owned.sqlite"
+    database = postgres.fresh_database()
+    record = postgres.url(database)
     calls = {f"{prefix}-w{w}": [f"{prefix}.w{w}.c{c}" for c in range(3)] for w in range(3)}
 
     def command(mark: str) -> str:
         return f"{server.mark(mark)}; echo secret=$ENGINE_SECRET; sleep 0.6"
 
     async def scenario() -> Figures:
-        async with await _dev_server() as env:
+        async with await _dev_server() as env, contextlib.AsyncExitStack() as stack:
             address = _address(env)
             workers = Workers(
                 server,
                 tmp_path,
-                lambda number, log: ["temporal", address, queue, str(record), str(log)],
+                lambda number, log: ["temporal", address, queue, record, str(log)],
                 env={"ENGINE_KILL": "0.12", "ENGINE_SECRET": SECRET},
             )
             try:
@@ -125,6 +137,8 @@ def test_c2_temporal_workers_killed_at_random_launch_each_call_once(
                     workers.spawn()
                 for number in list(workers.live):
                     workers.wait_ready(number)
+                workflow_worker = _workflow_worker(env, queue)
+                await stack.enter_async_context(workflow_worker)
                 handles = [
                     await env.client.start_workflow(
                         "ToolCalls",
@@ -163,6 +177,7 @@ def test_c2_temporal_workers_killed_at_random_launch_each_call_once(
                 return Figures(
                     engine="temporal",
                     workers=2,
+                    started=len(workers.logs),
                     kills=workers.kills,
                     self_kills=dict(workers.self_kills()),
                     calls=sum(map(len, results)),
@@ -175,39 +190,40 @@ def test_c2_temporal_workers_killed_at_random_launch_each_call_once(
                 workers.stop()
 
     figures = _run(scenario())
-    figures.check()
-    assert SECRET.encode() not in record.read_bytes()
+    figures.check(tmp_path)
+    assert SECRET not in dump_database(postgres, database)
 
 
 # -- a zombie attempt beside the new one -------------------------------------------
 
 
 @pytest.mark.long
-def test_c10_temporal_zombie_attempt_is_refused_inside_the_sandbox(
-    server: LocalE2B, tmp_path: Path
+def test_c9_temporal_zombie_attempt_loses_its_authority_before_it_sends_anything(
+    server: LocalE2B, postgres: PostgresServer, tmp_path: Path
 ) -> None:
-    """C9, C10, C2: a worker freezes just before its start leaves (SIGSTOP,
-    as a machine that stalled); Temporal times its attempt out and a second
-    worker runs the next attempt, which launches the command. The frozen
-    worker is then woken beside it, and loses: Temporal tells it at its next
-    heartbeat that its attempt is gone (C9: aborted, ``uncertain``), or its
-    start, carrying the older attempt's lower fence, is refused inside the
-    sandbox (C10: ``e2b_command_fence_stale``). One launch, counted from
-    inside the sandbox."""
+    """C9, C2: a worker (one activity slot, so no other poll open) freezes
+    just before its start leaves (SIGSTOP, as a machine that stalled);
+    Temporal times its attempt out and a second worker runs the next
+    attempt, which launches the command. The frozen worker is then woken
+    beside it, and loses before its start leaves: its lease (a heartbeat
+    timeout after its last heartbeat, by its own clock) has lapsed, so its
+    authority is gone (``e2b_command_authority_unproven``), or Temporal told
+    it first, at the heartbeat it sends on waking, that its attempt is gone
+    (C11: the call is aborted). One launch, counted from inside the sandbox."""
     prefix = f"zmb-{uuid.uuid4().hex[:8]}"
     queue = f"q-{prefix}"
-    record = tmp_path / "owned.sqlite"
+    record = postgres.url(postgres.fresh_database())
 
     async def scenario() -> tuple[list[str], list[dict[str, Any]]]:
-        async with await _dev_server() as env:
+        async with await _dev_server() as env, _workflow_worker(env, queue):
             address = _address(env)
             workers = Workers(
                 server,
                 tmp_path,
-                lambda number, log: ["temporal", address, queue, str(record), str(log)],
+                lambda number, log: ["temporal", address, queue, record, str(log)],
             )
             try:
-                zombie = workers.spawn(ENGINE_FREEZE="remember")
+                zombie = workers.spawn(ENGINE_FREEZE="remember", ENGINE_SLOTS="1")
                 workers.wait_ready(0)
                 handle = await env.client.start_workflow(
                     "ToolCalls",
@@ -216,20 +232,14 @@ def test_c10_temporal_zombie_attempt_is_refused_inside_the_sandbox(
                     task_queue=queue,
                     result_type=list[str],
                 )
-                deadline = time.monotonic() + 60
-                while not any(e["event"] == "frozen" for e in workers.events(0)):
-                    assert time.monotonic() < deadline, "the worker never froze"
-                    await asyncio.sleep(0.1)
+                await _until(lambda: any(e["event"] == "frozen" for e in workers.events(0)))
                 workers.spawn()  # the new worker, which takes the next attempt
-                # A frozen worker's open polls may take (and time out) attempts first.
-                result = await asyncio.wait_for(handle.result(), 150)
+                result = await asyncio.wait_for(handle.result(), 90)
                 os.kill(zombie.pid, signal.SIGCONT)  # the zombie wakes beside it
-                deadline = time.monotonic() + 30
-                while not any(e["event"] == "answer" for e in workers.events(0)):
-                    if time.monotonic() > deadline:
-                        break
-                    await asyncio.sleep(0.1)
-                await asyncio.sleep(1.0)
+                await _until(
+                    lambda: any(e["event"] == "attempt_ended" for e in workers.events(0)),
+                    seen=lambda: (workers.events(0), workers.stderr(0)),
+                )
                 return result, workers.events(0)
             finally:
                 workers.stop()
@@ -238,16 +248,33 @@ def test_c10_temporal_zombie_attempt_is_refused_inside_the_sandbox(
     (answer,) = _answers(result)
     assert answer["status"] == "ok", answer
     assert server.truth().marked(prefix) == 1  # C2: one launch, the zombie's never ran
+    (ended,) = [e for e in zombie_events if e["event"] == "attempt_ended"]
     zombie_answers = [e for e in zombie_events if e["event"] == "answer"]
-    # The zombie learns it lost: its start is refused inside the sandbox
-    # (C10), or Temporal told it first that its attempt is gone (C9).
-    assert zombie_answers, zombie_events
-    assert all(
-        e["error_type"] in ("e2b_command_fence_stale", "e2b_command_authority_lost")
-        or e["status"] == "uncertain"
-        for e in zombie_answers
-    ), zombie_answers
-    assert any(e["fence"] < answer["execution_fence"] for e in zombie_answers)
+    # Either its lease had lapsed (C9: nothing sent, and the answer retried
+    # for a Temporal that no longer wants it), or Temporal said first, at
+    # the heartbeat it sent on waking, that the attempt is gone (C11: the
+    # call aborted, the activity cancelled).
+    answered = {(e["status"], e["error_type"]) for e in zombie_answers}
+    lost_lease = ended["raised"] == "ApplicationError"  # the retryable answer
+    if lost_lease:
+        assert answered == {("error", "e2b_command_authority_unproven")}, zombie_events
+    else:  # the note of an aborted call may come after the cancellation went on
+        assert ended["raised"] == "CancelledError", zombie_events
+        assert answered <= {("uncertain", "e2b_command_aborted")}, zombie_events
+
+
+async def _until(
+    found: Callable[[], bool], seconds: float = 60, seen: Callable[[], object] = lambda: None
+) -> None:
+    deadline = time.monotonic() + seconds
+    while not found():
+        assert time.monotonic() < deadline, f"not seen within {seconds} s: {seen()}"
+        await asyncio.sleep(0.1)
+
+
+def _workflow_worker(env: WorkflowEnvironment, queue: str) -> Worker:
+    """The test's own workflow worker (no activities) on ``queue``."""
+    return Worker(env.client, task_queue=queue, workflows=engine_workflows.WORKFLOWS)
 
 
 # -- reset and continue-as-new: new runs, new keys ---------------------------------
@@ -340,6 +367,64 @@ def test_c2_temporal_reset_reruns_the_calls_after_its_point_and_continue_as_new_
     assert len(runs) == 2
     assert continued[0]["turn_id"] == "1"
     assert continued[0]["run_id"] in runs
+
+
+# -- parallel activities of one workflow ---------------------------------------------
+
+
+class _Paced:
+    """The simulator, with each ``lossy`` command's first start answered as
+    lost (it launched; the answer never came back: ``uncertain``, retried)
+    and each ``slow`` command's start held 2.5 s, so it reaches the sandbox
+    after those retries did."""
+
+    def __init__(self, simulator: Simulator) -> None:
+        self._simulator = simulator
+        self._lost: set[str] = set()
+
+    async def __call__(self, effect: Effect) -> Any:
+        if not isinstance(effect, Start):
+            return self._simulator(effect)
+        if "slow" in effect.command:
+            await asyncio.sleep(2.5)
+        outcome = self._simulator(effect)
+        if "lossy" in effect.command and effect.task_id not in self._lost:
+            self._lost.add(effect.task_id)
+            raise EffectFailure(Delivery.MAYBE_SENT, "test: the answer was lost")
+        return outcome
+
+
+def test_c10_temporal_parallel_activities_with_retries_get_no_spurious_refusal() -> None:
+    """C10, C2: eight activities of one workflow at once; two lose their
+    start's answer (``uncertain``: Temporal retries them a second later,
+    each retry reconciling), three reach the sandbox only after those
+    retries did. No call is refused for a stale fence (every call's fence
+    is the same), none needs more attempts than its lost answer made, and
+    every command launched once."""
+    simulator = Simulator()
+    kinds = ["lossy"] * 2 + ["slow"] * 3 + ["plain"] * 3
+    commands = [f"echo {kind}-{n}" for n, kind in enumerate(kinds)]
+
+    async def scenario() -> tuple[list[dict[str, Any]], dict[int, int]]:
+        async with (
+            await _dev_server() as env,
+            _in_process(env, _Paced(simulator), "parallel"),
+        ):
+            handle = await env.client.start_workflow(
+                "Parallel",
+                commands,
+                id=f"par-{uuid.uuid4().hex[:6]}",
+                task_queue="parallel",
+                result_type=list[str],
+            )
+            answers = _answers(await handle.result())
+            return answers, await _attempts(handle)
+
+    answers, attempts = _run(scenario())
+    assert [a["status"] for a in answers] == ["ok"] * len(commands), answers
+    assert sorted(attempts.values()) == [1] * 6 + [2] * 2, answers  # the two lossy ones
+    assert {a["execution_fence"] for a in answers} == {1}
+    assert sorted(simulator.launches.values()) == [1] * len(commands)  # C2
 
 
 # -- answers: refusals, uncertain, cancellation -------------------------------------
