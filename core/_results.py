@@ -60,6 +60,7 @@ class ErrorCode(StrEnum):
     # Policy, approval, authority, drift, abort (C8, C9, C11).
     POLICY_DENIED = "policy_denied"
     APPROVAL_REJECTED = "approval_rejected"
+    APPROVAL_MISMATCH = "approval_mismatch"
     CANCELED = "canceled"
     ABORTED = "e2b_command_aborted"
     REQUEST_DRIFTED = "e2b_command_request_drifted"
@@ -320,6 +321,9 @@ _NEXT_STEP: Final[Mapping[ErrorCode, str]] = {
     ErrorCode.TOOL_UNBOUND: "Nothing ran: there is no tool of that name. Use one of "
     "available_tools.",
     ErrorCode.APPROVAL_REJECTED: APPROVAL_REJECTED_INSTRUCTION,
+    ErrorCode.APPROVAL_MISMATCH: "Nothing ran: this call is not the one a person approved "
+    "(another tool or other arguments under its operation key). Do not repeat it; ask the "
+    "user what to do.",
     ErrorCode.POLICY_DENIED: "Nothing ran: the harness's policy does not allow this call. "
     "Do not repeat it or work around it with another call.",
 }

@@ -6,7 +6,10 @@ own human-in-the-loop machinery and, once a person approved, runs the call
 again with ``approved=True``. This module is what makes that safe:
 
 - An approval covers *that very call*: the same tool, the same arguments (as
-  the port reads them) and the same operation key. The toolset wraps the
+  the port reads them) and the same operation key, which the toolset checks
+  against the question it asked before it lets the call run as approved
+  (:mod:`sandrail._decisions`: a changed call, or one rejected first, runs
+  nothing). The toolset wraps the
   harness's policy; while an approved call runs, an ``ApprovalRequired``
   answer for a request matching it is taken as ``ALLOW``. Nothing else
   changes: ``ALLOW`` stays ``ALLOW`` and ``Deny`` stays final (a person
@@ -40,6 +43,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sandrail._decisions import Decisions
 from sandrail.core import (
     APPROVAL_REJECTED_INSTRUCTION,
     Allow,
@@ -100,6 +104,7 @@ class Approvals:
         self,
         policy: Callable[[ToolRequest], Any],
         launched: Callable[[ToolRequest], bool] = lambda request: False,
+        decisions: Decisions | None = None,
     ) -> None:
         if not callable(policy):
             raise TypeError(
@@ -107,6 +112,7 @@ class Approvals:
             )
         self._policy = policy
         self._launched = launched
+        self._decisions = decisions
         self._running: Counter[_Approved] = Counter()
         self._lock = threading.Lock()
 
@@ -170,11 +176,16 @@ class Approvals:
                 decision = await decision
         except Exception:
             return None
-        if isinstance(decision, (Allow, Deny, ApprovalRequired)) and (
-            not isinstance(decision, ApprovalRequired) or asks_a_person(decision)
+        if not isinstance(decision, (Allow, Deny, ApprovalRequired)) or (
+            isinstance(decision, ApprovalRequired) and not asks_a_person(decision)
         ):
-            return Allow() if asks_a_person(decision) and self._launched(request) else decision
-        return None
+            return None
+        if asks_a_person(decision):
+            if self._launched(request):
+                return Allow()
+            if self._decisions is not None:
+                self._decisions.ask(request)  # the question a person is now asked
+        return decision
 
 
 def _entry(request: ToolRequest) -> _Approved | None:

@@ -55,8 +55,10 @@ def launched_row(
     definition = definitions.get(name)
     if name not in LAUNCH_TOOLS or definition is None or not isinstance(operation_key, str):
         return None
-    wanted = task_id(session_id, owner, operation_key)
     try:
+        # Inside: a key that is not valid text has no task id (the port
+        # refuses it), and neither has a launch.
+        wanted = task_id(session_id, owner, operation_key)
         known = resolve(lookup(definition, session_id, operation_key), wanted)
     except Exception:
         return None

@@ -71,6 +71,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple, Unpack
 
 from sandrail._approval import Approvals, rejection
+from sandrail._decisions import Decisions, Question
 from sandrail._launched import (
     alike,
     launched_row,
@@ -199,7 +200,6 @@ class Toolset:
         if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
             raise ValueError("run_id must be a non-blank string")
         self._identity = identity
-        self._approvals = Approvals(given["authorize"], self._launched_alike)
         self._backend_label = label_of(given["backend"])
         self._run_id = run_id if run_id is not None else uuid.uuid4().hex
         self._max_output_bytes = max_output_bytes = given["max_output_bytes"]
@@ -210,6 +210,9 @@ class Toolset:
         remember, resolve = shared_record(*owned_callbacks(given))
         self._resolve = resolve
         self._owner = given["owner"]
+        # What a person was asked about and decided, in the same record.
+        self._decisions = Decisions(remember, resolve, given["session_id"], given["owner"])
+        self._approvals = Approvals(given["authorize"], self._launched_alike, self._decisions)
         redact = given["redact"]
         shared: PortOptions = {
             **given,
@@ -346,6 +349,7 @@ class Toolset:
         reconcile_repeats: bool = False,
         run_id: str | None = None,
         approved: bool = False,
+        edited: bool = False,
     ) -> ToolResult:
         """Run one tool call and return its result; never raises but for the
         caller's own cancellation (after which the result is in
@@ -363,10 +367,21 @@ class Toolset:
         the same run under that call's operation key (see the module doc);
         ``run_id`` names that run (by default the part of ``operation_key``
         before ``:{call_id}``; a key of another form matches no other call).
-        ``approved=True`` says a person approved exactly this call (see
-        :meth:`ask_policy`): a policy answer of ``ApprovalRequired`` for it is
-        taken as ``ALLOW``; ``Deny`` stays final, and the call runs under its
-        own operation key, so a replayed approval launches at most once (C2).
+        ``approved=True`` answers the question this toolset asked a person
+        about this very call (a result ``approval_required``, or
+        :meth:`ask_policy` answering ``ApprovalRequired``): a policy answer
+        of ``ApprovalRequired`` for it is then taken as ``ALLOW``; ``Deny``
+        stays final, and the call runs under its own operation key, so a
+        replayed approval launches at most once (C2). The approval covers
+        the call asked about and nothing else: another tool or other
+        arguments under its key are refused (``approval_mismatch``), a call
+        a person rejected first stays rejected (``approval_rejected``), and
+        a call nobody asked about under its key here (another process
+        without the same durable ``record=``) is asked about again; nothing
+        runs in any of them (``docs/howto/approval.md``). ``edited=True``
+        (with ``approved``): the person wrote these arguments when approving
+        (an edit of the call asked about), so the approval covers them as
+        they are.
         """
         prepared = self._prepare(
             name,
@@ -381,6 +396,9 @@ class Toolset:
         )
         if isinstance(prepared, ToolResult):
             return prepared
+        refused, approved = self._approval_of(prepared.request, approved, edited)
+        if refused is not None:
+            return refused
         with self._approvals.approved(prepared.request, approved):
             return await self._call(prepared, operation_key)
 
@@ -396,9 +414,7 @@ class Toolset:
             self._abandon(operation_key, result)
             self._record(prepared.repeat, prepared.request, result, returned=False)
             raise
-        result = self._after_launch(prepared.request, result)
-        self._record(prepared.repeat, prepared.request, result, returned=True)
-        return result
+        return self._finished(prepared, result)
 
     def call_sync(
         self,
@@ -413,6 +429,7 @@ class Toolset:
         reconcile_repeats: bool = False,
         run_id: str | None = None,
         approved: bool = False,
+        edited: bool = False,
     ) -> ToolResult:
         """:meth:`call` for code without an event loop; never raises but for
         the same harness bugs. With an asynchronous backend (one that declares
@@ -435,6 +452,9 @@ class Toolset:
         )
         if isinstance(prepared, ToolResult):
             return prepared
+        refused, approved = self._approval_of(prepared.request, approved, edited)
+        if refused is not None:
+            return refused
         with self._approvals.approved(prepared.request, approved):
             return self._call_sync(prepared)
 
@@ -450,9 +470,49 @@ class Toolset:
             )
         else:
             result = asyncio.run(_on_own_loop(prepared))
+        return self._finished(prepared, result)
+
+    def _finished(self, prepared: _Prepared, result: ToolResult) -> ToolResult:
+        """What both entry points do with a call's result: answer a refusal
+        of a launched key for its launch, keep the call as unsettled or
+        settled, and keep the question a person is now asked."""
         result = self._after_launch(prepared.request, result)
         self._record(prepared.repeat, prepared.request, result, returned=True)
+        if result.needs_approval:
+            self._decisions.ask(prepared.request)
         return result
+
+    def _approval_of(
+        self, request: ToolRequest, approved: bool, edited: bool
+    ) -> tuple[ToolResult | None, bool]:
+        """Whether ``request``, said to be ``approved``, runs as approved:
+        only when it is the call a person was asked about under its key, and
+        no rejection came first (see :mod:`sandrail._decisions`). Returns
+        the refusal that runs nothing instead (``approval_mismatch``, or the
+        rejection that stands), else ``None`` and whether it is approved (a
+        key nobody was asked about is asked about again, unless the person
+        wrote the arguments: ``edited``)."""
+        if not approved:
+            return None, False
+        question = self._decisions.of(request)
+        if question is None and not edited:
+            return None, False
+        if question is None:
+            question = Question(decision="asked", recorded=None, full=None)
+        elif question.decision != "rejected" and not edited and not question.covers(request):
+            return bound_result(
+                error_result(ErrorCode.APPROVAL_MISMATCH), self._max_output_bytes
+            ), False
+        if question.decision == "rejected" or self._decisions.decide(request, "approved") == (
+            "rejected"
+        ):
+            # The first decision stands: answered as that rejection (a
+            # rejection that is already kept, so nothing is decided anew).
+            call = request.call
+            return self.rejection(
+                name=str(call.name), call_id=call.call_id, operation_key=request.operation_key
+            ), False
+        return None, True
 
     async def ask_policy(
         self,
@@ -504,10 +564,20 @@ class Toolset:
         ``error_type`` ``approval_rejected``: nothing more runs, and the
         model is pointed at the task to read (C6). With the call's
         ``arguments`` (in ``profile``'s shape), only a launch of these very
-        arguments counts: another call that reused the key never ran (C3)."""
+        arguments counts: another call that reused the key never ran (C3).
+
+        Given ``name`` and ``operation_key``, the rejection is also kept as
+        the person's decision about that key, unless an approval came first
+        (the first decision stands): an approval of the key afterwards, here
+        or wherever the same durable record is shared, runs nothing and is
+        answered with this rejection (``docs/howto/approval.md``)."""
         rejected = rejection(self._max_output_bytes, reason, self._masks.secrets)
-        if name is None or operation_key is None:
+        if name is None or operation_key is None or name not in self._ports:
             return rejected
+        self._decisions.decide(
+            lookup(self._ports[name].definition(name), self._session_id, operation_key, call_id),
+            "rejected",
+        )
         known = self.launched(name, operation_key)
         if known is None:
             return rejected

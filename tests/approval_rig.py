@@ -25,9 +25,10 @@ sent (when the call was answered at once) and what the harness saves. Each
 ``resume_*`` answers the saved call (approve or reject) on a fresh toolset
 and returns the text the model is sent.
 
-``python -m tests.approval_rig FRAMEWORK SAVED SESSION`` resumes with an
-approval on E2B (``E2B_API_KEY``/``E2B_API_URL``/``E2B_SANDBOX_URL`` from the
-environment, as ``server.env`` gives them) and prints that text.
+``python -m tests.approval_rig FRAMEWORK SAVED SESSION RECORD`` resumes with
+an approval on E2B (``E2B_API_KEY``/``E2B_API_URL``/``E2B_SANDBOX_URL`` from
+the environment, as ``server.env`` gives them), with the SQLite record at
+``RECORD`` that the process which asked shares, and prints that text.
 """
 
 from __future__ import annotations
@@ -74,13 +75,19 @@ class Policy:
         return sandrail.ALLOW
 
 
-def make_toolset(backend: Any, policy: Policy | None = None, session: str = SESSION) -> Any:
+def make_toolset(
+    backend: Any, policy: Policy | None = None, session: str = SESSION, record: Any = None
+) -> Any:
+    """A harness's toolset; ``record``: the durable record that harnesses
+    resuming each other's approvals share (a fresh toolset without it, as a
+    fresh process, knows no question asked elsewhere)."""
     return sandrail.Toolset(
         backend=backend,
         session_id=session,
         owner=sandrail.AgentOwner(agent_id="approval-agent"),
         authorize=policy if policy is not None else Policy(),
         assert_authority=lambda request: True,
+        record=record,
     )
 
 
@@ -298,12 +305,13 @@ def main(argv: list[str]) -> int:
     """Resume a saved approval in this fresh process, on E2B; print what the
     model is sent."""
     from sandrail.interpreters.e2b import E2BBackend
+    from sandrail.records import SQLiteRecord
 
-    framework, saved_path, session = argv
+    framework, saved_path, session, record_path = argv
     with open(saved_path, encoding="utf-8") as saved_file:
         saved = saved_file.read()
-    with E2BBackend() as backend:
-        toolset = make_toolset(backend, session=session)
+    with E2BBackend() as backend, SQLiteRecord(record_path) as record:
+        toolset = make_toolset(backend, session=session, record=record)
         print(RESUME[framework](toolset, saved, True, ""))
     return 0
 

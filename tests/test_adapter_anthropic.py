@@ -214,6 +214,8 @@ def test_anthropic_handle_all_names_plain_misuse_of_its_argument() -> None:
     for wrong in (None, 7, "tool_use", {"content": []}):
         with pytest.raises(TypeError, match="handle_all takes a reply's content"):
             asyncio.run(claude.handle_all(wrong))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="handle_all_sync takes a reply's content"):
+            claude.handle_all_sync(wrong)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="run_id"):
         AnthropicTools(toolset(), run_id=" ")
 
@@ -291,3 +293,22 @@ def test_c5_anthropic_handlers_take_plain_copies_of_hostile_ids_and_inputs() -> 
             assert type(answer["tool_use_id"]) is str
             assert answer["tool_use_id"] == str.__str__(hostile)
             assert json.loads(answer["content"])["ok"] is True
+
+
+def test_c2_anthropic_handle_all_sync_answers_every_tool_use_in_order() -> None:
+    """Without an event loop: every ``tool_use`` block of a reply answered in
+    order, other blocks left out, and the reply's blocks again (a replay)
+    launch nothing new."""
+    tools = toolset()
+    claude = AnthropicTools(tools, run_id="run-all")
+    content = [
+        {"type": "text", "text": "running two"},
+        _use("toolu_1", "run_command", {**NULLS, "command": "echo one"}),
+        _use("toolu_2", "run_command", {**NULLS, "command": "echo two"}),
+    ]
+    answered = claude.handle_all_sync(content)
+    assert [block["tool_use_id"] for block in answered] == ["toolu_1", "toolu_2"]
+    assert [json.loads(block["content"])["stdout"] for block in answered] == ["one\n", "two\n"]
+    again = claude.handle_all_sync(content)
+    assert [json.loads(block["content"])["deduplicated"] for block in again] == [True, True]
+    assert launches(tools) == 2

@@ -29,6 +29,7 @@ import pytest
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.interpreters.simulator import Simulator
 from sandrail.local_e2b import LocalE2B
+from sandrail.records import SQLiteRecord
 from tests.approval_rig import FIRST, FRAMEWORKS, RESUME, Policy, make_toolset
 from tests.e2b_world import needs_root, new_session, server_fixture
 
@@ -69,15 +70,22 @@ def test_issue18_c5_a_rejected_call_runs_nothing(framework: str) -> None:
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_issue18_c2_an_approval_resumed_twice_runs_once(framework: str) -> None:
+def test_issue18_c2_an_approval_resumed_twice_runs_once(framework: str, tmp_path: Path) -> None:
     """Two harnesses (fresh toolsets and adapters, as two processes would
-    build them, with the adapters' defaults) resume the same saved copy."""
+    build them, with the adapters' defaults) resume the same saved copy;
+    they share the durable record, as processes that resume each other's
+    approvals must (docs/howto/approval.md)."""
     sim = Simulator()
-    first = FIRST[framework](make_toolset(sim), "echo deploy")
-    sent = [
-        json.loads(RESUME[framework](make_toolset(sim), first.saved, True, "echo deploy"))
-        for _ in range(2)
-    ]
+    with SQLiteRecord(tmp_path / "record.sqlite") as record:
+        first = FIRST[framework](make_toolset(sim, record=record), "echo deploy")
+        sent = [
+            json.loads(
+                RESUME[framework](
+                    make_toolset(sim, record=record), first.saved, True, "echo deploy"
+                )
+            )
+            for _ in range(2)
+        ]
     assert [(s["status"], s["deduplicated"]) for s in sent] == [("ok", False), ("ok", True)]
     assert sent[0]["operation_key"] == sent[1]["operation_key"]
     assert _launches(sim) == 1
@@ -131,11 +139,13 @@ def test_issue18_c2_local_e2b_an_approval_resumed_in_two_fresh_processes_runs_on
 ) -> None:
     """The saved copy (serialized state, history, block or call) is resumed
     by ``python -m tests.approval_rig`` twice: two processes, each with a
-    fresh backend, toolset and adapter at their defaults."""
+    fresh backend, toolset and adapter at their defaults, and the SQLite
+    record the process that asked used."""
     session, mark = new_session(), f"twice-{framework}"
     command = f"{server.mark(mark)}; echo deploy"
-    with E2BBackend(**server.sdk_options) as backend:
-        first = FIRST[framework](make_toolset(backend, session=session), command)
+    record_path = tmp_path / "record.sqlite"
+    with E2BBackend(**server.sdk_options) as backend, SQLiteRecord(record_path) as record:
+        first = FIRST[framework](make_toolset(backend, session=session, record=record), command)
     assert first.waits is True
     saved = tmp_path / "saved"
     saved.write_text(first.saved, encoding="utf-8")
@@ -143,7 +153,15 @@ def test_issue18_c2_local_e2b_an_approval_resumed_in_two_fresh_processes_runs_on
     sent = []
     for _ in range(2):
         done = subprocess.run(
-            [sys.executable, "-m", "tests.approval_rig", framework, str(saved), session],
+            [
+                sys.executable,
+                "-m",
+                "tests.approval_rig",
+                framework,
+                str(saved),
+                session,
+                str(record_path),
+            ],
             capture_output=True,
             text=True,
             timeout=120,
@@ -170,7 +188,7 @@ def test_issue18_c8_local_e2b_a_denied_call_never_asks(server: LocalE2B, framewo
     assert server.truth().marked(mark) == 0
 
 
-def test_issue18_c2_agents_sdk_resumed_twice_with_tracing_off_runs_once() -> None:
+def test_issue18_c2_agents_sdk_resumed_twice_with_tracing_off_runs_once(tmp_path: Path) -> None:
     """With tracing off the saved state carries no trace id: an approved
     call's key is then its call id's alone (``approved:{call_id}``), still
     the same in every process that resumes the state."""
@@ -180,11 +198,12 @@ def test_issue18_c2_agents_sdk_resumed_twice_with_tracing_off_runs_once() -> Non
     from tests.approval_rig import NULLS, _agents_agent
 
     sim = Simulator()
+    record = SQLiteRecord(tmp_path / "record.sqlite")  # the processes' shared record
     offline = RunConfig(tracing_disabled=True)
     call = function_call("run_command", {**NULLS, "command": "echo deploy"}, call_id="call_9")
     first = asyncio.run(
         Runner.run(
-            _agents_agent(make_toolset(sim), [[call], [assistant_message("done")]]),
+            _agents_agent(make_toolset(sim, record=record), [[call], [assistant_message("done")]]),
             "go",
             run_config=offline,
         )
@@ -192,7 +211,7 @@ def test_issue18_c2_agents_sdk_resumed_twice_with_tracing_off_runs_once() -> Non
     saved = first.to_state().to_string()
     keys = []
     for _ in range(2):
-        agent = _agents_agent(make_toolset(sim), [[assistant_message("done")]])
+        agent = _agents_agent(make_toolset(sim, record=record), [[assistant_message("done")]])
 
         async def resume(agent: Any = agent) -> Any:
             state = await RunState.from_string(agent, saved)
@@ -204,6 +223,7 @@ def test_issue18_c2_agents_sdk_resumed_twice_with_tracing_off_runs_once() -> Non
         keys.append(json.loads(sent)["operation_key"])
     assert keys == ["approved:call_9", "approved:call_9"]
     assert _launches(sim) == 1
+    record.close()
 
 
 def test_issue18_pydantic_ai_an_approval_with_other_arguments_runs_what_the_person_gave() -> None:

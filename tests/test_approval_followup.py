@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandrail.interpreters.simulator import Simulator
+from sandrail.records import SQLiteRecord
 from tests.approval_rig import FIRST, NULLS, make_toolset
 
 
@@ -24,14 +26,14 @@ def _launches(sim: Simulator) -> int:
 
 
 def _resume_agents(
-    sim: Simulator, saved: str, run_config: Any, tools: Any = None
+    sim: Simulator, saved: str, run_config: Any, tools: Any = None, record: Any = None
 ) -> dict[str, Any]:
     from agents import Runner, RunState
     from agents.testing import assistant_message
 
     from tests.approval_rig import _agents_agent
 
-    agent = _agents_agent(tools or make_toolset(sim), [[assistant_message("done")]])
+    agent = _agents_agent(tools or make_toolset(sim, record=record), [[assistant_message("done")]])
 
     async def resume() -> Any:
         state = await RunState.from_string(agent, saved)
@@ -46,7 +48,7 @@ def _resume_agents(
 
 @pytest.mark.parametrize("saved_tracing", [True, False], ids=["saved-traced", "saved-untraced"])
 def test_issue18_item2_c2_agents_sdk_copy_resumed_under_any_run_config_launches_once(
-    saved_tracing: bool,
+    saved_tracing: bool, tmp_path: Path
 ) -> None:
     """B2: the key of an approved call comes from what the saved ``RunState``
     carries, never from the resuming run's trace id or tracing setting: one
@@ -58,10 +60,11 @@ def test_issue18_item2_c2_agents_sdk_copy_resumed_under_any_run_config_launches_
     from tests.approval_rig import _agents_agent
 
     sim = Simulator()
+    record = SQLiteRecord(tmp_path / "record.sqlite")  # the resuming processes share it
     call = function_call("run_command", {**NULLS, "command": "echo deploy"}, call_id="call_1")
     first = asyncio.run(
         Runner.run(
-            _agents_agent(make_toolset(sim), [[call], [assistant_message("done")]]),
+            _agents_agent(make_toolset(sim, record=record), [[call], [assistant_message("done")]]),
             "go",
             run_config=RunConfig(tracing_disabled=not saved_tracing),
         )
@@ -73,7 +76,8 @@ def test_issue18_item2_c2_agents_sdk_copy_resumed_under_any_run_config_launches_
         RunConfig(trace_id="trace_" + "b" * 32),
         RunConfig(),
     ]
-    sent = [_resume_agents(sim, saved, config) for config in configs]
+    sent = [_resume_agents(sim, saved, config, record=record) for config in configs]
+    record.close()
     assert len({s["operation_key"] for s in sent}) == 1, [s["operation_key"] for s in sent]
     assert [(s["status"], s["deduplicated"]) for s in sent] == [("ok", False)] + [("ok", True)] * 3
     assert _launches(sim) == 1
@@ -258,6 +262,7 @@ def test_issue18_c5_c2_a_launched_key_asked_about_again_answers_its_launch() -> 
     nothing ran: it answers the key's one launch (``deduplicated``)."""
     sim = Simulator()
     tools = _approving(sim)
+    assert _deploy(tools).status == "approval_required"  # a person is asked
     assert _deploy(tools, approved=True).status == "ok"
     again = _deploy(tools)
     assert (again.status, again.content["deduplicated"]) == ("ok", True), again.to_json()
@@ -270,6 +275,7 @@ def test_issue18_c5_c8_a_launched_key_denied_now_is_never_executed_false() -> No
     result is ``uncertain`` with the task's locator and says to read it."""
     sim, policy = Simulator(), _Turning()
     tools = _approving(sim, policy)
+    assert _deploy(tools).status == "approval_required"  # a person is asked
     first = _deploy(tools, approved=True)
     assert first.status == "ok"
     policy.deny = True

@@ -256,6 +256,7 @@ PUBLIC_MODULES = (
     "sandrail.adapters.openai_agents",
     "sandrail.adapters.pydantic_ai",
     "sandrail.adapters.anthropic",
+    "sandrail.adapters.kit",
     "sandrail.integrations",
     "sandrail.integrations.temporal",
     "sandrail.integrations.dbos",
@@ -528,6 +529,26 @@ def test_readme_run_command_runs_on_the_simulator() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["content"]["stdout"] == "hello\n"
+
+
+_NAMED_EXAMPLE = re.compile(r"(\[)?`(examples/[\w.]+\.py)`(?:\]\(([^)]+)\))?")
+
+
+def test_pages_link_the_example_files_they_name() -> None:
+    """A page that names an example file links it, and the link reaches the
+    file in the built site (docs/_hooks/examples.py serves ``examples/``
+    there): the reader can open the whole program the page shows part of."""
+    problems = []
+    for page in PAGES:
+        for match in _NAMED_EXAMPLE.finditer(page.read_text(encoding="utf-8")):
+            name, target = match.group(2), match.group(3)
+            if not (ROOT / name).is_file():
+                problems.append(f"{page.name}: {name} does not exist")
+            elif target is None:
+                problems.append(f"{page.name}: {name} is named, not linked")
+            elif (page.parent / target).resolve() != (DOCS / name).resolve():
+                problems.append(f"{page.name}: the link to {name} is {target}")
+    assert problems == []
 
 
 def test_readme_links_name_files_that_exist() -> None:

@@ -14,8 +14,11 @@ Each adapter is one or two lines for a user and sends the model exactly
   handler from a ``tool_use`` block to its ``tool_result`` block (plain data;
   the ``anthropic`` SDK is optional).
 
-Each imports its framework only when used and names the extra to install
-when it is missing. Each takes ``timeout_seconds`` (where its framework
+Each is glue on the public helpers of :mod:`sandrail.adapters.kit` (the
+operation key from the framework's identity, the model's arguments, the
+approval round trip, refusals), which an adapter for another framework uses
+the same way. Each imports its framework only when used and names the extra
+to install when it is missing. Each takes ``timeout_seconds`` (where its framework
 has tool timeouts) and enforces it itself, so the model is sent the
 ``canceled`` or ``uncertain`` result instead of "timed out", and runs its
 calls with ``reconcile_repeats`` (a model's retry of an unsettled call

@@ -37,13 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from sandrail.core import (
-    CanonicalJSONError,
-    Redactions,
-    canonical_json,
-    mask_text,
-    redaction_secrets,
-)
+from sandrail.adapters.kit import shown_arguments
 
 __all__ = [
     "APPROVAL_INPUT",
@@ -61,9 +55,6 @@ APPROVAL_INPUT: Final = "sandrail/approval"
 """The key of the approval question in an ``InputRequiredResult``."""
 APPROVAL_STATE: Final = "sandrail/approval:"
 """The ``requestState`` of an approval question: this prefix and the key."""
-
-_SHOWN_CHARACTERS: Final = 1_500
-_MASK: Final = "<redacted>"
 
 
 def schema() -> dict[str, Any]:
@@ -85,55 +76,11 @@ def schema() -> dict[str, Any]:
 def question(name: str, arguments: object, where: str, interaction_id: object) -> str:
     """What the person is asked: the call, env values masked, and where it
     would run."""
-    shown = _shown(arguments)
+    shown = shown_arguments(arguments)
     asked = f"The agent asks to run {name} {shown} on {where}. Nothing runs unless you approve."
     if isinstance(interaction_id, str) and interaction_id:
         asked += f" (approval {interaction_id[:200]})"
     return asked
-
-
-def _shown(arguments: object) -> str:
-    if not isinstance(arguments, Mapping):
-        return "(arguments that are not an object)"
-    masked = dict(arguments)
-    env = masked.get("env")
-    if isinstance(env, Mapping):
-        masked["env"] = dict.fromkeys(env, _MASK)
-    elif isinstance(env, list):  # a strict profile's {name, value} entries
-        masked["env"] = [
-            {"name": entry.get("name"), "value": _MASK} if isinstance(entry, Mapping) else _MASK
-            for entry in env
-        ]
-    try:
-        text = canonical_json(masked).decode("utf-8")
-    except (CanonicalJSONError, TypeError, ValueError, RecursionError):
-        return "(arguments that cannot be shown)"
-    secrets = _env_values(env)
-    if secrets:
-        # An env value may also be written into the command or cwd: masked
-        # there too, as every result masks it (C17). Masked in the JSON text,
-        # escaped as JSON writes it, and as given.
-        escaped = {canonical_json(value).decode("utf-8")[1:-1] for value in secrets}
-        text = mask_text(text, Redactions(secrets | escaped))
-    if len(text) > _SHOWN_CHARACTERS:
-        half = _SHOWN_CHARACTERS // 2
-        text = f"{text[:half]} […{len(text) - 2 * half} characters…] {text[-half:]}"
-    return text
-
-
-def _env_values(env: object) -> frozenset[str]:
-    """The values of an ``env`` argument (a mapping, or a strict profile's
-    ``{name, value}`` list) that results mask (C17)."""
-    if isinstance(env, list):
-        env = {
-            str(index): entry.get("value")
-            for index, entry in enumerate(env)
-            if isinstance(entry, Mapping)
-        }
-    try:
-        return redaction_secrets(env)
-    except Exception:
-        return frozenset()
 
 
 def can_ask(ctx: Any) -> bool:

@@ -33,8 +33,11 @@ with ``await tools.approve(block)`` (runs that very call once, under its own
 operation key, so approving again, after a restart say, launches nothing
 new: C2) or ``tools.reject(block, reason=...)`` (runs nothing; the model
 reads ``approval_rejected``). A ``Deny`` never asks: the model reads
-``policy_denied``. The key's run part is ``run_id=``: keep it with the
-conversation when an approval may be answered by another process.
+``policy_denied``. The approval is bound to the block asked about: a block
+with its id and other input is refused (``approval_mismatch``) and a
+rejected block stays rejected (``docs/howto/approval.md``). The key's run
+part is ``run_id=``: keep it with the conversation, and give the toolsets
+one durable record, when an approval may be answered by another process.
 
 ``timeout_seconds`` is each call's deadline: when it passes, the call is
 aborted as a :class:`~sandrail.CancelToken` would abort it and the
@@ -44,18 +47,19 @@ cancels the call and leaves nothing to send the model.
 
 The handlers never raise for any block: a block that cannot be read (an
 attribute that raises, a missing id) is answered with a refusal.
-:meth:`AnthropicTools.handle_all` raises ``TypeError`` only when it is not
-given a list (or other iterable) of blocks.
+:meth:`AnthropicTools.handle_all` (and ``handle_all_sync``) raises
+``TypeError`` only when it is not given a list (or other iterable) of
+blocks.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, TypedDict
+from typing import Any
 
-from sandrail._toolset import Toolset, check_timeout
-from sandrail.core import ArgumentProblem, Profile, ToolResult, arguments_rejection
+from sandrail import ToolResult, Toolset
+from sandrail.adapters.kit import Adapter, ModelCall, check_run_id
 
 __all__ = ["AnthropicTools"]
 
@@ -64,8 +68,9 @@ class AnthropicTools:
     """``toolset`` as Anthropic Messages tools. ``strict=False`` lists the
     ``full`` schemas without the ``strict`` flag instead.
 
-    Raises ``ValueError`` for a blank ``run_id`` or a ``timeout_seconds``
-    that is not a positive number."""
+    Raises ``ValueError`` for a blank ``run_id`` (``TypeError`` for one that
+    is not a string) or a ``timeout_seconds`` that is not a positive
+    number."""
 
     def __init__(
         self,
@@ -75,64 +80,66 @@ class AnthropicTools:
         strict: bool = True,
         timeout_seconds: float | None = None,
     ) -> None:
-        if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
-            raise ValueError("run_id must be a non-blank string")
-        self._toolset = toolset
-        self._run_id = run_id
-        self._profile: Profile = "anthropic-strict" if strict else "full"
+        self._run_id = check_run_id(run_id)
+        self._adapter = Adapter(
+            toolset,
+            framework="Anthropic",
+            profile="anthropic-strict" if strict else "full",
+            timeout_seconds=timeout_seconds,
+        )
         self._strict = strict
-        self._timeout_seconds = check_timeout(timeout_seconds)
 
     @property
     def definitions(self) -> list[dict[str, Any]]:
         """The ``tools`` parameter of ``messages.create``: fresh plain dicts."""
+        toolset = self._adapter.toolset
         listed = []
-        for name in self._toolset.names:
+        for name, schema in self._adapter.schemas().items():
             tool: dict[str, Any] = {
                 "name": name,
-                "description": self._toolset.definition(name).description,
-                "input_schema": self._toolset.schema(name, self._profile),
+                "description": toolset.definition(name).description,
+                "input_schema": schema,
             }
             if self._strict:
                 tool["strict"] = True
             listed.append(tool)
         return listed
 
-    # The twins differ only in the toolset call they make (awaited, or
-    # blocking): everything else is :meth:`_call_for`'s and :func:`_answer`'s.
+    # The twins differ only in how they wait (awaited, or blocking):
+    # everything else is :meth:`_call_of`'s and :func:`_answer`'s.
 
     async def handle(self, block: object) -> dict[str, Any]:
         """The ``tool_result`` block answering one ``tool_use`` block (an
         ``approval_required`` one when a person must decide first: see
         :meth:`approve`)."""
-        tool_use_id, call = self._call_for(block)
-        if isinstance(call, ToolResult):
+        tool_use_id, call = self._call_of(block)
+        if not isinstance(call, ModelCall):
             return _answer(tool_use_id, call)
-        return _answer(tool_use_id, await self._toolset.call(**call))
+        return _answer(tool_use_id, await self._adapter.run(call))
 
     def handle_sync(self, block: object) -> dict[str, Any]:
         """:meth:`handle` for code without an event loop."""
-        tool_use_id, call = self._call_for(block)
-        if isinstance(call, ToolResult):
+        tool_use_id, call = self._call_of(block)
+        if not isinstance(call, ModelCall):
             return _answer(tool_use_id, call)
-        return _answer(tool_use_id, self._toolset.call_sync(**call))
+        return _answer(tool_use_id, self._adapter.run_sync(call))
 
     async def approve(self, block: object) -> dict[str, Any]:
         """A person approved this ``tool_use`` block: run it (once, under
         its own operation key) and return its ``tool_result`` block. The
         harness's ``ApprovalRequired`` for exactly this call is taken as
         ``ALLOW``; a ``Deny`` still refuses it."""
-        tool_use_id, call = self._call_for(block, approved=True)
-        if isinstance(call, ToolResult):
+        tool_use_id, call = self._call_of(block)
+        if not isinstance(call, ModelCall):
             return _answer(tool_use_id, call)
-        return _answer(tool_use_id, await self._toolset.call(**call))
+        return _answer(tool_use_id, await self._adapter.run(call, approved=True))
 
     def approve_sync(self, block: object) -> dict[str, Any]:
         """:meth:`approve` for code without an event loop."""
-        tool_use_id, call = self._call_for(block, approved=True)
-        if isinstance(call, ToolResult):
+        tool_use_id, call = self._call_of(block)
+        if not isinstance(call, ModelCall):
             return _answer(tool_use_id, call)
-        return _answer(tool_use_id, self._toolset.call_sync(**call))
+        return _answer(tool_use_id, self._adapter.run_sync(call, approved=True))
 
     def reject(self, block: object, reason: str | None = None) -> dict[str, Any]:
         """A person rejected this ``tool_use`` block: nothing runs; the
@@ -141,18 +148,10 @@ class AnthropicTools:
         that already ran (approved before, rejected now) is never answered
         "nothing ran": the result is ``uncertain``, ``approval_rejected``,
         with the task's locator to read it by (C5, C6)."""
-        tool_use_id, name, arguments = _read(block)
-        if not tool_use_id:
-            return _answer(tool_use_id, _no_id(self._toolset))
-        rejected = self._toolset.rejection(
-            reason,
-            name=name,
-            call_id=tool_use_id,
-            operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
-            arguments=arguments,
-            profile=self._profile,
-        )
-        return _answer(tool_use_id, rejected)
+        tool_use_id, call = self._call_of(block)
+        # A block that cannot be run is still answered as rejected: nothing ran.
+        known = call if isinstance(call, ModelCall) else None
+        return _answer(tool_use_id, self._adapter.reject(known, reason))
 
     @staticmethod
     def needs_approval(answer: object) -> bool:
@@ -168,26 +167,16 @@ class AnthropicTools:
         except (ValueError, AttributeError, RecursionError):
             return False
 
-    def _call_for(
-        self, block: object, *, approved: bool = False
-    ) -> tuple[str, ToolResult | _ToolsetCall]:
-        """The block's id, and the toolset call it asks for (its keyword
-        arguments), or the refusal of a block without an id. ``approved``:
-        a person approved it (see :meth:`approve`)."""
-        tool_use_id, name, arguments = _read(block)
-        if not tool_use_id:
-            return tool_use_id, _no_id(self._toolset)
-        return tool_use_id, _ToolsetCall(
-            name=name,
-            arguments=arguments,
-            call_id=tool_use_id,
-            operation_key=self._toolset.operation_key(tool_use_id, run_id=self._run_id),
-            profile=self._profile,
-            timeout_seconds=self._timeout_seconds,
-            reconcile_repeats=True,
-            run_id=self._run_id if self._run_id is not None else self._toolset.run_id,
-            approved=approved,
+    def _call_of(self, block: object) -> tuple[str, ModelCall | ToolResult]:
+        """The block's id (plain text, ``""`` when it has none), and the
+        call it asks for or the refusal the model reads instead."""
+        tool_use_id = _field(block, "id")
+        run_id = self._run_id if self._run_id is not None else self._adapter.toolset.run_id
+        call = self._adapter.call_of(
+            _field(block, "name"), _field(block, "input"), call_id=tool_use_id, run_id=run_id
         )
+        shown = call.call_id if isinstance(call, ModelCall) else _plain_id(tool_use_id)
+        return shown, call
 
     async def handle_all(self, content: Iterable[object]) -> list[dict[str, Any]]:
         """``tool_result`` blocks for every ``tool_use`` block of a reply's
@@ -195,27 +184,22 @@ class AnthropicTools:
         whose ``type`` cannot be read is not a ``tool_use`` block. Raises
         ``TypeError`` when ``content`` is not a list (or other iterable) of
         blocks: pass the reply's ``content``, not the reply."""
-        if isinstance(content, (str, bytes, Mapping)) or not isinstance(content, Iterable):
-            raise TypeError(
-                "handle_all takes a reply's content (a list of blocks), "
-                f"got {type(content).__name__}"
-            )
-        return [await self.handle(block) for block in content if _kind(block) == "tool_use"]
+        return [await self.handle(block) for block in _tool_uses(content, "handle_all")]
+
+    def handle_all_sync(self, content: Iterable[object]) -> list[dict[str, Any]]:
+        """:meth:`handle_all` for code without an event loop: each block as
+        :meth:`handle_sync` answers it, one after the other, in order."""
+        return [self.handle_sync(block) for block in _tool_uses(content, "handle_all_sync")]
 
 
-class _ToolsetCall(TypedDict):
-    """The keyword arguments of :meth:`~sandrail.Toolset.call` (and of
-    ``call_sync``) for one ``tool_use`` block."""
-
-    name: str
-    arguments: object
-    call_id: str
-    operation_key: str
-    profile: Profile
-    timeout_seconds: float | None
-    reconcile_repeats: bool
-    run_id: str
-    approved: bool
+def _tool_uses(content: Iterable[object], method: str) -> list[object]:
+    """The ``tool_use`` blocks of a reply's ``content``; ``TypeError`` when
+    ``content`` is not an iterable of blocks."""
+    if isinstance(content, (str, bytes, Mapping)) or not isinstance(content, Iterable):
+        raise TypeError(
+            f"{method} takes a reply's content (a list of blocks), got {type(content).__name__}"
+        )
+    return [block for block in content if _field(block, "type") == "tool_use"]
 
 
 def _answer(tool_use_id: str, result: ToolResult) -> dict[str, Any]:
@@ -225,13 +209,6 @@ def _answer(tool_use_id: str, result: ToolResult) -> dict[str, Any]:
         "content": result.to_json(),
         "is_error": result.is_error,
     }
-
-
-def _no_id(toolset: Toolset) -> ToolResult:
-    problem = ArgumentProblem("tool_use", "must have a non-blank id")
-    return ToolResult(
-        status="error", content=arguments_rejection([problem], toolset.max_output_bytes)
-    )
 
 
 def _field(block: object, name: str) -> object:
@@ -246,34 +223,8 @@ def _field(block: object, name: str) -> object:
         return None
 
 
-def _kind(block: object) -> object:
-    return _field(block, "type")
-
-
-def _read(block: object) -> tuple[str, str, object]:
-    """Plain copies of the block's id, name and input: a ``str`` subclass's
-    or a mapping's own methods may raise, so nothing past this reads them."""
-    tool_use_id = _plain_text(_field(block, "id"))
-    clean_id = tool_use_id if tool_use_id is not None and tool_use_id.strip() else ""
-    return clean_id, _plain_text(_field(block, "name")) or "", _plain_object(_field(block, "input"))
-
-
-def _plain_text(value: object) -> str | None:
-    """``value`` as a plain ``str`` (never calling a subclass's methods), or
-    ``None`` when it is not a string."""
-    return str.__str__(value) if isinstance(value, str) else None
-
-
-class _Unreadable:
-    """Stands for an input that could not be read: refused as not an object."""
-
-
-def _plain_object(value: object) -> object:
-    """A plain ``dict`` copy of a mapping input (its own ``get``, ``items``
-    or iteration may raise: then it is unreadable), else ``value``."""
-    if not isinstance(value, Mapping):
-        return value
-    try:
-        return {_plain_text(key) or key: value[key] for key in list(value.keys())}
-    except Exception:
-        return _Unreadable()
+def _plain_id(value: object) -> str:
+    """A block id as plain text, ``""`` when it is none or blank (never
+    calling a ``str`` subclass's own methods)."""
+    plain = str.__str__(value) if isinstance(value, str) else ""
+    return plain if plain.strip() else ""

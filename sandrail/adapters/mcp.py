@@ -91,11 +91,10 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sandrail import __version__
-from sandrail._toolset import Toolset, check_timeout, refusal
+from sandrail import ErrorCode, Profile, ToolResult, Toolset, __version__, canonical_json
 from sandrail.adapters import _mcp_approval as approval
-from sandrail.adapters import require
-from sandrail.core import CanonicalJSONError, ErrorCode, Profile, ToolResult, canonical_json
+from sandrail.adapters.kit import Adapter, ModelCall, check_timeout, require
+from sandrail.core import CanonicalJSONError
 
 __all__ = ["OPERATION_KEY_META", "minimum_output_bytes", "recent_events", "server"]
 
@@ -186,6 +185,7 @@ def server(
     shared = require("mcp.shared.exceptions", "mcp")
     state = require("mcp.server.request_state", "mcp")
     interval = check_timeout(progress_interval_seconds)
+    adapter = Adapter(toolset, framework="the MCP client", profile=profile)
     sessions: weakref.WeakKeyDictionary[Any, _FallbackKeys] = weakref.WeakKeyDictionary()
     by_id: OrderedDict[str, _FallbackKeys] = OrderedDict()
     sessionless = _FallbackKeys()
@@ -252,57 +252,35 @@ def server(
             if not isinstance(sent, str) or not sent.strip():
                 # A key the client meant to send but malformed: never the
                 # fallback in its place (its retry would launch again).
-                return _result(types, _bad_key(toolset, sent), None)
+                return _result(types, _bad_key(adapter, sent), None)
             key = str.__str__(sent)
         else:
             fallback = fallback_of(ctx)
             key, digest, generation = fallback.key(params.name, arguments)
             derived = (digest, generation)
-        call_id = f"mcp-{ctx.request_id}"
+        call = adapter.call_of(
+            params.name, arguments, call_id=f"mcp-{ctx.request_id}", operation_key=key
+        )
+        if not isinstance(call, ModelCall):  # arguments that cannot be read: nothing ran
+            return _result(types, call, key if derived is not None else _echoed(key))
         asked = _answered(params, key)
         if asked == "reject":
-            result = toolset.rejection(
-                name=params.name,
-                call_id=call_id,
-                operation_key=key,
-                arguments=arguments,
-                profile=profile,
-            )
+            result = adapter.reject(call)
         else:
             ticking = _progress(ctx, interval)
             try:
-                result = await toolset.call(
-                    params.name,
-                    arguments,
-                    call_id=call_id,
-                    operation_key=key,
-                    profile=profile,
-                    approved=asked == "approve",
-                )
+                result = await adapter.run(call, approved=asked == "approve")
                 if result.needs_approval and asked is None and approval.can_ask(ctx):
                     question = approval.question(
-                        params.name, arguments, where, result.content.get("interaction_id")
+                        call.name, call.arguments, where, result.content.get("interaction_id")
                     )
                     if ctx.session.protocol_version in modern:
                         return _input_required(types, question, key)
                     answer = await _elicit(ctx, question)
                     if answer == "approve":
-                        result = await toolset.call(
-                            params.name,
-                            arguments,
-                            call_id=call_id,
-                            operation_key=key,
-                            profile=profile,
-                            approved=True,
-                        )
+                        result = await adapter.run(call, approved=True)
                     elif answer == "reject":
-                        result = toolset.rejection(
-                            name=params.name,
-                            call_id=call_id,
-                            operation_key=key,
-                            arguments=arguments,
-                            profile=profile,
-                        )
+                        result = adapter.reject(call)
             finally:
                 if ticking is not None:
                     ticking.cancel()
@@ -467,14 +445,13 @@ def recent_events(limit: int = 10_000) -> Any:
     return RecentEvents()
 
 
-def _bad_key(toolset: Toolset, sent: object) -> ToolResult:
+def _bad_key(adapter: Adapter, sent: object) -> ToolResult:
     kind = "a blank string" if isinstance(sent, str) else f"a {type(sent).__name__}"
-    return refusal(
+    return adapter.refusal(
         ErrorCode.OPERATION_KEY_REQUIRED,
         f'_meta["{OPERATION_KEY_META}"] must be a non-blank string, got {kind}; nothing ran. '
         "Send the call's key as a string, or leave the field out to use the server's "
         "fallback key.",
-        toolset.max_output_bytes,
     )
 
 

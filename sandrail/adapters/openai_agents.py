@@ -42,10 +42,12 @@ that reuses call ids across runs of one session needs ``run_id=`` (a
 function of the context that the saved state carries too, such as
 ``lambda ctx: ctx.context.run_id``), or a new run's approved call would be
 taken for the old one's retry. A
-state resumed twice, from one saved copy, in two processes, then launches
-once (C2). Arguments that are not a JSON object are the SDK's to judge: it
-asks for approval of them before this adapter sees them; approved, they are
-refused and nothing runs.
+state resumed twice, from one saved copy, in two processes sharing the
+toolset's record, then launches once (C2); a rejection given with
+``rejection(toolset, item=item)`` stands against a later approval.
+Arguments that are not a JSON object are the SDK's to judge: it asks for
+approval of them before this adapter sees them; approved, they are refused
+and nothing runs.
 
 Timeouts: ``timeout_seconds`` is enforced here, not by the SDK: when it
 passes, the call is aborted as a :class:`~sandrail.CancelToken` would abort
@@ -58,25 +60,15 @@ is replaced by the abandoned call's result when there is one.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import json
-import math
 import uuid
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from sandrail._approval import asks_a_person
-from sandrail._toolset import Toolset, check_timeout, refusal
-from sandrail.adapters import require
-from sandrail.core import (
-    ArgumentProblem,
-    ErrorCode,
-    ToolResult,
-    arguments_rejection,
-    bound_result,
-)
+from sandrail import ErrorCode, ToolResult, Toolset
+from sandrail.adapters.kit import Adapter, ModelCall, check_run_id, require
+from sandrail.core import bound_result
 
 __all__ = ["function_tools", "rejection", "tool_error_formatter"]
 
@@ -95,25 +87,24 @@ def function_tools(
     ``timeout_seconds`` that is not a positive number.
     """
     agents = require("agents", "openai-agents")
-    if run_id is not None and not callable(run_id):
-        if not isinstance(run_id, str):
-            raise TypeError(f"run_id must be a string or a function, got {type(run_id).__name__}")
-        if not run_id.strip():
-            raise ValueError("run_id must be a non-blank string")
-    check_timeout(timeout_seconds)
+    if not callable(run_id):
+        check_run_id(run_id)
+    adapter = Adapter(
+        toolset, framework="the SDK", profile="openai-strict", timeout_seconds=timeout_seconds
+    )
     run_ids = _RunIds(run_id)
     pending = _Pending()
     return [
         agents.FunctionTool(
             name=name,
             description=toolset.definition(name).description,
-            params_json_schema=toolset.schema(name, "openai-strict"),
-            on_invoke_tool=_invoker(toolset, name, run_ids, pending, timeout_seconds),
+            params_json_schema=schema,
+            on_invoke_tool=_invoker(adapter, name, run_ids, pending),
             strict_json_schema=True,
-            needs_approval=_asks_a_person(toolset, name, run_ids, timeout_seconds),
-            timeout_error_function=_timed_out(toolset, pending),
+            needs_approval=_asks_a_person(adapter, name, run_ids),
+            timeout_error_function=_timed_out(adapter, pending),
         )
-        for name in toolset.names
+        for name, schema in adapter.schemas().items()
     ]
 
 
@@ -162,69 +153,38 @@ def tool_error_formatter(
     return formatter
 
 
-def _asks_a_person(
-    toolset: Toolset, name: str, run_ids: _RunIds, timeout_seconds: float | None
-) -> Callable[..., Any]:
+def _asks_a_person(adapter: Adapter, name: str, run_ids: _RunIds) -> Callable[..., Any]:
     """The tool's ``needs_approval``: whether the harness's policy answers
-    ``ApprovalRequired`` for this call (asked, nothing run). A policy that
-    does not answer within ``timeout_seconds`` asks nobody: the call itself
-    then meets the same deadline and runs nothing (``canceled``)."""
+    ``ApprovalRequired`` for this call (asked, nothing run; see
+    :meth:`~sandrail.adapters.kit.Adapter.asks_a_person`). A call without a
+    safe key asks nobody: it is refused when invoked, naming why."""
 
     async def needs_approval(context: Any, params: dict[str, Any], call_id: str) -> bool:
-        if not isinstance(call_id, str) or not call_id.strip():
-            return False  # refused when invoked: no key
-        run = await run_ids.of(context, approved=True)
-        if not isinstance(run, str):
-            return False  # refused when invoked, naming why
-        asked = toolset.ask_policy(
-            name,
-            params,
-            call_id=call_id,
-            operation_key=toolset.operation_key(call_id, run_id=run),
-            profile="openai-strict",
-            run_id=run,
+        call = adapter.call_of(
+            name, params, call_id=call_id, run_id=await run_ids.of(context, approved=True)
         )
-        try:
-            decision = await asyncio.wait_for(asked, timeout_seconds)
-        except TimeoutError:
-            return False
-        return asks_a_person(decision)
+        return isinstance(call, ModelCall) and await adapter.asks_a_person(call)
 
     return needs_approval
 
 
 def _invoker(
-    toolset: Toolset,
-    name: str,
-    run_ids: _RunIds,
-    pending: _Pending,
-    timeout_seconds: float | None,
+    adapter: Adapter, name: str, run_ids: _RunIds, pending: _Pending
 ) -> Callable[[Any, str], Any]:
     async def invoke(ctx: Any, arguments_json: str) -> str:
-        arguments = _parse(arguments_json)
-        if isinstance(arguments, ArgumentProblem):
-            content = arguments_rejection([arguments], toolset.max_output_bytes)
-            return ToolResult(status="error", content=content).to_json()
         call_id = getattr(ctx, "tool_call_id", None)
-        if not isinstance(call_id, str) or not call_id.strip():
-            return _no_key(toolset, "the SDK gave this tool call no tool_call_id")
-        approved = _approved(ctx, name, call_id)
+        approved = isinstance(call_id, str) and _approved(ctx, name, str.__str__(call_id))
         run = await run_ids.of(ctx, approved=approved)
-        if not isinstance(run, str):
-            return _no_key(toolset, run.reason)
-        key = toolset.operation_key(call_id, run_id=run)
-        pending.started(ctx, key)
-        result = await toolset.call(
-            name,
-            arguments,
-            call_id=call_id,
-            operation_key=key,
-            profile="openai-strict",
-            timeout_seconds=timeout_seconds,
-            reconcile_repeats=True,
-            run_id=run,
-            approved=approved,
-        )
+        if isinstance(run, _NoRunId):
+            return adapter.refusal(
+                ErrorCode.OPERATION_KEY_REQUIRED,
+                f"No safe operation key for this call ({run.reason}); nothing ran.",
+            ).to_json()
+        call = adapter.call_of(name, arguments_json, call_id=call_id, run_id=run)
+        if not isinstance(call, ModelCall):
+            return call.to_json()
+        pending.started(ctx, call.operation_key)
+        result = await adapter.run(call, approved=approved)
         return result.to_json()
 
     return invoke
@@ -247,24 +207,17 @@ def _approved(ctx: Any, name: str, call_id: str) -> bool:
         return False
 
 
-def _no_key(toolset: Toolset, why: str) -> str:
-    return refusal(
-        ErrorCode.OPERATION_KEY_REQUIRED,
-        f"No safe operation key for this call ({why}); nothing ran.",
-        toolset.max_output_bytes,
-    ).to_json()
-
-
-def _timed_out(toolset: Toolset, pending: _Pending) -> Callable[[Any, Exception], str]:
+def _timed_out(adapter: Adapter, pending: _Pending) -> Callable[[Any, Exception], str]:
     """The SDK's timeout message, replaced by what the call really left: the
     abandoned result (``canceled`` or ``uncertain``, with its locator)."""
+    toolset = adapter.toolset
 
     def message(ctx: Any, error: Exception) -> str:
         key = pending.key_of(ctx)
         if key is None:
             # No key yet: the call was stopped before it reached the port.
-            return refusal(
-                ErrorCode.CANCELED, "The tool timed out before it ran; nothing ran.", budget
+            return adapter.refusal(
+                ErrorCode.CANCELED, "The tool timed out before it ran; nothing ran."
             ).to_json()
         abandoned = toolset.abandoned.get(key)
         if abandoned is not None:
@@ -285,25 +238,10 @@ def _timed_out(toolset: Toolset, pending: _Pending) -> Callable[[Any, Exception]
                     "happened (that never runs it twice).",
                 },
             ),
-            budget,
+            toolset.max_output_bytes,
         ).to_json()
 
-    budget = toolset.max_output_bytes
-
     return message
-
-
-def _parse(text: str) -> object:
-    def refuse(constant: str) -> float:
-        raise ValueError(constant)
-
-    try:
-        value = json.loads(text, parse_constant=refuse)
-    except (ValueError, TypeError, RecursionError):
-        return ArgumentProblem("arguments", "must be a JSON object (the text is not JSON)")
-    if isinstance(value, float) and not math.isfinite(value):  # pragma: no cover - refused above
-        return ArgumentProblem("arguments", "must be a JSON object")
-    return value
 
 
 class _NoRunId:

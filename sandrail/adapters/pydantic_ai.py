@@ -37,7 +37,11 @@ Approval (DESIGN §12). When the harness's policy answers
 ``output_type=[str, DeferredToolRequests]``). A new run with the message
 history and ``DeferredToolResults(approvals={tool_call_id: True})`` runs that
 very call once, under the key of the run that made it, so resuming the same
-history twice (two processes, a crash in between) launches once (C2). An
+history twice (two processes sharing the toolset's record, a crash in
+between) launches once (C2); a history that comes back with the call
+changed is refused (``approval_mismatch``), and a call the toolset cannot
+match to a question it asked is deferred to a person again
+(``docs/howto/approval.md``). An
 approval with ``ToolApproved(override_args=...)`` runs the arguments the
 person gave (``env`` may be a mapping there; invalid ones are reported as
 the person's, not the model's).
@@ -60,27 +64,19 @@ the model only "timed out".
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sandrail._toolset import Toolset, check_timeout, refusal
-from sandrail.adapters import require
-from sandrail.core import (
-    ArgumentProblem,
-    ErrorCode,
-    Profile,
-    ToolResult,
-    arguments_rejection,
-    bound_result,
-)
+from sandrail import ErrorCode, Profile, ToolResult, Toolset
+from sandrail.adapters.kit import Adapter, ModelCall, parsed_arguments, require
+from sandrail.core import bound_result
 
 __all__ = ["rejected", "toolset"]
 
-_NOT_AN_OBJECT: Final = "\x00sandrail/not-an-object"
-"""The key under which the arguments validator hands on text that is not a
-JSON object (no schema of ours admits it, so a model sending it is refused
-all the same)."""
+_AS_SENT: Final = "\x00sandrail/as-sent"
+"""The key under which the arguments validator hands on what the model sent
+when it is not a JSON object (no schema of ours admits the key, so a model
+sending it is refused all the same): the tool answers it with a refusal."""
 
 
 def toolset(
@@ -101,32 +97,26 @@ def toolset(
     """
     require("pydantic_ai", "pydantic-ai")  # checked on every call: the class is cached
     cls = _toolset_class()
-    check_timeout(timeout_seconds)
-    schemas = {name: toolset.schema(name, profile) for name in toolset.names}
-    instance: Any = cls(toolset, schemas, profile, timeout_seconds, id)
+    adapter = Adapter(
+        toolset, framework="pydantic-ai", profile=profile, timeout_seconds=timeout_seconds
+    )
+    instance: Any = cls(adapter, id)
     return instance
 
 
 class _RawArguments:
     """pydantic-ai's argument validator protocol (``SchemaValidatorProt``),
     taking arguments as the model wrote them: never fails, never quotes them.
-    A JSON object passes as it is; anything else becomes a marker the tool
-    answers with a refusal."""
+    A JSON object passes as it is; anything else is handed on as sent, for
+    the tool to refuse (:meth:`~sandrail.adapters.kit.Adapter.call_of`)."""
 
     def validate_json(self, input: str | bytes | bytearray, **_: Any) -> Any:
-        def refuse(constant: str) -> float:
-            raise ValueError(constant)
-
-        try:
-            value = json.loads(input, parse_constant=refuse)
-        except (ValueError, TypeError, RecursionError):
-            return {_NOT_AN_OBJECT: "must be a JSON object (the text is not JSON)"}
-        return self.validate_python(value)
+        parsed = parsed_arguments(input)
+        return parsed if parsed is not None else {_AS_SENT: input}
 
     def validate_python(self, input: Any, **_: Any) -> Any:
-        if isinstance(input, Mapping) and all(isinstance(key, str) for key in input):
-            return dict(input)
-        return {_NOT_AN_OBJECT: "must be a JSON object"}
+        parsed = parsed_arguments(input) if isinstance(input, Mapping) else None
+        return parsed if parsed is not None else {_AS_SENT: input}
 
 
 _RAW: Final = _RawArguments()
@@ -140,18 +130,8 @@ def _toolset_class() -> type[Any]:
     class SandrailToolset(toolsets.AbstractToolset):  # type: ignore[misc, name-defined]
         """Every tool of a :class:`~sandrail.Toolset` (see the module doc)."""
 
-        def __init__(
-            self,
-            tools: Toolset,
-            schemas: dict[str, dict[str, Any]],
-            profile: Profile,
-            timeout_seconds: float | None,
-            id: str | None,
-        ) -> None:
-            self._tools = tools
-            self._schemas = schemas
-            self._profile: Profile = profile
-            self._timeout_seconds = timeout_seconds
+        def __init__(self, adapter: Adapter, id: str | None) -> None:
+            self._adapter = adapter
             self._id = id
 
         @property
@@ -159,67 +139,56 @@ def _toolset_class() -> type[Any]:
             return self._id
 
         async def get_tools(self, ctx: Any) -> dict[str, Any]:
+            toolset = self._adapter.toolset
             return {
                 name: toolsets.ToolsetTool(
                     toolset=self,
                     tool_def=pydantic_ai.ToolDefinition(
                         name=name,
-                        description=self._tools.definition(name).description,
+                        description=toolset.definition(name).description,
                         parameters_json_schema=schema,
                     ),
                     max_retries=ctx.max_retries,
                     args_validator=_RAW,
                 )
-                for name, schema in self._schemas.items()
+                for name, schema in self._adapter.schemas().items()
             }
 
         async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> str:
-            tools = self._tools
-            if set(tool_args) == {_NOT_AN_OBJECT}:
-                problem = ArgumentProblem("arguments", str(tool_args[_NOT_AN_OBJECT]))
-                content = arguments_rejection([problem], tools.max_output_bytes)
-                return ToolResult(status="error", content=content).to_json()
+            adapter = self._adapter
             call_id = ctx.tool_call_id
+            # The run that made the call: a deferred call resumed in a later
+            # run (another process, perhaps) keeps its key.
             run_id = _origin_run(ctx.messages, call_id) or ctx.run_id
-            if not _nonblank(run_id) or not _nonblank(call_id):
-                # No run or call id, no safe operation key: a shared stand-in
-                # would make calls of different runs one call, a fresh one
-                # would let a retry launch twice. Nothing runs.
-                return refusal(
-                    ErrorCode.OPERATION_KEY_REQUIRED,
-                    "pydantic-ai gave this tool call no run_id or tool_call_id; nothing ran.",
-                    tools.max_output_bytes,
-                ).to_json()
-            key = tools.operation_key(call_id, run_id=run_id)
             approved = ctx.tool_call_approved is True
-            overridden = approved and _overridden(ctx.messages, call_id, tool_args)
-            if overridden and self._profile != "full":
-                tool_args = _env_as_list(tool_args)
-            result = await tools.call(
-                name,
-                tool_args,
-                call_id=call_id,
-                operation_key=key,
-                profile=self._profile,
-                timeout_seconds=self._timeout_seconds,
-                reconcile_repeats=True,
-                run_id=run_id,
-                approved=approved,
-            )
-            if result.needs_approval and not approved:
+            arguments: object = tool_args
+            overridden = False
+            if set(tool_args) == {_AS_SENT}:
+                arguments = tool_args[_AS_SENT]
+            else:
+                overridden = approved and _overridden(ctx.messages, call_id, tool_args)
+                if overridden and adapter.profile != "full":
+                    arguments = _env_as_list(tool_args)
+            call = adapter.call_of(name, arguments, call_id=call_id, run_id=run_id)
+            if not isinstance(call, ModelCall):
+                return call.to_json()
+            result = await adapter.run(call, approved=approved, edited=overridden)
+            if result.needs_approval:
                 # Nothing ran: hand the question to pydantic-ai's deferred
-                # tools, so a person answers it (DESIGN §12).
+                # tools, so a person answers it (again, for an approval the
+                # toolset cannot match to a question it asked: see
+                # sandrail.adapters.kit.Adapter.run).
                 raise pydantic_ai.ApprovalRequired(
                     metadata={
                         "interaction_id": result.content.get("interaction_id"),
-                        "operation_key": result.content.get("operation_key", key),
+                        "operation_key": result.content.get("operation_key", call.operation_key),
                     }
                 )
             if overridden and result.error_type == ErrorCode.ARGUMENTS_INVALID.value:
                 # The person wrote these arguments (override_args), not the model.
                 content = {**result.content, "instruction": _OVERRIDE_INVALID}
                 result = bound_result(
-                    ToolResult(status="error", content=content), tools.max_output_bytes
+                    ToolResult(status="error", content=content), adapter.toolset.max_output_bytes
                 )
             return result.to_json()
 
@@ -310,9 +279,5 @@ def _origin_run(messages: object, call_id: object) -> str | None:
         for part in getattr(message, "parts", ()):
             if getattr(part, "part_kind", None) == "tool-call" and part.tool_call_id == call_id:
                 run = getattr(message, "run_id", None)
-                return run if _nonblank(run) else None
+                return run if isinstance(run, str) and run.strip() else None
     return None
-
-
-def _nonblank(value: object) -> bool:
-    return isinstance(value, str) and bool(value.strip())
