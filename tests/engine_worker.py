@@ -14,7 +14,9 @@ recorded it, the record's ``note``), or freeze there (``ENGINE_FREEZE=
 remember``: SIGSTOP itself once, for a zombie the test wakes later). Each
 answer the record is told is appended to LOG as a JSON line (flushed at
 once): what a call of this worker answered, even one the engine dropped.
-``ENGINE_SECRET`` is a worker-side secret joined to every command's env.
+``ENGINE_AGENT=1`` adds the activities of the pydantic-ai durable agent
+of ``tests/engine_agents.py``. ``ENGINE_SECRET`` is a worker-side secret
+joined to every command's env.
 A DBOS executor given RECOVER_IDs first recovers those executors'
 pending workflows (what DBOS Conductor does for an executor that died).
 """
@@ -143,7 +145,17 @@ def temporal(address: str, task_queue: str, record_spec: str, log: str) -> int:
             record._write({"event": "attempt_ended", "raised": None})
             return text
 
-        client = await Client.connect(address)
+        plugins: list[Any] = []
+        if os.environ.get("ENGINE_AGENT"):
+            # The pydantic-ai durable agent's activities too, its tools
+            # built from this worker's sandrail toolsets.
+            from pydantic_ai.durable_exec.temporal import AgentPlugin, PydanticAIPlugin
+
+            from tests import engine_agents
+
+            engine_agents.TOOLSETS[:] = [sandbox.toolset]
+            plugins = [PydanticAIPlugin(), AgentPlugin(engine_agents.TEMPORAL_AGENT)]
+        client = await Client.connect(address, plugins=plugins[:1])
         slots = int(os.environ.get("ENGINE_SLOTS", "8"))
         # An activity worker only: the tests run the workflows on a worker
         # of their own, so a killed or frozen process holds no workflow task
@@ -154,6 +166,7 @@ def temporal(address: str, task_queue: str, record_spec: str, log: str) -> int:
             activities=[logged],
             max_concurrent_activities=slots,
             max_concurrent_activity_task_polls=min(slots, 2),
+            plugins=plugins[1:],
         )
         record._write({"event": "ready"})
         await worker.run()

@@ -19,6 +19,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from sandrail.integrations.temporal import call_tool, operation_key, session_id
+    from tests import engine_agents
 
 HEARTBEAT = timedelta(seconds=2)
 RETRY = RetryPolicy(
@@ -120,6 +121,16 @@ class Keys:
             await workflow.execute_activity(key_of, "call_7", **options),
             [workflow.info().run_id],
         ]
+
+
+@workflow.defn(name="AgentRun")
+class AgentRun:
+    """A pydantic-ai durable agent's run (``tests/engine_agents.py``)."""
+
+    @workflow.run
+    async def run(self, command: str) -> str:
+        result = await engine_agents.TEMPORAL_AGENT.run(command)
+        return result.output
 
 
 WORKFLOWS = [ToolCalls, Parallel, Continued, Approval]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import signal
@@ -73,8 +74,6 @@ def _address(env: WorkflowEnvironment) -> str:
 
 
 def _answers(texts: list[str]) -> list[dict[str, Any]]:
-    import json
-
     return [json.loads(text) for text in texts]
 
 
@@ -275,6 +274,68 @@ async def _until(
 def _workflow_worker(env: WorkflowEnvironment, queue: str) -> Worker:
     """The test's own workflow worker (no activities) on ``queue``."""
     return Worker(env.client, task_queue=queue, workflows=engine_workflows.WORKFLOWS)
+
+
+# -- pydantic-ai's durable agent ---------------------------------------------------
+
+
+@pytest.mark.long
+def test_c2_pydantic_ai_temporal_agent_tool_call_launches_once_across_a_killed_worker(
+    server: LocalE2B, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """C2 for pydantic-ai's durable agent on Temporal (``TemporalDurability``,
+    sandrail's adapter inside a ``DynamicToolset``): every worker is
+    SIGKILLed while the agent's tool call runs its command; new workers
+    take the call's next attempt, whose operation key (pydantic-ai's run id,
+    derived from the workflow, and the model's tool call id) is the same, so
+    it reconciles the first launch: one launch, answered ``ok``."""
+    from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+    from temporalio.client import Client
+
+    prefix = f"pai-{uuid.uuid4().hex[:8]}"
+    queue = f"q-{prefix}"
+    record = postgres.url(postgres.fresh_database())
+
+    async def scenario() -> tuple[dict[str, Any], dict[int, int], int]:
+        async with await _dev_server() as env:
+            address = _address(env)
+            client = await Client.connect(address, plugins=[PydanticAIPlugin()])
+            workers = Workers(
+                server,
+                tmp_path,
+                lambda number, log: ["temporal", address, queue, record, str(log)],
+                env={"ENGINE_AGENT": "1"},
+            )
+            workflows = Worker(client, task_queue=queue, workflows=[engine_workflows.AgentRun])
+            try:
+                async with workflows:
+                    for _ in range(2):
+                        workers.spawn()
+                    for number in list(workers.live):
+                        workers.wait_ready(number)
+                    handle = await client.start_workflow(
+                        "AgentRun",
+                        f"{server.mark(prefix)}; sleep 2",
+                        id=prefix,
+                        task_queue=queue,
+                        result_type=str,
+                    )
+                    await _until(lambda: server.truth().marked(prefix) > 0)
+                    for number in list(workers.live):
+                        workers.kill(number)
+                    workers.replace_dead()
+                    answer = json.loads(await asyncio.wait_for(handle.result(), 120))
+                    return answer, await _attempts(handle), workers.kills
+            finally:
+                workers.stop()
+
+    answer, attempts, kills = _run(scenario())
+    assert kills == 2
+    assert answer["status"] == "ok", answer
+    assert answer["call_id"] == "call-run-1"
+    assert answer["deduplicated"] is True  # the retry reconciled the first launch
+    assert max(attempts.values()) >= 2  # the tool call's activity ran again
+    assert server.truth().marked(prefix) == 1  # C2
 
 
 # -- reset and continue-as-new: new runs, new keys ---------------------------------
