@@ -58,6 +58,8 @@ where ``DBOS.launch()`` fails); PostgreSQL has no such limit.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextvars
 import threading
 from collections.abc import Callable, Mapping
@@ -167,7 +169,7 @@ class _Execution:
         plus the counts of the workflows its chain of forks came from: a fork
         shares their sandbox, so it never starts below a fence they left
         there."""
-        status = DBOS.get_workflow_status(workflow_id)
+        status = _status(workflow_id)
         if status is None:
             raise NotInStepError(f"DBOS has no status for workflow {workflow_id!r}")
         root, origin, before = workflow_id, status.forked_from, 0
@@ -175,7 +177,7 @@ class _Execution:
             if not origin:
                 break
             root = origin
-            earlier = DBOS.get_workflow_status(origin)
+            earlier = _status(origin)
             origin = earlier.forked_from if earlier is not None else None
             before += max(1, earlier.recovery_attempts or 1) if earlier is not None else 1
         dispatched = max(1, status.recovery_attempts or 1)
@@ -204,6 +206,18 @@ class _Execution:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def _status(workflow_id: str) -> Any:
+    """DBOS's status of ``workflow_id``. DBOS refuses its blocking read on a
+    thread whose event loop runs (an async step, a framework's sync callback
+    inside one), so there it is made on a thread of its own, waited for."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return DBOS.get_workflow_status(workflow_id)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sandrail-dbos") as pool:
+        return pool.submit(DBOS.get_workflow_status, workflow_id).result()
 
 
 _current: contextvars.ContextVar[_Execution | None] = contextvars.ContextVar(
@@ -394,7 +408,8 @@ class SandboxSteps:
         approved: bool,
     ) -> str:
         mode = check_refusals(refusals)
-        toolset, execution, call = self._begin(name, arguments, call_id)
+        # DBOS's status reads block: off the event loop (DBOS refuses them on it).
+        toolset, execution, call = await asyncio.to_thread(self._begin, name, arguments, call_id)
         token = _current.set(execution)
         execution.watch(self._poll)
         try:
