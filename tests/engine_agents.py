@@ -61,3 +61,16 @@ TEMPORAL_AGENT: Agent[None, str] = Agent(
 )
 """The agent, durable on Temporal (built outside any workflow, as
 pydantic-ai asks; its workflow is ``AgentRun`` in ``tests/engine_workflows.py``)."""
+
+
+def dbos_agent() -> Agent[None, str]:
+    """The agent, durable on DBOS (built by an executor before
+    ``DBOS.launch()``; each call of its ``DynamicToolset`` is a step)."""
+    from pydantic_ai.durable_exec.dbos import DBOSDurability
+
+    return Agent(
+        FunctionModel(_model),
+        name="sandrail_dbos_agent",
+        toolsets=[DynamicToolset(_sandrail_tools, id="sandrail")],
+        capabilities=[DBOSDurability()],
+    )

@@ -1,5 +1,6 @@
 """The DBOS application of the engine tests: a queue its executors listen
-to, and a workflow that runs each command as a sandrail step (used by
+to, a workflow that runs each command as a sandrail step, and one that runs
+the pydantic-ai durable agent of ``tests/engine_agents.py`` (used by
 ``tests/engine_worker.py``; the tests enqueue its workflows with a
 ``DBOSClient``)."""
 
@@ -11,6 +12,7 @@ from typing import Any
 from dbos import DBOS
 
 from sandrail.integrations.dbos import SandboxSteps
+from tests import engine_agents
 
 QUEUE = "sandrail_engine_tests"
 APP = "sandrail-engine-tests"
@@ -41,6 +43,15 @@ def configure(
         backend=backend, scope=SCOPE, record=record, env=secrets, poll_seconds=0.2, **options
     )
     _steps[:] = [steps]
+    engine_agents.TOOLSETS[:] = [steps.toolset]
+    agent = engine_agents.dbos_agent()
+
+    @DBOS.workflow(name="agent_run")
+    async def agent_run(command: str) -> str:
+        """A pydantic-ai durable agent's run (``tests/engine_agents.py``)."""
+        result = await agent.run(command)
+        return result.output
+
     return steps
 
 

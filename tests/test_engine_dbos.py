@@ -10,6 +10,7 @@ The figures are printed (``pytest -s``).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -59,10 +60,10 @@ class App:
         gone = [f"exec-{n}" for n in range(number) if n not in self.workers.live]
         return ["dbos", self.url, f"exec-{number}", self.url, str(log), *gone]
 
-    def enqueue(self, workflow_id: str, commands: list[str]) -> Any:
+    def enqueue(self, workflow_id: str, commands: Any, workflow: str = "tool_calls") -> Any:
         options: Any = {
             "queue_name": engine_dbos_app.QUEUE,
-            "workflow_name": "tool_calls",
+            "workflow_name": workflow,
             "workflow_id": workflow_id,
             "app_version": None,
         }
@@ -201,6 +202,38 @@ def test_c10_dbos_zombie_executor_loses_to_the_one_that_recovered_its_workflow(
     assert forked["execution_fence"] == 3, forked  # its own 1, after its origin's 2
     assert forked["sandbox_id"] == answer["sandbox_id"]
     assert server.truth().marked(prefix) == 2  # the fork ran the step again, once
+
+
+@pytest.mark.long
+def test_c2_pydantic_ai_dbos_agent_tool_call_launches_once_across_a_killed_executor(
+    server: LocalE2B, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    """C2 for pydantic-ai's durable agent on DBOS (``DBOSDurability``,
+    sandrail's adapter inside a ``DynamicToolset``, whose calls are steps):
+    the executor is SIGKILLed while the agent's tool call runs its command;
+    an executor of another id recovers the workflow and runs the step again,
+    under the same operation key (pydantic-ai's run id, derived from the
+    workflow, and the model's tool call id), so it reconciles the first
+    launch: one launch, answered ``ok``."""
+    prefix = f"dpa-{uuid.uuid4().hex[:8]}"
+    app = App(server, postgres, tmp_path)
+    try:
+        app.workers.spawn()
+        app.workers.wait_ready(0)
+        handle = app.enqueue(prefix, f"{server.mark(prefix)}; sleep 2", workflow="agent_run")
+        deadline = time.monotonic() + 60
+        while not server.truth().marked(prefix):
+            assert time.monotonic() < deadline, app.workers.stderr(0)
+            time.sleep(0.1)
+        app.workers.kill(0)
+        app.workers.replace_dead()  # exec-1, which recovers exec-0's workflows
+        answer = json.loads(handle.get_result(polling_interval_sec=0.2))
+    finally:
+        app.close()
+    assert answer["status"] == "ok", answer
+    assert answer["call_id"] == "call-run-1"
+    assert answer["deduplicated"] is True  # the re-run step reconciled the first launch
+    assert server.truth().marked(prefix) == 1  # C2
 
 
 def test_c2_dbos_fork_reruns_from_its_step_in_the_same_sandbox(
@@ -382,3 +415,33 @@ def test_c8_dbos_refusal_raised_is_not_retried(postgres: PostgresServer) -> None
     assert json.loads(failure.value.text)["executed"] is False
     assert len(asked) == 1  # one attempt: not retried
     assert backend.starts == 0
+
+
+def test_dbos_async_steps_run_tools_and_give_the_toolset(postgres: PostgresServer) -> None:
+    """An async workflow: ``call_async`` runs a tool as an async step, and
+    ``toolset()`` inside an async step of one's own gives the workflow's
+    toolset (DBOS refuses its blocking status read on a running event loop:
+    sandrail makes it off the loop)."""
+    from dbos import DBOS
+
+    backend = _Counting(Simulator())
+    tag = uuid.uuid4().hex[:8]
+    steps = sandrail_dbos.SandboxSteps(backend=backend, scope={"tenant": "t"}, name=f"as-{tag}")
+
+    @DBOS.step(name=f"own-{tag}")
+    async def own_step() -> str:
+        return steps.toolset().session_id
+
+    @DBOS.workflow(name=f"as-{tag}")
+    async def run() -> list[str]:
+        return [await steps.call_async("run_command", {"command": "echo hi"}), await own_step()]
+
+    async def main() -> list[str]:
+        return await run()
+
+    with _dbos_here(postgres):
+        text, session = asyncio.run(main())
+    answer = json.loads(text)
+    assert answer["status"] == "ok", answer
+    assert session == answer["session_id"]
+    assert backend.starts == 1
