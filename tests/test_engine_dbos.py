@@ -445,3 +445,33 @@ def test_dbos_async_steps_run_tools_and_give_the_toolset(postgres: PostgresServe
     assert answer["status"] == "ok", answer
     assert session == answer["session_id"]
     assert backend.starts == 1
+
+
+def test_c1_dbos_keys_of_workflow_ids_holding_colons_never_meet(postgres: PostgresServer) -> None:
+    """C1, C2: the key's parts are escaped, so a workflow id holding
+    ``:call:`` and another workflow's call id never make one key (joined
+    plainly, ``dbos:x:call:y:1`` would be both), and plain ids keep the
+    plain ``dbos:{workflow id}:{step id}``."""
+    from dbos import DBOS, SetWorkflowID
+
+    tag = uuid.uuid4().hex[:8]
+
+    @DBOS.step(name=f"key-{tag}")
+    def key(call_id: str | None) -> str:
+        return sandrail_dbos.operation_key(call_id)
+
+    @DBOS.workflow(name=f"keys-{tag}")
+    def keys(call_id: str | None) -> str:
+        return key(call_id)
+
+    with _dbos_here(postgres):
+        with SetWorkflowID(f"{tag}:call:y"):
+            colons = keys(None)
+        with SetWorkflowID(tag):
+            called = keys("y:1")
+        with SetWorkflowID(f"{tag}-plain"):
+            plain = keys(None)
+    assert colons != called
+    assert colons == f"dbos:{tag}%3Acall%3Ay:1"
+    assert called == f"dbos:{tag}:call:y%3A1"
+    assert plain == f"dbos:{tag}-plain:1"

@@ -26,6 +26,7 @@ from sandrail import (
     Toolset,
     task_id,
 )
+from sandrail.adapters.kit import run_id_of
 
 __all__ = [
     "ENV_TOOLS",
@@ -33,6 +34,8 @@ __all__ = [
     "SessionToolsets",
     "Verdict",
     "check_refusals",
+    "engine_id",
+    "engine_options",
     "locator",
     "verdict",
     "with_env",
@@ -51,6 +54,35 @@ ENV_TOOLS: Final = frozenset({"run_command", "run_code", "sandbox_run_code"})
 _KEPT_TOOLSETS: Final = 256
 
 _RESERVED: Final = frozenset({"session_id", "owner", "identity", "assert_authority", "run_id"})
+
+
+def engine_id(*parts: str) -> str:
+    """One operation key or session id from the engine's identity parts,
+    joined by ``:`` with each part's ``%`` and ``:`` escaped
+    (:func:`sandrail.adapters.kit.run_id_of`), so ids that hold a ``:``
+    (a workflow id ``a:call:b``) never make two calls one key; parts
+    without either character are kept as they are. Raises ``ValueError``
+    for a blank part (the engine gave no identity to key by)."""
+    joined = run_id_of(*parts)
+    if joined is None:
+        raise ValueError(f"the engine gave a blank identity part: {parts!r}")
+    return joined
+
+
+def engine_options(reconcile_attempts: object, build_id: object, version: str) -> tuple[int, str]:
+    """The bound on attempts and the build id an integration runs with
+    (``build_id`` defaults to ``sandrail-{version}``). Raises ``TypeError``
+    or ``ValueError`` for a bound that is not an int from 1 to 100 or a
+    build id that is not a non-blank string."""
+    if isinstance(reconcile_attempts, bool) or not isinstance(reconcile_attempts, int):
+        raise TypeError("reconcile_attempts must be an int")
+    if not 1 <= reconcile_attempts <= 100:
+        raise ValueError("reconcile_attempts must be between 1 and 100")
+    if build_id is None:
+        return reconcile_attempts, f"sandrail-{version}"
+    if not isinstance(build_id, str) or not build_id.strip():
+        raise ValueError("build_id must be a non-blank string")
+    return reconcile_attempts, build_id
 
 
 def check_refusals(refusals: object) -> Refusals:

@@ -71,6 +71,8 @@ from sandrail.integrations._sessions import (
     Refusals,
     SessionToolsets,
     check_refusals,
+    engine_id,
+    engine_options,
     verdict,
     with_env,
 )
@@ -134,17 +136,17 @@ def operation_key(call_id: str | None = None) -> str:
     non-string ``call_id``."""
     workflow_id, step_id = _step()
     if call_id is None:
-        return f"dbos:{workflow_id}:{step_id}"
+        return engine_id("dbos", workflow_id, str(step_id))
     if not isinstance(call_id, str) or not call_id.strip():
         raise ValueError("call_id must be a non-blank string")
-    return f"dbos:{workflow_id}:call:{call_id}"
+    return engine_id("dbos", workflow_id, "call", call_id)
 
 
 def session_id() -> str:
     """The session of the running step's workflow: ``dbos:{workflow id}`` of
     the workflow its chain of forks began with. Raises :class:`NotInStepError`
     outside a step."""
-    return f"dbos:{_Execution.read(_step()[0]).root}"
+    return engine_id("dbos", _Execution.read(_step()[0]).root)
 
 
 class _Execution:
@@ -265,20 +267,13 @@ class SandboxSteps:
         name: str = "sandrail",
         **toolset_options: Any,
     ) -> None:
-        if isinstance(reconcile_attempts, bool) or not isinstance(reconcile_attempts, int):
-            raise TypeError("reconcile_attempts must be an int")
-        if not 1 <= reconcile_attempts <= 100:
-            raise ValueError("reconcile_attempts must be between 1 and 100")
         if isinstance(poll_seconds, bool) or not isinstance(poll_seconds, (int, float)):
             raise TypeError("poll_seconds must be a number")
         if not 0.01 <= poll_seconds <= 60:
             raise ValueError("poll_seconds must be between 0.01 and 60")
-        if build_id is not None and (not isinstance(build_id, str) or not build_id.strip()):
-            raise ValueError("build_id must be a non-blank string")
         if not isinstance(name, str) or not name.strip():
             raise ValueError("name must be a non-blank string")
-        self._build_id = build_id or f"sandrail-{__version__}"
-        self._attempts = reconcile_attempts
+        self._attempts, self._build_id = engine_options(reconcile_attempts, build_id, __version__)
         self._poll = float(poll_seconds)
         self._sessions = SessionToolsets(
             scope=scope,
@@ -288,8 +283,8 @@ class SandboxSteps:
             options=toolset_options,
         )
         options: dict[str, Any] = {
-            "retries_allowed": reconcile_attempts > 1,
-            "max_attempts": reconcile_attempts,
+            "retries_allowed": self._attempts > 1,
+            "max_attempts": self._attempts,
             "interval_seconds": 1.0,
             "backoff_rate": 1.5,
             "should_retry": lambda error: isinstance(error, SandrailReconcile),
@@ -370,7 +365,7 @@ class SandboxSteps:
     ) -> tuple[Toolset, _Execution, dict[str, Any]]:
         workflow_id, step_id = _step()
         execution = _Execution.read(workflow_id)
-        toolset = self._sessions.toolset(f"dbos:{execution.root}")
+        toolset = self._sessions.toolset(engine_id("dbos", execution.root))
         call = {
             "call_id": call_id or f"dbos-step-{step_id}",
             "operation_key": operation_key(call_id),

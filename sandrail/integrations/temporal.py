@@ -87,6 +87,8 @@ from sandrail.integrations._sessions import (
     Refusals,
     SessionToolsets,
     check_refusals,
+    engine_id,
+    engine_options,
     locator,
     verdict,
     with_env,
@@ -143,12 +145,12 @@ def operation_key(call_id: str | None = None) -> str:
         raise NotInActivityError(
             "this activity was not started by a workflow: it has no workflow id or run id"
         )
-    prefix = f"temporal:{info.workflow_id}:{info.workflow_run_id}"
+    workflow_id, run_id = info.workflow_id, info.workflow_run_id
     if call_id is None:
-        return f"{prefix}:{info.activity_id}"
+        return engine_id("temporal", workflow_id, run_id, info.activity_id)
     if not isinstance(call_id, str) or not call_id.strip():
         raise ValueError("call_id must be a non-blank string")
-    return f"{prefix}:call:{call_id}"
+    return engine_id("temporal", workflow_id, run_id, "call", call_id)
 
 
 def session_id() -> str:
@@ -159,7 +161,7 @@ def session_id() -> str:
     info = _info()
     if info.workflow_id is None:
         raise NotInActivityError("this activity was not started by a workflow")
-    return f"temporal:{info.workflow_namespace or info.namespace}:{info.workflow_id}"
+    return engine_id("temporal", info.workflow_namespace or info.namespace, info.workflow_id)
 
 
 class _Lease:
@@ -248,14 +250,9 @@ class SandboxActivities:
         reconcile_attempts: int = _DEFAULT_RECONCILE_ATTEMPTS,
         **toolset_options: Any,
     ) -> None:
-        if isinstance(reconcile_attempts, bool) or not isinstance(reconcile_attempts, int):
-            raise TypeError("reconcile_attempts must be an int")
-        if not 1 <= reconcile_attempts <= 100:
-            raise ValueError("reconcile_attempts must be between 1 and 100")
-        if build_id is not None and (not isinstance(build_id, str) or not build_id.strip()):
-            raise ValueError("build_id must be a non-blank string")
-        self._build_id = build_id or f"sandrail-{__version__}"
-        self._reconcile_attempts = reconcile_attempts
+        self._reconcile_attempts, self._build_id = engine_options(
+            reconcile_attempts, build_id, __version__
+        )
         self._sessions = SessionToolsets(
             scope=scope,
             identity=self._identity,
