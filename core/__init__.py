@@ -5,6 +5,7 @@ definitions, argument validation, canonical JSON, the budget, the guard
 table, task ids, the effect vocabulary and one generator program per tool.
 """
 
+from ._admission import admission_size, minimum_output_bytes
 from ._budget import (
     SHRINKABLE_FIELDS,
     BudgetError,
@@ -13,7 +14,7 @@ from ._budget import (
     minimal_uncertain_size,
     omission_marker,
 )
-from ._call import bound_result, crash_result
+from ._call import bound_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
 from ._claim import (
     ClaimProof,
@@ -28,9 +29,9 @@ from ._claim import (
     remembered,
     settled_claim,
 )
-from ._contents import admission_size, minimum_output_bytes
+from ._compiled_schema import ecma_regex
+from ._contents import usable_artifact
 from ._definitions import (
-    COMMAND_TOOL_NAMES,
     DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
     DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -42,16 +43,16 @@ from ._definitions import (
     RETAINED_OUTPUT_LIMIT,
     SANDBOX_ID_PATTERN,
     TASK_ID_PATTERN,
-    TOOL_NAMES,
     ToolDefinition,
-    code_tool_definitions,
-    command_tool_definitions,
     definitions_equal,
     resolve_language,
 )
 from ._effects import (
     BACKEND_LABELS,
     HARNESS_EFFECTS,
+    LAUNCH_STEPS,
+    MAX_BACKEND_LABEL_CHARS,
+    MAX_BOUNDARY_CHARS,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
     TERMINAL_STATUSES,
@@ -147,7 +148,9 @@ from ._profiles import (
     stated_schema,
     tool_schema,
 )
-from ._programs import Program, tool_program
+from ._programs import Program, crash_result, refused_after_launch, tool_program
+from ._rejection import ArgumentProblem, arguments_rejection
+from ._repeats import one_call, repeat_scope, same_call
 from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
 from ._results import (
     APPROVAL_REJECTED_INSTRUCTION,
@@ -161,7 +164,8 @@ from ._results import (
     error_result,
     next_step,
 )
-from ._rules import LAUNCH_TOOLS, launch_digest, launch_timeout, recorded_digest
+from ._rules import shown_arguments
+from ._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined, shown_by
 from ._snapshot import (
     PortSettings,
     RequestParts,
@@ -173,11 +177,27 @@ from ._snapshot import (
     snapshot_request,
     unchanged,
 )
-from ._validation import ArgumentProblem, arguments_rejection, check_arguments
+from ._tool_record import ToolKind, ToolRecord, ToolSet, UnknownToolError
+from ._tools import (
+    CODE_TOOL_NAMES,
+    COMMAND_TOOL_NAMES,
+    LAUNCH_TOOLS,
+    TOOL_NAMES,
+    TOOLS,
+    code_tool_definitions,
+    command_tool_definitions,
+    launch_digest,
+    launch_timeout,
+    recorded_digest,
+    tool_record,
+    tool_records,
+)
+from ._validation import check_arguments
 
 __all__ = [
     "APPROVAL_REJECTED_INSTRUCTION",
     "BACKEND_LABELS",
+    "CODE_TOOL_NAMES",
     "COMMAND_TOOL_NAMES",
     "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
     "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
@@ -187,11 +207,16 @@ __all__ = [
     "HARNESS_EFFECTS",
     "LANGUAGES",
     "LANGUAGE_ALIASES",
+    "LAUNCH_STEPS",
     "LAUNCH_TOOLS",
+    "MAX_BACKEND_LABEL_CHARS",
+    "MAX_BOUNDARY_CHARS",
     "MAX_MASKED_BYTES",
+    "MAX_SHOWN_BYTES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
     "MIN_REDACTED_LENGTH",
+    "NOTHING_SHOWN",
     "PROFILES",
     "READ_MAX_BYTES",
     "REDACTED",
@@ -207,6 +232,7 @@ __all__ = [
     "SIDE_EFFECTS",
     "TASK_ID_PATTERN",
     "TERMINAL_STATUSES",
+    "TOOLS",
     "TOOL_NAMES",
     "VENDOR_UNSUPPORTED",
     "WAIT_GRACE_SECONDS",
@@ -274,14 +300,19 @@ __all__ = [
     "SandboxPhase",
     "SandboxReady",
     "SandboxState",
+    "ShownIdentities",
     "Start",
     "StartRefused",
     "Started",
     "Status",
     "ToolCall",
     "ToolDefinition",
+    "ToolKind",
+    "ToolRecord",
     "ToolRequest",
     "ToolResult",
+    "ToolSet",
+    "UnknownToolError",
     "Unsure",
     "Verdict",
     "Wait",
@@ -302,11 +333,13 @@ __all__ = [
     "decide",
     "definitions_equal",
     "digest_text",
+    "ecma_regex",
     "env_name_problem",
     "error_result",
     "escaped_size",
     "fit_to_budget",
     "fixed_size",
+    "joined",
     "known_to_launch",
     "launch_claim",
     "launch_digest",
@@ -319,22 +352,31 @@ __all__ = [
     "next_step",
     "observe",
     "omission_marker",
+    "one_call",
     "owner_key",
     "plain_arguments",
     "recorded_digest",
     "redaction_secrets",
+    "refused_after_launch",
     "remembered",
+    "repeat_scope",
     "request_digest",
     "request_parts",
     "resolve_language",
+    "same_call",
     "sanitize_text",
     "settled_claim",
+    "shown_arguments",
+    "shown_by",
     "snapshot_request",
     "stated_schema",
     "task_id",
     "tool_program",
+    "tool_record",
+    "tool_records",
     "tool_schema",
     "unchanged",
     "unexpected_failure",
+    "usable_artifact",
     "widen",
 ]

@@ -7,7 +7,8 @@ budget left for the shrinkable strings, the *room*, is known before any of
 them is touched, and the strings compete for it alone.
 
 The room is shared by water-filling: strings that fit within the fair level
-stay whole, the rest get equal allowances. A cut string keeps a head and a
+stay whole, the rest get equal allowances. A cut string (here, or any text
+:func:`cut_text` shortens: the one cutter, one marker) keeps a head and a
 tail (the tail gets at least half: the end of a failing build log is where
 the error is) joined by an omission marker that says how many UTF-8 bytes
 were left out. A greedy pass then hands the bytes that rounding, character
@@ -39,6 +40,7 @@ __all__ = [
     "BudgetError",
     "Excerpt",
     "Omission",
+    "cut_text",
     "fit_to_budget",
     "fixed_size",
     "minimal_uncertain_content",
@@ -241,6 +243,22 @@ def fit_to_budget(
     for key, cut in cuts.items():
         result[key] = cut.render()
     return result
+
+
+def cut_text(text: str, limit: int) -> str | None:
+    """``text`` within ``limit`` bytes of its escaped size (what it occupies
+    inside JSON quotes): itself if it fits, else cut as :func:`fit_to_budget`
+    cuts a field, ``head + omission_marker(n) + tail`` with the tail given at
+    least half; ``None`` when not even the marker fits. The one text cutter:
+    every text sandrail shortens is cut by it, with one marker."""
+    size = escaped_size(text) if len(text) <= limit else None
+    if size is not None and size <= limit:
+        return text
+    cut = _Cut(text, size)
+    if limit < cut.marker_only_size():
+        return None
+    cut.start(limit)
+    return cut.render()
 
 
 def minimal_uncertain_content(

@@ -35,11 +35,11 @@ from ._results import (
     BackgroundCommandRef,
     ErrorCode,
     ToolResult,
-    error_result,
 )
 from ._snapshot import PortSettings, _refuse, _Snapshot
+from ._tool_record import ToolRecord
 
-__all__ = ["BrokenArtifactError", "CallState", "StoppedError", "bound_result", "crash_result"]
+__all__ = ["BrokenArtifactError", "CallState", "StoppedError", "bound_result"]
 
 _MAX_SAFE: Final = 2**53 - 1
 
@@ -83,10 +83,20 @@ class CallState:
     :class:`Phase`, changed only by :meth:`dispatched`)."""
 
     def __init__(
-        self, snap: _Snapshot, settings: PortSettings, secrets: frozenset[str] = frozenset()
+        self,
+        record: ToolRecord,
+        snap: _Snapshot,
+        settings: PortSettings,
+        secrets: frozenset[str],
+        own_task: str,
     ) -> None:
+        self.record = record
+        """The tool's record (:mod:`._tools`): what the steps ask of the tool."""
         self.snap = snap
         self.settings = settings
+        self.own_task = own_task
+        """The task id this call's key derives (C1), computed once, at
+        admission: a launch launches it."""
         self.secrets = secrets | redaction_secrets(snap.arguments.get("env"))
         self.phase = Phase.BEFORE_DISPATCH
         self.sandbox_id: str | None = None
@@ -116,8 +126,10 @@ class CallState:
 
     def uncertain(self, reason: ErrorCode) -> ToolResult:
         """C6: the full locator, never ``executed: false``, never a retry."""
+        task = self.task_id
+        instruction = self.record.uncertain_words(self.readable and task is not None)
         content = _uncertain_content(
-            self.snap, reason, self.observed, self.sandbox_id, self.task_id, self.readable
+            self.snap, reason, self.observed, self.sandbox_id, task, instruction
         )
         return ToolResult(
             status="uncertain",
@@ -377,38 +389,3 @@ def bound_result(result: ToolResult, max_output_bytes: int) -> ToolResult:
         keep = ("status", "ok", "error_type", "executed", "evidence_incomplete")
         bare = {key: result.content[key] for key in keep if key in result.content}
         return attrs.evolve(result, content=bare)
-
-
-def crash_result(
-    snap: _Snapshot | None,
-    settings: PortSettings,
-    *,
-    dispatched: bool,
-    sandbox_id: str | None,
-    task: str | None,
-) -> ToolResult:
-    """The result of a call whose program or interpreter broke unexpectedly.
-
-    Nothing dispatched: ``error``, executed false. Otherwise ``uncertain``
-    with the locator of ``snap`` (from :func:`snapshot_request`, taken before
-    the call ran) and whatever sandbox and task ids were seen (C6).
-    """
-    if not dispatched:
-        return error_result(
-            ErrorCode.INTERNAL, instruction="sandrail failed before anything ran; nothing ran."
-        )
-    if snap is not None:
-        call = CallState(snap, settings)
-        call.sandbox_id, call.task_id = sandbox_id, task
-        call.dispatched()
-        try:
-            return call.uncertain(ErrorCode.INTERNAL)
-        except (BudgetError, CanonicalJSONError):
-            pass
-    content: dict[str, Any] = {
-        "status": "uncertain",
-        "ok": False,
-        "error_type": ErrorCode.INTERNAL.value,
-        "evidence_incomplete": True,
-    }
-    return bound_result(ToolResult(status="uncertain", content=content), settings.max_output_bytes)

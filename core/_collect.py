@@ -216,7 +216,7 @@ def _read(
             max_bytes=size,
         )
     except EffectFailure as failure:
-        return call.failed(failure, side_effect=False)
+        return call.failed(failure, side_effect=Read.side_effect)
     if not _evidence(chunk):
         return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
     return chunk
@@ -261,7 +261,7 @@ def _read_all(
                 max_bytes=per_stream,
             )
         except EffectFailure as failure:
-            return call.failed(failure, side_effect=False)
+            return call.failed(failure, side_effect=Read.side_effect)
         if not _evidence(chunk):
             return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
         final = chunk.state

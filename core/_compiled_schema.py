@@ -37,6 +37,7 @@ __all__ = [
     "compile_schema",
     "ecma_regex",
     "is_plain_json",
+    "is_unicode",
 ]
 
 Predicate = Callable[[Any], bool]
@@ -82,7 +83,7 @@ def _plain_count(value: object, depth: int) -> int:
     """How many JSON values ``value`` holds, or -1 if it is not plain."""
     kind = type(value)
     if kind is str:
-        return 1 if _unicode(value) else -1  # type: ignore[arg-type]
+        return 1 if is_unicode(value) else -1  # type: ignore[arg-type]
     if kind is int or kind is bool or value is None:
         return 1
     if kind is float:
@@ -92,7 +93,7 @@ def _plain_count(value: object, depth: int) -> int:
     total = 1
     if kind is dict:
         for key, item in value.items():  # type: ignore[attr-defined]
-            if type(key) is not str or not _unicode(key):
+            if type(key) is not str or not is_unicode(key):
                 return -1
             count = _plain_count(item, depth + 1)
             if count < 0:
@@ -113,7 +114,8 @@ def _plain_count(value: object, depth: int) -> int:
     return -1
 
 
-def _unicode(text: str) -> bool:
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode text (no lone surrogate)."""
     if text.isascii():
         return True
     try:

@@ -1,9 +1,9 @@
-"""Tool definitions: names, JSON Schema parameters, metadata and limits (DESIGN §2).
+"""Tool definitions: JSON Schema parameters, metadata and limits.
 
-The two tool sets follow the reference port: the command tools
-(``sandbox_status``, ``run_command``, ``read_command_output``,
-``stop_command``) and the code tool (``run_code`` for a native owner,
-``sandbox_run_code`` for an agent owner). Limits and defaults are module
+Each tool has one function that builds its definition
+(``run_command_definition``, ...), which the tool's record in :mod:`._tools`
+names; the two tool sets of the reference port (the command tools and the
+code tool) are made there from the records. Limits and defaults are module
 constants so the programs that enforce them and the schemas that announce
 them cannot drift apart.
 
@@ -29,9 +29,7 @@ from ._env import (
 )
 
 __all__ = [
-    "CODE_TOOL_NAMES",
     "COMMAND_PATTERN",
-    "COMMAND_TOOL_NAMES",
     "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
     "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
     "DEFAULT_LANGUAGE",
@@ -51,18 +49,20 @@ __all__ = [
     "PERMISSION_CANCEL",
     "PERMISSION_EXECUTE",
     "READ_MAX_BYTES",
-    "REFUSED_WITH_OWN_CODE",
     "RETAINED_OUTPUT_LIMIT",
     "SAFE_READ",
     "SANDBOX_ID_PATTERN",
     "SHELL_WHITESPACE",
     "TASK_ID_PATTERN",
-    "TOOL_NAMES",
     "ToolDefinition",
-    "code_tool_definitions",
-    "command_tool_definitions",
+    "check_foreground",
     "definitions_equal",
+    "read_command_output_definition",
     "resolve_language",
+    "run_code_definition",
+    "run_command_definition",
+    "sandbox_status_definition",
+    "stop_command_definition",
 ]
 
 # Limits (DESIGN §2; the reference port's values).
@@ -126,10 +126,6 @@ PERMISSION_CANCEL: Final = "sandbox:cancel"
 SAFE_READ: Final = "safe-read/v1"
 OWNED_COMMAND_LAUNCH: Final = "owned-command-launch/v1"
 
-COMMAND_TOOL_NAMES: Final = ("sandbox_status", "run_command", "read_command_output", "stop_command")
-CODE_TOOL_NAMES: Final = ("run_code", "sandbox_run_code")
-TOOL_NAMES: Final = COMMAND_TOOL_NAMES + CODE_TOOL_NAMES
-
 DEFAULT_LANGUAGE: Final = "python"
 LANGUAGES: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
     {
@@ -174,25 +170,6 @@ def resolve_language(value: object) -> str | None:
     selected = value.strip().lower()
     selected = LANGUAGE_ALIASES.get(selected, selected)
     return selected if selected in LANGUAGES else None
-
-
-REFUSED_WITH_OWN_CODE: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = MappingProxyType(
-    {
-        "run_command": (("properties", "command", "pattern"), ("then",), ("else",)),
-        # The strict profiles' language is nullable: its enum sits in an anyOf.
-        "run_code": (("properties", "language", "enum"), ("properties", "language", "anyOf")),
-        "sandbox_run_code": (
-            ("properties", "language", "enum"),
-            ("properties", "language", "anyOf"),
-        ),
-    }
-)
-"""Schema rules whose violations the port reports under an error code of its
-own, as the reference does (``command_required``,
-``background_timeout_requires_background``, ``timeout_requires_foreground``,
-``unsupported_language``):
-each is the start of a schema path, by tool. Argument validation leaves
-these to the port's own checks, which run right after it."""
 
 
 # --- frozen JSON ------------------------------------------------------------
@@ -428,17 +405,6 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     }
 
 
-def _check_foreground(foreground_timeout_seconds: int) -> None:
-    if (
-        type(foreground_timeout_seconds) is not int
-        or not 1 <= foreground_timeout_seconds <= MAX_TIMEOUT_SECONDS
-    ):
-        raise ValueError(
-            "foreground_timeout_seconds must be an integer from 1 to "
-            f"{MAX_TIMEOUT_SECONDS}, got {foreground_timeout_seconds!r}"
-        )
-
-
 def _read_only(
     name: str, description: str, parameters: dict[str, Any], timeout_ms: int
 ) -> ToolDefinition:
@@ -475,26 +441,40 @@ def _mutating(
     )
 
 
-def command_tool_definitions(
-    foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
-) -> tuple[ToolDefinition, ...]:
-    """The four command tools, in this order: ``sandbox_status``,
-    ``run_command``, ``read_command_output``, ``stop_command``.
+def check_foreground(foreground_timeout_seconds: int) -> int:
+    """``foreground_timeout_seconds``, the longest a foreground launch may run
+    (and its default), or ``ValueError`` unless it is an integer from 1 to
+    :data:`MAX_TIMEOUT_SECONDS`."""
+    if (
+        type(foreground_timeout_seconds) is not int
+        or not 1 <= foreground_timeout_seconds <= MAX_TIMEOUT_SECONDS
+    ):
+        raise ValueError(
+            "foreground_timeout_seconds must be an integer from 1 to "
+            f"{MAX_TIMEOUT_SECONDS}, got {foreground_timeout_seconds!r}"
+        )
+    return foreground_timeout_seconds
 
-    ``foreground_timeout_seconds`` is the longest a foreground ``run_command``
-    may run (and its default). Raises ``ValueError`` unless it is an integer
-    from 1 to :data:`MAX_TIMEOUT_SECONDS`.
-    """
-    _check_foreground(foreground_timeout_seconds)
-    limit = foreground_timeout_seconds
-    sandbox_status = _read_only(
+
+# Each tool's definition, for the longest a foreground launch may run (its
+# tool record in :mod:`._tools` names the function; the tool sets are made
+# there from the records).
+
+
+def sandbox_status_definition(limit: int) -> ToolDefinition:
+    """``sandbox_status`` (its definition does not depend on ``limit``)."""
+    return _read_only(
         "sandbox_status",
         "Show which remote E2B sandbox this session's commands run in and what that "
         "boundary means. Looks only; never creates a sandbox.",
         _object({}, []),
         _STATUS_TIMEOUT_MS,
     )
-    run_command = _mutating(
+
+
+def run_command_definition(limit: int) -> ToolDefinition:
+    """``run_command``, whose foreground timeout is at most ``limit`` seconds."""
+    return _mutating(
         "run_command",
         "Run one shell command in this session's remote E2B sandbox, never on the "
         "host machine. By default it waits for the command and returns its output. "
@@ -548,11 +528,15 @@ def command_tool_definitions(
             "then": {"properties": {"timeout": {"type": "null"}}},
             "else": {"properties": {"background_timeout": {"type": "null"}}},
         },
-        foreground_timeout_seconds * 1000 + _CALL_SLACK_MS,
+        limit * 1000 + _CALL_SLACK_MS,
         permission=PERMISSION_EXECUTE,
         background_command_policy=OWNED_COMMAND_LAUNCH,
     )
-    read_command_output = _read_only(
+
+
+def read_command_output_definition(limit: int) -> ToolDefinition:
+    """``read_command_output`` (its definition does not depend on ``limit``)."""
+    return _read_only(
         "read_command_output",
         "Read the status and new output of a command this session started, from "
         "byte cursors into its stdout and stderr. Reading changes nothing and can be "
@@ -583,7 +567,11 @@ def command_tool_definitions(
         ),
         _READ_TIMEOUT_MS,
     )
-    stop_command = _mutating(
+
+
+def stop_command_definition(limit: int) -> ToolDefinition:
+    """``stop_command`` (its definition does not depend on ``limit``)."""
+    return _mutating(
         "stop_command",
         "Ask a command this session started to stop, with all the processes it "
         "spawned. A stop request is not proof that it ended: confirm the final status "
@@ -592,22 +580,15 @@ def command_tool_definitions(
         _STOP_TIMEOUT_MS,
         permission=PERMISSION_CANCEL,
     )
-    return (sandbox_status, run_command, read_command_output, stop_command)
 
 
-def code_tool_definitions(
-    foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
-    *,
-    agent_owner: bool = False,
-) -> tuple[ToolDefinition, ...]:
-    """The code tool: ``(run_code,)`` for a native owner, ``(sandbox_run_code,)``
-    for an agent owner. Raises ``ValueError`` for a foreground timeout outside
-    1..:data:`MAX_TIMEOUT_SECONDS`."""
-    _check_foreground(foreground_timeout_seconds)
-    limit = foreground_timeout_seconds
-    aliases = ", ".join(f"{alias} ({name})" for alias, name in LANGUAGE_ALIASES.items())
-    run_code = _mutating(
-        "sandbox_run_code" if agent_owner else "run_code",
+def run_code_definition(limit: int, name: str = "run_code") -> ToolDefinition:
+    """The code tool named ``name`` (``run_code`` for a native owner,
+    ``sandbox_run_code`` for an agent owner), whose timeout is at most
+    ``limit`` seconds."""
+    aliases = ", ".join(f"{alias} ({canonical})" for alias, canonical in LANGUAGE_ALIASES.items())
+    return _mutating(
+        name,
         "Run a Python, JavaScript or Bash snippet in this session's remote E2B sandbox, "
         "never on the host machine, and return its output. The snippet is saved to a "
         "private file in the sandbox and run from there. If the outcome is reported as "
@@ -638,7 +619,6 @@ def code_tool_definitions(
             },
             ["code"],
         ),
-        foreground_timeout_seconds * 1000 + _CALL_SLACK_MS,
+        limit * 1000 + _CALL_SLACK_MS,
         permission=PERMISSION_EXECUTE,
     )
-    return (run_code,)

@@ -19,13 +19,21 @@ Two families:
 
 Effects hold requests, never policy: budgets and other derived values stay in
 the core so they are not part of the replay contract.
+
+Each effect class states its own facts (whether it is a side effect, a step
+of a launch, what an unexplained failure of it means) in its class body, and
+every family of effects (:data:`HARNESS_EFFECTS`, :data:`SANDBOX_EFFECTS`,
+:data:`SIDE_EFFECTS`, :data:`LAUNCH_STEPS`) is derived from the unions and
+those facts: adding an effect is adding its class to its union.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+import typing
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, ClassVar, Final, Literal
 
 import attrs
 
@@ -34,6 +42,9 @@ from ._results import ArtifactRef
 __all__ = [
     "BACKEND_LABELS",
     "HARNESS_EFFECTS",
+    "LAUNCH_STEPS",
+    "MAX_BACKEND_LABEL_CHARS",
+    "MAX_BOUNDARY_CHARS",
     "SANDBOX_EFFECTS",
     "SIDE_EFFECTS",
     "TERMINAL_STATUSES",
@@ -84,13 +95,46 @@ __all__ = [
 # Outcomes (nouns)
 
 CommandStatus = Literal["running", "exited", "timed_out", "canceled", "unknown"]
-
-BackendLabel = Literal["e2b", "simulator"]
-"""What a backend says it is, in every result that names the backend: ``e2b``
-(commands run in a remote E2B sandbox) or ``simulator`` (sandrail's in-memory
-simulator: nothing really runs)."""
-BACKEND_LABELS: tuple[BackendLabel, ...] = ("e2b", "simulator")
 """What the sandbox knows about a command. ``unknown``: the sandbox could not tell."""
+
+BackendLabel = str
+"""What a backend says it is, in every result that names the backend: 1 to
+:data:`MAX_BACKEND_LABEL_CHARS` of ``a-z``, ``0-9`` and ``-``, beginning
+with a letter. The built-in ones are :data:`BACKEND_LABELS`; any backend
+may state its own (with its boundary: :class:`SandboxState`)."""
+BACKEND_LABELS: tuple[BackendLabel, ...] = ("e2b", "simulator")
+"""The built-in labels: ``e2b`` (the reference port's default) and
+``simulator`` (sandrail's in-memory simulator: nothing really runs)."""
+MAX_BACKEND_LABEL_CHARS: Final = max(len(label) for label in BACKEND_LABELS)
+"""The longest label a backend may state: no longer than the built-in ones,
+so the worst case admission measures holds for every backend."""
+MAX_BOUNDARY_CHARS: Final = 244
+"""The longest boundary text a backend may state (as long as the
+simulator's, the longest built-in one, so admission's worst case holds)."""
+_LABEL: Final = re.compile(r"[a-z][a-z0-9-]*")
+_BOUNDARY: Final = re.compile(r"[ -~]+")
+
+
+def _label(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if (
+        not isinstance(value, str)
+        or len(value) > MAX_BACKEND_LABEL_CHARS
+        or not _LABEL.fullmatch(value)
+    ):
+        raise ValueError(
+            f"a backend label is 1 to {MAX_BACKEND_LABEL_CHARS} of a-z, 0-9 and -, "
+            "beginning with a letter"
+        )
+
+
+def _boundary(instance: object, attribute: attrs.Attribute[str | None], value: object) -> None:
+    if value is not None and (
+        not isinstance(value, str)
+        or len(value) > MAX_BOUNDARY_CHARS
+        or not _BOUNDARY.fullmatch(value)
+    ):
+        raise ValueError(f"a boundary is 1 to {MAX_BOUNDARY_CHARS} printable ASCII characters")
+
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"exited", "timed_out", "canceled"})
 """The statuses of a command that has ended (every :data:`CommandStatus` but
@@ -159,9 +203,14 @@ class SandboxState:
 
     sandbox_id: str | None
     phase: SandboxPhase
-    backend: BackendLabel = attrs.field(
-        default="e2b", validator=attrs.validators.in_(BACKEND_LABELS)
-    )
+    backend: BackendLabel = attrs.field(default="e2b", validator=_label)
+    isolated: bool | None = None
+    """Whether commands run isolated from the host, as the backend states it
+    (with ``boundary``); ``None``: the built-in label's (``sandbox_status``
+    says both)."""
+    boundary: str | None = attrs.field(default=None, validator=_boundary)
+    """The boundary in words, as the backend states it (at most
+    :data:`MAX_BOUNDARY_CHARS`); ``None``: the built-in label's."""
 
 
 @attrs.frozen(kw_only=True)
@@ -176,9 +225,7 @@ class SandboxReady:
 
     sandbox_id: str
     ledger_epoch: str | None = None
-    backend: BackendLabel = attrs.field(
-        default="e2b", validator=attrs.validators.in_(BACKEND_LABELS)
-    )
+    backend: BackendLabel = attrs.field(default="e2b", validator=_label)
 
 
 @attrs.frozen(kw_only=True)
@@ -314,7 +361,8 @@ def unexpected_failure(effect: object, exc: BaseException) -> EffectFailure:
     recorder records what it converts (so a replay raises the same).
     Asking the policy sends nothing; any other effect's request may have
     left (C6)."""
-    delivery = Delivery.NOT_SENT if isinstance(effect, Authorize) else Delivery.MAYBE_SENT
+    # Anything that is not an effect at all may have sent anything.
+    delivery = getattr(type(effect), "failure_delivery", Delivery.MAYBE_SENT)
     return EffectFailure(delivery, f"{type(effect).__name__} raised {type(exc).__name__}")
 
 
@@ -333,6 +381,10 @@ class FatalInterpreterError(Exception):
 class Authorize:
     """Ask the harness policy about this call. Outcome: :data:`PolicyDecision`."""
 
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.NOT_SENT
+
     tool: str
     call_id: str
 
@@ -344,6 +396,10 @@ class CheckAuthority:
     ``request_digest`` is the digest of the request as first seen; a live
     request whose digest differs has drifted (C9).
     """
+
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
 
     request_digest: str
 
@@ -357,6 +413,10 @@ class ResolveOwned:
     of it may already have left (C2); the port then answers from everything
     it knows, its own record included. Otherwise it is an ownership check,
     and a harness's ``resolve_owned_command`` has the last word."""
+
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
 
     task_id: str
     for_launch: bool = False
@@ -372,6 +432,10 @@ class RememberOwned:
     record, so even a restarted harness can prove a start never arrived).
     ``launch_digest``: the request digest of that first start. Outcome:
     ``None``."""
+
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
 
     task_id: str
     operation_key: str
@@ -392,6 +456,10 @@ class WriteArtifact:
     whole; the port still answers this effect for programs of its own.
     """
 
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
+
     key: str
     content: str
     media_type: str = "application/json"
@@ -408,6 +476,10 @@ class OpenArtifact:
     stores it.
     """
 
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
+
     key: str
     media_type: str = "application/json"
 
@@ -417,6 +489,10 @@ class AppendArtifact:
     """Add ``text`` to the end of the artifact opened under ``key``.
     Outcome: ``None``."""
 
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
+
     key: str
     text: str
 
@@ -425,6 +501,10 @@ class AppendArtifact:
 class CloseArtifact:
     """End the artifact opened under ``key``: ``keep`` it (outcome:
     :class:`ArtifactRef`) or discard what was appended (outcome: ``None``)."""
+
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
 
     key: str
     keep: bool
@@ -439,6 +519,10 @@ class Inspect:
     """Look up this session's sandbox without creating it.
     Outcome: :class:`SandboxState`. Not a side effect."""
 
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
+
     session_id: str
     owner_key: str
 
@@ -447,6 +531,10 @@ class Inspect:
 class Ensure:
     """Find this session's sandbox or create it (idempotent per session and
     owner). Outcome: :class:`SandboxReady`. A side effect (C5)."""
+
+    side_effect: ClassVar[bool] = True
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
 
     session_id: str
     owner_key: str
@@ -461,6 +549,10 @@ class Publish:
     other source is there. Once ``task_id`` is claimed the answer is
     :class:`Published` whatever the file holds: the start answers from the
     claim. A side effect."""
+
+    side_effect: ClassVar[bool] = True
+    launch_step: ClassVar[bool] = True
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
 
     sandbox_id: str
     task_id: str
@@ -492,6 +584,10 @@ class Start:
     arrives after the ledger was lost must not launch a second time (C2).
     """
 
+    side_effect: ClassVar[bool] = True
+    launch_step: ClassVar[bool] = True
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
+
     sandbox_id: str
     task_id: str
     request_digest: str
@@ -512,6 +608,10 @@ class Wait:
     :class:`EffectFailure`). Never changes the command's own deadline.
     Outcome: :class:`CommandState`. Not a side effect."""
 
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
+
     sandbox_id: str
     task_id: str
     timeout_seconds: float
@@ -522,6 +622,10 @@ class Read:
     """Read both streams from byte cursors, at most ``max_bytes`` each.
     Re-reading an old cursor returns the same bytes.
     Outcome: :class:`OutputChunk`. Not a side effect."""
+
+    side_effect: ClassVar[bool] = False
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
 
     sandbox_id: str
     task_id: str
@@ -534,6 +638,10 @@ class Read:
 class Cancel:
     """Request the end of the command's whole process group (C18).
     Outcome: :class:`CancelRequested`. A side effect."""
+
+    side_effect: ClassVar[bool] = True
+    launch_step: ClassVar[bool] = False
+    failure_delivery: ClassVar[Delivery] = Delivery.MAYBE_SENT
 
     sandbox_id: str
     task_id: str
@@ -552,20 +660,48 @@ HarnessEffect = (
 SandboxEffect = Inspect | Ensure | Publish | Start | Wait | Read | Cancel
 Effect = HarnessEffect | SandboxEffect
 
-HARNESS_EFFECTS: tuple[type, ...] = (
-    Authorize,
-    CheckAuthority,
-    ResolveOwned,
-    RememberOwned,
-    WriteArtifact,
-    OpenArtifact,
-    AppendArtifact,
-    CloseArtifact,
+
+def _declaring(family: object, *facts: str) -> tuple[Any, ...]:
+    """The effect classes of the union ``family``, in its order, each of which
+    must state every one of ``facts`` in its own class body (``TypeError`` at
+    import otherwise): an effect added to a union without its facts is a bug
+    caught at once, never a silent default inherited from somewhere."""
+    kinds = typing.get_args(family)
+    for kind in kinds:
+        missing = [fact for fact in facts if fact not in vars(kind)]
+        if missing:
+            raise TypeError(f"effect {kind.__name__} does not state {', '.join(missing)}")
+    return kinds
+
+
+_FACTS: Final = ("side_effect", "launch_step", "failure_delivery")
+"""What every effect states of itself, as class-level facts:
+
+- ``side_effect``: it may change the sandbox (C5): once one may have
+  reached it, a failure is ``uncertain`` (C6). Reads, inspections and the
+  harness's effects are not.
+- ``launch_step``: a step of a launch (the snippet's publish, the start):
+  once it is sent, the task it names is this call's own (a crash report
+  names it, C6).
+- ``failure_delivery``: what an exception nobody classified, raised while
+  it was answered, says of its request (:func:`unexpected_failure`): asking
+  the policy sends nothing; any other request may have left."""
+
+HARNESS_EFFECTS: Final[tuple[type[HarnessEffect], ...]] = _declaring(HarnessEffect, *_FACTS)
+"""The effects the port answers from the harness's callbacks and stores,
+derived from :data:`HarnessEffect`."""
+SANDBOX_EFFECTS: Final[tuple[type[SandboxEffect], ...]] = _declaring(SandboxEffect, *_FACTS)
+"""The effects a backend answers, derived from :data:`SandboxEffect`."""
+SIDE_EFFECTS: Final[tuple[type[Effect], ...]] = tuple(
+    kind for kind in (*HARNESS_EFFECTS, *SANDBOX_EFFECTS) if kind.side_effect
 )
-SANDBOX_EFFECTS: tuple[type, ...] = (Inspect, Ensure, Publish, Start, Wait, Read, Cancel)
-SIDE_EFFECTS: tuple[type, ...] = (Ensure, Publish, Start, Cancel)
-"""The sandbox effects that change the sandbox (C5): once one may have
-reached it, a failure is ``uncertain`` (C6). Reads and inspections are not."""
+"""The effects that change the sandbox (C5): once one may have reached it, a
+failure is ``uncertain`` (C6). Derived from each effect's ``side_effect``."""
+LAUNCH_STEPS: Final[tuple[type[Effect], ...]] = tuple(
+    kind for kind in (*HARNESS_EFFECTS, *SANDBOX_EFFECTS) if kind.launch_step
+)
+"""The steps of a launch (each effect's ``launch_step``)."""
+
 
 OutcomeValue = (
     PolicyDecision

@@ -1,5 +1,5 @@
 """The launch program: ``run_command`` (foreground and background),
-``run_code`` and ``sandbox_run_code``.
+``run_code`` and ``sandbox_run_code`` (their records' programs, :mod:`._tools`).
 
 Strategy: :func:`launch_program` is the spine, one step a line, as the contract
 reads (ensure, publish, claim, start, wait, collect); each step is a
@@ -11,7 +11,7 @@ follows is :mod:`sandrail.core._claim`'s (C2).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, Final, NamedTuple, TypeVar
 
 from ._call import CallState, StoppedError
@@ -37,14 +37,20 @@ from ._effects import (
     Wait,
 )
 from ._guard import Phase
-from ._identity import NativeIdentity, task_id
+from ._identity import NativeIdentity
+from ._rejection import arguments_rejection
 from ._results import AgentCommandRef, BackgroundCommandRef, ErrorCode, NativeCommandRef, ToolResult
-from ._rules import launch_digest, launch_timeout, recorded_digest
+from ._rules import call_digest, redacted_digest
 from ._shown import exposed_in_sandbox_id
 from ._snapshot import _refuse, _Snapshot
-from ._validation import arguments_rejection
 
-__all__ = ["WAIT_GRACE_SECONDS", "launch_program", "record_unavailable"]
+__all__ = [
+    "WAIT_GRACE_SECONDS",
+    "launch_program",
+    "record_unavailable",
+    "run_code_program",
+    "run_command_program",
+]
 
 WAIT_GRACE_SECONDS: Final = 15
 """A foreground wait outlasts the in-sandbox deadline by this much, so the
@@ -63,43 +69,62 @@ class _Launch(NamedTuple):
     path: str = ""
     source: str | None = None
 
-    @classmethod
-    def of(cls, call: CallState) -> _Launch:
-        snap, settings = call.snap, call.settings
-        args = snap.arguments
-        wanted = task_id(snap.session_id, settings.owner, snap.operation_key)
-        _, timeout_seconds = launch_timeout(snap.tool, args, settings)
-        if snap.tool == "run_command":
-            return cls(
-                task_id=wanted,
-                command=args["command"],
-                background=bool(args.get("background")),
-                timeout_seconds=timeout_seconds,
-            )
-        language = resolve_language(args.get("language"))
-        assert language is not None
-        suffix, runner = LANGUAGES[language]
-        # The only variable in this shell text is the validated task id (C16).
-        path = f"/tmp/sandrail/code/{wanted}{suffix}"
-        return cls(
-            task_id=wanted,
-            command=f"{runner} {path}",
-            background=False,
-            timeout_seconds=timeout_seconds,
-            language=language,
-            path=path,
-            source=args["code"],
-        )
+
+def _command(call: CallState, wanted: str, timeout_seconds: int) -> _Launch:
+    """A shell command: run as given, in the foreground or the background."""
+    args = call.snap.arguments
+    return _Launch(
+        task_id=wanted,
+        command=args["command"],
+        background=bool(args.get("background")),
+        timeout_seconds=timeout_seconds,
+    )
 
 
-def launch_program(call: CallState) -> Generator[Effect, Any, ToolResult]:
-    """run_command (foreground and background), run_code, sandbox_run_code.
+def _snippet(call: CallState, wanted: str, timeout_seconds: int) -> _Launch:
+    """A snippet: published to a file of its own, then run by its language's
+    runner in the foreground."""
+    args = call.snap.arguments
+    language = resolve_language(args.get("language"))
+    assert language is not None
+    suffix, runner = LANGUAGES[language]
+    # The only variable in this shell text is the validated task id (C16).
+    path = f"/tmp/sandrail/code/{wanted}{suffix}"
+    return _Launch(
+        task_id=wanted,
+        command=f"{runner} {path}",
+        background=False,
+        timeout_seconds=timeout_seconds,
+        language=language,
+        path=path,
+        source=args["code"],
+    )
+
+
+def run_command_program(call: CallState) -> Generator[Effect, Any, ToolResult]:
+    """``run_command``, in the foreground or the background."""
+    return launch_program(call, _command)
+
+
+def run_code_program(call: CallState) -> Generator[Effect, Any, ToolResult]:
+    """``run_code`` and ``sandbox_run_code``: a snippet, in the foreground."""
+    return launch_program(call, _snippet)
+
+
+def launch_program(
+    call: CallState, plan: Callable[[CallState, str, int], _Launch]
+) -> Generator[Effect, Any, ToolResult]:
+    """A launch, of what ``plan`` makes of the call (given its task id and
+    in-sandbox deadline).
 
     The spine, one step a line, as the contract reads (see the module doc):
     each step runs the guard after it and ends the call by raising
     :class:`StoppedError` (a failure, a refusal, a guard that says stop).
     """
-    launch = _Launch.of(call)
+    snap, record = call.snap, call.record
+    assert record.deadline is not None  # a launch has one (ToolRecord)
+    _, timeout_seconds = record.deadline(snap.arguments, call.settings)
+    launch = plan(call, call.own_task, timeout_seconds)
     ready = yield from _ensure(call, launch)
     if launch.source is not None:
         yield from _publish(call, ready, launch)
@@ -165,8 +190,14 @@ def _claim(
     except EffectFailure:
         # A record that cannot be read could hide a start: never a launch.
         raise StoppedError(call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)) from None
-    digest = launch_digest(snap.tool, snap.arguments)
-    recorded = recorded_digest(snap.tool, snap.arguments)  # what the record may keep: no env value
+    defaults = call.record.digest_defaults
+    digest = call_digest(snap.tool, defaults, snap.arguments)
+    # What the record may keep: the arguments as the result shows them
+    # (with nothing to mask, the digest itself).
+    masks = snap.arguments.get("env") or call.secrets
+    recorded = (
+        redacted_digest(snap.tool, defaults, snap.arguments, call.secrets) if masks else digest
+    )
     claim = launch_claim(known, launch.task_id, ready, recorded)
     if claim is None:
         # C3 before anything is sent: the key's first start, which may still
@@ -246,7 +277,7 @@ def _request_launch(
     try:
         answer = yield effect
     except EffectFailure as failure:
-        raise StoppedError(call.failed(failure, side_effect=True)) from None
+        raise StoppedError(call.failed(failure, side_effect=effect.side_effect)) from None
     if isinstance(answer, StartRefused):
         raise StoppedError((yield from _refused(call, answer)))
     if not isinstance(answer, answered):
@@ -287,7 +318,7 @@ def _wait(
             timeout_seconds=launch.timeout_seconds + WAIT_GRACE_SECONDS,
         )
     except EffectFailure as failure:
-        raise StoppedError(call.failed(failure, side_effect=False)) from None
+        raise StoppedError(call.failed(failure, side_effect=Wait.side_effect)) from None
     yield from call.go_on()
     if not isinstance(state, CommandState) or state.status not in TERMINAL_STATUSES:
         call.observed = None
@@ -342,7 +373,7 @@ def _failed_before_start(
             return call.uncertain(
                 ErrorCode.ABORTED if failure.aborted else ErrorCode.SANDBOX_OUTCOME_UNKNOWN
             )
-    return call.failed(failure, side_effect=True)
+    return call.failed(failure, side_effect=Ensure.side_effect)
 
 
 def record_unavailable() -> ToolResult:

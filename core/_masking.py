@@ -27,9 +27,12 @@ and its next cursor, with bytes that are not UTF-8 decoded by
 refuses an answer that breaks it; it also turns lone surrogates into U+FFFD,
 so the text a result shows is always valid Unicode.
 
-Every search for values is one pass of one automaton over all of them
-(:mod:`._patterns`), built once per set of values: a page costs about its
-bytes plus the longest value, however many values there are.
+Every search for values is one pass of one automaton over all of them,
+built once per set of values: a page costs about its bytes plus the longest
+value, however many values there are. The automaton is the native one over
+each value's anchors (:mod:`._anchored`, the ``native`` extra) when it is
+installed, else (and for a page made to defeat the anchors) the pure one
+over every value's bytes (:mod:`._patterns`); both answer alike.
 
 Values shorter than :data:`MIN_REDACTED_LENGTH` characters are not masked: a
 short value (``1``, ``true``) would mask ordinary text; the env-name rule
@@ -39,11 +42,13 @@ short value (``1``, ``true``) would mask ordinary text; the env-name rule
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Final
 
 import attrs
 
+from ._anchored import AnchoredSearch, OverBudget, anchored_search
 from ._effects import TERMINAL_STATUSES, CommandState, OutputChunk, Read
 from ._patterns import PatternAutomaton
 
@@ -89,9 +94,9 @@ call or read."""
 
 
 class _Prepared:
-    """One set of values, encoded and sorted, and its automaton once built."""
+    """One set of values, encoded and sorted, and its automata once built."""
 
-    __slots__ = ("automaton", "encoded", "minus_lengths")
+    __slots__ = ("anchored", "automaton", "encoded", "minus_lengths")
 
     def __init__(self, values: frozenset[str]) -> None:
         usable: list[bytes] = []
@@ -107,6 +112,20 @@ class _Prepared:
         """Ascending: the values that fit in ``n`` bytes are those from
         ``bisect_left(minus_lengths, -n)`` on."""
         self.automaton: PatternAutomaton | None = None
+        """The pure automaton, built when first needed."""
+        self.anchored: AnchoredSearch | bool | None = False
+        """The native one (``False``: not built yet; ``None``: not installed)."""
+
+    def native(self) -> AnchoredSearch | None:
+        """The native automaton, built on first use (``None`` without it)."""
+        if self.anchored is False:
+            self.anchored = anchored_search(self.encoded)
+        assert not isinstance(self.anchored, bool)
+        return self.anchored
+
+    def searched(self) -> bool:
+        """Whether an automaton over every value is built already."""
+        return self.automaton is not None or self.anchored not in (False, None)
 
 
 _PREPARED: dict[frozenset[str], _Prepared] = {}
@@ -141,10 +160,11 @@ class Redactions:
     Only values of at least :data:`MIN_REDACTED_LENGTH` characters that are
     valid Unicode count; others are dropped (they cannot be printed as such).
 
-    Every search goes through one :class:`PatternAutomaton` over all the
-    values, built on first use and shared by every ``Redactions`` of the same
-    values (a port makes one per call and per read): a page costs one pass
-    over its bytes, whatever the number of values (outside attack 4).
+    Every search goes through one automaton over all the values (the
+    native one when installed, else :class:`PatternAutomaton`), built on
+    first use and shared by every ``Redactions`` of the same values (a port
+    makes one per call and per read): a page costs one pass over its bytes,
+    whatever the number of values (outside attack 4).
     """
 
     __slots__ = ("_prepared", "longest", "values")
@@ -177,6 +197,7 @@ class Redactions:
         return bool(self._encoded)
 
     def _search(self) -> PatternAutomaton:
+        """The pure automaton (the reference, and the fallback)."""
         prepared = self._prepared
         if prepared.automaton is None:
             prepared.automaton = PatternAutomaton(prepared.encoded)
@@ -191,18 +212,20 @@ class Redactions:
         if len(data) < self._shortest:
             return []  # no value fits: no automaton needed
         prepared = self._prepared
-        if prepared.automaton is None:
+        if not prepared.searched():
             first = bisect.bisect_left(prepared.minus_lengths, -len(data))
             if len(prepared.encoded) - first <= _FIND_AT_MOST:
                 return _found(data, prepared.encoded[first:])
-        merged: list[tuple[int, int]] = []
-        # Occurrences come by end; one may reach back over several earlier
-        # intervals (a longer value ending later), which it then absorbs.
-        for start, end in self._search().occurrences(data):
-            while merged and merged[-1][1] > start:
-                start = min(start, merged.pop()[0])
-            merged.append((start, end))
-        return merged
+        native = prepared.native()
+        spans = None
+        # Past its budget (output made of the anchors' bytes), the pure
+        # automaton's case.
+        if native is not None:
+            with contextlib.suppress(OverBudget):
+                spans = native.occurrences(data)
+        if spans is None:
+            spans = self._search().occurrences(data)
+        return _merged(spans)
 
     def pending_prefix(self, data: bytes, low: int) -> int | None:
         """The earliest position ``p >= low`` where ``data[p:]`` is a proper
@@ -210,6 +233,10 @@ class Redactions:
         or ``None``. Linear in the longest value, whatever their number."""
         if not self._encoded or low >= len(data):
             return None
+        native = self._prepared.native()
+        if native is not None:
+            with contextlib.suppress(OverBudget):
+                return native.pending(data, low)
         return self._search().pending(data, low)
 
     def mask(self, data: bytes) -> bytes:
@@ -225,6 +252,18 @@ class Redactions:
             cursor = end
         parts.append(data[cursor:])
         return b"".join(parts)
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Spans ordered by end, overlapping ones merged (touching ones apart)."""
+    merged: list[tuple[int, int]] = []
+    # A span may reach back over several earlier intervals (a longer value
+    # ending later), which it then absorbs.
+    for start, end in spans:
+        while merged and merged[-1][1] > start:
+            start = min(start, merged.pop()[0])
+        merged.append((start, end))
+    return merged
 
 
 def _found(data: bytes, values: Iterable[bytes]) -> list[tuple[int, int]]:

@@ -67,7 +67,9 @@ from typing import Any, Final, Literal, get_args
 
 from ._definitions import COMMAND_PATTERN, NO_NUL_PATTERN, TASK_ID_PATTERN, ToolDefinition
 from ._env_strict import STRICT_ENV_NAME_PATTERN
-from ._validation import ArgumentProblem, check_arguments
+from ._rejection import ArgumentProblem
+from ._tools import tool_record
+from ._validation import check_arguments
 
 __all__ = [
     "PROFILES",
@@ -326,9 +328,11 @@ def canonical_arguments(
     :func:`stated_schema` (so rules the vendor could not enforce are caught
     here, with paths in the profile's shape), then converted: ``null`` (or a
     property left out) means "not given", the ``env`` list becomes a map (last value wins), and
+    then the tool's own conversion (its record's ``strict_conversion``:
     ``run_command``'s ``timeout`` with ``background: true`` becomes
-    ``background_timeout``. Never raises for any ``arguments``; raises
-    ``ValueError`` for an unknown profile.
+    ``background_timeout``). Never raises for any ``arguments``; raises
+    ``ValueError`` for an unknown profile and
+    :class:`~sandrail.core.UnknownToolError` for a tool without a record.
     """
     profile = _check_profile(profile)
     if profile == "full":
@@ -359,7 +363,5 @@ def canonical_arguments(
     converted = {name: value for name, value in plain.items() if value is not None}
     if isinstance(converted.get("env"), list):
         converted["env"] = {entry["name"]: entry["value"] for entry in converted["env"]}
-    if definition.name == "run_command" and converted.get("background") is True:
-        # One timeout in strict profiles: with background=true it is the background one.
-        converted["background_timeout"] = converted.pop("timeout", None)
-    return converted
+    convert = tool_record(definition.name).strict_conversion
+    return converted if convert is None else convert(converted)

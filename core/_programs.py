@@ -12,7 +12,10 @@ Strategy: every call walks the same spine, as in the reference port::
       -> guard -> wait -> guard -> collect output -> fit to budget (C12, C15)
 
 and the launch program (:func:`sandrail.core._launch.launch_program`) reads
-as that line does: one step a line. Each step
+as that line does: one step a line. Which program runs after authorize is
+the tool's record's (:data:`~sandrail.core._tools.TOOLS`), and admission
+measures the result shapes the record names: nothing here branches on a
+tool's name. Each step
 yields its effect, runs the guard after it (C9, C11) and ends the call by
 raising :class:`~sandrail.core._call.StoppedError` with the result when there
 is nothing more to do (a failure, a refusal, a guard that says stop); the
@@ -30,60 +33,41 @@ dispatch a failure is an ``error`` with ``executed: false`` (C5), after it an
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Sequence
-from typing import Any
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any, Final
 
 import attrs
 
+from ._admission import record_admission_size
 from ._budget import BudgetError, fit_to_budget
 from ._call import CallState, StoppedError, bound_result
-from ._contents import (
-    APPROVAL_INSTRUCTION,
-    _read_content,
-    _status_content,
-    _stop_content,
-    admission_size,
-)
-from ._definitions import (
-    READ_MAX_BYTES,
-)
+from ._canonical import CanonicalJSONError
+from ._contents import APPROVAL_INSTRUCTION, uncertain_content
 from ._effects import (
-    TERMINAL_STATUSES,
     Allow,
     ApprovalRequired,
     Authorize,
-    Cancel,
-    CancelRequested,
-    Delivery,
     Deny,
     Effect,
     EffectFailure,
-    Inspect,
-    OutputChunk,
     OwnedCommand,
-    Read,
-    ResolveOwned,
-    SandboxState,
-    Wait,
 )
 from ._identity import task_id
-from ._launch import launch_program as _launch
-from ._launch import record_unavailable
 from ._masking import MAX_MASKED_BYTES, Redactions, mask_text, redaction_secrets
-from ._requests import RUNTIME_ARTIFACTS
+from ._rejection import ArgumentProblem, arguments_rejection
+from ._requests import RUNTIME_ARTIFACTS, ToolRequest
 from ._results import (
     ErrorCode,
     ToolResult,
     error_result,
 )
-from ._rules import _INTEGER_ARGUMENTS, tool_refusal
 from ._shown import NOTHING_SHOWN, ShownIdentities, exposed_env, strings
 from ._snapshot import PortSettings, _check_request, _fits, _refuse, _Snapshot
-from ._validation import ArgumentProblem, arguments_rejection, check_arguments
+from ._tool_record import Program, ToolRecord
+from ._tools import tool_record
+from ._validation import check_arguments
 
-__all__ = ["Program", "tool_program"]
-
-Program = Generator[Effect, Any, ToolResult]
+__all__ = ["Program", "crash_result", "refused_after_launch", "tool_program"]
 
 
 def tool_program(
@@ -142,28 +126,29 @@ def _tool_program(
     checked = snapshot if snapshot is not None else _check_request(request, settings)
     if isinstance(checked, ToolResult):
         return checked
-    call = _admit(checked, settings, secrets, shown)
+    call = _admit(tool_record(checked.tool), checked, settings, secrets, shown)
     if isinstance(call, ToolResult):
         return call
     try:
         yield from _authorize(call)
-        if call.snap.tool == "sandbox_status":
-            return (yield from _sandbox_status(call))
-        if call.snap.tool in ("read_command_output", "stop_command"):
-            return (yield from _owned_command(call))
-        return (yield from _launch(call))
+        return (yield from call.record.program(call))
     except StoppedError as stopped:
         return stopped.result
 
 
 def _admit(
-    snap: _Snapshot, settings: PortSettings, secrets: frozenset[str], shown: ShownIdentities
+    record: ToolRecord,
+    snap: _Snapshot,
+    settings: PortSettings,
+    secrets: frozenset[str],
+    shown: ShownIdentities,
 ) -> CallState | ToolResult:
     """The call, or its refusal before anything runs (C5): an identity the
-    budget cannot hold (C14), arguments the schema or the reference's own
-    rules refuse, a secret the identity would show (C17): this call's own
-    identity and task id, or an identity the session already showed."""
-    needed = admission_size(snap, settings)
+    budget cannot hold (C14), arguments the schema or the tool's own rules
+    (its record's refusal) refuse, a secret the identity would show (C17):
+    this call's own identity and task id, or an identity the session already
+    showed."""
+    needed = record_admission_size(record, snap, settings)
     if not snap.governed and needed > settings.max_output_bytes:
         return error_result(
             ErrorCode.BUDGET_BELOW_MINIMUM_IDENTITY,
@@ -176,8 +161,8 @@ def _admit(
     if problems:
         env_values = redaction_secrets(snap.arguments.get("env"))
         return _rejection(_masked_problems(problems, secrets | env_values), settings)
-    snap = _with_integers(snap)
-    refused = tool_refusal(snap, settings)
+    snap = _with_integers(snap, record.integer_arguments)
+    refused = None if record.refusal is None else record.refusal(snap, settings)
     if refused is not None:
         return refused
     own_task = task_id(snap.session_id, settings.owner, snap.operation_key)
@@ -187,7 +172,7 @@ def _admit(
         exposed = exposed_env(env, snap.locator(), own_task, shown) + exposed
     if exposed:
         return _rejection(exposed, settings)
-    call = CallState(snap, settings, secrets)
+    call = CallState(record, snap, settings, secrets, own_task)
     if call.secrets is not secrets and not call.secrets <= secrets:
         kept = sum(len(value.encode("utf-8", "surrogatepass")) for value in call.secrets)
         if kept > MAX_MASKED_BYTES:
@@ -207,13 +192,12 @@ def _rejection(problems: Sequence[ArgumentProblem], settings: PortSettings) -> T
     )
 
 
-def _with_integers(snap: _Snapshot) -> _Snapshot:
-    """JSON Schema's "integer" admits 5.0; from here on it is 5. (The
-    snapshot's arguments are already the program's private plain copy.)"""
+def _with_integers(snap: _Snapshot, integers: frozenset[str]) -> _Snapshot:
+    """JSON Schema's "integer" admits 5.0; from here on it is 5 (``integers``:
+    the tool's integer arguments). (The snapshot's arguments are already the
+    program's private plain copy.)"""
     arguments = snap.arguments
-    floats = [
-        name for name in _INTEGER_ARGUMENTS & arguments.keys() if isinstance(arguments[name], float)
-    ]
+    floats = [name for name in integers & arguments.keys() if isinstance(arguments[name], float)]
     if not floats:
         return snap
     arguments = dict(arguments)
@@ -236,7 +220,8 @@ def _authorize(call: CallState) -> Generator[Effect, Any, None]:
         raise StoppedError(
             _refuse(
                 ErrorCode.HARNESS_CALLBACK_FAILED,
-                "The harness's authorize callback failed; nothing ran.",
+                "The harness's authorize callback failed or returned no decision; nothing "
+                "ran. This is the harness's fault, not a refusal of this call.",
             )
         ) from None
     yield from call.go_on()
@@ -308,123 +293,85 @@ def _masked_in_identity(
     ]
 
 
-def _sandbox_status(call: CallState) -> Generator[Effect, Any, ToolResult]:
-    snap, settings = call.snap, call.settings
-    try:
-        state = yield Inspect(session_id=snap.session_id, owner_key=settings.owner_key)
-    except EffectFailure as failure:
-        return call.failed(failure, side_effect=False)
-    if not isinstance(state, SandboxState):
-        return (yield from call.settle(_unexpected_answer()))
-    result = ToolResult(status="ok", content=_status_content(settings, state))
-    return (yield from call.finish(result))
+def crash_result(
+    snap: _Snapshot | None,
+    settings: PortSettings,
+    *,
+    dispatched: bool,
+    sandbox_id: str | None,
+    task: str | None,
+) -> ToolResult:
+    """The result of a call whose program or interpreter broke unexpectedly.
 
-
-def _unexpected_answer() -> ToolResult:
-    return _refuse(ErrorCode.READ_FAILED, "The sandbox answered with something unexpected.")
-
-
-# -- read_command_output and stop_command -------------------------------------
-
-
-def _owned_command(call: CallState) -> Generator[Effect, Any, ToolResult]:
-    """read_command_output and stop_command: ownership first (C4). Each step
-    ends the call by raising :class:`StoppedError`."""
-    wanted, sandbox_id = yield from _owned_task(call)
-    if call.snap.tool == "stop_command":
-        return (yield from _stop(call, sandbox_id, wanted))
-    return (yield from _read(call, sandbox_id, wanted))
-
-
-def _owned_task(call: CallState) -> Generator[Effect, Any, tuple[str, str]]:
-    """The task asked for, if this session owns it (C4), and its sandbox;
-    then the guard. (The guard after Authorize also stands before the
-    first step.)"""
-    snap, settings = call.snap, call.settings
-    wanted: str = snap.arguments["task_id"]
-    try:
-        owned = yield ResolveOwned(task_id=wanted)
-    except EffectFailure:
-        # Ownership unproven: nothing is sent (C4).
-        raise StoppedError(record_unavailable()) from None
-    if not isinstance(owned, OwnedCommand) or owned.task_id != wanted:
-        raise StoppedError(
-            _refuse(ErrorCode.NOT_OWNED, "This session launched no command with that task_id.")
+    Nothing dispatched: ``error``, executed false. Otherwise ``uncertain``
+    with the locator of ``snap`` (from :func:`snapshot_request`, taken before
+    the call ran) and whatever sandbox and task ids were seen (C6).
+    """
+    if not dispatched:
+        return error_result(
+            ErrorCode.INTERNAL, instruction="sandrail failed before anything ran; nothing ran."
         )
-    if task_id(snap.session_id, settings.owner, owned.operation_key) != wanted:
-        raise StoppedError(
-            _refuse(
-                ErrorCode.OWNED_OPERATION_MISMATCH,
-                "The owned record's operation key does not derive this task_id.",
-            )
-        )
-    call.task_id = wanted
-    sandbox_id = owned.sandbox_id
-    if sandbox_id is None:
+    if snap is not None:
+        own_task = task_id(snap.session_id, settings.owner, snap.operation_key)
+        call = CallState(tool_record(snap.tool), snap, settings, frozenset(), own_task)
+        call.sandbox_id, call.task_id = sandbox_id, task
+        call.dispatched()
         try:
-            state = yield Inspect(session_id=snap.session_id, owner_key=settings.owner_key)
-        except EffectFailure as failure:
-            raise StoppedError(call.failed(failure, side_effect=False)) from None
-        sandbox_id = state.sandbox_id if isinstance(state, SandboxState) else None
-        if sandbox_id is None:
-            absent = _refuse(ErrorCode.TASK_NOT_FOUND, "This session has no sandbox to read from.")
-            raise StoppedError((yield from call.settle(absent)))
-    call.sandbox_id = sandbox_id
-    yield from call.go_on()
-    return wanted, sandbox_id
+            return call.uncertain(ErrorCode.INTERNAL)
+        except (BudgetError, CanonicalJSONError):
+            pass
+    content: dict[str, Any] = {
+        "status": "uncertain",
+        "ok": False,
+        "error_type": ErrorCode.INTERNAL.value,
+        "evidence_incomplete": True,
+    }
+    return bound_result(ToolResult(status="uncertain", content=content), settings.max_output_bytes)
 
 
-def _stop(call: CallState, sandbox_id: str, wanted: str) -> Generator[Effect, Any, ToolResult]:
-    """Request the end of the task's process group (C18), a side effect."""
-    try:
-        cancelled = yield Cancel(sandbox_id=sandbox_id, task_id=wanted)
-    except EffectFailure as failure:
-        if failure.delivery is Delivery.MAYBE_SENT or failure.aborted:
-            call.dispatched()
-        return call.failed(failure, side_effect=True)
-    call.dispatched()
-    if not isinstance(cancelled, CancelRequested):
-        return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
-    call.observed = cancelled.state.status
-    if cancelled.state.status == "unknown":
-        return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
-    content = _stop_content(call.snap, sandbox_id, wanted, cancelled.state)
-    return (yield from call.finish(ToolResult(status="ok", content=content)))
+_NOW_REFUSED: Final[Mapping[ErrorCode, str]] = {
+    ErrorCode.POLICY_DENIED: "the harness's policy now denies this call",
+    ErrorCode.APPROVAL_REJECTED: "a person has now rejected it",
+}
+"""The refusals that can meet a call whose key already launched, and how
+the result says which it was."""
 
 
-def _read(call: CallState, sandbox_id: str, wanted: str) -> Generator[Effect, Any, ToolResult]:
-    """Wait if asked, then read a page of the task's output."""
-    args = call.snap.arguments
-    wait_seconds = args.get("wait_seconds", 0)
-    if wait_seconds:
-        try:
-            yield Wait(sandbox_id=sandbox_id, task_id=wanted, timeout_seconds=wait_seconds)
-        except EffectFailure as failure:
-            return call.failed(failure, side_effect=False)
-        yield from call.go_on()
-    try:
-        chunk = yield Read(
-            sandbox_id=sandbox_id,
-            task_id=wanted,
-            stdout_cursor=args.get("stdout_cursor", 0),
-            stderr_cursor=args.get("stderr_cursor", 0),
-            max_bytes=args.get("max_bytes", READ_MAX_BYTES),
-        )
-    except EffectFailure as failure:
-        return call.failed(failure, side_effect=False)
-    if not isinstance(chunk, OutputChunk):
-        return (yield from call.settle(_unexpected_answer()))
-    call.observed = chunk.state.status if chunk.state.status in TERMINAL_STATUSES else None
-    if chunk.state.status == "unknown":
-        return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
-    content = _read_content(
-        call.snap,
-        wanted,
-        chunk.state,
-        chunk.stdout,
-        chunk.stderr,
-        chunk.next_stdout_cursor,
-        chunk.next_stderr_cursor,
-        chunk.more,
+def refused_after_launch(
+    code: ErrorCode,
+    known: OwnedCommand,
+    request: ToolRequest,
+    *,
+    reason: object,
+    readable: bool,
+    max_output_bytes: int,
+) -> ToolResult:
+    """A refusal (``code``: ``policy_denied``, ``approval_rejected``) of a
+    call whose key already launched (``known``, the ownership record's row):
+    nothing more was sent, but the start that may have left is not unsaid
+    (never ``executed: false``, C5): ``uncertain`` with the task's locator
+    (C6; ``request``'s identity, when it has one, its session, key and call
+    id), ``reason`` as ``outcome_reason``, pointing at the task to read when
+    ``readable`` (the port offers ``read_command_output``); within
+    ``max_output_bytes`` (C12). Raises ``ValueError`` for any other code."""
+    why = _NOW_REFUSED.get(code)
+    if why is None:
+        raise ValueError(f"{code.value} is not a refusal that can follow a launch")
+    identity = request.identity
+    locator: dict[str, Any] = {} if identity is None else identity.locator()
+    locator |= {
+        "session_id": request.session_id,
+        "operation_key": request.operation_key,
+        "call_id": request.call.call_id,
+        "sandbox_id": known.sandbox_id,
+        "task_id": known.task_id,
+    }
+    instruction = (
+        f"A command under this call's operation key had already started; {why}, so nothing "
+        "more was done. Do not repeat it"
+        + (": read the task with read_command_output and this task_id." if readable else ".")
     )
-    return (yield from call.finish(ToolResult(status="ok", content=content)))
+    content = uncertain_content(locator, code, None, instruction)
+    if isinstance(reason, str) and reason:
+        content["outcome_reason"] = reason
+    return bound_result(ToolResult(status="uncertain", content=content), max_output_bytes)

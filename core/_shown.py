@@ -33,7 +33,7 @@ from typing import Any, Final
 import attrs
 
 from ._masking import MIN_REDACTED_LENGTH, redaction_secrets
-from ._validation import ArgumentProblem
+from ._rejection import ArgumentProblem
 
 __all__ = [
     "IDENTITY_FIELDS",

@@ -1,5 +1,6 @@
-"""Checking a call's arguments against its tool's JSON Schema, and the
-``e2b_command_arguments_invalid`` content that reports what is wrong.
+"""Checking a call's arguments against its tool's JSON Schema (the
+``e2b_command_arguments_invalid`` content that reports what is wrong is
+:mod:`._rejection`'s).
 
 Strategy: arguments arrive from a model through a harness, so they may be
 anything at all. :func:`check_arguments` first walks them once, without
@@ -27,29 +28,26 @@ convert it with ``int()``.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import attrs
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
-from ._canonical import canonical_size, escaped_size
-from ._compiled_schema import Predicate, compile_schema, ecma_regex, is_plain_json
+from ._compiled_schema import Predicate, compile_schema, ecma_regex, is_plain_json, is_unicode
 from ._definitions import (
     COMMAND_PATTERN,
-    MIN_MAX_OUTPUT_BYTES,
     NO_NUL_PATTERN,
-    REFUSED_WITH_OWN_CODE,
     SANDBOX_ID_PATTERN,
     TASK_ID_PATTERN,
     ToolDefinition,
 )
 from ._env import ENV_NAME_PATTERN, env_name_problem
 from ._env_strict import STRICT_ENV_NAME_PATTERN
-from ._results import ErrorCode
+from ._rejection import ArgumentProblem, arguments_rejection, printable
+from ._tools import tool_record
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -66,10 +64,6 @@ MAX_ARGUMENT_VALUES: Final = 100_000
 """Arguments holding more JSON values than this are refused as a whole."""
 
 ROOT: Final = "arguments"
-_INSTRUCTION: Final = "Nothing ran. Fix these arguments and try again."
-# Longest field or reason text (in canonical bytes) kept once content must shrink.
-_TEXT_LIMIT: Final = 256
-_ENTRY_OVERHEAD: Final = len('{"field":"","reason":""}')
 
 _PATTERN_MEANINGS: Final = {
     TASK_ID_PATTERN: "64 lowercase hex characters",
@@ -82,34 +76,20 @@ _PATTERN_NOUNS: Final = {
 }
 
 
-@attrs.frozen
-class ArgumentProblem:
-    """One thing wrong with a call's arguments.
-
-    ``path`` names the field, e.g. ``arguments.env.HOME``, ``arguments.x[0]``,
-    or ``arguments`` for the whole object; ``reason`` says in plain words what
-    it must be. Neither ever quotes a value.
-    """
-
-    path: str
-    reason: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"field": self.path, "reason": self.reason}
-
-
 def check_arguments(definition: ToolDefinition, arguments: object) -> tuple[ArgumentProblem, ...]:
     """Every problem with ``arguments`` for ``definition``, sorted by path then
     reason; an empty tuple means they are valid.
 
-    Rules listed in :data:`~sandrail.core._definitions.REFUSED_WITH_OWN_CODE`
-    for the tool are left out: the port checks them next and answers with
-    their own error codes.
+    The rules the tool's record answers with its own error codes (its
+    ``own_code_rules``) are left out: the port checks them next. Raises
+    :class:`~sandrail.core.UnknownToolError` for a definition of a tool
+    without a record.
 
     Never raises for any ``arguments``. (A ``definition`` whose parameters are
     not a valid JSON Schema raises ``jsonschema.SchemaError``: that is a bug in
     the definition, not in the call.)
     """
+    tool_record(definition.name)  # no record, no check: what it leaves to its refusal is unknown
     checker = _checker_for(definition)
     if (
         checker.accepts is not None
@@ -131,56 +111,13 @@ def _problems(
     if isinstance(walked, ArgumentProblem):
         return (walked,)
     plain, found = walked
-    own_code = REFUSED_WITH_OWN_CODE.get(definition.name, ())
+    own_code = tool_record(definition.name).own_code_rules
     for error in validator.iter_errors(plain):
         where = tuple(error.schema_path)
         if any(where[: len(rule)] == rule for rule in own_code):
             continue
         found.update(_explain(error, validator))
     return tuple(sorted(found, key=lambda problem: (problem.path, problem.reason)))
-
-
-def arguments_rejection(
-    problems: Iterable[ArgumentProblem], max_output_bytes: int
-) -> dict[str, Any]:
-    """The ``error`` content for invalid arguments, within ``max_output_bytes``.
-
-    Shape: ``status: "error"``, ``ok: false``,
-    ``error_type: "e2b_command_arguments_invalid"``,
-    ``executed: false``, ``problems`` (a list of ``{field, reason}``) and a
-    one-line ``instruction``. When everything does not fit, long texts are cut
-    (head and tail kept, with a marker naming the bytes left out), the
-    problems that still do not fit are dropped from the end and counted in
-    ``problems_omitted``. The first problem stays if it fits at all; if not
-    even it does, the bare content (those four keys) is returned. The canonical JSON
-    of the result is always at most ``max_output_bytes`` (C12).
-
-    Raises ``ValueError`` if ``max_output_bytes`` is below
-    :data:`~sandrail.core._definitions.MIN_MAX_OUTPUT_BYTES`.
-    """
-    if type(max_output_bytes) is not int or max_output_bytes < MIN_MAX_OUTPUT_BYTES:
-        raise ValueError(
-            f"max_output_bytes must be an integer of at least {MIN_MAX_OUTPUT_BYTES}, "
-            f"got {max_output_bytes!r}"
-        )
-    bare: dict[str, Any] = {
-        "status": "error",
-        "ok": False,
-        "error_type": ErrorCode.ARGUMENTS_INVALID.value,
-        "executed": False,
-    }
-    listed = list(problems)
-    layout = _Layout(bare | {"problems": [], "instruction": _INSTRUCTION}, len(listed))
-    # Strategy: measure before building. Problem texts can be megabytes each
-    # (a field name is whatever key the model sent), so sizes are summed entry
-    # by entry and the walk stops as soon as the budget is spent.
-    whole = _longest_prefix(layout, listed, max_output_bytes, cap=False)
-    if len(whole) == len(listed):
-        content = layout.content(whole)
-    else:
-        content = _fit_problems(layout, listed, max_output_bytes) or bare
-    # The arithmetic above is exact; this last measure makes C12 hold even if it were not.
-    return content if canonical_size(content) <= max_output_bytes else bare
 
 
 # --- walking arbitrary input into plain JSON ---------------------------------------
@@ -258,7 +195,7 @@ class _Walker:
             return node
         if issubclass(kind, str):
             text = str.__str__(node)
-            if not _is_unicode(text):
+            if not is_unicode(text):
                 return self._bad(path, "must be valid Unicode text (holds a lone surrogate)")
             return text
         if issubclass(kind, int):
@@ -292,34 +229,17 @@ class _Walker:
             copy = [None] * len(children)
         for name, item in children:
             child = (*path, name)
-            if isinstance(name, str) and not _is_unicode(name):
+            if isinstance(name, str) and not is_unicode(name):
                 self._bad(child, "must be valid Unicode text (holds a lone surrogate)")
             stack.append((item, child, copy, name))
         return copy
-
-
-def _is_unicode(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _printable(text: str) -> str:
-    """``text`` with any lone surrogate spelled out as ``\\udxxx``."""
-    if _is_unicode(text):
-        return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _format_path(path: Iterable[str | int]) -> str:
     parts = [ROOT]
     for part in path:
         parts.append(f"[{part}]" if isinstance(part, int) else f".{part}")
-    return _printable("".join(parts))
+    return printable("".join(parts))
 
 
 # --- turning jsonschema errors into plain words ------------------------------------
@@ -386,7 +306,7 @@ def _explain(error: ValidationError, validator: Any) -> Iterator[ArgumentProblem
     kind = error.validator
     if "propertyNames" in error.schema_path:
         # A rule on a key (an env name): name the key, as a path would.
-        if not _is_unicode(instance):
+        if not is_unicode(instance):
             return  # reported while walking
         path = (*path, instance)
     if kind == "pattern" and value in (ENV_NAME_PATTERN, STRICT_ENV_NAME_PATTERN):
@@ -488,121 +408,3 @@ _NOUNS: Final = {"boolean": "true or false", "null": "null", "array": "an array"
 def _pattern(pattern: str) -> str:
     meaning = _PATTERN_MEANINGS.get(pattern)
     return f"{pattern} ({meaning})" if meaning else pattern
-
-
-# --- fitting the rejection into a budget --------------------------------------------
-
-
-def _entry(field: str, reason: str) -> dict[str, str]:
-    return {"field": field, "reason": reason}
-
-
-class _Layout:
-    """Exact canonical sizes of the rejection content around its problem list."""
-
-    def __init__(self, frame: dict[str, Any], count: int) -> None:
-        self.frame = frame
-        self.count = count
-        self.frame_size = canonical_size(frame)
-        # `,"problems_omitted":0`; each further digit of the count adds a byte.
-        self.omitted_size = canonical_size(frame | {"problems_omitted": 0}) - self.frame_size - 1
-
-    def total(self, kept: int, entries_size: int) -> int:
-        omitted = self.count - kept
-        commas = max(kept - 1, 0)
-        extra = self.omitted_size + len(str(omitted)) if omitted else 0
-        return self.frame_size + entries_size + commas + extra
-
-    def content(self, kept: list[dict[str, str]]) -> dict[str, Any]:
-        content = self.frame | {"problems": kept}
-        if len(kept) < self.count:
-            content["problems_omitted"] = self.count - len(kept)
-        return content
-
-
-def _longest_prefix(
-    layout: _Layout, problems: Sequence[ArgumentProblem], budget: int, *, cap: bool
-) -> list[dict[str, str]]:
-    """The longest prefix of ``problems`` that fits (texts cut to
-    :data:`_TEXT_LIMIT` if ``cap``)."""
-    kept: list[dict[str, str]] = []
-    used = 0
-    for problem in problems:
-        field, reason = _printable(problem.path), _printable(problem.reason)
-        if cap:
-            field, reason = _capped(field), _capped(reason)
-        size = _ENTRY_OVERHEAD + escaped_size(field) + escaped_size(reason)
-        if layout.total(len(kept) + 1, used + size) > budget:
-            break
-        kept.append(_entry(field, reason))
-        used += size
-    return kept
-
-
-def _fit_problems(
-    layout: _Layout, problems: Sequence[ArgumentProblem], budget: int
-) -> dict[str, Any] | None:
-    """The longest prefix with texts capped, or else the first problem cut to
-    the room left; ``None`` if not even that fits."""
-    kept = _longest_prefix(layout, problems, budget, cap=True)
-    if not kept:
-        first = problems[0]
-        pair = (_printable(first.path), _printable(first.reason))
-        entry = _cut_first(pair, budget - layout.total(1, _ENTRY_OVERHEAD))
-        if entry is None:
-            return None
-        kept = [entry]
-    return layout.content(kept)
-
-
-def _cut_first(pair: tuple[str, str], room: int) -> dict[str, str] | None:
-    """The first problem with its texts cut to share ``room`` bytes."""
-    field, reason = pair
-    reason_size = escaped_size(reason)
-    field_room = min(escaped_size(field), max(room // 2, room - reason_size))
-    short_field = _shorten(field, field_room)
-    if short_field is None:
-        return None
-    short_reason = _shorten(reason, room - escaped_size(short_field))
-    if short_reason is None:
-        return None
-    return _entry(short_field, short_reason)
-
-
-def _shorten(text: str, limit: int) -> str | None:
-    """``text`` if it fits ``limit`` canonical bytes; else its head and tail
-    around a marker naming how many UTF-8 bytes were left out; ``None`` if not
-    even the marker fits. The result is always valid Unicode."""
-    if escaped_size(text) <= limit:
-        return text
-    size = len(text.encode("utf-8"))
-    room = limit - escaped_size(_marker(size))
-    if room < 0:
-        return None
-    head = _take(text, room - room // 2, from_end=False)
-    tail = _take(text, room // 2, from_end=True)
-    cut = size - len(head.encode("utf-8")) - len(tail.encode("utf-8"))
-    return head + _marker(cut) + tail
-
-
-def _capped(text: str) -> str:
-    # _TEXT_LIMIT is far above any marker's size, so this never gives up.
-    return _shorten(text, _TEXT_LIMIT) or ""
-
-
-def _marker(cut: int) -> str:
-    return f"…[{cut} bytes cut]…"
-
-
-def _take(text: str, room: int, *, from_end: bool) -> str:
-    """The longest head (or tail) of ``text`` within ``room`` canonical bytes."""
-    if room <= 0:
-        return ""
-    # Each character costs at least one byte, so at most `room` are looked at.
-    window = text[-room:] if from_end else text[:room]
-    if escaped_size(window) <= room:
-        return window
-    chars = reversed(window) if from_end else iter(window)
-    sizes = itertools.accumulate(escaped_size(char) for char in chars)
-    count = sum(1 for _ in itertools.takewhile(lambda size: size <= room, sizes))
-    return window[len(window) - count :] if from_end else window[:count]

@@ -31,9 +31,10 @@ digest of a weak secret is itself a leak.
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import attrs
 from cattrs import Converter
@@ -66,6 +67,7 @@ from sandrail.core import (
 )
 
 from ._cassette_limits import MAX_CASSETTE_BYTES, LimitError, outcome_problem, read_bounded
+from ._fast_decode import FastDecoder
 
 __all__ = [
     "FORMAT",
@@ -84,6 +86,7 @@ __all__ = [
     "decode_owner",
     "decode_request",
     "dump_line",
+    "effect_fields",
     "encode_effect",
     "encode_failure",
     "encode_outcome",
@@ -224,7 +227,19 @@ def _decode(data: Any, union: Any, what: str) -> Any:
     return decoded
 
 
+_FAST: Final = {
+    "effect": FastDecoder(get_args(Effect)),
+    "outcome": FastDecoder(get_args(OutcomeValue)),
+}
+"""The common shapes, decoded without the converter (:mod:`._fast_decode`)."""
+
+
 def _structure(data: dict[str, Any], union: Any, what: str) -> Any:
+    fast = _FAST.get(what)
+    if fast is not None:
+        decoded = fast.decode(data)
+        if decoded is not None:
+            return decoded
     tag = data.get("type")
     try:
         return _converter.structure(data, union)
@@ -333,7 +348,28 @@ def encode_request(request: ToolRequest, settings: PortSettings | None) -> dict[
         data["identity"] = _jsonable(identity)
     data["cancellable"] = request.cancel is not None
     data["result_governance"] = _jsonable(parts.result_governance)
+    if _json_data(data):
+        return data  # it reads back as it is: no round trip to make
     return normalize(data)  # type: ignore[no-any-return]
+
+
+def _json_data(data: Any) -> bool:
+    """Whether ``data`` reads back from JSON text exactly as it is: dicts
+    with string keys, lists, strings, booleans, ``None``, and numbers JSON
+    writes as they are (not NaN nor the infinities, nor huge integers)."""
+    kind = type(data)
+    if kind is dict:
+        return all(type(key) is str and _json_data(value) for key, value in data.items())
+    if kind is list:
+        return all(_json_data(item) for item in data)
+    if kind is float:
+        return bool(data - data == 0.0)  # neither NaN nor infinite
+    if kind is int:
+        return bool(-_BIG < data < _BIG)  # json refuses an int of thousands of digits
+    return kind in _SCALARS
+
+
+_BIG: Final = 1 << 64
 
 
 def _jsonable(value: Any) -> Any:
@@ -397,8 +433,13 @@ class CallRedaction:
     """The request with its secrets redacted: what a replay runs."""
 
     @classmethod
-    def of(cls, request: ToolRequest, named: Iterable[str]) -> CallRedaction:
-        found = {secret for secret in named if secret}
+    def of(
+        cls, request: ToolRequest, named: Iterable[str], masked: frozenset[str] = frozenset()
+    ) -> CallRedaction:
+        """The redaction of ``request``: ``named`` values and env values cut
+        out, and ``masked`` (the values the port masks, which its core's
+        digests are computed without) too."""
+        found = {secret for secret in named if secret} | set(masked)
         arguments = getattr(request.call, "arguments", None)
         env = arguments.get("env") if isinstance(arguments, Mapping) else None
         if isinstance(env, Mapping):
@@ -422,7 +463,9 @@ class CallRedaction:
             digests[launch_digest(tool, arguments)] = launch_digest(tool, clean_arguments)
             # The ownership record's digest has no env value, but may hold a
             # named secret of the command.
-            digests[recorded_digest(tool, arguments)] = recorded_digest(tool, clean_arguments)
+            digests[recorded_digest(tool, arguments, masked)] = recorded_digest(
+                tool, clean_arguments
+            )
         except (CanonicalJSONError, AttributeError, TypeError, ValueError):
             pass  # no JSON form: the core refuses the request before any digest matters
         digests = {k: v for k, v in digests.items() if k != v}
@@ -492,6 +535,11 @@ class RecordedStep:
     outcome_value: Outcome = attrs.field(default=None, eq=False, repr=False)
     """``outcome`` decoded (when the reader decoded it); outcomes are frozen
     values, so one object answers every replay."""
+    fields: tuple[tuple[Any, ...], tuple[type, ...]] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
+    """The decoded effect's field values and their types (:func:`effect_fields`),
+    what a live effect is matched by."""
 
     def answer(self) -> Outcome:
         """The recorded outcome; raises the recorded :class:`EffectFailure`."""
@@ -776,7 +824,28 @@ def _check_step(record: dict[str, Any], line: int) -> RecordedStep:
         failure=record.get("failure"),
         effect_value=effect,
         outcome_value=outcome,
+        fields=effect_fields(effect),
     )
+
+
+def _getter(kind: type) -> Callable[[Any], tuple[Any, ...]]:
+    """A function from a ``kind`` to the tuple of its field values."""
+    names = [field.name for field in attrs.fields(kind)]
+    if len(names) == 1:
+        name = names[0]
+        return lambda value: (getattr(value, name),)
+    return operator.attrgetter(*names)
+
+
+_FIELD_GETTERS: Final = {kind: _getter(kind) for kind in get_args(Effect)}
+
+
+def effect_fields(effect: Effect) -> tuple[tuple[Any, ...], tuple[type, ...]]:
+    """An effect's field values, in order, and their types: two effects of
+    one class are the same, ``1`` never standing for ``True``, when both
+    tuples are equal."""
+    values = _FIELD_GETTERS[type(effect)](effect)
+    return values, tuple(map(type, values))
 
 
 def result_data(result: ToolResult) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import attrs
 
@@ -34,6 +34,7 @@ from ._cassette import (
     RecordedCall,
     RecordedStep,
     dump_line,
+    effect_fields,
     encode_effect,
     encode_request,
     load_cassette,
@@ -64,7 +65,9 @@ class Replayer:
         self._lock = threading.Lock()
         self._opened = 0
         self._finished = 0
-        self._transcript: list[Entry] = []
+        # What ran, as the recorded objects it matched: the transcript's
+        # entries are built from them only when a report is asked for.
+        self._ran: list[_Ran] = []
 
     def __call__(self, effect: Effect) -> Any:
         raise TypeError("a Replayer answers through open_call: use it as a port's backend")
@@ -73,7 +76,8 @@ class Replayer:
     def transcript(self) -> tuple[Entry, ...]:
         """What was replayed so far: each effect and each result, in order."""
         with self._lock:
-            return tuple(self._transcript)
+            ran = tuple(self._ran)
+        return tuple(_entry(item) for item in ran)
 
     def report(self) -> ReplayReport:
         """The replay so far."""
@@ -111,7 +115,7 @@ class Replayer:
         found = None if same_line == recorded.request_text else difference(recorded.request, live)
         if found is not None:
             raise _diverged_at("request", recorded, found, live)
-        self._log(CallEntry(call=recorded.number, request=recorded.request))
+        self._log(recorded)
         return _ReplayCall(self, recorded, redaction)
 
     def assert_consumed(self) -> None:
@@ -131,10 +135,10 @@ class Replayer:
             expected=missing.request,
         )
 
-    def _log(self, entry: Entry) -> None:
+    def _log(self, ran: _Ran) -> None:
         with self._lock:
-            self._transcript.append(entry)
-            if isinstance(entry, ResultEntry):
+            self._ran.append(ran)
+            if type(ran) is _Finished:
                 self._finished += 1
 
 
@@ -161,7 +165,7 @@ class _ReplayCall:
         steps = self._recorded.steps
         if self._position < len(steps):
             step = steps[self._position]
-            if _same_effect(effect, step.effect_value):
+            if _same_effect(effect, step):
                 # The very effect recorded: nothing to redact in it (a value
                 # the recorder redacted would differ), nothing to explain.
                 return self._take(step)
@@ -190,15 +194,7 @@ class _ReplayCall:
         """Move past ``step`` (the effect matched it), log it, and give its
         recorded answer (raising a recorded failure)."""
         self._position += 1
-        self._replayer._log(
-            StepEntry(
-                call=self._recorded.number,
-                step=step.step,
-                effect=step.effect,
-                outcome=step.outcome,
-                failure=step.failure,
-            )
-        )
+        self._replayer._log((self._recorded.number, step))
         return self._answer(step)
 
     def finish(self, result: ToolResult) -> None:
@@ -220,13 +216,13 @@ class _ReplayCall:
                     {"kind": "result", "call": recorded.number, "result": result.to_dict()}
                 )
                 if line == recorded.result_text:
-                    self._replayer._log(ResultEntry(call=recorded.number, result=recorded.result))
+                    self._replayer._log(_Finished(recorded))
                     return
         live = self._redaction.scrub(result_data(result), env_slot=False)
         found = difference(recorded.result, live)
         if found is not None:
             raise _diverged_at("result", recorded, found, live, ran=self._ran())
-        self._replayer._log(ResultEntry(call=recorded.number, result=recorded.result))
+        self._replayer._log(_Finished(recorded))
 
     def _ran(self) -> str:
         done = self._recorded.steps[: self._position]
@@ -284,19 +280,46 @@ def _diverged_at(
     )
 
 
-def _same_effect(live: Effect, recorded: Effect | None) -> bool:
-    """Whether ``live`` is ``recorded``, field by field, with the same types
-    (``1`` is not ``True``): the replay's fast path."""
-    if recorded is None or type(live) is not type(recorded) or live != recorded:
+class _Finished:
+    """A recorded call ran to its result (a transcript item)."""
+
+    __slots__ = ("call",)
+
+    def __init__(self, call: RecordedCall) -> None:
+        self.call = call
+
+
+_Ran = RecordedCall | tuple[int, RecordedStep] | _Finished
+"""What :meth:`Replayer._log` notes: a call begun, a step (with its call's
+number) answered, a call finished."""
+
+
+def _entry(ran: _Ran) -> Entry:
+    """The transcript entry of what :meth:`Replayer._log` noted."""
+    if isinstance(ran, tuple):
+        call, step = ran
+        return StepEntry(
+            call=call,
+            step=step.step,
+            effect=step.effect,
+            outcome=step.outcome,
+            failure=step.failure,
+        )
+    if isinstance(ran, _Finished):
+        assert ran.call.result is not None  # parse_cassette refuses calls without one
+        return ResultEntry(call=ran.call.number, result=ran.call.result)
+    return CallEntry(call=ran.number, request=ran.request)
+
+
+def _same_effect(live: Effect, step: RecordedStep) -> bool:
+    """Whether ``live`` is the effect ``step`` recorded, field by field, with
+    the same types (``1`` is not ``True``): the replay's fast path, matched
+    by the field tuples the cassette's reader made."""
+    recorded = step.fields
+    if recorded is None or type(live) is not type(step.effect_value):
         return False
-    return all(
-        type(getattr(live, name)) is type(getattr(recorded, name)) for name in _FIELDS[type(live)]
-    )
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {
-    kind: tuple(field.name for field in attrs.fields(kind)) for kind in get_args(Effect)
-}
+    values, kinds = effect_fields(live)
+    return values == recorded[0] and kinds == recorded[1]
 
 
 def _answer(step: RecordedStep) -> str:

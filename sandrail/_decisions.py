@@ -77,9 +77,10 @@ class Question:
     full: str | None
     """Its full launch digest, where this process asked it, else ``None``."""
 
-    def covers(self, request: ToolRequest) -> bool:
-        """Whether ``request`` is the call asked about (C3's "same launch")."""
-        full, recorded = _digests(request)
+    def covers(self, request: ToolRequest, masked: frozenset[str] = frozenset()) -> bool:
+        """Whether ``request`` is the call asked about (C3's "same launch");
+        ``masked``: the values the session masks (see :class:`Decisions`)."""
+        full, recorded = _digests(request, masked)
         if self.full is not None:
             return full == self.full
         return recorded is not None and recorded == self.recorded
@@ -92,7 +93,18 @@ class Decisions:
     asked about again) and a decision it cannot keep stands for this
     process alone; neither ever lets a call run unasked."""
 
-    def __init__(self, remember: Remember, resolve: Resolve, session_id: str, owner: Owner) -> None:
+    def __init__(
+        self,
+        remember: Remember,
+        resolve: Resolve,
+        session_id: str,
+        owner: Owner,
+        masked: Callable[[], frozenset[str]] = frozenset,
+    ) -> None:
+        """``masked``: the values the session masks now (``redact=``, env
+        values of earlier calls): the recorded digest a question row keeps
+        is taken with them masked, as every record's is (C17)."""
+        self._masked = masked
         self._remember = remember
         self._resolve = resolve
         self._session_id = session_id
@@ -118,7 +130,7 @@ class Decisions:
         ``ApprovalRequired``): keep the question, unless one was decided
         under its key already (a decision is never asked over)."""
         key = _key(request)
-        full, recorded = _digests(request)
+        full, recorded = _digests(request, self._masked())
         if key is None or full is None:
             return
         with self._lock:
@@ -138,7 +150,7 @@ class Decisions:
         known = self.of(request)
         if known is not None and known.decision != "asked":
             return known.decision
-        recorded = known.recorded if known is not None else _digests(request)[1]
+        recorded = known.recorded if known is not None else _digests(request, self._masked())[1]
         kept = self._keep(request, key, launched=True, decision=decision, recorded=recorded)
         if kept is None or not kept.launched:
             return decision
@@ -198,13 +210,15 @@ def _key(request: ToolRequest) -> str | None:
     return str.__str__(key) if isinstance(key, str) else None
 
 
-def _digests(request: ToolRequest) -> tuple[str | None, str | None]:
-    """The full and the recorded digest of ``request``'s tool and arguments
-    as the port reads them, or ``None`` for arguments without one (the port
-    refuses those before anything is asked)."""
+def _digests(
+    request: ToolRequest, masked: frozenset[str] = frozenset()
+) -> tuple[str | None, str | None]:
+    """The full and the recorded digest (``masked`` values masked) of
+    ``request``'s tool and arguments as the port reads them, or ``None`` for
+    arguments without one (the port refuses those before anything is asked)."""
     call = request.call
     try:
         name, arguments = str(call.name), call.arguments
-        return launch_digest(name, arguments), recorded_digest(name, arguments)
+        return launch_digest(name, arguments), recorded_digest(name, arguments, masked)
     except Exception:
         return None, None

@@ -9,9 +9,9 @@ key already started a command: approved once, then rejected on a resumed
 copy; allowed once, then denied on a retry. Telling the model "nothing ran"
 (``executed: false``) would license a retry with any key (C5) while the
 first start may have run (C6). So the toolset asks its ownership record
-first (:func:`launched_row`) and answers such a refusal with
-:func:`refused_after_launch`: ``uncertain``, the task's locator, nothing
-more sent.
+first (:func:`launched_row`) and answers such a refusal with the core's
+:func:`~sandrail.core.refused_after_launch`: ``uncertain``, the task's
+locator, nothing more sent.
 """
 
 from __future__ import annotations
@@ -22,20 +22,18 @@ from typing import Any
 
 from sandrail._options import RememberOwnedCallback, ResolveOwnedCallback
 from sandrail.core import (
-    LAUNCH_TOOLS,
-    ErrorCode,
     OwnedCommand,
     Owner,
     ToolCall,
     ToolDefinition,
+    ToolKind,
     ToolRequest,
-    ToolResult,
-    bound_result,
     recorded_digest,
     task_id,
+    tool_record,
 )
 
-__all__ = ["alike", "launched_row", "lookup", "refused_after_launch", "shared_record"]
+__all__ = ["alike", "launched_row", "lookup", "shared_record"]
 
 Resolve = Callable[[ToolRequest, str], OwnedCommand | None]
 
@@ -53,7 +51,9 @@ def launched_row(
     that launches nothing, and a record that cannot be read: the answer
     then stands as it was)."""
     definition = definitions.get(name)
-    if name not in LAUNCH_TOOLS or definition is None or not isinstance(operation_key, str):
+    if definition is None or not isinstance(operation_key, str):
+        return None
+    if tool_record(name).kind is not ToolKind.LAUNCHES:
         return None
     try:
         # Inside: a key that is not valid text has no task id (the port
@@ -67,55 +67,19 @@ def launched_row(
     return None
 
 
-def alike(known: OwnedCommand, name: str, arguments: object) -> bool:
+def alike(
+    known: OwnedCommand, name: str, arguments: object, secrets: frozenset[str] = frozenset()
+) -> bool:
     """Whether ``arguments`` (the port's form) ask for the launch ``known``
-    recorded (C3's digest; a row without one matches)."""
+    recorded (C3's digest, over the arguments with ``secrets``, the values
+    the session masks, masked; a row without one matches)."""
     if known.launch_digest is None:
         return True
     try:
-        return bool(known.launch_digest == recorded_digest(name, arguments))  # type: ignore[arg-type]
+        digest = recorded_digest(name, arguments, secrets)  # type: ignore[arg-type]
+        return bool(known.launch_digest == digest)
     except Exception:
         return False
-
-
-def refused_after_launch(
-    code: ErrorCode,
-    known: OwnedCommand,
-    request: ToolRequest,
-    *,
-    reason: object,
-    why: str,
-    readable: bool,
-    max_output_bytes: int,
-) -> ToolResult:
-    """A refusal (``code``: ``policy_denied``, ``approval_rejected``) of a
-    call whose key already launched (``known``): nothing more was sent, but
-    the start that may have left is not unsaid (never ``executed: false``,
-    C5): ``uncertain`` with the task's locator (C6), ``reason`` as
-    ``outcome_reason``, pointing at the task to read when ``readable``;
-    within ``max_output_bytes`` (C12)."""
-    identity = request.identity
-    content: dict[str, Any] = {
-        "status": "uncertain",
-        "ok": False,
-        "error_type": code.value,
-        "evidence_incomplete": True,
-        "observed_result": None,
-        **(identity.locator() if identity is not None else {}),
-        "session_id": request.session_id,
-        "operation_key": request.operation_key,
-        "call_id": request.call.call_id,
-        "sandbox_id": known.sandbox_id,
-        "task_id": known.task_id,
-    }
-    if isinstance(reason, str) and reason:
-        content["outcome_reason"] = reason
-    content["instruction"] = (
-        f"A command under this call's operation key had already started; {why}, so nothing "
-        "more was done. Do not repeat it"
-        + (": read the task with read_command_output and this task_id." if readable else ".")
-    )
-    return bound_result(ToolResult(status="uncertain", content=content), max_output_bytes)
 
 
 def lookup(

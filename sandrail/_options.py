@@ -17,6 +17,7 @@ from typing import Any, Final, TypeAlias, TypedDict, cast
 
 from sandrail._artifact_calls import ArtifactStore
 from sandrail._masks import checked_redact, is_text
+from sandrail._ownership import OwnershipRecord
 from sandrail.core import (
     DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
     DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
@@ -32,8 +33,8 @@ from sandrail.core import (
     ToolDefinition,
     ToolRequest,
     canonical_json,
+    tool_records,
 )
-from sandrail.records._protocol import OwnershipRecord
 
 __all__ = [
     "DEFAULTS",
@@ -43,6 +44,7 @@ __all__ = [
     "PortOptions",
     "RememberOwnedCallback",
     "ResolveOwnedCallback",
+    "check_owner",
     "checked_timeout",
     "given_options",
     "owned_callbacks",
@@ -139,16 +141,19 @@ def port_settings(
     from the start (``redact``). ``TypeError`` or ``ValueError`` at once for
     a port that could not work: a callback that is not callable, a session
     or owner that is not plain text, a budget below 256 bytes, a timeout out
-    of range. (Checked in this order: the first problem is the one named.)"""
+    of range; :class:`~sandrail.core.UnknownToolError` for a definition of a
+    tool the core has no record of. (Checked in this order: the first problem
+    is the one named.)"""
     offered = definitions(
         checked_timeout("foreground_timeout_seconds", options["foreground_timeout_seconds"])
     )
+    tool_records(offered)  # a tool the core has no record of fails here, not at its first call
     if not callable(options["backend"]):
         raise TypeError("backend must be an interpreter: a callable from effect to outcome")
     session_id = options["session_id"]
     if not isinstance(session_id, str) or not session_id.strip() or not is_text(session_id):
         raise ValueError("session_id must be a non-blank string of valid Unicode text")
-    _check_owner(options["owner"])
+    check_owner(options["owner"])
     _check_callbacks(options)
     max_output_bytes = options["max_output_bytes"]
     if (
@@ -222,7 +227,9 @@ def _check_callbacks(options: PortOptions) -> None:
         )
 
 
-def _check_owner(owner: object) -> None:
+def check_owner(owner: object) -> None:
+    """``TypeError`` or ``ValueError`` for an ``owner`` a port cannot take,
+    saying what it takes."""
     if isinstance(owner, NativeOwner):
         if not isinstance(owner.scope, Mapping):
             raise TypeError("NativeOwner.scope must be a JSON object (a mapping)")
@@ -235,6 +242,13 @@ def _check_owner(owner: object) -> None:
         if not isinstance(agent_id, str) or not agent_id.strip() or not is_text(agent_id):
             raise ValueError("AgentOwner.agent_id must be a non-blank string of valid Unicode text")
     else:
+        hint = (
+            f"; for an agent named {owner!r}: owner=sandrail.AgentOwner(agent_id={owner!r})"
+            if isinstance(owner, str) and owner.strip() and len(owner) <= 100
+            else ""
+        )
         raise TypeError(
-            "owner must be sandrail.NativeOwner(scope=...) or sandrail.AgentOwner(agent_id=...)"
+            "owner must be sandrail.AgentOwner(agent_id=...) (an agent's own sandbox; the "
+            "tutorial's) or sandrail.NativeOwner(scope=...) (a harness's run, with "
+            f"identity=sandrail.NativeIdentity(...)), not {type(owner).__name__}{hint}"
         )

@@ -43,6 +43,7 @@ from sandrail._options import (
     owned_callbacks,
     port_settings,
 )
+from sandrail._ownership import OwnershipRecord
 from sandrail._port_call import Binding, Ledger, PortCall
 from sandrail._telemetry import Telemetry
 from sandrail.core import (
@@ -59,7 +60,6 @@ from sandrail.core import (
     error_result,
 )
 from sandrail.interpreters._drivers import drive, drive_async, is_asynchronous
-from sandrail.records._protocol import OwnershipRecord
 
 __all__ = [
     "ALLOW",
@@ -137,6 +137,14 @@ class ToolPort:
         """The port's settings: session, owner, budget and the other options it
         was built with."""
         return self._binding.settings
+
+    @property
+    def masked_values(self) -> frozenset[str]:
+        """The values this port's session masks now (env values it passed,
+        ``redact=``): what a :class:`~sandrail.interpreters.replay.Recorder`
+        on this port also cuts out of its cassette, and what no digest it
+        writes may depend on (C17). Held in memory only."""
+        return self._binding.masks.secrets
 
     def definition(self, name: str) -> ToolDefinition:
         """The definition of tool ``name``; ``KeyError`` if this port has none."""

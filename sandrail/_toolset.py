@@ -64,6 +64,7 @@ at once are two calls. The record lives in this object (the most recent
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import threading
 import uuid
 from collections import OrderedDict
@@ -72,21 +73,19 @@ from typing import Any, Final, NamedTuple, Unpack
 
 from sandrail._approval import Approvals, rejection
 from sandrail._decisions import Decisions, Question
-from sandrail._launched import (
-    alike,
-    launched_row,
-    lookup,
-    refused_after_launch,
-    shared_record,
-)
+from sandrail._launched import alike, launched_row, lookup, shared_record
 from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
+    AuthorityCallback,
+    AuthorizeCallback,
+    Defaulted,
     PortOptions,
+    check_owner,
     given_options,
     owned_callbacks,
 )
 from sandrail._port import ToolGroup, ToolPort, build_port
-from sandrail._repeats import as_the_port_reads, of_its_task, repeat_digest, run_of
+from sandrail._repeats import of_its_task
 from sandrail._toolset_backend import attachable_recorder, label_of
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -96,25 +95,32 @@ from sandrail.core import (
     ErrorCode,
     NativeIdentity,
     OwnedCommand,
+    Owner,
     OwnerIdentity,
     PolicyDecision,
+    Profile,
     ToolCall,
     ToolDefinition,
     ToolRequest,
     ToolResult,
     arguments_rejection,
     bound_result,
+    canonical_arguments,
     error_result,
     minimum_output_bytes,
+    one_call,
+    refused_after_launch,
+    repeat_scope,
+    same_call,
+    tool_schema,
 )
-from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
 from sandrail.interpreters._cancel import CancelToken, EitherSignal
 from sandrail.interpreters._drivers import is_asynchronous
 
 __all__ = ["MAX_CALL_TIMEOUT_SECONDS", "Toolset", "check_timeout", "refusal"]
 
 IdentitySource = OwnerIdentity | Callable[[], OwnerIdentity]
-_Repeat = tuple[str, str]  # (the run, the launch digest): what repeats match on
+_Repeat = tuple[str, str]  # (the scope, the digest of the same call): what repeats match on
 
 _ABANDONED_KEPT: Final = 1024
 _UNSETTLED_KEPT: Final = 1024
@@ -134,7 +140,9 @@ class Toolset:
     """Every sandrail tool for one session and owner, behind one call.
 
     - ``backend``, ``session_id``, ``owner``, ``authorize``,
-      ``assert_authority`` and the optional settings are those of
+      ``assert_authority`` (required) and the optional settings
+      (``**options``: ``max_output_bytes``, ``record``, ``redact``,
+      ``artifacts``, the timeouts, ``tracer_provider``, ...) are those of
       :func:`sandrail.command_tools`; both ports share them. A
       :class:`~sandrail.interpreters.replay.Recorder` backend records one
       port: the toolset attaches it itself, so give it one tool group
@@ -156,11 +164,12 @@ class Toolset:
     ``read_command_output`` and ``stop_command`` check (C4) and which makes a
     retry through either port expect the claim its first start may have made
     (C2). A second toolset for the same session, or one after a restart,
-    reaches them only through a durable record: pass
-    ``remember_owned_command`` and ``resolve_owned_command`` (see the README's
-    "Retries, restarts and threads"), or ``record=`` (a
-    :mod:`sandrail.records` store). ``redact`` are values to mask from the
-    start (a restarted harness's env values). ``tracer_provider`` and
+    reaches them only through a durable record: ``record=`` (a
+    :mod:`sandrail.records` store; see the how-to "Durable ownership records
+    and a fleet of workers", ``docs/howto/records-and-fleet.md``), or the
+    ``remember_owned_command`` and ``resolve_owned_command`` pair.
+    ``redact`` are values to mask from the start (a restarted harness's env
+    values). ``tracer_provider`` and
     ``meter_provider``: see :func:`~sandrail.command_tools`.
 
     Raises ``TypeError`` or ``ValueError`` at once for a toolset that could
@@ -177,17 +186,29 @@ class Toolset:
     def __init__(
         self,
         *,
+        backend: Callable[[Any], Any],
+        session_id: str,
+        owner: Owner,
+        authorize: AuthorizeCallback,
+        assert_authority: AuthorityCallback,
         identity: IdentitySource | None = None,
         tools: Iterable[ToolGroup] = ("command", "code"),
         run_id: str | None = None,
-        **options: Unpack[PortOptions],
+        **options: Unpack[Defaulted],
     ) -> None:
-        given = given_options(options, "Toolset", ("identity", "tools", "run_id"))
+        required: PortOptions = {
+            "backend": backend,
+            "session_id": session_id,
+            "owner": owner,
+            "authorize": authorize,
+            "assert_authority": assert_authority,
+        }
+        given = given_options({**required, **options}, "Toolset", ("identity", "tools", "run_id"))
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
             raise ValueError('tools must name "command", "code" or both')
         recorder = attachable_recorder(given["backend"], groups)
-        owner = given["owner"]
+        check_owner(owner)  # before the identity it implies: say what owner takes
         if identity is None:
             if not isinstance(owner, AgentOwner):
                 raise TypeError(
@@ -211,7 +232,13 @@ class Toolset:
         self._resolve = resolve
         self._owner = given["owner"]
         # What a person was asked about and decided, in the same record.
-        self._decisions = Decisions(remember, resolve, given["session_id"], given["owner"])
+        self._decisions = Decisions(
+            remember,
+            resolve,
+            given["session_id"],
+            given["owner"],
+            lambda: self._masks.secrets,  # set below, before any call
+        )
         self._approvals = Approvals(given["authorize"], self._launched_alike, self._decisions)
         redact = given["redact"]
         shared: PortOptions = {
@@ -251,6 +278,13 @@ class Toolset:
             recorder.attach(next(iter(self._ports.values())))  # writes the header
 
     # -- what the model is offered -------------------------------------------
+
+    @property
+    def masked_values(self) -> frozenset[str]:
+        """The values the toolset's session masks now (env values it passed,
+        ``redact=``): what an adapter must keep out of anything it derives
+        and shows, such as an MCP fallback key (C17). In memory only."""
+        return self._masks.secrets
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -313,6 +347,25 @@ class Toolset:
         a framework. Arguments the model builds from it go back through
         :meth:`call` with the same ``profile``."""
         return tool_schema(self.definition(name), profile)
+
+    def one_call(
+        self, name: str, arguments: object, profile: Profile = "full"
+    ) -> dict[str, Any] | None:
+        """Tool ``name``'s ``arguments`` (in ``profile``'s shape) as one call
+        to this toolset: the core's :func:`~sandrail.core.one_call` of them in
+        the port's form, the same JSON for two calls exactly when they are
+        one (what an exact repeat is matched by, here with
+        ``reconcile_repeats`` and by the MCP adapter's fallback keys).
+        ``None`` when the call would run nothing: no such tool, or arguments
+        the toolset refuses before the port sees them (not an object, a
+        strict profile's its schema refuses)."""
+        port = self._ports.get(name) if isinstance(name, str) else None
+        if port is None:
+            return None
+        converted = self._converted(port.definition(name), profile, arguments)
+        if isinstance(converted, ToolResult):
+            return None
+        return one_call(name, converted, port.settings)
 
     def operation_key(self, call_id: str, *, run_id: str | None = None) -> str:
         """``f"{run_id}:{call_id}"``, the documented operation-key rule (see
@@ -499,7 +552,11 @@ class Toolset:
             return None, False
         if question is None:
             question = Question(decision="asked", recorded=None, full=None)
-        elif question.decision != "rejected" and not edited and not question.covers(request):
+        elif (
+            question.decision != "rejected"
+            and not edited
+            and not question.covers(request, self._masks.secrets)
+        ):
             return bound_result(
                 error_result(ErrorCode.APPROVAL_MISMATCH), self._max_output_bytes
             ), False
@@ -584,7 +641,9 @@ class Toolset:
         definition = self._ports[name].definition(name)
         if arguments is not None:  # a launch of these very arguments (C3)
             converted = self._converted(definition, profile, arguments)
-            if isinstance(converted, ToolResult) or not alike(known, name, converted):
+            if isinstance(converted, ToolResult) or not alike(
+                known, name, converted, self._masks.secrets
+            ):
                 return rejected
         try:
             identity = self._identity() if callable(self._identity) else self._identity
@@ -596,7 +655,6 @@ class Toolset:
             known,
             request,
             reason=rejected.content.get("outcome_reason"),
-            why="a person has now rejected it",
             readable="read_command_output" in self._ports,
             max_output_bytes=self._max_output_bytes,
         )
@@ -643,10 +701,12 @@ class Toolset:
                 instruction="The harness's identity function failed; nothing ran.",
             )
         repeat = None
-        if reconcile_repeats:
-            digest = repeat_digest(name, as_the_port_reads(port, name, converted))
-            if digest is not None:
-                repeat = (run_of(run_id, operation_key, call_id), digest)
+        same = same_call(name, converted, port.settings) if reconcile_repeats else None
+        if same is not None:
+            repeat = (
+                repeat_scope(run_id, operation_key, call_id),
+                hashlib.sha256(same).hexdigest(),
+            )
         if repeat is not None:
             with self._lock:
                 earlier = self._unsettled.get(repeat)
@@ -701,7 +761,7 @@ class Toolset:
         try:
             name, key = str(call.name), str.__str__(request.operation_key)
             known = self.launched(name, key)
-            return known is not None and alike(known, name, call.arguments)
+            return known is not None and alike(known, name, call.arguments, self._masks.secrets)
         except Exception:
             return False
 
@@ -719,7 +779,6 @@ class Toolset:
             known,
             request,
             reason=content.get("instruction"),
-            why="the harness's policy now denies this call",
             readable="read_command_output" in self._ports,
             max_output_bytes=self._max_output_bytes,
         )

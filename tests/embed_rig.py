@@ -9,8 +9,31 @@ import json
 from typing import Any
 
 import sandrail
-from sandrail.core import Effect, Start, Wait
+from sandrail.core import Effect, ErrorCode, Start, Wait
 from sandrail.interpreters.simulator import Simulator
+
+ARGUMENT_ERRORS = frozenset(
+    {
+        ErrorCode.ARGUMENTS_INVALID.value,
+        ErrorCode.COMMAND_REQUIRED.value,
+        ErrorCode.BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND.value,
+        ErrorCode.TIMEOUT_REQUIRES_FOREGROUND.value,
+        ErrorCode.UNSUPPORTED_LANGUAGE.value,
+    }
+)
+"""Every argument-stage error a port can answer: none may follow a schema-valid argument."""
+
+
+def asks_for_rm(request: sandrail.ToolRequest) -> Any:
+    """A policy that asks a person about ``rm ...``, denies ``shutdown ...``
+    and allows the rest."""
+    command = request.call.arguments.get("command", "")
+    if command.startswith("rm"):
+        return sandrail.ApprovalRequired(interaction_id="ask-rm")
+    if command.startswith("shutdown"):
+        return sandrail.Deny(reason="never")
+    return sandrail.ALLOW
+
 
 HANGS = "sleep infinity"
 """A command that never ends (in the simulator, and so in real time here)."""

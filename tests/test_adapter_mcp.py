@@ -296,6 +296,27 @@ async def test_c2_c6_mcp_without_a_key_an_uncertain_call_is_reconciled_not_rerun
     assert launches(tools) == 1
 
 
+async def test_c2_mcp_fallback_keys_of_one_call_spelled_two_ways_are_one_key() -> None:
+    """A client's retry that spells out a default is the same call, as a
+    model's exact repeat is to the toolset: the Start's answer is lost, the
+    retry (no key) names ``background: false`` and a null timeout, and it
+    reconciles the first call instead of running it again (C2)."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
+
+    plan = FaultPlan(faults=(Fault(effect="Start", kind=FaultKind.RESPONSE_LOST, when="after"),))
+    tools = toolset(Simulator(plan=plan))
+    spelled = {"command": "echo once", "background": False, "timeout": None}
+    async with Client(server(tools)) as client:
+        lost = await client.call_tool("run_command", {"command": "echo once"})
+        again = await client.call_tool("run_command", spelled)
+        other = await client.call_tool("run_command", {"command": "echo other"})
+    assert lost.meta["sandrail/status"] == "uncertain"
+    assert again.meta[OPERATION_KEY_META] == lost.meta[OPERATION_KEY_META]
+    assert again.meta["sandrail/status"] == "ok"
+    assert other.meta[OPERATION_KEY_META] != lost.meta[OPERATION_KEY_META]
+    assert launches(tools) == 2
+
+
 async def test_c2_mcp_fallback_keys_follow_the_canonical_arguments() -> None:
     """A retry that writes the same arguments differently (key order, 1.0 for
     1) is the same call."""

@@ -12,11 +12,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from sandrail.core import (
+    CODE_TOOL_NAMES,
+    COMMAND_TOOL_NAMES,
+    TOOL_NAMES,
+    code_tool_definitions,
+    command_tool_definitions,
+)
 from sandrail.core._canonical import canonical_json
 from sandrail.core._definitions import (
-    CODE_TOOL_NAMES,
     COMMAND_PATTERN,
-    COMMAND_TOOL_NAMES,
     DEFAULT_MAX_OUTPUT_BYTES,
     LANGUAGE_ALIASES,
     LANGUAGES,
@@ -31,10 +36,7 @@ from sandrail.core._definitions import (
     SANDBOX_ID_PATTERN,
     SHELL_WHITESPACE,
     TASK_ID_PATTERN,
-    TOOL_NAMES,
     ToolDefinition,
-    code_tool_definitions,
-    command_tool_definitions,
     definitions_equal,
     resolve_language,
 )

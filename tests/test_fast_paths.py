@@ -9,17 +9,33 @@ import copy
 import inspect
 import json
 import sys
-from typing import Any
+from typing import Any, get_args
+from unittest import mock
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import sandrail
-from sandrail.core import canonical_json, request_digest, snapshot_request, unchanged
+from sandrail.core import (
+    Effect,
+    OutcomeValue,
+    canonical_json,
+    request_digest,
+    snapshot_request,
+    unchanged,
+)
 from sandrail.core._call import _fits_whole, _size_bound
 from sandrail.core._snapshot import RequestParts, digest_text, plain_arguments, request_parts
-from sandrail.interpreters._cassette import _dumps, _read_line
+from sandrail.interpreters import _cassette as cassette_module
+from sandrail.interpreters._cassette import (
+    _dumps,
+    _read_line,
+    encode_effect,
+    encode_outcome,
+    normalize,
+)
 from sandrail.testing import World, native_identity
 from sandrail.testing.strategies import anything, json_values, result_json_values
 
@@ -325,3 +341,108 @@ def test_c9_a_replaced_part_is_drift_to_both_checks(part: str) -> None:
     assert getattr(request_parts(request), part) is _REPLACED[part]
     assert request_digest(request) != snap.digest
     assert unchanged(request, snap) is not True
+
+
+# -- replay: decoding a cassette's effects and outcomes ------------------------
+
+_UNIONS = {"effect": Effect, "outcome": OutcomeValue}
+
+
+@st.composite
+def _encoded(draw: st.DrawFn) -> tuple[str, dict[str, Any], bool]:
+    """An effect or outcome as a cassette holds it, and sometimes changed:
+    a key dropped or added, a value replaced (also inside a nested state)."""
+    what = draw(st.sampled_from(sorted(_UNIONS)))
+    kind = draw(st.sampled_from(get_args(_UNIONS[what])))
+    value = draw(st.from_type(kind))
+    data = normalize(encode_effect(value) if what == "effect" else encode_outcome(value))
+    changed = draw(st.booleans())
+    if changed:
+        target = data
+        if isinstance(data.get("state"), dict) and draw(st.booleans()):
+            target = data["state"]
+        change = draw(st.sampled_from(["drop", "add", "replace"]))
+        keys = sorted(target)
+        if change == "drop" and keys:
+            target.pop(draw(st.sampled_from(keys)))
+        elif change == "add" or not keys:
+            target[draw(st.text(max_size=12))] = draw(json_values(3))
+        else:
+            target[draw(st.sampled_from(keys))] = draw(
+                json_values(3) | st.sampled_from([True, 1, 1.0, 0, None, "", "exited", {}])
+            )
+    return what, data, changed
+
+
+def _converter_only(data: dict[str, Any], what: str) -> tuple[str, Any]:
+    """What the cattrs converter alone makes of ``data``: the value, or its error."""
+    with mock.patch.dict(cassette_module._FAST, clear=True):
+        try:
+            return "value", cassette_module._structure(data, _UNIONS[what], what)
+        except ValueError as exc:
+            return "error", str(exc)
+
+
+def _typed(value: Any) -> Any:
+    """``value`` as nested tuples of (type, field values): ``1`` is not ``True``."""
+    if attrs.has(type(value)):
+        fields = attrs.fields(type(value))
+        return (type(value), tuple(_typed(getattr(value, f.name)) for f in fields))
+    if isinstance(value, dict):
+        return (dict, tuple((key, type(key), _typed(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple):
+        return (type(value), tuple(_typed(item) for item in value))
+    if isinstance(value, float) and value != value:
+        return (float, "nan")
+    return (type(value), value)
+
+
+@given(_encoded())
+def test_replay_fast_decoding_answers_as_the_converter(drawn: tuple[str, Any, bool]) -> None:
+    """The compiled decoders of the replay's load decode exactly what the
+    converter decodes, to values of the same types, and leave everything
+    else to it (so a bad line is reported in the converter's words)."""
+    what, data, changed = drawn
+    fast = cassette_module._FAST[what].decode(copy.deepcopy(data))
+    slow = _converter_only(copy.deepcopy(data), what)
+    if fast is not None:
+        assert slow[0] == "value"
+        assert _typed(fast) == _typed(slow[1])
+    elif not changed:
+        raise AssertionError(f"the fast path left a recorded {what} to the converter: {data}")
+    try:
+        public = "value", cassette_module._structure(copy.deepcopy(data), _UNIONS[what], what)
+    except ValueError as exc:
+        public = "error", str(exc)
+    assert public[0] == slow[0]
+    assert (_typed(public[1]) if public[0] == "value" else public[1]) == (
+        _typed(slow[1]) if slow[0] == "value" else slow[1]
+    )
+
+
+_NEAR_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=1 << 63, max_value=1 << 70)
+    | st.floats()
+    | st.text(alphabet=st.characters(codec=None), max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(
+            st.text(max_size=3) | st.integers(0, 3) | st.booleans(), inner, max_size=3
+        )
+    ),
+    max_leaves=10,
+)
+
+
+@given(_NEAR_JSON)
+def test_replay_requests_skip_the_json_round_trip_only_when_it_changes_nothing(
+    value: Any,
+) -> None:
+    """A recorded request is compared as it reads back from its line: the
+    round trip is skipped only for data it leaves exactly as it is."""
+    if cassette_module._json_data(value):
+        assert _typed(normalize(value)) == _typed(value)

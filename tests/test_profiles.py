@@ -40,16 +40,9 @@ from sandrail.core._validation import ecma_regex
 from sandrail.interpreters.simulator import Simulator
 from sandrail.testing import native_identity
 from sandrail.testing.strategies import schema_values
+from tests.embed_rig import ARGUMENT_ERRORS
 from tests.jsonschema_draws import jsonschema_values
 
-# Every argument-stage error a port can answer: none may follow a schema-valid argument.
-ARGUMENT_ERRORS = {
-    ErrorCode.ARGUMENTS_INVALID.value,
-    ErrorCode.COMMAND_REQUIRED.value,
-    ErrorCode.BACKGROUND_TIMEOUT_REQUIRES_BACKGROUND.value,
-    ErrorCode.TIMEOUT_REQUIRES_FOREGROUND.value,
-    ErrorCode.UNSUPPORTED_LANGUAGE.value,
-}
 TOOLS_WITH_ARGUMENTS = ("run_command", "read_command_output", "stop_command", "code")
 
 

@@ -517,19 +517,17 @@ def test_whole_number_floats_are_integers_from_validation_on() -> None:
 
 
 def test_integer_arguments_list_matches_the_schemas() -> None:
-    from sandrail.core._rules import _INTEGER_ARGUMENTS
+    from sandrail.core import TOOLS
 
     def integer(schema: Any) -> bool:
         options = schema.get("anyOf", [schema])
         return any(option.get("type") == "integer" for option in options)
 
-    named = {
-        name
-        for definition in command_tool_definitions() + code_tool_definitions()
-        for name, schema in definition.parameters["properties"].items()
-        if integer(schema)
-    }
-    assert named == _INTEGER_ARGUMENTS
+    for definition in command_tool_definitions() + code_tool_definitions():
+        named = {
+            name for name, schema in definition.parameters["properties"].items() if integer(schema)
+        }
+        assert named == TOOLS[definition.name].integer_arguments
 
 
 def test_c15_the_store_gets_at_most_the_retention_limit_of_both_streams_a_page_a_read() -> None:

@@ -170,6 +170,45 @@ def test_concurrent_duplicates_interleave_and_launch_once() -> None:
         world.assert_contract()
 
 
+def test_concurrent_calls_run_as_asyncio_run_runs_them_on_one_kept_loop() -> None:
+    """The loop concurrent calls share is kept between runs (a campaign makes
+    thousands), and each run is as ``asyncio.run``'s: the caller's context
+    variables are seen, a task left behind is cancelled, and a call from
+    inside a running loop is refused."""
+    import asyncio
+    import contextvars
+
+    from sandrail.testing import _world as world_module
+
+    seen = contextvars.ContextVar("seen", default="unset")
+    left: list[asyncio.Task[None]] = []
+
+    async def body() -> tuple[str, asyncio.AbstractEventLoop]:
+        left.append(asyncio.ensure_future(asyncio.sleep(3600)))
+        return seen.get(), asyncio.get_running_loop()
+
+    token = seen.set("the caller's")
+    try:
+        first = world_module._run(body())
+        second = world_module._run(body())
+    finally:
+        seen.reset(token)
+    assert first[0] == second[0] == "the caller's"
+    assert first[1] is second[1]
+    assert not first[1].is_closed()
+    assert all(task.cancelled() for task in left)
+
+    async def nested() -> None:
+        coroutine = body()
+        try:
+            world_module._run(coroutine)
+        finally:
+            coroutine.close()
+
+    with pytest.raises(RuntimeError, match="running event loop"):
+        asyncio.run(nested())
+
+
 def test_a_late_delivery_is_charged_to_the_call_that_sent_it() -> None:
     with World.simulated([Fault(effect="Start", kind=FaultKind.DELIVERED_LATE)]) as world:
         port = world.command_tools()

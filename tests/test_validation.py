@@ -5,28 +5,24 @@ C17: values never echo back)."""
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sandrail.core._canonical import canonical_json, canonical_size
+from sandrail.core._budget import cut_text, omission_marker, parse_omissions
+from sandrail.core._canonical import canonical_json, canonical_size, escaped_size
 from sandrail.core._definitions import (
     MIN_MAX_OUTPUT_BYTES,
     ToolDefinition,
 )
+from sandrail.core._rejection import ArgumentProblem, _cut_first, arguments_rejection
 from sandrail.core._results import ErrorCode
 from sandrail.core._validation import (
     MAX_ARGUMENT_DEPTH,
     MAX_ARGUMENT_VALUES,
-    ArgumentProblem,
     _checker_for,
-    _cut_first,
-    _marker,
-    _shorten,
-    arguments_rejection,
     check_arguments,
 )
 from sandrail.testing.strategies import (
@@ -484,9 +480,10 @@ def _assert_cut_from(text: str, original: str) -> None:
     printable = original.encode("utf-8", "backslashreplace").decode("utf-8")
     if text == printable:
         return
-    match = re.fullmatch(r"(.*)…\[(\d+) bytes cut\]…(.*)", text, flags=re.DOTALL)
-    assert match, text
-    head, cut, tail = match.group(1), int(match.group(2)), match.group(3)
+    # The one marker (sandrail.core._budget's); the last marker-shaped
+    # stretch is the cut's (the kept head may hold marker-like text).
+    (*_, marker) = parse_omissions(text)
+    head, cut, tail = text[: marker.start], marker.omitted_bytes, text[marker.end :]
     assert printable.startswith(head)
     assert printable.endswith(tail)
     assert len(head.encode()) + cut + len(tail.encode()) == len(printable.encode())
@@ -517,7 +514,7 @@ def test_c12_huge_field_names_are_cut_with_a_marker() -> None:
     content = arguments_rejection(problems, MIN_MAX_OUTPUT_BYTES)
     assert canonical_size(content) <= MIN_MAX_OUTPUT_BYTES
     (entry,) = content["problems"]
-    assert "bytes cut]" in entry["field"]
+    assert parse_omissions(entry["field"])
     assert entry["reason"] == "is not an allowed field"
     _assert_cut_from(entry["field"], problems[0].path)
 
@@ -551,11 +548,15 @@ def test_rejection_refuses_budgets_below_the_minimum(budget: Any) -> None:
 
 def test_c13_cuts_keep_the_marker_or_give_up() -> None:
     text = "x" * 100
-    assert _shorten(text, len(_marker(100).encode())) == _marker(100)
-    assert _shorten(text, len(_marker(100).encode()) - 1) is None
-    cut = _shorten("é" * 50, 30)
+    limit = escaped_size(omission_marker(100))
+    least = cut_text(text, limit)
+    assert least is not None
+    assert escaped_size(least) <= limit
+    _assert_cut_from(least, text)
+    assert cut_text(text, limit - 1) is None
+    cut = cut_text("é" * 50, 40)
     assert cut is not None
-    assert len(cut.encode()) <= 30
+    assert escaped_size(cut) <= 40
     _assert_cut_from(cut, "é" * 50)
     # A short field leaves too little room for the reason's marker: give up.
     assert _cut_first(("ab", "r" * 10**6), 12) is None

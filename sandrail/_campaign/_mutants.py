@@ -1,8 +1,10 @@
 """Deliberately broken variants of the core the checks must catch.
 
 Each mutant patches private names of :mod:`sandrail.core._programs`,
-:mod:`sandrail.core._launch` or :mod:`sandrail.core._call` for the length
-of a ``with`` block and restores them after. A mutant that no check
+:mod:`sandrail.core._launch`, :mod:`sandrail.core._owned` or
+:mod:`sandrail.core._call`, or wraps the programs of some tool records
+(:func:`_programs_wrapped`: a wrapper takes a program and gives a program),
+for the length of a ``with`` block and restores them after. A mutant that no check
 catches means the campaign cannot see that kind of bug: a failure.
 """
 
@@ -32,13 +34,16 @@ from sandrail.core import (
     ResolveOwned,
     SandboxReady,
     Start,
+    ToolKind,
     ToolResult,
     canonical_json,
     error_result,
 )
 from sandrail.core import _call as call_module
 from sandrail.core import _launch as launches
+from sandrail.core import _owned as owned
 from sandrail.core import _programs as programs
+from sandrail.core import _tools as tools
 from sandrail.core._budget import fit_to_budget as real_fit_to_budget
 from sandrail.core._guard import Continue, Observation, Phase, Verdict
 from sandrail.core._guard import decide as real_decide
@@ -91,6 +96,19 @@ def _proxy(
         inner.close()
 
 
+def _programs_wrapped(
+    kind: ToolKind, wrap: Callable[[Callable[[Any], _Program]], Callable[[Any], _Program]]
+) -> contextlib.AbstractContextManager[Any]:
+    """The records of every tool of ``kind`` with their programs wrapped by
+    ``wrap``, in place of the real ones while the block runs."""
+    swapped = {
+        name: attrs.evolve(record, program=wrap(record.program))
+        for name, record in tools.TOOLS.items()
+        if record.kind is kind
+    }
+    return mock.patch.dict(tools._RECORDS, swapped)
+
+
 def _unanswered(effect: Effect) -> tuple[bool, Any]:
     return False, None
 
@@ -102,17 +120,16 @@ def _nothing_more(effect: Effect) -> Iterator[Effect]:
 @contextlib.contextmanager
 def _relaunch_after_uncertain() -> Iterator[None]:
     """(a) After a failed Start, start the command again under a new task id."""
-    real = launches.launch_program
 
     def relaunch(effect: Effect) -> Iterator[Effect]:
         if isinstance(effect, Start):
             other = hashlib.sha256(effect.task_id.encode()).hexdigest()
             yield attrs.evolve(effect, task_id=other)
 
-    def launch(call: Any) -> _Program:
-        return _proxy(real(call), _unanswered, relaunch)
+    def wrap(real: Callable[[Any], _Program]) -> Callable[[Any], _Program]:
+        return lambda call: _proxy(real(call), _unanswered, relaunch)
 
-    with mock.patch.object(programs, "_launch", launch):
+    with _programs_wrapped(ToolKind.LAUNCHES, wrap):
         yield
 
 
@@ -161,11 +178,11 @@ def _truncate_identity() -> Iterator[None]:
                     raise
                 cut[longest] = cut[longest][: len(cut[longest]) // 2]
 
-    def admission_size(snap: Any, settings: Any) -> int:
+    def admission_size(record: Any, snap: Any, settings: Any) -> int:
         return 0
 
     with (
-        mock.patch.object(programs, "admission_size", admission_size),
+        mock.patch.object(programs, "record_admission_size", admission_size),
         mock.patch.object(call_module, "fit_to_budget", fit),
     ):
         yield
@@ -226,10 +243,8 @@ def _mask_per_page() -> Iterator[None]:
 def _claim_epoch_of_now() -> Iterator[None]:
     """(l) A retry proves "never claimed" with the sandbox's ledger epoch of
     now, not the one its first start was sent under."""
-    real = launches.launch_program
 
-    def launch(call: Any) -> _Program:
-        inner = real(call)
+    def launch(inner: _Program) -> _Program:
         now: str | None = None
         try:
             effect = next(inner)
@@ -250,7 +265,10 @@ def _claim_epoch_of_now() -> Iterator[None]:
         finally:
             inner.close()
 
-    with mock.patch.object(programs, "_launch", launch):
+    def wrap(real: Callable[[Any], _Program]) -> Callable[[Any], _Program]:
+        return lambda call: launch(real(call))
+
+    with _programs_wrapped(ToolKind.LAUNCHES, wrap):
         yield
 
 
@@ -271,12 +289,11 @@ def _owned_commands_answered(
 ) -> contextlib.AbstractContextManager[Any]:
     """The read/stop program of an owned task, with ``answer`` answering
     effects first (see :func:`_proxy`)."""
-    real = programs._owned_command
 
-    def owned_command(call: Any) -> _Program:
-        return _proxy(real(call), answer, _nothing_more)
+    def wrap(real: Callable[[Any], _Program]) -> Callable[[Any], _Program]:
+        return lambda call: _proxy(real(call), answer, _nothing_more)
 
-    return mock.patch.object(programs, "_owned_command", owned_command)
+    return _programs_wrapped(ToolKind.OWNED_TASK, wrap)
 
 
 def _first_start_without_epoch() -> contextlib.AbstractContextManager[None]:
@@ -345,7 +362,7 @@ def _skip_ownership() -> Iterator[None]:
     with (
         _owned_commands_answered(claim),
         mock.patch.object(programs, "task_id", task_id),
-        mock.patch.object(launches, "task_id", task_id),
+        mock.patch.object(owned, "task_id", task_id),
     ):
         yield
 

@@ -19,10 +19,15 @@ import sandrail
 from sandrail import ToolPort, ToolRequest, ToolResult
 from sandrail.core import (
     SIDE_EFFECTS,
+    TOOLS,
     Delivery,
     EffectFailure,
+    ErrorCode,
     NativeIdentity,
     SandboxEffect,
+    ToolKind,
+    ToolSet,
+    UnknownToolError,
 )
 from sandrail.interpreters.simulator import Fault
 
@@ -38,7 +43,9 @@ __all__ = [
     "LateDelivery",
     "Mode",
     "WatchedPort",
+    "code_tool",
     "native_identity",
+    "tool_kind",
 ]
 
 Mode = Literal["agent", "native"]
@@ -47,7 +54,27 @@ LateDelivery = Literal["manual", "next_effect"]
 SESSION = "session-1"
 AGENT = "agent-1"
 SCOPE: Mapping[str, Any] = {"tenant": "acme", "project": "rails"}
-OWNED_TOOLS = frozenset({"read_command_output", "stop_command"})
+OWNED_TOOLS = frozenset(name for name, tool in TOOLS.items() if tool.kind is ToolKind.OWNED_TASK)
+"""The tools that act on a task this session launched (their records say so)."""
+
+
+def code_tool(mode: Mode) -> str:
+    """The snippet tool's name for an owner of ``mode`` (its record's tool set)."""
+    wanted = ToolSet.AGENT_CODE if mode == "agent" else ToolSet.NATIVE_CODE
+    return next(name for name, tool in TOOLS.items() if tool.tool_set is wanted)
+
+
+def tool_kind(name: object) -> ToolKind | None:
+    """What the tool ``name`` does (its record's kind), or ``None`` for a name
+    the core has no record of: a call of it is refused as ``tool_unbound``
+    before anything runs (:meth:`CallRecord.launches` holds the call to that)."""
+    try:
+        return TOOLS[name].kind  # type: ignore[index]
+    except (KeyError, TypeError):
+        return None
+
+
+_UNBOUND = ErrorCode.TOOL_UNBOUND.value
 
 _CURRENT: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
     "sandrail_testing_call", default=None
@@ -120,6 +147,22 @@ class CallRecord:
     def tool(self) -> str:
         """The tool the call named."""
         return self.request.call.name
+
+    @property
+    def launches(self) -> bool:
+        """Whether the tool the call named launches (its record's kind).
+
+        A tool the core has no record of launches nothing, and its call must
+        have been refused as ``tool_unbound``: answered any other way, it is
+        more than the kit can judge, and :class:`~sandrail.core.UnknownToolError`
+        is raised (never a guess)."""
+        kind = tool_kind(self.tool)
+        if kind is None:
+            result = self.result
+            if result is not None and result.content.get("error_type") != _UNBOUND:
+                raise UnknownToolError(self.tool, tuple(TOOLS))
+            return False
+        return kind is ToolKind.LAUNCHES
 
     @property
     def key(self) -> str:

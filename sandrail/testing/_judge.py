@@ -1,21 +1,22 @@
 """The judge: every call of a :class:`~sandrail.testing.World` held against
 the contract (DESIGN §4) and the world's ground truth.
 
-Every check names the contract line it enforces and yields the violations it
-found (it never raises), so a campaign can count them per line and a test
-can print them all. :func:`judge` runs them once every held request has been
-delivered (C5 must hold even then), plus the checks that look at the world
-as a whole (C2 over all tasks, C10 fence marks, C17 across pages and
-recordings, C18 processes left alive after a stop).
+Every check names the contract line it enforces (or ``harness``: a
+harness's own mistake, such as retrying an uncertain call under a new key)
+and yields the violations it found (it never raises), so a campaign can
+count them per line and a test can print them all. :func:`judge` runs them
+once every held request has been delivered (C5 must hold even then), plus
+the checks that look at the world as a whole (C2 over all tasks, C10 fence
+marks, C17 across pages and recordings, C18 processes left alive after a
+stop).
 """
 
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
-
-import attrs
 
 from sandrail.core import (
     LAUNCH_TOOLS,
@@ -26,10 +27,12 @@ from sandrail.core import (
     ErrorCode,
     StartRefused,
     canonical_json,
+    launch_digest,
 )
 
 from ._calls import CallRecord
 from ._record_faults import check_record_faults
+from ._violation import Violation
 
 if TYPE_CHECKING:
     from ._world import World
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKS",
     "CONTRACT_LINES",
+    "HARNESS_LINE",
     "ContractViolationError",
     "Violation",
     "judge",
@@ -78,20 +82,6 @@ LINE_SUMMARIES = {
     "C18": "a stop ends the command's whole process group",
 }
 """One line of plain words per contract line, for reports."""
-
-
-@attrs.frozen
-class Violation:
-    """One broken contract line: which, at which call (its number in the
-    world, ``None`` for the world as a whole), and what was seen."""
-
-    line: str
-    call: int | None
-    message: str
-
-    def __str__(self) -> str:
-        where = "the world" if self.call is None else f"call {self.call}"
-        return f"{self.line} ({where}): {self.message}"
 
 
 class ContractViolationError(AssertionError):
@@ -141,12 +131,37 @@ def _content(record: CallRecord) -> dict[str, object]:
     return dict(record.result.content)
 
 
+_CANONICAL: weakref.WeakKeyDictionary[CallRecord, tuple[object, bytes]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _canonical_content(record: CallRecord) -> bytes:
+    """The canonical JSON of the record's content, made once per result (C12
+    and C17 both read it)."""
+    assert record.result is not None
+    kept = _CANONICAL.get(record)
+    if kept is not None and kept[0] is record.result:
+        return kept[1]
+    text = canonical_json(_content(record))
+    _CANONICAL[record] = (record.result, text)
+    return text
+
+
+def _same_json(left: object, right: object) -> bool:
+    """Whether two JSON values have the same canonical form (two strings are
+    compared as they are: their canonical forms are equal exactly when they are)."""
+    if type(left) is str and type(right) is str:
+        return left == right
+    return canonical_json(left) == canonical_json(right)
+
+
 def check_c2_one_launch(world: World, record: CallRecord) -> Iterable[Violation]:
     """C2: a call launches at most once, and only the task its key derives."""
     total = sum(record.launched.values())
     if total > 1:
         yield Violation("C2", record.number, f"one call launched {total} times")
-    stray = set(record.launched) - ({record.task} if record.tool in LAUNCH_TOOLS else set())
+    stray = set(record.launched) - ({record.task} if record.launches else set())
     if stray:
         yield Violation(
             "C2", record.number, f"launched task(s) its operation key does not derive: {stray}"
@@ -239,7 +254,7 @@ def check_c6_a_launched_task_is_never_nothing_ran(
     assert record.result is not None
     if record.result.status != "error" or record.launched_before == 0:
         return
-    if record.tool not in LAUNCH_TOOLS:
+    if not record.launches:
         return
     if _content(record).get("error_type") == ErrorCode.SANDBOX_UNAVAILABLE.value:
         yield Violation(
@@ -285,7 +300,7 @@ def check_c6_unknown_side_effect_is_uncertain(
 def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:
     """C7: ok for a launch means exactly one launch happened."""
     assert record.result is not None
-    if record.result.status != "ok" or record.tool not in LAUNCH_TOOLS or record.task is None:
+    if record.result.status != "ok" or not record.launches or record.task is None:
         return
     count = world.truth.launches.get(record.task, 0)
     if count != 1:
@@ -320,7 +335,7 @@ def check_c9_c11_authority(world: World, record: CallRecord) -> Iterable[Violati
     # dispatch it answers error or uncertain, never ok.
     if (
         not record.dispatched
-        and record.tool in LAUNCH_TOOLS
+        and record.launches
         and record.result.status == "uncertain"
         and (record.launched_before or _answered_uncertain_before(world, record))
     ):
@@ -338,7 +353,7 @@ def check_c12_budget(world: World, record: CallRecord) -> Iterable[Violation]:
     runtime governs results)."""
     if record.governed:
         return
-    size = len(canonical_json(_content(record)))
+    size = len(_canonical_content(record))
     if size > record.budget:
         yield Violation("C12", record.number, f"{size} bytes > budget {record.budget}")
 
@@ -347,7 +362,7 @@ def check_c13_identity_intact(world: World, record: CallRecord) -> Iterable[Viol
     """C13: every identity field a result carries is byte-identical to the request."""
     content = _content(record)
     for key, value in _locator(record).items():
-        if key in content and canonical_json(content[key]) != canonical_json(value):
+        if key in content and not _same_json(content[key], value):
             yield Violation("C13", record.number, f"identity field {key} changed")
 
 
@@ -371,7 +386,7 @@ def check_c14_admission(world: World, record: CallRecord) -> Iterable[Violation]
 
 def check_c17_env_secret(world: World, record: CallRecord) -> Iterable[Violation]:
     """C17: no secret of the world (an env value its calls pass) appears in a result."""
-    text = canonical_json(_content(record)).decode("utf-8")
+    text = _canonical_content(record).decode("utf-8")
     for secret in world.secrets:
         if secret in text:
             yield Violation("C17", record.number, "an environment value appears in the result")
@@ -509,13 +524,17 @@ def _world_checks(world: World) -> Iterable[Violation]:
                 )
 
 
-def judge(world: World, *, deliver_held: bool = True) -> list[Violation]:
-    """Every violation in ``world``: per call, then the world as a whole.
+def judge(world: World, *, deliver_held: bool = True, harness: bool = True) -> list[Violation]:
+    """Every violation in ``world``: per call, then the world as a whole,
+    then (unless ``harness`` is false) the harness's own
+    (:func:`check_harness_retries`).
 
     With ``deliver_held`` (the default), requests still held for late
     delivery arrive first, so an ``error`` whose request lands late is
     caught (C5). A stateful test judging after every step passes ``False``
-    and judges once more at the end."""
+    and judges once more at the end. ``harness=False`` is for calls that are
+    no harness's: a random schedule's, which reuses commands under any key
+    on purpose."""
     world.check_watched()
     if deliver_held:
         world.deliver_held()
@@ -526,4 +545,52 @@ def judge(world: World, *, deliver_held: bool = True) -> list[Violation]:
         for check in CHECKS:
             found.extend(check(world, record))
     found.extend(_world_checks(world))
+    if harness:
+        found.extend(check_harness_retries(world))
     return found
+
+
+HARNESS_LINE = "harness"
+"""The line of a harness's own mistakes the contract cannot absorb: the
+port keeps its promises, the harness broke the one it must keep."""
+
+
+def check_harness_retries(world: World) -> Iterable[Violation]:
+    """A call answered ``uncertain``, then made again (the same tool and the
+    same launch, C3's digest) under another operation key before anything
+    settled the first: a harness violation. The first may have run, and a
+    new key is a new task: the command may run twice, and C2 cannot see it
+    (each task launched once). Retry with the same key, or read the task.
+
+    Settled: a later call under the first key, or naming its task, answered
+    other than ``uncertain``; after that, the same command again is a new
+    call of its own."""
+    open_calls: dict[tuple[str, str, str], CallRecord] = {}
+    first: CallRecord | None
+    for record in world.calls:
+        result = record.result
+        if result is None:
+            continue
+        key = record.key if isinstance(record.key, str) else None
+        if result.status != "uncertain":
+            for launch, first in list(open_calls.items()):
+                if first.key == key or (record.task is not None and record.task == first.task):
+                    del open_calls[launch]
+        if record.tool not in LAUNCH_TOOLS or key is None:
+            continue
+        try:
+            digest = launch_digest(record.tool, record.request.call.arguments)
+        except Exception:
+            continue
+        launch = (record.session_id, record.tool, digest)
+        first = open_calls.get(launch)
+        if first is not None and first.key != key:
+            yield Violation(
+                HARNESS_LINE,
+                record.number,
+                f"retried call {first.number}, answered uncertain under operation key "
+                f"{first.key!r}, under a new key {key!r}: its command may run twice. Retry "
+                "an uncertain call with the same operation key (or read its task).",
+            )
+        if result.status == "uncertain":
+            open_calls.setdefault(launch, record)

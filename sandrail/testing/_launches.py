@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from sandrail.core import Start, plain_arguments
+from sandrail.core import Publish, Start
 from sandrail.interpreters.simulator import (
     NOT_EMULATED,
     NOT_EMULATED_EXIT_CODE,
@@ -99,10 +99,12 @@ def unscripted(world: World) -> list[str]:
 
 
 def _launched_text(record: CallRecord, start: Start) -> str:
-    if record.tool == "run_command":
-        return start.command
-    source = (plain_arguments(record.request.call.arguments) or {}).get("code")
-    return source if isinstance(source, str) else start.command
+    """What ``start`` launched: the source of the snippet the call published
+    for its task (the simulator's scripts are keyed by it), else its command."""
+    for effect, _ in record.effects:
+        if isinstance(effect, Publish) and effect.task_id == start.task_id:
+            return effect.source
+    return start.command
 
 
 def unscripted_message(text: str) -> str:

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 import attrs
 
-from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
+from sandrail.interpreters.simulator import FAULT_TABLE, Fault, FaultKind, FaultPlan
 
-from ._calls import Mode
+from ._calls import Mode, code_tool
 from ._commands import BUILD, BUILD_TOKEN, SECRET, SERVE, SERVE_TOKEN
 
 __all__ = [
@@ -92,7 +92,7 @@ def workloads(mode: Mode) -> tuple[Workload, ...]:
     """The workloads of one owner mode: each makes a call, retries it with
     the same key (reconciliation), lets held requests arrive, then probes the
     contract lines that need a second call."""
-    code_tool = "sandbox_run_code" if mode == "agent" else "run_code"
+    snippet_tool = code_tool(mode)
     foreground = {"command": BUILD_TOKEN, "timeout": 30, "env": {"API_TOKEN": SECRET}}
     background = {
         "command": SERVE_TOKEN,
@@ -167,13 +167,13 @@ def workloads(mode: Mode) -> tuple[Workload, ...]:
             ),
         ),
         Workload(
-            name=code_tool,
+            name=snippet_tool,
             mode=mode,
             steps=(
-                _run(code_tool, {"code": "print(1)"}, "op-code", "launch", port="code"),
-                _run(code_tool, {"code": "print(1)"}, "op-code", "retry", port="code"),
+                _run(snippet_tool, {"code": "print(1)"}, "op-code", "launch", port="code"),
+                _run(snippet_tool, {"code": "print(1)"}, "op-code", "retry", port="code"),
                 deliver,
-                _run(code_tool, {"code": "print(2)"}, "op-code", "conflict", port="code"),
+                _run(snippet_tool, {"code": "print(2)"}, "op-code", "conflict", port="code"),
             ),
         ),
     ]
@@ -224,14 +224,7 @@ def single_fault_plans(slots: Mapping[str, int]) -> Iterator[FaultPlan]:
 
 _KEYS = ("op-a", "op-b", "op-c")
 _BURST_EFFECTS = ("Ensure", "Start", "Start", "Wait", "Read", "Publish", "Cancel", "Inspect")
-_CONCURRENT_SAFE = (
-    FaultKind.NOT_DELIVERED,
-    FaultKind.HANG,
-    FaultKind.RESPONSE_LOST,
-    FaultKind.DELIVERED_LATE,
-    FaultKind.MALFORMED_RESPONSE,
-    FaultKind.SANDBOX_DIES,
-)
+_CONCURRENT_SAFE = tuple(kind for kind, row in FAULT_TABLE.items() if row.concurrent_safe)
 
 
 def random_schedule(seed: int, index: int) -> Schedule:
@@ -258,7 +251,7 @@ def schedule_from(rng: random.Random, *, seed: int = 0) -> Schedule:
 def _random_steps(rng: random.Random, mode: Mode) -> list[Step]:
     """6 to 16 steps: calls of every tool, restarts, late deliveries, time,
     ledger wipes, concurrent duplicates, fence changes (native only)."""
-    code_tool = "sandbox_run_code" if mode == "agent" else "run_code"
+    snippet_tool = code_tool(mode)
     fence = 2
     steps: list[Step] = []
     for number in range(rng.randint(6, 16)):
@@ -276,7 +269,7 @@ def _random_steps(rng: random.Random, mode: Mode) -> list[Step]:
             steps.append(_run("run_command", args, key, label, fence=fence))
         elif roll < 0.44:
             code = rng.choice(("print(1)", "print(2)"))
-            steps.append(_run(code_tool, {"code": code}, key, label, port="code", fence=fence))
+            steps.append(_run(snippet_tool, {"code": code}, key, label, port="code", fence=fence))
         elif roll < 0.52:
             args = {"wait_seconds": rng.choice((0, 1, 5))}
             steps.append(

@@ -18,16 +18,19 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import sandrail
-from sandrail.core._definitions import (
+from sandrail.core import (
     MAX_TIMEOUT_SECONDS,
-    REFUSED_WITH_OWN_CODE,
+    ArgumentProblem,
+    Profile,
     ToolDefinition,
     code_tool_definitions,
     command_tool_definitions,
+    stated_schema,
+    tool_record,
 )
-from sandrail.core._profiles import PROFILES as CORE_PROFILES
-from sandrail.core._profiles import Profile, stated_schema
-from sandrail.core._validation import ArgumentProblem
+from sandrail.core import (
+    PROFILES as CORE_PROFILES,
+)
 
 from ._calls import native_identity
 from ._st_json import identifiers
@@ -153,7 +156,7 @@ def one_bad_field(draw: st.DrawFn) -> tuple[ToolDefinition, dict[str, Any], str]
     properties = definition.to_dict()["parameters"]["properties"]
     name = draw(st.sampled_from(sorted(properties)))
     schema = dict(properties[name])
-    for rule in REFUSED_WITH_OWN_CODE.get(definition.name, ()):
+    for rule in tool_record(definition.name).own_code_rules:
         if rule[:2] == ("properties", name) and len(rule) == 3:
             schema.pop(rule[2], None)
     field = Draft202012Validator(schema)

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
+import os
+import threading
+import weakref
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
 
@@ -29,7 +33,6 @@ from sandrail import ToolPort, ToolRequest, ToolResult
 from sandrail._options import given_options
 from sandrail._port import ToolGroup, build_port
 from sandrail.core import (
-    LAUNCH_TOOLS,
     Effect,
     EffectFailure,
     NativeIdentity,
@@ -40,6 +43,7 @@ from sandrail.core import (
     Start,
     Started,
     StartRefused,
+    ToolKind,
     launch_digest,
     plain_arguments,
 )
@@ -59,13 +63,14 @@ from ._calls import (
     _BATCH,
     _CURRENT,
     _LABEL,
-    OWNED_TOOLS,
     SESSION,
     CallRecord,
     LateDelivery,
     Mode,
     WatchedPort,
+    code_tool,
     native_identity,
+    tool_kind,
 )
 from ._faults import FaultyBackend
 from ._launches import (
@@ -158,6 +163,7 @@ class World:
         """Whether :meth:`violations` lists unscripted launches (see
         :meth:`simulated`)."""
         self._recorders: list[Recorder] = []
+        self._task_ids: dict[tuple[str, str], tuple[object, str]] = {}
         self._owner_of: dict[int, CallRecord | None] = {}
         self._seen = 0
         self._applied = getattr(truth, "applied", None)
@@ -285,7 +291,7 @@ class World:
     def code_tool(self) -> str:
         """The snippet tool's name for :attr:`default_owner` (``run_code``
         for a native owner, ``sandbox_run_code`` for an agent)."""
-        return "run_code" if self.default_owner == "native" else "sandbox_run_code"
+        return code_tool(self.default_owner)
 
     def code_tools(self, **options: Any) -> WatchedPort:
         """A port with the snippet tool on this world (see :meth:`port`)."""
@@ -476,7 +482,7 @@ class World:
 
         try:
             with self.labelled(_LABEL.get() if label is None else label):
-                return asyncio.run(all_of())
+                return _run(all_of())
         finally:
             _BATCH.reset(batch)
 
@@ -517,15 +523,16 @@ class World:
         task: str | None = None
         conflict = foreign = False
         key = request.operation_key
-        if tool in LAUNCH_TOOLS and isinstance(key, str):
-            task = sandrail.task_id(session_id, owner, key)
+        kind = tool_kind(tool)  # None: the port refuses the call (the judge holds it to that)
+        if kind is ToolKind.LAUNCHES and isinstance(key, str):
+            task = self._task_id(session_id, owner, key)
             self.keys.setdefault(session_id, set()).add(key)
             claimed = self.claims.get(task)
             conflict = claimed is not None and claimed != launch_digest(tool, arguments)
-        elif tool in OWNED_TOOLS:
+        elif kind is ToolKind.OWNED_TASK:
             asked = arguments.get("task_id")
             task = asked if isinstance(asked, str) else None
-            owned = {sandrail.task_id(session_id, owner, k) for k in self.keys.get(session_id, ())}
+            owned = {self._task_id(session_id, owner, k) for k in self.keys.get(session_id, ())}
             foreign = task is not None and task not in owned
         locator: dict[str, Any] = {} if identity is None else identity.locator()
         locator |= {"session_id": session_id, "operation_key": key, "call_id": request.call.call_id}
@@ -551,6 +558,18 @@ class World:
         )
         self.calls.append(record)
         return record
+
+    def _task_id(
+        self, session_id: str, owner: sandrail.AgentOwner | sandrail.NativeOwner, key: str
+    ) -> str:
+        """:func:`sandrail.task_id`, worked out once per session, owner and key
+        (a read asks for every key of its session)."""
+        found = self._task_ids.get((session_id, key))
+        if found is not None and (found[0] is owner or found[0] == owner):
+            return found[1]
+        task = sandrail.task_id(session_id, owner, key)
+        self._task_ids[(session_id, key)] = (owner, task)
+        return task
 
     def _observe_harness(self, record: CallRecord) -> None:
         # The request's token fires with the world's (a fault) or the harness's own.
@@ -701,13 +720,16 @@ class World:
         (``scripts={text: Script.prints(...)}``)."""
         return unscripted(self)
 
-    def violations(self, *, deliver_held: bool = True) -> list[Any]:
+    def violations(self, *, deliver_held: bool = True, harness: bool = True) -> list[Any]:
         """Every contract line the calls so far broke (see :func:`judge`),
+        every harness violation (line ``"harness"``: an ``uncertain`` call
+        made again under another operation key; ``harness=False`` leaves
+        them out, for calls drawn at random rather than made by a harness),
         then, unless the world allows them (see :meth:`simulated`), each
         call that launched an unscripted command (line ``"unscripted"``)."""
         from ._judge import Violation, judge
 
-        found: list[Any] = judge(self, deliver_held=deliver_held)
+        found: list[Any] = judge(self, deliver_held=deliver_held, harness=harness)
         if self.refuse_unscripted:
             found += [
                 Violation("unscripted", record.number, unscripted_message(text))
@@ -715,11 +737,13 @@ class World:
             ]
         return found
 
-    def assert_contract(self, *, deliver_held: bool = True) -> None:
-        """Raise :class:`ContractViolationError` listing every broken line, if any."""
+    def assert_contract(self, *, deliver_held: bool = True, harness: bool = True) -> None:
+        """Raise :class:`ContractViolationError` listing every broken line,
+        if any (the harness's own among them unless ``harness`` is false:
+        see :meth:`violations`)."""
         from ._judge import ContractViolationError
 
-        found = self.violations(deliver_held=deliver_held)
+        found = self.violations(deliver_held=deliver_held, harness=harness)
         if found:
             raise ContractViolationError(found, self)
 
@@ -782,6 +806,48 @@ class World:
                 self.stale_launches.append((record, fence, mark))
         if fence is not None and (mark is None or fence > mark):
             self.fence_marks[effect.sandbox_id] = fence
+
+
+_T = TypeVar("_T")
+_RUNNER: dict[str, tuple[int, asyncio.Runner]] = {}
+
+
+def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """``asyncio.run(coroutine)``, on one event loop kept for the main thread
+    of this process (a campaign makes thousands of concurrent calls, and a
+    new loop costs about a millisecond each); any other thread, and a call
+    from inside a running loop, gets exactly ``asyncio.run``. As there, the
+    coroutine runs in a copy of the caller's context, and the tasks it leaves
+    behind are cancelled before this returns."""
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(coroutine)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        return asyncio.run(coroutine)  # raises, as it does there
+    kept = _RUNNER.get("main")
+    if kept is None or kept[0] != os.getpid():  # a fork must not share its parent's loop
+        runner = asyncio.Runner()
+        weakref.finalize(runner, runner.close)
+        kept = _RUNNER["main"] = (os.getpid(), runner)
+    runner = kept[1]
+    try:
+        return runner.run(coroutine, context=contextvars.copy_context())
+    finally:
+        _cancel_left(runner.get_loop())
+
+
+def _cancel_left(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks a run left on ``loop`` and let them finish (as
+    ``asyncio.run`` does when it closes its loop)."""
+    left = asyncio.all_tasks(loop)
+    if not left:
+        return
+    for task in left:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
 
 def _plan(plan: FaultPlan | Sequence[Fault] | None) -> FaultPlan:

@@ -1,0 +1,83 @@
+"""Which earlier call a repeat is: the one rule every entry point uses.
+
+A model told that a call may have run is told to repeat it exactly; a
+client without operation keys retries a call whose answer it lost. Either
+way the repeat must run under the earlier call's key, so the sandbox's claim
+answers it and nothing launches twice (C2). Two things decide it, both pure:
+
+- :func:`one_call` and its text :func:`same_call`: what two calls must
+  share to be one call (the tool and its arguments as the port reads them:
+  its record's defaults filled in and its deadline as the port would set
+  it, so key order, ``1`` versus ``1.0``, an empty env or a timeout left out
+  make no difference, C3);
+- :func:`repeat_scope`: where repeats of a call are matched (the calls that
+  name their run match across runs and turns; any other key is its own).
+
+The toolset's ``reconcile_repeats`` matches by both; the MCP adapter derives
+its fallback keys from :func:`one_call` (through ``Toolset.one_call``,
+keyed with a secret of its own, as the arguments may hold env values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._canonical import CanonicalJSONError, canonical_json
+from ._rules import filled_arguments
+from ._snapshot import PortSettings
+from ._tools import tool_record
+
+__all__ = ["one_call", "repeat_scope", "same_call"]
+
+
+def one_call(tool: str, arguments: Mapping[str, Any], settings: PortSettings) -> dict[str, Any]:
+    """``arguments`` (in the port's form) as one call of ``tool`` to a port
+    with ``settings``: its record's defaults filled in
+    (:func:`~sandrail.core._rules.filled_arguments`) and the deadline the
+    port would use in place of one left out (``null``) or capped. Two calls
+    are one call exactly when these are the same JSON. A deadline that is
+    not a number is left as it is (the port refuses it anyway). Raises
+    :class:`~sandrail.core.UnknownToolError` for a tool without a record."""
+    record = tool_record(tool)
+    if record.deadline is not None:
+        try:
+            argument, seconds = record.deadline(arguments, settings)
+        except TypeError:
+            pass  # not a number: the port refuses it anyway
+        else:
+            arguments = {**arguments, argument: seconds}
+    return filled_arguments(record.digest_defaults, arguments)
+
+
+def same_call(tool: str, arguments: Mapping[str, Any], settings: PortSettings) -> bytes | None:
+    """The canonical text two calls of ``tool`` share exactly when they are
+    one call (:func:`one_call`, with the tool): the launch digest's text
+    (:func:`~sandrail.core.launch_digest` of the arguments with the port's
+    deadline is its hash). ``None`` for arguments with no canonical form
+    (the port refuses them anyway)."""
+    try:
+        return canonical_json({"tool": tool, "arguments": one_call(tool, arguments, settings)})
+    except (CanonicalJSONError, TypeError, ValueError, RecursionError):
+        return None
+
+
+def repeat_scope(run_id: object, operation_key: object, call_id: object) -> str:
+    """Where a call's repeats are matched: every call that names its run
+    (``run_id`` given, or a ``f"{run}:{call_id}"`` key) matches in one scope,
+    whatever the run: a model told to repeat an uncertain call exactly may do
+    so on a later run or turn (a new pydantic-ai run id, a new
+    ``Runner.run``), and that repeat must still be matched to the first call.
+    A key of any other form is its own scope (a call that matches no other).
+    Read as plain strings: a ``str`` subclass's own methods are never
+    called."""
+    run, key, call = (
+        str.__str__(v) if isinstance(v, str) else None for v in (run_id, operation_key, call_id)
+    )
+    if run is not None:
+        return "runs"
+    if key is None:
+        return "key"  # the port refuses a key that is not a string
+    if call is not None and key.endswith(":" + call) and len(key) > len(call) + 1:
+        return "runs"
+    return "key:" + key

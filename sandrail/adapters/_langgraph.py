@@ -1,0 +1,125 @@
+"""What the LangChain and Deep Agents adapters share: the run identity LangGraph
+keeps across a resume and a crash re-run, and the approval question asked
+through LangGraph's own ``interrupt()``.
+
+Identity. LangGraph re-runs a node from its first line when it is resumed
+(``Command(resume=...)``) and when it raised and the thread is invoked again
+(``invoke(None, config)``). Across both, three things stay the same (measured
+on ``langgraph`` 1.2 with its SQLite and PostgreSQL checkpointers): the thread
+id, the checkpoint namespace (``tools:<task id>`` inside a ``ToolNode``; the
+task id is a function of the checkpoint the task belongs to, so a new turn of
+the same thread has a new one) and the model's tool call id. The run part of
+an operation key is the first two, so the key of a re-run is the key of the
+run it repeats, and the key of a new turn is new even when a scripted model
+numbers its calls ``call_1`` again.
+
+Approval. When the harness's policy answers ``ApprovalRequired``, the tool
+calls ``interrupt()`` with the question a person must see (env values are
+never part of it) and LangGraph pauses the run. The
+answer is ``Command(resume={"type": "approve"})`` or ``{"type": "reject",
+"message": ...}``, the decision shape of LangChain's
+``HumanInTheLoopMiddleware`` in its per-call mode; LangGraph checks it against
+:func:`decision_schema` before saving it, so a malformed answer is refused at the
+``Command`` and can be given again. On resume the node runs from its first
+line: the policy is asked again (nothing runs), ``interrupt()`` returns the
+answer, and an approval runs that very call under the key it had when the
+question was asked.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from sandrail.adapters.kit import run_id_of
+
+__all__ = ["decision_schema", "read_decision", "run_of_config"]
+
+
+@functools.cache
+def decision_schema() -> Any:
+    """The answer ``interrupt()`` takes back (``{"type": "approve"}`` or
+    ``{"type": "reject", "message": ...}``): LangGraph validates a resume
+    value against it before saving it (a ``pydantic.ValidationError`` at the
+    ``Command``, and the question stays open). Built on first use, with the
+    ``TypedDict`` pydantic reads on every Python."""
+    from typing import NotRequired
+
+    from typing_extensions import TypedDict
+
+    # The functional form: real types, not annotations postponed in here.
+    approve = TypedDict("Approve", {"type": Literal["approve"]})  # type: ignore[name-match]  # noqa: UP013
+    reject = TypedDict(  # type: ignore[name-match]  # noqa: UP013
+        "Reject", {"type": Literal["reject"], "message": NotRequired[str]}
+    )
+    return approve | reject
+
+
+def run_of_config(config: object, runtime: object = None, call_id: str | None = None) -> str | None:
+    """The run part of an operation key for the tool call ``call_id``:
+    ``langgraph:{thread_id}:message:{message id}`` where LangGraph's ``ToolNode``
+    gives the tool its ``ToolRuntime`` and the graph state holds the model
+    message that made the call; else ``langgraph:{thread_id}:task:{checkpoint_ns}``
+    from the ``RunnableConfig``; ``None`` outside a LangGraph task (no
+    namespace and no such message).
+
+    Why the message first: the checkpoint namespace holds the task id, a
+    function of the checkpoint the task runs in. A node resumed or re-run
+    runs in the checkpoint it ran in before, but a call gated in an earlier
+    node (``HumanInTheLoopMiddleware``'s batched mode asks in the model
+    node's ``after_model`` hook) runs in a checkpoint made after each
+    resume, so two resumes of one saved question would give it two keys.
+    The message that made the call is in the saved state: the same after any
+    resume or re-run, new for every model turn. The thread id is absent
+    without a checkpointer: the message or namespace alone then tells runs
+    apart (such a run cannot be resumed), and the thread part is ``-``.
+    The parts are joined by :func:`~sandrail.adapters.kit.run_id_of` (a ``:``
+    inside one, as in ``tools:<task id>``, is escaped)."""
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping):
+        configurable = {}
+    thread = configurable.get("thread_id")
+    shown = "-" if thread is None or not str(thread).strip() else str(thread)
+    made_by = _message_of(getattr(runtime, "state", None), call_id)
+    if made_by is not None:
+        return run_id_of("langgraph", shown, "message", made_by)
+    namespace = configurable.get("checkpoint_ns")
+    if not isinstance(namespace, str) or not namespace.strip():
+        return None
+    return run_id_of("langgraph", shown, "task", namespace)
+
+
+def _message_of(state: object, call_id: str | None) -> str | None:
+    """The id of the latest message in ``state`` whose tool calls include
+    ``call_id``, or ``None``."""
+    if not isinstance(call_id, str):
+        return None
+    messages = state.get("messages") if isinstance(state, Mapping) else state
+    if not isinstance(messages, list):
+        messages = getattr(state, "messages", None)
+    if not isinstance(messages, list):
+        return None
+    for message in reversed(messages):
+        calls = getattr(message, "tool_calls", None)
+        if not isinstance(calls, list):
+            continue
+        if any(isinstance(c, Mapping) and c.get("id") == call_id for c in calls):
+            made_by = getattr(message, "id", None)
+            return made_by if isinstance(made_by, str) and made_by.strip() else None
+    return None
+
+
+def read_decision(answer: object) -> tuple[bool, str | None]:
+    """``(approved, reason)`` from the value ``interrupt()`` returned.
+    Anything but an approval is a rejection: nothing runs (a value that is
+    not a decision at all, which :func:`decision_schema` keeps LangGraph from saving,
+    is read as a rejection with its reason said)."""
+    if isinstance(answer, Mapping):
+        kind = answer.get("type")
+        if kind == "approve":
+            return True, None
+        if kind == "reject":
+            message = answer.get("message")
+            return False, message if isinstance(message, str) else None
+    return False, "the answer given was neither an approval nor a rejection"

@@ -1,0 +1,292 @@
+"""A sandrail backend for Deep Agents: ``SandboxBackendProtocol`` on a :class:`~sandrail.Toolset`.
+
+    backend = sandrail.adapters.deepagents.SandrailSandbox(toolset)
+    agent = create_deep_agent(model, backend=backend, checkpointer=checkpointer)
+
+It takes the place of ``langchain-e2b``'s ``E2BSandbox``: Deep Agents' shell
+tool (``execute``) and its file tools (``ls``, ``read_file``, ``write_file``,
+``edit_file``, ``grep``, ``glob``, which Deep Agents' ``BaseSandbox`` builds
+on ``execute``, ``upload_files`` and ``download_files``) all run through
+sandrail's ``run_command``:
+
+- At most once per tool call. ``execute`` receives no call id, so the key
+  comes from what LangGraph gives the running tool: the thread id and the
+  model's tool call id (read from LangChain's own callback of the tool's
+  start, :func:`langchain_core.tracers.context.register_configure_hook`), and
+  the place of this command among those the tool call ran (a file tool may
+  run two). A tool call LangGraph re-runs (a resume, a crash re-run, two
+  processes resuming one saved question) runs the same commands in the same
+  order, so each reconciles with its first launch and never launches again
+  (C2). Where no tool call id is known (a middleware hook calling the
+  backend), the checkpoint namespace of the running task stands in for it,
+  which a re-run of that task keeps. Outside a LangGraph run nothing runs:
+  the output says why (``e2b_command_operation_key_required``).
+  A model that reuses a tool call id within one thread makes the later call
+  a repeat of the earlier one: it is reconciled with it, never run twice.
+- ``truncated`` is honest: ``True`` exactly when sandrail cut the output to
+  fit the budget (the output then keeps its head and tail around a marker
+  saying how much was left out, and the whole output is in the artifact
+  store when the toolset has one).
+- A result that is not a command's own outcome (``uncertain``, an
+  ``error`` that ran nothing, a refusal) is told as it is: the output is the
+  result's JSON (its ``status``, the locator and what to do next) and the
+  exit code is ``None``, never a made-up ``1``.
+- What Deep Agents' ``execute`` schema lets a model send is run, with two
+  exceptions: a blank command does nothing and succeeds (exit code 0, as a
+  shell does), and a command with a NUL character or a lone surrogate, which
+  no shell can be given, is refused (the output says why; nothing ran). A
+  command runs at most the toolset's ``foreground_timeout_seconds`` (300 by
+  default), whatever longer ``timeout`` Deep Agents passes.
+- Approval: when the harness's policy answers ``ApprovalRequired``, the
+  backend asks through LangGraph's ``interrupt()`` (as the LangChain adapter
+  does: ``Command(resume={"type": "approve"})`` or ``{"type": "reject"}``);
+  or let Deep Agents ask with ``interrupt_on={"execute": True}`` and the
+  policy ``ALLOW`` it. Either way an approved call runs once under its key.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+import threading
+from collections import OrderedDict
+from typing import Any, Final
+
+from sandrail import ErrorCode, ToolResult, Toolset
+from sandrail.adapters._glue import approval_request
+from sandrail.adapters._langgraph import decision_schema, read_decision
+from sandrail.adapters.kit import Adapter, require, run_id_of
+
+__all__ = ["SandrailSandbox"]
+
+_KEPT: Final = 4096
+"""Tool runs whose call id and command count are remembered (oldest dropped)."""
+
+
+def SandrailSandbox(toolset: Toolset, *, workdir: str | None = None, timeout: int = 30 * 60) -> Any:
+    """A Deep Agents sandbox backend running every command through ``toolset``
+    (see the module doc). ``workdir``: the directory commands run in (the
+    sandbox's default when ``None``); ``timeout``: seconds a command may
+    run when ``execute`` is given none.
+
+    Raises ``ImportError`` naming the ``deepagents`` extra when Deep Agents
+    is missing, ``ValueError`` for a ``timeout`` that is not a positive
+    whole number."""
+    require("deepagents", "deepagents")  # checked on every call: the class is cached
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive whole number of seconds, got {timeout!r}")
+    if workdir is not None and (not isinstance(workdir, str) or not workdir.strip()):
+        raise ValueError("workdir must be a non-blank string or None")
+    return _backend_class()(toolset, workdir, timeout)
+
+
+class _ToolCalls:
+    """The tool call id of each running LangChain tool, by its run id, as
+    LangChain's callbacks report it, and how many commands each tool run
+    has sent so far."""
+
+    def __init__(self) -> None:
+        self._ids: OrderedDict[Any, str] = OrderedDict()
+        self._counts: OrderedDict[Any, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def started(self, run_id: Any, tool_call_id: object) -> None:
+        if not isinstance(tool_call_id, str) or not tool_call_id.strip():
+            return
+        with self._lock:
+            self._ids[run_id] = tool_call_id
+            while len(self._ids) > _KEPT:
+                self._ids.popitem(last=False)
+
+    def call_id(self, run_id: Any) -> str | None:
+        with self._lock:
+            return self._ids.get(run_id)
+
+    def next_number(self, scope: Any) -> int:
+        with self._lock:
+            number = self._counts.get(scope, 0) + 1
+            self._counts[scope] = number
+            self._counts.move_to_end(scope)
+            while len(self._counts) > _KEPT:
+                self._counts.popitem(last=False)
+            return number
+
+
+_CALLS: Final = _ToolCalls()
+_HOOKED = threading.Lock()
+_hook: list[Any] = []
+
+
+def _listen() -> None:
+    """Register, once per process, a LangChain callback that notes each
+    tool run's call id (``on_tool_start`` receives it)."""
+    with _HOOKED:
+        if _hook:
+            return
+        import contextvars
+
+        callbacks = require("langchain_core.callbacks", "deepagents")
+        context = require("langchain_core.tracers.context", "deepagents")
+
+        class NoteToolCalls(callbacks.BaseCallbackHandler):  # type: ignore[misc, name-defined]
+            """Notes the tool call id of each tool run (nothing else)."""
+
+            run_inline = True  # before the tool runs, also under an async manager
+
+            def on_tool_start(self, serialized: Any, input_str: Any, **kwargs: Any) -> None:
+                _CALLS.started(kwargs.get("run_id"), kwargs.get("tool_call_id"))
+
+        var: contextvars.ContextVar[Any] = contextvars.ContextVar(
+            "sandrail_deepagents_tool_calls",
+            default=NoteToolCalls(),  # noqa: B039 - one handler, shared by design
+        )
+        context.register_configure_hook(var, True)
+        _hook.append(var)
+
+
+def _key_parts() -> tuple[str, Any] | str:
+    """The run part of the key of the command about to run and the scope its
+    number counts in, or why there is none."""
+    config_module = require("langgraph.config", "deepagents")
+    try:
+        config = config_module.get_config()
+    except RuntimeError:
+        return "the backend was called outside a LangGraph run"
+    configurable = config.get("configurable") or {}
+    thread = configurable.get("thread_id")
+    shown = "-" if thread is None or not str(thread).strip() else str(thread)
+    manager = config.get("callbacks")
+    tool_run = getattr(manager, "parent_run_id", None)
+    call_id = _CALLS.call_id(tool_run) if tool_run is not None else None
+    if call_id is not None:
+        run = run_id_of("langgraph", shown, "call", call_id)
+    else:
+        namespace = configurable.get("checkpoint_ns")
+        run = run_id_of("langgraph", shown, "task", namespace) if tool_run is not None else None
+    if run is None:
+        return "the backend was called outside a LangGraph task"
+    return run, tool_run
+
+
+def _backend_class() -> type[Any]:
+    if _classes:
+        return _classes[0]
+    sandbox = require("deepagents.backends.sandbox", "deepagents")
+    protocol = require("deepagents.backends.protocol", "deepagents")
+    types = require("langgraph.types", "deepagents")
+    _listen()
+
+    class Sandbox(sandbox.BaseSandbox):  # type: ignore[misc, name-defined]
+        """Deep Agents' sandbox protocol on a sandrail toolset (see the module doc)."""
+
+        def __init__(self, toolset: Toolset, workdir: str | None, timeout: int) -> None:
+            self._toolset = toolset
+            self._adapter = Adapter(toolset, framework="Deep Agents", profile="full")
+            self._workdir = workdir
+            self._timeout = timeout
+
+        @property
+        def id(self) -> str:
+            return self._toolset.session_id
+
+        def execute(self, command: str, *, timeout: int | None = None) -> Any:
+            if isinstance(command, str) and not command.strip():
+                # What a shell does with an empty command line: nothing, and
+                # succeeds (sandrail refuses a blank command, which Deep Agents'
+                # schema lets a model send).
+                return protocol.ExecuteResponse(output="", exit_code=0, truncated=False)
+            seconds = self._timeout if timeout is None or timeout <= 0 else int(timeout)
+            arguments: dict[str, Any] = {"command": command, "timeout": seconds}
+            if self._workdir is not None:
+                arguments["cwd"] = self._workdir
+            return _response(protocol, self._run(arguments))
+
+        def _run(self, arguments: dict[str, Any]) -> ToolResult:
+            adapter = self._adapter
+            parts = _key_parts()
+            if isinstance(parts, str):
+                return adapter.refusal(
+                    ErrorCode.OPERATION_KEY_REQUIRED,
+                    f"No safe operation key for this command ({parts}); nothing ran.",
+                )
+            run, scope = parts
+            call_id = f"deepagents-{_CALLS.next_number(scope)}"
+            call = adapter.call_of("run_command", arguments, call_id=call_id, run_id=run)
+            if isinstance(call, ToolResult):
+                return call
+            result = adapter.run_sync(call)
+            if not result.needs_approval:
+                return result
+            question = approval_request(self._toolset, result, call)
+            answer = types.interrupt(question, response_schema=decision_schema())
+            approved, reason = read_decision(answer)
+            if not approved:
+                return adapter.reject(call, reason)
+            return adapter.run_sync(call, approved=True)
+
+        def upload_files(self, files: list[tuple[str, bytes]]) -> list[Any]:
+            answers = []
+            for path, content in files:
+                if not isinstance(path, str) or not path.startswith("/"):
+                    answers.append(protocol.FileUploadResponse(path=path, error="invalid_path"))
+                    continue
+                encoded = base64.b64encode(content).decode("ascii")
+                quoted = shlex.quote(path)
+                command = (
+                    f"if [ -d {quoted} ]; then echo is_directory; exit 3; fi; "
+                    f"printf %s {encoded} | base64 -d > {quoted}"
+                )
+                result = self._run({"command": command, "timeout": 120})
+                error = None
+                if result.status != "ok" or result.exit_code != 0:
+                    shown = (result.stdout or "").strip()
+                    error = "is_directory" if shown == "is_directory" else "permission_denied"
+                answers.append(protocol.FileUploadResponse(path=path, error=error))
+            return answers
+
+        def download_files(self, paths: list[str]) -> list[Any]:
+            answers = []
+            for path in paths:
+                if not isinstance(path, str) or not path.startswith("/"):
+                    answers.append(
+                        protocol.FileDownloadResponse(path=path, content=None, error="invalid_path")
+                    )
+                    continue
+                quoted = shlex.quote(path)
+                command = (
+                    f"if [ -d {quoted} ]; then echo is_directory; exit 3; fi; "
+                    f"if [ ! -e {quoted} ]; then echo file_not_found; exit 4; fi; "
+                    f"base64 -w0 -- {quoted}"
+                )
+                result = self._run({"command": command, "timeout": 120})
+                answers.append(_downloaded(protocol, path, result))
+            return answers
+
+    _classes.append(Sandbox)
+    return Sandbox
+
+
+_classes: list[type[Any]] = []
+
+
+def _downloaded(protocol: Any, path: str, result: ToolResult) -> Any:
+    shown = (result.stdout or "").strip()
+    if result.status == "ok" and result.exit_code == 0 and not result.truncated:
+        try:
+            content = base64.b64decode(shown, validate=True)
+        except ValueError:
+            content = None
+        if content is not None:
+            return protocol.FileDownloadResponse(path=path, content=content, error=None)
+    error = shown if shown in ("is_directory", "file_not_found") else "permission_denied"
+    return protocol.FileDownloadResponse(path=path, content=None, error=error)
+
+
+def _response(protocol: Any, result: ToolResult) -> Any:
+    """Deep Agents' ``ExecuteResponse`` for ``result`` (see the module doc)."""
+    if result.status == "ok" and result.exit_code is not None:
+        output = (result.stdout or "") + (result.stderr or "")
+        return protocol.ExecuteResponse(
+            output=output, exit_code=result.exit_code, truncated=result.truncated
+        )
+    return protocol.ExecuteResponse(output=result.to_json(), exit_code=None, truncated=False)

@@ -1,0 +1,134 @@
+"""Google ADK tools for a :class:`~sandrail.Toolset`.
+
+    agent = LlmAgent(name="ops", model=model, tools=sandrail.adapters.google_adk.tools(toolset))
+
+Each tool is an ADK ``BaseTool`` whose declaration carries the toolset's
+schema in ``profile`` (``openai-strict`` by default: closed objects, every
+property required and nullable, ``env`` as a ``{name, value}`` list) as
+``parameters_json_schema``; the model's arguments reach sandrail as the model
+wrote them. The tool's response is the result's content (a plain JSON
+object: ADK sends a function response as an object), whose canonical JSON is
+exactly ``result.to_json()``, within the budget (C12).
+
+Operation keys: ``f"adk:{session_id}:{invocation_id}:{function_call_id}"``,
+where the invocation is the one whose model event made the function call
+(found in the session's events by the call's id), so a call ADK runs again
+in a later invocation (after a confirmation, the answer arrives as a new
+message) keeps its key, and a new model turn is a new call even when a
+scripted model reuses call ids. An exact repeat of a call left unsettled
+(``uncertain``, or never answered) runs under that call's key and
+reconciles it (see :class:`~sandrail.Toolset`).
+
+Approval through ADK's tool confirmation: when the harness's policy answers
+``ApprovalRequired``, the tool calls ``tool_context.request_confirmation()``
+(the hint names the call; the payload is the question, env values hidden)
+and answers ``approval_required`` (nothing ran). ADK asks the client; the
+client answers with a ``FunctionResponse`` named ``adk_request_confirmation``
+holding ``{"confirmed": true}`` or ``false``, and ADK calls the tool again:
+confirmed, it runs that very call once under its key (answering again, or
+from another process on the same session store, reconciles, never launches
+anew: C2); not confirmed, it runs nothing and the model reads
+``approval_rejected`` (or, when the key already launched, ``uncertain``
+with the task's locator). The tools leave ``check_require_confirmation`` at
+ADK's default: ADK's own gate would ask with its own hint and answer a
+rejection with its own text. ``Deny`` never asks.
+
+Timeouts: ``timeout_seconds`` is each call's deadline, enforced here.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from sandrail import Profile, ToolResult, Toolset
+from sandrail.adapters._glue import approval_request
+from sandrail.adapters.kit import Adapter, ModelCall, require, run_id_of
+
+__all__ = ["tools"]
+
+
+def tools(
+    toolset: Toolset, *, profile: Profile = "openai-strict", timeout_seconds: float | None = None
+) -> list[Any]:
+    """One ADK ``BaseTool`` per tool of ``toolset`` (see the module doc).
+
+    Raises ``ImportError`` naming the ``google-adk`` extra when ADK is
+    missing, ``ValueError`` for an unknown ``profile`` or a
+    ``timeout_seconds`` that is not a positive number."""
+    require("google.adk", "google-adk")
+    adapter = Adapter(toolset, framework="ADK", profile=profile, timeout_seconds=timeout_seconds)
+    cls = _tool_class()
+    return [cls(adapter, name, schema) for name, schema in adapter.schemas().items()]
+
+
+def _origin(tool_context: Any, call_id: str) -> str | None:
+    """The invocation id of the session event holding the function call
+    ``call_id`` (the model turn that made it), else the running one."""
+    session = getattr(tool_context, "session", None)
+    for event in reversed(getattr(session, "events", None) or ()):
+        calls = event.get_function_calls() if hasattr(event, "get_function_calls") else ()
+        if any(getattr(call, "id", None) == call_id for call in calls):
+            origin = getattr(event, "invocation_id", None)
+            if isinstance(origin, str) and origin.strip():
+                return origin
+    running = getattr(tool_context, "invocation_id", None)
+    return running if isinstance(running, str) and running.strip() else None
+
+
+@functools.cache
+def _tool_class() -> type[Any]:
+    base = require("google.adk.tools.base_tool", "google-adk")
+    genai_types = require("google.genai.types", "google-adk")
+
+    class SandrailTool(base.BaseTool):  # type: ignore[misc, name-defined]
+        """One sandrail tool as an ADK tool (see the module doc)."""
+
+        def __init__(self, adapter: Adapter, name: str, schema: dict[str, Any]) -> None:
+            super().__init__(name=name, description=adapter.toolset.definition(name).description)
+            self._adapter = adapter
+            self._schema = schema
+
+        def _get_declaration(self) -> Any:
+            return genai_types.FunctionDeclaration(
+                name=self.name,
+                description=self.description,
+                parameters_json_schema=self._schema,
+            )
+
+        def _call(self, args: Any, tool_context: Any) -> ModelCall | ToolResult:
+            call_id = getattr(tool_context, "function_call_id", None)
+            session = getattr(getattr(tool_context, "session", None), "id", None)
+            origin = _origin(tool_context, call_id) if isinstance(call_id, str) else None
+            return self._adapter.call_of(
+                self.name,
+                args,
+                call_id=call_id,
+                run_id=run_id_of("adk", session, origin),
+            )
+
+        async def run_async(self, *, args: dict[str, Any], tool_context: Any) -> Any:
+            adapter = self._adapter
+            call = self._call(args, tool_context)
+            if isinstance(call, ToolResult):
+                return dict(call.content)
+            result = await adapter.run(call)
+            if result.needs_approval:
+                confirmation = getattr(tool_context, "tool_confirmation", None)
+                if confirmation is None:
+                    tool_context.request_confirmation(
+                        hint=f"sandrail asks a person to approve {self.name} (call "
+                        f'{call.call_id}): answer {{"confirmed": true}} to run it once, or '
+                        "false to run nothing.",
+                        payload=approval_request(adapter.toolset, result, call),
+                    )
+                    # The pause is no result for the model to answer (as ADK's
+                    # own confirmation gate does).
+                    tool_context.actions.skip_summarization = True
+                elif confirmation.confirmed is True:
+                    result = await adapter.run(call, approved=True)
+                else:
+                    result = adapter.reject(call)
+            return dict(result.content)
+
+    return SandrailTool

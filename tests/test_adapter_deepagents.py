@@ -1,0 +1,201 @@
+"""The Deep Agents backend, in create_deep_agent runs driven by LangChain's own
+scripted chat model, on the simulator (docs/howto/deepagents.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from deepagents import create_deep_agent
+from deepagents.backends.protocol import ExecuteResponse, SandboxBackendProtocol
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+from typing_extensions import TypedDict
+
+import sandrail
+from sandrail.adapters.deepagents import SandrailSandbox
+from sandrail.core import ErrorCode
+from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
+from tests.embed_rig import launches, toolset
+from tests.langchain_rig import scripted, tool_messages
+
+USER = {"messages": [{"role": "user", "content": "go"}]}
+
+
+def _execute(command: str, call_id: str) -> list[dict[str, Any]]:
+    return [{"name": "execute", "args": {"command": command}, "id": call_id}]
+
+
+def _asks_for_rm(request: sandrail.ToolRequest) -> Any:
+    if request.call.arguments["command"].startswith("rm"):
+        return sandrail.ApprovalRequired(interaction_id="ask")
+    return sandrail.ALLOW
+
+
+class _Answers(TypedDict):
+    answers: list[Any]
+
+
+def _thread(name: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": name}}
+
+
+def test_the_backend_is_deep_agents_sandbox_protocol() -> None:
+    backend = SandrailSandbox(toolset())
+    assert isinstance(backend, SandboxBackendProtocol)
+    assert backend.id == "embed-session"
+
+
+def test_c2_execute_runs_once_per_tool_call_and_truncated_is_honest() -> None:
+    tools = toolset(max_output_bytes=2000)
+    model = scripted([_execute("seq 5000", "e1"), _execute("echo small", "e2")])
+    agent = create_deep_agent(model=model, backend=SandrailSandbox(tools))
+    out = agent.invoke(USER)
+    big, small = tool_messages(out["messages"])
+    assert big.artifact == {"truncated": True, "exit_code": 0}
+    assert "bytes left out" in big.content or "omitted" in big.content
+    assert small.artifact == {"truncated": False, "exit_code": 0}
+    assert small.content.startswith("small\n")
+    assert launches(tools) == 2
+
+
+def test_c6_an_uncertain_result_is_told_as_it_is_never_exit_code_1() -> None:
+    sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
+    tools = toolset(sim)
+    model = scripted([_execute("date", "e1")])
+    out = create_deep_agent(model=model, backend=SandrailSandbox(tools)).invoke(USER)
+    (message,) = tool_messages(out["messages"])
+    told = json.loads(message.content)
+    assert told["status"] == "uncertain"
+    assert told["operation_key"] == "langgraph:-:call:e1:deepagents-1"  # no thread: "-"
+    assert "exit_code" not in (message.artifact or {})
+
+
+def test_c8_approval_through_interrupt_approved_once_and_rejected() -> None:
+    tools = toolset(authorize=_asks_for_rm)
+    model = scripted([_execute("rm -rf /tmp/a", "e1"), _execute("rm -rf /tmp/b", "e2"), "ok"])
+    agent = create_deep_agent(
+        model=model, backend=SandrailSandbox(tools), checkpointer=InMemorySaver()
+    )
+    paused = agent.invoke(USER, _thread("t"))
+    (question,) = paused["__interrupt__"]
+    assert question.value["action_requests"][0]["args"]["command"] == "rm -rf /tmp/a"
+    assert launches(tools) == 0
+    asked_at = agent.get_state(_thread("t")).config
+    second = agent.invoke(Command(resume={"type": "approve"}), _thread("t"))
+    assert launches(tools) == 1
+    assert "__interrupt__" in second  # the next call asks again
+    rejected = agent.invoke(Command(resume={"type": "reject", "message": "no"}), _thread("t"))
+    told = json.loads(tool_messages(rejected["messages"])[-1].content)
+    assert told["error_type"] == ErrorCode.APPROVAL_REJECTED.value
+    assert launches(tools) == 1
+    again = agent.invoke(Command(resume={"type": "approve"}), asked_at)
+    assert launches(tools) == 1  # the same saved question resumed twice: one launch
+    assert tool_messages(again["messages"])[0].artifact == {"truncated": False, "exit_code": 127}
+
+
+def test_c2_interrupt_on_resumed_twice_launches_once() -> None:
+    """Deep Agents' own ``interrupt_on`` asks in the model node's hook, so the
+    tool runs in a checkpoint made after each resume; the key comes from the
+    tool call id, which both resumes share."""
+    tools = toolset()
+    model = scripted([_execute("echo gated", "e1"), "ok", "ok"])
+    agent = create_deep_agent(
+        model=model,
+        backend=SandrailSandbox(tools),
+        checkpointer=InMemorySaver(),
+        interrupt_on={"execute": True},
+    )
+    agent.invoke(USER, _thread("g"))
+    asked_at = agent.get_state(_thread("g")).config
+    decisions = {"decisions": [{"type": "approve"}]}
+    first = agent.invoke(Command(resume=decisions), _thread("g"))
+    second = agent.invoke(Command(resume=decisions), asked_at)
+    assert tool_messages(first["messages"])[-1].content.startswith("gated\n")
+    assert tool_messages(second["messages"])[-1].content.startswith("gated\n")
+    assert launches(tools) == 1
+    rejected = create_deep_agent(
+        model=scripted([_execute("echo never", "e9")]),
+        backend=SandrailSandbox(tools),
+        checkpointer=InMemorySaver(),
+        interrupt_on={"execute": True},
+    )
+    rejected.invoke(USER, _thread("r"))
+    rejected.invoke(Command(resume={"decisions": [{"type": "reject"}]}), _thread("r"))
+    assert launches(tools) == 1
+
+
+def test_c1_outside_a_langgraph_run_nothing_runs_and_the_output_says_why() -> None:
+    tools = toolset()
+    answer = SandrailSandbox(tools).execute("echo x")
+    assert isinstance(answer, ExecuteResponse)
+    assert answer.exit_code is None
+    assert json.loads(answer.output)["error_type"] == ErrorCode.OPERATION_KEY_REQUIRED.value
+    assert launches(tools) == 0
+
+
+@pytest.mark.parametrize(
+    "options", [{"timeout": 0}, {"timeout": True}, {"timeout": 1.5}, {"workdir": " "}]
+)
+def test_bad_backend_settings_are_refused_at_once(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"timeout|workdir"):
+        SandrailSandbox(toolset(), **options)
+
+
+def test_schema_honesty_what_deep_agents_execute_admits_is_never_refused_as_invalid() -> None:
+    """Every ``execute`` argument valid against the schema Deep Agents hands the
+    model (drawn by hypothesis-jsonschema; Deep Agents itself refuses a
+    timeout outside 0..3600 before the backend is called) reaches the policy (which denies it, last)
+    without an argument refusal, but for the two the module doc names: a
+    blank command (run as a shell runs it: nothing, exit 0) and a NUL or a
+    lone surrogate, which no shell can be given."""
+    from deepagents.middleware.filesystem import FilesystemMiddleware
+    from hypothesis import HealthCheck, given, settings
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.graph import START, StateGraph
+
+    from tests.embed_rig import ARGUMENT_ERRORS
+    from tests.jsonschema_draws import jsonschema_values
+
+    tools = toolset(authorize=lambda request: sandrail.Deny(reason="checked"))
+    backend = SandrailSandbox(tools)
+    (execute,) = [t for t in FilesystemMiddleware(backend=backend).tools if t.name == "execute"]
+    sent = convert_to_openai_tool(execute)["function"]["parameters"]
+    drawn: list[dict[str, Any]] = []
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(
+        jsonschema_values(json.dumps(sent)).filter(lambda a: 0 <= (a.get("timeout") or 0) <= 3600)
+    )
+    def draw(arguments: dict[str, Any]) -> None:
+        drawn.append(arguments)
+
+    draw()
+
+    def shell_can_take(command: str) -> bool:
+        return "\x00" not in command and not any(0xD800 <= ord(c) <= 0xDFFF for c in command)
+
+    def run(state: _Answers) -> dict[str, Any]:
+        answers = []
+        for arguments in drawn:
+            response = backend.execute(arguments["command"], timeout=arguments.get("timeout"))
+            answers.append((arguments["command"], response))
+        return {"answers": answers}
+
+    builder = StateGraph(_Answers)
+    builder.add_node("run", run)
+    builder.add_edge(START, "run")
+    answers = builder.compile().invoke({"answers": []})["answers"]
+    assert len(answers) == len(drawn) > 0
+    for command, response in answers:
+        if not command.strip():
+            assert (response.output, response.exit_code) == ("", 0)
+            continue
+        told = json.loads(response.output)
+        if shell_can_take(command):
+            assert told["error_type"] not in ARGUMENT_ERRORS, told
+            assert told["error_type"] == ErrorCode.POLICY_DENIED.value, told
+        else:
+            assert told["executed"] is False
+    assert launches(tools) == 0

@@ -1,0 +1,203 @@
+"""The Google ADK adapter, in LlmAgent runs driven by a scripted ``BaseLlm``, on
+the simulator (docs/howto/google-adk.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from google.adk.agents import LlmAgent
+from google.adk.runners import InMemoryRunner
+from google.adk.tools.base_tool import BaseTool
+from hypothesis import HealthCheck, given, settings
+
+import sandrail
+from sandrail.adapters import google_adk
+from sandrail.core import ErrorCode, canonical_json
+from sandrail.testing.strategies import schema_values
+from tests.adk_rig import (
+    answer,
+    confirmation_calls,
+    responses_sent,
+    run_command,
+    scripted,
+    text,
+)
+from tests.embed_rig import ARGUMENT_ERRORS, asks_for_rm, launches, toolset
+
+
+class _Run:
+    """One agent, runner and session; ``send`` runs one invocation."""
+
+    def __init__(self, tools: sandrail.Toolset, turns: list[Any]) -> None:
+        self.model = scripted(turns)
+        agent = LlmAgent(name="ops", model=self.model, tools=google_adk.tools(tools))
+        self.runner = InMemoryRunner(agent=agent, app_name="app")
+        self.session = asyncio.run(
+            self.runner.session_service.create_session(app_name="app", user_id="u")
+        )
+
+    def send(self, message: Any) -> list[Any]:
+        async def main() -> list[Any]:
+            return [
+                event
+                async for event in self.runner.run_async(
+                    user_id="u", session_id=self.session.id, new_message=message
+                )
+            ]
+
+        return asyncio.run(main())
+
+
+def test_adk_tools_declare_the_profiles_schema() -> None:
+    tools = toolset()
+    made = google_adk.tools(tools)
+    assert [tool.name for tool in made] == list(tools.names)
+    for tool in made:
+        assert isinstance(tool, BaseTool)
+        declaration = tool._get_declaration()
+        assert declaration.parameters_json_schema == tools.schema(tool.name, "openai-strict")
+
+
+@pytest.mark.untraced
+@pytest.mark.parametrize("name", ["run_command", "read_command_output", "stop_command"])
+def test_schema_honesty_what_adk_declares_is_never_refused_as_invalid(name: str) -> None:
+    """Every argument valid against the declaration ADK sends the model passes
+    every argument check of the port through the tool (the policy denies last)."""
+    tools = toolset(authorize=lambda request: sandrail.Deny(reason="checked"))
+    tool = next(t for t in google_adk.tools(tools) if t.name == name)
+    declared = tool._get_declaration().parameters_json_schema
+    calls = {"n": 0}
+
+    class Context:
+        session = type("S", (), {"id": "s", "events": []})()
+        invocation_id = "inv"
+        tool_confirmation = None
+
+        @property
+        def function_call_id(self) -> str:
+            return f"c{calls['n']}"
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(schema_values(declared))
+    def check(arguments: dict[str, Any]) -> None:
+        calls["n"] += 1
+        content = asyncio.run(tool.run_async(args=arguments, tool_context=Context()))
+        assert content.get("error_type") not in ARGUMENT_ERRORS, content
+        assert content["error_type"] == ErrorCode.POLICY_DENIED.value, content
+
+    check()
+
+
+def test_c12_a_call_and_its_result_fed_back_within_the_budget() -> None:
+    tools = toolset(max_output_bytes=1500)
+    run = _Run(tools, [[run_command("seq 9000", "c1"), run_command("echo héllo", "c2")], "ok"])
+    run.send(text("go"))
+    big, small = responses_sent(run.model)
+    for response in (big, small):
+        assert len(canonical_json(response)) <= 1500
+    assert big["output_budget"]["truncated"] is True
+    assert small["stdout"] == "héllo\n"
+    assert (
+        small["operation_key"] == f"adk:{run.session.id}:{small['operation_key'].split(':')[2]}:c2"
+    )
+    assert launches(tools) == 2
+
+
+def test_c2_a_background_run_is_read_by_cursor() -> None:
+    tools = toolset()
+
+    def read(request: Any) -> list[dict[str, Any]]:
+        (started,) = responses_sent_of(request)
+        args = {"task_id": started["task_id"], "stdout_cursor": 2, "stderr_cursor": None}
+        args |= {"max_bytes": None, "wait_seconds": 5}
+        return [{"name": "read_command_output", "args": args, "id": "c2"}]
+
+    def responses_sent_of(request: Any) -> list[dict[str, Any]]:
+        return [
+            dict(part.function_response.response)
+            for content in request.contents
+            for part in content.parts or ()
+            if part.function_response is not None
+        ]
+
+    run = _Run(tools, [[run_command("seq 3", "c1", background=True)], read, "ok"])
+    run.send(text("go"))
+    started, read_back = responses_sent(run.model)
+    assert "read_command_output" in started["instruction"]
+    assert read_back["stdout"] == "2\n3\n"
+    assert launches(tools) == 1
+
+
+def test_c8_confirmation_approved_runs_the_call_once_under_its_key() -> None:
+    tools = toolset(authorize=asks_for_rm)
+    run = _Run(tools, [[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
+    events = run.send(text("go"))
+    (asked,) = confirmation_calls(events)
+    payload = asked.args["toolConfirmation"]["payload"]
+    assert payload["action_requests"][0]["args"]["command"] == "rm -rf /tmp/x"
+    assert launches(tools) == 0
+    run.send(answer(asked, True))
+    (result,) = responses_sent(run.model)
+    assert result["status"] == "ok"
+    assert result["operation_key"] == payload["operation_key"]
+    assert launches(tools) == 1
+    run.send(answer(asked, True))  # the same answer again (a client's retry)
+    assert launches(tools) == 1
+
+
+def test_c5_confirmation_rejected_runs_nothing_and_the_model_reads_why() -> None:
+    tools = toolset(authorize=asks_for_rm)
+    run = _Run(tools, [[run_command("rm -rf /tmp/x", "c1")], "ok"])
+    (asked,) = confirmation_calls(run.send(text("go")))
+    run.send(answer(asked, False))
+    (result,) = responses_sent(run.model)
+    assert result["error_type"] == ErrorCode.APPROVAL_REJECTED.value
+    assert result["executed"] is False
+    assert launches(tools) == 0
+
+
+def test_c2_one_confirmation_answered_from_two_runners_launches_once() -> None:
+    """Two harness processes on one session store answering the same
+    question: two toolsets on one sandbox, two runners on one session."""
+    from sandrail.interpreters.simulator import Simulator
+
+    sim = Simulator()
+    first_tools = toolset(sim, authorize=asks_for_rm)
+    run = _Run(first_tools, [[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
+    (asked,) = confirmation_calls(run.send(text("go")))
+    other = _Run(toolset(sim, authorize=asks_for_rm), ["ok"])
+    other.runner.session_service = run.runner.session_service
+    other.session = run.session
+    run.send(answer(asked, True))
+    other.send(answer(asked, True))
+    assert sum(sim.launches.values()) == 1
+
+
+def test_c8_deny_asks_nobody() -> None:
+    tools = toolset(authorize=asks_for_rm)
+    run = _Run(tools, [[run_command("shutdown now", "c1")], "ok"])
+    events = run.send(text("go"))
+    assert confirmation_calls(events) == []
+    (result,) = responses_sent(run.model)
+    assert result["error_type"] == ErrorCode.POLICY_DENIED.value
+
+
+def test_c2_a_scripted_models_reused_call_ids_are_new_calls_in_a_new_invocation() -> None:
+    tools = toolset()
+    run = _Run(
+        tools, [[run_command("echo one", "c1")], "ok", [run_command("echo two", "c1")], "ok"]
+    )
+    run.send(text("go"))
+    run.send(text("again"))
+    one, two = responses_sent(run.model)
+    assert one["stdout"] == "one\n"
+    assert two["stdout"] == "two\n"
+    assert launches(tools) == 2
+
+
+@pytest.mark.parametrize("options", [{"timeout_seconds": 0}, {"profile": "nope"}])
+def test_bad_adapter_settings_are_refused_at_once(options: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"timeout|profile"):
+        google_adk.tools(toolset(), **options)

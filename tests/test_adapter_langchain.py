@@ -1,0 +1,426 @@
+"""The LangChain adapter, in create_agent and LangGraph graphs driven by LangChain's
+own scripted chat model, on the simulator (docs/howto/langgraph.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain_core.messages import AIMessage, ToolMessage, convert_to_openai_messages
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command
+from pydantic import ValidationError
+
+import sandrail
+from sandrail.adapters import langchain as lc
+from sandrail.core import ErrorCode, canonical_json
+from sandrail.testing.strategies import schema_values
+from tests.embed_rig import ARGUMENT_ERRORS, asks_for_rm, launches, toolset
+from tests.langchain_rig import run_command, scripted, tool_messages
+
+USER = {"messages": [{"role": "user", "content": "go"}]}
+
+
+def _thread(name: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": name}}
+
+
+def _results(messages: list[Any]) -> list[dict[str, Any]]:
+    return [json.loads(message.content) for message in tool_messages(messages)]
+
+
+def test_langchain_tools_are_base_tools_whose_schema_langchain_sends_unchanged() -> None:
+    tools = toolset()
+    made = lc.tools(tools)
+    assert [tool.name for tool in made] == list(tools.names)
+    for tool in made:
+        assert isinstance(tool, BaseTool)
+        sent = convert_to_openai_tool(tool)["function"]
+        assert sent["name"] == tool.name
+        assert sent["description"] == tools.definition(tool.name).description
+        assert sent["parameters"] == tools.schema(tool.name, "openai-strict")
+
+
+@pytest.mark.untraced
+@pytest.mark.parametrize("name", ["run_command", "read_command_output", "stop_command"])
+@pytest.mark.parametrize("profile", ["openai-strict", "full"])
+def test_schema_honesty_what_langchain_sends_the_model_is_never_refused_as_invalid(
+    name: str, profile: sandrail.Profile
+) -> None:
+    """Every argument valid against the parameters LangChain sends the model
+    (``convert_to_openai_tool``) passes every argument check of the port when
+    the model sends it back through the tool (the policy, asked last, denies)."""
+    tools = toolset(authorize=lambda request: sandrail.Deny(reason="checked"))
+    tool = next(t for t in lc.tools(tools, profile=profile, run_id="honesty") if t.name == name)
+    sent = convert_to_openai_tool(tool)["function"]["parameters"]
+    count = {"n": 0}
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(schema_values(sent))
+    def check(arguments: dict[str, Any]) -> None:
+        count["n"] += 1
+        call = {"type": "tool_call", "name": name, "args": arguments, "id": f"c{count['n']}"}
+        content = json.loads(tool.invoke(call).content)
+        assert content.get("error_type") not in ARGUMENT_ERRORS, content
+        assert content["error_type"] == ErrorCode.POLICY_DENIED.value, content
+
+    check()
+
+
+def test_c12_create_agent_sends_the_model_exactly_to_json_within_the_budget() -> None:
+    tools = toolset(max_output_bytes=1500)
+    model = scripted([[run_command("seq 9000", "call_1")], [run_command("echo héllo", "call_2")]])
+    agent = create_agent(model, tools=lc.tools(tools))
+    out = agent.invoke(USER)
+    sent = tool_messages(model.sent[-1])
+    assert len(sent) == 2
+    for message in sent:
+        text = message.content
+        assert isinstance(text, str)
+        assert len(text.encode("utf-8")) <= 1500
+        assert canonical_json(json.loads(text)).decode("utf-8") == text  # to_json, as it is
+        # What LangChain hands a provider: the same text.
+        (converted,) = convert_to_openai_messages([message])
+        assert converted["content"] == text
+    first, second = (json.loads(m.content) for m in sent)
+    assert first["status"] == "ok"
+    assert first["output_budget"]["truncated"] is True
+    assert second["stdout"] == "héllo\n"
+    assert sent[0].status == "success"
+    assert out["messages"][-1].content == "done"
+
+
+def test_c2_a_background_run_is_read_by_cursor_through_the_model() -> None:
+    tools = toolset()
+
+    def read(cursor: int | None) -> Any:
+        def turn(messages: list[Any]) -> list[dict[str, Any]]:
+            results = [json.loads(m.content) for m in tool_messages(messages)]
+            at = results[-1].get("stdout_cursor") if cursor is None and len(results) > 1 else 0
+            args = {
+                "task_id": results[0]["task_id"],
+                "stdout_cursor": at,
+                "stderr_cursor": None,
+                "max_bytes": 4,
+                "wait_seconds": 5,
+            }
+            return [{"name": "read_command_output", "args": args, "id": f"r{len(results)}"}]
+
+        return turn
+
+    model = scripted([[run_command("seq 3", "c1", background=True)], read(0), read(None)])
+    agent = create_agent(model, tools=lc.tools(tools))
+    out = agent.invoke(USER)
+    started, first, second = _results(out["messages"])
+    assert started["status"] == "ok"
+    assert "stdout" not in started
+    assert "read_command_output" in started["instruction"]
+    assert first["stdout"] == "1\n2\n"
+    assert first["stdout_cursor"] == 4
+    assert second["stdout"] == "3\n"
+    assert launches(tools) == 1
+
+
+def test_c2_a_scripted_models_reused_call_ids_are_new_calls_on_a_new_turn() -> None:
+    tools = toolset()
+    model = scripted(
+        [[run_command("echo one", "call_1")], "turn one", [run_command("echo two", "call_1")]]
+    )
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("t"))
+    out = agent.invoke({"messages": [{"role": "user", "content": "again"}]}, _thread("t"))
+    one, two = _results(out["messages"])
+    assert one["stdout"] == "one\n"
+    assert two["stdout"] == "two\n"
+    assert one["operation_key"] != two["operation_key"]
+    assert two["operation_key"].startswith("langgraph:t:message:")
+    assert two["operation_key"].endswith(":call_1")
+    assert launches(tools) == 2
+
+
+def test_c8_approval_approved_runs_that_call_once_under_its_key() -> None:
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    paused = agent.invoke(USER, _thread("a"))
+    (question,) = paused["__interrupt__"]
+    value = question.value
+    assert value["type"] == "sandrail_approval"
+    assert value["action_requests"][0]["args"]["command"] == "rm -rf /tmp/x"
+    assert value["interaction_id"] == "ask-rm"
+    assert value["tool_call_id"] == "c1"
+    assert launches(tools) == 0
+    out = agent.invoke(Command(resume={"type": "approve"}), _thread("a"))
+    (result,) = _results(out["messages"])
+    assert result["status"] == "ok"
+    assert result["operation_key"] == value["operation_key"]
+    assert launches(tools) == 1
+
+
+def test_c5_approval_rejected_runs_nothing_and_the_model_reads_why() -> None:
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("r"))
+    out = agent.invoke(Command(resume={"type": "reject", "message": "not today"}), _thread("r"))
+    (message,) = tool_messages(out["messages"])
+    result = json.loads(message.content)
+    assert result["error_type"] == "approval_rejected"
+    assert result["executed"] is False
+    assert result["outcome_reason"] == "not today"
+    assert message.status == "error"
+    assert launches(tools) == 0
+
+
+def test_c8_a_malformed_answer_is_refused_at_the_command_and_the_question_stays() -> None:
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("m"))
+    with pytest.raises(ValidationError):
+        agent.invoke(Command(resume={"type": "approved"}), _thread("m"))
+    assert launches(tools) == 0
+    out = agent.invoke(Command(resume={"type": "approve"}), _thread("m"))
+    assert _results(out["messages"])[0]["status"] == "ok"
+    assert launches(tools) == 1
+
+
+def test_c8_deny_asks_nobody() -> None:
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("shutdown now", "c1")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    out = agent.invoke(USER, _thread("d"))
+    assert "__interrupt__" not in out
+    assert _results(out["messages"])[0]["error_type"] == "policy_denied"
+
+
+def test_c2_one_interrupted_checkpoint_resumed_twice_launches_once() -> None:
+    """Resuming the same saved checkpoint twice (approve, then approve again
+    from the checkpoint the question was asked at) re-runs the tool node;
+    the second run reconciles the first launch."""
+    tools = toolset(authorize=asks_for_rm)
+    saver = InMemorySaver()
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=saver)
+    agent.invoke(USER, _thread("twice"))
+    asked_at = agent.get_state(_thread("twice")).config
+    first = agent.invoke(Command(resume={"type": "approve"}), _thread("twice"))
+    second = agent.invoke(Command(resume={"type": "approve"}), asked_at)
+    (one,) = _results(first["messages"])
+    (two,) = _results(second["messages"])
+    assert one["deduplicated"] is False
+    assert two["deduplicated"] is True
+    assert one["task_id"] == two["task_id"]
+    assert launches(tools) == 1
+
+
+def test_c5_a_rejection_on_a_copy_after_an_approval_ran_is_never_nothing_ran() -> None:
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("flip"))
+    asked_at = agent.get_state(_thread("flip")).config
+    agent.invoke(Command(resume={"type": "approve"}), _thread("flip"))
+    rejected = agent.invoke(Command(resume={"type": "reject"}), asked_at)
+    (result,) = _results(rejected["messages"])
+    assert result.get("executed") is not False
+    assert result["status"] in ("ok", "uncertain")
+    assert launches(tools) == 1
+
+
+def test_async_agent_runs_the_tools_and_approval_too() -> None:
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("echo a", "c1"), run_command("rm -rf /tmp/y", "c2")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+
+    async def main() -> dict[str, Any]:
+        paused = await agent.ainvoke(USER, _thread("async"))
+        assert len(paused["__interrupt__"]) == 1
+        return await agent.ainvoke(Command(resume={"type": "approve"}), _thread("async"))
+
+    out = asyncio.run(main())
+    echo, rm = _results(out["messages"])
+    assert echo["stdout"] == "a\n"
+    assert rm["status"] == "ok"
+    assert launches(tools) == 2
+
+
+def test_a_plain_graph_with_toolnode_keys_by_the_message_that_made_the_call() -> None:
+    tools = toolset()
+    builder = StateGraph(MessagesState)
+    builder.add_node("act", ToolNode(lc.tools(tools)))
+    builder.add_edge(START, "act")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    call = run_command("echo graph", "g1")
+    made = AIMessage(content="", tool_calls=[call], id="m-1")
+    out = graph.invoke({"messages": [made]}, _thread("g"))
+    (result,) = _results(out["messages"])
+    assert result["stdout"] == "graph\n"
+    assert result["operation_key"] == "langgraph:g:message:m-1:g1"
+
+
+def test_a_node_that_invokes_a_tool_itself_keys_by_its_task() -> None:
+    """Without a ToolNode (no ToolRuntime), the key's run is the thread and
+    the node's checkpoint namespace, which a resume or re-run keeps."""
+    tools = toolset()
+    run = next(t for t in lc.tools(tools) if t.name == "run_command")
+
+    def act(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        return {
+            "messages": [run.invoke({"type": "tool_call", **run_command("echo n", "n1")}, config)]
+        }
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("act", act)
+    builder.add_edge(START, "act")
+    graph = builder.compile(checkpointer=InMemorySaver())
+    out = graph.invoke({"messages": []}, _thread("n"))
+    (result,) = _results(out["messages"])
+    assert result["stdout"] == "n\n"
+    # The namespace act:<task id> is one part of the run (its ":" escaped).
+    assert result["operation_key"].startswith("langgraph:n:task:act%3A")
+    assert result["operation_key"].endswith(":n1")
+
+
+def test_human_in_the_loop_middleware_gates_the_tools() -> None:
+    """With the harness's policy allowing, LangChain's own middleware is the
+    gate: approve runs the call once (a second resume of the same checkpoint
+    reconciles it), edit runs the reviewer's arguments under the call's key,
+    reject runs nothing."""
+    tools = toolset()
+    gate = HumanInTheLoopMiddleware(interrupt_on={"run_command": True})
+    turns = [[run_command("echo a", "c1"), run_command("echo b", "c2"), run_command("rm x", "c3")]]
+    model = scripted([*turns, "ok", "ok"])
+    agent = create_agent(
+        model, tools=lc.tools(tools), middleware=[gate], checkpointer=InMemorySaver()
+    )
+    paused = agent.invoke(USER, _thread("hitl"))
+    assert len(paused["__interrupt__"][0].value["action_requests"]) == 3
+    assert launches(tools) == 0
+    asked_at = agent.get_state(_thread("hitl")).config
+    edited = {**run_command("echo edited", "c2")["args"]}
+    decisions = [
+        {"type": "approve"},
+        {"type": "edit", "edited_action": {"name": "run_command", "args": edited}},
+        {"type": "reject", "message": "no"},
+    ]
+    out = agent.invoke(Command(resume={"decisions": decisions}), _thread("hitl"))
+    by_id = {m.tool_call_id: m for m in tool_messages(out["messages"])}
+    assert json.loads(by_id["c1"].content)["stdout"] == "a\n"
+    assert '"stdout":"edited\\n"' in by_id["c2"].content
+    assert by_id["c3"].status == "error"
+    assert "sandrail" not in by_id["c3"].content
+    assert launches(tools) == 2
+    again = agent.invoke(Command(resume={"decisions": decisions}), asked_at)
+    replayed = {m.tool_call_id: m.content for m in tool_messages(again["messages"])}
+    assert json.loads(replayed["c1"])["deduplicated"] is True
+    assert '"deduplicated":true' in replayed["c2"]
+    assert launches(tools) == 2
+
+
+def test_c1_a_call_without_a_safe_key_is_refused_and_runs_nothing() -> None:
+    tools = toolset()
+    run = next(t for t in lc.tools(tools) if t.name == "run_command")
+    bare = json.loads(run.invoke({**run_command("echo x", "c")["args"]}).content)
+    assert bare["error_type"] == ErrorCode.OPERATION_KEY_REQUIRED.value
+    outside = json.loads(run.invoke({"type": "tool_call", **run_command("echo x", "c")}).content)
+    assert outside["error_type"] == ErrorCode.OPERATION_KEY_REQUIRED.value
+    assert "run_id" in outside["instruction"]
+    failing = next(
+        t for t in lc.tools(tools, run_id=lambda config: 1 / 0) if t.name == "run_command"
+    )  # type: ignore[arg-type, misc]
+    raised = json.loads(failing.invoke({"type": "tool_call", **run_command("echo x", "c")}).content)
+    assert "ZeroDivisionError" in raised["instruction"]
+    assert launches(tools) == 0
+    given = next(t for t in lc.tools(tools, run_id="mine") if t.name == "run_command")
+    ran = json.loads(given.invoke({"type": "tool_call", **run_command("echo x", "c")}).content)
+    assert ran["operation_key"] == "mine:c"
+    assert ran["stdout"] == "x\n"
+
+
+def test_a_models_argument_named_like_langchains_own_keywords_is_refused_not_dropped() -> None:
+    tools = toolset()
+    run = next(t for t in lc.tools(tools, run_id="r") if t.name == "run_command")
+    call = run_command("echo x", "c")
+    call["args"]["config"] = "mine"
+    content = json.loads(run.invoke({"type": "tool_call", **call}).content)
+    assert content["error_type"] == ErrorCode.ARGUMENTS_INVALID.value
+    assert launches(tools) == 0
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"run_id": ""}, ValueError),
+        ({"run_id": 7}, TypeError),
+        ({"timeout_seconds": 0}, ValueError),
+        ({"timeout_seconds": float("nan")}, ValueError),
+        ({"profile": "nope"}, ValueError),
+    ],
+)
+def test_bad_adapter_settings_are_refused_at_once(options: dict[str, Any], error: type) -> None:
+    with pytest.raises(error):
+        lc.tools(toolset(), **options)
+
+
+def test_c11_timeout_seconds_sends_the_model_the_canceled_or_uncertain_result() -> None:
+    from tests.embed_rig import HANGS, RealTimeWaits
+
+    tools = toolset(RealTimeWaits(limit=5))
+    model = scripted([[run_command(HANGS, "c1")]])
+    agent = create_agent(model, tools=lc.tools(tools, timeout_seconds=0.3))
+    out = asyncio.run(agent.ainvoke(USER))
+    (result,) = _results(out["messages"])
+    assert result["status"] == "uncertain"
+    assert result["operation_key"].endswith(":c1")
+
+
+def test_tool_messages_flag_every_result_that_is_not_ok() -> None:
+    tools = toolset()
+    model = scripted([[run_command("exit 3", "c1"), run_command(" ", "c2")]])
+    out = create_agent(model, tools=lc.tools(tools)).invoke(USER)
+    exited, refused = tool_messages(out["messages"])
+    assert isinstance(exited, ToolMessage)
+    assert exited.status == "success"
+    assert refused.status == "error"
+
+
+def test_c15_big_output_stays_within_the_budget_and_whole_in_the_artifact_store() -> None:
+    store = sandrail.MemoryArtifactStore()
+    tools = toolset(max_output_bytes=1500, artifacts=store)
+    model = scripted([[run_command("seq 9000", "c1")]])
+    out = create_agent(model, tools=lc.tools(tools)).invoke(USER)
+    (message,) = tool_messages(model.sent[-1])
+    assert len(message.content.encode("utf-8")) <= 1500
+    budget = json.loads(message.content)["output_budget"]
+    assert budget["truncated"] is True
+    kept = json.loads(store.read(budget["artifact_uri"]))  # the whole result, uncut
+    assert kept["stdout"] == "".join(f"{n}\n" for n in range(1, 9001))
+    assert out["messages"][-1].content == "done"
+
+
+def test_c5_a_rejection_stands_against_a_later_approval_of_the_same_question() -> None:
+    """The same saved question rejected first, then approved on a copy of the
+    thread taken before: the first decision stands and nothing runs."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")], "ok", "ok"])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("first"))
+    asked_at = agent.get_state(_thread("first")).config
+    agent.invoke(Command(resume={"type": "reject", "message": "no"}), _thread("first"))
+    late = agent.invoke(Command(resume={"type": "approve"}), asked_at)
+    (result,) = _results(late["messages"])
+    assert result["error_type"] == ErrorCode.APPROVAL_REJECTED.value
+    assert result["outcome_reason"] == "no"  # the first decision, as it was given
+    assert result["executed"] is False
+    assert launches(tools) == 0

@@ -1,0 +1,236 @@
+"""One record per tool: the table is the one place that says what a tool is,
+every reader of it fails loudly on a name it has no record of, and the
+families and tool sets are what the records say."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+from unittest import mock
+
+import attrs
+import pytest
+
+import sandrail
+from sandrail._options import given_options, port_settings
+from sandrail.core import (
+    CODE_TOOL_NAMES,
+    COMMAND_TOOL_NAMES,
+    LAUNCH_TOOLS,
+    TOOL_NAMES,
+    TOOLS,
+    AgentOwner,
+    PortSettings,
+    ToolKind,
+    ToolSet,
+    UnknownToolError,
+    admission_size,
+    canonical_arguments,
+    check_arguments,
+    code_tool_definitions,
+    command_tool_definitions,
+    crash_result,
+    launch_digest,
+    launch_timeout,
+    minimum_output_bytes,
+    recorded_digest,
+    same_call,
+    tool_program,
+    tool_record,
+    tool_records,
+)
+from sandrail.core import _tools as tools
+from sandrail.core._definitions import run_command_definition
+from sandrail.core._snapshot import _Snapshot
+from sandrail.interpreters._drivers import drive
+from sandrail.interpreters.simulator import Simulator
+from sandrail.testing import World
+from sandrail.testing._calls import tool_kind
+
+OWNER = AgentOwner(agent_id="agent-1")
+
+
+def _settings(*definitions: sandrail.ToolDefinition) -> PortSettings:
+    return PortSettings(
+        session_id="s",
+        owner=OWNER,
+        definitions=definitions or command_tool_definitions(),
+        contract="test",
+    )
+
+
+def _copy_file() -> sandrail.ToolDefinition:
+    """A definition of a tool the core has no record of (same schema as
+    run_command, another name)."""
+    return attrs.evolve(run_command_definition(300), name="copy_file")
+
+
+def _snap(tool: str) -> _Snapshot:
+    return _Snapshot(
+        tool=tool,
+        call_id="c",
+        operation_key="k",
+        session_id="s",
+        identity=sandrail.AgentIdentity(agent_id="agent-1"),
+        arguments={},
+        digest="",
+        governed=False,
+    )
+
+
+def test_every_name_and_family_is_derived_from_the_records() -> None:
+    assert tuple(TOOLS) == TOOL_NAMES == COMMAND_TOOL_NAMES + CODE_TOOL_NAMES
+    assert tuple(d.name for d in command_tool_definitions()) == COMMAND_TOOL_NAMES
+    assert tuple(d.name for d in command_tool_definitions()) == tuple(
+        name for name, record in TOOLS.items() if record.tool_set is ToolSet.COMMAND
+    )
+    assert code_tool_definitions()[0].name == "run_code"
+    assert code_tool_definitions(agent_owner=True)[0].name == "sandbox_run_code"
+    assert {name for name, r in TOOLS.items() if r.kind is ToolKind.LAUNCHES} == LAUNCH_TOOLS
+    assert {"run_command", "run_code", "sandbox_run_code"} == LAUNCH_TOOLS
+    for name, record in TOOLS.items():
+        assert record.name == name
+        assert record.define(300).name == name
+        # C3: a launch, and only a launch, has a deadline and digest defaults.
+        launches = record.kind is ToolKind.LAUNCHES
+        assert (record.deadline is not None) is launches
+        assert bool(record.digest_defaults) is launches
+
+
+def test_a_record_states_every_fact_and_checks_them() -> None:
+    """No field has a default, and facts that contradict each other are
+    refused when the record is made (a launch without a deadline, rules
+    without the refusal that answers them, a definition of another tool)."""
+    assert all(field.default is attrs.NOTHING for field in attrs.fields(type(TOOLS["run_command"])))
+    run = TOOLS["run_command"]
+    with pytest.raises(ValueError, match="only a launch, has a deadline"):
+        attrs.evolve(run, deadline=None)
+    with pytest.raises(ValueError, match="without the refusal"):
+        attrs.evolve(run, refusal=None)
+    with pytest.raises(ValueError, match="names another tool"):
+        attrs.evolve(run, name="copy_file")
+
+
+def test_c3_launch_digest_fills_each_tools_own_defaults() -> None:
+    assert launch_digest("run_command", {"command": "x"}) == launch_digest(
+        "run_command", {"command": "x", "background": False, "env": {}}
+    )
+    assert launch_digest("run_code", {"code": "1"}) == launch_digest(
+        "run_code", {"code": "1", "language": "py"}
+    )
+    assert launch_digest("read_command_output", {"task_id": "a"}) != launch_digest(
+        "stop_command", {"task_id": "a"}
+    )
+
+
+@pytest.mark.parametrize("name", ["copy_file", "", "RUN_COMMAND", None, ["run_command"]])
+def test_an_unknown_tool_fails_loudly_at_every_reader_of_the_table(name: Any) -> None:
+    """Never a default: each place that asks what a tool is raises
+    UnknownToolError (a LookupError) naming the known tools."""
+    settings = _settings()
+    readers: list[Callable[[], object]] = [
+        lambda: tool_record(name),
+        lambda: tool_records([attrs.evolve(run_command_definition(300), name="copy_file")]),
+        lambda: launch_digest(name, {}),
+        lambda: recorded_digest(name, {}),
+        lambda: launch_timeout(name, {}, settings),
+        lambda: same_call(name, {}, settings),
+        lambda: minimum_output_bytes(settings, name),
+        lambda: admission_size(_snap(name), settings),
+    ]
+    for reader in readers:
+        with pytest.raises(
+            UnknownToolError, match=r"sandrail has no tool record for .*run_command"
+        ):
+            reader()
+    assert issubclass(UnknownToolError, LookupError)
+    assert tool_kind(name) is None  # the testing kit: "refused as tool_unbound"
+
+
+def test_an_unknown_tool_fails_loudly_in_validation_profiles_dispatch_and_ports() -> None:
+    definition = _copy_file()
+    with pytest.raises(UnknownToolError):
+        check_arguments(definition, {"command": "x"})
+    with pytest.raises(UnknownToolError):
+        canonical_arguments(definition, "openai-strict", {"command": "x"})
+    # A port's settings holding it: the program refuses to guess what it does.
+    settings = _settings(definition)
+    request = sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="copy_file", call_id="c", arguments={"command": "x"}),
+        operation_key="k",
+        session_id="s",
+        definition=definition,
+        identity=sandrail.AgentIdentity(agent_id="agent-1"),
+    )
+    with pytest.raises(UnknownToolError):
+        drive(tool_program(request, settings), Simulator())
+    with pytest.raises(UnknownToolError):
+        crash_result(_snap("copy_file"), settings, dispatched=True, sandbox_id=None, task=None)
+    # A port offering it is refused when it is made, not at its first call.
+    options = given_options(
+        {
+            "backend": Simulator(),
+            "session_id": "s",
+            "owner": OWNER,
+            "authorize": lambda request: sandrail.ALLOW,
+            "assert_authority": lambda request: True,
+        },
+        "command_tools",
+    )
+    with pytest.raises(UnknownToolError):
+        port_settings(options, "test", lambda limit: (definition,))
+
+
+def test_a_tool_the_port_does_not_offer_is_refused_and_the_judge_holds_it_to_that() -> None:
+    """The testing kit's world and judge ask the table too: a call of a name
+    with no record must have been refused as tool_unbound (it is), and an
+    answer of any other kind is more than the kit can judge."""
+    world = World.simulated()
+    port = world.command_tools()
+    request = world.request(port, "sandbox_status", {}, key="k1")
+    result = port.execute_sync(
+        attrs.evolve(request, call=attrs.evolve(request.call, name="copy_file"))
+    )
+    assert result.content["error_type"] == "e2b_command_tool_unbound"
+    world.assert_contract()
+    (record,) = world.calls
+    assert record.launches is False
+    record.result = attrs.evolve(result, content={**result.content, "error_type": "x"})
+    with pytest.raises(UnknownToolError):
+        record.launches  # noqa: B018
+
+
+@contextlib.contextmanager
+def _program_of(name: str, program: Any) -> Iterator[None]:
+    record = attrs.evolve(TOOLS[name], program=program)
+    with mock.patch.dict(tools._RECORDS, {name: record}):
+        yield
+
+
+def test_dispatch_runs_the_records_program_and_nothing_else() -> None:
+    """Swapping a record's program swaps what the call runs: the dispatcher
+    has no program of its own for any tool."""
+    ran: list[str] = []
+
+    def program(call: Any) -> Any:
+        ran.append(call.snap.tool)
+        result = sandrail.ToolResult(status="ok", content={"status": "ok", "ok": True})
+        return (yield from call.finish(result))
+
+    world = World.simulated()
+    port = world.command_tools()
+    with _program_of("sandbox_status", program):
+        result = world.call(port, "sandbox_status", {}, key="k1")
+    assert ran == ["sandbox_status"]
+    assert result.content == {"status": "ok", "ok": True}
+
+
+def test_launch_timeout_is_the_records_deadline_and_only_a_launch_has_one() -> None:
+    settings = _settings()
+    assert launch_timeout("run_command", {"command": "x"}, settings) == ("timeout", 300)
+    background = {"command": "x", "background": True, "background_timeout": 90}
+    assert launch_timeout("run_command", background, settings) == ("background_timeout", 90)
+    assert launch_timeout("run_code", {"code": "1", "timeout": 900}, settings) == ("timeout", 300)
+    with pytest.raises(ValueError, match="read_command_output launches nothing"):
+        launch_timeout("read_command_output", {"task_id": "a" * 64}, settings)
