@@ -5,7 +5,10 @@ Throughput runs the whole stack in one thread: validation, admission, policy,
 every guard, the simulator, the budget. Its baseline is the simulator alone
 answering the same sandbox effects (Ensure, Start, Wait, Read) without the
 core, so the ratio is the price of the contract per call; one more row
-skips argument validation (an ablation, to show its share). The 16 MiB runs
+skips argument validation (an ablation, to show its share), and the design
+floor row drives a generator that only yields the call's twelve effects (the
+harness ones answered at once), the most any port and core built on these
+effects can reach. The 16 MiB runs
 report the port's peak memory (tracemalloc, in a separate pass, since tracing
 slows the code it measures) as a multiple of the output size. Python holds
 text with any non-ASCII character at 2 bytes a character, so the UTF-8 case
@@ -16,15 +19,29 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import time
 import tracemalloc
+from collections.abc import Generator
 from typing import Any
 from unittest import mock
 
 import sandrail
 from benchmarks._common import row
-from sandrail.core import Ensure, Read, Start, Wait
+from sandrail.core import (
+    ALL_WELL,
+    Authorize,
+    CheckAuthority,
+    Ensure,
+    Read,
+    RememberOwned,
+    ResolveOwned,
+    Start,
+    Wait,
+    snapshot_request,
+)
 from sandrail.core import _programs as programs
+from sandrail.interpreters._drivers import drive
 from sandrail.interpreters.simulator import Script, Simulator
 
 GOAL = (
@@ -85,33 +102,92 @@ def _valid(definition: object, arguments: object) -> tuple[()]:
     return ()
 
 
+def _sandbox_effects(sandbox_id: str, task: str) -> tuple[Start, Wait, Read]:
+    """A trivial foreground run's Start, Wait and Read."""
+    return (
+        Start(
+            sandbox_id=sandbox_id,
+            task_id=task,
+            request_digest="d",
+            command="true",
+            cwd=None,
+            env=None,
+            timeout_seconds=300,
+        ),
+        Wait(sandbox_id=sandbox_id, task_id=task, timeout_seconds=315),
+        Read(
+            sandbox_id=sandbox_id, task_id=task, stdout_cursor=0, stderr_cursor=0, max_bytes=2**24
+        ),
+    )
+
+
 def _simulator_rate(count: int) -> float:
     sim = Simulator()
     began = time.perf_counter()
     for i in range(count):
         sandbox_id = sim(Ensure(session_id="bench", owner_key="o")).sandbox_id
         task = f"{i:064x}"
-        sim(
-            Start(
-                sandbox_id=sandbox_id,
-                task_id=task,
-                request_digest="d",
-                command="true",
-                cwd=None,
-                env=None,
-                timeout_seconds=300,
-            )
-        )
-        sim(Wait(sandbox_id=sandbox_id, task_id=task, timeout_seconds=315))
-        sim(
-            Read(
-                sandbox_id=sandbox_id,
-                task_id=task,
-                stdout_cursor=0,
-                stderr_cursor=0,
-                max_bytes=2**24,
-            )
-        )
+        start, wait, read = _sandbox_effects(sandbox_id, task)
+        sim(start)
+        sim(wait)
+        sim(read)
+    return count / (time.perf_counter() - began)
+
+
+def _effects_only(request: Any, snapshot: Any) -> Generator[Any, Any, Any]:
+    """The effects a trivial foreground call yields, in its order, with no
+    work between them: what the design costs before the port and core do
+    anything (the guard's effect made once, as the core makes it)."""
+    check = CheckAuthority(request_digest=snapshot.digest)
+    task = hashlib.sha256(request.operation_key.encode()).hexdigest()
+    yield Authorize(tool="run_command", call_id=request.call.call_id)
+    yield check
+    ready = yield Ensure(session_id="bench", owner_key="o")
+    yield check
+    yield ResolveOwned(task_id=task, for_launch=True)
+    yield RememberOwned(
+        task_id=task,
+        operation_key=request.operation_key,
+        sandbox_id=ready.sandbox_id,
+        launched=True,
+        ledger_epoch=ready.ledger_epoch,
+        launch_digest="d",
+    )
+    start, wait, read = _sandbox_effects(ready.sandbox_id, task)
+    yield start
+    yield check
+    yield wait
+    yield check
+    yield read
+    yield check
+    return None
+
+
+def _design_floor_rate(count: int, tag: str) -> float:
+    """The simulator answering a trivial call's twelve effects, yielded by a
+    generator that does nothing else, driven by the sync driver with the
+    harness effects answered at once, the request snapshotted as a port
+    does: the least any port and core of this effect design can cost."""
+    sim = Simulator()
+    port = _port(sim)
+    requests = _requests(port, "true", count, tag)
+    settings = port.settings
+    allow, well = sandrail.ALLOW, ALL_WELL
+
+    def answer(effect: Any) -> Any:
+        kind = type(effect)
+        if kind is CheckAuthority:
+            return well
+        if kind is Authorize:
+            return allow
+        if kind is ResolveOwned or kind is RememberOwned:
+            return None
+        return sim(effect)
+
+    gc.collect()
+    began = time.perf_counter()
+    for request in requests:
+        drive(_effects_only(request, snapshot_request(request, settings)), answer)
     return count / (time.perf_counter() - began)
 
 
@@ -159,6 +235,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
     port_rate = max(_port_rate(count, f"r{n}") for n in range(repeats))
     unvalidated = max(_port_rate(count, f"u{n}", validation=False) for n in range(repeats))
     sim_rate = max(_simulator_rate(count) for _ in range(repeats))
+    design = max(_design_floor_rate(count, f"d{n}") for n in range(repeats))
     bench = "run_command throughput"
     rows = [
         row(bench, "simulator alone (floor)", "calls/s", sim_rate, "calls/s"),
@@ -172,6 +249,14 @@ def run(quick: bool) -> list[dict[str, Any]]:
             unvalidated,
             "calls/s",
             unvalidated / sim_rate,
+        ),
+        row(
+            bench,
+            "design floor: its 12 effects, no port or core work",
+            "calls/s",
+            design,
+            "calls/s",
+            design / sim_rate,
         ),
         row(bench, "goal", "calls/s", 12_000.0, "calls/s", port_rate / 12_000),
     ]

@@ -21,9 +21,9 @@ from typing import Any
 
 import sandrail
 from benchmarks._common import row
+from sandrail._replay_file import replay_file, replay_port
 from sandrail.interpreters._cassette import Cassette, decode_request
-from sandrail.interpreters._replay_file import replay_port
-from sandrail.interpreters.replay import Recorder, load_cassette, replay_file
+from sandrail.interpreters.replay import Recorder, load_cassette
 from sandrail.interpreters.simulator import Script, Simulator
 
 GOAL = (

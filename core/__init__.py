@@ -14,7 +14,7 @@ from ._budget import (
     minimal_uncertain_size,
     omission_marker,
 )
-from ._call import bound_result
+from ._call import ALL_WELL, bound_result
 from ._canonical import CanonicalJSONError, canonical_json, canonical_size, escaped_size
 from ._claim import (
     ClaimProof,
@@ -151,7 +151,7 @@ from ._profiles import (
 from ._programs import Program, crash_result, refused_after_launch, tool_program
 from ._rejection import ArgumentProblem, arguments_rejection
 from ._repeats import one_call, repeat_scope, same_call
-from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest
+from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest, with_arguments
 from ._results import (
     APPROVAL_REJECTED_INSTRUCTION,
     AgentCommandRef,
@@ -195,6 +195,7 @@ from ._tools import (
 from ._validation import check_arguments
 
 __all__ = [
+    "ALL_WELL",
     "APPROVAL_REJECTED_INSTRUCTION",
     "BACKEND_LABELS",
     "CODE_TOOL_NAMES",
@@ -379,4 +380,5 @@ __all__ = [
     "unexpected_failure",
     "usable_artifact",
     "widen",
+    "with_arguments",
 ]

@@ -39,7 +39,7 @@ from ._results import (
 from ._snapshot import PortSettings, _refuse, _Snapshot
 from ._tool_record import ToolRecord
 
-__all__ = ["BrokenArtifactError", "CallState", "StoppedError", "bound_result"]
+__all__ = ["ALL_WELL", "BrokenArtifactError", "CallState", "StoppedError", "bound_result"]
 
 _MAX_SAFE: Final = 2**53 - 1
 
@@ -58,6 +58,11 @@ class StoppedError(Exception):
 class BrokenArtifactError(Exception):
     """An artifact cannot be completed as asked; it is discarded, the call
     goes on without it."""
+
+
+ALL_WELL: Final = AuthorityReport(aborted=False, drifted=False, authority_held=True)
+"""The guard's observation when all is well: an interpreter that answers
+with this very object lets the program decide without reading it."""
 
 
 def _all_well(report: object) -> bool:
@@ -97,7 +102,8 @@ class CallState:
         self.own_task = own_task
         """The task id this call's key derives (C1), computed once, at
         admission: a launch launches it."""
-        self.secrets = secrets | redaction_secrets(snap.arguments.get("env"))
+        env = snap.arguments.get("env")
+        self.secrets = secrets | redaction_secrets(env) if env else secrets
         self.phase = Phase.BEFORE_DISPATCH
         self.sandbox_id: str | None = None
         self.task_id: str | None = None
@@ -108,7 +114,8 @@ class CallState:
         :meth:`finish` must not store the content again; ``output_artifact``
         is the store's reference, or ``None`` if the store failed."""
         self.output_artifact: ArtifactRef | None = None
-        self._check = CheckAuthority(request_digest=snap.digest)
+        self.check = CheckAuthority(request_digest=snap.digest)
+        """The guard's effect (the same every time: the request it checks)."""
 
     def dispatched(self) -> None:
         """A side-effect request may have reached the sandbox: from now on
@@ -163,17 +170,34 @@ class CallState:
     def guard(self) -> Generator[Effect, Any, ToolResult | None]:
         """Check abort, drift and authority now (C9, C11): the result that
         ends the call, or ``None`` to go on."""
-        report = yield self._check
-        if _all_well(report):
+        return self.stopped_by((yield self.check))
+
+    def stopped_by(self, report: object) -> ToolResult | None:
+        """What the guard's observation ``report`` (the answer to
+        :attr:`check`) means: the result that ends the call, or ``None`` to
+        go on. A step writes ``stop = call.stopped_by((yield call.check))``:
+        :meth:`guard` without a generator of its own, for the hot path."""
+        if report is ALL_WELL or _all_well(report):
             return None  # the common case, decided without the table
         return self._stop_for(report)
 
     def go_on(self) -> Generator[Effect, Any, None]:
         """:meth:`guard` as a step: raises :class:`StoppedError` when it
         says stop."""
-        report = yield self._check
+        report = yield self.check
         if _all_well(report):
             return  # the common case, decided without the table
+        stop = self._stop_for(report)
+        if stop is not None:
+            raise StoppedError(stop)
+
+    def went_on(self, report: object) -> None:
+        """The guard's observation ``report`` (the answer to :attr:`check`)
+        as a step: raises :class:`StoppedError` when it says stop. A step
+        writes ``call.went_on((yield call.check))``: :meth:`go_on` without
+        a generator of its own, for the hot path."""
+        if report is ALL_WELL or _all_well(report):
+            return  # the common case (the port answers with this very object)
         stop = self._stop_for(report)
         if stop is not None:
             raise StoppedError(stop)
@@ -272,7 +296,7 @@ class CallState:
         """Guard, then fit the content to the budget; when text must be cut
         and an artifact store exists, keep the full content there (C12, C15).
         """
-        stop = yield from self.guard()
+        stop = self.stopped_by((yield self.check))
         if stop is not None:
             return stop
         content = dict(result.content)
@@ -327,16 +351,50 @@ def _fits_whole(content: dict[str, Any], budget: int) -> bool:
     ``CanonicalJSONError`` for content with no canonical form. A text read
     only at its ends (an :class:`Excerpt`) never fits as it is: it is always
     cut, and its marker says how much was never read."""
-    if any(isinstance(content.get(key), Excerpt) for key in SHRINKABLE_FIELDS):
+    bound = _content_bound(content)
+    if bound < 0:
         return False
-    bound = _size_bound(content)
-    if bound is not None and bound <= budget:
+    if bound and bound <= budget:
         return True
     for key in SHRINKABLE_FIELDS:
         text = content.get(key)
         if isinstance(text, str) and len(text) > budget:
             return False
     return len(canonical_json(content)) <= budget
+
+
+def _content_bound(content: dict[str, Any]) -> int:
+    """:func:`_size_bound` of ``content``, walked flat (a result's content
+    is mostly top-level scalars): ``-1`` when a shrinkable field is an
+    :class:`Excerpt` (it never fits as it is), ``0`` when no bound is known."""
+    total = 1
+    for key, value in content.items():
+        kind = type(value)
+        if kind is str:
+            size = 6 * len(value) + 2
+        elif (
+            value is None
+            or kind is bool
+            or kind is float
+            or (kind is int and -_MAX_SAFE <= value <= _MAX_SAFE)
+        ):
+            size = _NUMBER_BOUND
+        elif kind is Excerpt and key in SHRINKABLE_FIELDS:
+            return -1
+        else:
+            inner = _size_bound(value)
+            if inner is None:
+                return 0 if not _excerpt_in(content) else -1
+            size = inner
+        if type(key) is not str:
+            return 0 if not _excerpt_in(content) else -1
+        total += 6 * len(key) + 4 + size
+    return total + 1
+
+
+def _excerpt_in(content: dict[str, Any]) -> bool:
+    """Whether a shrinkable field of ``content`` is an :class:`Excerpt`."""
+    return any(isinstance(content.get(key), Excerpt) for key in SHRINKABLE_FIELDS)
 
 
 _NUMBER_BOUND: Final = 26

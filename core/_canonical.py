@@ -14,6 +14,7 @@ cost lives in C.
 
 from __future__ import annotations
 
+import json.encoder
 import math
 from collections.abc import Collection, Mapping, Sequence
 from json.encoder import encode_basestring
@@ -44,14 +45,49 @@ def canonical_json(value: object) -> bytes:
     non-string keys, integers beyond +/-(2**53 - 1), NaN and infinities,
     strings holding lone surrogates, and any other type.
     """
-    parts: list[str] = []
-    _encode(value, parts.append)
+    text = _flat_text(value) if type(value) is dict else None
+    if text is None:
+        parts: list[str] = []
+        _encode(value, parts.append)
+        text = "".join(parts)
     try:
-        return "".join(parts).encode("utf-8")
+        return text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise CanonicalJSONError(
             f"text holds a lone surrogate at character {exc.start}; JSON text must be valid Unicode"
         ) from None
+
+
+_make_encoder: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
+
+
+def _flat_text(value: dict[Any, Any]) -> str | None:
+    """The canonical text of a flat object (keys ASCII strings, values
+    strings, ``None``, booleans and safe integers), from the C JSON encoder;
+    ``None`` for any other object (then the walk decides).
+
+    Strategy: for such an object RFC 8785 and Python's encoder (sorted keys,
+    compact separators, text as it is) write the same text: the same string
+    escapes (:func:`~json.encoder.encode_basestring`), ASCII keys sort alike
+    by code point and by UTF-16 unit, and these values have one form. Most
+    of what sandrail measures (result contents, launch arguments) is such
+    an object. A lone surrogate is left to the caller's UTF-8 encoding,
+    which refuses it either way."""
+    if _make_encoder is None:
+        return None
+    for item in value.values():
+        kind = type(item)
+        if kind is str or item is None or kind is bool:
+            continue
+        if kind is not int or not -_MAX_SAFE_INTEGER <= item <= _MAX_SAFE_INTEGER:
+            return None
+    try:
+        if not "".join(value).isascii():
+            return None
+    except TypeError:
+        return None  # a key that is not a string: the walk says so
+    encode = _make_encoder(None, None, _escape, None, ":", ",", True, False, False)
+    return "".join(encode(value, 0))
 
 
 def canonical_size(value: object) -> int:

@@ -157,7 +157,7 @@ def _read_ends(
     head = yield from _read(call, sandbox_id, task, 0, 0, max(*heads, _MIN_READ_BYTES))
     if not isinstance(head, OutputChunk):
         return head
-    stop = yield from call.guard()
+    stop = call.stopped_by((yield call.check))
     if stop is not None:
         return stop
     tails = (
@@ -273,7 +273,7 @@ def _read_all(
             return "".join(stdout), "".join(stderr), final, False
         if not advanced:
             return (yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE)))
-        stop = yield from call.guard()
+        stop = call.stopped_by((yield call.check))
         if stop is not None:
             return stop
 

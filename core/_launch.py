@@ -159,7 +159,7 @@ def _ensure(call: CallState, launch: _Launch) -> Generator[Effect, Any, SandboxR
     call.sandbox_id = ready.sandbox_id
     if launch.background:
         call.background_ref = _background_ref(snap, launch.task_id)
-    yield from call.go_on()
+    call.went_on((yield call.check))
     exposed = exposed_in_sandbox_id(snap.arguments.get("env"), ready.sandbox_id)
     if exposed:
         # Before this call's start (C5): the launch never runs (C17).
@@ -175,7 +175,7 @@ def _publish(call: CallState, ready: SandboxReady, launch: _Launch) -> Generator
         sandbox_id=ready.sandbox_id, task_id=launch.task_id, path=launch.path, source=launch.source
     )
     yield from _request_launch(call, publish, Published)
-    yield from call.go_on()
+    call.went_on((yield call.check))
 
 
 def _claim(
@@ -260,7 +260,7 @@ def _start(
     started = yield from _request_launch(call, start, Started)
     if started.task_id != launch.task_id:
         raise StoppedError((yield from call.settle(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE))))
-    yield from call.go_on()
+    call.went_on((yield call.check))
     return started
 
 
@@ -319,7 +319,7 @@ def _wait(
         )
     except EffectFailure as failure:
         raise StoppedError(call.failed(failure, side_effect=Wait.side_effect)) from None
-    yield from call.go_on()
+    call.went_on((yield call.check))
     if not isinstance(state, CommandState) or state.status not in TERMINAL_STATUSES:
         call.observed = None
         raise StoppedError(call.uncertain(ErrorCode.EVIDENCE_INCOMPLETE))

@@ -446,10 +446,25 @@ def mask_chunk(
     if not redactions:
         _, out_start = _raw_start(chunk.stdout, chunk.next_stdout_cursor, asked.stdout_cursor)
         _, err_start = _raw_start(chunk.stderr, chunk.next_stderr_cursor, asked.stderr_cursor)
-        return attrs.evolve(
-            chunk,
-            stdout=sanitize_text(chunk.stdout),
-            stderr=sanitize_text(chunk.stderr),
+        stdout, stderr = sanitize_text(chunk.stdout), sanitize_text(chunk.stderr)
+        if type(chunk) is not OutputChunk:
+            return attrs.evolve(
+                chunk, stdout=stdout, stderr=stderr, stdout_start=out_start, stderr_start=err_start
+            )
+        if (
+            stdout is chunk.stdout
+            and stderr is chunk.stderr
+            and chunk.stdout_start == out_start
+            and chunk.stderr_start == err_start
+        ):
+            return chunk  # already as the answer must be: frozen, so shared
+        return OutputChunk(
+            stdout=stdout,
+            stderr=stderr,
+            next_stdout_cursor=chunk.next_stdout_cursor,
+            next_stderr_cursor=chunk.next_stderr_cursor,
+            more=chunk.more,
+            state=state,
             stdout_start=out_start,
             stderr_start=err_start,
         )

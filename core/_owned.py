@@ -103,7 +103,7 @@ def _owned_task(call: CallState) -> Generator[Effect, Any, tuple[str, str]]:
             absent = _refuse(ErrorCode.TASK_NOT_FOUND, "This session has no sandbox to read from.")
             raise StoppedError((yield from call.settle(absent)))
     call.sandbox_id = sandbox_id
-    yield from call.go_on()
+    call.went_on((yield call.check))
     return wanted, sandbox_id
 
 
@@ -134,7 +134,7 @@ def _read(call: CallState, sandbox_id: str, wanted: str) -> Generator[Effect, An
             yield Wait(sandbox_id=sandbox_id, task_id=wanted, timeout_seconds=wait_seconds)
         except EffectFailure as failure:
             return call.failed(failure, side_effect=Wait.side_effect)
-        yield from call.go_on()
+        call.went_on((yield call.check))
     try:
         chunk = yield Read(
             sandbox_id=sandbox_id,

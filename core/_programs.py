@@ -38,7 +38,6 @@ from typing import Any, Final
 
 import attrs
 
-from ._admission import record_admission_size
 from ._budget import BudgetError, fit_to_budget
 from ._call import CallState, StoppedError, bound_result
 from ._canonical import CanonicalJSONError
@@ -54,6 +53,7 @@ from ._effects import (
 )
 from ._identity import task_id
 from ._masking import MAX_MASKED_BYTES, Redactions, mask_text, redaction_secrets
+from ._plan import session_plan
 from ._rejection import ArgumentProblem, arguments_rejection
 from ._requests import RUNTIME_ARTIFACTS, ToolRequest
 from ._results import (
@@ -93,7 +93,14 @@ def tool_program(
     sandbox id's once ``Ensure`` names it, before any start
     (:mod:`._shown`).
     """
-    result = yield from _tool_program(request, settings, snapshot, secrets, shown)
+    result = _admitted(request, settings, snapshot, secrets, shown)
+    if isinstance(result, CallState):
+        call = result
+        try:
+            yield from _authorize(call)
+            result = yield from call.record.program(call)
+        except StoppedError as stopped:
+            result = stopped.result
     if result.status in ("ok", "uncertain"):
         return result  # already fitted by CallState.finish / CallState.uncertain
     if getattr(request, "result_governance", None) == RUNTIME_ARTIFACTS:
@@ -116,24 +123,19 @@ def _masked_problems(
     )
 
 
-def _tool_program(
+def _admitted(
     request: object,
     settings: PortSettings,
     snapshot: _Snapshot | None,
     secrets: frozenset[str],
     shown: ShownIdentities,
-) -> Program:
+) -> CallState | ToolResult:
+    """The call to run, or the refusal of a malformed request or of one
+    admission refuses (C5, C14)."""
     checked = snapshot if snapshot is not None else _check_request(request, settings)
     if isinstance(checked, ToolResult):
         return checked
-    call = _admit(tool_record(checked.tool), checked, settings, secrets, shown)
-    if isinstance(call, ToolResult):
-        return call
-    try:
-        yield from _authorize(call)
-        return (yield from call.record.program(call))
-    except StoppedError as stopped:
-        return stopped.result
+    return _admit(tool_record(checked.tool), checked, settings, secrets, shown)
 
 
 def _admit(
@@ -148,7 +150,8 @@ def _admit(
     (its record's refusal) refuse, a secret the identity would show (C17):
     this call's own identity and task id, or an identity the session already
     showed."""
-    needed = record_admission_size(record, snap, settings)
+    plan = session_plan(settings)
+    needed = plan.admission_size(record, snap)
     if not snap.governed and needed > settings.max_output_bytes:
         return error_result(
             ErrorCode.BUDGET_BELOW_MINIMUM_IDENTITY,
@@ -165,7 +168,7 @@ def _admit(
     refused = None if record.refusal is None else record.refusal(snap, settings)
     if refused is not None:
         return refused
-    own_task = task_id(snap.session_id, settings.owner, snap.operation_key)
+    own_task = plan.task_id(snap.operation_key)
     exposed = _masked_in_identity(snap, own_task, secrets)
     env = snap.arguments.get("env")
     if env:
@@ -224,7 +227,9 @@ def _authorize(call: CallState) -> Generator[Effect, Any, None]:
                 "ran. This is the harness's fault, not a refusal of this call.",
             )
         ) from None
-    yield from call.go_on()
+    call.went_on((yield call.check))
+    if type(decision) is Allow:
+        return
     redactions = Redactions(call.secrets)
     if isinstance(decision, ApprovalRequired) and isinstance(decision.interaction_id, str):
         raise StoppedError(_approval(decision.interaction_id, redactions, snap, settings))

@@ -73,7 +73,10 @@ def call_text(tool: str, defaults: Mapping[str, Any], arguments: Mapping[str, An
     """The canonical text of what a call of ``tool`` means (C3): the tool and
     its :func:`filled_arguments`. Raises ``CanonicalJSONError`` for
     arguments with no canonical form."""
-    return canonical_json({"tool": tool, "arguments": filled_arguments(defaults, arguments)})
+    # {"arguments": ..., "tool": ...} in canonical key order, each part
+    # encoded once (the arguments are most often a flat object).
+    filled = canonical_json(filled_arguments(defaults, arguments))
+    return b'{"arguments":' + filled + b',"tool":' + canonical_json(tool) + b"}"
 
 
 def call_digest(tool: str, defaults: Mapping[str, Any], arguments: Mapping[str, Any]) -> str:

@@ -94,12 +94,15 @@ NOTHING_SHOWN: Final = ShownIdentities()
 def shown_by(content: Mapping[str, Any]) -> set[str]:
     """The identity values ``content`` (a result's) shows whole, of at least
     ``MIN_REDACTED_LENGTH`` characters."""
-    return {
-        text
-        for key in IDENTITY_FIELDS & content.keys()
-        for text in strings(content[key])
-        if len(text) >= MIN_REDACTED_LENGTH
-    }
+    shown: set[str] = set()
+    for key in IDENTITY_FIELDS & content.keys():
+        value = content[key]
+        if type(value) is str:  # the common case, without walking it
+            if len(value) >= MIN_REDACTED_LENGTH:
+                shown.add(value)
+            continue
+        shown.update(text for text in strings(value) if len(text) >= MIN_REDACTED_LENGTH)
+    return shown
 
 
 def exposed_env(

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
 import operator
 from collections.abc import Callable, Mapping
+from json.encoder import encode_basestring
 from typing import Any, Final, NamedTuple
 
 import attrs
@@ -63,12 +65,23 @@ class PortSettings:
     artifacts_enabled: bool = False
     owner_key: str = attrs.field(init=False, eq=False, repr=False)
     """:func:`owner_key` of ``owner``, computed once."""
+    plan: object = attrs.field(init=False, default=None, eq=False, repr=False)
+    """The port's :class:`~sandrail.core._plan.SessionPlan`, made at its
+    first call (:func:`~sandrail.core._plan.session_plan`)."""
+    _by_name: dict[str, ToolDefinition] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "owner_key", owner_key(self.owner))
+        by_name: dict[str, ToolDefinition] = {}
+        for definition in self.definitions:
+            by_name.setdefault(definition.name, definition)  # the first, as a search finds it
+        object.__setattr__(self, "_by_name", by_name)
 
     def definition(self, name: str) -> ToolDefinition | None:
-        for definition in self.definitions:
+        """The definition of tool ``name``, ``None`` if these settings have none."""
+        if type(name) is str:
+            return self._by_name.get(name)
+        for definition in self.definitions:  # a str subclass compares as a str does
             if definition.name == name:
                 return definition
         return None
@@ -161,9 +174,22 @@ def _plain(value: object) -> object:
 _DIGEST_ENCODER: Final = json.JSONEncoder(
     sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain
 )
-digest_text: Final = _DIGEST_ENCODER.encode
-"""The JSON text digests are taken of: sorted keys, compact, text as it is
-(no ``\\u`` escapes), no NaN; a mapping that is not a dict as a dict."""
+_make_encoder: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
+
+
+def digest_text(value: object) -> str:
+    """The JSON text digests are taken of: sorted keys, compact, text as it
+    is (no ``\\u`` escapes), no NaN; a mapping that is not a dict as a dict.
+    Raises as ``json.dumps`` does (``TypeError``, ``ValueError``,
+    ``RecursionError``) for a value with no such text.
+
+    Strategy: exactly ``json.JSONEncoder(...).encode`` (its C encoder, made
+    for each value as ``encode`` makes it, so a circular value is reported
+    as one), without the Python layers ``encode`` walks through first."""
+    if _make_encoder is None or type(value) is str:
+        return _DIGEST_ENCODER.encode(value)
+    encode = _make_encoder({}, _plain, encode_basestring, None, ":", ",", True, False, False)
+    return "".join(encode(value, 0))
 
 
 def plain_arguments(arguments: object) -> dict[str, Any] | None:
@@ -204,6 +230,11 @@ class _Seen(NamedTuple):
     objects: tuple[object, ...]
     plain_arguments: object
     plain_scope: object
+    flat_keys: tuple[str, ...] | None
+    """For arguments of strings, integers, booleans and nulls only: their
+    keys, and ``flat_types`` the exact type of each value (then an equal
+    dict with the same types has the same JSON)."""
+    flat_types: tuple[type, ...] | None
 
 
 def _paths(kind: type) -> tuple[str, ...]:
@@ -279,6 +310,8 @@ def _text(value: object) -> bool:
     if not _nonblank(value):
         return False
     assert isinstance(value, str)
+    if value.isascii():
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -423,11 +456,17 @@ def _seen(request: ToolRequest, arguments: dict[str, Any]) -> _Seen:
     read, still = _READERS[type(live)]
     objects = read(request)
     scope = live.scope if isinstance(live, NativeIdentity) else None
+    keys = types = None
+    if all(map(_FLAT.__contains__, map(type, arguments.values()))):
+        keys = tuple(arguments)
+        types = tuple(map(type, arguments.values()))
     return _Seen(
         still=still,
         objects=objects,
         plain_arguments=_copy(arguments),
         plain_scope=None if scope is None else json.loads(digest_text(scope)),
+        flat_keys=keys,
+        flat_types=types,
     )
 
 
@@ -463,14 +502,25 @@ def unchanged(request: ToolRequest, snap: _Snapshot) -> bool | None:
         same_scope = _same_json(identity.scope, seen.plain_scope)
         if same_scope is not True:
             return same_scope
+    live = objects[_ARGUMENTS]
+    keys = seen.flat_keys
+    if (
+        keys is not None
+        and type(live) is dict
+        and live == seen.plain_arguments
+        and tuple(map(type, map(live.__getitem__, keys))) == seen.flat_types
+    ):
+        return True  # equal keys and values, each of the very same JSON type
     try:
-        return _same_json(objects[_ARGUMENTS], seen.plain_arguments)
+        return _same_json(live, seen.plain_arguments)
     except RecursionError:
         return None
 
 
 def _copy(plain: dict[str, Any]) -> dict[str, Any]:
     """An independent copy of plain JSON data (dicts, lists and scalars)."""
+    if all(map(_FLAT.__contains__, map(type, plain.values()))):
+        return dict(plain)  # nothing nested to copy
     return {
         key: value
         if type(value) is not dict and type(value) is not list

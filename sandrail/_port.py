@@ -175,7 +175,7 @@ class ToolPort:
                 call.result = drive(call.program(), call.trace.step(call.interpret))
             return call.finish()
         finally:
-            call.artifacts.abort_all()
+            call.abort_artifacts()
             call.trace.abandon("no_result")  # nothing when the call ended with one
 
     async def execute(self, request: ToolRequest) -> ToolResult:
@@ -189,7 +189,7 @@ class ToolPort:
                 )
             return await call.finish_async()
         finally:
-            call.artifacts.abort_all()
+            call.abort_artifacts()
             call.trace.abandon("no_result")  # nothing when the call ended with one
 
     def _execute_on_own_loop(self, request: ToolRequest) -> ToolResult:

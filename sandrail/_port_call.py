@@ -36,7 +36,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import attrs
 
@@ -52,6 +52,7 @@ from sandrail._ownership import OwnershipRecord
 from sandrail._ownership_backlog import note_answer
 from sandrail._telemetry import Telemetry
 from sandrail.core import (
+    ALL_WELL,
     NOTHING_SHOWN,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
@@ -86,14 +87,15 @@ from sandrail.core import (
     asked,
     crash_result,
     known_to_launch,
+    merged,
     redaction_secrets,
-    remembered,
     request_digest,
     shown_by,
     snapshot_request,
     tool_program,
     unchanged,
     unexpected_failure,
+    with_arguments,
 )
 from sandrail.interpreters._drivers import answered_now
 from sandrail.interpreters._masking import MaskedReads
@@ -107,6 +109,8 @@ _SIDE_EFFECT_TYPES: Final = frozenset(SIDE_EFFECTS)
 _DECISIONS: Final = frozenset((Allow, ApprovalRequired, Deny))
 _NOTED: Final = frozenset((*SANDBOX_EFFECTS, RememberOwned))
 """Effects whose sending :meth:`PortCall.note` records (what a crash report needs)."""
+_PLAIN_SANDBOX: Final = _SANDBOX_TYPES - {Read}
+"""Sandbox effects the backend answers as they are (only reads are masked)."""
 _SCALARS: Final = frozenset((str, int, float, bool, type(None)))
 """JSON's immutable values: a dict holding only these is copied whole by ``dict()``."""
 
@@ -129,11 +133,16 @@ class Ledger:
 
     def remember(self, effect: RememberOwned) -> OwnedCommand:
         """Keep what ``effect`` records, as :func:`~sandrail.core.remembered` says."""
+        return self.keep_merged(asked(effect))
+
+    def keep_merged(self, row: OwnedCommand) -> OwnedCommand:
+        """Keep ``row`` merged over the one kept for its task, as
+        :func:`~sandrail.core.merged` says; the row kept."""
         with self._lock:
-            known = self._owned.get(effect.task_id)
-            record = remembered(known, effect)
-            if known != record:
-                self._owned[effect.task_id] = record
+            known = self._owned.get(row.task_id)
+            record = merged(known, row)
+            if record is not known and known != record:
+                self._owned[row.task_id] = record
             return record
 
     def keep(self, record: OwnedCommand) -> None:
@@ -163,10 +172,33 @@ class Binding:
     adopted: set[str] = attrs.field(factory=set, eq=False)
     """The sessions whose sandbox the durable record was asked for already
     (:meth:`PortCall.adopt_session`)."""
+    sync_backend: Callable[[Effect], Any] = attrs.field(init=False)
+    """The backend as a synchronous call uses it (:func:`answered_now`), made once."""
+    masked_sync: Callable[[Effect], Any] = attrs.field(init=False)
+    """:attr:`sync_backend` with its reads masked (C17), made once."""
+    masked_async: Callable[[Effect], Any] = attrs.field(init=False)
+    """The backend with its reads masked, for an asynchronous call."""
 
     @tool_names.default
     def _names(self) -> frozenset[str]:
         return frozenset(definition.name for definition in self.settings.definitions)
+
+    @sync_backend.default
+    def _sync_backend(self) -> Callable[[Effect], Any]:
+        return answered_now(self.backend)
+
+    @masked_sync.default
+    def _masked_sync(self) -> Callable[[Effect], Any]:
+        return MaskedReads(self.sync_backend, self.port_redactions)
+
+    @masked_async.default
+    def _masked_async(self) -> Callable[[Effect], Any]:
+        return MaskedReads(self.backend, self.port_redactions)
+
+    def port_redactions(self) -> Redactions:
+        """What every call of this port masks now (the set grows as calls
+        pass env values)."""
+        return self.masks.redactions
 
 
 class PortCall:
@@ -191,18 +223,17 @@ class PortCall:
         self.sandbox_id: str | None = None
         self.task_id: str | None = None
         self.layered: Callable[[Effect], Any] | None = None
-        self.backend = binding.backend if asynchronous else answered_now(binding.backend)
+        self.backend = binding.backend if asynchronous else binding.sync_backend
         # Reads are masked below any recorder, so neither the core nor a
         # cassette ever holds a secret or a piece of one (C17).
-        self.sandbox: Callable[[Effect], Any] = MaskedReads(self.backend, self._port_redactions)
+        self.sandbox = binding.masked_async if asynchronous else binding.masked_sync
         # Taken before anything runs, so that even a crash can report the
         # locator the request had when it arrived (C6).
         self.snapshot = snapshot_request(request, binding.settings)
         self.shown: ToolRequest = request
         self.named: frozenset[str] = frozenset()
         """Values a layered backend (a recorder) masks besides the port's."""
-        self.artifacts = CallArtifacts(binding.artifacts, self.redactions)
-        """Artifacts this call writes; whatever is left open when it ends is aborted."""
+        self._artifacts: CallArtifacts | None = None
         self.policy_drifted = False
         """The policy changed the arguments it was shown: the harness changed
         the request mid-call, which the next guard reports as drift (C9)."""
@@ -210,6 +241,19 @@ class PortCall:
         self.trace = binding.telemetry.begin(request, binding.tool_names, self.redactions)
 
     # -- the call's life ----------------------------------------------------------
+
+    @property
+    def artifacts(self) -> CallArtifacts:
+        """Artifacts this call writes (made at the first artifact effect);
+        whatever is left open when it ends is aborted (:meth:`abort_artifacts`)."""
+        if self._artifacts is None:
+            self._artifacts = CallArtifacts(self.binding.artifacts, self.redactions)
+        return self._artifacts
+
+    def abort_artifacts(self) -> None:
+        """Abort whatever artifact this call left open."""
+        if self._artifacts is not None:
+            self._artifacts.abort_all()
 
     def program(self) -> Program:
         """Open the call to a layered backend, then the tool program to drive."""
@@ -282,9 +326,6 @@ class PortCall:
 
     # -- masking ------------------------------------------------------------------
 
-    def _port_redactions(self) -> Redactions:
-        return self.binding.masks.redactions
-
     def mask_reads(
         self, inner: Callable[[Effect], Any], named: Iterable[str] = ()
     ) -> Callable[[Effect], Any]:
@@ -294,7 +335,7 @@ class PortCall:
         inner = inner if self.asynchronous else answered_now(inner)
         extra = frozenset(named)
         if not extra:
-            return MaskedReads(inner, self._port_redactions)
+            return MaskedReads(inner, self.binding.port_redactions)
         self.named |= extra  # an artifact reference must not show them either
         masks = self.binding.masks
         return MaskedReads(inner, lambda: Redactions(masks.redactions.values | extra))
@@ -339,8 +380,26 @@ class PortCall:
 
     def interpret(self, effect: Effect) -> Any:
         """The synchronous interpreter (see the module doc)."""
-        if type(effect) is CheckAuthority and self.layered is None:
-            return self.check(effect)  # the guard, several times a call; never raises
+        kind = type(effect)
+        if self.layered is None:
+            if kind is CheckAuthority:
+                # The guard, several times a call; never raises. (Compared by
+                # type, which mypy does not narrow by.)
+                return self.check(effect)  # type: ignore[arg-type]
+            if kind in _PLAIN_SANDBOX:
+                # The common sandbox effects, routed as route() would.
+                if kind in _NOTED:
+                    self.note(effect)
+                try:
+                    if (kind is Ensure or kind is Inspect) and (
+                        effect.session_id not in self.binding.adopted  # type: ignore[union-attr]
+                    ):
+                        self.adopt_session(effect)  # type: ignore[arg-type]
+                    return self.backend(effect)
+                except (EffectFailure, FatalInterpreterError):
+                    raise
+                except (Exception, asyncio.CancelledError) as exc:
+                    raise unexpected_failure(effect, exc) from exc
         self.note(effect)
         try:
             if (
@@ -451,7 +510,9 @@ class PortCall:
         try:
             if isinstance(effect, Authorize):
                 decision = self.ask_policy()
-                if type(decision) not in _DECISIONS and inspect.isawaitable(decision):
+                if type(decision) in _DECISIONS:
+                    return decision
+                if inspect.isawaitable(decision):
                     _discard(decision)
                     raise EffectFailure(
                         Delivery.NOT_SENT, "authorize is asynchronous; use await port.execute()"
@@ -494,9 +555,9 @@ class PortCall:
         if snapshot is None:
             return self.request
         arguments = dict(snapshot.arguments)
-        if not all(type(value) in _SCALARS for value in arguments.values()):
+        if not all(map(_SCALARS.__contains__, map(type, arguments.values()))):
             arguments = json.loads(json.dumps(arguments))  # nested data: a deep copy
-        return attrs.evolve(self.request, call=attrs.evolve(self.request.call, arguments=arguments))
+        return with_arguments(self.request, arguments)
 
     def ask_policy(self) -> object:
         """Call the harness's policy with :meth:`policy_request`."""
@@ -535,7 +596,8 @@ class PortCall:
         asked for (a record that settles races answers with its row:
         another writer's start may have been recorded first, issue 17)."""
         ledger = self.binding.ledger
-        record = ledger.remember(effect)
+        row = asked(effect)
+        record = ledger.keep_merged(row)
         remember = self.binding.remember_owned
         if remember is not None:
             # If it cannot be written, the program must not go on to a start
@@ -544,7 +606,7 @@ class PortCall:
             if isinstance(stored, OwnedCommand) and stored.task_id == effect.task_id:
                 record = stored
                 ledger.keep(stored)
-        return None if record == asked(effect) else record
+        return None if record is row or record == row else record
 
     def _resolve(self, effect: ResolveOwned) -> OwnedCommand | None:
         mine = self.binding.ledger.get(effect.task_id)
@@ -562,20 +624,25 @@ class PortCall:
         The authority callback runs first: it is itself an external boundary,
         so abort and drift are read after it returns (C9, C11).
         """
-        verdict: object
+        request = self.request
+        # Typed as bool, but a harness may hand back anything: trust only True.
+        verdict: Any
         try:
-            # Typed as bool, but a harness may hand back anything: trust only True.
-            verdict = cast(object, self.binding.assert_authority(self.request))
+            verdict = self.binding.assert_authority(request)
         except Exception:
             verdict = False
         if verdict is not True and inspect.isawaitable(verdict):
             # assert_authority must be synchronous and fast; a coroutine proves nothing.
             _discard(verdict)
             verdict = False
-        try:
-            aborted = bool(getattr(self.request.cancel, "cancelled", False))
-        except Exception:
-            aborted = True  # a token that cannot be read may have fired
+        cancel = request.cancel
+        if cancel is None:
+            aborted = False
+        else:
+            try:
+                aborted = bool(getattr(cancel, "cancelled", False))
+            except Exception:
+                aborted = True  # a token that cannot be read may have fired
         return _REPORTS[(aborted, self._drifted(effect), verdict is True)]
 
     def _drifted(self, effect: CheckAuthority) -> bool:
@@ -596,12 +663,16 @@ class PortCall:
 
 
 _REPORTS: Final[Mapping[tuple[bool, bool, bool], AuthorityReport]] = {
-    (aborted, drifted, held): AuthorityReport(aborted=aborted, drifted=drifted, authority_held=held)
+    (aborted, drifted, held): ALL_WELL
+    if (aborted, drifted, held) == (False, False, True)
+    else AuthorityReport(aborted=aborted, drifted=drifted, authority_held=held)
     for aborted in (False, True)
     for drifted in (False, True)
     for held in (False, True)
 }
-"""Every guard observation, made once (they are frozen values)."""
+"""Every guard observation, made once (they are frozen values); all well is
+the core's own :data:`~sandrail.core._call.ALL_WELL`, which a program
+recognises by identity."""
 
 
 def _cancel_requested() -> bool:

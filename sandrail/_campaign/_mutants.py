@@ -49,6 +49,7 @@ from sandrail.core._guard import Continue, Observation, Phase, Verdict
 from sandrail.core._guard import decide as real_decide
 from sandrail.core._identity import task_id as derive_task_id
 from sandrail.core._masking import mask_text
+from sandrail.core._plan import SessionPlan
 from sandrail.interpreters import _masking as masking
 
 __all__ = ["MUTANTS", "Mutant"]
@@ -178,11 +179,11 @@ def _truncate_identity() -> Iterator[None]:
                     raise
                 cut[longest] = cut[longest][: len(cut[longest]) // 2]
 
-    def admission_size(record: Any, snap: Any, settings: Any) -> int:
+    def admission_size(plan: Any, record: Any, snap: Any) -> int:
         return 0
 
     with (
-        mock.patch.object(programs, "record_admission_size", admission_size),
+        mock.patch.object(SessionPlan, "admission_size", admission_size),
         mock.patch.object(call_module, "fit_to_budget", fit),
     ):
         yield
@@ -344,6 +345,7 @@ def _ignore_fence() -> contextlib.AbstractContextManager[None]:
 def _skip_ownership() -> Iterator[None]:
     """(f) Read or stop any task id asked for, whoever launched it."""
     real_task_id = derive_task_id
+    real_planned_task_id = SessionPlan.task_id
 
     def claim(effect: Effect) -> tuple[bool, Any]:
         if isinstance(effect, ResolveOwned):
@@ -359,9 +361,15 @@ def _skip_ownership() -> Iterator[None]:
             return operation_key
         return real_task_id(session_id, owner, operation_key)
 
+    def planned_task_id(plan: Any, operation_key: str) -> str:
+        if _HEX64.fullmatch(operation_key):
+            return operation_key
+        return real_planned_task_id(plan, operation_key)
+
     with (
         _owned_commands_answered(claim),
         mock.patch.object(programs, "task_id", task_id),
+        mock.patch.object(SessionPlan, "task_id", planned_task_id),
         mock.patch.object(owned, "task_id", task_id),
     ):
         yield
