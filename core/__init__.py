@@ -149,6 +149,7 @@ from ._profiles import (
     tool_schema,
 )
 from ._programs import Program, crash_result, refused_after_launch, tool_program
+from ._recorded import RecordMatch
 from ._rejection import ArgumentProblem, arguments_rejection
 from ._repeats import one_call, repeat_scope, same_call
 from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest, with_arguments
@@ -189,6 +190,7 @@ from ._tools import (
     launch_digest,
     launch_timeout,
     recorded_digest,
+    recorded_match,
     tool_record,
     tool_records,
 )
@@ -292,6 +294,7 @@ __all__ = [
     "Publish",
     "Published",
     "Read",
+    "RecordMatch",
     "Redactions",
     "Refuse",
     "RememberOwned",
@@ -357,6 +360,7 @@ __all__ = [
     "owner_key",
     "plain_arguments",
     "recorded_digest",
+    "recorded_match",
     "redaction_secrets",
     "refused_after_launch",
     "remembered",

@@ -164,7 +164,9 @@ class CallState:
             return _refuse(ErrorCode.CANCELED, "The call was aborted before anything ran.")
         return _refuse(
             ErrorCode.SANDBOX_UNAVAILABLE if side_effect else ErrorCode.READ_FAILED,
-            "The sandbox could not be reached; nothing ran. The call may be retried.",
+            "The sandbox could not be reached; nothing ran. A retry with the same "
+            "operation key is safe, but reaches nothing if the sandbox is gone "
+            "(sandbox_status says so): this session makes no second sandbox.",
         )
 
     def guard(self) -> Generator[Effect, Any, ToolResult | None]:

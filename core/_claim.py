@@ -46,11 +46,13 @@ whose launcher is a shell program in the sandbox).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import attrs
 
 from ._effects import OwnedCommand, RememberOwned, SandboxReady, Start
+from ._recorded import RecordMatch
 
 __all__ = [
     "ClaimProof",
@@ -78,30 +80,44 @@ class LaunchClaim:
 
 
 def launch_claim(
-    known: object, task_id: str, ready: SandboxReady, digest: str
+    known: object,
+    task_id: str,
+    ready: SandboxReady,
+    match: Callable[[str | None], RecordMatch],
 ) -> LaunchClaim | None:
     """The claim the next start of ``task_id`` makes in the sandbox
-    ``ready``, given what the ownership record ``known`` says; ``None`` when
-    the task's first start asked for something else than ``digest`` (C3: a
-    conflict, refused before anything is sent, since that start may still
-    arrive).
+    ``ready``, given what the ownership record ``known`` says and what
+    ``match`` makes of its recorded digest (:func:`~sandrail.core._recorded.record_match`
+    of the call's arguments); ``None`` when the task's first start visibly
+    asked for something else (``changed``; C3: a conflict, refused before
+    anything is sent, since that start may still arrive).
 
     - No start may have left: the claim is new, proven by the sandbox's
       epoch of now.
     - One may have: expect its claim; the first start's epoch proves it
       never arrived, if it went to this very sandbox (else no proof).
+    - One may have, and the record cannot tell whether it asked for this
+      call (``unknown``: the masks changed): expect its claim with no
+      proof, so the sandbox's ledger decides (the same call deduplicated,
+      another a conflict) and launches nothing without a claim.
     """
     launched = known if isinstance(known, OwnedCommand) and known.task_id == task_id else None
     if launched is None or not launched.launched:
         return LaunchClaim(expect_claim=False, claim_epoch=ready.ledger_epoch)
-    if launched.launch_digest is not None and launched.launch_digest != digest:
+    verdict = match(launched.launch_digest)
+    if verdict == "changed":
         return None
-    epoch = launched.ledger_epoch if launched.sandbox_id == ready.sandbox_id else None
+    same_sandbox = launched.sandbox_id == ready.sandbox_id
+    epoch = launched.ledger_epoch if same_sandbox and verdict == "same" else None
     return LaunchClaim(expect_claim=True, claim_epoch=epoch)
 
 
 def settled_claim(
-    claim: LaunchClaim, kept: object, task_id: str, ready: SandboxReady, digest: str
+    claim: LaunchClaim,
+    kept: object,
+    task_id: str,
+    ready: SandboxReady,
+    match: Callable[[str | None], RecordMatch],
 ) -> LaunchClaim | None:
     """``claim`` once the record answered its write with ``kept`` (its row
     as it stands, or ``None``): when another writer's start of the task was
@@ -114,7 +130,7 @@ def settled_claim(
         and kept.launched
         and (kept.sandbox_id, kept.ledger_epoch) != (ready.sandbox_id, claim.claim_epoch)
     ):
-        return launch_claim(kept, task_id, ready, digest)
+        return launch_claim(kept, task_id, ready, match)
     return claim
 
 

@@ -38,9 +38,10 @@ from ._effects import (
 )
 from ._guard import Phase
 from ._identity import NativeIdentity
+from ._recorded import RecordMatch, record_digest, record_match
 from ._rejection import arguments_rejection
 from ._results import AgentCommandRef, BackgroundCommandRef, ErrorCode, NativeCommandRef, ToolResult
-from ._rules import call_digest, redacted_digest
+from ._rules import call_digest
 from ._shown import exposed_in_sandbox_id
 from ._snapshot import _refuse, _Snapshot
 
@@ -193,12 +194,15 @@ def _claim(
     defaults = call.record.digest_defaults
     digest = call_digest(snap.tool, defaults, snap.arguments)
     # What the record may keep: the arguments as the result shows them
-    # (with nothing to mask, the digest itself).
+    # (with nothing to mask, the digest itself), and what this call is
+    # against what it kept of the key's first start (:mod:`._recorded`).
     masks = snap.arguments.get("env") or call.secrets
-    recorded = (
-        redacted_digest(snap.tool, defaults, snap.arguments, call.secrets) if masks else digest
-    )
-    claim = launch_claim(known, launch.task_id, ready, recorded)
+    recorded = record_digest(snap.tool, defaults, snap.arguments, call.secrets) if masks else digest
+
+    def match(kept: str | None) -> RecordMatch:
+        return record_match(kept, snap.tool, defaults, snap.arguments, call.secrets)
+
+    claim = launch_claim(known, launch.task_id, ready, match)
     if claim is None:
         # C3 before anything is sent: the key's first start, which may still
         # arrive, asked for something else; this call's command never runs.
@@ -221,7 +225,7 @@ def _claim(
             else record_unavailable()
         )
         raise StoppedError(unrecorded) from None
-    claim = settled_claim(claim, kept, launch.task_id, ready, recorded)
+    claim = settled_claim(claim, kept, launch.task_id, ready, match)
     if claim is None:
         raise StoppedError(_conflict(StartRefused(reason="conflict")))
     first = kept if isinstance(kept, OwnedCommand) else known

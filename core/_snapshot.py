@@ -306,10 +306,14 @@ def _nonblank(value: object) -> bool:
 
 
 def _text(value: object) -> bool:
-    """A non-blank string that JSON can carry (no lone surrogates)."""
+    """A non-blank string that JSON can carry (no lone surrogates) and every
+    ownership record can keep (no NUL: PostgreSQL text refuses one, so a key
+    holding it would be kept by one record and lost by another)."""
     if not _nonblank(value):
         return False
     assert isinstance(value, str)
+    if "\x00" in value:
+        return False
     if value.isascii():
         return True
     try:
@@ -379,12 +383,13 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
         return _refuse(
             ErrorCode.REQUEST_UNBOUND,
             "Pass a ToolRequest whose call has a string name and a non-blank call_id "
-            "of valid Unicode text.",
+            "of valid Unicode text without NUL characters.",
         )
     if not _text(request.operation_key):
         return _refuse(
             ErrorCode.OPERATION_KEY_REQUIRED,
-            "operation_key must be a non-blank string of valid Unicode text.",
+            "operation_key must be a non-blank string of valid Unicode text without NUL "
+            "characters.",
         )
     definition = settings.definition(name)
     if definition is None:

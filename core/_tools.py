@@ -42,6 +42,7 @@ from ._definitions import (
 )
 from ._launch import run_code_program, run_command_program
 from ._owned import read_program, sandbox_status_program, stop_program
+from ._recorded import RecordMatch, record_digest, record_match
 from ._rules import (
     RUN_CODE_DEFAULTS,
     RUN_COMMAND_DEFAULTS,
@@ -50,7 +51,6 @@ from ._rules import (
     command_deadline,
     command_from_strict,
     command_refusal,
-    redacted_digest,
     snippet_deadline,
 )
 from ._snapshot import PortSettings, _Snapshot
@@ -67,6 +67,7 @@ __all__ = [
     "launch_digest",
     "launch_timeout",
     "recorded_digest",
+    "recorded_match",
     "tool_record",
     "tool_records",
 ]
@@ -256,9 +257,22 @@ def launch_digest(tool: str, arguments: Mapping[str, Any]) -> str:
 def recorded_digest(tool: str, arguments: Mapping[str, Any], secrets: Iterable[str] = ()) -> str:
     """The launch digest an ownership record keeps: that of the request as a
     result shows it, every env value and every occurrence of ``secrets``
-    masked (see :func:`~sandrail.core._rules.redacted_digest`). Raises
-    :class:`UnknownToolError` for a tool without a record."""
-    return redacted_digest(tool, tool_record(tool).digest_defaults, arguments, secrets)
+    masked (see :func:`~sandrail.core._rules.redacted_digest`), marked when
+    its text shows a masked value (:func:`~sandrail.core._recorded.record_digest`).
+    Raises :class:`UnknownToolError` for a tool without a record."""
+    return record_digest(tool, tool_record(tool).digest_defaults, arguments, secrets)
+
+
+def recorded_match(
+    recorded: str | None, tool: str, arguments: Mapping[str, Any], secrets: Iterable[str] = ()
+) -> RecordMatch:
+    """What ``arguments`` of a call of ``tool``, whose session masks
+    ``secrets`` now, are against the ``recorded`` digest of its key's first
+    start: ``same``, ``changed`` (a visible change) or ``unknown`` (the
+    masks changed and the record cannot tell; the sandbox's ledger decides),
+    see :mod:`sandrail.core._recorded`. Raises :class:`UnknownToolError`
+    for a tool without a record."""
+    return record_match(recorded, tool, tool_record(tool).digest_defaults, arguments, secrets)
 
 
 def launch_timeout(

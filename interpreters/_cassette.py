@@ -22,10 +22,14 @@ the same :class:`CallRedaction` is applied to what is written and, at replay,
 to what the live core asks: environment values become the marker where they
 are passed (request arguments, ``Start.env``); secrets (named ones, and env
 values of :data:`MIN_SCRUBBED_LENGTH` characters or more) are cut out of every
-other string (output that echoes them, artifacts). Digests the core computes
-over secret-bearing arguments are swapped for the digests of the redacted
-request: a replay of the redacted request computes exactly those, and a
-digest of a weak secret is itself a leak.
+other string (output that echoes them, artifacts). An env *name* that holds
+a secret is written as a name of its own, ``REDACTED_NAME_1`` and on in the
+order the env lists them (a name a command can still be given, so the
+redacted request replays). Digests the core computes over secret-bearing
+arguments are swapped for the digests of the redacted request: a replay of
+the redacted request computes exactly those, and a digest of a weak secret
+is itself a leak. So no byte written is a function of a secret, wherever in
+the request it stood.
 """
 
 from __future__ import annotations
@@ -431,6 +435,8 @@ class CallRedaction:
     """Digests of the real request mapped to those of the redacted one."""
     request: ToolRequest
     """The request with its secrets redacted: what a replay runs."""
+    names: Mapping[str, str] = attrs.field(factory=dict)
+    """Env names that hold a secret, mapped to the names written instead."""
 
     @classmethod
     def of(
@@ -449,12 +455,13 @@ class CallRedaction:
                 if isinstance(value, str) and len(value) >= MIN_SCRUBBED_LENGTH
             )
         found.discard(MARKER)
-        bare = cls(tuple(sorted(found, key=lambda s: (-len(s), s))), {}, request)
+        names = _env_names(env, found) if isinstance(env, Mapping) else {}
+        bare = cls(tuple(sorted(found, key=lambda s: (-len(s), s))), {}, request, names)
         if not isinstance(arguments, Mapping) or (not found and not isinstance(env, Mapping)):
             return bare
         clean_arguments = bare.scrub(dict(arguments), env_slot=False)
         if isinstance(env, Mapping):
-            clean_arguments["env"] = _redact_env(env)
+            clean_arguments["env"] = _redact_env(env, names)
         redacted = attrs.evolve(request, call=attrs.evolve(request.call, arguments=clean_arguments))
         digests: dict[str, str] = {}
         try:
@@ -469,7 +476,7 @@ class CallRedaction:
         except (CanonicalJSONError, AttributeError, TypeError, ValueError):
             pass  # no JSON form: the core refuses the request before any digest matters
         digests = {k: v for k, v in digests.items() if k != v}
-        return cls(bare.secrets, digests, redacted)
+        return cls(bare.secrets, digests, redacted, names)
 
     @property
     def bare(self) -> bool:
@@ -481,7 +488,7 @@ class CallRedaction:
         with ``env_slot``, ``data`` is an effect whose ``env`` values all go.
         Tuples become lists."""
         if env_slot and isinstance(data, dict) and isinstance(data.get("env"), dict):
-            data = {**data, "env": _redact_env(data["env"])}
+            data = {**data, "env": _redact_env(data["env"], self.names)}
         if not self.secrets and not self.digests and _plain_json(data):
             return data  # nothing to swap or cut: the data as it is
         return self._scrub(data)
@@ -513,8 +520,40 @@ def _plain_json(data: Any) -> bool:
     return kind in _SCALARS
 
 
-def _redact_env(env: Mapping[Any, Any]) -> dict[Any, Any]:
-    return dict.fromkeys(env, MARKER)
+def _redact_env(env: Mapping[Any, Any], names: Mapping[str, str]) -> dict[Any, Any]:
+    """``env`` as written: every value the marker, a name that holds a
+    secret replaced (``names``), in the order of the names written (the
+    order of the real ones would tell where a secret sorts)."""
+    written = [names.get(name, name) for name in env]
+    return dict.fromkeys(
+        sorted(written, key=lambda name: (not isinstance(name, str), str(name))), MARKER
+    )
+
+
+NAME_PREFIX: Final = "REDACTED_NAME_"
+"""What an env name that holds a secret is written as, numbered from 1."""
+
+
+def _env_names(env: Mapping[Any, Any], secrets: Iterable[str]) -> dict[str, str]:
+    """The names of ``env`` that hold one of ``secrets``, each mapped to a
+    name of its own (:data:`NAME_PREFIX` and a number, in the order ``env``
+    lists them, skipping a name ``env`` already has): a function of where
+    secrets stand, never of what they are."""
+    values = tuple(secrets)
+    holding = [
+        name for name in env if isinstance(name, str) and any(value in name for value in values)
+    ]
+    if not holding:
+        return {}
+    taken = set(env) - set(holding)
+    names: dict[str, str] = {}
+    number = 0
+    for name in holding:
+        number += 1
+        while f"{NAME_PREFIX}{number}" in taken:
+            number += 1
+        names[name] = f"{NAME_PREFIX}{number}"
+    return names
 
 
 # ---------------------------------------------------------------------------

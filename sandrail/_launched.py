@@ -28,7 +28,7 @@ from sandrail.core import (
     ToolDefinition,
     ToolKind,
     ToolRequest,
-    recorded_digest,
+    recorded_match,
     task_id,
     tool_record,
 )
@@ -70,16 +70,18 @@ def launched_row(
 def alike(
     known: OwnedCommand, name: str, arguments: object, secrets: frozenset[str] = frozenset()
 ) -> bool:
-    """Whether ``arguments`` (the port's form) ask for the launch ``known``
-    recorded (C3's digest, over the arguments with ``secrets``, the values
-    the session masks, masked; a row without one matches)."""
-    if known.launch_digest is None:
-        return True
+    """Whether ``arguments`` (the port's form) may ask for the launch
+    ``known`` recorded: anything but a visible change against its digest
+    (:func:`~sandrail.core.recorded_match` with ``secrets``, the values the
+    session masks now; a row without one matches). A digest the masks of
+    now cannot explain, where the first call's masks may (``unknown``),
+    counts as alike: its start may have run, so nothing here says it did
+    not (C6)."""
     try:
-        digest = recorded_digest(name, arguments, secrets)  # type: ignore[arg-type]
-        return bool(known.launch_digest == digest)
+        match = recorded_match(known.launch_digest, name, arguments, secrets)  # type: ignore[arg-type]
     except Exception:
         return False
+    return match != "changed"
 
 
 def lookup(

@@ -151,8 +151,10 @@ def port_settings(
     if not callable(options["backend"]):
         raise TypeError("backend must be an interpreter: a callable from effect to outcome")
     session_id = options["session_id"]
-    if not isinstance(session_id, str) or not session_id.strip() or not is_text(session_id):
-        raise ValueError("session_id must be a non-blank string of valid Unicode text")
+    if not isinstance(session_id, str) or not session_id.strip() or not _identity_text(session_id):
+        raise ValueError(
+            "session_id must be a non-blank string of valid Unicode text without NUL characters"
+        )
     check_owner(options["owner"])
     _check_callbacks(options)
     max_output_bytes = options["max_output_bytes"]
@@ -239,8 +241,11 @@ def check_owner(owner: object) -> None:
             raise ValueError(f"NativeOwner.scope must be JSON data: {exc}") from None
     elif isinstance(owner, AgentOwner):
         agent_id = owner.agent_id
-        if not isinstance(agent_id, str) or not agent_id.strip() or not is_text(agent_id):
-            raise ValueError("AgentOwner.agent_id must be a non-blank string of valid Unicode text")
+        if not isinstance(agent_id, str) or not agent_id.strip() or not _identity_text(agent_id):
+            raise ValueError(
+                "AgentOwner.agent_id must be a non-blank string of valid Unicode text "
+                "without NUL characters"
+            )
     else:
         hint = (
             f"; for an agent named {owner!r}: owner=sandrail.AgentOwner(agent_id={owner!r})"
@@ -252,3 +257,10 @@ def check_owner(owner: object) -> None:
             "tutorial's) or sandrail.NativeOwner(scope=...) (a harness's run, with "
             f"identity=sandrail.NativeIdentity(...)), not {type(owner).__name__}{hint}"
         )
+
+
+def _identity_text(text: str) -> bool:
+    """Whether ``text`` can name an identity (a session, an agent): valid
+    Unicode, and no NUL, which PostgreSQL text cannot hold (so every
+    ownership record keeps it alike)."""
+    return "\x00" not in text and is_text(text)

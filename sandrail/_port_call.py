@@ -35,6 +35,7 @@ import inspect
 import json
 import logging
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -514,9 +515,8 @@ class PortCall:
                     return decision
                 if inspect.isawaitable(decision):
                     _discard(decision)
-                    raise EffectFailure(
-                        Delivery.NOT_SENT, "authorize is asynchronous; use await port.execute()"
-                    )
+                    logger.warning("%s", _ASYNC_POLICY)
+                    raise EffectFailure(Delivery.NOT_SENT, _ASYNC_POLICY)
                 return _policy(decision)
             return self._harness(effect)
         except EffectFailure:
@@ -721,7 +721,18 @@ def _what(value: object) -> str:
     return f"a {type(value).__qualname__}"
 
 
+_ASYNC_POLICY: Final = (
+    "authorize is asynchronous (it returned an awaitable), and a synchronous call "
+    "(call_sync, execute_sync) cannot await it: use await toolset.call(...) or "
+    "await port.execute(...), or give a synchronous authorize; nothing ran"
+)
+
+
 def _discard(awaitable: object) -> None:
+    """Close an awaitable that will never be awaited, without the
+    "never awaited" warning (the log already says what went wrong)."""
     close = getattr(awaitable, "close", None)
     if callable(close):
-        close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            close()

@@ -6,12 +6,15 @@ The end-to-end proofs (retries, restarts, wiped ledgers) are in
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from sandrail.core import (
     ClaimProof,
     LaunchClaim,
     OwnedCommand,
+    RecordMatch,
     RememberOwned,
     SandboxReady,
     Start,
@@ -38,6 +41,15 @@ def _record(**changes: object) -> OwnedCommand:
     return OwnedCommand(**fields)  # type: ignore[arg-type]
 
 
+def _exactly(digest: str) -> Callable[[str | None], RecordMatch]:
+    """A match by equality of the recorded digest (a row without one matches)."""
+
+    def match(recorded: str | None) -> RecordMatch:
+        return "same" if recorded in (None, digest) else "changed"
+
+    return match
+
+
 def _start(**changes: object) -> Start:
     fields: dict[str, object] = {
         "sandbox_id": "box-1",
@@ -58,29 +70,39 @@ def _start(**changes: object) -> Start:
     ids=["no-record", "junk", "other-task", "not-launched"],
 )
 def test_c2_a_first_start_claims_anew_under_the_epoch_of_now(known: object) -> None:
-    assert launch_claim(known, TASK, READY, "digest-1") == LaunchClaim(
+    assert launch_claim(known, TASK, READY, _exactly("digest-1")) == LaunchClaim(
         expect_claim=False, claim_epoch="box-1/ledger-0"
     )
 
 
 def test_c2_a_start_after_one_that_may_have_left_expects_its_claim_under_its_epoch() -> None:
     known = _record(ledger_epoch="box-1/ledger-7")
-    assert launch_claim(known, TASK, READY, "digest-1") == LaunchClaim(
+    assert launch_claim(known, TASK, READY, _exactly("digest-1")) == LaunchClaim(
         expect_claim=True, claim_epoch="box-1/ledger-7"
     )
 
 
 def test_c2_a_first_start_to_another_sandbox_proves_nothing_here() -> None:
     known = _record(sandbox_id="box-0")
-    assert launch_claim(known, TASK, READY, "digest-1") == LaunchClaim(
+    assert launch_claim(known, TASK, READY, _exactly("digest-1")) == LaunchClaim(
         expect_claim=True, claim_epoch=None
     )
 
 
 def test_c3_a_start_asking_for_something_else_than_the_first_is_a_conflict() -> None:
-    assert launch_claim(_record(), TASK, READY, "digest-2") is None
+    assert launch_claim(_record(), TASK, READY, _exactly("digest-2")) is None
     # A record without a digest (an older harness's) cannot tell: no conflict.
-    assert launch_claim(_record(launch_digest=None), TASK, READY, "digest-2") is not None
+    assert launch_claim(_record(launch_digest=None), TASK, READY, _exactly("digest-2")) is not None
+
+
+def test_c2_a_start_the_record_cannot_tell_from_the_first_only_expects_its_claim() -> None:
+    """The masks changed since the first start was recorded, and no mask of
+    now explains the digest (``unknown``): the start expects the first
+    one's claim with no epoch to prove it never arrived, so the sandbox
+    deduplicates or refuses it and launches nothing without a claim."""
+    claim = launch_claim(_record(), TASK, READY, lambda recorded: "unknown")
+    assert claim == LaunchClaim(expect_claim=True, claim_epoch=None)
+    assert not ClaimProof(expect_claim=True, epoch=None).admits_unclaimed("box-1/ledger-0")
 
 
 def _remember(**changes: object) -> RememberOwned:

@@ -1051,3 +1051,60 @@ def test_c8_a_policy_that_returns_no_decision_is_a_harness_failure_named_in_the_
     (warning,) = [record for record in caplog.records if record.levelno == logging.WARNING]
     assert named in warning.getMessage()
     assert "sandrail.ALLOW, sandrail.ApprovalRequired(" in warning.getMessage()
+
+
+def test_c8_an_async_policy_under_call_sync_is_named_with_what_to_do_instead(
+    caplog: pytest.LogCaptureFixture, recwarn: pytest.WarningsRecorder
+) -> None:
+    """An ``async def`` authorize under ``call_sync``: nothing runs (the
+    coroutine cannot be awaited there) and the log says why and what works
+    (``await toolset.call(...)``, or a synchronous authorize), with no
+    "coroutine was never awaited" warning left behind."""
+
+    async def allow(request: sandrail.ToolRequest) -> sandrail.Allow:
+        return sandrail.ALLOW
+
+    sim = Simulator()
+    tools = sandrail.Toolset(
+        backend=sim,
+        session_id="session-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=allow,
+        assert_authority=lambda request: True,
+    )
+    with caplog.at_level(logging.WARNING, logger="sandrail"):
+        result = tools.call_sync("run_command", {"command": "x"}, call_id="c1", operation_key="k1")
+    assert (result.status, result.content["executed"]) == ("error", False)
+    assert result.content["error_type"] == "e2b_command_harness_callback_failed"
+    assert sim.effects_seen == []
+    (warning,) = [record for record in caplog.records if record.levelno == logging.WARNING]
+    message = warning.getMessage()
+    assert "authorize is asynchronous" in message
+    assert "await toolset.call(" in message
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
+def test_c5_a_gone_sandbox_is_not_answered_as_a_blip_to_retry() -> None:
+    """The session's sandbox is gone and no second one is made: the error
+    says nothing ran, but not that a retry helps; it names how to tell
+    (``sandbox_status``) and that no second sandbox comes."""
+    sim = Simulator()
+    tools = sandrail.Toolset(
+        backend=sim,
+        session_id="session-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    assert (
+        tools.call_sync("run_command", {"command": "true"}, call_id="c1", operation_key="k1").status
+        == "ok"
+    )
+    sim.kill_sandbox("sbx-1")
+    result = tools.call_sync("run_command", {"command": "true"}, call_id="c2", operation_key="k2")
+    assert (result.status, result.content["executed"]) == ("error", False)
+    assert result.content["error_type"] == ErrorCode.SANDBOX_UNAVAILABLE.value
+    instruction = result.content["instruction"]
+    assert "may be retried" not in instruction
+    assert "sandbox_status" in instruction
+    assert "no second sandbox" in instruction

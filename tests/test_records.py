@@ -558,3 +558,46 @@ def test_c2_a_record_names_the_sandbox_of_a_sessions_launches_for_its_owner(
     assert record.session_sandbox("session-1", mine) == "sbx-mine"
     assert record.session_sandbox("session-1", theirs) == "sbx-theirs"
     assert record.session_sandbox("session-2", mine) is None
+
+
+@pytest.mark.parametrize("where", ["operation_key", "call_id"])
+def test_c5_a_nul_in_a_key_is_refused_alike_on_every_record(make_record: Any, where: str) -> None:
+    """A NUL character in an operation key (or call id): SQLite could keep
+    it, PostgreSQL text cannot. Every record answers the same clear error
+    before anything is asked or kept: nothing reaches the sandbox."""
+    from sandrail.interpreters.simulator import Simulator
+
+    sim = Simulator()
+    record = make_record()
+    tools = sandrail.Toolset(
+        backend=sim,
+        session_id="session-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        record=record,
+    )
+    ids = {"operation_key": "k1", "call_id": "c1", where: "nul-\x00-key"}
+    result = tools.call_sync("run_command", {"command": "echo hi"}, **ids)
+    assert (result.status, result.content["executed"]) == ("error", False)
+    code = (
+        ErrorCode.OPERATION_KEY_REQUIRED if where == "operation_key" else ErrorCode.REQUEST_UNBOUND
+    )
+    assert result.content["error_type"] == code.value
+    assert "without NUL characters" in result.content["instruction"]
+    assert sim.effects_seen == []
+
+
+def test_c5_a_nul_in_a_session_or_agent_id_is_refused_at_construction() -> None:
+    """The same for the identity a port is made with: refused at once."""
+    from sandrail.interpreters.simulator import Simulator
+
+    for session, agent in (("s-\x00", "a1"), ("s1", "a-\x00")):
+        with pytest.raises(ValueError, match="without NUL characters"):
+            sandrail.Toolset(
+                backend=Simulator(),
+                session_id=session,
+                owner=sandrail.AgentOwner(agent_id=agent),
+                authorize=lambda request: sandrail.ALLOW,
+                assert_authority=lambda request: True,
+            )

@@ -750,6 +750,46 @@ def test_c17_a_secret_with_json_escapes_leaves_no_trace_in_an_artifact(tmp_path:
         assert form not in raw
 
 
+def _recorded_with_env_name(path: Path, secret: str) -> str:
+    from sandrail.interpreters.replay import Recorder
+
+    recorder = Recorder(Simulator(), path, secrets=[secret])
+    toolset = sandrail.Toolset(
+        backend=recorder,
+        tools=("command",),
+        session_id="s1",
+        owner=sandrail.AgentOwner(agent_id="a1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        redact=[secret],
+    )
+    env = {"PLAIN": "x", secret: "1", "REDACTED_NAME_1": "y"}
+    result = toolset.call_sync(
+        "run_command", {"command": "true", "env": env}, call_id="c1", operation_key="k1"
+    )
+    assert result.status == "ok", result.content
+    recorder.close()
+    return path.read_text(encoding="utf-8")
+
+
+def test_c17_a_secret_used_as_an_env_name_leaves_no_byte_that_depends_on_it(
+    tmp_path: Path,
+) -> None:
+    """A masked value as an env *name*: the cassette writes a name of its own
+    in its place (never one already in the env), so no digest it keeps
+    (``CheckAuthority``, ``Start``, ``RememberOwned``) is a function of the
+    name, whatever its length; and the recording still replays."""
+    texts = [
+        _recorded_with_env_name(tmp_path / f"{n}.jsonl", name)
+        for n, name in enumerate(("AKIAJ2QWERTYUIOPASDF", "AKIAIOSFODNN7EXAMPLE", "PW12345678"))
+    ]
+    assert texts[0] == texts[1] == texts[2]
+    assert "AKIA" not in texts[0]
+    assert '"REDACTED_NAME_2": "<redacted>"' in texts[0]
+    report = replay_file(tmp_path / "0.jsonl")
+    assert (report.calls, report.complete) == (1, True)
+
+
 def test_a_recording_cut_between_two_calls_is_flagged_not_passed_silently(tmp_path: Path) -> None:
     """Every call in it replays, but the missing end line says it may be cut."""
     lines = (GOLDEN / "foreground.jsonl").read_bytes().splitlines(keepends=True)

@@ -5,14 +5,15 @@ The same calls are run twice, with different secret values (of the same
 length, and of other lengths), placed where a harness puts them: an env
 value that the command text repeats, a ``redact=`` value in the command
 text, an env value of an earlier call that a later command repeats, an env
-value inside a snippet's source. Every durable or visible output of the two
-runs must then be identical, wherever sandrail writes it: the ownership
-record's rows (SQLite and PostgreSQL) and files, the cassette, the record
-``sandrail run --record`` writes, spans, metrics, debug logs, results, MCP
-fallback keys and the command line's output. Where a value is masked, the
-marker stands in both runs. (Output that *prints* a masked value shows its
-length in byte counts and cursors: a stated limit, see
-``docs/explanation/limits.md``; the commands here print none.)
+value inside a snippet's source; and where a harness might: a masked value
+as an env *name*, in the cwd, in an operation key (refused). Every durable
+or visible output of the two runs must then be identical, wherever sandrail
+writes it: the ownership record's rows (SQLite and PostgreSQL) and files,
+the cassette, the record ``sandrail run --record`` writes, spans, metrics,
+debug logs, results, MCP fallback keys and the command line's output. Where
+a value is masked, the marker stands in both runs. (Output that *prints* a
+masked value shows its length in byte counts and cursors: a stated limit,
+see ``docs/explanation/limits.md``; the commands here print none.)
 
 Each secret begins with a letter of its own that no other secret and no
 command text holds, so no secret is part of another or of the text around
@@ -172,6 +173,14 @@ def run_calls(secrets: tuple[str, ...], record: OwnershipRecord, where: Path) ->
             ("run_command", deploy, "k1"),
             ("run_command", {"command": f"./up.sh {env_value}", "env": {"T": env_value}}, "k3"),
             ("run_command", {"command": f"./login.sh --v {earlier}"}, "k5"),
+            # Secrets in other places than a value or the text: a redact=
+            # value and an earlier call's env value as env names (the value
+            # itself short, so never masked), and a redact= value in the cwd.
+            ("run_command", {"command": "true", "env": {redacted: "1"}}, "k11"),
+            ("run_command", {"command": "true", "env": {"A": "on", earlier: "2"}}, "k12"),
+            ("run_command", {"command": "true", "cwd": f"/tmp/{redacted}"}, "k13"),
+            # And one in the operation key: refused, naming no value.
+            ("run_command", {"command": "true"}, f"k14-{redacted}"),
         ]
         for number, (name, arguments, key) in enumerate(calls, start=1):
             result = tools.call_sync(name, arguments, call_id=f"c{number}", operation_key=key)
@@ -181,6 +190,10 @@ def run_calls(secrets: tuple[str, ...], record: OwnershipRecord, where: Path) ->
             "ok",
             "uncertain",
             "ok",
+            "ok",
+            "ok",
+            "ok",
+            "error",
             "ok",
             "ok",
             "ok",

@@ -365,6 +365,79 @@ def test_c2_the_judge_names_a_retry_of_an_uncertain_call_under_a_new_key() -> No
     assert "harness (call 2)" in str(raised.value)
 
 
+def _harness_violation(world: World) -> Any:
+    with pytest.raises(ContractViolationError) as raised:
+        world.assert_contract()
+    (violation,) = [v for v in raised.value.violations if v.line == HARNESS_LINE]
+    return violation
+
+
+def test_c2_a_conflict_under_the_key_does_not_settle_an_uncertain_call() -> None:
+    """Other arguments under the uncertain call's key answer a conflict: that
+    tells nothing of the first call, so the same call under a new key is
+    still the retry bug (the command launches twice)."""
+    lost = [Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)]
+    with World.simulated(lost, scripts={"./deploy.sh": Script.prints("x\n")}) as world:
+        tools = world.toolset()
+        deploy = {"command": "./deploy.sh"}
+        first = tools.call_sync("run_command", deploy, call_id="c1", operation_key="run:c1")
+        assert first.status == "uncertain"
+        other = tools.call_sync(
+            "run_command", {"command": "true"}, call_id="c1", operation_key="run:c1"
+        )
+        assert other.content.get("error_type") == "e2b_command_operation_conflict"
+        tools.call_sync("run_command", deploy, call_id="c2", operation_key="run:c2")
+        assert world.launched_commands()["./deploy.sh"] == 2
+        violation = _harness_violation(world)
+    assert violation.call == 3
+    assert "under a new key 'run:c2'" in violation.message
+
+
+def test_c2_the_same_call_under_a_new_key_in_a_new_session_is_the_retry_bug() -> None:
+    """A new session is no way out: its key is a new task, the command may
+    run twice."""
+    lost = [Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)]
+    with World.simulated(lost, scripts={"./deploy.sh": Script.prints("x\n")}) as world:
+        deploy = {"command": "./deploy.sh"}
+        first = world.toolset().call_sync(
+            "run_command", deploy, call_id="c1", operation_key="run:c1"
+        )
+        assert first.status == "uncertain"
+        world.toolset(session_id="session-2").call_sync(
+            "run_command", deploy, call_id="c1", operation_key="run2:c1"
+        )
+        assert world.launched_commands()["./deploy.sh"] == 2
+        violation = _harness_violation(world)
+    assert "under a new key 'run2:c1' in another session" in violation.message
+
+
+def test_c2_an_identical_retry_answered_as_a_conflict_does_not_settle() -> None:
+    """Were the port to answer the identical same-key retry with a conflict
+    (the false conflict a session's masks once caused), the harness that
+    then makes a new call still runs the command twice: the judge names it.
+    The conflict is put in the world's log by hand, as such a port would."""
+    lost = [Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)]
+    with World.simulated(lost, scripts={"./deploy.sh": Script.prints("x\n")}) as world:
+        tools = world.toolset()
+        deploy = {"command": "./deploy.sh"}
+        tools.call_sync("run_command", deploy, call_id="c1", operation_key="run:c1")
+        retry = tools.call_sync("run_command", deploy, call_id="c1", operation_key="run:c1")
+        assert (retry.status, retry.content.get("deduplicated")) == ("ok", True)
+        conflict = sandrail.ToolResult(
+            status="error",
+            content={
+                **retry.content,
+                "status": "error",
+                "ok": False,
+                "error_type": "e2b_command_operation_conflict",
+            },
+        )
+        world.calls[1].result = conflict
+        tools.call_sync("run_command", deploy, call_id="c3", operation_key="run:c3")
+        violation = _harness_violation(world)
+    assert violation.call == 3
+
+
 def test_c2_the_judge_passes_a_retry_under_the_same_key_and_a_new_call_once_settled() -> None:
     lost = [Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)]
     with World.simulated(lost) as world:

@@ -35,6 +35,8 @@ from ._record_faults import check_record_faults
 from ._violation import Violation
 
 if TYPE_CHECKING:
+    from sandrail.core import ToolResult
+
     from ._world import World
 
 __all__ = [
@@ -557,40 +559,76 @@ port keeps its promises, the harness broke the one it must keep."""
 
 def check_harness_retries(world: World) -> Iterable[Violation]:
     """A call answered ``uncertain``, then made again (the same tool and the
-    same launch, C3's digest) under another operation key before anything
-    settled the first: a harness violation. The first may have run, and a
-    new key is a new task: the command may run twice, and C2 cannot see it
-    (each task launched once). Retry with the same key, or read the task.
+    same launch, C3's digest) under another operation key, in any session of
+    the world, before anything settled the first: a harness violation. The
+    first may have run, and a new key (or a new session) is a new task: the
+    command may run twice, and C2 cannot see it (each task launched once).
+    Retry with the same key, or read the task.
 
-    Settled: a later call under the first key, or naming its task, answered
-    other than ``uncertain``; after that, the same command again is a new
-    call of its own."""
-    open_calls: dict[tuple[str, str, str], CallRecord] = {}
+    Settled: a later call *of the first's task* (the same session, key and
+    launch; or a read or stop naming its task) answered ``ok``, or
+    ``error`` saying it never started. Nothing else tells what became of
+    it: a conflict under its key (other arguments, or the identical ones
+    answered as a conflict), a refusal, an error or a second ``uncertain``
+    leave it open. Once settled, the same command again is a new call of
+    its own."""
+    open_calls: dict[tuple[str, str], CallRecord] = {}
     first: CallRecord | None
     for record in world.calls:
         result = record.result
         if result is None:
             continue
         key = record.key if isinstance(record.key, str) else None
-        if result.status != "uncertain":
+        digest = _launch_of(record)
+        if _settles(result):
             for launch, first in list(open_calls.items()):
-                if first.key == key or (record.task is not None and record.task == first.task):
+                if _same_task(first, record, key, digest):
                     del open_calls[launch]
-        if record.tool not in LAUNCH_TOOLS or key is None:
+        if digest is None or key is None:
             continue
-        try:
-            digest = launch_digest(record.tool, record.request.call.arguments)
-        except Exception:
-            continue
-        launch = (record.session_id, record.tool, digest)
+        launch = (record.tool, digest)
         first = open_calls.get(launch)
-        if first is not None and first.key != key:
+        if first is not None and (first.session_id, first.key) != (record.session_id, key):
+            where = "" if first.session_id == record.session_id else " in another session"
             yield Violation(
                 HARNESS_LINE,
                 record.number,
                 f"retried call {first.number}, answered uncertain under operation key "
-                f"{first.key!r}, under a new key {key!r}: its command may run twice. Retry "
-                "an uncertain call with the same operation key (or read its task).",
+                f"{first.key!r}, under a new key {key!r}{where}: its command may run twice. "
+                "Retry an uncertain call with the same operation key, in its session "
+                "(or read its task).",
             )
         if result.status == "uncertain":
             open_calls.setdefault(launch, record)
+
+
+def _launch_of(record: CallRecord) -> str | None:
+    """The launch digest of a launch tool's call, None for any other call
+    (or arguments with no digest)."""
+    if record.tool not in LAUNCH_TOOLS:
+        return None
+    try:
+        return launch_digest(record.tool, record.request.call.arguments)
+    except Exception:
+        return None
+
+
+def _settles(result: ToolResult) -> bool:
+    """Whether ``result`` tells what became of its task: ``ok``, or the
+    error that says it never started."""
+    if result.status == "ok":
+        return True
+    error = result.content.get("error_type")
+    return result.status == "error" and error == ErrorCode.COMMAND_NOT_STARTED.value
+
+
+def _same_task(first: CallRecord, later: CallRecord, key: str | None, digest: str | None) -> bool:
+    """Whether ``later`` is a call of ``first``'s task: the same launch under
+    the same key in the same session, or a read or stop naming its task."""
+    if digest is not None:
+        return (
+            later.session_id == first.session_id
+            and key == first.key
+            and digest == _launch_of(first)
+        )
+    return later.task is not None and later.task == first.task

@@ -152,7 +152,8 @@ class World:
         self.durable: dict[tuple[str, str], OwnedCommand] = {}
         """The harness's durable ownership record, by (session, task id), for
         ports made with ``durable_ownership=True``: shared by the command and
-        code ports of a session and kept across :meth:`restart`."""
+        code ports of a session and kept across a restart (a new
+        :meth:`port` on the same world stands for a restarted harness)."""
         self.faulty_record: FaultyRecord | None = None
         """Strikes record faults on :attr:`durable` (see :meth:`strike_record`)."""
         self.recordings: list[Path] = []
@@ -318,8 +319,10 @@ class World:
         simulated harness is consulted as well, so that fault plans can take
         authority away or change the request. With ``durable_ownership``, the
         port keeps its ownership records in :attr:`durable` (as a harness with
-        a database would: shared by the session's ports, kept across
-        :meth:`restart`) unless ``resolve_owned_command`` is given.
+        a database would: shared by the session's ports, and kept across a
+        restart, which is simply another :meth:`port` call on this world; the
+        world has no ``restart`` method) unless ``resolve_owned_command`` is
+        given.
         ``interleave``: an asynchronous port whose effects yield to the event
         loop first, so concurrent calls interleave effect by effect.
         """
