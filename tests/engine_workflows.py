@@ -106,6 +106,25 @@ class OneCall:
         )
 
 
+@workflow.defn(name="BadCall")
+class BadCall:
+    """One call with what a caller may get wrong: its call id and arguments
+    as given, the answer returned."""
+
+    @workflow.run
+    async def run(self, arguments: Any, call_id: Any) -> str:
+        return await call_tool(
+            "run_command",
+            arguments,
+            call_id=call_id,
+            refusals="return",
+            heartbeat_timeout=HEARTBEAT,
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=200), maximum_attempts=20
+            ),
+        )
+
+
 @activity.defn(name="KeyOf")
 async def key_of(call_id: str | None) -> list[str]:
     return [operation_key(call_id), session_id()]

@@ -417,6 +417,37 @@ def test_c8_dbos_refusal_raised_is_not_retried(postgres: PostgresServer) -> None
     assert backend.starts == 0
 
 
+def test_c8_dbos_bad_call_id_or_arguments_are_one_refusal_never_retried(
+    postgres: PostgresServer,
+) -> None:
+    """A blank or NUL-holding call id and arguments that are not an object
+    are the call's bad input: answered with the toolset's refusal after one
+    attempt, nothing launched; never a ``ValueError`` DBOS retries."""
+    from dbos import DBOS
+
+    backend = _Counting(Simulator())
+    tag = uuid.uuid4().hex[:8]
+    steps = sandrail_dbos.SandboxSteps(backend=backend, scope={"tenant": "t"}, name=f"bad-{tag}")
+
+    @DBOS.workflow(name=f"bad-{tag}")
+    def bad() -> list[str]:
+        return [
+            steps.call("run_command", {"command": "echo blank"}, call_id=""),
+            steps.call("run_command", {"command": "echo nul"}, call_id="a\x00b"),
+            steps.call("run_command", ["echo", "list"], call_id="call-1"),  # type: ignore[arg-type]
+        ]
+
+    with _dbos_here(postgres):
+        answers = [json.loads(text) for text in bad()]
+    assert [answer["error_type"] for answer in answers] == [
+        "e2b_command_request_unbound",
+        "e2b_command_request_unbound",
+        "e2b_command_arguments_invalid",
+    ]
+    assert all(answer["executed"] is False for answer in answers)
+    assert backend.starts == 0
+
+
 def test_dbos_async_steps_run_tools_and_give_the_toolset(postgres: PostgresServer) -> None:
     """An async workflow: ``call_async`` runs a tool as an async step, and
     ``toolset()`` inside an async step of one's own gives the workflow's

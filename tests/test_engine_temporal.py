@@ -563,6 +563,52 @@ def test_temporal_refusal_is_a_non_retryable_failure_and_uncertain_is_retried_wi
     assert sum(simulator.launches.values()) == 1  # C2: never a second launch
 
 
+def test_c8_temporal_bad_call_id_or_arguments_are_one_refusal_never_retried() -> None:
+    """A blank or NUL-holding call id and arguments that are not an object
+    are the call's bad input: one attempt, answered (``refusals="return"``)
+    with the toolset's refusal, nothing launched; never a ``ValueError``
+    the engine retries until its attempts run out."""
+    simulator = Simulator()
+    cases = [
+        ({"command": "echo blank"}, "", "e2b_command_request_unbound"),
+        ({"command": "echo spaces"}, "   ", "e2b_command_request_unbound"),
+        ({"command": "echo nul"}, "a\x00b", "e2b_command_request_unbound"),
+        (["echo", "list"], "call-1", "e2b_command_arguments_invalid"),
+    ]
+
+    async def scenario() -> list[tuple[dict[str, Any], dict[int, int]]]:
+        async with await _dev_server() as env:
+            sandbox = sandrail_temporal.SandboxActivities(
+                backend=simulator, scope={"tenant": "engine-tests"}
+            )
+            worker = Worker(
+                env.client,
+                task_queue="bad",
+                workflows=[engine_workflows.BadCall],
+                activities=sandbox.activities,
+            )
+            answers = []
+            async with worker:
+                for arguments, call_id, _ in cases:
+                    handle = await env.client.start_workflow(
+                        "BadCall",
+                        args=[arguments, call_id],
+                        id=f"bad-{uuid.uuid4().hex[:6]}",
+                        task_queue="bad",
+                        result_type=str,
+                    )
+                    answer = _answers([await handle.result()])[0]
+                    answers.append((answer, await _attempts(handle)))
+            return answers
+
+    for (answer, attempts), (_, _, error_type) in zip(_run(scenario()), cases, strict=True):
+        assert answer["status"] == "error"
+        assert answer["error_type"] == error_type
+        assert answer["executed"] is False
+        assert list(attempts.values()) == [1]
+    assert sum(simulator.launches.values()) == 0
+
+
 def test_c11_temporal_cancelled_workflow_cancels_the_running_call(server: LocalE2B) -> None:
     """C11 under Temporal: cancelling the workflow while its command runs
     reaches the activity at its next heartbeat; the call is aborted at once

@@ -202,6 +202,32 @@ def with_env(name: str, arguments: object, secrets: Mapping[str, str]) -> object
     return {**arguments, "env": env}
 
 
+def call_arguments(arguments: object) -> object:
+    """A call's arguments as the toolset takes them: a mapping copied, none
+    as ``{}``, anything else as it is (the toolset refuses it as the call's
+    bad arguments, ``e2b_command_arguments_invalid``, and nothing runs)."""
+    if arguments is None:
+        return {}
+    return dict(arguments) if isinstance(arguments, Mapping) else arguments
+
+
+def call_identity(
+    call_id: object, derive: Callable[[str | None], str], default: str
+) -> tuple[Any, str]:
+    """The call id a tool call runs under and its operation key: the
+    model's call id and the key ``derive(call_id)``, or the engine's own
+    (``default`` and ``derive(None)``) without one. A blank, non-string or
+    NUL-holding call id stays as given, under the engine's own key, so the
+    toolset refuses it as bad input (``e2b_command_request_unbound``, nothing
+    runs), answered as every refusal is rather than as an error the engine
+    retries."""
+    if call_id is None:
+        return default, derive(None)
+    if isinstance(call_id, str) and call_id.strip() and "\x00" not in call_id:
+        return call_id, derive(call_id)
+    return call_id, derive(None)
+
+
 def locator(
     toolset: Toolset, owner: NativeOwner, name: str, call_id: str, operation_key: str
 ) -> dict[str, Any]:

@@ -70,6 +70,8 @@ from sandrail.adapters import require
 from sandrail.integrations._sessions import (
     Refusals,
     SessionToolsets,
+    call_arguments,
+    call_identity,
     check_refusals,
     engine_id,
     engine_options,
@@ -366,9 +368,10 @@ class SandboxSteps:
         workflow_id, step_id = _step()
         execution = _Execution.read(workflow_id)
         toolset = self._sessions.toolset(engine_id("dbos", execution.root))
+        given, key = call_identity(call_id, operation_key, f"dbos-step-{step_id}")
         call = {
-            "call_id": call_id or f"dbos-step-{step_id}",
-            "operation_key": operation_key(call_id),
+            "call_id": given,
+            "operation_key": key,
             "reconcile_repeats": call_id is not None,
             "cancel": execution.cancel,
         }
@@ -387,7 +390,7 @@ class SandboxSteps:
         token = _current.set(execution)
         execution.watch(self._poll)
         try:
-            given = with_env(name, dict(arguments or {}), self._sessions.secrets())
+            given = with_env(name, call_arguments(arguments), self._sessions.secrets())
             result = toolset.call_sync(name, given, approved=approved, **call)
         finally:
             execution.stop()
@@ -408,7 +411,7 @@ class SandboxSteps:
         token = _current.set(execution)
         execution.watch(self._poll)
         try:
-            given = with_env(name, dict(arguments or {}), self._sessions.secrets())
+            given = with_env(name, call_arguments(arguments), self._sessions.secrets())
             result = await toolset.call(name, given, approved=approved, **call)
         finally:
             execution.stop()

@@ -86,6 +86,8 @@ from sandrail.core import bound_result
 from sandrail.integrations._sessions import (
     Refusals,
     SessionToolsets,
+    call_arguments,
+    call_identity,
     check_refusals,
     engine_id,
     engine_options,
@@ -214,7 +216,7 @@ class ToolCallInput:
     it once, under the same key)."""
 
     name: str
-    arguments: dict[str, Any]
+    arguments: Any  # a JSON object; anything else the activity's toolset refuses
     call_id: str | None = None
     refusals: str = "raise"
     approved: bool = False
@@ -297,8 +299,9 @@ class SandboxActivities:
         refusals = check_refusals(call.refusals)
         info = _info()
         toolset = self.toolset()
-        key = operation_key(call.call_id)
-        call_id = call.call_id or f"temporal-activity-{info.activity_id}"
+        call_id, key = call_identity(
+            call.call_id, operation_key, f"temporal-activity-{info.activity_id}"
+        )
         here = locator(toolset, self._sessions.owner, call.name, call_id, key)
         earlier = _earlier_locator(info.heartbeat_details)
         if earlier is not None and _moved(earlier, here):
@@ -443,7 +446,7 @@ async def call_tool(
         TOOL_ACTIVITY,
         ToolCallInput(
             name=name,
-            arguments=dict(arguments or {}),
+            arguments=call_arguments(arguments),
             call_id=call_id,
             refusals=refusals,
             approved=approved,
