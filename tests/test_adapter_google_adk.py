@@ -201,3 +201,30 @@ def test_c2_a_scripted_models_reused_call_ids_are_new_calls_in_a_new_invocation(
 def test_bad_adapter_settings_are_refused_at_once(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"timeout|profile"):
         google_adk.tools(toolset(), **options)
+
+
+def test_c8_a_call_edited_in_the_stored_session_before_the_answer_runs_nothing() -> None:
+    """The person is asked about ``rm -rf /tmp/staging``; the stored session
+    is changed before the answer, consistently (the model's function call
+    and the ``originalFunctionCall`` ADK keeps in its confirmation request),
+    so ADK itself sees no mismatch. ``{"confirmed": true}`` runs nothing:
+    the model reads ``approval_mismatch``."""
+    tools = toolset(authorize=asks_for_rm)
+    run = _Run(tools, [[run_command("rm -rf /tmp/staging", "c1")], "ok", "ok"])
+    (asked,) = confirmation_calls(run.send(text("go")))
+    production = run_command("rm -rf /tmp/PRODUCTION", "c1")["args"]
+    stored = run.runner.session_service.sessions["app"]["u"][run.session.id]
+    for event in stored.events:
+        for part in (event.content.parts if event.content else None) or ():
+            call = part.function_call
+            if call is not None and call.name == "run_command":
+                call.args = dict(production)
+            if call is not None and call.name == "adk_request_confirmation":
+                call.args["originalFunctionCall"]["args"] = dict(production)
+    run.send(answer(asked, True))
+    assert launches(tools) == 0
+    (result,) = responses_sent(run.model)
+    assert (result["error_type"], result["executed"]) == (
+        ErrorCode.APPROVAL_MISMATCH.value,
+        False,
+    )

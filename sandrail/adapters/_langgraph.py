@@ -56,11 +56,14 @@ def decision_schema() -> Any:
     return approve | reject
 
 
-def run_of_config(config: object, runtime: object = None, call_id: str | None = None) -> str | None:
+def run_of_config(
+    config: object, runtime: object = None, call_id: str | None = None, *, state: object = None
+) -> str | None:
     """The run part of an operation key for the tool call ``call_id``:
     ``langgraph:{thread_id}:message:{message id}`` where LangGraph's ``ToolNode``
     gives the tool its ``ToolRuntime`` and the graph state holds the model
-    message that made the call; else ``langgraph:{thread_id}:task:{checkpoint_ns}``
+    message that made the call (or ``state``, the graph state, holds it: a
+    middleware hook's view); else ``langgraph:{thread_id}:task:{checkpoint_ns}``
     from the ``RunnableConfig``; ``None`` outside a LangGraph task (no
     namespace and no such message).
 
@@ -81,7 +84,7 @@ def run_of_config(config: object, runtime: object = None, call_id: str | None = 
         configurable = {}
     thread = configurable.get("thread_id")
     shown = "-" if thread is None or not str(thread).strip() else str(thread)
-    made_by = _message_of(getattr(runtime, "state", None), call_id)
+    made_by = _message_of(getattr(runtime, "state", None) if state is None else state, call_id)
     if made_by is not None:
         return run_id_of("langgraph", shown, "message", made_by)
     namespace = configurable.get("checkpoint_ns")

@@ -356,7 +356,14 @@ class Adapter:
         hand it to the framework's human-in-the-loop as the first time.
         Nothing runs in any of them. ``edited=True`` (with ``approved``):
         the arguments are the person's own, written when approving (an
-        edit of the call asked about), and the approval covers them."""
+        edit of the call asked about), and the approval covers them.
+
+        A key stays bound to the first call asked about under it: a later
+        run of another call under it (the framework's saved state edited
+        before the answer) answers ``approval_mismatch`` instead of
+        ``approval_required``, so the adapter asks nobody, and the model
+        reads it: a framework that hands a re-run step the answer saved for
+        its first question never approves the changed call with it."""
         options = self._options(call, approved, edited, cancel)
         return await self._toolset.call(*_named(call), **options)
 
@@ -417,6 +424,22 @@ class Adapter:
         except TimeoutError:
             return False
         return _asks_a_person(decision)
+
+    def approve(self, call: ModelCall) -> ToolResult | None:
+        """Keep a person's approval of ``call``, given through the framework's
+        own gate, which runs the call afterwards without ``approved=True``
+        (a ``HumanInTheLoopMiddleware``): ``None`` when it stands (run the
+        call), else what the model reads instead, nothing run: the rejection
+        a person made first, or ``approval_mismatch`` when an approval of
+        another call under its key came first (see
+        :meth:`~sandrail.Toolset.approve`)."""
+        return self._toolset.approve(
+            call.name,
+            call.arguments,
+            call_id=call.call_id,
+            operation_key=call.operation_key,
+            profile=self._profile,
+        )
 
     def reject(self, call: ModelCall | None, reason: str | None = None) -> ToolResult:
         """What the model reads when a person rejected ``call``: ``error``,
