@@ -269,3 +269,17 @@ def test_sandrails_middleware_takes_the_agents_sandbox_only() -> None:
 
     with pytest.raises(TypeError, match="SandrailSandbox"):
         human_in_the_loop(toolset(), {"execute": True})
+
+
+def test_c8_the_backends_question_takes_the_human_in_the_loop_answer_shape() -> None:
+    """The backend's question (the policy asked for a person) has the shape
+    of Deep Agents' ``interrupt_on`` question, so the answer that one takes,
+    ``{"decisions": [...]}`` with one decision, is taken too."""
+    tools = toolset(authorize=_asks_for_rm)
+    model = scripted([_execute("rm -rf /tmp/a", "e1"), "ok"])
+    agent = create_deep_agent(
+        model=model, backend=SandrailSandbox(tools), checkpointer=InMemorySaver()
+    )
+    agent.invoke(USER, _thread("shape"))
+    agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), _thread("shape"))
+    assert launches(tools) == 1

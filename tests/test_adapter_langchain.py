@@ -554,3 +554,51 @@ def test_c8_sandrails_middleware_runs_approvals_and_edits_as_langchains_does() -
     assert json.loads(replayed["c1"])["deduplicated"] is True
     assert '"deduplicated":true' in replayed["c2"]
     assert launches(tools) == 2
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"type": "approve", "args": {**run_command("rm -rf /", "c1")["args"]}},
+        {"type": "approve", "edited_action": {"name": "run_command", "args": {}}},
+        {"decisions": []},
+        {"decisions": [{"type": "approve"}, {"type": "approve"}]},
+        {"decisions": [{"type": "approve", "args": {}}]},
+    ],
+)
+def test_c8_an_answer_that_is_not_one_plain_decision_is_refused_at_the_command(
+    answer: dict[str, Any],
+) -> None:
+    """An approval edits nothing: one carrying arguments (which would be
+    silently ignored) is refused at the ``Command``, as is a batch of other
+    than one decision; the question stays open and nothing runs."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("args"))
+    with pytest.raises(ValidationError):
+        agent.invoke(Command(resume=answer), _thread("args"))
+    assert launches(tools) == 0
+    out = agent.invoke(Command(resume={"type": "approve"}), _thread("args"))  # still open
+    assert _results(out["messages"])[0]["status"] == "ok"
+    assert launches(tools) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "ran"),
+    [({"decisions": [{"type": "approve"}]}, 1), ({"decisions": [{"type": "reject"}]}, 0)],
+)
+def test_c8_the_question_takes_the_human_in_the_loop_answer_shape_too(
+    answer: dict[str, Any], ran: int
+) -> None:
+    """The question has ``HumanInTheLoopMiddleware``'s shape (its
+    ``action_requests``, one of them), so its batched answer, a list of one
+    decision, is taken as that decision."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("shape"))
+    out = agent.invoke(Command(resume=answer), _thread("shape"))
+    (result,) = _results(out["messages"])
+    assert result["status"] == ("ok" if ran else "error")
+    assert launches(tools) == ran
