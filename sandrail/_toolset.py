@@ -93,13 +93,16 @@ from sandrail.core import (
     OwnedCommand,
     OwnerIdentity,
     PolicyDecision,
+    Redactions,
     ToolCall,
     ToolDefinition,
     ToolRequest,
     ToolResult,
     arguments_rejection,
     bound_result,
+    canonical_json,
     error_result,
+    mask_text,
     minimum_output_bytes,
     one_call,
     refused_after_launch,
@@ -336,6 +339,25 @@ class Toolset:
         if isinstance(converted, ToolResult):
             return None
         return one_call(name, converted, port.settings)
+
+    def masked(self, text: str) -> str:
+        """``text`` with every value this toolset's session masks in results
+        (C17) replaced by ``<redacted>``: the env values its calls passed so
+        far and the ``redact=`` values, as given and as JSON text escapes
+        them. What a person is shown about a call (an adapter's approval
+        question) goes through it, so a value the session masks is no
+        clearer there than in a result. Never raises (a ``text`` that is not
+        a ``str`` comes back as it is)."""
+        secrets = self._masks.secrets
+        if not secrets or not isinstance(text, str):
+            return text
+        escaped = set()
+        for value in secrets:
+            try:
+                escaped.add(canonical_json(value).decode("utf-8")[1:-1])
+            except Exception:
+                continue
+        return mask_text(text, Redactions(secrets | escaped))
 
     def operation_key(self, call_id: str, *, run_id: str | None = None) -> str:
         """``f"{run_id}:{call_id}"``, the documented operation-key rule (see

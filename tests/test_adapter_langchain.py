@@ -602,3 +602,19 @@ def test_c8_the_question_takes_the_human_in_the_loop_answer_shape_too(
     (result,) = _results(out["messages"])
     assert result["status"] == ("ok" if ran else "error")
     assert launches(tools) == ran
+
+
+def test_c17_a_value_the_session_masks_is_masked_in_the_question_too() -> None:
+    """Once a value was passed in ``env``, results mask it in every later
+    call; the question a person is shown about a later command whose text
+    holds it (its arguments and its description) masks it as well."""
+    secret = "tok_live_9f8e7d6c5b4a"
+    tools = toolset(authorize=asks_for_rm)
+    env = [{"name": "TOKEN", "value": secret}]
+    turns = [[run_command("echo deploying", "c1", env=env)], [run_command(f"rm {secret}", "c2")]]
+    agent = create_agent(scripted(turns), tools=lc.tools(tools), checkpointer=InMemorySaver())
+    paused = agent.invoke(USER, _thread("mask"))
+    (question,) = paused["__interrupt__"]
+    shown = json.dumps(question.value)
+    assert secret not in shown
+    assert question.value["action_requests"][0]["args"]["command"] == "rm <redacted>"

@@ -148,13 +148,15 @@ def run_id_of(*parts: object) -> str | None:
 _SAFE: Final = "".join(chr(c) for c in range(32, 127) if chr(c) not in "%:")
 
 
-def shown_arguments(arguments: object) -> str:
+def shown_arguments(arguments: object, *, toolset: Toolset | None = None) -> str:
     """What a person deciding about a call is shown of its arguments: their
     canonical JSON with every env value replaced by ``<redacted>``, wherever
     it appears (an env value written into the command or ``cwd`` too, C17),
-    cut to about 1,500 characters (the middle elided). Takes the arguments
-    in any profile's shape (``env`` as a mapping or as ``{name, value}``
-    entries); never raises."""
+    and, given the ``toolset`` the call runs on, every value its session
+    masks in results (an env value an earlier call passed, a ``redact=``
+    value: :meth:`~sandrail.Toolset.masked`), cut to about 1,500 characters
+    (the middle elided). Takes the arguments in any profile's shape (``env``
+    as a mapping or as ``{name, value}`` entries); never raises."""
     if not isinstance(arguments, Mapping):
         return "(arguments that are not an object)"
     try:
@@ -178,6 +180,8 @@ def shown_arguments(arguments: object) -> str:
         # Masked in the JSON text, escaped as JSON writes it, and as given.
         escaped = {canonical_json(value).decode("utf-8")[1:-1] for value in secrets}
         text = mask_text(text, Redactions(secrets | escaped))
+    if toolset is not None:
+        text = toolset.masked(text)
     if len(text) > _SHOWN_CHARACTERS:
         half = _SHOWN_CHARACTERS // 2
         text = f"{text[:half]} […{len(text) - 2 * half} characters…] {text[-half:]}"
