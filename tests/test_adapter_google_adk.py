@@ -99,9 +99,13 @@ def test_c12_a_call_and_its_result_fed_back_within_the_budget() -> None:
         assert len(canonical_json(response)) <= 1500
     assert big["output_budget"]["truncated"] is True
     assert small["stdout"] == "héllo\n"
-    assert (
-        small["operation_key"] == f"adk:{run.session.id}:{small['operation_key'].split(':')[2]}:c2"
+    # adk:{session}:{invocation}:{event}:{call id}, of the model event that made the call.
+    stored = asyncio.run(
+        run.runner.session_service.get_session(app_name="app", user_id="u", session_id=run.session.id)
     )
+    assert stored is not None
+    (made,) = [e for e in stored.events if any(c.id == "c2" for c in e.get_function_calls())]
+    assert small["operation_key"] == f"adk:{run.session.id}:{made.invocation_id}:{made.id}:c2"
     assert launches(tools) == 2
 
 
@@ -228,3 +232,22 @@ def test_c8_a_call_edited_in_the_stored_session_before_the_answer_runs_nothing()
         ErrorCode.APPROVAL_MISMATCH.value,
         False,
     )
+
+
+@pytest.mark.parametrize("second", ["echo one", "echo two"])
+def test_c2_a_scripted_models_reused_call_id_is_a_new_call_in_the_next_model_turn(
+    second: str,
+) -> None:
+    """Two model turns of one invocation reuse the function call id ``c1``:
+    each turn is an event of its own, so the second call is a new call (it
+    runs, same command or another), never a repeat or a conflict of the
+    first."""
+    tools = toolset()
+    run = _Run(tools, [[run_command("echo one", "c1")], [run_command(second, "c1")], "ok"])
+    run.send(text("go"))
+    one, two = responses_sent(run.model)
+    assert (one["status"], two["status"]) == ("ok", "ok")
+    assert two["stdout"] == second.removeprefix("echo ") + "\n"
+    assert two["deduplicated"] is False
+    assert one["operation_key"] != two["operation_key"]
+    assert launches(tools) == 2
