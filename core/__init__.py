@@ -160,6 +160,7 @@ from ._results import (
     error_result,
     next_step,
 )
+from ._rules import shown_arguments
 from ._snapshot import (
     PortSettings,
     RequestParts,
@@ -353,6 +354,7 @@ __all__ = [
     "same_call",
     "sanitize_text",
     "settled_claim",
+    "shown_arguments",
     "snapshot_request",
     "stated_schema",
     "task_id",

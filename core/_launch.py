@@ -192,10 +192,12 @@ def _claim(
         raise StoppedError(call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)) from None
     defaults = call.record.digest_defaults
     digest = call_digest(snap.tool, defaults, snap.arguments)
-    # What the record may keep: no env value (with nothing to mask, the
-    # digest itself).
+    # What the record may keep: the arguments as the result shows them
+    # (with nothing to mask, the digest itself).
     masks = snap.arguments.get("env") or call.secrets
-    recorded = redacted_digest(snap.tool, defaults, snap.arguments) if masks else digest
+    recorded = (
+        redacted_digest(snap.tool, defaults, snap.arguments, call.secrets) if masks else digest
+    )
     claim = launch_claim(known, launch.task_id, ready, recorded)
     if claim is None:
         # C3 before anything is sent: the key's first start, which may still

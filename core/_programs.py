@@ -220,7 +220,8 @@ def _authorize(call: CallState) -> Generator[Effect, Any, None]:
         raise StoppedError(
             _refuse(
                 ErrorCode.HARNESS_CALLBACK_FAILED,
-                "The harness's authorize callback failed; nothing ran.",
+                "The harness's authorize callback failed or returned no decision; nothing "
+                "ran. This is the harness's fault, not a refusal of this call.",
             )
         ) from None
     yield from call.go_on()

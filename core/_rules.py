@@ -12,7 +12,7 @@ specific error codes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -22,7 +22,7 @@ from ._definitions import (
     MAX_TIMEOUT_SECONDS,
     resolve_language,
 )
-from ._masking import REDACTED
+from ._masking import REDACTED, Redactions, mask_text, redaction_secrets
 from ._rejection import ArgumentProblem, arguments_rejection
 from ._results import (
     ErrorCode,
@@ -41,6 +41,7 @@ __all__ = [
     "command_refusal",
     "filled_arguments",
     "redacted_digest",
+    "shown_arguments",
     "snippet_deadline",
 ]
 
@@ -80,20 +81,69 @@ def call_digest(tool: str, defaults: Mapping[str, Any], arguments: Mapping[str, 
     return hashlib.sha256(call_text(tool, defaults, arguments)).hexdigest()
 
 
-def redacted_digest(tool: str, defaults: Mapping[str, Any], arguments: Mapping[str, Any]) -> str:
-    """The digest an ownership record keeps: :func:`call_digest` of the
-    request with every env value replaced by the redaction marker.
+def redacted_digest(
+    tool: str,
+    defaults: Mapping[str, Any],
+    arguments: Mapping[str, Any],
+    secrets: Iterable[str] = (),
+) -> str:
+    """The launch digest an ownership record keeps: that of the request as
+    a result shows it, every env value replaced by the redaction marker and
+    every occurrence of a value the call masks (``secrets``: the session's
+    values, ``redact=`` among them, and the call's own env values) cut out
+    of every other string (the command, a snippet's source, the cwd) as
+    :data:`~sandrail.core._masking.REDACTED`.
 
-    A plain digest over env values would let anyone who reads the record
-    test guesses of a weak value offline, so the record holds none: two
-    launches that differ only in env values have the same recorded digest,
-    and the sandbox's claim (which keeps the full digest, keyed where it
-    rests) is what tells them apart (C3). The same digest a recording keeps
-    for the redacted request, so a replay computes it again."""
+    So the record holds nothing a wordlist could test: the digest is a
+    function of what the call's result shows anyway, whatever the values
+    are (their length included). Two launches that differ only inside a
+    masked value have the same recorded digest, and the sandbox's claim
+    (which keeps the full digest, keyed where it rests) is what tells them
+    apart (C3); every other change of the arguments still differs here.
+    The same digest a recording keeps for the redacted request, so a replay
+    computes it again. (See ``docs/howto/secrets.md``.)"""
+    return call_digest(tool, defaults, shown_arguments(arguments, secrets))
+
+
+def shown_arguments(arguments: Mapping[str, Any], secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """``arguments`` as a result shows them: every env value (a mapping's,
+    or a strict profile's ``{name, value}`` entries') replaced by
+    :data:`~sandrail.core._masking.REDACTED`, and every occurrence of
+    ``secrets`` or of an env value in any other string (keys included)
+    masked. A function of what is shown only: the same, whatever the masked
+    values are (C17)."""
     env = arguments.get("env")
+    values = env
+    if isinstance(env, list):
+        values = {
+            str(index): entry.get("value")
+            for index, entry in enumerate(env)
+            if isinstance(entry, Mapping)
+        }
+    redactions = Redactions(frozenset(secrets) | redaction_secrets(values))
+    shown = _masked(arguments, redactions) if redactions else dict(arguments)
+    env = shown.get("env")
     if isinstance(env, Mapping) and env:
-        arguments = {**arguments, "env": dict.fromkeys(env, REDACTED)}
-    return call_digest(tool, defaults, arguments)
+        shown["env"] = dict.fromkeys(env, REDACTED)
+    elif isinstance(env, list):
+        shown["env"] = [
+            {**entry, "value": REDACTED}
+            if isinstance(entry, Mapping) and "value" in entry
+            else entry
+            for entry in env
+        ]
+    return shown
+
+
+def _masked(value: Any, redactions: Redactions) -> Any:
+    """``value`` (JSON data) with every string, keys included, masked."""
+    if isinstance(value, str):
+        return mask_text(value, redactions)
+    if isinstance(value, Mapping):
+        return {_masked(key, redactions): _masked(item, redactions) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(item, redactions) for item in value]
+    return value
 
 
 def command_deadline(arguments: Mapping[str, Any], settings: PortSettings) -> tuple[str, int]:

@@ -253,12 +253,12 @@ def launch_digest(tool: str, arguments: Mapping[str, Any]) -> str:
     return call_digest(tool, tool_record(tool).digest_defaults, arguments)
 
 
-def recorded_digest(tool: str, arguments: Mapping[str, Any]) -> str:
-    """The launch digest an ownership record keeps: that of the request with
-    every env value replaced by the redaction marker (see
-    :func:`~sandrail.core._rules.redacted_digest`). Raises
+def recorded_digest(tool: str, arguments: Mapping[str, Any], secrets: Iterable[str] = ()) -> str:
+    """The launch digest an ownership record keeps: that of the request as a
+    result shows it, every env value and every occurrence of ``secrets``
+    masked (see :func:`~sandrail.core._rules.redacted_digest`). Raises
     :class:`UnknownToolError` for a tool without a record."""
-    return redacted_digest(tool, tool_record(tool).digest_defaults, arguments)
+    return redacted_digest(tool, tool_record(tool).digest_defaults, arguments, secrets)
 
 
 def launch_timeout(

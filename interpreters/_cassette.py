@@ -433,8 +433,13 @@ class CallRedaction:
     """The request with its secrets redacted: what a replay runs."""
 
     @classmethod
-    def of(cls, request: ToolRequest, named: Iterable[str]) -> CallRedaction:
-        found = {secret for secret in named if secret}
+    def of(
+        cls, request: ToolRequest, named: Iterable[str], masked: frozenset[str] = frozenset()
+    ) -> CallRedaction:
+        """The redaction of ``request``: ``named`` values and env values cut
+        out, and ``masked`` (the values the port masks, which its core's
+        digests are computed without) too."""
+        found = {secret for secret in named if secret} | set(masked)
         arguments = getattr(request.call, "arguments", None)
         env = arguments.get("env") if isinstance(arguments, Mapping) else None
         if isinstance(env, Mapping):
@@ -458,7 +463,9 @@ class CallRedaction:
             digests[launch_digest(tool, arguments)] = launch_digest(tool, clean_arguments)
             # The ownership record's digest has no env value, but may hold a
             # named secret of the command.
-            digests[recorded_digest(tool, arguments)] = recorded_digest(tool, clean_arguments)
+            digests[recorded_digest(tool, arguments, masked)] = recorded_digest(
+                tool, clean_arguments
+            )
         except (CanonicalJSONError, AttributeError, TypeError, ValueError):
             pass  # no JSON form: the core refuses the request before any digest matters
         digests = {k: v for k, v in digests.items() if k != v}

@@ -119,6 +119,7 @@ class Recorder:
         self._seen_env: set[str] = set()
         self._closed = False
         self._settings: PortSettings | None = None
+        self._port_masks: Callable[[], frozenset[str]] = frozenset
         self._lock = threading.Lock()
         self._calls = 0
         self._steps = 0
@@ -146,6 +147,11 @@ class Recorder:
             if self._settings is not None:
                 raise RuntimeError("this recorder already records a port")
             self._settings = port.settings
+            masked = getattr(port, "masked_values", None)
+            if isinstance(masked, frozenset):
+                # The values the port's session masks (redact=, env values
+                # of earlier calls): they never reach the cassette either.
+                self._port_masks = lambda: getattr(port, "masked_values", frozenset())
             self._write(header_line(port.settings, __version__))
         return port
 
@@ -169,7 +175,7 @@ class Recorder:
             # Env values earlier calls passed are secrets for this call too:
             # a later read may print them (C17).
             named = (*self._secrets, *sorted(self._seen_env))
-        redaction = CallRedaction.of(request, named)
+        redaction = CallRedaction.of(request, named, self._port_masks())
         with self._lock:
             if self._settings is None:
                 raise RecorderNotAttachedError(

@@ -204,10 +204,10 @@ class E2BBackend:
     threading rule, and :mod:`._e2b_failures` for the failure table).
 
     - ``api_key``: passed to every SDK call (``None``: the SDK reads
-      ``E2B_API_KEY``). ``api_url``, ``sandbox_url``: where the control
-      plane and envd are (``None``: the SDK reads ``E2B_API_URL`` and
-      ``E2B_SANDBOX_URL``, else E2B's cloud); a local server
-      (``sandrail local-e2b``) gives both.
+      ``E2B_API_KEY``; with neither, ``ValueError`` at once). ``api_url``,
+      ``sandbox_url``: where the control plane and envd are (``None``: the
+      SDK reads ``E2B_API_URL`` and ``E2B_SANDBOX_URL``, else E2B's cloud);
+      a local server (``sandrail local-e2b``) gives both.
     - ``ledger_key``: the key of the request digests kept in sandboxes (an
       HMAC key the sandbox never sees). Default: derived from the API key,
       so every harness of one E2B account agrees on it. Change it and
@@ -267,6 +267,15 @@ class E2BBackend:
             not isinstance(ledger_key, str | bytes) or len(ledger_key) < 16
         ):
             raise ValueError("ledger_key must be a string or bytes of at least 16 characters")
+        if api_key is None and not os.environ.get("E2B_API_KEY", "").strip():
+            # Refused here, not call by call: every call would otherwise read
+            # as a sandbox that could not be reached, which a retry loop
+            # retries forever.
+            raise ValueError(
+                "E2BBackend needs an E2B API key: pass api_key=... or set E2B_API_KEY "
+                "(for a local server, `sandrail local-e2b` prints the three variables "
+                "to export); nothing can run without one"
+            )
         self._api_key = api_key
         self._api_url = api_url
         self._sandbox_url = sandbox_url
@@ -285,6 +294,8 @@ class E2BBackend:
         self._sdk_module: Any = None
         self._sandboxes: dict[str, Box] = {}
         self._sessions: dict[tuple[str, str], str] = {}
+        # Written by adopt_session from any thread (one dict store), read on the loop.
+        self._adopted: dict[tuple[str, str], str] = {}
         self._dead: set[str] = set()
         self._final: OrderedDict[tuple[str, str], RawRead] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -377,6 +388,23 @@ class E2BBackend:
             if value is not None:
                 options[name] = value
         return options
+
+    def adopt_session(self, session_id: str, owner_key: str, sandbox_id: str) -> None:
+        """Take ``sandbox_id`` as the sandbox of ``session_id`` (of the owner
+        ``owner_key``): a durable record says the session's launches went
+        there (a port hands it over before its first ``Ensure``). ``Ensure``
+        then connects to it and, should it be gone, fails ``not_sent`` and
+        makes no other: its tasks could relaunch in a new one, after a
+        restart as within one process (``docs/explanation/limits.md``). A
+        sandbox this backend already found for the session stays; a
+        malformed id is ignored."""
+        if (
+            isinstance(sandbox_id, str)
+            and _SANDBOX_ID.fullmatch(sandbox_id)
+            and isinstance(session_id, str)
+            and isinstance(owner_key, str)
+        ):
+            self._adopted.setdefault((session_id, owner_key), sandbox_id)
 
     def _ledger_key(self) -> bytes:
         if self._key is None:
@@ -499,7 +527,7 @@ class E2BBackend:
 
     async def _inspect(self, effect: Inspect) -> SandboxState:
         key = (effect.session_id, effect.owner_key)
-        known = self._sessions.get(key)
+        known = self._sessions.get(key) or self._adopted.get(key)
         try:
             sandbox_id = await self._find(self._metadata(*key))
         except Exception as exc:
@@ -515,9 +543,10 @@ class E2BBackend:
     async def _ensure(self, effect: Ensure) -> SandboxReady:
         key = (effect.session_id, effect.owner_key)
         async with self._lock(key):
-            known = self._sessions.get(key)
+            known = self._sessions.get(key) or self._adopted.get(key)
             if known is not None:
                 box = await self._box(known)
+                self._sessions[key] = known
                 await self._refresh(box)
                 if not box.installed:
                     await self._ready(box, created=False)

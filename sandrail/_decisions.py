@@ -86,11 +86,12 @@ class Question:
     full: str | None
     """Its full launch digest, where this process asked it, else ``None``."""
 
-    def covers(self, request: ToolRequest) -> bool:
+    def covers(self, request: ToolRequest, masked: frozenset[str] = frozenset()) -> bool:
         """Whether ``request`` is the call asked about (C3's "same launch"):
-        the same recorded digest, and where this process knows the full one
+        the same recorded digest (``masked``: the values the session masks,
+        see :class:`Decisions`), and where this process knows the full one
         (env values included), the same full digest too."""
-        full, recorded = _digests(request)
+        full, recorded = _digests(request, masked)
         if recorded is None or recorded != self.recorded:
             return False
         return self.full is None or full == self.full
@@ -103,7 +104,18 @@ class Decisions:
     asked about again) and a decision it cannot keep stands for this
     process alone; neither ever lets a call run unasked."""
 
-    def __init__(self, remember: Remember, resolve: Resolve, session_id: str, owner: Owner) -> None:
+    def __init__(
+        self,
+        remember: Remember,
+        resolve: Resolve,
+        session_id: str,
+        owner: Owner,
+        masked: Callable[[], frozenset[str]] = frozenset,
+    ) -> None:
+        """``masked``: the values the session masks now (``redact=``, env
+        values of earlier calls): the recorded digest a question row keeps
+        is taken with them masked, as every record's is (C17)."""
+        self._masked = masked
         self._remember = remember
         self._resolve = resolve
         self._session_id = session_id
@@ -144,13 +156,14 @@ class Decisions:
 
         A decided key keeps its decision (a decision is never asked over)."""
         key = _key(request)
-        full, recorded = _digests(request)
+        masked = self._masked()
+        full, recorded = _digests(request, masked)
         if key is None or full is None:
             return "asked"
         known = self.of(request)
         if known is not None and known.decision == "rejected":
             return "rejected"
-        if known is not None and not known.covers(request):
+        if known is not None and not known.covers(request, masked):
             return "mismatch"
         self._remember_full(key, full, recorded)
         self._keep(request, key, launched=False, decision=None, recorded=recorded)
@@ -173,7 +186,7 @@ class Decisions:
         known = self.of(request)
         if known is not None and known.decision != "asked":
             return known
-        full, recorded = _digests(request)
+        full, recorded = _digests(request, self._masked())
         if decision == "rejected" and known is not None:
             recorded, full = known.recorded, known.full
         kept = self._keep(request, key, launched=True, decision=decision, recorded=recorded)
@@ -249,13 +262,15 @@ def _key(request: ToolRequest) -> str | None:
     return str.__str__(key) if isinstance(key, str) else None
 
 
-def _digests(request: ToolRequest) -> tuple[str | None, str | None]:
-    """The full and the recorded digest of ``request``'s tool and arguments
-    as the port reads them, or ``None`` for arguments without one (the port
-    refuses those before anything is asked)."""
+def _digests(
+    request: ToolRequest, masked: frozenset[str] = frozenset()
+) -> tuple[str | None, str | None]:
+    """The full and the recorded digest (``masked`` values masked) of
+    ``request``'s tool and arguments as the port reads them, or ``None`` for
+    arguments without one (the port refuses those before anything is asked)."""
     call = request.call
     try:
         name, arguments = str(call.name), call.arguments
-        return launch_digest(name, arguments), recorded_digest(name, arguments)
+        return launch_digest(name, arguments), recorded_digest(name, arguments, masked)
     except Exception:
         return None, None

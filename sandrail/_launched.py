@@ -67,13 +67,17 @@ def launched_row(
     return None
 
 
-def alike(known: OwnedCommand, name: str, arguments: object) -> bool:
+def alike(
+    known: OwnedCommand, name: str, arguments: object, secrets: frozenset[str] = frozenset()
+) -> bool:
     """Whether ``arguments`` (the port's form) ask for the launch ``known``
-    recorded (C3's digest; a row without one matches)."""
+    recorded (C3's digest, over the arguments with ``secrets``, the values
+    the session masks, masked; a row without one matches)."""
     if known.launch_digest is None:
         return True
     try:
-        return bool(known.launch_digest == recorded_digest(name, arguments))  # type: ignore[arg-type]
+        digest = recorded_digest(name, arguments, secrets)  # type: ignore[arg-type]
+        return bool(known.launch_digest == digest)
     except Exception:
         return False
 

@@ -44,7 +44,7 @@ from sandrail.core import (
 from sandrail.core._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined
 from sandrail.interpreters._recorder import Recorder
 
-__all__ = ["Masks", "checked_redact", "is_text", "masked_problems", "masks_for"]
+__all__ = ["Masks", "checked_redact", "holder_of", "is_text", "masked_problems", "masks_for"]
 
 
 class Masks:
@@ -106,7 +106,7 @@ _LOCK = threading.RLock()
 
 def masks_for(backend: object, session_id: str) -> Masks:
     """The :class:`Masks` of ``session_id`` on ``backend`` (see the module doc)."""
-    holder = _holder(backend)
+    holder = holder_of(backend)
     try:
         weakref.ref(holder)
     except TypeError:
@@ -124,7 +124,7 @@ def masks_for(backend: object, session_id: str) -> Masks:
         return masks
 
 
-def _holder(backend: object) -> object:
+def holder_of(backend: object) -> object:
     """The object that holds ``backend``'s sessions: a bound method's
     object, and what a Recorder wraps (however deep; a Recorder that wraps
     itself, through any chain, holds its own)."""

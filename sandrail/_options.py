@@ -44,6 +44,7 @@ __all__ = [
     "PortOptions",
     "RememberOwnedCallback",
     "ResolveOwnedCallback",
+    "check_owner",
     "checked_timeout",
     "given_options",
     "owned_callbacks",
@@ -152,7 +153,7 @@ def port_settings(
     session_id = options["session_id"]
     if not isinstance(session_id, str) or not session_id.strip() or not is_text(session_id):
         raise ValueError("session_id must be a non-blank string of valid Unicode text")
-    _check_owner(options["owner"])
+    check_owner(options["owner"])
     _check_callbacks(options)
     max_output_bytes = options["max_output_bytes"]
     if (
@@ -226,7 +227,9 @@ def _check_callbacks(options: PortOptions) -> None:
         )
 
 
-def _check_owner(owner: object) -> None:
+def check_owner(owner: object) -> None:
+    """``TypeError`` or ``ValueError`` for an ``owner`` a port cannot take,
+    saying what it takes."""
     if isinstance(owner, NativeOwner):
         if not isinstance(owner.scope, Mapping):
             raise TypeError("NativeOwner.scope must be a JSON object (a mapping)")
@@ -239,6 +242,13 @@ def _check_owner(owner: object) -> None:
         if not isinstance(agent_id, str) or not agent_id.strip() or not is_text(agent_id):
             raise ValueError("AgentOwner.agent_id must be a non-blank string of valid Unicode text")
     else:
+        hint = (
+            f"; for an agent named {owner!r}: owner=sandrail.AgentOwner(agent_id={owner!r})"
+            if isinstance(owner, str) and owner.strip() and len(owner) <= 100
+            else ""
+        )
         raise TypeError(
-            "owner must be sandrail.NativeOwner(scope=...) or sandrail.AgentOwner(agent_id=...)"
+            "owner must be sandrail.AgentOwner(agent_id=...) (an agent's own sandbox; the "
+            "tutorial's) or sandrail.NativeOwner(scope=...) (a harness's run, with "
+            f"identity=sandrail.NativeIdentity(...)), not {type(owner).__name__}{hint}"
         )

@@ -138,6 +138,14 @@ class ToolPort:
         was built with."""
         return self._binding.settings
 
+    @property
+    def masked_values(self) -> frozenset[str]:
+        """The values this port's session masks now (env values it passed,
+        ``redact=``): what a :class:`~sandrail.interpreters.replay.Recorder`
+        on this port also cuts out of its cassette, and what no digest it
+        writes may depend on (C17). Held in memory only."""
+        return self._binding.masks.secrets
+
     def definition(self, name: str) -> ToolDefinition:
         """The definition of tool ``name``; ``KeyError`` if this port has none."""
         found = self._binding.settings.definition(name)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, cast
@@ -40,7 +41,7 @@ from typing import Any, Final, cast
 import attrs
 
 from sandrail._artifact_calls import ArtifactStore, CallArtifacts
-from sandrail._masks import Masks
+from sandrail._masks import Masks, holder_of
 from sandrail._options import (
     AuthorityCallback,
     AuthorizeCallback,
@@ -62,7 +63,9 @@ from sandrail.core import (
     Deny,
     Effect,
     EffectFailure,
+    Ensure,
     FatalInterpreterError,
+    Inspect,
     OpenArtifact,
     OwnedCommand,
     PolicyDecision,
@@ -92,6 +95,8 @@ from sandrail.interpreters._drivers import answered_now
 from sandrail.interpreters._masking import MaskedReads
 from sandrail.records._backlog import note_answer
 from sandrail.records._protocol import OwnershipRecord
+
+logger = logging.getLogger("sandrail")
 
 __all__ = ["Binding", "Ledger", "PortCall"]
 
@@ -153,6 +158,9 @@ class Binding:
     """Where each task's last answer is noted for operators (``record=``)."""
     telemetry: Telemetry
     tool_names: frozenset[str] = attrs.field(init=False)
+    adopted: set[str] = attrs.field(factory=set, eq=False)
+    """The sessions whose sandbox the durable record was asked for already
+    (:meth:`PortCall.adopt_session`)."""
 
     @tool_names.default
     def _names(self) -> frozenset[str]:
@@ -333,6 +341,11 @@ class PortCall:
             return self.check(effect)  # the guard, several times a call; never raises
         self.note(effect)
         try:
+            if (
+                isinstance(effect, Ensure | Inspect)
+                and effect.session_id not in self.binding.adopted
+            ):
+                self.adopt_session(effect)
             return self.route(effect)
         except (EffectFailure, FatalInterpreterError):
             raise
@@ -345,6 +358,14 @@ class PortCall:
         """The asynchronous interpreter (see the module doc)."""
         self.note(effect)
         try:
+            if (
+                isinstance(effect, Ensure | Inspect)
+                and effect.session_id not in self.binding.adopted
+            ):
+                if self._adoption() is None:
+                    self.binding.adopted.add(effect.session_id)  # nothing to ask: no hop
+                else:
+                    await asyncio.to_thread(self.adopt_session, effect)
             if isinstance(effect, SANDBOX_EFFECTS):
                 return await self._abortable(self.route, effect)
             outcome = self.route(effect)
@@ -357,6 +378,36 @@ class PortCall:
             raise unexpected_failure(effect, exc) from exc  # the backend's own
         except Exception as exc:
             raise unexpected_failure(effect, exc) from exc
+
+    def adopt_session(self, effect: Ensure | Inspect) -> None:
+        """Before the port's first ``Ensure`` or ``Inspect`` of a session:
+        hand the backend the sandbox the durable record says the session's
+        launches went to (``adopt_session``), so that a restarted harness
+        never makes a second sandbox for a session whose sandbox is gone (its
+        tasks could relaunch there; ``docs/explanation/limits.md``). Asked
+        once per port and session; nothing to do without a record that
+        answers ``session_sandbox`` or a backend that takes it. A record that
+        cannot be read fails the effect ``not_sent``: nothing is made."""
+        binding = self.binding
+        both = self._adoption()
+        if both is not None:
+            lookup, adopt = both
+            try:
+                sandbox_id = lookup(effect.session_id, binding.settings.owner)
+            except Exception as exc:
+                raise EffectFailure(
+                    Delivery.NOT_SENT, "the ownership record could not be read"
+                ) from exc
+            if isinstance(sandbox_id, str):
+                adopt(effect.session_id, effect.owner_key, sandbox_id)
+        binding.adopted.add(effect.session_id)
+
+    def _adoption(self) -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+        """The record's ``session_sandbox`` and the backend's
+        ``adopt_session``, when both exist (else nothing is to be asked)."""
+        lookup = getattr(self.binding.answers, "session_sandbox", None)
+        adopt = getattr(holder_of(self.binding.backend), "adopt_session", None)
+        return (lookup, adopt) if callable(lookup) and callable(adopt) else None
 
     async def _abortable(self, run: Callable[[Any], Any], effect: Effect) -> Any:
         """Await ``run(effect)``, waking at once if the request is aborted (C11)."""
@@ -559,9 +610,42 @@ def _cancel_requested() -> bool:
 
 
 def _policy(decision: object) -> PolicyDecision:
+    """``decision`` if it is one; else the failure of the harness's
+    callback, named in a warning of the ``sandrail`` logger.
+
+    Strategy: a policy that returns something else (``True``, the shape
+    ``assert_authority`` takes; ``"allow"``; ``None``; the ``Deny`` class)
+    is a harness bug, not a denial: every call would be refused while its
+    author reads "policy denied" and looks at the policy's rules. Nothing
+    runs either way; the call is answered
+    ``e2b_command_harness_callback_failed`` (the model is told the harness
+    failed, not that the call was refused), and the log says what was
+    returned and what is accepted, on every such call (a harness that
+    refuses every call should be loud)."""
     if isinstance(decision, (Allow, ApprovalRequired, Deny)):
         return decision
-    return Deny(reason="The harness policy returned an unrecognised decision.")
+    problem = (
+        f"authorize returned {_what(decision)}, which is no decision: it must return "
+        "sandrail.ALLOW, sandrail.ApprovalRequired(interaction_id=...) or "
+        "sandrail.Deny(reason=...); nothing ran"
+    )
+    logger.warning("%s", problem)
+    raise EffectFailure(Delivery.NOT_SENT, problem)
+
+
+def _what(value: object) -> str:
+    """A short name of what a callback returned: its type, and the value
+    itself only when it is a bool, None or a short word (``"allow"``),
+    which hold nothing of a call."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, str) and len(value) <= 20 and value.replace("_", "").isalnum():
+        return f"the string {value!r}"
+    if isinstance(value, type):
+        return f"the class {value.__qualname__} (not an instance of it)"
+    if inspect.isawaitable(value):
+        return f"an awaitable ({type(value).__qualname__})"
+    return f"a {type(value).__qualname__}"
 
 
 def _discard(awaitable: object) -> None:

@@ -9,7 +9,9 @@ sandrail's own attributes (``sandrail.operation_key``, ``sandrail.session_id``,
 an event of the span (the effect, what answered it or how it failed), so an
 ``uncertain`` shows which step and which fault. The
 ``gen_ai.execute_tool.duration`` histogram (seconds) counts every call. The
-same steps go to the ``sandrail`` logger at debug level.
+same steps go to the ``sandrail`` logger at debug level. While a call runs
+its span is the current one, so the spans a backend makes (an instrumented
+HTTP client's requests) are its children: one trace per call.
 
 Spans go to the global tracer provider unless the port was given
 ``tracer_provider=`` (metrics likewise, ``meter_provider=``). The library
@@ -28,6 +30,7 @@ their fields, so ``Start.env`` never leaves the call.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -36,7 +39,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any, Final
 
-from sandrail.core import EffectFailure, ToolRequest, ToolResult
+from sandrail.core import EffectFailure, ToolRequest, ToolResult, redaction_secrets
 from sandrail.core._masking import Redactions, mask_text
 
 __all__ = ["OFF", "CallTrace", "Telemetry"]
@@ -53,6 +56,13 @@ _RESULT_ATTRIBUTES: Final = (
     ("task_id", "sandrail.task_id"),
     ("sandbox_id", "sandrail.sandbox_id"),
 )
+_REQUEST_IDENTITY: Final = (
+    ("call_id", "gen_ai.tool.call.id", ("call", "call_id")),
+    ("operation_key", "sandrail.operation_key", ("operation_key",)),
+    ("session_id", "sandrail.session_id", ("session_id",)),
+)
+"""The identity a span takes from the request when the result does not
+show it (a call refused before anything ran): where it is in the request."""
 
 Interpret = Callable[[Any], Any]
 
@@ -120,7 +130,7 @@ class Telemetry:
             return OFF
         name = request.call.name if isinstance(request.call.name, str) else None
         tool = name if name in tool_names else None
-        return CallTrace(tool, tracer, histogram, log, redactions, self._api)
+        return CallTrace(tool, tracer, histogram, log, redactions, self._api, request)
 
     def _tracer(self) -> Any:
         assert self._api is not None
@@ -160,6 +170,17 @@ class Telemetry:
         return cached[1]
 
 
+def _plain_text(value: object) -> bool:
+    """A non-blank string of valid Unicode, as the core's identity checks want."""
+    if not isinstance(value, str) or not value.strip():
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class _Off:
     """No listener: every method does nothing, and ``step`` hands the
     interpreter back untouched (the call pays nothing per effect)."""
@@ -195,8 +216,10 @@ class CallTrace:
         log: bool,
         redactions: Callable[[], Redactions],
         api: tuple[ModuleType, ModuleType] | None,
+        request: ToolRequest | None = None,
     ) -> None:
         self._tool = tool
+        self._request = request
         self._histogram = histogram
         self._log = log
         self._redactions = redactions
@@ -215,11 +238,14 @@ class CallTrace:
             )
 
     def step(self, interpret: Interpret) -> Interpret:
-        """``interpret`` with each effect and its answer noted."""
+        """``interpret`` with each effect and its answer noted, the call's
+        span current meanwhile: the spans a backend makes (an instrumented
+        HTTP client's) are its children, one trace per call."""
 
         def traced(effect: Any) -> Any:
             try:
-                outcome = interpret(effect)
+                with self._current():
+                    outcome = interpret(effect)
             except EffectFailure as failure:
                 self._failed(effect, failure)
                 raise
@@ -233,7 +259,8 @@ class CallTrace:
 
         async def traced(effect: Any) -> Any:
             try:
-                outcome = await interpret(effect)
+                with self._current():
+                    outcome = await interpret(effect)
             except EffectFailure as failure:
                 self._failed(effect, failure)
                 raise
@@ -241,6 +268,17 @@ class CallTrace:
             return outcome
 
         return traced
+
+    def _current(self) -> contextlib.AbstractContextManager[Any]:
+        """The call's span made current (nothing without a span)."""
+        if self._span is None or self._api is None:
+            return contextlib.nullcontext()
+        # Never the exception an interpreter raised: its text may hold an env
+        # value (a failure's detail is masked and cut by _failed instead).
+        current: contextlib.AbstractContextManager[Any] = self._api[0].use_span(
+            self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )
+        return current
 
     def _answered(self, effect: Any, outcome: Any) -> None:
         name = type(effect).__name__
@@ -302,10 +340,7 @@ class CallTrace:
             attributes["sandrail.executed"] = executed
         if error is not None:
             attributes["error.type"] = error
-        for key, attribute in _RESULT_ATTRIBUTES:
-            value = content.get(key)
-            if isinstance(value, str):
-                attributes[attribute] = value
+        attributes.update(self._identity(content))
         if self._span is not None:
             self._span.set_attributes(attributes)
             if status in ("error", "uncertain") and self._api is not None:
@@ -323,6 +358,34 @@ class CallTrace:
                 attributes.get("sandrail.task_id"),
             )
 
+    def _identity(self, content: Mapping[str, Any]) -> dict[str, str]:
+        """The call's identity attributes: from the result's content, which
+        the core vouches holds no env value, and what it does not show (a
+        call refused before anything ran) from the request, unless a value
+        the call masks (the session's, or one of its own env values) is in
+        it: the core refuses such an identity, and so does the span (C17)."""
+        attributes: dict[str, str] = {}
+        for key, attribute in _RESULT_ATTRIBUTES:
+            value = content.get(key)
+            if isinstance(value, str):
+                attributes[attribute] = value
+        missing = [item for item in _REQUEST_IDENTITY if item[1] not in attributes]
+        if not missing or self._request is None:
+            return attributes
+        try:
+            arguments = self._request.call.arguments
+            env = arguments.get("env") if isinstance(arguments, Mapping) else None
+            redactions = Redactions(self._redactions().values | redaction_secrets(env))
+            for _, attribute, path in missing:
+                found: Any = self._request
+                for name in path:
+                    found = getattr(found, name)
+                if _plain_text(found) and mask_text(found, redactions) == found:
+                    attributes[attribute] = str.__str__(found)
+        except Exception:
+            pass  # a request without those parts: the span goes without them
+        return attributes
+
     def abandon(self, why: str) -> None:
         """End a call that left without a result (the caller cancelled it, a
         replay diverged, the process is stopping)."""
@@ -330,6 +393,7 @@ class CallTrace:
             return
         self._ended = True
         if self._span is not None:
+            self._span.set_attributes(self._identity({}))
             self._span.set_attribute("error.type", why)
             if self._api is not None:
                 trace = self._api[0]

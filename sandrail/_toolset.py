@@ -76,7 +76,11 @@ from sandrail._decisions import Decisions
 from sandrail._launched import alike, launched_row, lookup, shared_record
 from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
+    AuthorityCallback,
+    AuthorizeCallback,
+    Defaulted,
     PortOptions,
+    check_owner,
     given_options,
     owned_callbacks,
 )
@@ -91,6 +95,7 @@ from sandrail.core import (
     ErrorCode,
     NativeIdentity,
     OwnedCommand,
+    Owner,
     OwnerIdentity,
     PolicyDecision,
     Redactions,
@@ -141,7 +146,9 @@ class Toolset:
     """Every sandrail tool for one session and owner, behind one call.
 
     - ``backend``, ``session_id``, ``owner``, ``authorize``,
-      ``assert_authority`` and the optional settings are those of
+      ``assert_authority`` (required) and the optional settings
+      (``**options``: ``max_output_bytes``, ``record``, ``redact``,
+      ``artifacts``, the timeouts, ``tracer_provider``, ...) are those of
       :func:`sandrail.command_tools`; both ports share them. A
       :class:`~sandrail.interpreters.replay.Recorder` backend records one
       port: the toolset attaches it itself, so give it one tool group
@@ -163,11 +170,12 @@ class Toolset:
     ``read_command_output`` and ``stop_command`` check (C4) and which makes a
     retry through either port expect the claim its first start may have made
     (C2). A second toolset for the same session, or one after a restart,
-    reaches them only through a durable record: pass
-    ``remember_owned_command`` and ``resolve_owned_command`` (see the README's
-    "Retries, restarts and threads"), or ``record=`` (a
-    :mod:`sandrail.records` store). ``redact`` are values to mask from the
-    start (a restarted harness's env values). ``tracer_provider`` and
+    reaches them only through a durable record: ``record=`` (a
+    :mod:`sandrail.records` store; see the how-to "Durable ownership records
+    and a fleet of workers", ``docs/howto/records-and-fleet.md``), or the
+    ``remember_owned_command`` and ``resolve_owned_command`` pair.
+    ``redact`` are values to mask from the start (a restarted harness's env
+    values). ``tracer_provider`` and
     ``meter_provider``: see :func:`~sandrail.command_tools`.
 
     Raises ``TypeError`` or ``ValueError`` at once for a toolset that could
@@ -184,17 +192,29 @@ class Toolset:
     def __init__(
         self,
         *,
+        backend: Callable[[Any], Any],
+        session_id: str,
+        owner: Owner,
+        authorize: AuthorizeCallback,
+        assert_authority: AuthorityCallback,
         identity: IdentitySource | None = None,
         tools: Iterable[ToolGroup] = ("command", "code"),
         run_id: str | None = None,
-        **options: Unpack[PortOptions],
+        **options: Unpack[Defaulted],
     ) -> None:
-        given = given_options(options, "Toolset", ("identity", "tools", "run_id"))
+        required: PortOptions = {
+            "backend": backend,
+            "session_id": session_id,
+            "owner": owner,
+            "authorize": authorize,
+            "assert_authority": assert_authority,
+        }
+        given = given_options({**required, **options}, "Toolset", ("identity", "tools", "run_id"))
         groups = tuple(tools)
         if not groups or any(group not in ("command", "code") for group in groups):
             raise ValueError('tools must name "command", "code" or both')
         recorder = attachable_recorder(given["backend"], groups)
-        owner = given["owner"]
+        check_owner(owner)  # before the identity it implies: say what owner takes
         if identity is None:
             if not isinstance(owner, AgentOwner):
                 raise TypeError(
@@ -218,7 +238,13 @@ class Toolset:
         self._resolve = resolve
         self._owner = given["owner"]
         # What a person was asked about and decided, in the same record.
-        self._decisions = Decisions(remember, resolve, given["session_id"], given["owner"])
+        self._decisions = Decisions(
+            remember,
+            resolve,
+            given["session_id"],
+            given["owner"],
+            lambda: self._masks.secrets,  # set below, before any call
+        )
         self._approvals = Approvals(given["authorize"], self._launched_alike, self._decisions)
         redact = given["redact"]
         shared: PortOptions = {
@@ -258,6 +284,13 @@ class Toolset:
             recorder.attach(next(iter(self._ports.values())))  # writes the header
 
     # -- what the model is offered -------------------------------------------
+
+    @property
+    def masked_values(self) -> frozenset[str]:
+        """The values the toolset's session masks now (env values it passed,
+        ``redact=``): what an adapter must keep out of anything it derives
+        and shows, such as an MCP fallback key (C17). In memory only."""
+        return self._masks.secrets
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -581,12 +614,16 @@ class Toolset:
             return None, False
         if question is not None and question.decision == "rejected":
             return self._rejected_first(request), False
-        if question is not None and not edited and not question.covers(request):
+        if (
+            question is not None
+            and not edited
+            and not question.covers(request, self._masks.secrets)
+        ):
             return self._mismatch(), False
         standing = self._decisions.decide(request, "approved")
         if standing is not None and standing.decision == "rejected":
             return self._rejected_first(request), False
-        if standing is not None and not standing.covers(request):
+        if standing is not None and not standing.covers(request, self._masks.secrets):
             return self._mismatch(), False  # an approval of another call came first
         return None, True
 
@@ -693,7 +730,9 @@ class Toolset:
         definition = self._ports[name].definition(name)
         if arguments is not None:  # a launch of these very arguments (C3)
             converted = self._converted(definition, profile, arguments)
-            if isinstance(converted, ToolResult) or not alike(known, name, converted):
+            if isinstance(converted, ToolResult) or not alike(
+                known, name, converted, self._masks.secrets
+            ):
                 return rejected
         try:
             identity = self._identity() if callable(self._identity) else self._identity
@@ -811,7 +850,7 @@ class Toolset:
         try:
             name, key = str(call.name), str.__str__(request.operation_key)
             known = self.launched(name, key)
-            return known is not None and alike(known, name, call.arguments)
+            return known is not None and alike(known, name, call.arguments, self._masks.secrets)
         except Exception:
             return False
 

@@ -101,7 +101,9 @@ def test_c12_a_call_and_its_result_fed_back_within_the_budget() -> None:
     assert small["stdout"] == "héllo\n"
     # adk:{session}:{invocation}:{event}:{call id}, of the model event that made the call.
     stored = asyncio.run(
-        run.runner.session_service.get_session(app_name="app", user_id="u", session_id=run.session.id)
+        run.runner.session_service.get_session(
+            app_name="app", user_id="u", session_id=run.session.id
+        )
     )
     assert stored is not None
     (made,) = [e for e in stored.events if any(c.id == "c2" for c in e.get_function_calls())]

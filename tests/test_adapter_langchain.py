@@ -505,9 +505,10 @@ def test_c8_c5_with_sandrails_middleware_the_first_decision_stands_on_a_checkpoi
     from sandrail.records import SQLiteRecord
 
     sim = Simulator()
-    with SQLiteRecord(tmp_path / "owned.sqlite") as one, SQLiteRecord(
-        tmp_path / "owned.sqlite"
-    ) as other:
+    with (
+        SQLiteRecord(tmp_path / "owned.sqlite") as one,
+        SQLiteRecord(tmp_path / "owned.sqlite") as other,
+    ):
         here, there = toolset(sim, record=one), toolset(sim, record=other)
         saver = InMemorySaver()
         agent = _gated_agent(here, saver, mode)

@@ -184,7 +184,9 @@ def test_c8_a_changed_call_under_an_asked_key_is_never_a_new_question() -> None:
     asked = tools.call_sync("run_command", {"command": STAGING}, **options)
     assert asked.status == "approval_required"
     for approved in (False, True, False):
-        changed = tools.call_sync("run_command", {"command": PRODUCTION}, **options, approved=approved)
+        changed = tools.call_sync(
+            "run_command", {"command": PRODUCTION}, **options, approved=approved
+        )
         _refused(changed.content, "approval_mismatch")
         assert "changed after a person was asked" in str(changed.instruction) or approved
     policy = asyncio.run(tools.ask_policy("run_command", {"command": PRODUCTION}, **options))

@@ -572,3 +572,39 @@ def test_no_page_is_left_unwritten() -> None:
         if _UNWRITTEN.search(line)
     ]
     assert unwritten == []
+
+
+def _library_sources() -> str:
+    return "\n".join(
+        path.read_text(encoding="utf-8")
+        for folder in ("sandrail", "core", "interpreters")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if "local_e2b" not in path.parts or folder == "sandrail"
+    )
+
+
+def test_docstrings_name_only_pages_and_readme_sections_that_exist() -> None:
+    """The Toolset reference pointed at the README's "Retries, restarts and
+    threads", a section long gone: every ``docs/...md`` page a docstring
+    names exists, and every README section it names is a heading there."""
+    sources = _library_sources()
+    pages = set(re.findall(r"``(docs/[\w/.-]+\.md)", sources))
+    assert pages
+    assert sorted(page for page in pages if not (ROOT / page).is_file()) == []
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    headings = {line.lstrip("#").strip() for line in readme.splitlines() if line.startswith("#")}
+    named = re.findall(r"README's\s+\"([^\"]+)\"", sources.replace("\n    ", " "))
+    assert sorted(section for section in named if section not in headings) == []
+
+
+def test_the_toolset_signature_names_its_five_required_arguments() -> None:
+    """The reference renders the signature: every example passes these five,
+    and they used to hide in ``**options``."""
+    import inspect
+
+    import sandrail
+
+    parameters = inspect.signature(sandrail.Toolset).parameters
+    for name in ("backend", "session_id", "owner", "authorize", "assert_authority"):
+        assert parameters[name].default is inspect.Parameter.empty, name
+        assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY

@@ -164,11 +164,27 @@ def test_bad_settings_are_refused_at_once(options: dict[str, Any], message: str)
         E2BBackend(**options)
 
 
-def test_without_any_key_a_start_is_refused_before_sending(
+def test_c5_without_any_key_the_backend_is_refused_at_construction(
     server: LocalE2B, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """No API key anywhere: a configuration error, said at once, never a
+    call answered "the sandbox could not be reached; the call may be
+    retried" (a retry loop would retry it forever)."""
     monkeypatch.delenv("E2B_API_KEY", raising=False)
-    with E2BBackend(api_url=server.api_url, sandbox_url=server.sandbox_url) as keyless:
+    with pytest.raises(ValueError, match="E2BBackend needs an E2B API key"):
+        E2BBackend(api_url=server.api_url, sandbox_url=server.sandbox_url)
+    monkeypatch.setenv("E2B_API_KEY", "  ")
+    with pytest.raises(ValueError, match=r"pass api_key=\.\.\. or set E2B_API_KEY"):
+        E2BBackend()
+
+
+def test_a_key_unset_after_construction_still_refuses_a_start_before_sending(
+    server: LocalE2B, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("E2B_API_KEY", server.api_key)
+    keyless = E2BBackend(api_url=server.api_url, sandbox_url=server.sandbox_url)
+    monkeypatch.delenv("E2B_API_KEY")
+    with keyless:
         failed = failure(keyless(Start(**start_fields("sbx-none", "true"))))
     assert failed.delivery is Delivery.NOT_SENT
     assert "ledger key" in failed.detail
@@ -929,3 +945,125 @@ def test_c7_each_snippet_language_runs_in_a_local_e2b_sandbox(
     )
     assert result.status == "ok", result.content
     assert (result.content["stdout"], result.content["exit_code"]) == ("2\n", 0), result.content
+
+
+# ---------------------------------------------------------------------------
+# Traces: the SDK's HTTP requests nest under the tool call's span
+
+
+def test_the_sdks_http_requests_nest_under_the_tool_calls_span(
+    server: LocalE2B, backend: E2BBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With an HTTP instrumentation on (here: a span around every request
+    the e2b SDK's httpx client sends, as opentelemetry-instrumentation-httpx
+    makes), each request of a ``run_command`` is a child of the call's span:
+    one trace per call, not unrelated root spans."""
+    import httpx
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = provider.get_tracer("httpx")
+    send = httpx.AsyncClient.send
+
+    async def traced_send(self: httpx.AsyncClient, request: httpx.Request, **kw: Any) -> Any:
+        with tracer.start_as_current_span(f"{request.method} {request.url.path}"):
+            return await send(self, request, **kw)
+
+    monkeypatch.setattr(httpx.AsyncClient, "send", traced_send)
+    port = port_on(backend, new_session(), tracer_provider=provider)
+    result = port.execute_sync(request(port, "run_command", "op-traced", command="echo hi"))
+    assert result.status == "ok", result.content
+    finished = spans.get_finished_spans()
+    (call,) = [span for span in finished if span.name == "execute_tool run_command"]
+    sent = [span for span in finished if span is not call]
+    assert sent, "the SDK sent no request through httpx"
+    for span in sent:
+        assert span.context.trace_id == call.context.trace_id, span.name
+        assert span.parent is not None
+        assert span.parent.span_id == call.context.span_id
+    provider.shutdown()
+
+
+# ---------------------------------------------------------------------------
+# A sandbox really gone stays gone for its session, across a restart
+
+
+def _life(server: LocalE2B, session: str, record: Any) -> tuple[E2BBackend, sandrail.ToolPort]:
+    backend = E2BBackend(**server.sdk_options)
+    return backend, port_on(backend, session, record=record)
+
+
+@pytest.fixture
+def owned(tmp_path: Path) -> Any:
+    """A durable ownership record of the test's own (SQLite)."""
+    from sandrail.records import SQLiteRecord
+
+    record = SQLiteRecord(tmp_path / "owned.sqlite")
+    yield record
+    record.close()
+
+
+def _ran_once(server: LocalE2B, session: str, record: Any) -> sandrail.ToolResult:
+    """A first life that launched ``op-1`` (``true``) and ended."""
+    backend, port = _life(server, session, record)
+    with backend:
+        ran = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+    assert ran.status == "ok", ran.content
+    return ran
+
+
+def test_c2_after_a_restart_a_session_whose_sandbox_is_gone_gets_no_second_sandbox(
+    server: LocalE2B, owned: Any
+) -> None:
+    """Within one process a gone sandbox stays gone for its session (new
+    calls ``error``, retries ``uncertain``); a restarted harness with a
+    durable record keeps that promise too: no second sandbox, in which a
+    retry could relaunch what ran in the first."""
+    session = new_session()
+    sandbox_id = _ran_once(server, session, owned).content["sandbox_id"]
+    e2b.Sandbox.kill(sandbox_id, **server.sdk_options)
+    made = {box.sandbox_id for box in server.truth().sandboxes}
+    backend, port = _life(server, session, owned)  # the restart
+    with backend:
+        new = port.execute_sync(request(port, "run_command", "op-2", command="true"))
+        retry = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+        status = port.execute_sync(request(port, "sandbox_status", "status"))
+    assert (new.status, new.content["executed"]) == ("error", False), new.content
+    assert retry.status == "uncertain", retry.content
+    assert retry.content["sandbox_id"] == sandbox_id
+    assert status.content.get("sandbox_id") == sandbox_id, status.content
+    assert {box.sandbox_id for box in server.truth().sandboxes} == made  # none was made
+
+
+def test_c2_a_restarted_harness_finds_its_live_sandbox_through_the_record_too(
+    server: LocalE2B, owned: Any
+) -> None:
+    session = new_session()
+    ran = _ran_once(server, session, owned)
+    backend, port = _life(server, session, owned)
+    with backend:
+        again = port.execute_sync(request(port, "run_command", "op-2", command="true"))
+    assert again.status == "ok", again.content
+    assert again.content["sandbox_id"] == ran.content["sandbox_id"]
+
+
+def test_c6_reconciling_a_task_whose_sandbox_is_gone_says_so(server: LocalE2B, owned: Any) -> None:
+    """``sandrail uncertain --reconcile`` after a lost sandbox: the task stays
+    uncertain with the reason the docs promise, "the sandbox is gone", not
+    the read's ``e2b_command_read_failed``."""
+    from sandrail.records import reconcile
+
+    session = new_session()
+    ran = _ran_once(server, session, owned)
+    e2b.Sandbox.kill(ran.content["sandbox_id"], **server.sdk_options)
+    backend, port = _life(server, session, owned)
+    with backend:
+        retry = port.execute_sync(request(port, "run_command", "op-1", command="true"))
+    assert retry.status == "uncertain", retry.content
+    with E2BBackend(**server.sdk_options) as operator:
+        (found,) = reconcile(owned, operator)
+    assert (found.verdict, found.reason) == ("still_uncertain", "the sandbox is gone")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 
@@ -1008,3 +1009,45 @@ def test_c17_env_values_a_command_prints_are_masked_in_results(mode: Mode) -> No
     assert page.content["stdout"] == "daemon <redacted>\n"
     short = rig.run("run_command", {"command": "short", "env": env}, key="short")
     assert short.content["stdout"] == "value 1234567\n"
+
+
+@pytest.mark.parametrize(
+    ("returned", "named"),
+    [
+        (True, "authorize returned True"),
+        ("allow", "authorize returned the string 'allow'"),
+        (None, "authorize returned None"),
+        (sandrail.Deny, "authorize returned the class Deny (not an instance of it)"),
+        ({"allow": True}, "authorize returned a dict"),
+    ],
+)
+def test_c8_a_policy_that_returns_no_decision_is_a_harness_failure_named_in_the_log(
+    returned: object, named: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``authorize=lambda r: True`` (the shape ``assert_authority`` takes),
+    ``"allow"``, ``None`` or the ``Deny`` class: nothing runs, as before, but
+    the call is no silent ``policy_denied``: it is the harness's callback
+    failing, and a warning names what was returned and what is accepted."""
+    sim = Simulator()
+    port = sandrail.command_tools(
+        backend=sim,
+        session_id="session-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: returned,
+        assert_authority=lambda request: True,
+    )
+    request = sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "x"}),
+        operation_key="k1",
+        session_id="session-1",
+        definition=port.definition("run_command"),
+        identity=sandrail.AgentIdentity(agent_id="agent-1"),
+    )
+    with caplog.at_level(logging.WARNING, logger="sandrail"):
+        result = port.execute_sync(request)
+    assert (result.status, result.content["executed"]) == ("error", False)
+    assert result.content["error_type"] == "e2b_command_harness_callback_failed"
+    assert sim.effects_seen == []
+    (warning,) = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert named in warning.getMessage()
+    assert "sandrail.ALLOW, sandrail.ApprovalRequired(" in warning.getMessage()

@@ -536,3 +536,25 @@ def test_issue17_the_docs_offline_examples_run(
     exec(compile(block, page, "exec"), {"__name__": "docs_example"})
     if page == "records-and-fleet.md":
         assert capsys.readouterr().out == "ok\n"
+
+
+def test_c2_a_record_names_the_sandbox_of_a_sessions_launches_for_its_owner(
+    make_record: Any,
+) -> None:
+    """What a restarted port hands its backend so that a session whose
+    sandbox is gone gets no second one: the sandbox its owner's launches went
+    to, the latest first; never another session's, nor another owner's of
+    the same session (rows are filed by session; a row is an owner's when its
+    task id is the one its key derives for that owner)."""
+    record = make_record()
+    mine, theirs = sandrail.AgentOwner(agent_id="agent-1"), sandrail.AgentOwner(agent_id="agent-2")
+    assert record.session_sandbox("session-1", mine) is None
+    for owner, key, sandbox in ((theirs, "op-9", "sbx-theirs"), (mine, "op-1", "sbx-mine")):
+        task = sandrail.task_id("session-1", owner, key)
+        row = owned(task_id=task, operation_key=key, sandbox_id=sandbox)
+        record.remember(request_of(), row)
+    unlaunched = sandrail.task_id("session-1", mine, "op-2")
+    record.remember(request_of(), owned(task_id=unlaunched, operation_key="op-2", launched=False))
+    assert record.session_sandbox("session-1", mine) == "sbx-mine"
+    assert record.session_sandbox("session-1", theirs) == "sbx-theirs"
+    assert record.session_sandbox("session-2", mine) is None

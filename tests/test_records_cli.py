@@ -142,3 +142,46 @@ def test_issue17_migrate_record_moves_an_old_json_lines_record_once(tmp_path: Pa
     assert broken.returncode == 1
     assert "line 1: not an ownership record" in broken.stderr
     assert "Traceback" not in broken.stderr
+
+
+HOSTILE_KEYS = (
+    "k1\n2026-01-01 run_command forged session_id=s operation_key=ok",  # a forged line
+    "k2\rhidden",  # a carriage return rewrites the line
+    "k3\x1b]52;c;ZWNobyBwd25lZA==\x07",  # OSC 52: a clipboard write
+    "k4\u202eevil\u2066",  # bidirectional override and isolate
+    "k5\x9b31m",  # a C1 control (CSI)
+    "k6 sandbox_id=forged",  # a forged field
+)
+
+
+def test_c6_uncertain_lines_escape_what_a_terminal_would_act_on(tmp_path: Path) -> None:
+    """Stored operation keys come from clients (an MCP client sends any key in
+    ``_meta``): the human listing prints every one on its own line, with no
+    control, format or line-breaking character and no forged field."""
+    from click.testing import CliRunner
+
+    from sandrail.cli import main
+
+    path = tmp_path / "owned.sqlite"
+    record = str(path)
+    runner = CliRunner()
+    for key in HOSTILE_KEYS:
+        seed_launched(path, key)
+        ran = runner.invoke(main, ["run", "--operation-key", key, "--record", record, "--", "true"])
+        assert ran.exit_code == 3, ran.output
+    listed = runner.invoke(main, ["uncertain", "--record", record])
+    assert listed.exit_code == 3
+    lines = listed.stdout.splitlines()
+    assert len(lines) == len(HOSTILE_KEYS)
+    for line in lines:
+        assert line.isprintable(), repr(line)
+        assert line.count(" sandbox_id=") == 1
+        assert line.count(" operation_key=") == 1
+    assert any('operation_key="k1\\x0a2026-01-01\\x20run_command' in line for line in lines)
+    assert any('"k3\\x1b]52;c;ZWNobyBwd25lZA==\\x07"' in line for line in lines)
+    assert any('"k4\\u202eevil\\u2066"' in line for line in lines)
+    assert any('"k5\\x9b31m"' in line for line in lines)
+    # The JSON listing was already safe, and still holds each key exactly.
+    as_json = runner.invoke(main, ["uncertain", "--record", record, "--json"])
+    keys = {found["locator"]["operation_key"] for found in json.loads(as_json.stdout)["uncertain"]}
+    assert keys == set(HOSTILE_KEYS)

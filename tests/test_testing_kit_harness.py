@@ -15,6 +15,7 @@ import pytest
 import sandrail
 from sandrail.interpreters.simulator import NOT_EMULATED, NOT_EMULATED_EXIT_CODE
 from sandrail.testing import (
+    HARNESS_LINE,
     ContractViolationError,
     Fault,
     FaultKind,
@@ -65,7 +66,9 @@ def test_issue21_1_a_toolset_harness_that_retries_with_a_new_key_is_caught() -> 
         tools = world.toolset(tools=("command",))
         _retrying(tools, "run_command", {"command": "echo hi"}, new_key=True)
         assert world.launched_commands()["echo hi"] == 2
-        world.assert_contract()  # each task id launched once: C2 holds, the count above does not
+        # Each task id launched once (C2 holds), and the judge names the harness's mistake.
+        with pytest.raises(ContractViolationError, match="harness"):
+            world.assert_contract()
 
 
 def test_issue21_1_an_awaited_toolset_call_is_recorded_too() -> None:
@@ -324,3 +327,50 @@ def test_issue21_4_an_unscripted_command_that_never_launched_is_no_violation() -
 def test_issue21_4_a_bad_unscripted_choice_is_refused() -> None:
     with pytest.raises(ValueError, match='unscripted must be "fail" or "allow"'):
         World.simulated(unscripted="ignore")  # type: ignore[arg-type]
+
+
+def _harness(port: Any, arguments: dict[str, Any], keys: list[str]) -> list[str]:
+    """A harness that makes one call, then a call per retry key while the
+    answer is uncertain; the statuses it got."""
+    statuses = []
+    for number, key in enumerate(keys):
+        request = sandrail.ToolRequest(
+            call=sandrail.ToolCall(name="run_command", call_id=f"c{number}", arguments=arguments),
+            operation_key=key,
+            session_id=port.settings.session_id,
+            definition=port.definition("run_command"),
+            identity=sandrail.AgentIdentity(agent_id=port.settings.owner.agent_id),
+        )
+        statuses.append(port.execute_sync(request).status)
+        if statuses[-1] != "uncertain":
+            break
+    return statuses
+
+
+def test_c2_the_judge_names_a_retry_of_an_uncertain_call_under_a_new_key() -> None:
+    """The most common retry bug: C2 holds task by task, yet the command runs
+    twice. ``assert_contract()`` alone catches it, as a harness violation."""
+    lost = [Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)]
+    with World.simulated(lost) as world:
+        port = world.command_tools()
+        assert _harness(port, {"command": "echo hi"}, ["run-1:c1", "run-1:c1:retry"]) == [
+            "uncertain",
+            "ok",
+        ]
+        with pytest.raises(ContractViolationError) as raised:
+            world.assert_contract()
+    (violation,) = raised.value.violations
+    assert (violation.line, violation.call) == (HARNESS_LINE, 2)
+    assert "under a new key 'run-1:c1:retry'" in violation.message
+    assert "harness (call 2)" in str(raised.value)
+
+
+def test_c2_the_judge_passes_a_retry_under_the_same_key_and_a_new_call_once_settled() -> None:
+    lost = [Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)]
+    with World.simulated(lost) as world:
+        port = world.command_tools()
+        assert _harness(port, {"command": "echo hi"}, ["k1", "k1"]) == ["uncertain", "ok"]
+        # Settled: the same command again is a call of its own.
+        assert _harness(port, {"command": "echo hi"}, ["k2"]) == ["ok"]
+        # Other arguments under a new key are another call too.
+        world.assert_contract()

@@ -893,3 +893,23 @@ def test_c2_a_run_id_that_is_not_a_non_blank_string_is_a_harness_bug(run_id: Any
     tools = toolset()
     with pytest.raises(ValueError, match="run_id"):
         tools.call_sync("sandbox_status", {}, call_id="c", operation_key="k", run_id=run_id)
+
+
+@pytest.mark.parametrize("owner", ["agent-1", None, {"agent_id": "agent-1"}])
+def test_toolset_an_owner_of_another_type_is_told_what_owner_takes(owner: object) -> None:
+    """``owner="agent-1"`` used to be told that "a native owner needs
+    identity=NativeIdentity(...)", a concept the tutorial never introduces."""
+    with pytest.raises(TypeError) as raised:
+        sandrail.Toolset(
+            backend=Simulator(),
+            session_id="session-1",
+            owner=owner,  # type: ignore[arg-type]
+            authorize=lambda request: sandrail.ALLOW,
+            assert_authority=lambda request: True,
+        )
+    message = str(raised.value)
+    assert "owner must be sandrail.AgentOwner(agent_id=...)" in message
+    assert "NativeOwner(scope=...)" in message
+    assert "a native owner needs" not in message
+    if owner == "agent-1":
+        assert "owner=sandrail.AgentOwner(agent_id='agent-1')" in message

@@ -24,7 +24,7 @@ import sandrail
 from sandrail import ErrorCode
 from sandrail._telemetry import OFF, Telemetry
 from sandrail.core import Delivery, EffectFailure
-from sandrail.interpreters.simulator import FaultKind, Script
+from sandrail.interpreters.simulator import FaultKind, Script, Simulator
 from tests.rig import Rig
 from tests.test_adversarial import one_fault
 
@@ -227,3 +227,108 @@ def test_issue17_spans_go_to_the_global_provider_unless_one_is_given() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) > 50
+
+
+# ---------------------------------------------------------------------------
+# Every span carries the call's identity; the backend's spans nest under it
+
+
+def test_c9_a_call_refused_before_any_side_effect_still_carries_its_identity(
+    otel: Telemetered,
+) -> None:
+    """``assert_authority`` said no before anything ran: the result is a
+    bare refusal, yet an operator can tie its span to the tool call."""
+    rig = Rig(assert_authority=lambda request: False, **otel.options())
+    result = rig.run("run_command", {"command": "echo hi"}, call_id="call-9", operation_key="op-9")
+    assert (result.status, result.content["executed"]) == ("error", False)
+    (span,) = otel.finished()
+    attributes = dict(span.attributes or {})
+    assert attributes["gen_ai.tool.call.id"] == "call-9"
+    assert attributes["sandrail.operation_key"] == "op-9"
+    assert attributes["sandrail.session_id"] == rig.session_id
+
+
+def test_c17_a_refused_identity_that_holds_an_env_value_stays_out_of_the_span(
+    otel: Telemetered,
+) -> None:
+    """The core refuses a call whose operation key holds one of its env
+    values; the span must not show that key either (the call id it shows)."""
+    rig = Rig(**otel.options())
+    result = rig.run(
+        "run_command",
+        {"command": "true", "env": {"TOKEN": SECRET}},
+        call_id="call-3",
+        operation_key=f"op-{SECRET}",
+    )
+    assert result.status == "error"
+    (span,) = otel.finished()
+    attributes = dict(span.attributes or {})
+    assert "sandrail.operation_key" not in attributes
+    assert attributes["gen_ai.tool.call.id"] == "call-3"
+    assert SECRET not in repr(attributes)
+
+
+def test_debug_line_names_the_operation_key_of_a_refused_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rig = Rig(assert_authority=lambda request: False)
+    with caplog.at_level(logging.DEBUG, logger="sandrail"):
+        rig.run("run_command", {"command": "echo hi"}, operation_key="op-5")
+    assert "(operation key op-5, task None)" in caplog.text
+    assert "operation key None" not in caplog.text
+
+
+class _Instrumented:
+    """A backend whose every effect makes a span of its own, as an
+    instrumented HTTP client does for each request it sends."""
+
+    def __init__(self, provider: TracerProvider, *, asynchronous: bool) -> None:
+        self.sim = Simulator()
+        self.tracer = provider.get_tracer("http-client")
+        self.asynchronous = asynchronous
+
+    def _send(self, effect: Any) -> Any:
+        with self.tracer.start_as_current_span(f"POST {type(effect).__name__}"):
+            return self.sim(effect)
+
+    def __call__(self, effect: Any) -> Any:
+        if not self.asynchronous:
+            return self._send(effect)
+
+        async def sent() -> Any:
+            return self._send(effect)
+
+        return sent()
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_backends_requests_nest_under_the_tool_calls_span(
+    otel: Telemetered, asynchronous: bool
+) -> None:
+    """One trace per call: every span the backend makes while the call runs
+    is a child of the call's ``execute_tool`` span."""
+    backend = _Instrumented(otel.tracer_provider, asynchronous=asynchronous)
+    port = sandrail.command_tools(
+        backend=backend,
+        session_id="session-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        **otel.options(),
+    )
+    request = sandrail.ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c1", arguments={"command": "echo hi"}),
+        operation_key="k1",
+        session_id="session-1",
+        definition=port.definition("run_command"),
+        identity=sandrail.AgentIdentity(agent_id="agent-1"),
+    )
+    assert port.execute_sync(request).status == "ok"
+    spans = otel.finished()
+    (call,) = [span for span in spans if span.name == "execute_tool run_command"]
+    sent = [span for span in spans if span.name.startswith("POST ")]
+    assert {span.name for span in sent} >= {"POST Ensure", "POST Start", "POST Wait"}
+    for span in sent:
+        assert span.context.trace_id == call.context.trace_id
+        assert span.parent is not None
+        assert span.parent.span_id == call.context.span_id

@@ -102,7 +102,11 @@ def _middleware_class() -> type[Any]:
             return self._standing(update, {c.get("id"): c for c in asked}, gated, state)
 
         def _standing(
-            self, update: dict[str, Any], asked: dict[Any, dict[str, Any]], gated: set[Any], state: Any
+            self,
+            update: dict[str, Any],
+            asked: dict[Any, dict[str, Any]],
+            gated: set[Any],
+            state: Any,
         ) -> dict[str, Any]:
             config = config_now()
             model_message, *answers = update["messages"]
@@ -173,7 +177,9 @@ def _middleware_class() -> type[Any]:
 
         # -- the decision store ------------------------------------------------
 
-        def _approved(self, call: Mapping[str, Any], state: Any, config: object) -> ToolResult | None:
+        def _approved(
+            self, call: Mapping[str, Any], state: Any, config: object
+        ) -> ToolResult | None:
             """``None`` when a person's approval of ``call`` (as it will run)
             stands, else what the model reads instead (nothing runs)."""
             target = self._governed(call, state, config)
@@ -182,7 +188,9 @@ def _middleware_class() -> type[Any]:
             adapter, model_call = target
             return adapter.approve(model_call)
 
-        def _rejected(self, call: Mapping[str, Any], answer: Any, state: Any, config: object) -> Any:
+        def _rejected(
+            self, call: Mapping[str, Any], answer: Any, state: Any, config: object
+        ) -> Any:
             """The parent's answer to a call a person rejected (or answered
             for), kept as the key's rejection; replaced by what an approval
             given first already launched, when it did (C5)."""

@@ -67,7 +67,7 @@ def decision_schema() -> Any:
         "Decisions", {"decisions": Annotated[list[one], Field(min_length=1, max_length=1)]}
     )
     for shape in (approve, reject, batched):
-        shape.__pydantic_config__ = closed  # type: ignore[attr-defined]
+        shape.__pydantic_config__ = closed  # type: ignore[union-attr]
     return one | batched
 
 

@@ -45,10 +45,12 @@ fallback key of its MCP session (another client, or another session of the
 same client, never shares it), derived from the tool, its arguments and a
 generation that moves on only once an identical call's settled result
 (``ok`` or ``error``) was returned (identical as the toolset matches a
-model's exact repeat: :meth:`~sandrail.Toolset.one_call`). The key shows an HMAC of the tool and
-arguments under a secret the server draws for each MCP session, never a
-plain digest: a transcript that shows the key is no oracle for the env
-values it was derived from (C17):
+model's exact repeat: :meth:`~sandrail.Toolset.one_call`). The key shows an
+HMAC, under a secret the server draws for each MCP session, of the tool and
+arguments as a result shows them (env values and every value the session
+masks as the marker): no byte of a key is a function of a secret, keyed or
+not (C17). Calls that differ only inside masked values get keys of their
+own all the same, numbered in the order they came:
 
 - a client's retry of a call whose result it never got (the call was
   cancelled, timed out, or is still running), or whose result was
@@ -95,7 +97,7 @@ from typing import Any, Final
 from sandrail import ErrorCode, Profile, ToolResult, Toolset, __version__, canonical_json
 from sandrail.adapters import _mcp_approval as approval
 from sandrail.adapters.kit import Adapter, ModelCall, check_timeout, require
-from sandrail.core import CanonicalJSONError
+from sandrail.core import CanonicalJSONError, shown_arguments
 
 __all__ = ["OPERATION_KEY_META", "minimum_output_bytes", "recent_events", "server"]
 
@@ -130,17 +132,28 @@ class _FallbackKeys:
         self._epoch = uuid.uuid4().hex[:16]
         self._secret = secrets.token_bytes(32)
         self._generations: dict[str, int] = {}
+        self._variants: dict[bytes, list[bytes]] = {}
 
-    def key(self, name: str, arguments: object) -> tuple[str, str, int]:
-        try:
-            # Canonical JSON: key order and 1 versus 1.0 make no new call.
-            text = canonical_json([name, arguments])
-        except (CanonicalJSONError, TypeError, ValueError, RecursionError):
-            text = json.dumps([name, arguments], sort_keys=True, default=repr).encode()
-        # Keyed (issue 20): the key is shown to the model, and a plain digest
-        # of arguments holding env values would let anyone who reads a
-        # transcript test guesses of those values offline.
-        digest = hmac.new(self._secret, text, hashlib.sha256).hexdigest()[:32]
+    def key(
+        self, name: str, arguments: object, masked: frozenset[str] = frozenset()
+    ) -> tuple[str, str, int]:
+        """The key of a call of ``name`` with ``arguments``, its digest and
+        generation. The digest is of the call as its result shows it (env
+        values, and the ``masked`` values the session masks, as the marker):
+        a key is no function of a secret (C17). Calls that differ only
+        inside masked values still get keys of their own, numbered in the
+        order they came (``variant``), from a keyed digest of the whole
+        call kept in memory only."""
+        shown = _text(
+            name,
+            shown_arguments(arguments, masked) if isinstance(arguments, Mapping) else arguments,
+        )
+        exact = hmac.new(self._secret, _text(name, arguments), hashlib.sha256).digest()
+        variants = self._variants.setdefault(shown, [])
+        if exact not in variants:
+            variants.append(exact)
+        variant = variants.index(exact)
+        digest = hmac.new(self._secret, shown + b"#%d" % variant, hashlib.sha256).hexdigest()[:32]
         generation = self._generations.get(digest, 0)
         return f"mcp:{self._epoch}:{digest}:{generation}", digest, generation
 
@@ -148,6 +161,14 @@ class _FallbackKeys:
         """A result of this generation went back: the next identical call is new."""
         if self._generations.get(digest, 0) == generation:
             self._generations[digest] = generation + 1
+
+
+def _text(name: str, arguments: object) -> bytes:
+    """The canonical JSON of a call: key order and 1 versus 1.0 make no new call."""
+    try:
+        return canonical_json([name, arguments])
+    except (CanonicalJSONError, TypeError, ValueError, RecursionError):
+        return json.dumps([name, arguments], sort_keys=True, default=repr).encode()
 
 
 def minimum_output_bytes(toolset: Toolset) -> int:
@@ -260,7 +281,9 @@ def server(
             # One call as the toolset matches a model's exact repeat (key
             # order, 1.0 for 1, a default spelled out make no new call).
             same = toolset.one_call(params.name, arguments, profile)
-            key, digest, generation = fallback.key(params.name, same or arguments)
+            key, digest, generation = fallback.key(
+                params.name, same or arguments, toolset.masked_values
+            )
             derived = (digest, generation)
         call = adapter.call_of(
             params.name, arguments, call_id=f"mcp-{ctx.request_id}", operation_key=key

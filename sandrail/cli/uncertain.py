@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import unicodedata
 
 import click
 
@@ -87,8 +88,8 @@ def uncertain(record_spec: str, reconcile_: bool, backend: str, limit: int, as_j
         record.close()
     for answer in bad:
         click.echo(
-            f"unreadable answer row: session_id={answer.session_id} "
-            f"task_id={answer.task_id}: {answer.unreadable}",
+            f"unreadable answer row: session_id={_shown(answer.session_id)} "
+            f"task_id={_shown(answer.task_id)}: {_shown(answer.unreadable, field=False)}",
             err=True,
         )
     sys.exit(_UNREADABLE if bad else _UNCERTAIN_LEFT if left else 0)
@@ -98,8 +99,49 @@ def _line(data: dict[str, object]) -> str:
     locator = data["locator"]
     assert isinstance(locator, dict)
     keys = ("session_id", "operation_key", "sandbox_id", "task_id")
-    where = " ".join(f"{key}={locator.get(key, data.get(key))}" for key in keys)
-    return f"{data.get('updated_at')} {data['tool']} {data['error_type']} {where}"
+    where = " ".join(f"{key}={_shown(locator.get(key, data.get(key)))}" for key in keys)
+    return (
+        f"{_shown(data.get('updated_at'))} {_shown(data['tool'])} "
+        f"{_shown(data['error_type'])} {where}"
+    )
+
+
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+"""Controls (C0, DEL, C1: escape sequences such as OSC 52), format
+characters (bidirectional overrides and isolates, zero-width ones),
+surrogates, private and unassigned code points, line and paragraph
+separators, and spaces other than the plain one: none of them reaches the
+terminal as it is."""
+
+
+def _shown(value: object, *, field: bool = True) -> str:
+    """``value`` as the listing prints it: plain text as it is; anything a
+    terminal would act on (a newline, a carriage return, an escape sequence
+    such as OSC 52, a bidirectional override), or in a ``field`` what could
+    forge another field (a space, ``=``, a quote), as a quoted string with
+    ``\\xNN`` / ``\\uNNNN`` escapes (in a field a space too, so a field
+    never holds one). Stored keys are chosen by clients (an
+    MCP client sends any key in ``_meta``) and rows can be edited by hand:
+    what a row holds is never trusted to be printable."""
+    text = str(value)
+    special = '"\\= ' if field else ""
+    if (text or not field) and all(
+        ch not in special and (ch == " " or unicodedata.category(ch) not in _UNSAFE) for ch in text
+    ):
+        return text
+    escaped = []
+    for ch in text:
+        if ch in '"\\':
+            escaped.append("\\" + ch)
+        elif (ch == " " and not field) or unicodedata.category(ch) not in _UNSAFE:
+            escaped.append(ch)
+        elif ord(ch) <= 0xFF:
+            escaped.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) <= 0xFFFF:
+            escaped.append(f"\\u{ord(ch):04x}")
+        else:
+            escaped.append(f"\\U{ord(ch):08x}")
+    return '"' + "".join(escaped) + '"'
 
 
 def _print_reconciled(found: list[Reconciliation], as_json: bool) -> None:
@@ -110,6 +152,8 @@ def _print_reconciled(found: list[Reconciliation], as_json: bool) -> None:
         detail = item.reason or (
             f"{item.status} exit {item.exit_code}" if item.status else item.verdict
         )
-        click.echo(f"{item.verdict}: {_line(item.answer.to_json())} ({detail})")
+        click.echo(
+            f"{item.verdict}: {_line(item.answer.to_json())} ({_shown(detail, field=False)})"
+        )
     left = sum(item.verdict == "still_uncertain" for item in found)
     click.echo(f"{len(found)} task(s) reconciled, {left} still uncertain", err=True)

@@ -14,8 +14,10 @@ record to a port or toolset with ``record=``::
 
 A record that cannot be written means the start never leaves (``error``,
 ``executed: false``); one that cannot be read means ``uncertain``, never a
-launch. No record holds a secret: the launch digest it keeps is computed over
-the request with its env values redacted (issue 20, item 1).
+launch. No record holds a secret, nor anything that is a function of one: the
+launch digest it keeps is that of the call as its result shows it, every env
+value and every value the session masks replaced by the marker
+(:func:`~sandrail.core.recorded_digest`; ``docs/howto/secrets.md``).
 
 For an operator: :func:`unresolved` lists every task whose last answer was
 ``uncertain`` across the fleet, with its locator, and :func:`reconcile` reads

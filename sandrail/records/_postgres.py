@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from sandrail.core import OwnedCommand, ToolRequest
+from sandrail.core import OwnedCommand, Owner, ToolRequest
 
 from ._cutoff import bounded
 from ._protocol import Answer, RecordError, answer_from_row, owned_from_row
@@ -42,6 +42,7 @@ from ._tables import (
     lost_tables,
     owned_values,
     session_of,
+    session_sandbox_of,
     settle_values,
 )
 
@@ -72,6 +73,7 @@ RETURNING operation_key, sandbox_id, launched, ledger_epoch, launch_digest
 """
 
 _RESOLVE: Final = POSTGRES.select_owned()
+_SESSION_LAUNCHES: Final = POSTGRES.select_session_launches()
 _NOTE: Final = POSTGRES.note_uncertain()
 _SETTLE: Final = POSTGRES.settle()
 
@@ -277,6 +279,15 @@ class PostgresRecord:
         """See :meth:`~sandrail.records.OwnershipRecord.resolve`."""
         row = self._one(_RESOLVE, (session_of(request), task_id), "read")
         return None if row is None else owned_from_row(task_id, row, self._where)
+
+    def session_sandbox(self, session_id: str, owner: Owner) -> str | None:
+        """See :meth:`~sandrail.records.OwnershipRecord.session_sandbox`."""
+        try:
+            with self._connection() as conn:
+                rows = conn.execute(_SESSION_LAUNCHES, (session_id,)).fetchall()
+        except self._errors as exc:
+            raise RecordError(f"cannot read {self._where}: {_first_line(exc)}") from None
+        return session_sandbox_of(session_id, owner, rows)
 
     def note(self, answer: Answer) -> None:
         """See :meth:`~sandrail.records.OwnershipRecord.note`."""

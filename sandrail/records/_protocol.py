@@ -86,7 +86,15 @@ class OwnershipRecord(Protocol):
     ``remember_owned_command`` and ``resolve_owned_command`` callbacks.
     Every method raises (any exception; the stores here raise
     :class:`RecordError`) when it cannot do what it says; none retries a
-    write behind the caller's back except as stated."""
+    write behind the caller's back except as stated.
+
+    A record may also offer ``session_sandbox(session_id, owner) -> str |
+    None``: the sandbox the session's launches went to (the latest row's),
+    or ``None``. Both stores here do. A port asks it once, before its first
+    ``Ensure``, and hands the answer to a backend that takes it
+    (``adopt_session``): a restarted harness then never makes a second
+    sandbox for a session whose sandbox is gone (it could relaunch what
+    ran there; ``docs/explanation/limits.md``)."""
 
     def remember(self, request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
         """Keep ``owned`` (task ``owned.task_id`` of ``request.session_id``)

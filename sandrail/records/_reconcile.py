@@ -34,7 +34,9 @@ class Reconciliation:
     ``verdict``: ``resolved`` (the sandbox showed its state: ``status``, and
     ``exit_code`` once it ended), ``never_launched`` (no start of it ever
     left: the record holds no row), or ``still_uncertain`` (``reason``
-    says why: the sandbox is gone, its claim was lost, the read failed)."""
+    says why: :data:`SANDBOX_GONE` when the read failed and the control
+    plane shows the session without that sandbox, else the read's
+    ``error_type``: its claim was lost, the read failed)."""
 
     answer: Answer
     verdict: Verdict
@@ -114,7 +116,38 @@ def _reconcile_one(
         identity=identity,
     )
     result = port.execute_sync(request)
-    return _verdict(record, answer, result)
+    reconciled = _verdict(record, answer, result)
+    if reconciled.reason == ErrorCode.READ_FAILED.value and _gone(port, answer, identity):
+        return attrs.evolve(reconciled, reason=SANDBOX_GONE)
+    return reconciled
+
+
+SANDBOX_GONE = "the sandbox is gone"
+"""The reason of a task that stays uncertain because its sandbox is gone."""
+
+
+def _gone(port: sandrail.ToolPort, answer: Answer, identity: Any) -> bool:
+    """Whether the sandbox a task ran in is gone, as ``sandbox_status``
+    (the control plane, never the sandbox) tells: the session has none
+    ready, or the one ready is another. A status that cannot be read says
+    nothing: the read's own reason stands."""
+    request = ToolRequest(
+        call=ToolCall(name="sandbox_status", call_id="sandrail-reconcile", arguments={}),
+        operation_key=f"sandrail-reconcile-status:{answer.task_id}",
+        session_id=answer.session_id,
+        definition=port.definition("sandbox_status"),
+        identity=identity,
+    )
+    status = port.execute_sync(request)
+    if status.status != "ok":
+        return False
+    phase = status.content.get("sandbox_phase")
+    wanted = answer.locator.get("sandbox_id")
+    if phase in ("closed", "absent"):
+        return True
+    return (
+        phase == "ready" and isinstance(wanted, str) and status.content.get("sandbox_id") != wanted
+    )
 
 
 def _verdict(record: OwnershipRecord, answer: Answer, result: ToolResult) -> Reconciliation:

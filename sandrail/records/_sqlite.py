@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-from sandrail.core import OwnedCommand, ToolRequest
+from sandrail.core import OwnedCommand, Owner, ToolRequest
 
 from ._protocol import Answer, RecordError, answer_from_row, merge_owned, owned_from_row
 from ._tables import (
@@ -33,6 +33,7 @@ from ._tables import (
     lost_tables,
     owned_values,
     session_of,
+    session_sandbox_of,
     settle_values,
 )
 
@@ -168,6 +169,16 @@ class SQLiteRecord:
             raise RecordError(f"cannot read {self._where}: {exc}") from None
         return None if row is None else owned_from_row(task_id, dict(row), self._where)
 
+    def session_sandbox(self, session_id: str, owner: Owner) -> str | None:
+        """See :meth:`~sandrail.records.OwnershipRecord.session_sandbox`."""
+        try:
+            with self._lock:
+                self._check_identity()
+                rows = self._db.execute(_SESSION_LAUNCHES, (session_id,)).fetchall()
+        except sqlite3.Error as exc:
+            raise RecordError(f"cannot read {self._where}: {exc}") from None
+        return session_sandbox_of(session_id, owner, [tuple(row) for row in rows])
+
     def note(self, answer: Answer) -> None:
         """See :meth:`~sandrail.records.OwnershipRecord.note`."""
         try:
@@ -214,6 +225,7 @@ _REMEMBER: Final = SQLITE.upsert("sandrail_owned", OWNED_COLUMNS)
 """Writes the row :func:`~sandrail.records.merge_owned` settled on (under the write lock)."""
 
 _SELECT_OWNED: Final = SQLITE.select_owned()
+_SESSION_LAUNCHES: Final = SQLITE.select_session_launches()
 _NOTE: Final = SQLITE.note_uncertain()
 _SETTLE: Final = SQLITE.settle()
 

@@ -10,12 +10,12 @@ write lock, PostgreSQL in one ``ON CONFLICT`` statement).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import attrs
 
-from sandrail.core import OwnedCommand, ToolRequest
+from sandrail.core import OwnedCommand, Owner, ToolRequest, task_id
 
 from ._protocol import Answer, RecordError, dumps
 
@@ -31,6 +31,7 @@ __all__ = [
     "lost_tables",
     "owned_values",
     "session_of",
+    "session_sandbox_of",
     "settle_values",
 ]
 
@@ -115,6 +116,15 @@ class Dialect:
             f"FROM sandrail_owned WHERE session_id = {self.param} AND task_id = {self.param}"
         )
 
+    def select_session_launches(self) -> str:
+        """A session's rows that launched in a known sandbox, latest first
+        (:func:`session_sandbox_of` picks the owner's)."""
+        return (
+            "SELECT task_id, operation_key, sandbox_id FROM sandrail_owned "
+            f"WHERE session_id = {self.param} AND launched AND sandbox_id IS NOT NULL "
+            "ORDER BY updated_at DESC LIMIT 1000"
+        )
+
     def upsert(self, table: str, columns: Sequence[str]) -> str:
         """Writes one task's row of ``table`` whole, over what it held:
         ``columns`` in order, the two keys (session, task) first."""
@@ -196,3 +206,19 @@ def lost_tables(where: str, missing: list[str]) -> str:
         "(dropped by hand?); it is not read as empty, since a task it recorded could then "
         "launch again. Restore it from a backup, or use a new record"
     )
+
+
+def session_sandbox_of(session: str, owner: Owner, rows: Iterable[Sequence[Any]]) -> str | None:
+    """The sandbox ``owner``'s launches of ``session`` went to, from the
+    rows of :meth:`Dialect.select_session_launches` (task id, operation key,
+    sandbox id; latest first): a row is ``owner``'s when its task id is the
+    one its key derives for ``owner`` (C1), since the table files rows by
+    session only."""
+    for task, key, sandbox_id in rows:
+        if (
+            isinstance(key, str)
+            and isinstance(sandbox_id, str)
+            and task_id(session, owner, key) == task
+        ):
+            return sandbox_id
+    return None

@@ -44,7 +44,14 @@ from ._calls import AGENT, SCOPE, SESSION, CallRecord, WatchedPort, native_ident
 from ._commands import SCRIPTS, SECRET
 from ._execute import run_schedule
 from ._faults import TRANSIENT_KINDS, FaultyBackend
-from ._judge import CHECKS, CONTRACT_LINES, ContractViolationError, Violation, judge
+from ._judge import (
+    CHECKS,
+    CONTRACT_LINES,
+    HARNESS_LINE,
+    ContractViolationError,
+    Violation,
+    judge,
+)
 from ._truth import GroundTruth, Strike, Target, TargetFactory
 from ._world import World
 from ._world_ports import WatchedToolset
@@ -61,6 +68,7 @@ __all__ = [
     "AGENT",
     "CHECKS",
     "CONTRACT_LINES",
+    "HARNESS_LINE",
     "SCOPE",
     "SCRIPTS",
     "SECRET",

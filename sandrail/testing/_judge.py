@@ -1,12 +1,14 @@
 """The judge: every call of a :class:`~sandrail.testing.World` held against
 the contract (DESIGN §4) and the world's ground truth.
 
-Every check names the contract line it enforces and yields the violations it
-found (it never raises), so a campaign can count them per line and a test
-can print them all. :func:`judge` runs them once every held request has been
-delivered (C5 must hold even then), plus the checks that look at the world
-as a whole (C2 over all tasks, C10 fence marks, C17 across pages and
-recordings, C18 processes left alive after a stop).
+Every check names the contract line it enforces (or ``harness``: a
+harness's own mistake, such as retrying an uncertain call under a new key)
+and yields the violations it found (it never raises), so a campaign can
+count them per line and a test can print them all. :func:`judge` runs them
+once every held request has been delivered (C5 must hold even then), plus
+the checks that look at the world as a whole (C2 over all tasks, C10 fence
+marks, C17 across pages and recordings, C18 processes left alive after a
+stop).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from sandrail.core import (
+    LAUNCH_TOOLS,
     SIDE_EFFECTS,
     TERMINAL_STATUSES,
     Delivery,
@@ -26,6 +29,7 @@ from sandrail.core import (
     ErrorCode,
     StartRefused,
     canonical_json,
+    launch_digest,
 )
 
 from ._calls import CallRecord
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CHECKS",
     "CONTRACT_LINES",
+    "HARNESS_LINE",
     "ContractViolationError",
     "Violation",
     "judge",
@@ -534,13 +539,17 @@ def _world_checks(world: World) -> Iterable[Violation]:
                 )
 
 
-def judge(world: World, *, deliver_held: bool = True) -> list[Violation]:
-    """Every violation in ``world``: per call, then the world as a whole.
+def judge(world: World, *, deliver_held: bool = True, harness: bool = True) -> list[Violation]:
+    """Every violation in ``world``: per call, then the world as a whole,
+    then (unless ``harness`` is false) the harness's own
+    (:func:`check_harness_retries`).
 
     With ``deliver_held`` (the default), requests still held for late
     delivery arrive first, so an ``error`` whose request lands late is
     caught (C5). A stateful test judging after every step passes ``False``
-    and judges once more at the end."""
+    and judges once more at the end. ``harness=False`` is for calls that are
+    no harness's: a random schedule's, which reuses commands under any key
+    on purpose."""
     world.check_watched()
     if deliver_held:
         world.deliver_held()
@@ -551,4 +560,52 @@ def judge(world: World, *, deliver_held: bool = True) -> list[Violation]:
         for check in CHECKS:
             found.extend(check(world, record))
     found.extend(_world_checks(world))
+    if harness:
+        found.extend(check_harness_retries(world))
     return found
+
+
+HARNESS_LINE = "harness"
+"""The line of a harness's own mistakes the contract cannot absorb: the
+port keeps its promises, the harness broke the one it must keep."""
+
+
+def check_harness_retries(world: World) -> Iterable[Violation]:
+    """A call answered ``uncertain``, then made again (the same tool and the
+    same launch, C3's digest) under another operation key before anything
+    settled the first: a harness violation. The first may have run, and a
+    new key is a new task: the command may run twice, and C2 cannot see it
+    (each task launched once). Retry with the same key, or read the task.
+
+    Settled: a later call under the first key, or naming its task, answered
+    other than ``uncertain``; after that, the same command again is a new
+    call of its own."""
+    open_calls: dict[tuple[str, str, str], CallRecord] = {}
+    first: CallRecord | None
+    for record in world.calls:
+        result = record.result
+        if result is None:
+            continue
+        key = record.key if isinstance(record.key, str) else None
+        if result.status != "uncertain":
+            for launch, first in list(open_calls.items()):
+                if first.key == key or (record.task is not None and record.task == first.task):
+                    del open_calls[launch]
+        if record.tool not in LAUNCH_TOOLS or key is None:
+            continue
+        try:
+            digest = launch_digest(record.tool, record.request.call.arguments)
+        except Exception:
+            continue
+        launch = (record.session_id, record.tool, digest)
+        first = open_calls.get(launch)
+        if first is not None and first.key != key:
+            yield Violation(
+                HARNESS_LINE,
+                record.number,
+                f"retried call {first.number}, answered uncertain under operation key "
+                f"{first.key!r}, under a new key {key!r}: its command may run twice. Retry "
+                "an uncertain call with the same operation key (or read its task).",
+            )
+        if result.status == "uncertain":
+            open_calls.setdefault(launch, record)

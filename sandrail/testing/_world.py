@@ -720,13 +720,16 @@ class World:
         (``scripts={text: Script.prints(...)}``)."""
         return unscripted(self)
 
-    def violations(self, *, deliver_held: bool = True) -> list[Any]:
+    def violations(self, *, deliver_held: bool = True, harness: bool = True) -> list[Any]:
         """Every contract line the calls so far broke (see :func:`judge`),
+        every harness violation (line ``"harness"``: an ``uncertain`` call
+        made again under another operation key; ``harness=False`` leaves
+        them out, for calls drawn at random rather than made by a harness),
         then, unless the world allows them (see :meth:`simulated`), each
         call that launched an unscripted command (line ``"unscripted"``)."""
         from ._judge import Violation, judge
 
-        found: list[Any] = judge(self, deliver_held=deliver_held)
+        found: list[Any] = judge(self, deliver_held=deliver_held, harness=harness)
         if self.refuse_unscripted:
             found += [
                 Violation("unscripted", record.number, unscripted_message(text))
@@ -734,11 +737,13 @@ class World:
             ]
         return found
 
-    def assert_contract(self, *, deliver_held: bool = True) -> None:
-        """Raise :class:`ContractViolationError` listing every broken line, if any."""
+    def assert_contract(self, *, deliver_held: bool = True, harness: bool = True) -> None:
+        """Raise :class:`ContractViolationError` listing every broken line,
+        if any (the harness's own among them unless ``harness`` is false:
+        see :meth:`violations`)."""
         from ._judge import ContractViolationError
 
-        found = self.violations(deliver_held=deliver_held)
+        found = self.violations(deliver_held=deliver_held, harness=harness)
         if found:
             raise ContractViolationError(found, self)
 
