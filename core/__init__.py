@@ -29,6 +29,8 @@ from ._claim import (
     remembered,
     settled_claim,
 )
+from ._compiled_schema import ecma_regex
+from ._contents import usable_artifact
 from ._definitions import (
     DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
     DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
@@ -49,6 +51,8 @@ from ._effects import (
     BACKEND_LABELS,
     HARNESS_EFFECTS,
     LAUNCH_STEPS,
+    MAX_BACKEND_LABEL_CHARS,
+    MAX_BOUNDARY_CHARS,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
     TERMINAL_STATUSES,
@@ -161,6 +165,7 @@ from ._results import (
     next_step,
 )
 from ._rules import shown_arguments
+from ._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined, shown_by
 from ._snapshot import (
     PortSettings,
     RequestParts,
@@ -204,10 +209,14 @@ __all__ = [
     "LANGUAGE_ALIASES",
     "LAUNCH_STEPS",
     "LAUNCH_TOOLS",
+    "MAX_BACKEND_LABEL_CHARS",
+    "MAX_BOUNDARY_CHARS",
     "MAX_MASKED_BYTES",
+    "MAX_SHOWN_BYTES",
     "MAX_TIMEOUT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
     "MIN_REDACTED_LENGTH",
+    "NOTHING_SHOWN",
     "PROFILES",
     "READ_MAX_BYTES",
     "REDACTED",
@@ -291,6 +300,7 @@ __all__ = [
     "SandboxPhase",
     "SandboxReady",
     "SandboxState",
+    "ShownIdentities",
     "Start",
     "StartRefused",
     "Started",
@@ -323,11 +333,13 @@ __all__ = [
     "decide",
     "definitions_equal",
     "digest_text",
+    "ecma_regex",
     "env_name_problem",
     "error_result",
     "escaped_size",
     "fit_to_budget",
     "fixed_size",
+    "joined",
     "known_to_launch",
     "launch_claim",
     "launch_digest",
@@ -355,6 +367,7 @@ __all__ = [
     "sanitize_text",
     "settled_claim",
     "shown_arguments",
+    "shown_by",
     "snapshot_request",
     "stated_schema",
     "task_id",
@@ -364,5 +377,6 @@ __all__ = [
     "tool_schema",
     "unchanged",
     "unexpected_failure",
+    "usable_artifact",
     "widen",
 ]

@@ -13,6 +13,8 @@ from ._canonical import CanonicalJSONError, canonical_json
 from ._definitions import MAX_TIMEOUT_SECONDS
 from ._effects import (
     BACKEND_LABELS,
+    MAX_BACKEND_LABEL_CHARS,
+    MAX_BOUNDARY_CHARS,
     BackendLabel,
     CommandState,
     SandboxState,
@@ -216,9 +218,20 @@ def stop_shapes(snap: _Snapshot, settings: PortSettings) -> list[Shape]:
 
 def status_shapes(snap: _Snapshot, settings: PortSettings) -> list[Shape]:
     """The sandbox's status, as each backend tells it (no locator)."""
-    states = (
+    states = [
         SandboxState(sandbox_id=LONGEST_SANDBOX_ID, phase="closing", backend=label)
         for label in BACKEND_LABELS
+    ]
+    # Any other backend states its own label and boundary, no longer than
+    # the longest built-in ones.
+    states.append(
+        SandboxState(
+            sandbox_id=LONGEST_SANDBOX_ID,
+            phase="closing",
+            backend="x" * MAX_BACKEND_LABEL_CHARS,
+            isolated=False,
+            boundary="x" * MAX_BOUNDARY_CHARS,
+        )
     )
     return [(None, _status_content(settings, state)) for state in states]
 
@@ -290,7 +303,7 @@ def _stop_content(
     return content
 
 
-_BOUNDARIES: Final[Mapping[BackendLabel, tuple[bool, str]]] = {
+_BOUNDARIES: Final[Mapping[str, tuple[bool, str]]] = {
     "e2b": (True, "Remote E2B sandbox; the host's files are not shared with it."),
     "simulator": (
         False,
@@ -299,12 +312,19 @@ _BOUNDARIES: Final[Mapping[BackendLabel, tuple[bool, str]]] = {
         "harness scripted; any other command exits 127 with a 'not emulated' line on stderr.",
     ),
 }
-"""Per backend: whether commands run isolated from the host, and the
-boundary in words (``sandbox_status`` says both)."""
+"""Per built-in backend label: whether commands run isolated from the host,
+and the boundary in words (``sandbox_status`` says both), where the answer
+states none (every backend may state its own: :class:`SandboxState`)."""
+
+_UNSTATED: Final = (False, "The backend states no boundary: assume nothing is isolated.")
+"""What ``sandbox_status`` says for a label of no built-in backend whose
+answer states no boundary."""
 
 
 def _status_content(settings: PortSettings, state: SandboxState) -> dict[str, Any]:
-    isolated, boundary = _BOUNDARIES[state.backend]
+    isolated, boundary = _BOUNDARIES.get(state.backend, _UNSTATED)
+    if state.boundary is not None:
+        isolated, boundary = bool(state.isolated), state.boundary
     return {
         "status": "ok",
         "ok": True,

@@ -30,6 +30,7 @@ those facts: adding an effect is adding its class to its union.
 from __future__ import annotations
 
 import enum
+import re
 import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final, Literal
@@ -42,6 +43,8 @@ __all__ = [
     "BACKEND_LABELS",
     "HARNESS_EFFECTS",
     "LAUNCH_STEPS",
+    "MAX_BACKEND_LABEL_CHARS",
+    "MAX_BOUNDARY_CHARS",
     "SANDBOX_EFFECTS",
     "SIDE_EFFECTS",
     "TERMINAL_STATUSES",
@@ -92,13 +95,46 @@ __all__ = [
 # Outcomes (nouns)
 
 CommandStatus = Literal["running", "exited", "timed_out", "canceled", "unknown"]
-
-BackendLabel = Literal["e2b", "simulator"]
-"""What a backend says it is, in every result that names the backend: ``e2b``
-(commands run in a remote E2B sandbox) or ``simulator`` (sandrail's in-memory
-simulator: nothing really runs)."""
-BACKEND_LABELS: tuple[BackendLabel, ...] = ("e2b", "simulator")
 """What the sandbox knows about a command. ``unknown``: the sandbox could not tell."""
+
+BackendLabel = str
+"""What a backend says it is, in every result that names the backend: 1 to
+:data:`MAX_BACKEND_LABEL_CHARS` of ``a-z``, ``0-9`` and ``-``, beginning
+with a letter. The built-in ones are :data:`BACKEND_LABELS`; any backend
+may state its own (with its boundary: :class:`SandboxState`)."""
+BACKEND_LABELS: tuple[BackendLabel, ...] = ("e2b", "simulator")
+"""The built-in labels: ``e2b`` (the reference port's default) and
+``simulator`` (sandrail's in-memory simulator: nothing really runs)."""
+MAX_BACKEND_LABEL_CHARS: Final = max(len(label) for label in BACKEND_LABELS)
+"""The longest label a backend may state: no longer than the built-in ones,
+so the worst case admission measures holds for every backend."""
+MAX_BOUNDARY_CHARS: Final = 244
+"""The longest boundary text a backend may state (as long as the
+simulator's, the longest built-in one, so admission's worst case holds)."""
+_LABEL: Final = re.compile(r"[a-z][a-z0-9-]*")
+_BOUNDARY: Final = re.compile(r"[ -~]+")
+
+
+def _label(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if (
+        not isinstance(value, str)
+        or len(value) > MAX_BACKEND_LABEL_CHARS
+        or not _LABEL.fullmatch(value)
+    ):
+        raise ValueError(
+            f"a backend label is 1 to {MAX_BACKEND_LABEL_CHARS} of a-z, 0-9 and -, "
+            "beginning with a letter"
+        )
+
+
+def _boundary(instance: object, attribute: attrs.Attribute[str | None], value: object) -> None:
+    if value is not None and (
+        not isinstance(value, str)
+        or len(value) > MAX_BOUNDARY_CHARS
+        or not _BOUNDARY.fullmatch(value)
+    ):
+        raise ValueError(f"a boundary is 1 to {MAX_BOUNDARY_CHARS} printable ASCII characters")
+
 
 TERMINAL_STATUSES: frozenset[str] = frozenset({"exited", "timed_out", "canceled"})
 """The statuses of a command that has ended (every :data:`CommandStatus` but
@@ -167,9 +203,14 @@ class SandboxState:
 
     sandbox_id: str | None
     phase: SandboxPhase
-    backend: BackendLabel = attrs.field(
-        default="e2b", validator=attrs.validators.in_(BACKEND_LABELS)
-    )
+    backend: BackendLabel = attrs.field(default="e2b", validator=_label)
+    isolated: bool | None = None
+    """Whether commands run isolated from the host, as the backend states it
+    (with ``boundary``); ``None``: the built-in label's (``sandbox_status``
+    says both)."""
+    boundary: str | None = attrs.field(default=None, validator=_boundary)
+    """The boundary in words, as the backend states it (at most
+    :data:`MAX_BOUNDARY_CHARS`); ``None``: the built-in label's."""
 
 
 @attrs.frozen(kw_only=True)
@@ -184,9 +225,7 @@ class SandboxReady:
 
     sandbox_id: str
     ledger_epoch: str | None = None
-    backend: BackendLabel = attrs.field(
-        default="e2b", validator=attrs.validators.in_(BACKEND_LABELS)
-    )
+    backend: BackendLabel = attrs.field(default="e2b", validator=_label)
 
 
 @attrs.frozen(kw_only=True)

@@ -1,5 +1,6 @@
 """The E2B interpreter's failure table: what a failed SDK call says about
-whether its request left (DESIGN §5, C5).
+whether its request left (C5); and the SDK as the launcher's transport
+(:class:`E2BTransport`, see :mod:`sandrail.interpreters.launcher`).
 
 Calls that only prepare (listing sandboxes, connecting to a known one,
 installing the launcher, staging a request file) cannot launch anything: any
@@ -75,10 +76,14 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from sandrail.core._effects import Delivery, EffectFailure
+from sandrail.core import Delivery, EffectFailure
+
+from ._launcher_calls import launcher_missing as _missing
+from ._launcher_calls import launcher_refused as _refused
 
 __all__ = [
     "FAILURE_TABLE",
+    "E2BTransport",
     "FailureRule",
     "classify",
     "classify_failure",
@@ -90,8 +95,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-_LAUNCHER_REFUSED: Final = 3
-"""The launcher's exit status when it refused its arguments, touching no claim."""
+_ROOT: Final = "root"
 
 
 @attrs.frozen(kw_only=True)
@@ -166,27 +170,25 @@ def _dropped(_top: BaseException, chain: tuple[BaseException, ...]) -> bool:
     return any(isinstance(link, dropped) for link in chain)
 
 
-def _exit_code(top: BaseException) -> int | None:
+def exit_status(top: BaseException) -> tuple[int, str] | None:
+    """``(exit status, stdout)`` of a command the SDK says exited non-zero
+    (``CommandExitException``), else ``None``."""
     if not isinstance(top, sdk_types("e2b.CommandExitException")):
         return None
     code = getattr(top, "exit_code", None)
-    return code if isinstance(code, int) else None
+    stdout = getattr(top, "stdout", None)
+    return (code, stdout if isinstance(stdout, str) else "") if isinstance(code, int) else None
 
 
 def launcher_refused(top: BaseException, _chain: tuple[BaseException, ...]) -> bool:
     """Whether ``top`` is the launcher refusing its arguments (exit 3,
     ``sandrail-error ...``): it touched no claim."""
-    stdout = getattr(top, "stdout", None)
-    return (
-        _exit_code(top) == _LAUNCHER_REFUSED
-        and isinstance(stdout, str)
-        and stdout.startswith("sandrail-error ")
-    )
+    return _refused(exit_status(top))
 
 
 def launcher_missing(top: BaseException, _chain: tuple[BaseException, ...]) -> bool:
     """Whether ``top`` says the launcher file is gone (exit 126 or 127)."""
-    return _exit_code(top) in (126, 127)
+    return _missing(exit_status(top))
 
 
 FAILURE_TABLE: Final[tuple[FailureRule, ...]] = (
@@ -280,3 +282,33 @@ def classify(exc: BaseException, what: str) -> EffectFailure:
     if isinstance(exc, _SdkCancelled) and exc.__cause__ is not None:
         return _failure(exc.__cause__, what)
     return _failure(exc, what)
+
+
+class E2BTransport:
+    """The e2b SDK as the launcher's transport: a line runs through
+    ``commands.run`` and files go through ``files.write_files``, both as
+    ``root``; a failed decisive call is classified by :data:`FAILURE_TABLE`.
+    Its ``sandbox`` handles are the SDK's ``AsyncSandbox`` objects."""
+
+    async def run(self, sandbox: Any, line: str, *, timeout: float, request_timeout: float) -> str:
+        result = await sdk_call(
+            sandbox.commands.run(line, user=_ROOT, timeout=timeout, request_timeout=request_timeout)
+        )
+        stdout: str = result.stdout
+        return stdout
+
+    async def write_files(
+        self, sandbox: Any, files: list[tuple[str, bytes]], *, request_timeout: float
+    ) -> None:
+        entries: list[dict[str, str | bytes]] = [
+            {"path": path, "data": data} for path, data in files
+        ]
+        await sdk_call(
+            sandbox.files.write_files(entries, user=_ROOT, request_timeout=request_timeout)
+        )
+
+    def exit_status(self, exc: BaseException) -> tuple[int, str] | None:
+        return exit_status(exc)
+
+    def classify(self, exc: BaseException, what: str) -> EffectFailure:
+        return classify(exc, what)

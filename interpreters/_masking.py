@@ -18,10 +18,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Final
 
-from sandrail.core._effects import Delivery, Effect, EffectFailure, OutputChunk, Read
-from sandrail.core._masking import (
+from sandrail.core import (
+    Delivery,
+    Effect,
+    EffectFailure,
     MaskingError,
     NeedMoreOutput,
+    OutputChunk,
+    Read,
     Redactions,
     mask_chunk,
     widen,

@@ -16,6 +16,7 @@ from typing import IO, Any, Protocol, TypeVar
 from sandrail._version import __version__
 from sandrail.core import (
     HARNESS_EFFECTS,
+    MIN_REDACTED_LENGTH,
     Delivery,
     Effect,
     EffectFailure,
@@ -28,7 +29,6 @@ from sandrail.core import (
     redaction_secrets,
     unexpected_failure,
 )
-from sandrail.core._masking import MIN_REDACTED_LENGTH
 from sandrail.interpreters._drivers import is_asynchronous
 
 from ._cassette import (

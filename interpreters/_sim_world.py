@@ -16,7 +16,7 @@ from typing import Literal
 
 import attrs
 
-from sandrail.core._effects import CommandState, CommandStatus, Start
+from sandrail.core import CommandState, CommandStatus, Start
 
 from ._sim_scripts import Script, Stream
 

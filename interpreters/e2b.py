@@ -7,7 +7,12 @@
 imported lazily.
 
 Strategy: E2B has no idempotency key for commands, so the sandbox itself is
-the ledger. A small bash launcher (:mod:`._e2b_launcher`, which documents the
+the ledger: the E2B interpreter is one backend of the launcher
+(:mod:`sandrail.interpreters.launcher`), with the e2b SDK as its transport
+(``commands.run`` and ``files.write_files`` as ``root``, and the failure table
+of :mod:`._e2b_failures`). This module keeps what is E2B's own: finding and
+creating the session's sandbox, its lifetime, connecting, and the thread its
+SDK calls run on. The launcher (:mod:`._launcher_script`, which documents the
 ledger, the claim and the epoch proof), uploaded once per sandbox and run as
 ``root``, claims each task under a root-only ledger, keeps the keyed request
 digest and the highest fence, runs the command as ``user`` detached in its
@@ -43,23 +48,24 @@ most every ``refresh`` seconds; on a sandbox this backend has not yet
 installed its launcher in, 1 or 2 more), ``Start`` 2 (write the staged
 request, run ``start``), ``Wait`` 1, ``Read`` 1. A wait brings back the
 whole output of an ended command when both streams together are at most
-:data:`_WAIT_PREFETCH_BYTES` (then reads of it cost no round trip; a bigger
-output is left where it is, and the core reads only the two ends a result
-can show). A foreground ``run_command`` whose output is that small is
-therefore 3. A failed start adds one best-effort call that discards its
-staged request.
+:data:`~sandrail.interpreters.launcher.WAIT_PREFETCH_BYTES` (then reads of
+it cost no round trip; a bigger output is left where it is, and the core
+reads only the two ends a result can show). A foreground ``run_command``
+whose output is that small is therefore 3. A failed start adds one
+best-effort call that discards its staged request.
 
 Failures are classified by the one table in :mod:`._e2b_failures`
 (:data:`FAILURE_TABLE`, re-exported here with :func:`classify_failure`):
 calls that only prepare are ``not_sent``; a decisive call is matched
 against the table's rows, and no row matching means ``maybe_sent``.
 
-The parts live in private modules, one concern each: the failure table in
-``_e2b_failures``, the launcher script and its protocol in ``_e2b_launcher``
-(the script itself is ``_e2b_launcher.sh``, package data), the round trips
-that run it in ``_e2b_calls``, the files a start stages in
-``_e2b_request``, reading its answers in ``_e2b_answers``, and the event
-loop every SDK call runs on in ``_e2b_loop``. This module is the one to
+The parts live in private modules, one concern each: the failure table and
+the SDK transport in ``_e2b_failures``, and the event loop every SDK call
+runs on in ``_e2b_loop``; the launcher's in :mod:`sandrail.interpreters.launcher`
+(the script and its protocol in ``_launcher_script``, the script itself
+``_launcher.sh``, package data; the round trips that run it in
+``_launcher_calls``; the files a start stages in ``_launcher_request``;
+reading its answers in ``_launcher_answers``). This module is the one to
 import from.
 
 Known limits
@@ -71,7 +77,7 @@ Known limits
   the keyed digest gives a reader nothing to test guesses against; an
   output file deleted, or cut below its size at the command's end, makes
   the task's state ``unknown`` (never ``ok`` with empty or partial output;
-  :mod:`._e2b_launcher`). But such a command can read the env values of
+  :mod:`._launcher_script`). But such a command can read the env values of
   tasks being staged or running, and root can forge a consistent ledger,
   or an output no shorter than the real one.
 - Env values reach the command's environment, which other processes of
@@ -117,45 +123,28 @@ import os
 import re
 import time
 import weakref
-from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Final, overload
+from typing import Any, Final
 
-import attrs
-
-from sandrail.core._effects import (
+from sandrail.core import (
     Cancel,
-    CancelRequested,
-    CommandState,
     Delivery,
     Effect,
     EffectFailure,
     Ensure,
     Inspect,
     Outcome,
-    OutputChunk,
     Publish,
-    Published,
     Read,
     SandboxReady,
     SandboxState,
     Start,
-    Started,
-    StartRefused,
     Wait,
 )
 
-from ._e2b_answers import (
-    Malformed,
-    RawRead,
-    chunk_of,
-    parse_cancel,
-    parse_read,
-    parse_start,
-)
-from ._e2b_calls import Box, LauncherCalls
 from ._e2b_failures import (
     FAILURE_TABLE,
+    E2BTransport,
     FailureRule,
     classify,
     classify_failure,
@@ -163,26 +152,12 @@ from ._e2b_failures import (
     sdk_types,
 )
 from ._e2b_loop import LoopClosedError, LoopThread
-from ._e2b_request import request_files, shell_int, utf8
+from .launcher import Box, Launcher, Malformed
 
 __all__ = ["FAILURE_TABLE", "E2BBackend", "FailureRule", "classify_failure"]
 
-_TASK_ID = re.compile(r"[0-9a-f]{64}")
 _SANDBOX_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_SNIPPET_PATH = re.compile(r"/tmp/sandrail/code/([0-9a-f]{64})\.([a-z]{1,8})")
-_MIN_READ_BYTES: Final = 4
-_READ_CAP_BYTES: Final = 4 * 1024 * 1024
-"""At most this much of each stream per round trip; a bigger read returns
-less and says ``more`` (the core reads on by cursor)."""
-_WAIT_PREFETCH_BYTES: Final = 32 * 1024
-"""A wait brings back both streams whole when together they are at most
-this big (an output that fits the default budget of 24,000 bytes, read
-later without a round trip), and nothing but their sizes otherwise: a big
-output moves only the two ends the core reads (issue 10: ≤ 2 × the budget
-for 16 MiB)."""
-_CACHED_TASKS: Final = 64
 _LIFETIME_MARGIN_SECONDS: Final = 60
-_CANCEL_GRACE_SECONDS: Final = 5
 _DRAIN_SECONDS: Final = 0.05
 """How long a closing backend's loop keeps running after its last SDK call,
 so callbacks the SDK's transport (pyqwest, on its own Rust threads) still
@@ -297,10 +272,15 @@ class E2BBackend:
         # Written by adopt_session from any thread (one dict store), read on the loop.
         self._adopted: dict[tuple[str, str], str] = {}
         self._dead: set[str] = set()
-        self._final: OrderedDict[tuple[str, str], RawRead] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._calls = LauncherCalls(
-            self._request_timeout, note_gone=self._note_gone, is_dead=self._dead.__contains__
+        self._launcher = Launcher(
+            E2BTransport(),
+            request_timeout=self._request_timeout,
+            box=self._box,
+            ledger_key=self._ledger_key,
+            max_command_seconds=lambda: self.max_command_seconds,
+            note_gone=self._note_gone,
+            is_dead=self._dead.__contains__,
         )
         _OPEN.add(self)
 
@@ -445,7 +425,9 @@ class E2BBackend:
         self._dead.discard(sandbox_id)
         box = self._sandboxes.get(sandbox_id)
         if box is None:
-            box = self._sandboxes[sandbox_id] = Box(sandbox=sandbox, refreshed_at=time.monotonic())
+            box = self._sandboxes[sandbox_id] = Box(
+                sandbox=sandbox, sandbox_id=sandbox_id, refreshed_at=time.monotonic()
+            )
         return box
 
     def _note_gone(self, sandbox_id: str, exc: BaseException) -> None:
@@ -464,7 +446,7 @@ class E2BBackend:
             raise EffectFailure(Delivery.NOT_SENT, "the E2B backend is closed")
         if isinstance(effect, Wait | Read):
             # An ended command's whole output is known: no hop to the loop.
-            cached = self._cached(effect)
+            cached = self._launcher.cached(effect)
             if cached is not None:
                 return cached
         try:
@@ -484,15 +466,15 @@ class E2BBackend:
                 case Ensure():
                     return await self._ensure(effect)
                 case Publish():
-                    return await self._publish(effect)
+                    return await self._launcher.publish(effect)
                 case Start():
-                    return await self._start(effect)
+                    return await self._launcher.start(effect)
                 case Wait():
-                    return await self._wait(effect)
+                    return await self._launcher.wait(effect)
                 case Read():
-                    return await self._read(effect)
+                    return await self._launcher.read(effect)
                 case Cancel():
-                    return await self._cancel(effect)
+                    return await self._launcher.cancel(effect)
                 case _:
                     raise TypeError(f"not a sandbox effect: {type(effect).__name__}")
         except (Malformed, ValueError, IndexError) as exc:
@@ -585,7 +567,7 @@ class E2BBackend:
             made = self._sandboxes.get(sandbox_id)
             if made is None:
                 made = self._sandboxes[sandbox_id] = Box(
-                    sandbox=sandbox, refreshed_at=time.monotonic()
+                    sandbox=sandbox, sandbox_id=sandbox_id, refreshed_at=time.monotonic()
                 )
             self._sessions[key] = sandbox_id
             if not made.installed:
@@ -598,9 +580,9 @@ class E2BBackend:
         created nothing, else ``maybe_sent`` (a sandbox was made; a retry
         finds it again by its metadata)."""
         try:
-            await self._calls.install(box, fresh=created)
+            await self._launcher.install(box, fresh=created)
         except Exception as exc:
-            self._note_gone(box.sandbox.sandbox_id, exc)
+            self._note_gone(box.sandbox_id, exc)
             delivery = Delivery.MAYBE_SENT if created else Delivery.NOT_SENT
             raise EffectFailure(
                 delivery, f"Ensure: installing the launcher failed ({type(exc).__name__})"
@@ -614,132 +596,8 @@ class E2BBackend:
                 box.sandbox.set_timeout(self._lifetime, request_timeout=self._request_timeout)
             )
         except Exception as exc:
-            self._note_gone(box.sandbox.sandbox_id, exc)
+            self._note_gone(box.sandbox_id, exc)
             raise EffectFailure(
                 Delivery.NOT_SENT, f"Ensure: lifetime refresh failed ({type(exc).__name__})"
             ) from exc
         box.refreshed_at = time.monotonic()
-
-    # -- launches --------------------------------------------------------------
-
-    async def _publish(self, effect: Publish) -> Published | StartRefused:
-        match = _SNIPPET_PATH.fullmatch(effect.path)
-        if match is None or match.group(1) != effect.task_id:
-            raise EffectFailure(Delivery.NOT_SENT, "Publish: the snippet path is not sandrail's")
-        box = await self._box(effect.sandbox_id)
-        answer = await self._calls.staged_call(
-            box,
-            effect.task_id,
-            [("source", utf8(effect.source))],
-            f"publish {match.group(2)}",
-            "Publish",
-        )
-        line = answer.strip()
-        if line == "published":
-            return Published(path=effect.path)
-        if line == "refused publish_conflict":
-            return StartRefused(reason="publish_conflict")
-        raise Malformed("bad publish answer")
-
-    async def _start(self, effect: Start) -> Started | StartRefused:
-        if not _TASK_ID.fullmatch(effect.task_id):
-            raise EffectFailure(Delivery.NOT_SENT, "Start: the task id is malformed")
-        files = request_files(
-            effect, ledger_key=self._ledger_key, max_seconds=self.max_command_seconds
-        )
-        box = await self._box(effect.sandbox_id)
-        answer = await self._calls.staged_call(box, effect.task_id, files, "start", "Start")
-        parsed = parse_start(answer, effect.task_id)
-        box.heard(parsed.epoch)
-        return parsed.outcome
-
-    # -- observing -------------------------------------------------------------
-
-    def _remember(self, sandbox_id: str, task_id: str, raw: RawRead) -> None:
-        """Keep an ended command's whole output: it can no longer change."""
-        ended = raw.state.status in ("exited", "timed_out", "canceled")
-        whole = len(raw.stdout) == raw.stdout_size and len(raw.stderr) == raw.stderr_size
-        if ended and whole:
-            self._final[(sandbox_id, task_id)] = raw
-            while len(self._final) > _CACHED_TASKS:
-                self._final.popitem(last=False)
-
-    @overload
-    def _cached(self, effect: Wait) -> CommandState | None: ...
-    @overload
-    def _cached(self, effect: Read) -> OutputChunk | None: ...
-    def _cached(self, effect: Wait | Read) -> CommandState | OutputChunk | None:
-        """The outcome of a wait or read of an ended command whose whole
-        output this backend holds, computed here (it can no longer change),
-        or ``None``. Pure: safe from any thread."""
-        cached = self._final.get((effect.sandbox_id, effect.task_id))
-        if cached is None or not _TASK_ID.fullmatch(effect.task_id):
-            return None
-        if isinstance(effect, Wait):
-            return cached.state
-        if (
-            effect.max_bytes < _MIN_READ_BYTES
-            or min(effect.stdout_cursor, effect.stderr_cursor) < 0
-        ):
-            return None
-        size = min(effect.max_bytes, _READ_CAP_BYTES)
-        raw = attrs.evolve(
-            cached,
-            stdout=cached.stdout[effect.stdout_cursor : effect.stdout_cursor + size + 4],
-            stderr=cached.stderr[effect.stderr_cursor : effect.stderr_cursor + size + 4],
-        )
-        return chunk_of(raw, effect.stdout_cursor, effect.stderr_cursor, size)
-
-    async def _wait(self, effect: Wait) -> CommandState:
-        if not _TASK_ID.fullmatch(effect.task_id):
-            raise EffectFailure(Delivery.NOT_SENT, "Wait: the task id is malformed")
-        cached = self._cached(effect)
-        if cached is not None:
-            return cached
-        box = await self._box(effect.sandbox_id)
-        await self._calls.prepare(box, [])
-        seconds = max(0.0, float(effect.timeout_seconds))
-        millis = int(seconds * 1000)
-        answer = await self._calls.decisive(
-            box,
-            f"wait {effect.task_id} {millis} {_WAIT_PREFETCH_BYTES}",
-            "Wait",
-            seconds=seconds,
-        )
-        raw = parse_read(answer)
-        box.heard(raw.epoch)
-        self._remember(effect.sandbox_id, effect.task_id, raw)
-        return raw.state
-
-    async def _read(self, effect: Read) -> OutputChunk:
-        if not _TASK_ID.fullmatch(effect.task_id):
-            raise EffectFailure(Delivery.NOT_SENT, "Read: the task id is malformed")
-        if effect.max_bytes < _MIN_READ_BYTES:
-            raise EffectFailure(Delivery.NOT_SENT, f"Read: max_bytes must be >= {_MIN_READ_BYTES}")
-        out, err = shell_int(effect.stdout_cursor), shell_int(effect.stderr_cursor)
-        size = min(effect.max_bytes, _READ_CAP_BYTES)
-        cached = self._cached(effect)
-        if cached is not None:
-            return cached
-        box = await self._box(effect.sandbox_id)
-        await self._calls.prepare(box, [])
-        answer = await self._calls.decisive(
-            box, f"read {effect.task_id} {out} {err} {size}", "Read"
-        )
-        raw = parse_read(answer)
-        box.heard(raw.epoch)
-        if effect.stdout_cursor == 0 and effect.stderr_cursor == 0:
-            self._remember(effect.sandbox_id, effect.task_id, raw)
-        return chunk_of(raw, effect.stdout_cursor, effect.stderr_cursor, size)
-
-    async def _cancel(self, effect: Cancel) -> CancelRequested:
-        if not _TASK_ID.fullmatch(effect.task_id):
-            raise EffectFailure(Delivery.NOT_SENT, "Cancel: the task id is malformed")
-        box = await self._box(effect.sandbox_id)
-        await self._calls.prepare(box, [])
-        answer = await self._calls.decisive(
-            box, f"cancel {effect.task_id}", "Cancel", seconds=_CANCEL_GRACE_SECONDS
-        )
-        cancelled = parse_cancel(answer)
-        box.heard(cancelled.epoch)
-        return CancelRequested(state=cancelled.state)

@@ -9,7 +9,7 @@ attaching it to the port built on it::
     port.execute_sync(request)
     recorder.close()
 
-Replay it with :func:`replay_file` (or ``sandrail replay session.jsonl``): the
+Replay it with :func:`sandrail.replay_file` (or ``sandrail replay session.jsonl``): the
 port is rebuilt from the header with a :class:`Replayer` as its backend, every
 recorded request runs again through the real core, each effect the core asks
 for must equal the recorded one, and each result must equal the recorded
@@ -29,11 +29,11 @@ no clock.
 The parts live in private modules, one concern each: the cassette's line
 format in ``_cassette``, recording in ``_recorder``, replaying effects and
 the transcript it writes in ``_replayer``, what a replay ran (the
-transcript's entries and the report) in ``_transcript``, replaying a whole
-file (and the port it rebuilds, with ``_NoArtifacts`` as its artifact store)
-in ``_replay_file``, and the divergence error with rendering and comparing in
-``_divergence``. Imports run one way: ``replay`` ← ``_replay_file`` ←
-``_replayer`` ← ``_divergence`` ← ``_transcript``.
+transcript's entries and the report) in ``_transcript``, and the divergence
+error with rendering and comparing in ``_divergence``. Imports run one way:
+``replay`` ← ``_replayer`` ← ``_divergence`` ← ``_transcript``. Replaying a
+whole file rebuilds a port, which stands above the interpreters, so
+:func:`sandrail.replay_file` lives with the port, not here.
 This module is the one to import from.
 """
 
@@ -48,6 +48,7 @@ from ._cassette import (
     decode_effect,
     decode_failure,
     decode_outcome,
+    decode_request,
     encode_effect,
     encode_failure,
     encode_outcome,
@@ -56,8 +57,6 @@ from ._cassette import (
 )
 from ._divergence import DivergenceError, render
 from ._recorder import Recorder, RecorderNotAttachedError
-from ._replay_file import replay_file
-from ._replay_file import replay_port as replay_port  # importable as before, not in __all__
 from ._replayer import Replayer
 from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
@@ -79,11 +78,22 @@ __all__ = [
     "decode_effect",
     "decode_failure",
     "decode_outcome",
+    "decode_request",
     "encode_effect",
     "encode_failure",
     "encode_outcome",
     "load_cassette",
     "parse_cassette",
     "render",
-    "replay_file",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``replay_file`` and ``replay_port`` moved above the port they build:
+    say where, rather than a bare ``AttributeError``."""
+    if name in ("replay_file", "replay_port"):
+        raise AttributeError(
+            f"{name} moved to sandrail.{name} (it rebuilds a port, which stands above "
+            "the interpreters)"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,45 +68,32 @@ Semantics
 Fault table
 -----------
 
-Each :class:`Fault` strikes one occurrence of one effect type. "Applied" means
-the sandbox really did what the effect asks. ``when`` is ignored where the
-kind fixes the order.
+Each :class:`Fault` strikes one occurrence of one effect type, and does what
+its kind's row of :data:`FAULT_TABLE` says (the testing kit's
+``FaultyBackend`` runs the same rows in front of any backend): its steps, in
+order, before or after the effect is applied ("applied" means the sandbox
+really did what the effect asks), then the failure the row raises, if any.
+Here a step does this to the simulated world:
 
-===================  ====================  ======================================
-kind                 applied?              then
-===================  ====================  ======================================
-NOT_DELIVERED        never                 ``NOT_SENT "connect failed"``
-RESPONSE_LOST        always                ``MAYBE_SENT "response lost"``
-DELIVERED_LATE       later: held, then     ``MAYBE_SENT "request timed out"``;
-                     applied in order by   a late Start obeys the claim, digest
-                     :meth:`deliver_held`  and fence rules like any other
-                     or at the start of
-                     the next effect
-                     (``late_delivery``)
-HANG                 iff ``when="after"``  the clock jumps to arrival + timeout
-                                           (Wait: its own, others
-                                           ``hang_seconds``, 30 s), then
-                                           ``MAYBE_SENT "timed out waiting for
-                                           the sandbox"``; if the harness token
-                                           has fired, no jump and
-                                           ``MAYBE_SENT "aborted"`` (aborted)
-ABORT                iff ``when="after"``  ``harness.cancel_token.cancel()``,
-                                           ``MAYBE_SENT "aborted"`` (aborted)
-AUTHORITY_LOST       always; returns its   ``harness.authority_held = False``
-                     outcome               before or after applying
-REQUEST_MUTATED      always; returns its   ``harness.mutate_request()`` before
-                     outcome               or after applying
-MALFORMED_RESPONSE   always                ``MAYBE_SENT "malformed response"``
-SANDBOX_DIES         iff ``when="after"``  the sandbox the effect addresses (for
-                                           Inspect/Ensure: the session's, if
-                                           any) dies, then ``MAYBE_SENT
-                                           "sandbox not found"``
-LEDGER_WIPED         always                a command deletes the task claims of
-                                           the sandbox the effect addresses
-                                           (:meth:`Simulator.wipe_ledger`)
-                                           before or after it is applied; then
-                                           ``MAYBE_SENT "response lost"``
-===================  ====================  ======================================
+===================  ======================================================
+step                 in the simulator
+===================  ======================================================
+``apply``            the effect is applied now
+``hold``             the request is held, then applied in order by
+                     :meth:`deliver_held` or at the start of the next effect
+                     (``late_delivery``); a late Start obeys the claim,
+                     digest and fence rules like any other
+``hang``             the clock jumps to arrival + timeout (Wait: its own,
+                     others ``hang_seconds``, 30 s); no jump once the
+                     harness token has fired (the row then raises aborted)
+``cancel``           ``harness.cancel_token.cancel()``
+``lose_authority``   ``harness.authority_held = False``
+``mutate_request``   ``harness.mutate_request()``
+``kill``             the sandbox the effect addresses (for Inspect/Ensure:
+                     the session's, if any) dies
+``wipe``             a command deletes that sandbox's task claims
+                     (:meth:`Simulator.wipe_ledger`)
+===================  ======================================================
 
 A dead sandbox's running tasks end with status ``unknown`` and no exit code
 (ground truth only: their output can no longer be read). Every later effect
@@ -125,10 +112,9 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Final, Literal, assert_never
+from typing import Any, Final, Literal
 
-from sandrail.core._claim import claim_verdict
-from sandrail.core._effects import (
+from sandrail.core import (
     HARNESS_EFFECTS,
     SANDBOX_EFFECTS,
     Allow,
@@ -153,28 +139,47 @@ from sandrail.core._effects import (
     Start,
     Started,
     StartRefused,
+    ToolRequest,
     Wait,
+    claim_verdict,
 )
-from sandrail.core._requests import ToolRequest
 
 from ._cancel import CancelToken
-from ._sim_faults import SANDBOX_EFFECT_NAMES, Fault, FaultKind, FaultPlan, deliver_held
+from ._sim_faults import (
+    FAULT_TABLE,
+    SANDBOX_EFFECT_NAMES,
+    TRANSIENT_KINDS,
+    Fault,
+    FaultKind,
+    FaultPlan,
+    FaultRow,
+    Raised,
+    Step,
+    deliver_held,
+    harness_step,
+    strike,
+)
 from ._sim_scripts import NOT_EMULATED, NOT_EMULATED_EXIT_CODE, Chunk, Script, Stream, emulate
 from ._sim_world import SandboxFile, SimSandbox, SimTask, read_utf8
 
 __all__ = [
+    "FAULT_TABLE",
     "NOT_EMULATED",
     "NOT_EMULATED_EXIT_CODE",
     "SANDBOX_EFFECT_NAMES",
+    "TRANSIENT_KINDS",
     "Chunk",
     "Fault",
     "FaultKind",
     "FaultPlan",
+    "FaultRow",
     "LateDelivery",
+    "Raised",
     "SandboxFile",
     "Script",
     "SimulatedHarness",
     "Simulator",
+    "Step",
     "emulate",
 ]
 
@@ -372,66 +377,33 @@ class Simulator:
             self._sandboxes[sandbox_id].die(self.clock)
 
     def _strike(self, effect: SandboxEffect, fault: Fault) -> Outcome:
-        after = fault.when == "after"
+        """Strike ``fault`` by its row of the fault table, each step done to
+        this world (see :data:`FAULT_TABLE`)."""
+        arrival = self.clock
         harness = self.harness
-        match fault.kind:
-            case FaultKind.NOT_DELIVERED:
-                raise EffectFailure(Delivery.NOT_SENT, "connect failed")
-            case FaultKind.RESPONSE_LOST:
-                self._apply(effect)
-                raise EffectFailure(Delivery.MAYBE_SENT, "response lost")
-            case FaultKind.MALFORMED_RESPONSE:
-                self._apply(effect)
-                raise EffectFailure(Delivery.MAYBE_SENT, "malformed response")
-            case FaultKind.DELIVERED_LATE:
-                self.held.append(effect)
-                raise EffectFailure(Delivery.MAYBE_SENT, "request timed out")
-            case FaultKind.HANG:
-                timeout = effect.timeout_seconds if isinstance(effect, Wait) else self.hang_seconds
-                until = self.clock + timeout
-                if after:
-                    self._apply(effect)
-                if harness.cancel_token.cancelled:
-                    raise _aborted()
-                self.clock = max(self.clock, until)
-                raise EffectFailure(Delivery.MAYBE_SENT, "timed out waiting for the sandbox")
-            case FaultKind.ABORT:
-                if after:
-                    self._apply(effect)
-                harness.cancel_token.cancel()
-                raise _aborted()
-            case FaultKind.AUTHORITY_LOST | FaultKind.REQUEST_MUTATED:
-                flip = (
-                    harness.mutate_request
-                    if fault.kind is FaultKind.REQUEST_MUTATED
-                    else self._lose_authority
-                )
-                if not after:
-                    flip()
-                outcome = self._apply(effect)
-                if after:
-                    flip()
-                return outcome
-            case FaultKind.SANDBOX_DIES:
-                if after:
-                    self._apply(effect)
-                box = self._addressed(effect)
-                if box is not None:
-                    box.die(self.clock)
-                raise EffectFailure(Delivery.MAYBE_SENT, "sandbox not found")
-            case FaultKind.LEDGER_WIPED:
-                box = self._addressed(effect)
-                if box is not None and not after:
-                    box.wipe_ledger()
-                self._apply(effect)
-                if box is not None and after:
-                    box.wipe_ledger()
-                raise EffectFailure(Delivery.MAYBE_SENT, "response lost")
-            case _:  # pragma: no cover
-                assert_never(fault.kind)
 
-    def _lose_authority(self) -> None:
-        self.harness.authority_held = False
+        def act(step: Step) -> None:
+            if harness_step(harness, step):
+                return
+            if step == "hold":
+                self.held.append(effect)
+            elif step == "hang":
+                if not harness.cancel_token.cancelled:
+                    timeout = (
+                        effect.timeout_seconds if isinstance(effect, Wait) else self.hang_seconds
+                    )
+                    self.clock = max(self.clock, arrival + timeout)
+            else:
+                box = self._addressed(effect)
+                if box is not None and step == "kill":
+                    box.die(self.clock)
+                elif box is not None:
+                    box.wipe_ledger()
+
+        outcome: Outcome = strike(
+            fault, lambda: self._apply(effect), act, lambda: harness.cancel_token.cancelled
+        )
+        return outcome
 
     def _addressed(self, effect: SandboxEffect) -> SimSandbox | None:
         if isinstance(effect, Inspect | Ensure):

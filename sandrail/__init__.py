@@ -28,6 +28,8 @@ from sandrail._port import (
     code_tools,
     command_tools,
 )
+from sandrail._replay_file import replay_file
+from sandrail._replay_file import replay_port as replay_port  # importable, not in __all__
 from sandrail._toolset import MAX_CALL_TIMEOUT_SECONDS, Toolset
 from sandrail._version import __version__
 from sandrail.core import (
@@ -94,5 +96,6 @@ __all__ = [
     "code_tools",
     "command_tools",
     "fit_to_budget",
+    "replay_file",
     "task_id",
 ]

@@ -24,10 +24,11 @@ from sandrail.core import (
     Delivery,
     EffectFailure,
     OpenArtifact,
+    Redactions,
     WriteArtifact,
+    mask_text,
+    usable_artifact,
 )
-from sandrail.core._contents import usable_artifact
-from sandrail.core._masking import Redactions, mask_text
 
 __all__ = ["ArtifactStore", "ArtifactWriter", "CallArtifacts", "StreamingArtifactStore"]
 

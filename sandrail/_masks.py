@@ -35,14 +35,17 @@ import weakref
 from collections.abc import Iterable, Mapping
 
 from sandrail.core import (
+    MAX_SHOWN_BYTES,
     MIN_REDACTED_LENGTH,
+    NOTHING_SHOWN,
     ArgumentProblem,
     Redactions,
+    ShownIdentities,
+    joined,
     mask_text,
     redaction_secrets,
 )
-from sandrail.core._shown import MAX_SHOWN_BYTES, NOTHING_SHOWN, ShownIdentities, joined
-from sandrail.interpreters._recorder import Recorder
+from sandrail.interpreters.replay import Recorder
 
 __all__ = ["Masks", "checked_redact", "holder_of", "is_text", "masked_problems", "masks_for"]
 

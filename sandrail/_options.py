@@ -17,6 +17,7 @@ from typing import Any, Final, TypeAlias, TypedDict, cast
 
 from sandrail._artifact_calls import ArtifactStore
 from sandrail._masks import checked_redact, is_text
+from sandrail._ownership import OwnershipRecord
 from sandrail.core import (
     DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
     DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
@@ -34,7 +35,6 @@ from sandrail.core import (
     canonical_json,
     tool_records,
 )
-from sandrail.records._protocol import OwnershipRecord
 
 __all__ = [
     "DEFAULTS",

@@ -43,6 +43,7 @@ from sandrail._options import (
     owned_callbacks,
     port_settings,
 )
+from sandrail._ownership import OwnershipRecord
 from sandrail._port_call import Binding, Ledger, PortCall
 from sandrail._telemetry import Telemetry
 from sandrail.core import (
@@ -59,7 +60,6 @@ from sandrail.core import (
     error_result,
 )
 from sandrail.interpreters._drivers import drive, drive_async, is_asynchronous
-from sandrail.records._protocol import OwnershipRecord
 
 __all__ = [
     "ALLOW",

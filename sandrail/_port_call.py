@@ -48,8 +48,11 @@ from sandrail._options import (
     RememberOwnedCallback,
     ResolveOwnedCallback,
 )
+from sandrail._ownership import OwnershipRecord
+from sandrail._ownership_backlog import note_answer
 from sandrail._telemetry import Telemetry
 from sandrail.core import (
+    NOTHING_SHOWN,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
     Allow,
@@ -75,6 +78,7 @@ from sandrail.core import (
     Redactions,
     RememberOwned,
     ResolveOwned,
+    ShownIdentities,
     Start,
     ToolRequest,
     ToolResult,
@@ -85,16 +89,14 @@ from sandrail.core import (
     redaction_secrets,
     remembered,
     request_digest,
+    shown_by,
     snapshot_request,
     tool_program,
     unchanged,
     unexpected_failure,
 )
-from sandrail.core._shown import NOTHING_SHOWN, ShownIdentities, shown_by
 from sandrail.interpreters._drivers import answered_now
 from sandrail.interpreters._masking import MaskedReads
-from sandrail.records._backlog import note_answer
-from sandrail.records._protocol import OwnershipRecord
 
 logger = logging.getLogger("sandrail")
 

@@ -39,8 +39,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import Any, Final
 
-from sandrail.core import EffectFailure, ToolRequest, ToolResult, redaction_secrets
-from sandrail.core._masking import Redactions, mask_text
+from sandrail.core import (
+    EffectFailure,
+    Redactions,
+    ToolRequest,
+    ToolResult,
+    mask_text,
+    redaction_secrets,
+)
 
 __all__ = ["OFF", "CallTrace", "Telemetry"]
 

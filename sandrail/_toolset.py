@@ -98,6 +98,7 @@ from sandrail.core import (
     Owner,
     OwnerIdentity,
     PolicyDecision,
+    Profile,
     Redactions,
     ToolCall,
     ToolDefinition,
@@ -105,6 +106,7 @@ from sandrail.core import (
     ToolResult,
     arguments_rejection,
     bound_result,
+    canonical_arguments,
     canonical_json,
     error_result,
     mask_text,
@@ -113,8 +115,8 @@ from sandrail.core import (
     refused_after_launch,
     repeat_scope,
     same_call,
+    tool_schema,
 )
-from sandrail.core._profiles import Profile, canonical_arguments, tool_schema
 from sandrail.interpreters._cancel import CancelToken, EitherSignal
 from sandrail.interpreters._drivers import is_asynchronous
 

@@ -18,7 +18,7 @@ another uid than root, as on E2B.
 
 Every answer is the launcher's stdout and exit status, unparsed
 (:class:`Answer`); tests read it with the harness's own parsers
-(:mod:`sandrail.interpreters._e2b_answers`) as well as by its text.
+(:mod:`sandrail.interpreters._launcher_answers`) as well as by its text.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import attrs
 
-from sandrail.interpreters._e2b_launcher import LAUNCHER
+from sandrail.interpreters._launcher_script import LAUNCHER
 
 __all__ = ["Answer", "LauncherRig", "run_init", "task_id"]
 
@@ -141,7 +141,7 @@ class LauncherRig:
         **files: str | bytes,
     ) -> Path:
         """Write a staged request as the harness writes it through the files
-        API (one field a file; see ``_e2b_request``); ``files`` adds or
+        API (one field a file; see ``_launcher_request``); ``files`` adds or
         replaces fields (``cwd``, ``fence``, ``expect``, ``epoch``,
         ``check``, ``long``, ``source``...)."""
         staged = self.inbox / f"{task}.{nonce}"

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 import sandrail
-from sandrail import ToolResult
+from sandrail import ToolResult, replay_file
 from sandrail.core import REDACTED, ArtifactRef, ErrorCode, OwnedCommand, Start
-from sandrail.interpreters.replay import Recorder, replay_file
+from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Script, Simulator
 from tests.rig import AGENT, SESSION, Rig
 

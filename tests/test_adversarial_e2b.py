@@ -22,9 +22,9 @@ import pytest
 import sandrail
 from sandrail.core import OwnedCommand
 from sandrail.core._effects import Delivery, EffectFailure, Start
-from sandrail.interpreters._e2b_launcher import LEDGER
+from sandrail.interpreters._launcher_script import LEDGER
 from sandrail.interpreters.e2b import E2BBackend
-from sandrail.local_e2b import Fault, FaultKind, LocalE2B, Route, serve
+from sandrail.local_e2b import LocalE2B, Route, WireFault, WireFaultKind, serve
 from tests.e2b_world import (
     as_root,
     as_user,
@@ -89,7 +89,9 @@ def _lost_start(server: LocalE2B, port: sandrail.ToolPort, command: str) -> str:
     the launcher acted (held past the client's timeout); its sandbox id."""
     warm = _run(port, f"warm-{uuid.uuid4().hex[:6]}", "true")
     assert warm.status == "ok", warm.content
-    with server.fault(Fault(kind=FaultKind.DELAY, route=Route.START, match=_START, seconds=3)):
+    with server.fault(
+        WireFault(kind=WireFaultKind.DELAY, route=Route.START, match=_START, seconds=3)
+    ):
         lost = _run(port, "op", command, background=True)
     assert lost.status == "uncertain", lost.content
     return str(warm.content["sandbox_id"])
@@ -148,7 +150,9 @@ def test_c2_a_start_that_never_arrived_is_launched_by_the_retry_despite_a_cleanu
     port = port_on(backend, new_session())
     warm = _run(port, "warm", "true")
     mark = _mark()
-    with server.fault(Fault(kind=FaultKind.DROP_BEFORE_READ, route=Route.START, match=_START)):
+    with server.fault(
+        WireFault(kind=WireFaultKind.DROP_BEFORE_READ, route=Route.START, match=_START)
+    ):
         lost = _run(port, "op", server.mark(mark))
     assert lost.status == "uncertain"
     as_user(server, warm.content["sandbox_id"], CLEANUPS["rm-tmp"])
@@ -165,7 +169,9 @@ def test_c2_a_start_that_never_arrived_into_a_wiped_ledger_is_claim_lost(
     port = port_on(backend, new_session())
     warm = _run(port, "warm", "true")
     mark = _mark()
-    with server.fault(Fault(kind=FaultKind.DROP_BEFORE_READ, route=Route.START, match=_START)):
+    with server.fault(
+        WireFault(kind=WireFaultKind.DROP_BEFORE_READ, route=Route.START, match=_START)
+    ):
         _run(port, "op", server.mark(mark))
     as_root(server, warm.content["sandbox_id"], ROOT_WIPE)
     for attempt in range(2):  # the first retry may find the launcher gone and reinstall it
@@ -263,7 +269,7 @@ def test_c17_item6_a_staged_request_whose_start_failed_is_deleted_and_never_read
     port = port_on(backend, new_session())
     sandbox_id = _run(port, "warm", "true").content["sandbox_id"]
     secret = f"staged-{uuid.uuid4().hex}"
-    with server.fault(Fault(kind=FaultKind.STATUS_429, route=Route.START, match=_START)):
+    with server.fault(WireFault(kind=WireFaultKind.STATUS_429, route=Route.START, match=_START)):
         refused = _run(port, "op", "true", env={"TOKEN": secret})
     assert refused.status == "uncertain"
     assert as_root(server, sandbox_id, f"ls -A {LEDGER}/inbox") == ""
@@ -457,7 +463,9 @@ def test_c2_without_user_separation_no_proof_is_accepted() -> None:
         assert warm.status == "ok", warm.content
         assert backend.separated(warm.content["sandbox_id"]) is False
         mark = _mark()
-        with shared.fault(Fault(kind=FaultKind.DROP_BEFORE_READ, route=Route.START, match=_START)):
+        with shared.fault(
+            WireFault(kind=WireFaultKind.DROP_BEFORE_READ, route=Route.START, match=_START)
+        ):
             _run(port, "op", shared.mark(mark))
         retry = _run(port, "op", shared.mark(mark))
         assert retry.status == "uncertain", retry.content

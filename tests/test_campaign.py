@@ -16,6 +16,7 @@ from unittest import mock
 import pytest
 from click.testing import CliRunner
 
+from sandrail import replay_file
 from sandrail._campaign import (
     DECISIVE_GOAL,
     MUTANTS,
@@ -33,7 +34,7 @@ from sandrail._campaign import (
 )
 from sandrail._campaign import _runner as runner
 from sandrail.cli import main
-from sandrail.interpreters.replay import ResultEntry, load_cassette, replay_file
+from sandrail.interpreters.replay import ResultEntry, load_cassette
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
 from sandrail.testing import CONTRACT_LINES, TRANSIENT_KINDS
 

@@ -236,6 +236,7 @@ PUBLIC_MODULES = (
     "sandrail",
     "sandrail.interpreters.simulator",
     "sandrail.interpreters.e2b",
+    "sandrail.interpreters.launcher",
     "sandrail.interpreters.replay",
     "sandrail.interpreters.artifacts",
     "sandrail.records",

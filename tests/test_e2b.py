@@ -39,7 +39,7 @@ from sandrail.core._effects import (
     Started,
     StartRefused,
 )
-from sandrail.interpreters._e2b_answers import NOT_STARTED_REFUSAL
+from sandrail.interpreters._launcher_answers import NOT_STARTED_REFUSAL
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.local_e2b import LocalE2B, Route
 from tests.e2b_world import (

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sandrail.core._effects import CommandState, Started, StartRefused
-from sandrail.interpreters._e2b_answers import (
+from sandrail.interpreters._launcher_answers import (
     Malformed,
     parse_cancel,
     parse_init,

@@ -21,9 +21,9 @@ import pytest
 import sandrail
 from sandrail.core import OwnedCommand
 from sandrail.core._effects import Ensure, SandboxReady, Start, Started, StartRefused
-from sandrail.interpreters._e2b_launcher import LAUNCHER_NAME, LEDGER
+from sandrail.interpreters._launcher_script import LAUNCHER_NAME, LEDGER
 from sandrail.interpreters.e2b import E2BBackend
-from sandrail.local_e2b import Fault, FaultKind, LocalE2B, Route
+from sandrail.local_e2b import LocalE2B, Route, WireFault, WireFaultKind
 from tests.e2b_world import (
     TASK,
     as_root,
@@ -175,7 +175,7 @@ def test_c2_a_restarted_harness_with_a_durable_record_launches_a_start_that_neve
         port = harness(first)
         warm = port.execute_sync(request(port, "run_command", "warm", command="true"))
         assert warm.status == "ok", warm.content
-        fault = Fault(kind=FaultKind.DROP_BEFORE_READ, route=Route.START, match=" start ")
+        fault = WireFault(kind=WireFaultKind.DROP_BEFORE_READ, route=Route.START, match=" start ")
         with server.fault(fault):
             lost = port.execute_sync(request(port, "run_command", "op", command=server.mark(mark)))
         assert lost.status == "uncertain", lost.content

@@ -24,9 +24,9 @@ from connectrpc.errors import ConnectError
 import sandrail
 from sandrail.core._effects import Delivery, Effect, EffectFailure, Start, Wait
 from sandrail.interpreters import _e2b_failures
-from sandrail.interpreters._e2b_launcher import LAUNCHER_NAME, LEDGER
+from sandrail.interpreters._launcher_script import LAUNCHER_NAME, LEDGER
 from sandrail.interpreters.e2b import FAILURE_TABLE, E2BBackend, classify_failure
-from sandrail.local_e2b import Fault, FaultKind, LocalE2B, Route, serve
+from sandrail.local_e2b import LocalE2B, Route, WireFault, WireFaultKind, serve
 from tests.e2b_world import as_root, needs_root, new_session, port_on, request, server_fixture
 from tests.local_e2b_helpers import chain, wait_until
 
@@ -99,9 +99,9 @@ _START = " start "
 # -- connection dropped: maybe_sent -----------------------------------------
 
 
-@pytest.mark.parametrize("kind", [FaultKind.DROP_BEFORE_READ, FaultKind.DROP_AFTER_EFFECT])
+@pytest.mark.parametrize("kind", [WireFaultKind.DROP_BEFORE_READ, WireFaultKind.DROP_AFTER_EFFECT])
 def test_row_connection_dropped_on_start_either_way_is_maybe_sent_and_a_retry_launches_once(
-    server: LocalE2B, world: tuple[Recording, sandrail.ToolPort], kind: FaultKind
+    server: LocalE2B, world: tuple[Recording, sandrail.ToolPort], kind: WireFaultKind
 ) -> None:
     """Dropped before the request was read, or after its effect: the same raw
     ConnectError ← pyqwest.WriteError. The retry expects the claim; where the
@@ -113,7 +113,7 @@ def test_row_connection_dropped_on_start_either_way_is_maybe_sent_and_a_retry_la
     recording, port = world
     _warm(port)
     mark = _marker()
-    server.inject(Fault(kind=kind, route=Route.START, match=_START))
+    server.inject(WireFault(kind=kind, route=Route.START, match=_START))
     lost = _run(port, "op", server.mark(mark))
     assert lost.status == "uncertain"
     failure = recording.last(Start)
@@ -123,7 +123,7 @@ def test_row_connection_dropped_on_start_either_way_is_maybe_sent_and_a_retry_la
     assert retry.status == "ok", retry.content
     # After its effect, the launcher may or may not have taken the staged
     # request before the backend deleted it: deduplicated or not, once.
-    if kind is FaultKind.DROP_BEFORE_READ:
+    if kind is WireFaultKind.DROP_BEFORE_READ:
         assert retry.content["deduplicated"] is False
     assert server.truth().marked(mark) == 1
 
@@ -133,7 +133,7 @@ def test_row_connection_dropped_on_create_finds_the_sandbox_again(
 ) -> None:
     recording, port = world
     before = len(server.truth().sandboxes)
-    server.inject(Fault(kind=FaultKind.DROP_AFTER_EFFECT, route=Route.CREATE))
+    server.inject(WireFault(kind=WireFaultKind.DROP_AFTER_EFFECT, route=Route.CREATE))
     lost = _run(port, "op", "true")
     assert lost.status == "uncertain"
     failure = recording.last(sandrail.core.Ensure)
@@ -150,7 +150,7 @@ def test_row_connection_dropped_when_the_server_dies_mid_stream() -> None:
         recording = Recording(backend)
         port = port_on(recording, new_session())
         _warm(port)
-        doomed.inject(Fault(kind=FaultKind.KILL_SERVER, route=Route.START, match=" wait "))
+        doomed.inject(WireFault(kind=WireFaultKind.KILL_SERVER, route=Route.START, match=" wait "))
         result = _run(port, "op", "sleep 1")
         assert result.status == "uncertain"
         failure = recording.last(Wait)
@@ -227,7 +227,7 @@ def test_row_refused_by_e2b_429_on_start_launches_nothing(
     recording, port = world
     _warm(port)
     mark = _marker()
-    server.inject(Fault(kind=FaultKind.STATUS_429, route=Route.START, match=_START))
+    server.inject(WireFault(kind=WireFaultKind.STATUS_429, route=Route.START, match=_START))
     refused = _run(port, "op", server.mark(mark))
     # Uncertain, not an error: the call had already ensured the sandbox (a
     # side effect). Nothing launched, and the retry launches decisively.
@@ -246,7 +246,7 @@ def test_row_refused_by_e2b_429_on_create_and_a_bad_key(
 ) -> None:
     recording, port = world
     before = len(server.truth().sandboxes)
-    server.inject(Fault(kind=FaultKind.STATUS_429, route=Route.CREATE, times=4))
+    server.inject(WireFault(kind=WireFaultKind.STATUS_429, route=Route.CREATE, times=4))
     refused = _run(port, "op", "true")
     assert (refused.status, refused.content["executed"]) == ("error", False)
     failure = recording.last(sandrail.core.Ensure)
@@ -365,7 +365,9 @@ def test_row_sandbox_not_found_502_on_start_is_maybe_sent(
 ) -> None:
     recording, port = world
     _warm(port)
-    server.inject(Fault(kind=FaultKind.STATUS_502_NOT_FOUND, route=Route.START, match=_START))
+    server.inject(
+        WireFault(kind=WireFaultKind.STATUS_502_NOT_FOUND, route=Route.START, match=_START)
+    )
     result = _run(port, "op", "true")
     assert result.status == "uncertain"
     failure = recording.last(Start)
@@ -408,7 +410,9 @@ def test_c6_one_502_on_a_read_does_not_make_a_live_sandbox_dead(
     background = _run(port, "bg", "sleep 5", background=True)
     assert background.status == "ok", background.content
     server.inject(
-        Fault(kind=FaultKind.STATUS_502_NOT_FOUND, route=Route.START, match=" read ", times=1)
+        WireFault(
+            kind=WireFaultKind.STATUS_502_NOT_FOUND, route=Route.START, match=" read ", times=1
+        )
     )
     read = port.execute_sync(
         request(port, "read_command_output", "read", task_id=background.content["task_id"])
@@ -460,7 +464,7 @@ def test_row_unreachable_mid_request_stream_cut(
     recording, port = world
     _warm(port)
     mark = _marker()
-    server.inject(Fault(kind=FaultKind.CUT_STREAM, route=Route.START, match=call))
+    server.inject(WireFault(kind=WireFaultKind.CUT_STREAM, route=Route.START, match=call))
     cut = _run(port, "op", f"sleep 0.3; {server.mark(mark)}")
     assert cut.status == "uncertain"
     failure = recording.last(Start if call == _START else Wait)
@@ -482,7 +486,7 @@ def test_row_timed_out_start_answered_after_the_request_timeout(
     recording, port = world
     _warm(port)
     mark = _marker()
-    server.inject(Fault(kind=FaultKind.DELAY, route=Route.START, match=_START, seconds=3))
+    server.inject(WireFault(kind=WireFaultKind.DELAY, route=Route.START, match=_START, seconds=3))
     late = _run(port, "op", server.mark(mark))
     assert late.status == "uncertain"
     failure = recording.last(Start)
@@ -502,7 +506,7 @@ def test_row_timed_out_create_answered_late_finds_the_same_sandbox(server: Local
         recording = Recording(backend)
         port = port_on(recording, new_session())
         before = len(server.truth().sandboxes)
-        server.inject(Fault(kind=FaultKind.DELAY, route=Route.CREATE, seconds=2.5))
+        server.inject(WireFault(kind=WireFaultKind.DELAY, route=Route.CREATE, seconds=2.5))
         late = _run(port, "op", "true")
         assert late.status == "uncertain"
         failure = recording.last(sandrail.core.Ensure)

@@ -26,7 +26,7 @@ import pytest
 import sandrail
 from sandrail.core import OwnedCommand
 from sandrail.core._effects import Ensure, SandboxReady, Started, StartRefused
-from sandrail.interpreters._e2b_answers import NOT_STARTED_REFUSAL, parse_start
+from sandrail.interpreters._launcher_answers import NOT_STARTED_REFUSAL, parse_start
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.local_e2b import LocalE2B
 from tests.e2b_world import (

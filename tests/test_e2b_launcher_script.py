@@ -2,7 +2,7 @@
 bash in a temporary directory, without root (issue 19, item 9).
 
 One test per answer or state, in the order of the protocol in
-:mod:`sandrail.interpreters._e2b_launcher`. Each checks the answer's text
+:mod:`sandrail.interpreters._launcher_script`. Each checks the answer's text
 and reads it with the harness's own parser, so an answer the harness could
 not read fails here too. The same answers through the E2B backend, the SDK
 and local-e2b (with real user separation) are in ``test_e2b*.py``.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from sandrail.core._effects import Started, StartRefused
-from sandrail.interpreters._e2b_answers import (
+from sandrail.interpreters._launcher_answers import (
     parse_cancel,
     parse_init,
     parse_read,
@@ -568,7 +568,7 @@ def test_c17_discard_drops_a_staged_request_and_its_env(rig: LauncherRig) -> Non
 def test_the_rig_runs_the_script_as_shipped_but_for_its_two_places(rig: LauncherRig) -> None:
     """The copy differs from the shipped script in the two assignment lines
     the rig rewrites, and nowhere else."""
-    from sandrail.interpreters._e2b_launcher import LAUNCHER
+    from sandrail.interpreters._launcher_script import LAUNCHER
 
     shipped = LAUNCHER.splitlines()
     copy = rig.script.read_text().splitlines()

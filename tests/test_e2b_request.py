@@ -1,4 +1,4 @@
-"""The files a ``Start`` stages for the launcher (``_e2b_request``), without a
+"""The files a ``Start`` stages for the launcher (``_launcher_request``), without a
 sandbox: what each field becomes, and every refusal ``not_sent`` with a
 detail that never repeats a value (C16, C17). The same requests through the
 launcher are in ``test_e2b_launcher_script.py``, and through the SDK in
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sandrail.core._effects import Delivery, EffectFailure, Start
-from sandrail.interpreters._e2b_request import request_files, shell_int, utf8
+from sandrail.interpreters._launcher_request import request_files, shell_int, utf8
 
 KEY = b"k" * 32
 SECRET = "hunter2-hunter2"

@@ -22,7 +22,7 @@ import pyqwest
 import pytest
 from connectrpc.errors import ConnectError
 
-from sandrail.local_e2b import Fault, FaultKind, LocalE2B, Route, serve
+from sandrail.local_e2b import LocalE2B, Route, WireFault, WireFaultKind, serve
 from tests.local_e2b_helpers import chain, gone, wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="these tests assume real root (as CI)")
@@ -75,18 +75,18 @@ def test_envd_refused_is_unreachable_from_a_connection_error(
 def test_502_not_found_on_envd_is_sandbox_not_running(
     server: LocalE2B, box: e2b.AsyncSandbox
 ) -> None:
-    server.inject(Fault(kind=FaultKind.STATUS_502_NOT_FOUND, route=Route.START))
+    server.inject(WireFault(kind=WireFaultKind.STATUS_502_NOT_FOUND, route=Route.START))
     exc = _raised(box.commands.run("echo x"))
     assert chain(exc) == [e2b.SandboxNotRunningException, ConnectError]
-    server.inject(Fault(kind=FaultKind.STATUS_502_NOT_FOUND, route=Route.READ_FILE))
+    server.inject(WireFault(kind=WireFaultKind.STATUS_502_NOT_FOUND, route=Route.READ_FILE))
     assert chain(_raised(box.files.read("/etc/hostname"))) == [e2b.SandboxNotRunningException]
 
 
 def test_429_is_a_rate_limit_exception(server: LocalE2B, box: e2b.AsyncSandbox) -> None:
-    server.inject(Fault(kind=FaultKind.STATUS_429, route=Route.START))
+    server.inject(WireFault(kind=WireFaultKind.STATUS_429, route=Route.START))
     assert chain(_raised(box.commands.run("echo x"))) == [e2b.RateLimitException, ConnectError]
     # The control plane retries 429 three times: the fourth answer is final.
-    server.inject(Fault(kind=FaultKind.STATUS_429, route=Route.CREATE, times=4))
+    server.inject(WireFault(kind=WireFaultKind.STATUS_429, route=Route.CREATE, times=4))
     exc = _raised(e2b.AsyncSandbox.create(**server.sdk_options))
     assert chain(exc) == [e2b.RateLimitException]
     struck = [
@@ -97,7 +97,7 @@ def test_429_is_a_rate_limit_exception(server: LocalE2B, box: e2b.AsyncSandbox) 
 
 def test_a_create_answered_late_still_made_the_sandbox(server: LocalE2B) -> None:
     key = f"late-{uuid.uuid4().hex}"
-    server.inject(Fault(kind=FaultKind.DELAY, route=Route.CREATE, seconds=1.5))
+    server.inject(WireFault(kind=WireFaultKind.DELAY, route=Route.CREATE, seconds=1.5))
     exc = _raised(
         e2b.AsyncSandbox.create(idempotency_key=key, request_timeout=0.5, **server.sdk_options)
     )
@@ -112,7 +112,7 @@ def test_a_create_answered_late_still_made_the_sandbox(server: LocalE2B) -> None
 def test_a_stream_cut_after_the_start_event_is_unreachable_with_no_cause(
     server: LocalE2B, box: e2b.AsyncSandbox
 ) -> None:
-    server.inject(Fault(kind=FaultKind.CUT_STREAM, route=Route.START, match="cut-fg"))
+    server.inject(WireFault(kind=WireFaultKind.CUT_STREAM, route=Route.START, match="cut-fg"))
     exc = _raised(box.commands.run("sleep 0.3; echo cut-fg"))
     assert chain(exc) == [e2b.SandboxUnreachableException]
     (record,) = server.truth().launches("cut-fg")
@@ -120,7 +120,7 @@ def test_a_stream_cut_after_the_start_event_is_unreachable_with_no_cause(
     assert record.pid > 0
 
     async def background() -> BaseException:
-        server.inject(Fault(kind=FaultKind.CUT_STREAM, route=Route.START, match="cut-bg"))
+        server.inject(WireFault(kind=WireFaultKind.CUT_STREAM, route=Route.START, match="cut-bg"))
         handle = await box.commands.run("sleep 0.3; echo cut-bg", background=True)
         try:
             await handle.wait()
@@ -134,7 +134,9 @@ def test_a_stream_cut_after_the_start_event_is_unreachable_with_no_cause(
 def test_a_request_dropped_before_it_is_read_did_nothing(
     server: LocalE2B, box: e2b.AsyncSandbox
 ) -> None:
-    server.inject(Fault(kind=FaultKind.DROP_BEFORE_READ, route=Route.START, match="drop-before"))
+    server.inject(
+        WireFault(kind=WireFaultKind.DROP_BEFORE_READ, route=Route.START, match="drop-before")
+    )
     exc = _raised(box.commands.run("echo drop-before"))
     assert chain(exc) == [ConnectError, pyqwest.WriteError]
     assert server.truth().launches("drop-before") == ()
@@ -143,11 +145,13 @@ def test_a_request_dropped_before_it_is_read_did_nothing(
 def test_a_request_dropped_after_its_effect_looks_the_same_but_ran(
     server: LocalE2B, box: e2b.AsyncSandbox
 ) -> None:
-    server.inject(Fault(kind=FaultKind.DROP_AFTER_EFFECT, route=Route.START, match="drop-after"))
+    server.inject(
+        WireFault(kind=WireFaultKind.DROP_AFTER_EFFECT, route=Route.START, match="drop-after")
+    )
     exc = _raised(box.commands.run("echo drop-after"))
     assert chain(exc) == [ConnectError, pyqwest.WriteError]
     assert len(server.truth().launches("drop-after")) == 1
-    server.inject(Fault(kind=FaultKind.DROP_AFTER_EFFECT, route=Route.CREATE))
+    server.inject(WireFault(kind=WireFaultKind.DROP_AFTER_EFFECT, route=Route.CREATE))
     before = len(server.truth().sandboxes)
     exc = _raised(e2b.AsyncSandbox.create(**server.sdk_options))
     assert chain(exc) == [httpx.WriteError, pyqwest.WriteError]
@@ -180,7 +184,7 @@ def test_a_server_killed_mid_stream_leaves_nothing_running() -> None:
     with serve() as doomed:
         made = e2b.Sandbox.create(**doomed.sdk_options)
         sleeper = made.commands.run("sleep 60", background=True)
-        doomed.inject(Fault(kind=FaultKind.KILL_SERVER, route=Route.START, match="killme"))
+        doomed.inject(WireFault(kind=WireFaultKind.KILL_SERVER, route=Route.START, match="killme"))
 
         async def run() -> BaseException:
             box = await e2b.AsyncSandbox.connect(made.sandbox_id, **doomed.sdk_options)
@@ -203,9 +207,9 @@ def test_a_server_killed_mid_stream_leaves_nothing_running() -> None:
 
 
 def test_faults_can_be_listed_and_clear_themselves(server: LocalE2B) -> None:
-    server.inject(Fault(kind=FaultKind.STATUS_429, route=Route.LIST, times=2))
+    server.inject(WireFault(kind=WireFaultKind.STATUS_429, route=Route.LIST, times=2))
     assert [(fault.kind, left) for fault, left in server.pending_faults()] == [
-        (FaultKind.STATUS_429, 2)
+        (WireFaultKind.STATUS_429, 2)
     ]
     server.clear_faults()
     assert server.pending_faults() == []

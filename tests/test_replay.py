@@ -22,8 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sandrail
+from sandrail import replay_file
+from sandrail import replay_port as build_replay_port
 from sandrail.cli.replay import replay as replay_command
 from sandrail.core import (
+    BACKEND_LABELS,
     Allow,
     ApprovalRequired,
     ArtifactRef,
@@ -69,10 +72,6 @@ from sandrail.interpreters.replay import (
     encode_outcome,
     load_cassette,
     parse_cassette,
-    replay_file,
-)
-from sandrail.interpreters.replay import (
-    replay_port as build_replay_port,
 )
 from sandrail.interpreters.simulator import Simulator
 from tests.golden import record as golden
@@ -110,14 +109,24 @@ OUTCOMES = (
 )
 
 
+_STATED = {
+    # A backend's label and boundary are plain strings that validators bound.
+    "backend": st.sampled_from((*BACKEND_LABELS, "other-1")),
+    "boundary": st.none()
+    | st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=244),
+}
+
+
 def _strategy(cls: type) -> st.SearchStrategy[Any]:
-    """``st.from_type`` with finite floats (JSON has no NaN) for float fields."""
-    floats = {
+    """``st.from_type`` with finite floats (JSON has no NaN) for float fields,
+    and backend labels and boundaries as backends may state them."""
+    fields = attrs.fields(attrs.resolve_types(cls))
+    given = {
         field.name: st.floats(allow_nan=False, allow_infinity=False)
-        for field in attrs.fields(attrs.resolve_types(cls))
+        for field in fields
         if field.type is float
-    }
-    return st.builds(cls, **floats) if floats else st.from_type(cls)
+    } | {field.name: _STATED[field.name] for field in fields if field.name in _STATED}
+    return st.builds(cls, **given) if given else st.from_type(cls)
 
 
 def _through_line(data: Any) -> Any:

@@ -452,7 +452,7 @@ def test_c15_a_cancelled_call_leaves_no_artifact_open(tmp_path: Path) -> None:
 
 
 def test_c15_a_streamed_artifact_records_and_replays(tmp_path: Path) -> None:
-    from sandrail.interpreters.replay import replay_file
+    from sandrail import replay_file
 
     path = tmp_path / "streamed.jsonl"
     recorder = Recorder(Simulator(scripts={"big": Script.prints("r" * 6_000)}), path)
@@ -753,7 +753,7 @@ def test_c17_a_recorded_call_whose_reference_shows_a_named_secret_replays(tmp_pa
     """From outside attack 7: a reference showing a value the recorder masks
     (``Recorder(secrets=...)``) is not named live either, so the recording
     replays exactly and holds no trace of the value."""
-    from sandrail.interpreters.replay import replay_file
+    from sandrail import replay_file
 
     named = "NamedSecret!!42"
     path = tmp_path / "named.jsonl"

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from sandrail.interpreters.simulator import FaultKind
+from sandrail.interpreters.simulator import FAULT_TABLE, FaultKind
 from sandrail.testing._faults import TRANSIENT_KINDS
 from sandrail.testing._judge import CONTRACT_LINES, Violation
 from sandrail.testing._record_faults import RECORD_FAULT_KINDS as RECORD_KINDS
@@ -31,27 +31,23 @@ __all__ = [
 ]
 
 UNREACHABLE: dict[tuple[str, str], str] = {
-    (kind.value, "ok"): "a struck sandbox effect fails or flips the harness: never ok"
-    for kind in FaultKind
+    (kind.value, status): row.unreachable
+    for kind, row in FAULT_TABLE.items()
+    for status in STATUSES
+    if status not in row.reaches
 } | {
     (kind, "ok"): "a struck record read or write fails the call: never ok" for kind in RECORD_KINDS
 }
-"""Coverage cells (fault kind, status of the struck call) no plan can reach, and why."""
+"""Coverage cells (fault kind, status of the struck call) no plan can reach,
+and why (the fault table's ``reaches`` and ``unreachable``)."""
 
 _TRANSIENT = tuple(kind.value for kind in TRANSIENT_KINDS) + RECORD_KINDS
 """Kinds after which a retry must be decisive: the record's are transient too."""
 
 UNCERTAIN_RETRY_CLASSES: Mapping[str, str] = {
-    FaultKind.LEDGER_WIPED.value: (
-        "the task's claim, output and state were deleted (by the fault, or by a command "
-        "in the workload): the sandbox cannot show the first launch, nor prove it never "
-        "happened (claim_lost), so the retry launches nothing and says uncertain"
-    ),
-    FaultKind.SANDBOX_DIES.value: (
-        "the sandbox and everything the command did died with it: the retry cannot reach "
-        "it, and what ran before is unknowable (never 'nothing ran' once its key may "
-        "have started the task)"
-    ),
+    kind.value: row.retry_may_stay_uncertain
+    for kind, row in FAULT_TABLE.items()
+    if row.retry_may_stay_uncertain is not None
 }
 """Why a retry after an evidence-destroying fault may stay uncertain."""
 

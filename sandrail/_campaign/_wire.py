@@ -53,7 +53,7 @@ from sandrail.core import (
     Start,
     Wait,
 )
-from sandrail.interpreters.simulator import FaultKind, SimulatedHarness
+from sandrail.interpreters.simulator import FAULT_TABLE, FaultKind, SimulatedHarness
 from sandrail.testing._calls import Mode
 from sandrail.testing._commands import SECRET
 from sandrail.testing._execute import PlanOutcome, run_and_judge
@@ -68,10 +68,10 @@ __all__ = [
     "DEFAULT_WIRE_PLANS",
     "NO_WIRE_EQUIVALENT",
     "WIRE_KINDS",
-    "WireFault",
     "WireKind",
     "WireMapping",
     "WirePlan",
+    "WirePlanFault",
     "WireReport",
     "run_wire_campaign",
     "run_wire_plan",
@@ -110,64 +110,46 @@ class WireMapping:
     how: str
 
 
-WIRE_KINDS: Mapping[WireKind, WireMapping] = {
-    WireKind.REFUSE: WireMapping(
-        FaultKind.NOT_DELIVERED,
-        True,
-        "the listener of the effect's decisive request refuses connections while it runs",
+_HOW: Mapping[WireKind, str] = {
+    WireKind.REFUSE: (
+        "the listener of the effect's decisive request refuses connections while it runs"
     ),
-    WireKind.STATUS_429: WireMapping(
-        FaultKind.NOT_DELIVERED, True, "the decisive request is answered 429, not served"
-    ),
-    WireKind.DROP_BEFORE_READ: WireMapping(
-        FaultKind.NOT_DELIVERED,
-        True,
+    WireKind.STATUS_429: "the decisive request is answered 429, not served",
+    WireKind.DROP_BEFORE_READ: (
         "the connection is reset before the request is read (the client cannot tell it "
-        "from a drop after the effect: maybe sent)",
+        "from a drop after the effect: maybe sent)"
     ),
-    WireKind.DROP_AFTER_EFFECT: WireMapping(
-        FaultKind.RESPONSE_LOST, True, "served, then the connection is reset before the answer"
+    WireKind.DROP_AFTER_EFFECT: "served, then the connection is reset before the answer",
+    WireKind.CUT_STREAM: "served, the answer cut after its first stream message",
+    WireKind.DELAY: (
+        f"served at once, the answer held {_DELAY_SECONDS:g} s: past the client's timeout"
     ),
-    WireKind.CUT_STREAM: WireMapping(
-        FaultKind.RESPONSE_LOST, True, "served, the answer cut after its first stream message"
+    WireKind.STATUS_502_NOT_FOUND: (
+        "the edge answers 502 'sandbox not found', and the sandbox is killed"
     ),
-    WireKind.DELAY: WireMapping(
-        FaultKind.HANG,
-        True,
-        f"served at once, the answer held {_DELAY_SECONDS:g} s: past the client's timeout",
-    ),
-    WireKind.STATUS_502_NOT_FOUND: WireMapping(
-        FaultKind.SANDBOX_DIES,
-        False,
-        "the edge answers 502 'sandbox not found', and the sandbox is killed",
-    ),
-    WireKind.KILL_SERVER: WireMapping(
-        FaultKind.SANDBOX_DIES,
-        False,
-        "the answer is cut and the whole server dies (every sandbox with it)",
-    ),
-    WireKind.LEDGER_WIPED: WireMapping(
-        FaultKind.LEDGER_WIPED,
-        False,
-        "a root command deletes the task claims and their log, before or after the effect",
+    WireKind.KILL_SERVER: "the answer is cut and the whole server dies (every sandbox with it)",
+    WireKind.LEDGER_WIPED: (
+        "a root command deletes the task claims and their log, before or after the effect"
     ),
 }
-"""Every wire kind, the campaign kind it stands for, and how it strikes."""
+"""How each wire kind strikes (what it stands for is the fault table's)."""
+
+WIRE_KINDS: Mapping[WireKind, WireMapping] = {
+    WireKind(wire): WireMapping(kind, row.transient, _HOW[WireKind(wire)])
+    for kind, row in FAULT_TABLE.items()
+    for wire in row.wire
+}
+"""Every wire kind, the campaign kind whose row of the fault table names it
+(and so whether it is transient), and how it strikes."""
+
+if set(WIRE_KINDS) != set(WireKind):  # pragma: no cover - a wire kind no row names
+    raise ImportError(f"wire kinds no fault-table row names: {set(WireKind) - set(WIRE_KINDS)}")
 
 NO_WIRE_EQUIVALENT: Mapping[FaultKind, str] = {
-    FaultKind.DELIVERED_LATE: (
-        "the server holds answers, not requests: a request that arrives after its "
-        "caller gave up is the simulator's (and the kit's FaultyBackend's)"
-    ),
-    FaultKind.MALFORMED_RESPONSE: (
-        "a garbled launcher answer is no network fault (the E2B tests garble answers directly)"
-    ),
-    FaultKind.ABORT: "a harness event (its cancel token), not the wire's",
-    FaultKind.AUTHORITY_LOST: "a harness event (its lease), not the wire's",
-    FaultKind.REQUEST_MUTATED: "a harness event (its request object), not the wire's",
+    kind: row.no_wire for kind, row in FAULT_TABLE.items() if row.no_wire is not None
 }
-"""Campaign kinds the wire campaign cannot strike, and why (the simulator's
-campaign strikes them)."""
+"""Campaign kinds the wire campaign cannot strike, and why (the fault
+table's ``no_wire``; the simulator's campaign strikes them)."""
 
 TRANSIENT_WIRE_KINDS: tuple[WireKind, ...] = tuple(
     kind for kind, mapping in WIRE_KINDS.items() if mapping.transient
@@ -193,11 +175,11 @@ _SERVER_KINDS = {
     WireKind.STATUS_502_NOT_FOUND: "status_502_not_found",
     WireKind.KILL_SERVER: "kill_server",
 }
-"""Wire kinds the server's fault book strikes (by its FaultKind value)."""
+"""Wire kinds the server's fault book strikes (by its WireFaultKind value)."""
 
 
 @attrs.frozen
-class WireFault:
+class WirePlanFault:
     """One fault of a plan: ``kind`` on the ``occurrence``-th (from 0)
     sandbox effect named ``effect``; ``when`` says whether a wipe comes
     before or after the effect (``"on"`` for faults on its request)."""
@@ -210,7 +192,7 @@ class WireFault:
     def __str__(self) -> str:
         when = "" if self.when == "on" else f", when={self.when!r}"
         return (
-            f"WireFault(effect={self.effect!r}, occurrence={self.occurrence}, "
+            f"WirePlanFault(effect={self.effect!r}, occurrence={self.occurrence}, "
             f"kind=WireKind.{self.kind.name}{when})"
         )
 
@@ -221,7 +203,7 @@ class WirePlan:
 
     mode: Mode
     workload: str
-    fault: WireFault
+    fault: WirePlanFault
 
     def __str__(self) -> str:
         return f"workload {self.mode}/{self.workload!r}: {self.fault}"
@@ -278,8 +260,8 @@ class WireStrike:
         self.inner = inner
         self.server = server
         self.target = target
-        self.fault: WireFault | None = None
-        self.faults_fired: list[WireFault] = []
+        self.fault: WirePlanFault | None = None
+        self.faults_fired: list[WirePlanFault] = []
         self.held: list[Any] = []
         self.late_deliveries: list[Any] = []
         self.observed: list[tuple[str, int]] = []
@@ -328,8 +310,8 @@ class WireStrike:
             self._sandboxes[(effect.session_id, effect.owner_key)] = outcome.sandbox_id
         return outcome
 
-    async def _strike(self, effect: Effect, fault: WireFault) -> Any:
-        from sandrail.local_e2b import Fault, FaultKind, Route
+    async def _strike(self, effect: Effect, fault: WirePlanFault) -> Any:
+        from sandrail.local_e2b import Route, WireFault, WireFaultKind
 
         server = self.server
         route, match = _DECISIVE[type(effect)]
@@ -340,8 +322,8 @@ class WireStrike:
             server.refuse(Route(route).listener)
         elif fault.kind in _SERVER_KINDS:
             server.inject(
-                Fault(
-                    kind=FaultKind(_SERVER_KINDS[fault.kind]),
+                WireFault(
+                    kind=WireFaultKind(_SERVER_KINDS[fault.kind]),
                     route=Route(route),
                     match=match,
                     seconds=_DELAY_SECONDS,
@@ -383,7 +365,7 @@ class WireStrike:
                 await asyncio.to_thread(self.target.kill_sandbox, sandbox_id)
 
 
-def _world(server: Any, fault: WireFault | None) -> tuple[World, WireStrike]:
+def _world(server: Any, fault: WirePlanFault | None) -> tuple[World, WireStrike]:
     from sandrail.local_e2b import e2b_target
 
     target = e2b_target(server, request_timeout_seconds=REQUEST_TIMEOUT_SECONDS)
@@ -409,7 +391,7 @@ class WireOutcome:
     observed: tuple[tuple[str, int], ...] = ()
 
 
-def run_wire_plan(workload: Workload, fault: WireFault | None, server: Any) -> WireOutcome:
+def run_wire_plan(workload: Workload, fault: WirePlanFault | None, server: Any) -> WireOutcome:
     """Run ``workload`` on the E2B interpreter against ``server`` with
     ``fault`` struck on the wire (none: a fault-free run that observes which
     effects can be struck); judge it."""
@@ -462,7 +444,7 @@ def wire_plans(
                     ("before", "after") if kind is WireKind.LEDGER_WIPED else ("on",)
                 )
                 for when in whens:
-                    fault = WireFault(effect, occurrence, kind, when)
+                    fault = WirePlanFault(effect, occurrence, kind, when)
                     by_kind[kind].append(WirePlan(mode, name, fault))
     rng = random.Random(f"sandrail-wire:{seed}")
     for plans in by_kind.values():

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from sandrail import replay_file
 from sandrail.interpreters.replay import (
     MAX_CASSETTE_BYTES,
     CallEntry,
@@ -28,7 +29,6 @@ from sandrail.interpreters.replay import (
     StepEntry,
     load_cassette,
     render,
-    replay_file,
 )
 
 __all__ = ["replay"]

@@ -4,12 +4,12 @@ machine (DESIGN §9). A development and test tool, not a security boundary.
 
 ::
 
-    from sandrail.local_e2b import Fault, FaultKind, Route, serve
+    from sandrail.local_e2b import WireFault, WireFaultKind, Route, serve
 
     with serve() as server:
         sandbox = e2b.Sandbox.create(**server.sdk_options)
         sandbox.commands.run("echo hi").stdout          # 'hi\\n'
-        with server.fault(Fault(kind=FaultKind.CUT_STREAM, route=Route.START)):
+        with server.fault(WireFault(kind=WireFaultKind.CUT_STREAM, route=Route.START)):
             ...                                           # the SDK's real exception
         server.truth().processes                         # what really ran
 
@@ -23,7 +23,7 @@ id): ``check_backend(lambda: e2b_target(server))``.
 from typing import Any
 
 from ._admin import AdminError
-from ._faults import Fault, FaultKind, Route
+from ._faults import Route, WireFault, WireFaultKind
 from ._isolation import IsolationError
 from ._serve import LocalE2B, serve
 from ._truth import (
@@ -37,8 +37,6 @@ from ._truth import (
 
 __all__ = [
     "AdminError",
-    "Fault",
-    "FaultKind",
     "GroundTruth",
     "IsolationError",
     "LocalE2B",
@@ -48,6 +46,8 @@ __all__ = [
     "Route",
     "SandboxRecord",
     "SignalRecord",
+    "WireFault",
+    "WireFaultKind",
     "e2b_target",
     "serve",
 ]

@@ -3,7 +3,7 @@
 Pure data and matching: the proxy (``_proxy``) asks a :class:`FaultBook`
 which fault, if any, strikes a request, and carries it out.
 
-Strategy: a fault is a plain value (:class:`Fault`) so a test can build it,
+Strategy: a fault is a plain value (:class:`WireFault`) so a test can build it,
 print it and compare it. The book holds armed faults in order; the first
 armed fault whose route and body text match a request strikes it and uses up
 one of its ``times``. Refusing connections is not per request (the route is
@@ -22,11 +22,11 @@ import attrs
 
 __all__ = [
     "LISTENERS",
-    "Fault",
     "FaultBook",
-    "FaultKind",
     "Listener",
     "Route",
+    "WireFault",
+    "WireFaultKind",
     "route_of",
 ]
 
@@ -85,7 +85,7 @@ def route_of(method: str, path: str) -> Route | None:
     return _BY_TEXT.get(f"{method.upper()} {path}")
 
 
-class FaultKind(enum.StrEnum):
+class WireFaultKind(enum.StrEnum):
     """What a fault does to the request it strikes.
 
     - ``DROP_BEFORE_READ``: the connection is reset as soon as the request
@@ -120,7 +120,7 @@ def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -
 
 
 @attrs.frozen(kw_only=True)
-class Fault:
+class WireFault:
     """One armed wire fault.
 
     ``route`` picks the requests it may strike (``Route.ANY`` for all);
@@ -131,7 +131,7 @@ class Fault:
     ``KILL_SERVER``.
     """
 
-    kind: FaultKind = attrs.field(converter=FaultKind)
+    kind: WireFaultKind = attrs.field(converter=WireFaultKind)
     route: Route = attrs.field(default=Route.ANY, converter=Route)
     match: str | None = None
     times: int = attrs.field(default=1, validator=_positive)
@@ -150,7 +150,7 @@ class Fault:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Fault:
+    def from_dict(cls, data: Mapping[str, Any]) -> WireFault:
         """The inverse of :meth:`to_dict`; raises ``ValueError`` or
         ``TypeError`` for a malformed value."""
         return cls(**{key: data[key] for key in data if key in attrs.fields_dict(cls)})
@@ -158,7 +158,7 @@ class Fault:
 
 @attrs.define
 class _Armed:
-    fault: Fault
+    fault: WireFault
     left: int
 
 
@@ -173,7 +173,7 @@ class FaultBook:
         self._armed: list[_Armed] = []
         self._refusing: set[Listener] = set()
 
-    def arm(self, fault: Fault) -> None:
+    def arm(self, fault: WireFault) -> None:
         """Arm ``fault`` after those already armed."""
         with self._lock:
             self._armed.append(_Armed(fault, fault.times))
@@ -207,7 +207,7 @@ class FaultBook:
                 for armed in self._armed
             )
 
-    def strike(self, route: Route | None, body: bytes | None) -> Fault | None:
+    def strike(self, route: Route | None, body: bytes | None) -> WireFault | None:
         """The fault that strikes this request, using up one of its times,
         or ``None``. ``body`` is the request body, or ``None`` when it was not
         read (then a fault with ``match`` cannot strike)."""
@@ -225,7 +225,7 @@ class FaultBook:
                 return fault
         return None
 
-    def pending(self) -> list[tuple[Fault, int]]:
+    def pending(self) -> list[tuple[WireFault, int]]:
         """Armed faults with the number of strikes each has left."""
         with self._lock:
             return [(armed.fault, armed.left) for armed in self._armed]

@@ -34,8 +34,8 @@ from typing import Any
 import attrs
 
 from sandrail.core import Effect, SandboxReady, SandboxState, Start
-from sandrail.interpreters._e2b_launcher import LAUNCHER_NAME, LEDGER
 from sandrail.interpreters.e2b import E2BBackend
+from sandrail.interpreters.launcher import LAUNCHER_NAME, LEDGER
 from sandrail.testing import Target
 
 from ._serve import LocalE2B

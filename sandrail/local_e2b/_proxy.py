@@ -27,7 +27,7 @@ from collections.abc import Callable
 import h11
 
 from ._envd import not_found_body
-from ._faults import Fault, FaultBook, FaultKind, Listener, Route, route_of
+from ._faults import FaultBook, Listener, Route, WireFault, WireFaultKind, route_of
 from ._truth import TruthLog
 
 __all__ = ["Proxy"]
@@ -207,7 +207,7 @@ class Proxy:
         request: h11.Request,
         route: Route | None,
         status: int | None,
-        fault: Fault | None,
+        fault: WireFault | None,
     ) -> None:
         method = request.method.decode()
         path = request.target.decode("latin-1").split("?", 1)[0]
@@ -282,14 +282,14 @@ class Proxy:
         body = await self._body(conn, reader) if self._faults.wants_body(route) else None
         fault = self._faults.strike(route, body)
         kind = None if fault is None else fault.kind
-        if kind is FaultKind.DROP_BEFORE_READ:
+        if kind is WireFaultKind.DROP_BEFORE_READ:
             self._record(tally, request, route, None, fault)
             _reset(writer)
             raise _Closed
-        if kind in (FaultKind.STATUS_429, FaultKind.STATUS_502_NOT_FOUND):
+        if kind in (WireFaultKind.STATUS_429, WireFaultKind.STATUS_502_NOT_FOUND):
             if body is None:
                 await self._body(conn, reader)
-            if kind is FaultKind.STATUS_429:
+            if kind is WireFaultKind.STATUS_429:
                 status, value = (
                     429,
                     {"code": 429, "message": "Rate limit exceeded, please try again later"},
@@ -316,7 +316,7 @@ class Proxy:
         request: h11.Request,
         route: Route | None,
         body: bytes | None,
-        fault: Fault | None,
+        fault: WireFault | None,
         up_reader: asyncio.StreamReader,
         up_writer: asyncio.StreamWriter,
     ) -> None:
@@ -404,7 +404,7 @@ class Proxy:
                         await task
 
     def _gone(
-        self, tally: _Tally, request: h11.Request, route: Route | None, fault: Fault | None
+        self, tally: _Tally, request: h11.Request, route: Route | None, fault: WireFault | None
     ) -> None:
         """The client went away before its answer was complete."""
         if not tally.number:
@@ -417,7 +417,7 @@ class Proxy:
         tally: _Tally,
         request: h11.Request,
         route: Route | None,
-        fault: Fault | None,
+        fault: WireFault | None,
         up: h11.Connection,
         up_reader: asyncio.StreamReader,
     ) -> None:
@@ -433,11 +433,11 @@ class Proxy:
             raise _Closed from None
         if not isinstance(response, h11.Response):
             raise _Closed
-        if kind is FaultKind.DROP_AFTER_EFFECT:
+        if kind is WireFaultKind.DROP_AFTER_EFFECT:
             self._record(tally, request, route, None, fault)
             _reset(writer)
             raise _Closed
-        if kind is FaultKind.DELAY and fault is not None:
+        if kind is WireFaultKind.DELAY and fault is not None:
             await asyncio.sleep(fault.seconds)
         self._record(tally, request, route, response.status_code, fault)
         headers = [(k, v) for k, v in response.headers if k not in _HOP]
@@ -449,7 +449,9 @@ class Proxy:
             )
         )
         await writer.drain()
-        cutting = kind in (FaultKind.CUT_STREAM, FaultKind.KILL_SERVER) and fault is not None
+        cutting = (
+            kind in (WireFaultKind.CUT_STREAM, WireFaultKind.KILL_SERVER) and fault is not None
+        )
         is_stream = b"connect+" in dict(response.headers).get(b"content-type", b"")
         seen = bytearray()
         if cutting and not is_stream:
@@ -473,8 +475,8 @@ class Proxy:
             else:
                 raise _Closed
 
-    def _cut(self, writer: asyncio.StreamWriter, kind: FaultKind | None) -> None:
-        if kind is FaultKind.KILL_SERVER:
+    def _cut(self, writer: asyncio.StreamWriter, kind: WireFaultKind | None) -> None:
+        if kind is WireFaultKind.KILL_SERVER:
             self._kill()
         writer.close()
         raise _Closed

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ._admin import admin_call
-from ._faults import Fault, Listener
+from ._faults import Listener, WireFault
 from ._isolation import IsolationError, Mark, kill_namespaces
 from ._truth import GroundTruth, TruthReader
 
@@ -101,12 +101,12 @@ class LocalE2B:
     def _admin(self, request: dict[str, Any]) -> dict[str, Any]:
         return admin_call(self._state / "admin.sock", request)
 
-    def inject(self, fault: Fault) -> None:
+    def inject(self, fault: WireFault) -> None:
         """Arm ``fault``: it strikes the next ``fault.times`` matching requests."""
         self._admin({"op": "arm", "fault": fault.to_dict()})
 
     @contextlib.contextmanager
-    def fault(self, fault: Fault) -> Iterator[None]:
+    def fault(self, fault: WireFault) -> Iterator[None]:
         """Arm ``fault`` for the ``with`` block; every fault is cleared after it."""
         self.inject(fault)
         try:
@@ -124,10 +124,10 @@ class LocalE2B:
         """Disarm every fault and listen again on both listeners."""
         self._admin({"op": "clear"})
 
-    def pending_faults(self) -> list[tuple[Fault, int]]:
+    def pending_faults(self) -> list[tuple[WireFault, int]]:
         """Armed faults and how many more requests each will strike."""
         answer = self._admin({"op": "pending"})
-        return [(Fault.from_dict(raw), left) for raw, left in answer["faults"]]
+        return [(WireFault.from_dict(raw), left) for raw, left in answer["faults"]]
 
     def stop(self) -> None:
         """Stop the server and every process it started; remove its files.
@@ -216,8 +216,8 @@ def serve(
     - ``max_upload_bytes``: the largest file body ``POST /files`` accepts
       (413 beyond).
 
-    Ground truth: ``server.truth()``. Wire faults: ``server.inject(Fault(...))``
-    or ``with server.fault(Fault(...)):``, ``server.refuse("api")``,
+    Ground truth: ``server.truth()``. Wire faults: ``server.inject(WireFault(...))``
+    or ``with server.fault(WireFault(...)):``, ``server.refuse("api")``,
     ``server.clear_faults()``.
     """
     home = Path(tempfile.mkdtemp(prefix="sandrail-local-e2b-"))

@@ -25,7 +25,7 @@ import uvicorn
 from ._admin import serve_admin
 from ._control_plane import ControlPlane
 from ._envd import Envd
-from ._faults import LISTENERS, Fault, FaultBook
+from ._faults import LISTENERS, FaultBook, WireFault
 from ._filesystem_rpc import FilesystemService, filesystem_app
 from ._isolation import Isolation, detect_isolation
 from ._marks import Marks
@@ -161,7 +161,7 @@ async def run_server(
     async def admin(request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "arm":
-            faults.arm(Fault.from_dict(request["fault"]))
+            faults.arm(WireFault.from_dict(request["fault"]))
         elif op == "refuse":
             listener = request["listener"]
             faults.refuse(listener, bool(request["on"]))

@@ -101,7 +101,7 @@ class RequestRecord:
     """One request as the server's front door saw it: ``route`` is the
     :class:`Route` value (``None`` for a path the SDK never uses), ``status``
     the HTTP status answered (``None`` when no answer was sent), ``fault`` the
-    :class:`FaultKind` value that struck it, if any."""
+    :class:`WireFaultKind` value that struck it, if any."""
 
     listener: str
     method: str

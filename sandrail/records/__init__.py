@@ -29,9 +29,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from sandrail._ownership import LOCATOR_FIELDS, Answer, OwnershipRecord, RecordError, merge_owned
+
 from ._legacy import Migration, migrate_json_lines
 from ._postgres import PostgresRecord
-from ._protocol import LOCATOR_FIELDS, Answer, OwnershipRecord, RecordError, merge_owned
 from ._reconcile import Reconciliation, reconcile, unresolved
 from ._sqlite import SQLiteRecord
 

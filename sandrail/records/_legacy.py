@@ -18,9 +18,9 @@ import attrs
 import cattrs
 
 import sandrail
+from sandrail._ownership import _TASK_ID, OwnershipRecord, RecordError, merge_owned
 from sandrail.core import OwnedCommand, ToolCall, ToolRequest
 
-from ._protocol import _TASK_ID, OwnershipRecord, RecordError, merge_owned
 from ._sqlite import SQLITE_MAGIC
 
 __all__ = ["CLI_AGENT", "Migration", "migrate_json_lines"]

@@ -30,10 +30,10 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from sandrail._ownership import Answer, RecordError, answer_from_row, owned_from_row
 from sandrail.core import OwnedCommand, Owner, ToolRequest
 
 from ._cutoff import bounded
-from ._protocol import Answer, RecordError, answer_from_row, owned_from_row
 from ._tables import (
     POSTGRES,
     SCHEMA_VERSION,

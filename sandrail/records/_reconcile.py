@@ -18,9 +18,8 @@ from typing import Any, Literal
 import attrs
 
 import sandrail
+from sandrail._ownership import Answer, OwnershipRecord, RecordError
 from sandrail.core import ErrorCode, ToolCall, ToolRequest, ToolResult
-
-from ._protocol import Answer, OwnershipRecord, RecordError
 
 __all__ = ["Reconciliation", "reconcile", "unresolved"]
 

@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
+from sandrail._ownership import Answer, RecordError, answer_from_row, merge_owned, owned_from_row
 from sandrail.core import OwnedCommand, Owner, ToolRequest
 
-from ._protocol import Answer, RecordError, answer_from_row, merge_owned, owned_from_row
 from ._tables import (
     OWNED_COLUMNS,
     SCHEMA_VERSION,

@@ -15,9 +15,8 @@ from typing import Any, Final
 
 import attrs
 
+from sandrail._ownership import Answer, RecordError, dumps
 from sandrail.core import OwnedCommand, Owner, ToolRequest, task_id
-
-from ._protocol import Answer, RecordError, dumps
 
 __all__ = [
     "ANSWER_COLUMNS",

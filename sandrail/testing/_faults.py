@@ -2,8 +2,9 @@
 interpreter the kit knows nothing about.
 
 :class:`FaultyBackend` wraps a backend (sync or async) and strikes the
-effects a :class:`~sandrail.interpreters.simulator.FaultPlan` names, with the
-same meaning as in the simulator (its module documentation holds the table):
+effects a :class:`~sandrail.interpreters.simulator.FaultPlan` names by
+running the same rows of :data:`~sandrail.interpreters.simulator.FAULT_TABLE`
+as the simulator (only how a step is done differs):
 the request not delivered, delivered with its answer lost or garbled,
 delivered late, hanging, the harness aborting, losing its authority or
 changing its request, the sandbox dying or its ledger being wiped. The last
@@ -26,7 +27,6 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from sandrail.core import (
-    Delivery,
     Effect,
     EffectFailure,
     Ensure,
@@ -37,26 +37,28 @@ from sandrail.core import (
     SandboxState,
 )
 from sandrail.interpreters._drivers import is_asynchronous
-from sandrail.interpreters._sim_faults import deliver_held, deliver_held_async
-from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, SimulatedHarness
+from sandrail.interpreters._sim_faults import (
+    deliver_held,
+    deliver_held_async,
+    harness_step,
+    strike,
+    strike_async,
+)
+from sandrail.interpreters.simulator import (
+    FAULT_TABLE,
+    TRANSIENT_KINDS,
+    Fault,
+    FaultKind,
+    FaultPlan,
+    SimulatedHarness,
+    Step,
+)
 
 from ._truth import Target
 
 __all__ = ["TRANSIENT_KINDS", "FaultyBackend"]
 
-TRANSIENT_KINDS: tuple[FaultKind, ...] = tuple(
-    kind for kind in FaultKind if kind not in (FaultKind.SANDBOX_DIES, FaultKind.LEDGER_WIPED)
-)
-"""Fault kinds that destroy no evidence: after one, a retry with the same
-operation key can always tell what happened (a dead sandbox or a wiped
-ledger take the evidence with them)."""
-
 LateDelivery = Literal["next_effect", "manual"]
-
-_NEEDS: dict[FaultKind, str] = {
-    FaultKind.SANDBOX_DIES: "kill_sandbox",
-    FaultKind.LEDGER_WIPED: "wipe_ledger",
-}
 
 
 class FaultyBackend:
@@ -108,14 +110,14 @@ class FaultyBackend:
         if missing:
             raise ValueError(
                 f"{missing[0].kind.value} faults need the target's "
-                f"{_NEEDS[missing[0].kind]}(sandbox_id) control"
+                f"{FAULT_TABLE[missing[0].kind].needs}(sandbox_id) control"
             )
         self.controls = controls
 
     @staticmethod
     def supports(target: Target, kind: FaultKind) -> bool:
         """Whether ``kind`` can strike on ``target`` (some need world controls)."""
-        needed = _NEEDS.get(kind)
+        needed = FAULT_TABLE[kind].needs
         return needed is None or getattr(target, needed) is not None
 
     @property
@@ -150,7 +152,7 @@ class FaultyBackend:
         fault = self._fault_for(effect)
         if fault is None:
             return self._inner_sync(effect)
-        return _strike_sync(self, effect, fault)
+        return strike(fault, lambda: self._inner_sync(effect), self._act(effect), self._cancelled)
 
     async def _call_async(self, effect: Effect) -> Any:
         if self.late_delivery == "next_effect":
@@ -158,7 +160,30 @@ class FaultyBackend:
         fault = self._fault_for(effect)
         if fault is None:
             return await self._inner_async(effect)
-        return await _strike_async(self, effect, fault)
+        return await strike_async(
+            fault, lambda: self._inner_async(effect), self._act(effect), self._cancelled
+        )
+
+    def _cancelled(self) -> bool:
+        return self.harness.cancel_token.cancelled
+
+    def _act(self, effect: Effect) -> Callable[[Step], None]:
+        """How this backend does a fault's steps other than ``apply``."""
+
+        def act(step: Step) -> None:
+            if harness_step(self.harness, step):
+                return
+            if step == "hold":
+                self.held.append(effect)  # type: ignore[arg-type]
+            elif step == "hang":
+                if not self.harness.cancel_token.cancelled:
+                    self.hang()
+            elif step == "kill":
+                self.kill(effect)
+            else:
+                self.wipe(effect)
+
+        return act
 
     def _fault_for(self, effect: Effect) -> Fault | None:
         name = type(effect).__name__
@@ -221,93 +246,3 @@ class FaultyBackend:
         controls = self.controls
         if sandbox_id is not None and controls is not None and controls.wipe_ledger is not None:
             controls.wipe_ledger(sandbox_id)
-
-
-# Strategy: one fault is a short script of steps (flip the harness, apply the
-# effect, kill, wipe, raise). The two drivers below differ only in how they
-# apply the effect (call, or await), so the script is written once, as data.
-
-_Step = Literal["apply", "flip", "kill", "wipe", "hang", "cancel"]
-_Script = tuple[tuple[_Step, ...], str | None]
-"""The steps in order, then the failure to raise (``None``: return the outcome)."""
-
-
-def _script(fault: Fault) -> _Script:
-    after = fault.when == "after"
-    match fault.kind:
-        case FaultKind.NOT_DELIVERED:
-            return (), "connect failed"
-        case FaultKind.RESPONSE_LOST:
-            return ("apply",), "response lost"
-        case FaultKind.MALFORMED_RESPONSE:
-            return ("apply",), "malformed response"
-        case FaultKind.DELIVERED_LATE:
-            return (), "request timed out"  # held by the driver
-        case FaultKind.HANG:
-            return (("apply", "hang") if after else ("hang",)), "timed out waiting for the sandbox"
-        case FaultKind.ABORT:
-            return (("apply", "cancel") if after else ("cancel",)), "aborted"
-        case FaultKind.AUTHORITY_LOST | FaultKind.REQUEST_MUTATED:
-            return (("apply", "flip") if after else ("flip", "apply")), None
-        case FaultKind.SANDBOX_DIES:
-            return (("apply", "kill") if after else ("kill",)), "sandbox not found"
-        case FaultKind.LEDGER_WIPED:
-            return (("apply", "wipe") if after else ("wipe", "apply")), "response lost"
-    raise AssertionError(fault.kind)  # pragma: no cover
-
-
-def _side_step(backend: FaultyBackend, step: _Step, effect: Effect, fault: Fault) -> None:
-    harness = backend.harness
-    if step == "flip":
-        if fault.kind is FaultKind.REQUEST_MUTATED:
-            harness.mutate_request()
-        else:
-            harness.authority_held = False
-    elif step == "cancel":
-        harness.cancel_token.cancel()
-    elif step == "kill":
-        backend.kill(effect)
-    elif step == "wipe":
-        backend.wipe(effect)
-    elif step == "hang" and not harness.cancel_token.cancelled:
-        backend.hang()
-
-
-def _failure(backend: FaultyBackend, message: str) -> EffectFailure:
-    if message == "connect failed":
-        return EffectFailure(Delivery.NOT_SENT, message)
-    if message == "aborted" or (
-        message.startswith("timed out") and backend.harness.cancel_token.cancelled
-    ):
-        return EffectFailure(Delivery.MAYBE_SENT, "aborted", aborted=True)
-    return EffectFailure(Delivery.MAYBE_SENT, message)
-
-
-def _strike_sync(backend: FaultyBackend, effect: Effect, fault: Fault) -> Any:
-    steps, raised = _script(fault)
-    if fault.kind is FaultKind.DELIVERED_LATE:
-        backend.held.append(effect)  # type: ignore[arg-type]
-    outcome: Any = None
-    for step in steps:
-        if step == "apply":
-            outcome = backend._inner_sync(effect)
-        else:
-            _side_step(backend, step, effect, fault)
-    if raised is not None:
-        raise _failure(backend, raised)
-    return outcome
-
-
-async def _strike_async(backend: FaultyBackend, effect: Effect, fault: Fault) -> Any:
-    steps, raised = _script(fault)
-    if fault.kind is FaultKind.DELIVERED_LATE:
-        backend.held.append(effect)  # type: ignore[arg-type]
-    outcome: Any = None
-    for step in steps:
-        if step == "apply":
-            outcome = await backend._inner_async(effect)
-        else:
-            _side_step(backend, step, effect, fault)
-    if raised is not None:
-        raise _failure(backend, raised)
-    return outcome

@@ -18,8 +18,6 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-import attrs
-
 from sandrail.core import (
     LAUNCH_TOOLS,
     SIDE_EFFECTS,
@@ -34,6 +32,7 @@ from sandrail.core import (
 
 from ._calls import CallRecord
 from ._record_faults import check_record_faults
+from ._violation import Violation
 
 if TYPE_CHECKING:
     from ._world import World
@@ -83,20 +82,6 @@ LINE_SUMMARIES = {
     "C18": "a stop ends the command's whole process group",
 }
 """One line of plain words per contract line, for reports."""
-
-
-@attrs.frozen
-class Violation:
-    """One broken contract line: which, at which call (its number in the
-    world, ``None`` for the world as a whole), and what was seen."""
-
-    line: str
-    call: int | None
-    message: str
-
-    def __str__(self) -> str:
-        where = "the world" if self.call is None else f"call {self.call}"
-        return f"{self.line} ({where}): {self.message}"
 
 
 class ContractViolationError(AssertionError):

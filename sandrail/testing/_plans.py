@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
-from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
+from sandrail.interpreters.simulator import FAULT_TABLE, Fault, FaultKind, FaultPlan
 
 from ._calls import Mode, code_tool
 from ._commands import BUILD, BUILD_TOKEN, SECRET, SERVE, SERVE_TOKEN
@@ -224,14 +224,7 @@ def single_fault_plans(slots: Mapping[str, int]) -> Iterator[FaultPlan]:
 
 _KEYS = ("op-a", "op-b", "op-c")
 _BURST_EFFECTS = ("Ensure", "Start", "Start", "Wait", "Read", "Publish", "Cancel", "Inspect")
-_CONCURRENT_SAFE = (
-    FaultKind.NOT_DELIVERED,
-    FaultKind.HANG,
-    FaultKind.RESPONSE_LOST,
-    FaultKind.DELIVERED_LATE,
-    FaultKind.MALFORMED_RESPONSE,
-    FaultKind.SANDBOX_DIES,
-)
+_CONCURRENT_SAFE = tuple(kind for kind, row in FAULT_TABLE.items() if row.concurrent_safe)
 
 
 def random_schedule(seed: int, index: int) -> Schedule:

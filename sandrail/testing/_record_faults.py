@@ -31,9 +31,9 @@ import attrs
 from sandrail.core import OwnedCommand, Start, ToolRequest
 
 from ._calls import CallRecord
+from ._violation import Violation
 
 if TYPE_CHECKING:
-    from ._judge import Violation
     from ._world import World
 
 __all__ = [
@@ -136,8 +136,6 @@ def check_record_faults(world: World, record: CallRecord) -> Iterable[Violation]
     """C2, C5: a launch whose record could not be read launches nothing (its
     answer is ``uncertain``); one whose record could not be written sends no
     start (the start never leaves)."""
-    from ._judge import Violation
-
     if not record.record_faults or not record.launches:
         return
     operations = {operation for operation, _ in record.record_faults}

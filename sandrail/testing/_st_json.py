@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from sandrail.core._budget import SHRINKABLE_FIELDS, fixed_size
+from sandrail.core import SHRINKABLE_FIELDS, fixed_size
 
 __all__ = [
     "MAX_SAFE",

@@ -92,7 +92,7 @@ def _strings(schema: Mapping[str, Any]) -> st.SearchStrategy[str]:
         # choice instead of 64 (hypothesis's cost is per choice).
         return st.binary(min_size=32, max_size=32).map(bytes.hex)
     if "pattern" in schema:
-        from sandrail.core._validation import ecma_regex
+        from sandrail.core import ecma_regex
 
         regex = ecma_regex(schema["pattern"])
         # Also the names next to every refused env name the pattern lets
@@ -147,7 +147,7 @@ def _objects(schema: Mapping[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
 
 
 def _matches(names: Mapping[str, Any], name: str) -> bool:
-    from sandrail.core._validation import ecma_regex
+    from sandrail.core import ecma_regex
 
     pattern = names.get("pattern")
     return (pattern is None or bool(ecma_regex(pattern).search(name))) and len(name) <= names.get(
@@ -158,7 +158,7 @@ def _matches(names: Mapping[str, Any], name: str) -> bool:
 def _near_reserved() -> list[str]:
     """Names next to every refused env name and prefix (the port's whole
     rule, :data:`~sandrail.core.REFUSED_ENV_NAMES` included)."""
-    from sandrail.core._env import REFUSED_ENV_NAMES, RESERVED_ENV_PREFIXES
+    from sandrail.core import REFUSED_ENV_NAMES, RESERVED_ENV_PREFIXES
 
     near: set[str] = set()
     for word in [*REFUSED_ENV_NAMES, *RESERVED_ENV_PREFIXES]:

@@ -21,13 +21,16 @@ import sandrail
 from sandrail.core import (
     MAX_TIMEOUT_SECONDS,
     ArgumentProblem,
+    Profile,
     ToolDefinition,
     code_tool_definitions,
     command_tool_definitions,
+    stated_schema,
     tool_record,
 )
-from sandrail.core._profiles import PROFILES as CORE_PROFILES
-from sandrail.core._profiles import Profile, stated_schema
+from sandrail.core import (
+    PROFILES as CORE_PROFILES,
+)
 
 from ._calls import native_identity
 from ._st_json import identifiers

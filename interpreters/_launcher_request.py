@@ -1,5 +1,5 @@
 """What a ``Start`` stages in the sandbox: the request's files, one field a
-file, that the launcher takes whole by one rename (see :mod:`._e2b_launcher`).
+file, that the launcher takes whole by one rename (see :mod:`._launcher_script`).
 
 Pure: builds bytes from the effect, sends nothing. Everything the model
 supplies (command, cwd, env) travels in these files, never in shell text;
@@ -15,8 +15,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from sandrail.core._claim import claim_proof
-from sandrail.core._effects import Delivery, EffectFailure, Start
+from sandrail.core import Delivery, EffectFailure, Start, claim_proof
 
 __all__ = ["request_files", "shell_int", "utf8"]
 
@@ -29,7 +28,7 @@ _ARG_LIMIT: Final = 131_072
 _CHECK_BYTES: Final = 16_384
 """A start with a cwd, or whose argument and env are this big, waits in
 the launcher until its command began or could not (``refused
-not_started``): see :mod:`._e2b_launcher`. Others answer at once."""
+not_started``): see :mod:`._launcher_script`. Others answer at once."""
 _EPOCH = re.compile(r"[0-9a-f]{32}")
 _NO_EPOCH: Final = "-"
 """Sent for a claim epoch that is no launcher's: it never matches."""

@@ -1,13 +1,17 @@
-"""The in-sandbox launcher: a bash script the E2B interpreter uploads once per
-sandbox and runs as ``root`` (DESIGN §5). The script is the file
-``_e2b_launcher.sh`` beside this module (package data, checked by
+"""The in-sandbox launcher: a bash script a launcher backend (the E2B
+interpreter, or any backend built on :mod:`sandrail.interpreters.launcher`)
+uploads once per sandbox and runs as ``root``. The script is the file
+``_launcher.sh`` beside this module (package data, checked by
 ``shellcheck`` in CI); this module loads it, names it by its content, and
 documents what it does.
 
 Strategy: the sandbox itself is the ledger, kept where the commands it runs
 cannot reach. The launcher runs as ``root``; the model's command runs as the
 sandbox's unprivileged ``user`` (as E2B's ``commands.run`` does by default),
-so a command can neither read nor delete the ledger.
+so a command can neither read nor delete the ledger. What a sandbox needs
+for it: ``bash``, ``flock``, ``setpriv`` and ``setsid``, a ``root`` that runs
+the launcher and a ``user`` account (home ``/home/user``) that runs the
+commands.
 
 Where things live (``L`` is the ledger, ``/root/.sandrail``, mode 0700 in
 root's own home, which ``init`` makes 0700 too: a ``user`` command cannot
@@ -216,9 +220,9 @@ LEDGER: Final = "/root/.sandrail"
 """Where the launcher keeps its ledger in every sandbox (root only)."""
 
 LAUNCHER: Final = (
-    resources.files("sandrail.interpreters").joinpath("_e2b_launcher.sh").read_bytes().decode()
+    resources.files("sandrail.interpreters").joinpath("_launcher.sh").read_bytes().decode()
 )
-"""The launcher script (``_e2b_launcher.sh``, shipped beside this module as
+"""The launcher script (``_launcher.sh``, shipped beside this module as
 package data; ``shellcheck`` checks it in CI)."""
 
 LAUNCHER_NAME: Final = "launcher-" + hashlib.sha256(LAUNCHER.encode()).hexdigest()[:16] + ".sh"

@@ -21,9 +21,8 @@ import time
 import weakref
 from typing import Any, Final
 
+from sandrail._ownership import Answer, OwnershipRecord
 from sandrail.core import ErrorCode, Owner, ToolRequest, ToolResult
-
-from ._protocol import Answer, OwnershipRecord
 
 __all__ = ["MAX_BACKLOG", "RETRY_FOR_SECONDS", "note_answer"]
 

@@ -1,5 +1,5 @@
 #!/bin/bash
-# sandrail launcher (see sandrail/interpreters/_e2b_launcher.py). The whole
+# sandrail launcher (see sandrail/interpreters/_launcher_script.py). The whole
 # script is one compound command ended by `exit`, so bash parses it entirely
 # before running it and a concurrent reinstall can never be half-read.
 {

@@ -1,6 +1,10 @@
 """Replaying a whole cassette: :func:`replay_file` rebuilds the recorded
 port from the header (:func:`replay_port`, with :class:`_NoArtifacts` for
-its artifact store) and re-runs every recorded request through it."""
+its artifact store) and re-runs every recorded request through it.
+
+It stands above the port it rebuilds, so it is the facade's
+(``sandrail.replay_file``), not the interpreters': the replay modules of
+:mod:`sandrail.interpreters.replay` never import the port."""
 
 from __future__ import annotations
 
@@ -8,11 +12,15 @@ import os
 
 from sandrail._port import ALLOW, ToolPort, code_tools, command_tools
 from sandrail.core import ArtifactRef, FatalInterpreterError
-
-from ._cassette import Cassette, CassetteError, decode_request, load_cassette
-from ._divergence import DivergenceError
-from ._replayer import Replayer
-from ._transcript import ReplayReport
+from sandrail.interpreters.replay import (
+    Cassette,
+    CassetteError,
+    DivergenceError,
+    Replayer,
+    ReplayReport,
+    decode_request,
+    load_cassette,
+)
 
 __all__ = ["replay_file", "replay_port"]
 

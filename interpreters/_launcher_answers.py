@@ -1,4 +1,4 @@
-"""Reading the launcher's answers (see :mod:`._e2b_launcher` for the protocol).
+"""Reading the launcher's answers (see :mod:`._launcher_script` for the protocol).
 
 Strategy: an answer is parsed line by line, and each line only as far as
 the outcome needs it. A start's first line is decisive (``started 1|0`` or
@@ -17,7 +17,7 @@ from typing import Final, Literal
 
 import attrs
 
-from sandrail.core._effects import CommandState, CommandStatus, OutputChunk, Started, StartRefused
+from sandrail.core import CommandState, CommandStatus, OutputChunk, Started, StartRefused
 
 __all__ = [
     "NOT_STARTED_REFUSAL",
