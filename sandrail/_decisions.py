@@ -20,8 +20,8 @@ when it matches:
   to what the person saw;
 - a key stays bound to the first call asked about under it: a later call
   under the same key with another tool or other arguments is never asked
-  about as a new question (:meth:`Decisions.ask` answers ``False``, and the
-  toolset answers ``approval_mismatch``, nothing run). A framework that
+  about as a new question (:meth:`Decisions.ask` answers ``"mismatch"``, and
+  the toolset answers ``approval_mismatch``, nothing run). A framework that
   re-runs a paused step hands the answer of the question it saved to the
   next question the step asks (LangGraph's ``interrupt()`` matches answers
   by their place in the node, not by what was asked); were a changed call
