@@ -33,6 +33,8 @@ from typing import Any
 
 import pytest
 
+from tests.postgres_server import private_server
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = sorted(path for path in DOCS.rglob("*.md") if "_hooks" not in path.parts)
@@ -119,6 +121,10 @@ def test_docs_have_pages_and_blocks() -> None:
     assert sum(block.lang == "python" for block in ALL_BLOCKS) >= 10
 
 
+NEEDS_POSTGRES = {"dbos.md": "DBOS_SYSTEM_DATABASE_URL"}
+"""Pages whose blocks need a PostgreSQL server (one of their own is started),
+and the variable that names its database to them."""
+
 PYTHON_PAGES = sorted(
     {block.page for block in ALL_BLOCKS if block.lang == "python" and block.not_run_reason is None}
 )
@@ -131,7 +137,10 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.Monke
     for name in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DOMAIN"):
         monkeypatch.delenv(name, raising=False)
     namespace: dict[str, Any] = {"__name__": f"docs.{page.stem.lower()}"}
-    with _working_directory(tmp_path):
+    with contextlib.ExitStack() as services, _working_directory(tmp_path):
+        if page.name in NEEDS_POSTGRES:
+            server = services.enter_context(private_server())
+            monkeypatch.setenv(NEEDS_POSTGRES[page.name], server.url(server.fresh_database()))
         for block in blocks(page):
             if block.lang != "python" or block.not_run_reason is not None:
                 continue
@@ -252,6 +261,9 @@ PUBLIC_MODULES = (
     "sandrail.adapters.deepagents",
     "sandrail.adapters.google_adk",
     "sandrail.adapters.kit",
+    "sandrail.integrations",
+    "sandrail.integrations.temporal",
+    "sandrail.integrations.dbos",
     "sandrail.local_e2b",
 )
 """The modules whose ``__all__`` is sandrail's public surface."""

@@ -157,16 +157,17 @@ def _toolset_class() -> type[Any]:
         async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: Any, tool: Any) -> str:
             adapter = self._adapter
             call_id = ctx.tool_call_id
+            messages = _messages(ctx, pydantic_ai.UserError)
             # The run that made the call: a deferred call resumed in a later
             # run (another process, perhaps) keeps its key.
-            run_id = _origin_run(ctx.messages, call_id) or ctx.run_id
+            run_id = _origin_run(messages, call_id) or ctx.run_id
             approved = ctx.tool_call_approved is True
             arguments: object = tool_args
             overridden = False
             if set(tool_args) == {_AS_SENT}:
                 arguments = tool_args[_AS_SENT]
             else:
-                overridden = approved and _overridden(ctx.messages, call_id, tool_args)
+                overridden = approved and _overridden(messages, call_id, tool_args)
                 if overridden and adapter.profile != "full":
                     arguments = _env_as_list(tool_args)
             call = adapter.call_of(name, arguments, call_id=call_id, run_id=run_id)
@@ -240,6 +241,17 @@ _OVERRIDE_INVALID: Final = (
     "Nothing ran: the arguments the person gave when approving this call are invalid (the "
     "other fields say why). Do not repeat the call; tell the user what was wrong."
 )
+
+
+def _messages(ctx: Any, unavailable: type[Exception]) -> object:
+    """The run's messages, or ``None`` where the run context does not carry
+    them: pydantic-ai's durable run contexts (a Temporal activity's) raise
+    ``unavailable`` (its ``UserError``) for them. The key's run is then the
+    context's own ``run_id``, which pydantic-ai derives from the engine."""
+    try:
+        return ctx.messages
+    except unavailable:
+        return None
 
 
 def _overridden(messages: object, call_id: object, tool_args: Mapping[str, Any]) -> bool:
