@@ -168,8 +168,10 @@ class Approvals:
     async def ask(self, request: ToolRequest) -> PolicyDecision | None:
         """The harness policy's answer for ``request`` without running
         anything (an adapter deciding whether to ask a person first), or
-        ``None`` when the policy failed or answered something it cannot mean
-        (the call itself then reports that, and nobody is asked)."""
+        ``None`` when the policy failed or answered something it cannot mean,
+        or when the key's question or decision stands against this call
+        (:meth:`Decisions.ask`): the call itself then reports that, and
+        nobody is asked."""
         try:
             decision = self._policy(request)
             if inspect.isawaitable(decision):
@@ -183,8 +185,11 @@ class Approvals:
         if asks_a_person(decision):
             if self._launched(request):
                 return Allow()
-            if self._decisions is not None:
-                self._decisions.ask(request)  # the question a person is now asked
+            # The question a person is now asked; or, when the key's first
+            # question or decision stands against it (another call asked
+            # about, a rejection), nobody is asked: the call reports that.
+            if self._decisions is not None and self._decisions.ask(request) != "asked":
+                return None
         return decision
 
 

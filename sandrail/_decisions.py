@@ -17,7 +17,15 @@ when it matches:
   for the launch the approval may have made (C5);
 - a key the toolset never asked about is asked about again (the policy
   decides, as for any call): nothing runs on an approval nobody can match
-  to what the person saw.
+  to what the person saw;
+- a key stays bound to the first call asked about under it: a later call
+  under the same key with another tool or other arguments is never asked
+  about as a new question (:meth:`Decisions.ask` answers ``"mismatch"``, and
+  the toolset answers ``approval_mismatch``, nothing run). A framework that
+  re-runs a paused step hands the answer of the question it saved to the
+  next question the step asks (LangGraph's ``interrupt()`` matches answers
+  by their place in the node, not by what was asked); were a changed call
+  a fresh question, the old answer would approve what nobody saw.
 
 Strategy: the questions live in the toolset's ownership record, so they
 reach as far as its owned commands do: this toolset alone without a durable
@@ -55,9 +63,10 @@ from sandrail.core import (
     recorded_digest,
 )
 
-__all__ = ["Decision", "Decisions", "Question"]
+__all__ = ["Asked", "Decision", "Decisions", "Question"]
 
 Decision = Literal["asked", "approved", "rejected"]
+Asked = Literal["asked", "mismatch", "rejected"]
 
 _DOMAIN: Final = "sandrail/approval-question/v1"
 _KEPT: Final = 1024
@@ -78,12 +87,14 @@ class Question:
     """Its full launch digest, where this process asked it, else ``None``."""
 
     def covers(self, request: ToolRequest, masked: frozenset[str] = frozenset()) -> bool:
-        """Whether ``request`` is the call asked about (C3's "same launch");
-        ``masked``: the values the session masks (see :class:`Decisions`)."""
+        """Whether ``request`` is the call asked about (C3's "same launch"):
+        the same recorded digest (``masked``: the values the session masks,
+        see :class:`Decisions`), and where this process knows the full one
+        (env values included), the same full digest too."""
         full, recorded = _digests(request, masked)
-        if self.full is not None:
-            return full == self.full
-        return recorded is not None and recorded == self.recorded
+        if recorded is None or recorded != self.recorded:
+            return False
+        return self.full is None or full == self.full
 
 
 class Decisions:
@@ -109,7 +120,10 @@ class Decisions:
         self._resolve = resolve
         self._session_id = session_id
         self._owner = owner
-        self._full: OrderedDict[str, str] = OrderedDict()
+        # The full digest (env values included) of each key's call asked
+        # about here, with its recorded digest: it binds only while the
+        # record still names that call.
+        self._full: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def of(self, request: ToolRequest) -> Question | None:
@@ -119,42 +133,80 @@ class Decisions:
         if row is None or key is None:
             return None
         with self._lock:
-            full = self._full.get(key)
+            here = self._full.get(key)
+        full = here[0] if here is not None and here[1] == row.launch_digest else None
         decision: Decision = "asked"
         if row.launched:
             decision = "rejected" if row.ledger_epoch == "rejected" else "approved"
         return Question(decision=decision, recorded=row.launch_digest, full=full)
 
-    def ask(self, request: ToolRequest) -> None:
-        """A person is asked about ``request`` (its policy answered
-        ``ApprovalRequired``): keep the question, unless one was decided
-        under its key already (a decision is never asked over)."""
+    def ask(self, request: ToolRequest) -> Asked:
+        """A person is to be asked about ``request`` (its policy answered
+        ``ApprovalRequired``): keep the question, and answer whether it may
+        be asked:
+
+        - ``"asked"``: it may (it is the call asked about under its key, or
+          the first);
+        - ``"rejected"``: a person rejected the key's call first; that
+          rejection stands, and nobody is asked again;
+        - ``"mismatch"``: a question about another call (another tool, other
+          arguments) was asked or decided under its key already. That one
+          stands and this one must not be asked, for the answer a framework
+          saved for the first would be taken for it (see the module doc).
+
+        A decided key keeps its decision (a decision is never asked over)."""
         key = _key(request)
-        full, recorded = _digests(request, self._masked())
+        masked = self._masked()
+        full, recorded = _digests(request, masked)
         if key is None or full is None:
-            return
+            return "asked"
+        known = self.of(request)
+        if known is not None and known.decision == "rejected":
+            return "rejected"
+        if known is not None and not known.covers(request, masked):
+            return "mismatch"
+        self._remember_full(key, full, recorded)
+        self._keep(request, key, launched=False, decision=None, recorded=recorded)
+        return "asked"
+
+    def decide(
+        self, request: ToolRequest, decision: Literal["approved", "rejected"]
+    ) -> Question | None:
+        """Keep a person's ``decision`` about ``request``'s key, and return
+        the question as it then stands: its first decision (made here, or by
+        any process sharing the record) and the call that decision was made
+        about. An approval is kept as one of ``request``'s very call (the
+        call asked about, or the person's edit of it), so a later approval
+        of another call under the key is told apart (``covers`` is false
+        for it) however the record was raced. ``None`` for a key that is
+        not text (nothing can be kept for it)."""
+        key = _key(request)
+        if key is None:
+            return None
+        known = self.of(request)
+        if known is not None and known.decision != "asked":
+            return known
+        full, recorded = _digests(request, self._masked())
+        if decision == "rejected" and known is not None:
+            recorded, full = known.recorded, known.full
+        kept = self._keep(request, key, launched=True, decision=decision, recorded=recorded)
+        if kept is None or not kept.launched:  # the record failed: this process alone
+            return Question(decision=decision, recorded=recorded, full=full)
+        standing: Decision = "rejected" if kept.ledger_epoch == "rejected" else "approved"
+        if kept.launch_digest == recorded and full is not None:
+            self._remember_full(key, full, recorded)
+        else:
+            full = None
+        return Question(decision=standing, recorded=kept.launch_digest, full=full)
+
+    def _remember_full(self, key: str, full: str, recorded: str | None) -> None:
+        """Keep the full digest of the call asked about or approved under
+        ``key`` here, with the recorded one it goes with."""
         with self._lock:
-            self._full[key] = full
+            self._full[key] = (full, recorded)
             self._full.move_to_end(key)
             while len(self._full) > _KEPT:
                 self._full.popitem(last=False)
-        self._keep(request, key, launched=False, decision=None, recorded=recorded)
-
-    def decide(self, request: ToolRequest, decision: Literal["approved", "rejected"]) -> Decision:
-        """Keep a person's ``decision`` about ``request``'s key, and return
-        the decision that stands: the first one made (here, or by any
-        process sharing the record)."""
-        key = _key(request)
-        if key is None:
-            return decision
-        known = self.of(request)
-        if known is not None and known.decision != "asked":
-            return known.decision
-        recorded = known.recorded if known is not None else _digests(request, self._masked())[1]
-        kept = self._keep(request, key, launched=True, decision=decision, recorded=recorded)
-        if kept is None or not kept.launched:
-            return decision
-        return "rejected" if kept.ledger_epoch == "rejected" else "approved"
 
     def _keep(
         self,

@@ -72,7 +72,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple, Unpack
 
 from sandrail._approval import Approvals, rejection
-from sandrail._decisions import Decisions, Question
+from sandrail._decisions import Decisions
 from sandrail._launched import alike, launched_row, lookup, shared_record
 from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
@@ -99,6 +99,7 @@ from sandrail.core import (
     OwnerIdentity,
     PolicyDecision,
     Profile,
+    Redactions,
     ToolCall,
     ToolDefinition,
     ToolRequest,
@@ -106,7 +107,9 @@ from sandrail.core import (
     arguments_rejection,
     bound_result,
     canonical_arguments,
+    canonical_json,
     error_result,
+    mask_text,
     minimum_output_bytes,
     one_call,
     refused_after_launch,
@@ -125,6 +128,11 @@ _Repeat = tuple[str, str]  # (the scope, the digest of the same call): what repe
 _ABANDONED_KEPT: Final = 1024
 _UNSETTLED_KEPT: Final = 1024
 _SETTLED: Final = frozenset({"ok", "error"})
+_CHANGED_AFTER_ASKING: Final = (
+    "Nothing ran: this call was changed after a person was asked about it (another tool or "
+    "other arguments under its operation key), so no approval covers it and nobody is asked "
+    "about it. Do not repeat it; ask the user what to do."
+)
 
 MAX_CALL_TIMEOUT_SECONDS: Final = 86_400 * 366
 """The longest ``timeout_seconds`` a call takes (a year): longer ones are a
@@ -367,6 +375,25 @@ class Toolset:
             return None
         return one_call(name, converted, port.settings)
 
+    def masked(self, text: str) -> str:
+        """``text`` with every value this toolset's session masks in results
+        (C17) replaced by ``<redacted>``: the env values its calls passed so
+        far and the ``redact=`` values, as given and as JSON text escapes
+        them. What a person is shown about a call (an adapter's approval
+        question) goes through it, so a value the session masks is no
+        clearer there than in a result. Never raises (a ``text`` that is not
+        a ``str`` comes back as it is)."""
+        secrets = self._masks.secrets
+        if not secrets or not isinstance(text, str):
+            return text
+        escaped = set()
+        for value in secrets:
+            try:
+                escaped.add(canonical_json(value).decode("utf-8")[1:-1])
+            except Exception:
+                continue
+        return mask_text(text, Redactions(secrets | escaped))
+
     def operation_key(self, call_id: str, *, run_id: str | None = None) -> str:
         """``f"{run_id}:{call_id}"``, the documented operation-key rule (see
         the module doc), with this toolset's :attr:`run_id` by default.
@@ -434,7 +461,14 @@ class Toolset:
         runs in any of them (``docs/howto/approval.md``). ``edited=True``
         (with ``approved``): the person wrote these arguments when approving
         (an edit of the call asked about), so the approval covers them as
-        they are.
+        they are, and is the decision that stands for the key.
+
+        A key stays bound to the first call asked about under it: when the
+        policy asks for a person about another tool or other arguments under
+        an asked key (a saved run edited before the answer, and the step
+        re-run on resume), nobody is asked; the result is
+        ``approval_mismatch`` (``approval_rejected`` where a person rejected
+        the key first), and nothing runs.
         """
         prepared = self._prepare(
             name,
@@ -527,48 +561,72 @@ class Toolset:
 
     def _finished(self, prepared: _Prepared, result: ToolResult) -> ToolResult:
         """What both entry points do with a call's result: answer a refusal
-        of a launched key for its launch, keep the call as unsettled or
-        settled, and keep the question a person is now asked."""
+        of a launched key for its launch, keep the question a person is now
+        asked (or answer the one that stands under its key instead), and
+        keep the call as unsettled or settled."""
         result = self._after_launch(prepared.request, result)
-        self._record(prepared.repeat, prepared.request, result, returned=True)
         if result.needs_approval:
-            self._decisions.ask(prepared.request)
+            result = self._asked(prepared.request, result)
+        self._record(prepared.repeat, prepared.request, result, returned=True)
         return result
+
+    def _asked(self, request: ToolRequest, asking: ToolResult) -> ToolResult:
+        """``asking`` (``approval_required``) when a person may be asked about
+        ``request`` now, else what stands under its key: the rejection a
+        person made first, or ``approval_mismatch`` when another call was
+        asked about under it (nobody is asked about this one: the answer a
+        framework saved for that question would be taken for it; see
+        :mod:`sandrail._decisions`). Nothing ran in any of them."""
+        asked = self._decisions.ask(request)
+        if asked == "asked":
+            return asking
+        if asked == "rejected":
+            return self._rejected_first(request)
+        return self._mismatch(_CHANGED_AFTER_ASKING)
+
+    def _mismatch(self, instruction: str | None = None) -> ToolResult:
+        extra = {} if instruction is None else {"instruction": instruction}
+        return bound_result(
+            error_result(ErrorCode.APPROVAL_MISMATCH, **extra), self._max_output_bytes
+        )
+
+    def _rejected_first(self, request: ToolRequest) -> ToolResult:
+        """The rejection that stands for ``request``'s key (it is kept
+        already, so nothing is decided anew)."""
+        call = request.call
+        return self.rejection(
+            name=str(call.name), call_id=call.call_id, operation_key=request.operation_key
+        )
 
     def _approval_of(
         self, request: ToolRequest, approved: bool, edited: bool
     ) -> tuple[ToolResult | None, bool]:
         """Whether ``request``, said to be ``approved``, runs as approved:
-        only when it is the call a person was asked about under its key, and
-        no rejection came first (see :mod:`sandrail._decisions`). Returns
-        the refusal that runs nothing instead (``approval_mismatch``, or the
-        rejection that stands), else ``None`` and whether it is approved (a
-        key nobody was asked about is asked about again, unless the person
-        wrote the arguments: ``edited``)."""
+        only when it is the call a person was asked about under its key (or
+        the person's own edit of it: ``edited``), and no other decision came
+        first (see :mod:`sandrail._decisions`). Returns the refusal that runs
+        nothing instead (``approval_mismatch``, or the rejection that
+        stands), else ``None`` and whether it is approved (a key nobody was
+        asked about is asked about again, unless the person wrote the
+        arguments: ``edited``)."""
         if not approved:
             return None, False
         question = self._decisions.of(request)
         if question is None and not edited:
             return None, False
-        if question is None:
-            question = Question(decision="asked", recorded=None, full=None)
-        elif (
-            question.decision != "rejected"
+        if question is not None and question.decision == "rejected":
+            return self._rejected_first(request), False
+        if (
+            question is not None
             and not edited
             and not question.covers(request, self._masks.secrets)
         ):
-            return bound_result(
-                error_result(ErrorCode.APPROVAL_MISMATCH), self._max_output_bytes
-            ), False
-        if question.decision == "rejected" or self._decisions.decide(request, "approved") == (
-            "rejected"
-        ):
-            # The first decision stands: answered as that rejection (a
-            # rejection that is already kept, so nothing is decided anew).
-            call = request.call
-            return self.rejection(
-                name=str(call.name), call_id=call.call_id, operation_key=request.operation_key
-            ), False
+            return self._mismatch(), False
+        standing = self._decisions.decide(request, "approved")
+        if standing is not None and standing.decision == "rejected":
+            return self._rejected_first(request), False
+        if standing is not None and not standing.covers(request, self._masks.secrets):
+            return self._mismatch(), False  # an approval of another call came first
         return None, True
 
     async def ask_policy(
@@ -585,8 +643,9 @@ class Toolset:
         """What the harness's policy answers for this call, without running
         it: ``ALLOW``, ``ApprovalRequired(...)`` (a person must decide) or
         ``Deny(...)``; ``None`` when the call would be refused before the
-        policy is asked (its arguments are invalid) or the policy failed or
-        answered nonsense (running the call then reports that, and nobody
+        policy is asked (its arguments are invalid), the policy failed or
+        answered nonsense, or a question or decision about another call
+        stands under its key (running the call then reports that, and nobody
         should be asked). An adapter asks before handing the call to its
         framework's human-in-the-loop; the call itself asks again when it
         runs. The arguments and keys are those :meth:`call` would take.
@@ -597,6 +656,38 @@ class Toolset:
         if isinstance(prepared, ToolResult):
             return None
         return await self._approvals.ask(prepared.request)
+
+    def approve(
+        self,
+        name: str,
+        arguments: object,
+        *,
+        call_id: str,
+        operation_key: str,
+        profile: Profile = "full",
+    ) -> ToolResult | None:
+        """Keep a person's approval of this call, given through a framework's
+        own gate that runs the call afterwards by itself, without
+        ``approved=True`` (LangChain's ``HumanInTheLoopMiddleware``: see
+        :func:`sandrail.adapters.langchain.human_in_the_loop`). The person
+        saw these arguments, or wrote them, so the approval covers them as
+        they are; it is kept as the key's decision, here and wherever the
+        same durable record is shared, unless another decision came first
+        (the first decision stands).
+
+        Returns ``None`` when the approval stands (let the call run), else
+        the result the model reads instead, the call not run: the rejection
+        a person made first (``approval_rejected``), or ``approval_mismatch``
+        when an approval of another call (other arguments) came first.
+        Arguments the toolset would refuse are not kept (``None``: the call
+        itself is refused when it runs). Raises ``ValueError`` for an
+        unknown ``profile``."""
+        prepared = self._prepare(
+            name, arguments, call_id, operation_key, profile, None, None, False, None
+        )
+        if isinstance(prepared, ToolResult):
+            return None
+        return self._approval_of(prepared.request, True, True)[0]
 
     def rejection(
         self,

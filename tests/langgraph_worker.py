@@ -13,7 +13,9 @@ reads too, its commands on a local-e2b server (named by the E2B_* variables).
   the policy asks a person about any command containing ``ask-me``. With
   ``FLAVOR=deepagents`` in the environment the agent is a Deep Agents one on
   :class:`~sandrail.adapters.deepagents.SandrailSandbox` and the model calls
-  its ``execute`` tool instead.
+  its ``execute`` tool instead. A flavor ending in ``-gated`` asks through
+  sandrail's ``human_in_the_loop`` middleware instead of the policy (which
+  then allows everything), answered with its ``{"decisions": [...]}``.
 
 OUT receives one JSON object: the interrupts, or the tool results.
 """
@@ -56,8 +58,12 @@ def checkpointer(spec: str) -> Iterator[Any]:
             yield saver
 
 
+FLAVOR = os.environ.get("FLAVOR", "langchain")
+GATED = FLAVOR.endswith("-gated")
+
+
 def policy(request: sandrail.ToolRequest) -> Any:
-    if "ask-me" in str(request.call.arguments.get("command", "")):
+    if not GATED and "ask-me" in str(request.call.arguments.get("command", "")):
         return sandrail.ApprovalRequired(interaction_id="ask")
     return sandrail.ALLOW
 
@@ -78,7 +84,7 @@ def main(argv: list[str]) -> int:
         record=open_record(record),
     )
 
-    deep = os.environ.get("FLAVOR") == "deepagents"
+    deep = FLAVOR.startswith("deepagents")
 
     def turn(messages: list[Any]) -> Any:
         if isinstance(messages[-1], ToolMessage):
@@ -92,24 +98,33 @@ def main(argv: list[str]) -> int:
         if deep:
             from deepagents import create_deep_agent
 
-            from sandrail.adapters.deepagents import SandrailSandbox
+            from sandrail.adapters.deepagents import SandrailSandbox, human_in_the_loop
 
+            sandbox = SandrailSandbox(tools)
+            gates = [human_in_the_loop(sandbox, {"execute": True})] if GATED else []
             agent = create_deep_agent(
-                model=scripted([turn, turn]), backend=SandrailSandbox(tools), checkpointer=saver
+                model=scripted([turn, turn]), backend=sandbox, checkpointer=saver, middleware=gates
             )
         else:
-            agent = create_agent(scripted([turn, turn]), tools=lc.tools(tools), checkpointer=saver)
+            gates = [lc.human_in_the_loop(tools, {"run_command": True})] if GATED else []
+            agent = create_agent(
+                scripted([turn, turn]), tools=lc.tools(tools), checkpointer=saver, middleware=gates
+            )
+        approve: Any = {"type": "approve"}
+        reject: Any = {"type": "reject", "message": "no"}
+        if GATED:
+            approve, reject = {"decisions": [approve]}, {"decisions": [reject]}
         given: Any = {
             "start": {"messages": [{"role": "user", "content": "go"}]},
-            "approve": Command(resume={"type": "approve"}),
-            "reject": Command(resume={"type": "reject", "message": "no"}),
+            "approve": Command(resume=approve),
+            "reject": Command(resume=reject),
             "again": None,
         }[mode]
         state = agent.invoke(given, config)
     answer = {
         "interrupts": [i.value for i in state.get("__interrupt__", ())],
         "results": [
-            {"text": m.content, "artifact": m.artifact} if deep else json.loads(m.content)
+            {"text": m.content, "artifact": m.artifact} if deep else _read(m.content)
             for m in state["messages"]
             if isinstance(m, ToolMessage)
         ],
@@ -118,6 +133,14 @@ def main(argv: list[str]) -> int:
         json.dump(answer, file)
     backend.close()
     return 0
+
+
+def _read(content: str) -> Any:
+    """A sandrail result's JSON, or a middleware's own answer as ``{"text"}``."""
+    try:
+        return json.loads(content)
+    except ValueError:
+        return {"text": content}
 
 
 if __name__ == "__main__":

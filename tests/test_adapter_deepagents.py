@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from deepagents import create_deep_agent
 from deepagents.backends.protocol import ExecuteResponse, SandboxBackendProtocol
+from langchain_core.messages import AIMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 from typing_extensions import TypedDict
@@ -199,3 +200,86 @@ def test_schema_honesty_what_deep_agents_execute_admits_is_never_refused_as_inva
         else:
             assert told["executed"] is False
     assert launches(tools) == 0
+
+
+def test_c8_a_command_edited_in_the_saved_state_before_the_answer_runs_nothing() -> None:
+    """The backend's own question (the policy asked for a person) is about
+    ``rm -rf /tmp/staging``; the saved state's tool call is rewritten before
+    the answer (same message and tool call ids): the approval runs nothing,
+    the model reads ``approval_mismatch``."""
+    tools = toolset(authorize=_asks_for_rm)
+    model = scripted([_execute("rm -rf /tmp/staging", "e1"), "ok"])
+    agent = create_deep_agent(
+        model=model, backend=SandrailSandbox(tools), checkpointer=InMemorySaver()
+    )
+    agent.invoke(USER, _thread("edit"))
+    state = agent.get_state(_thread("edit")).values["messages"]
+    (made,) = [m for m in state if getattr(m, "tool_calls", None)]
+    changed = AIMessage("", id=made.id, tool_calls=_execute("rm -rf /tmp/PRODUCTION", "e1"))
+    agent.update_state(_thread("edit"), {"messages": [changed]})
+    out = agent.invoke(Command(resume={"type": "approve"}), _thread("edit"))
+    assert launches(tools) == 0
+    told = json.loads(tool_messages(out["messages"])[-1].content)
+    assert (told["error_type"], told["executed"]) == (ErrorCode.APPROVAL_MISMATCH.value, False)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "ran", "status"),
+    [("reject", "approve", 0, "error"), ("approve", "reject", 1, "uncertain")],
+)
+def test_c8_c5_with_sandrails_middleware_the_first_decision_stands_on_a_checkpoint_copy(
+    first: str, second: str, ran: int, status: str
+) -> None:
+    """``human_in_the_loop(backend, {"execute": True})`` in place of Deep
+    Agents' ``interrupt_on``: one saved question answered twice, on a copy
+    of the checkpoint taken before the first answer. A rejection stands
+    against a later approval; a rejection after an approval launched the
+    command is told as what ran."""
+    import copy
+
+    from sandrail.adapters.deepagents import human_in_the_loop
+
+    tools = toolset()
+
+    def agent(saver: Any) -> Any:
+        backend = SandrailSandbox(tools)
+        return create_deep_agent(
+            model=scripted([_execute("echo deploy", "e1"), "ok", "ok"]),
+            backend=backend,
+            middleware=[human_in_the_loop(backend, {"execute": True})],
+            checkpointer=saver,
+        )
+
+    def decided(kind: str) -> Any:
+        return {"decisions": [{"type": kind, **({"message": "no"} if kind == "reject" else {})}]}
+
+    saver = InMemorySaver()
+    agent(saver).invoke(USER, _thread("h"))
+    before = copy.deepcopy(saver)
+    agent(saver).invoke(Command(resume=decided(first)), _thread("h"))
+    out = agent(before).invoke(Command(resume=decided(second)), _thread("h"))
+    (message,) = tool_messages(out["messages"])
+    told = json.loads(message.content)
+    assert (told["status"], told["error_type"]) == (status, ErrorCode.APPROVAL_REJECTED.value)
+    assert launches(tools) == ran
+
+
+def test_sandrails_middleware_takes_the_agents_sandbox_only() -> None:
+    from sandrail.adapters.deepagents import human_in_the_loop
+
+    with pytest.raises(TypeError, match="SandrailSandbox"):
+        human_in_the_loop(toolset(), {"execute": True})
+
+
+def test_c8_the_backends_question_takes_the_human_in_the_loop_answer_shape() -> None:
+    """The backend's question (the policy asked for a person) has the shape
+    of Deep Agents' ``interrupt_on`` question, so the answer that one takes,
+    ``{"decisions": [...]}`` with one decision, is taken too."""
+    tools = toolset(authorize=_asks_for_rm)
+    model = scripted([_execute("rm -rf /tmp/a", "e1"), "ok"])
+    agent = create_deep_agent(
+        model=model, backend=SandrailSandbox(tools), checkpointer=InMemorySaver()
+    )
+    agent.invoke(USER, _thread("shape"))
+    agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), _thread("shape"))
+    assert launches(tools) == 1

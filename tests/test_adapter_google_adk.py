@@ -99,9 +99,15 @@ def test_c12_a_call_and_its_result_fed_back_within_the_budget() -> None:
         assert len(canonical_json(response)) <= 1500
     assert big["output_budget"]["truncated"] is True
     assert small["stdout"] == "héllo\n"
-    assert (
-        small["operation_key"] == f"adk:{run.session.id}:{small['operation_key'].split(':')[2]}:c2"
+    # adk:{session}:{invocation}:{event}:{call id}, of the model event that made the call.
+    stored = asyncio.run(
+        run.runner.session_service.get_session(
+            app_name="app", user_id="u", session_id=run.session.id
+        )
     )
+    assert stored is not None
+    (made,) = [e for e in stored.events if any(c.id == "c2" for c in e.get_function_calls())]
+    assert small["operation_key"] == f"adk:{run.session.id}:{made.invocation_id}:{made.id}:c2"
     assert launches(tools) == 2
 
 
@@ -201,3 +207,49 @@ def test_c2_a_scripted_models_reused_call_ids_are_new_calls_in_a_new_invocation(
 def test_bad_adapter_settings_are_refused_at_once(options: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"timeout|profile"):
         google_adk.tools(toolset(), **options)
+
+
+def test_c8_a_call_edited_in_the_stored_session_before_the_answer_runs_nothing() -> None:
+    """The person is asked about ``rm -rf /tmp/staging``; the stored session
+    is changed before the answer, consistently (the model's function call
+    and the ``originalFunctionCall`` ADK keeps in its confirmation request),
+    so ADK itself sees no mismatch. ``{"confirmed": true}`` runs nothing:
+    the model reads ``approval_mismatch``."""
+    tools = toolset(authorize=asks_for_rm)
+    run = _Run(tools, [[run_command("rm -rf /tmp/staging", "c1")], "ok", "ok"])
+    (asked,) = confirmation_calls(run.send(text("go")))
+    production = run_command("rm -rf /tmp/PRODUCTION", "c1")["args"]
+    stored = run.runner.session_service.sessions["app"]["u"][run.session.id]
+    for event in stored.events:
+        for part in (event.content.parts if event.content else None) or ():
+            call = part.function_call
+            if call is not None and call.name == "run_command":
+                call.args = dict(production)
+            if call is not None and call.name == "adk_request_confirmation":
+                call.args["originalFunctionCall"]["args"] = dict(production)
+    run.send(answer(asked, True))
+    assert launches(tools) == 0
+    (result,) = responses_sent(run.model)
+    assert (result["error_type"], result["executed"]) == (
+        ErrorCode.APPROVAL_MISMATCH.value,
+        False,
+    )
+
+
+@pytest.mark.parametrize("second", ["echo one", "echo two"])
+def test_c2_a_scripted_models_reused_call_id_is_a_new_call_in_the_next_model_turn(
+    second: str,
+) -> None:
+    """Two model turns of one invocation reuse the function call id ``c1``:
+    each turn is an event of its own, so the second call is a new call (it
+    runs, same command or another), never a repeat or a conflict of the
+    first."""
+    tools = toolset()
+    run = _Run(tools, [[run_command("echo one", "c1")], [run_command(second, "c1")], "ok"])
+    run.send(text("go"))
+    one, two = responses_sent(run.model)
+    assert (one["status"], two["status"]) == ("ok", "ok")
+    assert two["stdout"] == second.removeprefix("echo ") + "\n"
+    assert two["deduplicated"] is False
+    assert one["operation_key"] != two["operation_key"]
+    assert launches(tools) == 2

@@ -421,6 +421,201 @@ def test_c5_a_rejection_stands_against_a_later_approval_of_the_same_question() -
     late = agent.invoke(Command(resume={"type": "approve"}), asked_at)
     (result,) = _results(late["messages"])
     assert result["error_type"] == ErrorCode.APPROVAL_REJECTED.value
-    assert result["outcome_reason"] == "no"  # the first decision, as it was given
     assert result["executed"] is False
+    assert "__interrupt__" not in late  # nobody is asked again about a rejected call
     assert launches(tools) == 0
+
+
+@pytest.mark.parametrize("by_id", [False, True])
+def test_c8_a_tool_call_edited_in_the_saved_state_before_the_answer_runs_nothing(
+    by_id: bool,
+) -> None:
+    """The person is shown ``rm -rf /tmp/staging``; before they answer, the
+    saved state's tool call is rewritten (``update_state``, same message id
+    and tool call id) to ``rm -rf /tmp/PRODUCTION``. On resume the node runs
+    again with the edited call, whose question LangGraph would answer with
+    the approval given for the old one: the toolset never asks it, the model
+    reads ``approval_mismatch`` and nothing runs (answered by the interrupt's
+    id or not)."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/staging", "c1")], "ok"])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    paused = agent.invoke(USER, _thread("edit"))
+    (question,) = paused["__interrupt__"]
+    assert question.value["action_requests"][0]["args"]["command"] == "rm -rf /tmp/staging"
+    state = agent.get_state(_thread("edit")).values["messages"]
+    (made,) = [m for m in state if getattr(m, "tool_calls", None)]
+    changed = AIMessage("", id=made.id, tool_calls=[run_command("rm -rf /tmp/PRODUCTION", "c1")])
+    agent.update_state(_thread("edit"), {"messages": [changed]})
+    answer = {"type": "approve"}
+    out = agent.invoke(Command(resume={question.id: answer} if by_id else answer), _thread("edit"))
+    assert launches(tools) == 0
+    assert "__interrupt__" not in out  # nobody is asked about the changed call
+    (result,) = _results(out["messages"])
+    assert (result["status"], result["error_type"], result["executed"]) == (
+        "error",
+        ErrorCode.APPROVAL_MISMATCH.value,
+        False,
+    )
+
+
+def _gated_agent(tools: sandrail.Toolset, saver: Any, mode: str) -> Any:
+    gate = lc.human_in_the_loop(tools, {"run_command": True}, interrupt_mode=mode)
+    model = scripted([[run_command("rm -rf /tmp/q", "c1")], "ok", "ok"])
+    return create_agent(model, tools=lc.tools(tools), middleware=[gate], checkpointer=saver)
+
+
+def _decision(mode: str, paused: dict[str, Any], kind: str) -> Any:
+    decision: dict[str, Any] = {"type": kind}
+    if kind == "reject":
+        decision["message"] = "no"
+    if kind == "edit":
+        edited = run_command("rm -rf /tmp/edited", "c1")["args"]
+        decision["edited_action"] = {"name": "run_command", "args": edited}
+    if mode == "batched":
+        return {"decisions": [decision]}
+    (question,) = paused["__interrupt__"]
+    return {question.id: decision}
+
+
+@pytest.mark.parametrize("mode", ["batched", "per_call"])
+@pytest.mark.parametrize(
+    ("first", "second", "ran", "told"),
+    [
+        ("reject", "approve", 0, ("error", ErrorCode.APPROVAL_REJECTED.value)),
+        ("reject", "edit", 0, ("error", ErrorCode.APPROVAL_REJECTED.value)),
+        ("edit", "approve", 1, ("error", ErrorCode.APPROVAL_MISMATCH.value)),
+        ("approve", "reject", 1, ("uncertain", ErrorCode.APPROVAL_REJECTED.value)),
+    ],
+)
+def test_c8_c5_with_sandrails_middleware_the_first_decision_stands_on_a_checkpoint_copy(
+    mode: str, first: str, second: str, ran: int, told: tuple[str, str], tmp_path: Any
+) -> None:
+    """``human_in_the_loop`` is LangChain's ``HumanInTheLoopMiddleware``
+    with the first decision standing: one saved question answered twice, on
+    a copy of the checkpoint taken before the first answer, by a second
+    harness (its own toolset on the same SQLite record, its own agent). A
+    rejection stands against a later approval or edit (nothing runs); an
+    edit stands against the original approved later; a rejection after an
+    approval launched is told as what ran (``uncertain``, never "not
+    executed")."""
+    import copy
+
+    from sandrail.interpreters.simulator import Simulator
+    from sandrail.records import SQLiteRecord
+
+    sim = Simulator()
+    with (
+        SQLiteRecord(tmp_path / "owned.sqlite") as one,
+        SQLiteRecord(tmp_path / "owned.sqlite") as other,
+    ):
+        here, there = toolset(sim, record=one), toolset(sim, record=other)
+        saver = InMemorySaver()
+        agent = _gated_agent(here, saver, mode)
+        paused = agent.invoke(USER, _thread("h"))
+        before = copy.deepcopy(saver)
+        agent.invoke(Command(resume=_decision(mode, paused, first)), _thread("h"))
+        late = _gated_agent(there, before, mode)
+        out = late.invoke(Command(resume=_decision(mode, paused, second)), _thread("h"))
+        (message,) = tool_messages(out["messages"])
+        result = json.loads(message.content)
+        assert (result["status"], result["error_type"]) == told
+        assert message.status == "error"
+        assert sum(sim.launches.values()) == ran
+
+
+def test_c8_sandrails_middleware_runs_approvals_and_edits_as_langchains_does() -> None:
+    """Legitimate decisions work as with LangChain's own middleware: an
+    approval runs the call, an edit the reviewer's arguments, each once
+    (the same decisions resumed again reconcile), a rejection nothing."""
+    tools = toolset()
+    gate = lc.human_in_the_loop(tools, {"run_command": True})
+    turns = [[run_command("echo a", "c1"), run_command("echo b", "c2"), run_command("rm x", "c3")]]
+    agent = create_agent(
+        scripted([*turns, "ok", "ok"]),
+        tools=lc.tools(tools),
+        middleware=[gate],
+        checkpointer=InMemorySaver(),
+    )
+    agent.invoke(USER, _thread("ok"))
+    asked_at = agent.get_state(_thread("ok")).config
+    edited = run_command("echo edited", "c2")["args"]
+    decisions = [
+        {"type": "approve"},
+        {"type": "edit", "edited_action": {"name": "run_command", "args": edited}},
+        {"type": "reject", "message": "no"},
+    ]
+    out = agent.invoke(Command(resume={"decisions": decisions}), _thread("ok"))
+    by_id = {m.tool_call_id: m.content for m in tool_messages(out["messages"])}
+    assert json.loads(by_id["c1"])["stdout"] == "a\n"
+    assert '"stdout":"edited\\n"' in by_id["c2"]
+    assert "User rejected" in by_id["c3"]
+    again = agent.invoke(Command(resume={"decisions": decisions}), asked_at)
+    replayed = {m.tool_call_id: m.content for m in tool_messages(again["messages"])}
+    assert json.loads(replayed["c1"])["deduplicated"] is True
+    assert '"deduplicated":true' in replayed["c2"]
+    assert launches(tools) == 2
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"type": "approve", "args": {**run_command("rm -rf /", "c1")["args"]}},
+        {"type": "approve", "edited_action": {"name": "run_command", "args": {}}},
+        {"decisions": []},
+        {"decisions": [{"type": "approve"}, {"type": "approve"}]},
+        {"decisions": [{"type": "approve", "args": {}}]},
+    ],
+)
+def test_c8_an_answer_that_is_not_one_plain_decision_is_refused_at_the_command(
+    answer: dict[str, Any],
+) -> None:
+    """An approval edits nothing: one carrying arguments (which would be
+    silently ignored) is refused at the ``Command``, as is a batch of other
+    than one decision; the question stays open and nothing runs."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("args"))
+    with pytest.raises(ValidationError):
+        agent.invoke(Command(resume=answer), _thread("args"))
+    assert launches(tools) == 0
+    out = agent.invoke(Command(resume={"type": "approve"}), _thread("args"))  # still open
+    assert _results(out["messages"])[0]["status"] == "ok"
+    assert launches(tools) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "ran"),
+    [({"decisions": [{"type": "approve"}]}, 1), ({"decisions": [{"type": "reject"}]}, 0)],
+)
+def test_c8_the_question_takes_the_human_in_the_loop_answer_shape_too(
+    answer: dict[str, Any], ran: int
+) -> None:
+    """The question has ``HumanInTheLoopMiddleware``'s shape (its
+    ``action_requests``, one of them), so its batched answer, a list of one
+    decision, is taken as that decision."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("shape"))
+    out = agent.invoke(Command(resume=answer), _thread("shape"))
+    (result,) = _results(out["messages"])
+    assert result["status"] == ("ok" if ran else "error")
+    assert launches(tools) == ran
+
+
+def test_c17_a_value_the_session_masks_is_masked_in_the_question_too() -> None:
+    """Once a value was passed in ``env``, results mask it in every later
+    call; the question a person is shown about a later command whose text
+    holds it (its arguments and its description) masks it as well."""
+    secret = "tok_live_9f8e7d6c5b4a"
+    tools = toolset(authorize=asks_for_rm)
+    env = [{"name": "TOKEN", "value": secret}]
+    turns = [[run_command("echo deploying", "c1", env=env)], [run_command(f"rm {secret}", "c2")]]
+    agent = create_agent(scripted(turns), tools=lc.tools(tools), checkpointer=InMemorySaver())
+    paused = agent.invoke(USER, _thread("mask"))
+    (question,) = paused["__interrupt__"]
+    shown = json.dumps(question.value)
+    assert secret not in shown
+    assert question.value["action_requests"][0]["args"]["command"] == "rm <redacted>"

@@ -155,3 +155,42 @@ def test_c2_a_deep_agents_harness_killed_mid_command_resumes_without_relaunching
     assert result["text"].startswith("finished\n")
     assert result["artifact"] == {"truncated": False, "exit_code": 0}
     assert server.truth().marked(mark) == 1
+
+
+@pytest.mark.parametrize("flavor", ["langchain-gated", "deepagents-gated"])
+@pytest.mark.parametrize(("first", "second"), [("reject", "approve"), ("approve", "reject")])
+def test_c8_c5_sandrails_middleware_first_decision_stands_across_processes_and_a_copy(
+    server: LocalE2B, tmp_path: Path, flavor: str, first: str, second: str
+) -> None:
+    """sandrail's ``human_in_the_loop`` middleware (LangChain's, and Deep
+    Agents' ``interrupt_on`` in its place), three processes on one SQLite
+    record: one asks, one answers on the thread's checkpoint file, one
+    answers the other way on a copy of that file taken before the first
+    answer. The first decision stands: rejected first, nothing ever runs;
+    approved first, the command runs once and the late rejection is told as
+    what ran (``uncertain``), never "not executed"."""
+    import shutil
+
+    checkpoints = tmp_path / "checkpoints.sqlite"
+    copied = tmp_path / "copy.sqlite"
+    record = tmp_path / "owned.sqlite"
+    mark = f"hitl.{uuid.uuid4().hex[:10]}"
+    command = f"{server.mark(mark)}; echo gated"
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+
+    def run(mode: str, spec: Path, name: str) -> dict[str, Any]:
+        out = tmp_path / f"{name}.json"
+        return _finished(
+            _worker(server, mode, f"sqlite:{spec}", record, thread, command, out, flavor), out
+        )
+
+    asked = run("start", checkpoints, "asked")
+    assert len(asked["interrupts"]) == 1
+    shutil.copy(checkpoints, copied)
+    run(first, checkpoints, "first")
+    late = run(second, copied, "late")
+    assert server.truth().marked(mark) == (1 if first == "approve" else 0)
+    (shown,) = late["results"]
+    told = json.loads(shown["text"]) if flavor.startswith("deepagents") else shown
+    assert told["error_type"] == "approval_rejected"
+    assert told["status"] == ("uncertain" if first == "approve" else "error")

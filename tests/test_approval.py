@@ -116,11 +116,12 @@ def test_issue18_c8_a_denied_call_never_asks(framework: str) -> None:
 def test_issue18_local_e2b_approve_runs_once_reject_runs_nothing(
     server: LocalE2B, framework: str
 ) -> None:
-    session = new_session()
     approve, reject = f"approve-{framework}", f"reject-{framework}"
     with E2BBackend(**server.sdk_options) as backend:
-        tools = make_toolset(backend, session=session)
         for mark, yes in ((approve, True), (reject, False)):
+            # A session each: the rig's scripted models number their calls
+            # from 1, and a key stays bound to the first call asked about.
+            tools = make_toolset(backend, session=new_session())
             command = f"{server.mark(mark)}; echo deploy"
             first = FIRST[framework](tools, command)
             assert first.waits is True

@@ -170,6 +170,70 @@ def test_c8_toolset_approval_of_another_call_under_the_key_runs_nothing() -> Non
     assert _launches(sim) == 1
 
 
+def test_c8_a_changed_call_under_an_asked_key_is_never_a_new_question() -> None:
+    """A framework that re-runs a paused step hands the answer it saved to
+    whatever question the step asks next (LangGraph's ``interrupt()`` goes by
+    its place in the node). So a call under a key already asked about
+    another call is not asked about at all: it is refused
+    (``approval_mismatch``) whether it comes unapproved, through
+    ``ask_policy`` or approved, and nothing runs; the asked call still runs
+    once approved."""
+    sim = Simulator()
+    tools = make_toolset(sim)
+    options: dict[str, Any] = {"call_id": "c1", "operation_key": "r:c1"}
+    asked = tools.call_sync("run_command", {"command": STAGING}, **options)
+    assert asked.status == "approval_required"
+    for approved in (False, True, False):
+        changed = tools.call_sync(
+            "run_command", {"command": PRODUCTION}, **options, approved=approved
+        )
+        _refused(changed.content, "approval_mismatch")
+        assert "changed after a person was asked" in str(changed.instruction) or approved
+    policy = asyncio.run(tools.ask_policy("run_command", {"command": PRODUCTION}, **options))
+    assert policy is None  # nobody is to be asked
+    assert _launches(sim) == 0
+    ran = tools.call_sync("run_command", {"command": STAGING}, **options, approved=True)
+    assert (ran.status, ran.stdout) == ("ok", "deploy-staging\n")
+    assert _launches(sim) == 1
+
+
+def test_c8_a_rejected_key_answers_its_rejection_and_asks_nobody_again() -> None:
+    """After a rejection, the same key's call (as asked, or changed) is
+    answered with that rejection, never asked about again."""
+    sim = Simulator()
+    tools = make_toolset(sim)
+    options: dict[str, Any] = {"call_id": "c1", "operation_key": "r:c1"}
+    assert tools.call_sync("run_command", {"command": STAGING}, **options).needs_approval
+    tools.rejection("no", name="run_command", call_id="c1", operation_key="r:c1")
+    for command in (STAGING, PRODUCTION):
+        again = tools.call_sync("run_command", {"command": command}, **options)
+        _refused(again.content, "approval_rejected")
+    assert _launches(sim) == 0
+
+
+def test_c8_an_edited_approval_is_the_first_decision_with_its_own_arguments() -> None:
+    """A person edits the call and approves the edit: that approval, of the
+    edited call, is the one that stands. The original call approved later
+    (another copy of the saved run) is refused, and the edit replayed
+    reconciles its one launch."""
+    sim = Simulator()
+    tools = make_toolset(sim)
+    options: dict[str, Any] = {"call_id": "c1", "operation_key": "r:c1"}
+    assert tools.call_sync("run_command", {"command": STAGING}, **options).needs_approval
+    edit = {"command": "echo deploy-edited"}
+    ran = tools.call_sync("run_command", edit, **options, approved=True, edited=True)
+    assert (ran.status, ran.stdout) == ("ok", "deploy-edited\n")
+    original = tools.call_sync("run_command", {"command": STAGING}, **options, approved=True)
+    _refused(original.content, "approval_mismatch")
+    other_edit = tools.call_sync(
+        "run_command", {"command": PRODUCTION}, **options, approved=True, edited=True
+    )
+    _refused(other_edit.content, "approval_mismatch")
+    again = tools.call_sync("run_command", edit, **options, approved=True, edited=True)
+    assert again.deduplicated is True
+    assert _launches(sim) == 1
+
+
 def test_c8_a_changed_env_value_is_a_changed_call_where_it_was_asked() -> None:
     """The process that asked binds env values too (they are masked in the
     question, so a person never saw them change)."""

@@ -17,11 +17,12 @@ def approval_request(toolset: Toolset, asked: ToolResult, call: ModelCall) -> di
     """The question a person answers about ``call`` (whose result ``asked``
     is ``approval_required``): the tool, its arguments as the adapter kit
     shows them (every env value masked, wherever it appears), the call's
-    identity and the policy's interaction id, in the shape of LangChain's
+    identity and the policy's interaction id (every value the toolset's
+    session masks masked in all of it, C17), in the shape of LangChain's
     ``HumanInTheLoopMiddleware`` requests (``action_requests``,
     ``review_configs``), so a client built for those shows it. Plain JSON
     data: checkpointers and session stores keep it as it is."""
-    shown = shown_arguments(call.arguments)
+    shown = shown_arguments(call.arguments, toolset=toolset)
     try:
         args: Any = json.loads(shown)
     except ValueError:  # cut to fit what a person reads
@@ -33,8 +34,10 @@ def approval_request(toolset: Toolset, asked: ToolResult, call: ModelCall) -> di
             {
                 "name": call.name,
                 "args": args,
-                "description": f"sandrail asks a person to approve {call.name} "
-                f"(interaction {interaction}): {shown}",
+                "description": toolset.masked(
+                    f"sandrail asks a person to approve {call.name} "
+                    f"(interaction {interaction}): {shown}"
+                ),
             }
         ],
         "review_configs": [{"action_name": call.name, "allowed_decisions": ["approve", "reject"]}],

@@ -18,7 +18,9 @@ calls ``interrupt()`` with the question a person must see (env values are
 never part of it) and LangGraph pauses the run. The
 answer is ``Command(resume={"type": "approve"})`` or ``{"type": "reject",
 "message": ...}``, the decision shape of LangChain's
-``HumanInTheLoopMiddleware`` in its per-call mode; LangGraph checks it against
+``HumanInTheLoopMiddleware`` in its per-call mode, or the same as its
+batched mode answers (``{"decisions": [{"type": "approve"}]}``: the question
+has that middleware's shape); LangGraph checks it against
 :func:`decision_schema` before saving it, so a malformed answer is refused at the
 ``Command`` and can be given again. On resume the node runs from its first
 line: the policy is asked again (nothing runs), ``interrupt()`` returns the
@@ -39,28 +41,44 @@ __all__ = ["decision_schema", "read_decision", "run_of_config"]
 
 @functools.cache
 def decision_schema() -> Any:
-    """The answer ``interrupt()`` takes back (``{"type": "approve"}`` or
-    ``{"type": "reject", "message": ...}``): LangGraph validates a resume
-    value against it before saving it (a ``pydantic.ValidationError`` at the
+    """The answer ``interrupt()`` takes back: one decision, ``{"type":
+    "approve"}`` or ``{"type": "reject", "message": ...}``, or the same in
+    ``HumanInTheLoopMiddleware``'s batched shape, ``{"decisions": [one
+    decision]}`` (the question is in its shape: ``action_requests``, one of
+    them). Nothing else: a key it does not name (``{"type": "approve",
+    "args": ...}``: an approval edits nothing) and any other decision
+    (``edit``, ``respond``) are refused. LangGraph validates a resume value
+    against it before saving it (a ``pydantic.ValidationError`` at the
     ``Command``, and the question stays open). Built on first use, with the
     ``TypedDict`` pydantic reads on every Python."""
-    from typing import NotRequired
+    from typing import Annotated, NotRequired
 
+    from pydantic import ConfigDict, Field
     from typing_extensions import TypedDict
 
+    closed = ConfigDict(extra="forbid")
     # The functional form: real types, not annotations postponed in here.
     approve = TypedDict("Approve", {"type": Literal["approve"]})  # type: ignore[name-match]  # noqa: UP013
     reject = TypedDict(  # type: ignore[name-match]  # noqa: UP013
         "Reject", {"type": Literal["reject"], "message": NotRequired[str]}
     )
-    return approve | reject
+    one = approve | reject
+    batched = TypedDict(  # type: ignore[name-match]  # noqa: UP013
+        "Decisions", {"decisions": Annotated[list[one], Field(min_length=1, max_length=1)]}
+    )
+    for shape in (approve, reject, batched):
+        shape.__pydantic_config__ = closed  # type: ignore[union-attr]
+    return one | batched
 
 
-def run_of_config(config: object, runtime: object = None, call_id: str | None = None) -> str | None:
+def run_of_config(
+    config: object, runtime: object = None, call_id: str | None = None, *, state: object = None
+) -> str | None:
     """The run part of an operation key for the tool call ``call_id``:
     ``langgraph:{thread_id}:message:{message id}`` where LangGraph's ``ToolNode``
     gives the tool its ``ToolRuntime`` and the graph state holds the model
-    message that made the call; else ``langgraph:{thread_id}:task:{checkpoint_ns}``
+    message that made the call (or ``state``, the graph state, holds it: a
+    middleware hook's view); else ``langgraph:{thread_id}:task:{checkpoint_ns}``
     from the ``RunnableConfig``; ``None`` outside a LangGraph task (no
     namespace and no such message).
 
@@ -81,7 +99,7 @@ def run_of_config(config: object, runtime: object = None, call_id: str | None = 
         configurable = {}
     thread = configurable.get("thread_id")
     shown = "-" if thread is None or not str(thread).strip() else str(thread)
-    made_by = _message_of(getattr(runtime, "state", None), call_id)
+    made_by = _message_of(getattr(runtime, "state", None) if state is None else state, call_id)
     if made_by is not None:
         return run_id_of("langgraph", shown, "message", made_by)
     namespace = configurable.get("checkpoint_ns")
@@ -111,11 +129,15 @@ def _message_of(state: object, call_id: str | None) -> str | None:
 
 
 def read_decision(answer: object) -> tuple[bool, str | None]:
-    """``(approved, reason)`` from the value ``interrupt()`` returned.
-    Anything but an approval is a rejection: nothing runs (a value that is
-    not a decision at all, which :func:`decision_schema` keeps LangGraph from saving,
-    is read as a rejection with its reason said)."""
-    if isinstance(answer, Mapping):
+    """``(approved, reason)`` from the value ``interrupt()`` returned (one
+    decision, or a batch of one: see :func:`decision_schema`). Anything but
+    an approval is a rejection: nothing runs (a value that is not a decision
+    at all, which :func:`decision_schema` keeps LangGraph from saving, is
+    read as a rejection with its reason said)."""
+    if isinstance(answer, Mapping) and set(answer) == {"decisions"}:
+        batch = answer["decisions"]
+        answer = batch[0] if isinstance(batch, list) and len(batch) == 1 else None
+    if isinstance(answer, Mapping) and set(answer) <= {"type", "message"}:
         kind = answer.get("type")
         if kind == "approve":
             return True, None

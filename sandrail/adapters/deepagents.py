@@ -42,6 +42,10 @@ sandrail's ``run_command``:
   does: ``Command(resume={"type": "approve"})`` or ``{"type": "reject"}``);
   or let Deep Agents ask with ``interrupt_on={"execute": True}`` and the
   policy ``ALLOW`` it. Either way an approved call runs once under its key.
+  With ``interrupt_on`` Deep Agents decides, and a rejection does not stand
+  against an approval given later on a copy of the checkpoint:
+  :func:`human_in_the_loop` is the same middleware with the first decision
+  standing (kept in the toolset's record).
 """
 
 from __future__ import annotations
@@ -50,14 +54,16 @@ import base64
 import shlex
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Final
 
 from sandrail import ErrorCode, ToolResult, Toolset
 from sandrail.adapters._glue import approval_request
+from sandrail.adapters._hitl import middleware
 from sandrail.adapters._langgraph import decision_schema, read_decision
 from sandrail.adapters.kit import Adapter, require, run_id_of
 
-__all__ = ["SandrailSandbox"]
+__all__ = ["SandrailSandbox", "human_in_the_loop"]
 
 _KEPT: Final = 4096
 """Tool runs whose call id and command count are remembered (oldest dropped)."""
@@ -153,19 +159,78 @@ def _key_parts() -> tuple[str, Any] | str:
     except RuntimeError:
         return "the backend was called outside a LangGraph run"
     configurable = config.get("configurable") or {}
-    thread = configurable.get("thread_id")
-    shown = "-" if thread is None or not str(thread).strip() else str(thread)
     manager = config.get("callbacks")
     tool_run = getattr(manager, "parent_run_id", None)
     call_id = _CALLS.call_id(tool_run) if tool_run is not None else None
     if call_id is not None:
-        run = run_id_of("langgraph", shown, "call", call_id)
+        run = _run_of_call(configurable, call_id)
     else:
         namespace = configurable.get("checkpoint_ns")
-        run = run_id_of("langgraph", shown, "task", namespace) if tool_run is not None else None
+        run = (
+            run_id_of("langgraph", _thread(configurable), "task", namespace)
+            if tool_run is not None
+            else None
+        )
     if run is None:
         return "the backend was called outside a LangGraph task"
     return run, tool_run
+
+
+def _thread(configurable: Mapping[str, Any]) -> str:
+    thread = configurable.get("thread_id")
+    return "-" if thread is None or not str(thread).strip() else str(thread)
+
+
+def _run_of_call(configurable: Mapping[str, Any], call_id: str) -> str | None:
+    """The run part of the keys of the commands tool call ``call_id`` sends."""
+    return run_id_of("langgraph", _thread(configurable), "call", call_id)
+
+
+def human_in_the_loop(backend: Any, interrupt_on: Mapping[str, Any], **options: Any) -> Any:
+    """LangChain's ``HumanInTheLoopMiddleware`` (what Deep Agents'
+    ``interrupt_on=`` builds; ``interrupt_on`` and ``options`` as LangChain
+    takes them) for an agent whose sandbox is ``backend`` (a
+    :func:`SandrailSandbox`), whose first decision about an ``execute`` call
+    stands: approved on a copy of the checkpoint after it was rejected on
+    another, the command runs nothing and the model reads the rejection;
+    rejected after an approval launched it, the model reads ``uncertain``
+    with the task's locator. Pass it as ``create_deep_agent(...,
+    middleware=[human_in_the_loop(backend, {"execute": True})])`` in place
+    of ``interrupt_on=``. Decisions are kept in the toolset's ownership
+    record, so across processes the toolset needs its durable ``record=``.
+    Deep Agents' file tools (``write_file``, ``edit_file``, ...) listed here
+    are gated as by LangChain's own middleware, without that rule (each may
+    send several commands, none of them the call a person saw).
+
+    Raises ``TypeError`` when ``backend`` is not a :func:`SandrailSandbox`,
+    ``ImportError`` naming the extra when Deep Agents is missing, and
+    whatever LangChain's middleware raises for its own settings."""
+    require("deepagents", "deepagents")
+    if not isinstance(backend, _backend_class()):
+        raise TypeError(
+            f"human_in_the_loop takes the agent's SandrailSandbox, got {type(backend).__name__}"
+        )
+
+    def governed(call: Mapping[str, Any], state: object, config: object) -> Any:
+        arguments = call.get("args")
+        call_id = call.get("id")
+        if call.get("name") != "execute" or not isinstance(arguments, Mapping):
+            return None
+        command, timeout = arguments.get("command"), arguments.get("timeout")
+        if not isinstance(call_id, str) or not isinstance(command, str) or not command.strip():
+            return None
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int)):
+            return None
+        configurable = config.get("configurable") if isinstance(config, Mapping) else None
+        run = _run_of_call(configurable if isinstance(configurable, Mapping) else {}, call_id)
+        adapter = backend.adapter
+        # An execute call sends one command: the first of its tool call.
+        made = adapter.call_of(
+            "run_command", backend.arguments(command, timeout), call_id="deepagents-1", run_id=run
+        )
+        return (adapter, made) if not isinstance(made, ToolResult) else None
+
+    return middleware(governed, interrupt_on, options)
 
 
 def _backend_class() -> type[Any]:
@@ -195,11 +260,20 @@ def _backend_class() -> type[Any]:
                 # succeeds (sandrail refuses a blank command, which Deep Agents'
                 # schema lets a model send).
                 return protocol.ExecuteResponse(output="", exit_code=0, truncated=False)
+            return _response(protocol, self._run(self.arguments(command, timeout)))
+
+        @property
+        def adapter(self) -> Adapter:
+            """The adapter every command runs through."""
+            return self._adapter
+
+        def arguments(self, command: str, timeout: int | None) -> dict[str, Any]:
+            """The ``run_command`` arguments ``execute(command, timeout=...)`` sends."""
             seconds = self._timeout if timeout is None or timeout <= 0 else int(timeout)
             arguments: dict[str, Any] = {"command": command, "timeout": seconds}
             if self._workdir is not None:
                 arguments["cwd"] = self._workdir
-            return _response(protocol, self._run(arguments))
+            return arguments
 
         def _run(self, arguments: dict[str, Any]) -> ToolResult:
             adapter = self._adapter

@@ -10,12 +10,17 @@ wrote them. The tool's response is the result's content (a plain JSON
 object: ADK sends a function response as an object), whose canonical JSON is
 exactly ``result.to_json()``, within the budget (C12).
 
-Operation keys: ``f"adk:{session_id}:{invocation_id}:{function_call_id}"``,
-where the invocation is the one whose model event made the function call
-(found in the session's events by the call's id), so a call ADK runs again
-in a later invocation (after a confirmation, the answer arrives as a new
-message) keeps its key, and a new model turn is a new call even when a
-scripted model reuses call ids. An exact repeat of a call left unsettled
+Operation keys: ``f"adk:{session_id}:{invocation_id}:{event_id}:{function_call_id}"``,
+where the invocation and the event are those of the model event that made
+the function call (the session's latest event holding a call with that id),
+so a call ADK runs again in a later invocation (after a confirmation, the
+answer arrives as a new message) keeps its key, and a new model turn is a
+new call even when a scripted model reuses call ids, within one invocation
+too (each model turn is an event of its own, with its own id; real models'
+calls have ids of their own anyway: ADK gives a call the model left
+without one an ``adk-`` id of its own). A tool run outside a session with
+that event (called by hand) is keyed by the running invocation alone. An
+exact repeat of a call left unsettled
 (``uncertain``, or never answered) runs under that call's key and
 reconciles it (see :class:`~sandrail.Toolset`).
 
@@ -62,18 +67,23 @@ def tools(
     return [cls(adapter, name, schema) for name, schema in adapter.schemas().items()]
 
 
-def _origin(tool_context: Any, call_id: str) -> str | None:
-    """The invocation id of the session event holding the function call
-    ``call_id`` (the model turn that made it), else the running one."""
+def _origin(tool_context: Any, call_id: str) -> tuple[object, ...]:
+    """The identity parts of the model turn that made the function call
+    ``call_id``: the invocation id and the event id of the session's latest
+    event holding it; else the running invocation's id alone."""
     session = getattr(tool_context, "session", None)
     for event in reversed(getattr(session, "events", None) or ()):
         calls = event.get_function_calls() if hasattr(event, "get_function_calls") else ()
         if any(getattr(call, "id", None) == call_id for call in calls):
             origin = getattr(event, "invocation_id", None)
-            if isinstance(origin, str) and origin.strip():
-                return origin
-    running = getattr(tool_context, "invocation_id", None)
-    return running if isinstance(running, str) and running.strip() else None
+            made = getattr(event, "id", None)
+            if _named(origin) and _named(made):
+                return origin, made
+    return (getattr(tool_context, "invocation_id", None),)
+
+
+def _named(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
 
 
 @functools.cache
@@ -99,12 +109,12 @@ def _tool_class() -> type[Any]:
         def _call(self, args: Any, tool_context: Any) -> ModelCall | ToolResult:
             call_id = getattr(tool_context, "function_call_id", None)
             session = getattr(getattr(tool_context, "session", None), "id", None)
-            origin = _origin(tool_context, call_id) if isinstance(call_id, str) else None
+            origin = _origin(tool_context, call_id) if isinstance(call_id, str) else (None,)
             return self._adapter.call_of(
                 self.name,
                 args,
                 call_id=call_id,
-                run_id=run_id_of("adk", session, origin),
+                run_id=run_id_of("adk", session, *origin),
             )
 
         async def run_async(self, *, args: dict[str, Any], tool_context: Any) -> Any:

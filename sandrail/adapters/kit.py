@@ -148,13 +148,15 @@ def run_id_of(*parts: object) -> str | None:
 _SAFE: Final = "".join(chr(c) for c in range(32, 127) if chr(c) not in "%:")
 
 
-def shown_arguments(arguments: object) -> str:
+def shown_arguments(arguments: object, *, toolset: Toolset | None = None) -> str:
     """What a person deciding about a call is shown of its arguments: their
     canonical JSON with every env value replaced by ``<redacted>``, wherever
     it appears (an env value written into the command or ``cwd`` too, C17),
-    cut to about 1,500 characters (the middle elided). Takes the arguments
-    in any profile's shape (``env`` as a mapping or as ``{name, value}``
-    entries); never raises."""
+    and, given the ``toolset`` the call runs on, every value its session
+    masks in results (an env value an earlier call passed, a ``redact=``
+    value: :meth:`~sandrail.Toolset.masked`), cut to about 1,500 characters
+    (the middle elided). Takes the arguments in any profile's shape (``env``
+    as a mapping or as ``{name, value}`` entries); never raises."""
     if not isinstance(arguments, Mapping):
         return "(arguments that are not an object)"
     try:
@@ -178,6 +180,8 @@ def shown_arguments(arguments: object) -> str:
         # Masked in the JSON text, escaped as JSON writes it, and as given.
         escaped = {canonical_json(value).decode("utf-8")[1:-1] for value in secrets}
         text = mask_text(text, Redactions(secrets | escaped))
+    if toolset is not None:
+        text = toolset.masked(text)
     if len(text) > _SHOWN_CHARACTERS:
         half = _SHOWN_CHARACTERS // 2
         text = f"{text[:half]} […{len(text) - 2 * half} characters…] {text[-half:]}"
@@ -356,7 +360,14 @@ class Adapter:
         hand it to the framework's human-in-the-loop as the first time.
         Nothing runs in any of them. ``edited=True`` (with ``approved``):
         the arguments are the person's own, written when approving (an
-        edit of the call asked about), and the approval covers them."""
+        edit of the call asked about), and the approval covers them.
+
+        A key stays bound to the first call asked about under it: a later
+        run of another call under it (the framework's saved state edited
+        before the answer) answers ``approval_mismatch`` instead of
+        ``approval_required``, so the adapter asks nobody, and the model
+        reads it: a framework that hands a re-run step the answer saved for
+        its first question never approves the changed call with it."""
         options = self._options(call, approved, edited, cancel)
         return await self._toolset.call(*_named(call), **options)
 
@@ -417,6 +428,22 @@ class Adapter:
         except TimeoutError:
             return False
         return _asks_a_person(decision)
+
+    def approve(self, call: ModelCall) -> ToolResult | None:
+        """Keep a person's approval of ``call``, given through the framework's
+        own gate, which runs the call afterwards without ``approved=True``
+        (a ``HumanInTheLoopMiddleware``): ``None`` when it stands (run the
+        call), else what the model reads instead, nothing run: the rejection
+        a person made first, or ``approval_mismatch`` when an approval of
+        another call under its key came first (see
+        :meth:`~sandrail.Toolset.approve`)."""
+        return self._toolset.approve(
+            call.name,
+            call.arguments,
+            call_id=call.call_id,
+            operation_key=call.operation_key,
+            profile=self._profile,
+        )
 
     def reject(self, call: ModelCall | None, reason: str | None = None) -> ToolResult:
         """What the model reads when a person rejected ``call``: ``error``,

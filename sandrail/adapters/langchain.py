@@ -47,7 +47,10 @@ key already launched, ``uncertain`` with the task's locator).
 too: a call it gates runs when approved (an edit runs the reviewer's
 arguments under the call's key) and the middleware's own message answers a
 rejection; let the harness's policy ``ALLOW`` such calls, or the person is
-asked twice.
+asked twice. There LangChain decides, and a rejection does not stand against
+an approval given later on a copy of the checkpoint:
+:func:`human_in_the_loop` is the same middleware with the first decision
+standing, kept in the toolset's record.
 
 Timeouts: ``timeout_seconds`` is each call's deadline, enforced here; when
 it passes, the call is aborted as a :class:`~sandrail.CancelToken` would abort
@@ -63,10 +66,11 @@ from typing import Any, Final
 
 from sandrail import ErrorCode, Profile, ToolResult, Toolset
 from sandrail.adapters._glue import approval_request
+from sandrail.adapters._hitl import middleware
 from sandrail.adapters._langgraph import decision_schema, read_decision, run_of_config
 from sandrail.adapters.kit import Adapter, ModelCall, check_run_id, require
 
-__all__ = ["tools"]
+__all__ = ["human_in_the_loop", "tools"]
 
 RunId = str | Callable[[Any], str] | None
 _Steps = Generator[tuple[ModelCall, bool], ToolResult, Any]
@@ -117,6 +121,48 @@ def tools(
     return made
 
 
+def human_in_the_loop(
+    toolset: Toolset,
+    interrupt_on: Mapping[str, Any],
+    *,
+    profile: Profile = "openai-strict",
+    run_id: RunId = None,
+    **options: Any,
+) -> Any:
+    """LangChain's ``HumanInTheLoopMiddleware`` (``interrupt_on`` and the
+    other ``options``, ``interrupt_mode`` included, as LangChain takes them)
+    for the tools :func:`tools` made of ``toolset``, whose first decision
+    about a call stands: approved (or edited) on a copy of the checkpoint
+    after it was rejected on another, the call runs nothing and the model
+    reads the rejection; rejected after an approval launched it, the model
+    reads ``uncertain`` with the task's locator, never "not executed".
+    Each decision is kept in the toolset's ownership record under the call's
+    operation key, so across processes it needs the toolset's durable
+    ``record=`` (``docs/howto/langgraph.md``). Give the same ``profile`` and
+    ``run_id`` as to :func:`tools`. Calls of tools that are not the
+    toolset's are gated as by LangChain's own middleware.
+
+    Raises ``ImportError`` naming the ``langchain`` extra when LangChain is
+    missing, ``ValueError`` and ``TypeError`` as :func:`tools` does, and
+    whatever LangChain's middleware raises for its own settings."""
+    require("langchain.agents.middleware", "langchain")
+    if not callable(run_id):
+        check_run_id(run_id)
+    adapter = Adapter(toolset, framework="LangGraph", profile=profile)
+
+    def governed(call: Mapping[str, Any], state: object, config: object) -> Any:
+        name, call_id = call.get("name"), call.get("id")
+        if name not in toolset.names or not isinstance(call_id, str) or not call_id.strip():
+            return None
+        run = _Binding(adapter, name, run_id).run_of(config, None, call_id, state=state)
+        if isinstance(run, ToolResult):
+            return None
+        made = adapter.call_of(name, call.get("args"), call_id=call_id, run_id=run)
+        return (adapter, made) if isinstance(made, ModelCall) else None
+
+    return middleware(governed, interrupt_on, options)
+
+
 class _Binding:
     """What one tool runs: the adapter (the toolset and its settings), the
     tool's name and the configured ``run_id``."""
@@ -126,10 +172,13 @@ class _Binding:
         self.name = name
         self.run_id = run_id
 
-    def run_of(self, config: object, runtime: object, call_id: str) -> str | ToolResult:
-        """The run part of the call's key, or the refusal to send."""
+    def run_of(
+        self, config: object, runtime: object, call_id: str, *, state: object = None
+    ) -> str | ToolResult:
+        """The run part of the call's key, or the refusal to send (``state``:
+        the graph state, where there is no ``ToolRuntime``)."""
         if self.run_id is None:
-            run = run_of_config(config, runtime, call_id)
+            run = run_of_config(config, runtime, call_id, state=state)
             if run is None:
                 return self.no_key(
                     "it runs outside a LangGraph task and the adapter was given no run_id"

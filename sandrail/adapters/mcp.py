@@ -298,8 +298,10 @@ def server(
             try:
                 result = await adapter.run(call, approved=asked == "approve")
                 if result.needs_approval and asked is None and approval.can_ask(ctx):
-                    question = approval.question(
-                        call.name, call.arguments, where, result.content.get("interaction_id")
+                    question = adapter.toolset.masked(
+                        approval.question(
+                            call.name, call.arguments, where, result.content.get("interaction_id")
+                        )
                     )
                     if ctx.session.protocol_version in modern:
                         return _input_required(types, question, key)
