@@ -292,6 +292,7 @@ verdict_of() { # <task>: VERDICT, what the supervisor wrote to `verdict`, once
 
 do_start() { # <task> <nonce>
   local task=$1 req=$INBOX/.taken.$1.$2 dir=$TASKS/$1 fence highest theirs ours claim_epoch
+  local stale=
   # Take the staged request first: once renamed it is this start's alone
   # (the harness discards a request only by the same rename: `discard`).
   mv -T -- "$INBOX/$1.$2" "$req" 2>/dev/null || fail no-request
@@ -306,14 +307,21 @@ do_start() { # <task> <nonce>
     [[ $fence =~ ^[0-9]{1,18}$ ]] || { rm -rf -- "$req"; unlock; fail bad-fence; }
     first_line "$LEDGER/fence" highest
     if [[ $highest =~ ^[0-9]{1,18}$ ]] && (( fence < highest )); then
-      rm -rf -- "$req"; unlock; printf 'refused stale_fence\nepoch %s\n' "$EPOCH"; return
+      stale=1
+    else
+      printf '%s\n' "$fence" > "$LEDGER/fence.tmp" && mv -f -- "$LEDGER/fence.tmp" "$LEDGER/fence"
     fi
-    printf '%s\n' "$fence" > "$LEDGER/fence.tmp" && mv -f -- "$LEDGER/fence.tmp" "$LEDGER/fence"
   fi
+  # A stale fence refuses every start but one: a retry of a claimed task
+  # (same digest) launches nothing, so it is answered from the claim, and
+  # never told that a command which ran never did.
   if [ -d "$dir" ]; then
     first_line "$dir/digest" theirs
     rm -rf -- "$req"
     unlock
+    if [ -n "$stale" ] && [ "$theirs" != "$ours" ]; then
+      printf 'refused stale_fence\nepoch %s\n' "$EPOCH"; return
+    fi
     if [[ ! $theirs =~ ^[0-9a-f]{64}$ ]]; then
       # A claim without its digest was damaged (claims are put in place
       # whole): what it launched is unknown, not another request's.
@@ -329,6 +337,9 @@ do_start() { # <task> <nonce>
     printf 'started 0\nepoch %s\n' "$EPOCH"
     state "$task"
     return
+  fi
+  if [ -n "$stale" ]; then
+    rm -rf -- "$req"; unlock; printf 'refused stale_fence\nepoch %s\n' "$EPOCH"; return
   fi
   first_line "$req/epoch" claim_epoch
   if ! never_claimed "$task" "$claim_epoch" "$req/expect"; then

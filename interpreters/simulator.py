@@ -29,12 +29,13 @@ Semantics
 - **Publish** writes the source with mode 0600; the same source again is
   ``Published`` again, other source is ``StartRefused("publish_conflict")``;
   once the task is claimed, ``Published`` (its start answers from the claim).
-- **Start** checks the fence first (C10): a fence below the highest seen in
-  the sandbox is ``StartRefused("stale_fence")``; otherwise it becomes the
-  highest (even when the claim then refuses). Then the claim (C2, C3): a
-  claimed task id with the same digest is ``Started(first_launch=False)``
-  with the first launch's state now; another digest is
-  ``StartRefused("conflict")``. An unclaimed one launches
+- **Start** answers a retry from its claim first (C2): a claimed task id
+  with the same digest is ``Started(first_launch=False)`` with the first
+  launch's state now, whatever the start's fence (a retry launches
+  nothing). Every other start obeys the fence (C10): below the highest seen
+  in the sandbox it is ``StartRefused("stale_fence")``; otherwise the fence
+  becomes the highest (even when the claim then refuses). A claimed task
+  id with another digest is ``StartRefused("conflict")``. An unclaimed one launches
   (``launches[task_id] += 1``) when the sandbox can prove it never held its
   claim: its ledger epoch is the start's ``claim_epoch`` or, without one,
   the start expects no claim; otherwise ``StartRefused("claim_lost")``
@@ -462,15 +463,20 @@ class Simulator:
 
     def _start(self, effect: Start) -> Started | StartRefused:
         box = self._box(effect.sandbox_id)
+        stale = False
         if effect.fence is not None:
             if box.highest_fence is not None and effect.fence < box.highest_fence:
-                return StartRefused(reason="stale_fence")
-            box.highest_fence = effect.fence
+                stale = True
+            else:
+                box.highest_fence = effect.fence
         task = box.tasks.get(effect.task_id)
         claimed = None if task is None else task.request.request_digest
         verdict = claim_verdict(effect, claimed, box.epoch_token)
         if task is not None and verdict == "deduplicated":
+            # Whatever its fence: a retry of a claimed task launches nothing.
             return Started(task_id=effect.task_id, first_launch=False, state=task.state(self.clock))
+        if stale:
+            return StartRefused(reason="stale_fence")
         if verdict != "launch":
             return StartRefused(reason="conflict" if verdict == "conflict" else "claim_lost")
         task = SimTask(

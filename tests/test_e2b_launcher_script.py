@@ -174,6 +174,17 @@ def test_c10_a_start_below_the_highest_fence_is_stale(rig: LauncherRig) -> None:
     assert (rig.ledger / "fence").read_text() == "5\n"
 
 
+def test_c2_a_stale_retry_of_a_claimed_task_is_answered_from_its_claim(rig: LauncherRig) -> None:
+    epoch = _claimed(rig, fence="3")
+    _claimed(rig, task=task_id(2), fence="5")
+    retry = rig.start(TASK, nonce=2, fence="3")
+    assert retry.lines[:2] == ["started 0", f"epoch {epoch}"], retry
+    other = rig.start(TASK, nonce=3, fence="3", digest="e" * 64)
+    assert other.stdout == f"refused stale_fence\nepoch {epoch}\n"
+    assert (rig.ledger / "fence").read_text() == "5\n"
+    assert list(rig.inbox.iterdir()) == []
+
+
 # -- start: the epoch proof (C2) ----------------------------------------------------
 
 

@@ -758,6 +758,26 @@ def test_c10_a_stale_execution_fence_never_runs() -> None:
     assert rig.sim.launches == {rig.task_id("a"): 1}
 
 
+def test_c2_a_stale_retry_of_a_launched_call_is_answered_not_told_it_never_ran() -> None:
+    """A call whose start's answer was lost (``uncertain``), retried under its
+    old fence after a newer one launched in the sandbox: its command did run,
+    so the retry reconciles it from the claim (``ok``, deduplicated) instead of
+    a stale-fence refusal that says nothing ran."""
+    plan = FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST, when="after"),))
+    rig = Rig(mode="native", plan=plan)
+    first = rig.run("run_command", {"command": "echo a"}, key="a", fence=5)
+    assert first.status == "uncertain"
+    assert rig.run("run_command", {"command": "echo b"}, key="b", fence=6).status == "ok"
+    retry = rig.run("run_command", {"command": "echo a"}, key="a", fence=5)
+    assert retry.status == "ok", retry.content
+    assert retry.content["deduplicated"] is True
+    assert rig.sim.launches == {rig.task_id("a"): 1, rig.task_id("b"): 1}
+    # A new call under the old fence is still refused: the fence refuses launches.
+    assert_error_nothing_ran(
+        rig.run("run_command", {"command": "echo c"}, key="c", fence=5), ErrorCode.FENCE_STALE
+    )
+
+
 def test_background_timeout_without_background_is_refused() -> None:
     rig = Rig()
     result = rig.run("run_command", {"command": "x", "background_timeout": 5})

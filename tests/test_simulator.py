@@ -317,12 +317,26 @@ def test_c10_stale_fence_never_runs() -> None:
     assert stale == StartRefused(reason="stale_fence")
     assert OTHER_TASK not in sim.launches
     assert sim.live_processes(OTHER_TASK) == 0
-    # An equal fence, or none, still runs; a stale retry of a launched task is refused too.
+    # An equal fence, or none, still runs.
     assert started(sim, start_effect(box, OTHER_TASK, fence=5)).first_launch
     started(sim, start_effect(box, "c" * 64, fence=None))
     started(sim, start_effect(box, "d" * 64, fence=9))
-    assert sim(start_effect(box, fence=5)) == StartRefused(reason="stale_fence")
     assert sim.launches == {TASK: 1, OTHER_TASK: 1, "c" * 64: 1, "d" * 64: 1}
+
+
+def test_c2_a_stale_retry_of_a_claimed_task_is_answered_from_its_claim() -> None:
+    """The fence refuses launches: a retry (same digest) of a claimed task
+    launches nothing whatever its fence, so it gets the first launch's
+    state; the highest fence stays where it was."""
+    sim = Simulator()
+    box = ensure(sim)
+    started(sim, start_effect(box, fence=5))
+    started(sim, start_effect(box, OTHER_TASK, fence=9))
+    retry = started(sim, start_effect(box, fence=5))
+    assert not retry.first_launch
+    assert sim(start_effect(box, digest="d2", fence=5)) == StartRefused(reason="stale_fence")
+    assert sim(start_effect(box, "c" * 64, fence=8)) == StartRefused(reason="stale_fence")
+    assert sim.launches == {TASK: 1, OTHER_TASK: 1}
 
 
 def test_c10_late_delivered_start_obeys_the_fence() -> None:
