@@ -151,7 +151,7 @@ from ._profiles import (
 from ._programs import Program, crash_result, refused_after_launch, tool_program
 from ._recorded import RecordMatch
 from ._rejection import ArgumentProblem, arguments_rejection
-from ._repeats import one_call, repeat_scope, same_call
+from ._repeats import one_call, repeat_scope, same_call, settled_arguments
 from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest, with_arguments
 from ._results import (
     APPROVAL_REJECTED_INSTRUCTION,
@@ -370,6 +370,7 @@ __all__ = [
     "resolve_language",
     "same_call",
     "sanitize_text",
+    "settled_arguments",
     "settled_claim",
     "shown_arguments",
     "shown_by",

@@ -24,11 +24,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._canonical import CanonicalJSONError, canonical_json
+from ._definitions import MAX_TIMEOUT_SECONDS
 from ._rules import filled_arguments
 from ._snapshot import PortSettings
 from ._tools import tool_record
 
-__all__ = ["one_call", "repeat_scope", "same_call"]
+__all__ = ["one_call", "repeat_scope", "same_call", "settled_arguments"]
 
 
 def one_call(tool: str, arguments: Mapping[str, Any], settings: PortSettings) -> dict[str, Any]:
@@ -48,6 +49,41 @@ def one_call(tool: str, arguments: Mapping[str, Any], settings: PortSettings) ->
         else:
             arguments = {**arguments, argument: seconds}
     return filled_arguments(record.digest_defaults, arguments)
+
+
+def settled_arguments(
+    tool: str, arguments: Mapping[str, Any], settings: PortSettings
+) -> Mapping[str, Any]:
+    """``arguments`` (in the port's form) without a deadline argument that
+    changes nothing: a ``timeout`` (of a foreground launch) or a
+    ``background_timeout`` (of a background one) whose deadline, as the
+    port would set it, is the one it sets when the argument is left out
+    (``300`` or ``300.0`` where the default is 300, a value above the cap),
+    so a call that spells its default and one that leaves it out are one
+    launch (C3): one digest, one claim. Only a value the schema accepts (an
+    integer from 1 to :data:`~sandrail.core.MAX_TIMEOUT_SECONDS`, or
+    ``null``) is left out, and only where it belongs, so a call the port
+    would refuse is still refused. Anything else is returned as it is.
+    Raises :class:`~sandrail.core.UnknownToolError` for a tool without a
+    record."""
+    deadline = tool_record(tool).deadline
+    if deadline is None:
+        return arguments
+    name = "background_timeout" if arguments.get("background") is True else "timeout"
+    if name not in arguments:
+        return arguments
+    value = arguments[name]
+    if value is not None and not (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 1 <= value <= MAX_TIMEOUT_SECONDS
+        and value == int(value)
+    ):
+        return arguments
+    without = {key: item for key, item in arguments.items() if key != name}
+    if deadline(arguments, settings)[1] != deadline(without, settings)[1]:
+        return arguments
+    return without
 
 
 def same_call(tool: str, arguments: Mapping[str, Any], settings: PortSettings) -> bytes | None:

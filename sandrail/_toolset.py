@@ -115,6 +115,7 @@ from sandrail.core import (
     refused_after_launch,
     repeat_scope,
     same_call,
+    settled_arguments,
     tool_schema,
 )
 from sandrail.interpreters._cancel import CancelToken, EitherSignal
@@ -819,7 +820,9 @@ class Toolset:
         self, definition: ToolDefinition, profile: Profile, arguments: object
     ) -> Mapping[str, Any] | ToolResult:
         """The model's ``arguments`` in the port's form (``profile``'s
-        undone), or their refusal with the session's values masked."""
+        undone, a deadline spelled as its default left out: the call that
+        leaves it out, so one digest and one claim, C3), or their refusal
+        with the session's values masked."""
         if not isinstance(arguments, Mapping):
             # Not an object at all (a list, a tuple, a string): refused as
             # such, never converted (a tuple would pass for problems).
@@ -833,7 +836,12 @@ class Toolset:
             problems = masked_problems(converted, self._masks.secrets, arguments)
             content = arguments_rejection(problems, self._max_output_bytes)
             return ToolResult(status="error", content=content)
-        return converted
+        port = self._ports.get(definition.name)
+        return (
+            converted
+            if port is None
+            else settled_arguments(definition.name, converted, port.settings)
+        )
 
     def launched(self, name: str, operation_key: str) -> OwnedCommand | None:
         """The ownership record's row when a start of tool ``name`` under

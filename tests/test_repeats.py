@@ -24,6 +24,7 @@ from sandrail.core import (
     refused_after_launch,
     repeat_scope,
     same_call,
+    settled_arguments,
 )
 from tests.embed_rig import toolset
 
@@ -175,3 +176,36 @@ def test_c12_a_refusal_after_a_launch_fits_the_budget_and_only_follows_refusals(
         refused_after_launch(
             ErrorCode.CANCELED, KNOWN, request, reason="", readable=True, max_output_bytes=600
         )
+
+
+_TIMEOUTS = st.one_of(
+    st.none(),
+    st.integers(min_value=-5, max_value=90_000),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.text(max_size=3),
+)
+
+
+@given(
+    timeout=_TIMEOUTS,
+    background=st.booleans(),
+    field=st.sampled_from(["timeout", "background_timeout"]),
+)
+def test_c3_settled_arguments_keep_the_call_and_leave_out_only_a_default(
+    timeout: object, background: bool, field: str
+) -> None:
+    """Leaving a deadline out never changes what the call is (its one-call
+    form, so its launch), and only an accepted value of the argument the
+    launch reads is ever left out."""
+    arguments: dict[str, Any] = {"command": "x", "background": background, field: timeout}
+    settled = settled_arguments("run_command", arguments, SETTINGS)
+    if settled is arguments:
+        return
+    assert set(arguments) - set(settled) == {field}
+    assert field == ("background_timeout" if background else "timeout")
+    assert timeout is None or (type(timeout) in (int, float) and 1 <= timeout <= 86_400)  # type: ignore[operator]
+    assert one_call("run_command", settled, SETTINGS) == one_call(
+        "run_command", arguments, SETTINGS
+    )
+    assert settled_arguments("sandbox_status", arguments, SETTINGS) is arguments

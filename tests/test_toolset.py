@@ -913,3 +913,70 @@ def test_toolset_an_owner_of_another_type_is_told_what_owner_takes(owner: object
     assert "a native owner needs" not in message
     if owner == "agent-1":
         assert "owner=sandrail.AgentOwner(agent_id='agent-1')" in message
+
+
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        {"timeout": 300},
+        {"timeout": 300.0},
+        {"timeout": None},
+        {"timeout": 5000},  # above the foreground cap: the port sets 300 all the same
+    ],
+)
+def test_c3_a_deadline_spelled_as_its_default_is_the_same_launch(spelled: dict[str, Any]) -> None:
+    """A retry that spells out the default timeout is the call that left it
+    out: answered from the first launch, never a false conflict."""
+    tools = toolset()
+    first = tools.call_sync("run_command", {"command": "echo hi"}, call_id="c", operation_key="k")
+    again = tools.call_sync(
+        "run_command", {"command": "echo hi", **spelled}, call_id="c", operation_key="k"
+    )
+    assert (first.status, again.status) == ("ok", "ok"), again.content
+    assert again.content["deduplicated"] is True
+    assert launches(tools) == 1
+
+
+def test_c3_a_deadline_that_changes_the_launch_is_another_launch() -> None:
+    """A timeout that sets another deadline is another call (a conflict under
+    the same key, nothing new runs), and a value the schema refuses is still
+    refused, never settled into the default."""
+    tools = toolset()
+    tools.call_sync("run_command", {"command": "echo hi"}, call_id="c", operation_key="k")
+    other = tools.call_sync(
+        "run_command", {"command": "echo hi", "timeout": 60}, call_id="c", operation_key="k"
+    )
+    assert other.content["error_type"] == "e2b_command_operation_conflict"
+    for refused in (0, -1, 86_401, True, "300", 300.5):
+        answer = tools.call_sync(
+            "run_command",
+            {"command": "echo hi", "timeout": refused},
+            call_id="r",
+            operation_key="r",
+        )
+        assert answer.content["error_type"] == "e2b_command_arguments_invalid", refused
+    background = tools.call_sync(
+        "run_command",
+        {"command": "echo bg", "background": True, "timeout": 300},
+        call_id="b",
+        operation_key="b",
+    )
+    assert background.content["error_type"] == "timeout_requires_foreground"
+    assert launches(tools) == 1
+
+
+def test_c3_a_background_deadline_spelled_as_its_default_is_the_same_launch() -> None:
+    tools = toolset()
+    default = sandrail.core.DEFAULT_BACKGROUND_TIMEOUT_SECONDS
+    first = tools.call_sync(
+        "run_command", {"command": "echo bg", "background": True}, call_id="c", operation_key="k"
+    )
+    again = tools.call_sync(
+        "run_command",
+        {"command": "echo bg", "background": True, "background_timeout": default},
+        call_id="c",
+        operation_key="k",
+    )
+    assert (first.status, again.status) == ("ok", "ok"), again.content
+    assert again.content["deduplicated"] is True
+    assert launches(tools) == 1
