@@ -1067,3 +1067,23 @@ def test_c6_reconciling_a_task_whose_sandbox_is_gone_says_so(server: LocalE2B, o
     with E2BBackend(**server.sdk_options) as operator:
         (found,) = reconcile(owned, operator)
     assert (found.verdict, found.reason) == ("still_uncertain", "the sandbox is gone")
+
+
+def test_c5_a_command_that_never_began_is_never_launched_after_a_restart(
+    server: LocalE2B, owned: Any
+) -> None:
+    """A start whose cwd does not exist is ``e2b_command_not_started``; after
+    a harness restart with the durable record, its retry is answered the same
+    from the sandbox's ledger, never a launch."""
+    session = new_session()
+    backend, port = _life(server, session, owned)
+    missing = "/home/user/no-such-dir"
+    with backend:
+        first = port.execute_sync(request(port, "run_command", "op-1", command="true", cwd=missing))
+    assert first.content["error_type"] == "e2b_command_not_started", first.content
+    backend, port = _life(server, session, owned)  # the restart
+    with backend:
+        retry = port.execute_sync(request(port, "run_command", "op-1", command="true", cwd=missing))
+    # The sandbox's ledger keeps the verdict: the restarted harness hears it again.
+    assert retry.content["error_type"] == "e2b_command_not_started", retry.content
+    assert retry.content["executed"] is False
