@@ -658,6 +658,64 @@ class Toolset:
             return None
         return await self._approvals.ask(prepared.request)
 
+    def asked(
+        self,
+        name: str,
+        arguments: object,
+        *,
+        call_id: str,
+        operation_key: str,
+        profile: Profile = "full",
+        reconcile_repeats: bool = False,
+        run_id: str | None = None,
+    ) -> bool:
+        """Whether a person has already been asked about this very call: a
+        question about it (this tool, these arguments) is kept under its key,
+        here or in the shared durable record, or a person already decided
+        about its key (that decision stands, and running the call is checked
+        against it: another call under the key is refused). An adapter whose framework
+        pauses for the answer asks this *before* it runs the call: when the
+        framework then hands the pause an answer at once (a saved run resumed
+        after it was edited, so the call, or its key, changed since the
+        question was shown), that answer was given to another question, and
+        the call must not run on it. The arguments and keys are those
+        :meth:`call` would take; ``False`` for a call the toolset would
+        refuse before asking anyone."""
+        prepared = self._prepare(
+            name, arguments, call_id, operation_key, profile, None, None, reconcile_repeats, run_id
+        )
+        if isinstance(prepared, ToolResult):
+            return False
+        question = self._decisions.of(prepared.request)
+        if question is None:
+            return False
+        # A decided key: its first decision stands, and is what running the
+        # call checks it against (another call under it is refused then).
+        return question.decision != "asked" or question.covers(
+            prepared.request, self._masks.secrets
+        )
+
+    def asking(
+        self,
+        name: str,
+        arguments: object,
+        *,
+        call_id: str,
+        operation_key: str,
+        profile: Profile = "full",
+    ) -> None:
+        """A framework's own gate is about to show a person this call (a
+        ``HumanInTheLoopMiddleware`` that pauses before it runs): keep the
+        question under its key, here and in the shared durable record, so
+        that :meth:`asked` tells the answer to it apart from an answer handed
+        to another call. A key already asked about keeps its first question;
+        a call the toolset would refuse is not kept."""
+        prepared = self._prepare(
+            name, arguments, call_id, operation_key, profile, None, None, False, None
+        )
+        if not isinstance(prepared, ToolResult):
+            self._decisions.ask(prepared.request)
+
     def approve(
         self,
         name: str,

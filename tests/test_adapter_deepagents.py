@@ -283,3 +283,34 @@ def test_c8_the_backends_question_takes_the_human_in_the_loop_answer_shape() -> 
     agent.invoke(USER, _thread("shape"))
     agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), _thread("shape"))
     assert launches(tools) == 1
+
+
+@pytest.mark.parametrize(
+    ("gate", "call_id"), [("backend", "e9"), ("middleware", "e1"), ("middleware", "e9")]
+)
+def test_c8_an_answer_resumed_onto_an_edited_execute_runs_nothing(gate: str, call_id: str) -> None:
+    """The person was shown ``echo deploy`` (through the backend's own
+    question, or sandrail's middleware); the saved tool call is rewritten
+    before the answer, with a new tool call id (a new key) or the same one:
+    the answer approves nothing, and the model reads ``approval_mismatch``."""
+    from sandrail.adapters.deepagents import human_in_the_loop
+
+    tools = toolset(authorize=_asks_for_rm) if gate == "backend" else toolset()
+    backend = SandrailSandbox(tools)
+    first = "rm -rf /tmp/staging" if gate == "backend" else "echo deploy"
+    agent = create_deep_agent(
+        model=scripted([_execute(first, "e1"), "ok", "ok"]),
+        backend=backend,
+        middleware=[human_in_the_loop(backend, {"execute": True})] if gate == "middleware" else [],
+        checkpointer=InMemorySaver(),
+    )
+    agent.invoke(USER, _thread("edited"))
+    state = agent.get_state(_thread("edited")).values["messages"]
+    (made,) = [m for m in state if getattr(m, "tool_calls", None)]
+    changed = AIMessage("", id=made.id, tool_calls=_execute("rm -rf /tmp/EVIL", call_id))
+    agent.update_state(_thread("edited"), {"messages": [changed]}, as_node="model")
+    answer = {"type": "approve"} if gate == "backend" else {"decisions": [{"type": "approve"}]}
+    out = agent.invoke(Command(resume=answer), _thread("edited"))
+    assert launches(tools) == 0
+    told = json.loads(tool_messages(out["messages"])[-1].content)
+    assert (told["error_type"], told["executed"]) == (ErrorCode.APPROVAL_MISMATCH.value, False)

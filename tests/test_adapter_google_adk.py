@@ -215,7 +215,20 @@ def test_c8_a_call_edited_in_the_stored_session_before_the_answer_runs_nothing()
     and the ``originalFunctionCall`` ADK keeps in its confirmation request),
     so ADK itself sees no mismatch. ``{"confirmed": true}`` runs nothing:
     the model reads ``approval_mismatch``."""
-    tools = toolset(authorize=asks_for_rm)
+    _edited_before_the_answer(toolset(authorize=asks_for_rm), ids=())
+
+
+@pytest.mark.parametrize("ids", [("event",), ("invocation",), ("event", "invocation")])
+def test_c8_a_call_whose_key_changed_in_the_stored_session_gets_no_approval(
+    ids: tuple[str, ...],
+) -> None:
+    """The same edit, and the model event's id or its invocation id changed
+    too, so the call's key is new: the confirmation answers a question about
+    another call, and nothing runs (``approval_mismatch``)."""
+    _edited_before_the_answer(toolset(authorize=asks_for_rm), ids=ids)
+
+
+def _edited_before_the_answer(tools: sandrail.Toolset, *, ids: tuple[str, ...]) -> None:
     run = _Run(tools, [[run_command("rm -rf /tmp/staging", "c1")], "ok", "ok"])
     (asked,) = confirmation_calls(run.send(text("go")))
     production = run_command("rm -rf /tmp/PRODUCTION", "c1")["args"]
@@ -225,6 +238,10 @@ def test_c8_a_call_edited_in_the_stored_session_before_the_answer_runs_nothing()
             call = part.function_call
             if call is not None and call.name == "run_command":
                 call.args = dict(production)
+                if "event" in ids:
+                    event.id = "forged-event"
+                if "invocation" in ids:
+                    event.invocation_id = "forged-invocation"
             if call is not None and call.name == "adk_request_confirmation":
                 call.args["originalFunctionCall"]["args"] = dict(production)
     run.send(answer(asked, True))

@@ -619,3 +619,58 @@ def test_c17_a_value_the_session_masks_is_masked_in_the_question_too() -> None:
     shown = json.dumps(question.value)
     assert secret not in shown
     assert question.value["action_requests"][0]["args"]["command"] == "rm <redacted>"
+
+
+def _edit_asked_call(agent: Any, config: dict[str, Any], edit: str, command: str) -> None:
+    """Edit the checkpoint between the question and its answer: the paused
+    call's arguments, and its tool call id or its model message."""
+    from langchain_core.messages import RemoveMessage
+
+    asked = agent.get_state(config).values["messages"][-1]
+    call_id = "c9" if edit == "new_call_id" else asked.tool_calls[0]["id"]
+    changed = AIMessage("", id=asked.id, tool_calls=[run_command(command, call_id)])
+    if edit == "new_message":
+        update = [
+            RemoveMessage(id=asked.id),
+            AIMessage("", id="other", tool_calls=changed.tool_calls),
+        ]
+    else:
+        update = [changed]
+    agent.update_state(config, {"messages": update}, as_node="model")
+
+
+@pytest.mark.parametrize("edit", ["same_ids", "new_call_id", "new_message"])
+def test_c8_an_answer_resumed_onto_an_edited_call_runs_nothing(edit: str) -> None:
+    """A person answers the question they were shown; a checkpoint edited in
+    between (other arguments, and a tool call id or a model message that
+    change the key) gets no approval from that answer: nothing runs."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/cache", "c1")], "ok", "ok"])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    config = _thread("edited-" + edit)
+    agent.invoke(USER, config)
+    _edit_asked_call(agent, config, edit, "rm -rf /tmp/cache; echo EVIL")
+    out = agent.invoke(Command(resume={"type": "approve"}), config)
+    (result,) = _results(out["messages"])
+    assert (result["error_type"], result["executed"]) == ("approval_mismatch", False), result
+    assert launches(tools) == 0
+
+
+@pytest.mark.parametrize("edit", ["same_ids", "new_call_id"])
+def test_c8_sandrails_middleware_gives_an_edited_call_no_approval(edit: str) -> None:
+    """The same through sandrail's ``human_in_the_loop``: the person's
+    approval covers the call they were shown, not the one the checkpoint
+    holds after an edit."""
+    tools = toolset()
+    gate = lc.human_in_the_loop(tools, {"run_command": True})
+    model = scripted([[run_command("echo safe", "c1")], "ok", "ok"])
+    agent = create_agent(
+        model, tools=lc.tools(tools), middleware=[gate], checkpointer=InMemorySaver()
+    )
+    config = _thread("hitl-edited-" + edit)
+    agent.invoke(USER, config)
+    _edit_asked_call(agent, config, edit, "echo EVIL")
+    out = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    (result,) = _results(out["messages"])
+    assert (result["error_type"], result["executed"]) == ("approval_mismatch", False), result
+    assert launches(tools) == 0

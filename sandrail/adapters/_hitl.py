@@ -95,11 +95,31 @@ def _middleware_class() -> type[Any]:
                 return super().after_model(state, runtime)
             last = _last_model_message(messages, state)
             asked = [dict(call) for call in last.tool_calls] if last is not None else []
+            gated = {call.get("id") for call in asked if self._gated(call, state, runtime)}
+            shown = self._shown([call for call in asked if call.get("id") in gated], state)
             update = super().after_model(state, runtime)
             if not isinstance(update, dict) or not update.get("messages"):
                 return update
-            gated = {call.get("id") for call in asked if self._gated(call, state, runtime)}
-            return self._standing(update, {c.get("id"): c for c in asked}, gated, state)
+            return self._standing(update, {c.get("id"): c for c in asked}, gated, state, shown)
+
+        def _shown(self, calls: list[dict[str, Any]], state: Any) -> set[Any]:
+            """The ids of ``calls`` a person was already asked about as they
+            are now (the question kept before this run); every one of them
+            is kept as asked now, as the parent is about to ask. An answer
+            the parent hands back for a call not among them was given to
+            another question (the saved run was edited after it was shown)."""
+            config = config_now()
+            shown = set()
+            for call in calls:
+                target = self._governed(call, state, config)
+                if target is None:
+                    continue
+                adapter, model_call = target
+                if adapter.asked(model_call):
+                    shown.add(call.get("id"))
+                else:
+                    adapter.asking(model_call)
+            return shown
 
         def _standing(
             self,
@@ -107,6 +127,7 @@ def _middleware_class() -> type[Any]:
             asked: dict[Any, dict[str, Any]],
             gated: set[Any],
             state: Any,
+            shown: set[Any],
         ) -> dict[str, Any]:
             config = config_now()
             model_message, *answers = update["messages"]
@@ -118,7 +139,7 @@ def _middleware_class() -> type[Any]:
                     continue
                 executed = edited.get(call.get("id"))
                 ran = {**call, **executed} if isinstance(executed, Mapping) else call
-                verdict = self._approved(ran, state, config)
+                verdict = self._approved(ran, state, config, call.get("id") in shown)
                 if verdict is not None:
                     # Answered as the parent answers a rejection: the call
                     # stays in the model's message, and its answer is there.
@@ -136,10 +157,11 @@ def _middleware_class() -> type[Any]:
                 return super().wrap_tool_call(request, handler)
             seen: list[Any] = []
             refused: list[Any] = []
+            shown = bool(self._shown([dict(request.tool_call)], request.state))
 
             def gate(to_run: Any) -> Any:
                 seen.append(to_run)
-                verdict = self._approved(to_run.tool_call, to_run.state, config_now())
+                verdict = self._approved(to_run.tool_call, to_run.state, config_now(), shown)
                 if verdict is None:
                     return handler(to_run)
                 refused.append(told(to_run.tool_call, verdict))
@@ -159,10 +181,11 @@ def _middleware_class() -> type[Any]:
                 return await super().awrap_tool_call(request, handler)
             seen: list[Any] = []
             refused: list[Any] = []
+            shown = bool(self._shown([dict(request.tool_call)], request.state))
 
             async def gate(to_run: Any) -> Any:
                 seen.append(to_run)
-                verdict = self._approved(to_run.tool_call, to_run.state, config_now())
+                verdict = self._approved(to_run.tool_call, to_run.state, config_now(), shown)
                 if verdict is None:
                     return await handler(to_run)
                 refused.append(told(to_run.tool_call, verdict))
@@ -178,14 +201,18 @@ def _middleware_class() -> type[Any]:
         # -- the decision store ------------------------------------------------
 
         def _approved(
-            self, call: Mapping[str, Any], state: Any, config: object
+            self, call: Mapping[str, Any], state: Any, config: object, shown: bool
         ) -> ToolResult | None:
             """``None`` when a person's approval of ``call`` (as it will run)
-            stands, else what the model reads instead (nothing runs)."""
+            stands, else what the model reads instead (nothing runs): also
+            when the call the person answered about was not ``shown`` as it
+            stood before this run (the answer is another question's)."""
             target = self._governed(call, state, config)
             if target is None:
                 return None
             adapter, model_call = target
+            if not shown:
+                return adapter.unasked()
             return adapter.approve(model_call)
 
         def _rejected(

@@ -288,12 +288,17 @@ def _backend_class() -> type[Any]:
             call = adapter.call_of("run_command", arguments, call_id=call_id, run_id=run)
             if isinstance(call, ToolResult):
                 return call
+            shown = adapter.asked(call)
             result = adapter.run_sync(call)
             if not result.needs_approval:
                 return result
             question = approval_request(self._toolset, result, call)
             answer = types.interrupt(question, response_schema=decision_schema())
+            # An answer handed to a question this call did not have before
+            # this run is another call's (the checkpoint was edited since).
             approved, reason = read_decision(answer)
+            if not shown:
+                return adapter.unasked()
             if not approved:
                 return adapter.reject(call, reason)
             return adapter.run_sync(call, approved=True)

@@ -122,6 +122,7 @@ def _tool_class() -> type[Any]:
             call = self._call(args, tool_context)
             if isinstance(call, ToolResult):
                 return dict(call.content)
+            shown = adapter.asked(call)
             result = await adapter.run(call)
             if result.needs_approval:
                 confirmation = getattr(tool_context, "tool_confirmation", None)
@@ -135,6 +136,11 @@ def _tool_class() -> type[Any]:
                     # The pause is no result for the model to answer (as ADK's
                     # own confirmation gate does).
                     tool_context.actions.skip_summarization = True
+                elif not shown:
+                    # A confirmation of a call nobody was asked about before
+                    # this run (the session was edited after the question):
+                    # another question's answer. Nothing runs.
+                    result = adapter.unasked()
                 elif confirmation.confirmed is True:
                     result = await adapter.run(call, approved=True)
                 else:

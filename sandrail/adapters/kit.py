@@ -429,6 +429,47 @@ class Adapter:
             return False
         return _asks_a_person(decision)
 
+    def asked(self, call: ModelCall) -> bool:
+        """Whether a person has already been asked about ``call`` (see
+        :meth:`~sandrail.Toolset.asked`): ask it before running a call your
+        framework may pause for a person, and if the framework hands that
+        pause an answer at once while this was ``False``, the answer is
+        another question's: answer :meth:`unasked` instead, nothing run."""
+        return self._toolset.asked(
+            call.name,
+            call.arguments,
+            call_id=call.call_id,
+            operation_key=call.operation_key,
+            profile=self._profile,
+            reconcile_repeats=call.run_id is not None,
+            run_id=call.run_id,
+        )
+
+    def asking(self, call: ModelCall) -> None:
+        """Your framework's own gate is about to show ``call`` to a person:
+        keep the question (see :meth:`~sandrail.Toolset.asking`), so that
+        :meth:`asked` is true for it once the answer comes."""
+        self._toolset.asking(
+            call.name,
+            call.arguments,
+            call_id=call.call_id,
+            operation_key=call.operation_key,
+            profile=self._profile,
+        )
+
+    def unasked(self) -> ToolResult:
+        """What the model reads when a framework handed a person's answer to
+        a call nobody was shown (the saved run changed after the question:
+        the call's arguments, or what its key is made of): ``error``,
+        ``approval_mismatch``, ``executed: false``; nothing ran, and the call
+        is asked about afresh when the model makes it again."""
+        return self.refusal(
+            ErrorCode.APPROVAL_MISMATCH,
+            "Nothing ran: the answer given was a person's answer to another call (the saved "
+            "run changed after the question was shown), and nobody was asked about this one. "
+            "Make the call again to ask about it, or ask the user what to do.",
+        )
+
     def approve(self, call: ModelCall) -> ToolResult | None:
         """Keep a person's approval of ``call``, given through the framework's
         own gate, which runs the call afterwards without ``approved=True``

@@ -273,12 +273,18 @@ def _classes() -> tuple[type[Any], Any]:
         call = binding.prepared(config, runtime)
         if isinstance(call, ToolResult):
             return message(binding, (_CALL.get() or (None,))[0], call)
+        shown = binding.adapter.asked(call)
         result = yield call, False
         question = binding.question(result, call)
         if question is not None:
             answer = types.interrupt(question, response_schema=decision_schema())
+            # Reached with an answer only. Given to a question this very call
+            # did not have before this run, it is another call's answer (the
+            # checkpoint was edited after the person saw the question).
             approved, reason = read_decision(answer)
-            if approved:
+            if not shown:
+                result = binding.adapter.unasked()
+            elif approved:
                 result = yield call, True
             else:
                 result = binding.adapter.reject(call, reason)
