@@ -1,5 +1,5 @@
 """What a session masks in all output (C17), and the identity values its
-results showed (docs/howto/secrets.md).
+results showed (``docs/howto/secrets.md``).
 
 A port masks every env value it passed to a command, for good, and every
 value the harness named (``redact=``); it refuses an env value that results

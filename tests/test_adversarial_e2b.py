@@ -1,9 +1,9 @@
-"""Attacks on at-most-once and masking, against the real launcher: real bash, real users
-(``root`` and ``user``) and real wire faults on local-e2b. The judge is the
+"""Attacks on at-most-once and masking, against the real launcher: real
+bash, real users (``root`` and ``user``) and real wire faults on local-e2b. The judge is the
 server's ground truth: a command counts its own runs with a mark the
 sandbox cannot take back (``server.mark``).
 
-Each test names the issue-9 item and the contract line it proves; the same
+Each test names the contract line it proves; the same
 attacks on the simulator and the port are in ``test_adversarial.py``.
 """
 

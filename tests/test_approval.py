@@ -1,5 +1,5 @@
 """Approval through each framework's own human-in-the-loop
-(docs/howto/approval.md), end to end, offline: pydantic-ai deferred tools, the Agents SDK's
+(``docs/howto/approval.md``), end to end, offline: pydantic-ai deferred tools, the Agents SDK's
 interruptions and ``RunState``, Anthropic's ``approve``/``reject``, MCP
 elicitation. For each framework, on the simulator and on local-e2b (the
 unmodified e2b SDK over HTTP):
@@ -74,7 +74,7 @@ def test_c2_an_approval_resumed_twice_runs_once(framework: str, tmp_path: Path) 
     """Two harnesses (fresh toolsets and adapters, as two processes would
     build them, with the adapters' defaults) resume the same saved copy;
     they share the durable record, as processes that resume each other's
-    approvals must (docs/howto/approval.md)."""
+    approvals must (``docs/howto/approval.md``)."""
     sim = Simulator()
     with SQLiteRecord(tmp_path / "record.sqlite") as record:
         first = FIRST[framework](make_toolset(sim, record=record), "echo deploy")

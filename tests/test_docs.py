@@ -621,3 +621,68 @@ def test_the_toolset_signature_names_its_five_required_arguments() -> None:
     for name in ("backend", "session_id", "owner", "authorize", "assert_authority"):
         assert parameters[name].default is inspect.Parameter.empty, name
         assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+EXPLAINED_FOLDERS = ("sandrail", "core", "interpreters", "tests", "benchmarks", "examples", ".ci")
+"""The folders whose code, comments and tests must explain themselves."""
+
+_UNEXPLAINED = re.compile(
+    "|".join(
+        (
+            # A design document the repository does not hold, or its sections.
+            "DESIGN" + r"(?:\.md|\s*\u00a7)",
+            "\u00a7" + r"\s*\d",
+            # An issue number, in prose ("issue N", "Issue #N", "issue-N") or in a
+            # name ("test_issueN_..."); an upstream tracker's URL (".../issues/N")
+            # is fine.
+            r"(?<![A-Za-z])[Ii]ssue[ _-]?#?\d+",
+            # A bare "#N" where it stands for an issue or a pull request: a merge
+            # subject's "(#N)", or "fixes #N", "see #N". A shell's "${#N}" and a
+            # message's "--env #N" (the Nth option) are not.
+            r"\(#\d+\)",
+            r"\b(?:PR|[Ff]ix(?:es|ed)?|[Cc]los(?:es|ed)|[Rr]esolve[sd]?|[Ss]ee|after|since)\s+#\d+",
+        )
+    )
+)
+
+
+def _tracked_files(folders: tuple[str, ...]) -> list[Path]:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", *folders],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout.decode("utf-8")
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file
+        return sorted(
+            path
+            for folder in folders
+            for path in (ROOT / folder).rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts
+        )
+    return [ROOT / name for name in listed.split("\0") if name]
+
+
+def _unexplained(path: Path, text: str) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+        for number, line in enumerate(text.splitlines(), 1)
+        for match in _UNEXPLAINED.finditer(line)
+    ]
+
+
+def test_the_project_explains_itself() -> None:
+    """Code, docstrings, comments and tests say what they mean and link the
+    docs pages for the reasoning (``docs/explanation/contract.md`` names the
+    contract lines tests are named after): no section of a design document
+    the repository does not hold, no issue number. Every hit is listed as
+    file:line."""
+    hits = []
+    for path in _tracked_files(EXPLAINED_FOLDERS):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError):  # binary, or deleted in the work tree
+            continue
+        hits.extend(_unexplained(path, text))
+    assert hits == [], "\n".join(hits)

@@ -3,7 +3,7 @@ HTTP, real bash, real users): launches, the ledger, reads, snippets, stop,
 deadlines, round trips, threads and closing.
 
 Contract lines are named in the test names (C2, C3, C10, C16-C18). Failure
-table rows: ``test_e2b_failures.py``; the issue-9 attacks:
+table rows: ``test_e2b_failures.py``; attacks on the launcher:
 ``test_adversarial_e2b.py``.
 """
 

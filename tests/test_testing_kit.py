@@ -1,4 +1,4 @@
-"""sandrail.testing (docs/howto/test-your-harness.md): the world, the judge, faults in
+"""sandrail.testing (``docs/howto/test-your-harness.md``): the world, the judge, faults in
 front of any backend, the conformance kit, the strategies, and the README's
 examples, run as a harness or backend author would run them."""
 

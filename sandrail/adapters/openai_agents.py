@@ -23,7 +23,7 @@ call that was left unsettled (``uncertain``, ``approval_required``, or never
 answered) runs under that call's key and reconciles it (see
 :class:`~sandrail.Toolset`).
 
-Approval (docs/howto/approval.md). Each tool's ``needs_approval`` asks the harness's
+Approval (``docs/howto/approval.md``). Each tool's ``needs_approval`` asks the harness's
 policy (without running anything): ``ApprovalRequired`` interrupts the run
 (``result.interruptions``); ``ALLOW`` and ``Deny`` do not (a ``Deny`` never
 asks anyone: the model reads ``policy_denied``). ``state.approve(item)`` and

@@ -1,5 +1,5 @@
 """The judge: every call of a :class:`~sandrail.testing.World` held against
-the contract (docs/explanation/contract.md) and the world's ground truth.
+the contract (``docs/explanation/contract.md``) and the world's ground truth.
 
 Every check names the contract line it enforces (or ``harness``: a
 harness's own mistake, such as retrying an uncertain call under a new key)
