@@ -5,7 +5,7 @@ Loading ``sandrail`` and its command line takes a second or more on a busy
 machine. A SIGINT in that time was a ``KeyboardInterrupt`` traceback (exit
 130), a SIGTERM or SIGHUP a silent death (143, 129), where ``sandrail run
 --help`` promises the ``error`` result and exit 1 while nothing may have
-left (re-attack of issue 20, E). So the console script starts here, a
+left. So the console script starts here, a
 module of the standard library alone and outside the ``sandrail`` package
 (importing any ``sandrail.*`` module loads the whole library first), and
 for ``run`` and ``code`` notes those signals before anything else loads;

@@ -2,8 +2,8 @@
 the native anchored one (the ``native`` extra), each against a plain pass.
 
 Two shapes of value set. *Shared prefix*: the schema's largest env, values of
-32,000 characters sharing a 31,999-character prefix (outside attack 4 timed a
-page at ~7.9 s with values searched one by one), in output of that prefix.
+32,000 characters sharing a 31,999-character prefix (values searched one by
+one took ~7.9 s a page), in output of that prefix.
 *Distinct*: 32 random values of 32,000 characters that share nothing, in
 random text of their letters (no byte is skipped at the root: every byte is a
 step of the pure automaton). Each row masks one widened page (what a 4-byte
@@ -34,7 +34,7 @@ from sandrail.core import _masking as masking
 
 GOAL = (
     "P9: build for 32 distinct random values ≤ 0.1 s; a page of text ≤ 2× a plain pass "
-    "(ratio ≥ 0.5); a page's cost independent of the number of values (outside attack 4)"
+    "(ratio ≥ 0.5); a page's cost independent of the number of values"
 )
 
 _PREFIX = "a" * 31_999

@@ -45,7 +45,7 @@ from sandrail.interpreters._drivers import drive
 from sandrail.interpreters.simulator import Script, Simulator
 
 GOAL = (
-    "port: ≥ 12,000 trivial foreground run_command calls/s on one core (issue 12); "
+    "port: ≥ 12,000 trivial foreground run_command calls/s on one core; "
     "16 MiB output: peak extra memory < 3× the output"
 )
 

@@ -1,5 +1,5 @@
 """JSON Schemas compiled to plain predicates: the fast path of argument
-validation (issue 12).
+validation.
 
 Strategy: ``jsonschema`` reads any schema and explains every error, and pays
 for that generality on each call (a validator evolved per subschema, an

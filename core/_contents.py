@@ -65,7 +65,7 @@ def usable_artifact(ref: object) -> bool:
         return False
 
 
-# What the model reads next to each result (DESIGN §12): what it can do with
+# What the model reads next to each result: what it can do with
 # the tools it has. A model cannot choose an operation key; it can repeat a
 # call exactly, which every adapter maps back to the earlier call's key while
 # that call is unsettled (``Toolset(reconcile_repeats=True)``), and it can

@@ -65,7 +65,7 @@ __all__ = [
     "stop_command_definition",
 ]
 
-# Limits (DESIGN §2; the reference port's values).
+# Limits (the reference port's values).
 MAX_TIMEOUT_SECONDS: Final = 86_400
 DEFAULT_FOREGROUND_TIMEOUT_SECONDS: Final = 300
 DEFAULT_BACKGROUND_TIMEOUT_SECONDS: Final = 300

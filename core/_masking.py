@@ -164,7 +164,7 @@ class Redactions:
     native one when installed, else :class:`PatternAutomaton`), built on
     first use and shared by every ``Redactions`` of the same values (a port
     makes one per call and per read): a page costs one pass over its bytes,
-    whatever the number of values (outside attack 4).
+    whatever the number of values.
     """
 
     __slots__ = ("_prepared", "longest", "values")

@@ -1,5 +1,5 @@
 """Identity values a session's results show whole, and the env values they
-would expose (C13 against C17; issue 20, item 3).
+would expose (C13 against C17).
 
 Every result shows its identity fields whole and never cut (C13): the
 owner's identity, the session, the operation key and call id, and the

@@ -97,7 +97,7 @@ def check_arguments(definition: ToolDefinition, arguments: object) -> tuple[Argu
         and is_plain_json(arguments)
         and checker.accepts(arguments)
     ):
-        # The fast path (issue 12): plain data its compiled schema accepts,
+        # The fast path: plain data its compiled schema accepts,
         # where jsonschema would find nothing to report either.
         return ()
     return _problems(definition, checker.validator, arguments)

@@ -274,7 +274,7 @@ makes a new one on every call that passes an option."""
 
 def _dumps(value: Any, *, ensure_ascii: bool = True, allow_nan: bool = True) -> str:
     """``json.dumps(value, ensure_ascii=..., allow_nan=...)``, with an encoder
-    made once (issue 12)."""
+    made once (it is on the fast path)."""
     return _ENCODERS[(ensure_ascii, allow_nan)].encode(value)
 
 
@@ -704,7 +704,7 @@ def _records(data: bytes, source: str, fail: Callable[[int, str], CassetteError]
         )
     if not lines:
         raise CassetteError(f"{source}: the file is empty: not a sandrail cassette")
-    # Strategy (issue 12): the file is decoded as one text (0x0A never occurs
+    # Strategy (speed): the file is decoded as one text (0x0A never occurs
     # inside a UTF-8 sequence, so its lines are the byte lines decoded), and
     # each line goes straight to the decoder. Only a line it does not read
     # whole (surrounding spaces, bad JSON) or a file that is not UTF-8 takes

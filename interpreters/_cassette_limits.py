@@ -1,5 +1,5 @@
-"""What a cassette may be: a regular file of bounded size (issue 20, item 9),
-holding only outcomes some sandbox could give (issue 20, item 10).
+"""What a cassette may be: a regular file of bounded size,
+holding only outcomes some sandbox could give.
 
 A replay reads a file someone hands it, perhaps a tampered one. Reading
 ``/dev/zero`` or a 4 GiB sparse file whole took gigabytes in seconds, so a

@@ -13,7 +13,7 @@ awaitable, and everything else about a call lives in the program they drive.
 Which driver runs a call is decided by :func:`is_asynchronous` alone: every
 entry point (the port's ``execute_sync``, the toolset's ``call_sync``, a
 recorder or fault injector asking about the backend it wraps) asks it, so a
-backend is asynchronous everywhere or nowhere (issue 19).
+backend is asynchronous everywhere or nowhere.
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ driven from many threads, each with its own event loop (``execute_sync``
 runs one per call), or from many tasks of one loop. So the backend's state
 is confined to one loop that it owns: every call is submitted to that loop
 and its caller awaits a bridged future. Per-session ``asyncio`` locks then
-coordinate every caller, whatever thread or loop it runs on (issue 9,
-item 3), and no state needs a thread lock.
+coordinate every caller, whatever thread or loop it runs on, and no state needs a thread lock.
 
 A caller cancelled while waiting cancels the work on the owned loop too. Work
 cancelled by the loop's side (the backend was closed) reaches the caller as
@@ -20,7 +19,7 @@ when that wait is cancelled the stream turns the ``CancelledError`` into
 ``ConnectError("Request was cancelled")`` inside the inner task, which
 ``wait_for`` cancels but never reads. asyncio then prints "Task exception
 was never retrieved" and a traceback on standard error, for a cancellation
-this backend made itself (issue 20, item 10). The loop is the backend's own,
+this backend made itself. The loop is the backend's own,
 so its exception handler is too: an error that only stands for a
 cancellation (a ``CancelledError`` in its cause chain) is no error; anything
 else is reported as asyncio reports it.

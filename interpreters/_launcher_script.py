@@ -150,7 +150,7 @@ For a request that may not begin (``check``: the harness stages it with a
 cwd, or when the argument and env are over 16 KiB; the launcher adds it for
 the default cwd unless ``user`` can surely enter its home: a directory
 ``user`` owns with its owner's search bit, one ``stat``, as a command of
-``user`` may have run ``chmod 000 ~``; issue 20, item 6) the start holds the
+``user`` may have run ``chmod 000 ~``) the start holds the
 verdict's lock for the supervisor and answers only once the verdict is
 there (at most 5 s, else as before): ``refused not_started <why>``, on the
 first start and on every retry of the same request (the claim is consumed:
@@ -162,7 +162,7 @@ the command's output. A concurrent command of ``user`` cannot forge a
 report (it cannot open a root pipe again); one that ptraces the wrapper
 could.
 
-**Snippets** (C16; issue 20, item 5): ``publish`` puts the source in
+**Snippets** (C16): ``publish`` puts the source in
 place once; the same source again is ``published``, other source
 ``refused publish_conflict``. Once the task is claimed, ``publish`` is
 ``published`` whatever the file holds (root, or a ``user`` that is root,

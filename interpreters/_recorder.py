@@ -1,4 +1,4 @@
-"""Recording (DESIGN §7): the :class:`Recorder` an interpreter is wrapped
+"""Recording (``docs/howto/record-and-replay.md``): the :class:`Recorder` an interpreter is wrapped
 in, and the per-call interpreter that writes each effect, its answer and
 the call's result to the cassette (redacted, C17)."""
 

@@ -1,4 +1,4 @@
-"""Replaying (DESIGN §7): the :class:`Replayer` that answers every effect
+"""Replaying (``docs/howto/record-and-replay.md``): the :class:`Replayer` that answers every effect
 of a port's calls from a recording and raises
 :class:`~sandrail.interpreters._divergence.DivergenceError` at the first
 difference, and keeps the transcript

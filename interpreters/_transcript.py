@@ -3,7 +3,7 @@
 Data only. :mod:`._replayer` writes the entries as it answers effects, and
 :class:`~sandrail.interpreters._divergence.DivergenceError` carries the
 report of the replay so far; both import it from here, so neither imports
-the other's module back (issue 19, item 6).
+the other's module back.
 """
 
 from __future__ import annotations

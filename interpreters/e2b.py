@@ -1,4 +1,4 @@
-"""The E2B interpreter: sandbox effects on real E2B sandboxes (DESIGN §5).
+"""The E2B interpreter: sandbox effects on real E2B sandboxes.
 
 :class:`E2BBackend` is an asynchronous interpreter (``asynchronous = True``):
 ``await backend(effect)`` returns the effect's outcome or raises
@@ -161,7 +161,7 @@ _LIFETIME_MARGIN_SECONDS: Final = 60
 _DRAIN_SECONDS: Final = 0.05
 """How long a closing backend's loop keeps running after its last SDK call,
 so callbacks the SDK's transport (pyqwest, on its own Rust threads) still
-delivers to it land while the interpreter is alive (issue 9, item 13)."""
+delivers to it land while the interpreter is alive."""
 _KEY_LABEL: Final = b"sandrail ledger key v1"
 
 

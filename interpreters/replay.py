@@ -1,4 +1,4 @@
-"""Recording and replay (DESIGN §7): cassettes of effects, exact replay,
+"""Recording and replay (``docs/howto/record-and-replay.md``): cassettes of effects, exact replay,
 loud divergence.
 
 Record a session by putting a :class:`Recorder` around any interpreter and

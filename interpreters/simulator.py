@@ -1,5 +1,5 @@
 """An in-memory E2B: sandboxes, task claims, scripted processes, a virtual clock,
-and fault plans (DESIGN §6).
+and fault plans.
 
 :class:`Simulator` is a plain synchronous interpreter: call it with a sandbox
 effect, get that effect's outcome, or an :class:`EffectFailure` saying whether

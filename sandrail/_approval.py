@@ -1,7 +1,7 @@
 """A person's approval of one tool call, as a :class:`~sandrail.Toolset` keeps it.
 
 The harness's policy answers ``ApprovalRequired`` when a person must decide
-(DESIGN §12). Each framework adapter hands that question to its framework's
+(``docs/howto/approval.md``). Each framework adapter hands that question to its framework's
 own human-in-the-loop machinery and, once a person approved, runs the call
 again with ``approved=True``. This module is what makes that safe:
 

@@ -3,7 +3,7 @@
 :func:`shared_record` is the one record of what a toolset's ports launched
 (they share task ids), written through to the harness's durable one.
 
-Issue 18 follow-up B3:
+Why a refusal may not say "nothing ran":
 A person's rejection, or a policy that now refuses, may meet a call whose
 key already started a command: approved once, then rejected on a resumed
 copy; allowed once, then denied on a retry. Telling the model "nothing ran"
@@ -112,7 +112,7 @@ def shared_record(
 
     def remember_here(request: ToolRequest, owned: OwnedCommand) -> OwnedCommand:
         stored = remember(request, owned) if remember is not None else None
-        # A record that settles races answers with its row (issue 17).
+        # A record that settles races answers with its row.
         kept = stored if isinstance(stored, OwnedCommand) else owned
         with lock:
             record[owned.task_id] = kept

@@ -1,16 +1,16 @@
 """What a session masks in all output (C17), and the identity values its
-results showed (issue 20, items 3 and 4).
+results showed (``docs/howto/secrets.md``).
 
 A port masks every env value it passed to a command, for good, and every
 value the harness named (``redact=``); it refuses an env value that results
 show whole elsewhere (:mod:`sandrail.core._shown`). Both are facts about
 the session, not about one port: a web harness that builds a port per
 request, on one backend, must not forget between requests what the session
-masks (outside attack 3, item 4: a second port read the task the first
-launched with env and showed the value in clear), and a value one port of
+masks (else a second port could read the task the first
+launched with env and show the value in clear), and a value one port of
 a :class:`~sandrail.Toolset` passed is masked in what another shows
-(outside attack 3: a file the command port's env was written to, printed by
-the code port of the same toolset).
+(say a file the command port's env was written to, printed by the code
+port of the same toolset).
 
 So there is one :class:`Masks` per backend object and session id
 (:func:`masks_for`), kept for as long as that backend object lives (as long
@@ -22,8 +22,8 @@ built-in type) gets a :class:`Masks` per port (a toolset's ports still share
 theirs); a bound method is keyed by its object, and a
 :class:`~sandrail.interpreters.replay.Recorder` by the backend it wraps
 (it passes every effect there: a Recorder put around a session's backend
-mid-session put the values that session masks in clear in its cassette;
-re-attack of issue 20). The values live in memory only: never in an effect
+mid-session put the values that session masks in clear in its cassette).
+The values live in memory only: never in an effect
 or a recording.
 """
 

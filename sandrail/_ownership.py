@@ -1,7 +1,7 @@
 """What an ownership record is: the protocol, the merge rule, the rows.
 
 The ownership record is the harness's half of at-most-once (the sandbox's
-ledger is the other half, DESIGN §13). The port writes an
+ledger is the other half, ``docs/explanation/ledger.md``). The port writes an
 :class:`~sandrail.core.OwnedCommand` before a start of its task may leave
 (``remember``) and reads it on every launch and every read or stop of the
 task (``resolve``). Besides, it notes the last answer each task got
@@ -64,7 +64,7 @@ LOCATOR_FIELDS: Final = (
     "sandbox_id",
     "task_id",
 )
-"""The fields of a result that locate its task (DESIGN §3), kept with an answer."""
+"""The fields of a result that locate its task (its locator), kept with an answer."""
 
 
 class RecordError(Exception):

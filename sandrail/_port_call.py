@@ -594,7 +594,7 @@ class PortCall:
         """Keep ``effect``'s row in the port's ledger and the harness's
         durable record; answer with the row kept when it is not the one
         asked for (a record that settles races answers with its row:
-        another writer's start may have been recorded first, issue 17)."""
+        another writer's start may have been recorded first)."""
         ledger = self.binding.ledger
         row = asked(effect)
         record = ledger.keep_merged(row)

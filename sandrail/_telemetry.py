@@ -1,4 +1,4 @@
-"""Traces, metrics and debug logs of tool calls (issue 17; DESIGN §14).
+"""Traces, metrics and debug logs of tool calls (``docs/howto/traces.md``).
 
 One OpenTelemetry span per tool call, named as the GenAI semantic
 conventions name a tool execution, ``execute_tool {tool name}``, with

@@ -1,4 +1,4 @@
-"""What the approval tests share (issue 18, DESIGN §12): a harness policy, each
+"""What the approval tests share (``docs/howto/approval.md``): a harness policy, each
 framework's native approval path driven offline, and a process entry that
 resumes a saved approval, so a test can resume one saved copy in two fresh
 processes.

@@ -6,7 +6,7 @@
   ``python -m pytest -n auto`` (every test, 30 examples a property).
 - ``ci``: what `.ci/run` runs, ``HYPOTHESIS_PROFILE=ci python -m pytest -n auto
   --cov``: 300 examples a property; the schema-honesty property keeps its 500
-  draws a tool and profile (issue 11), the state machines 300 runs of 25 steps.
+  draws a tool and profile, the state machines 300 runs of 25 steps.
 - ``campaign``: long hunts for rare bugs (5,000 examples a property).
 
 Coverage is off unless ``--cov`` asks for it (pyproject.toml: 95% branch

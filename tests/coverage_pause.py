@@ -1,4 +1,4 @@
-"""Run tests marked ``untraced`` with coverage paused (issue 21, "The tests").
+"""Run tests marked ``untraced`` with coverage paused.
 
 A few property tests cost most of CI's time, and under ``--cov`` they cost
 about twice what they cost untraced, yet every branch of ``sandrail.core``

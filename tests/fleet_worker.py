@@ -1,4 +1,4 @@
-"""One worker of the fleet test (issue 17): a harness process that runs a
+"""One worker of the fleet test: a harness process that runs a
 list of operation keys through a port on E2B (a local-e2b server, named by
 the E2B_* variables) with a shared ownership record, retrying each key with
 the same operation key until its answer is decisive, as a harness should.

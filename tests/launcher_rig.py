@@ -1,5 +1,5 @@
 """The E2B launcher script run directly under bash, in a temporary directory,
-as the test's own user: no root, no sandbox, no SDK (issue 19, item 9).
+as the test's own user: no root, no sandbox, no SDK.
 
 Strategy: the launcher keeps its ledger where the script is
 (``L/bin/<name>``), so a copy under ``tmp/ledger/bin`` keeps its ledger in

@@ -1,4 +1,4 @@
-"""A real PostgreSQL server for the record and fleet tests (issue 17).
+"""A real PostgreSQL server for the record and fleet tests.
 
 The ``postgres`` fixture (session scope: the suite pays the start once)
 makes a fresh data directory with ``initdb``, starts ``postgres`` on a unix

@@ -1,4 +1,4 @@
-"""Long tests start first (issue 21, "The tests").
+"""Long tests start first.
 
 Under pytest-xdist a run ends when its last test ends: a test that holds a
 worker for many seconds, handed out last, leaves the other cores idle while

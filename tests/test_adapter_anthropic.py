@@ -1,5 +1,5 @@
 """The Anthropic Messages adapter, with the ``anthropic`` SDK's own client on
-an offline mock transport (DESIGN §10)."""
+an offline mock transport."""
 
 from __future__ import annotations
 
@@ -234,7 +234,7 @@ def test_c11_anthropic_timeout_sends_the_uncertain_result_and_the_retry_reconcil
 def test_c2_anthropic_repeats_reconcile_across_runs() -> None:
     """Run 1's call is left uncertain; run 2's identical call (another
     tool_use id, another run id) is the model repeating it as told: it
-    reconciles run 1's call (issue 18 follow-up B1)."""
+    reconciles run 1's call."""
     from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
 
     sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))

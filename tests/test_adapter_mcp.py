@@ -1,5 +1,5 @@
 """The MCP adapter and ``sandrail mcp``, driven by the official MCP client:
-in memory, over stdio and over streamable HTTP on loopback (DESIGN §10)."""
+in memory, over stdio and over streamable HTTP on loopback."""
 
 from __future__ import annotations
 

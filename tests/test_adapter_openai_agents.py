@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK adapter, run by the SDK's own ScriptedModel (DESIGN §10)."""
+"""The OpenAI Agents SDK adapter, run by the SDK's own ScriptedModel."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def test_c5_agents_refused_calls_run_nothing() -> None:
     assert launches(tools) == 0
 
 
-def test_c5_issue18_agents_text_that_is_not_json_asks_a_person_then_runs_nothing() -> None:
+def test_c5_agents_text_that_is_not_json_asks_a_person_then_runs_nothing() -> None:
     """The SDK's own rule: a callable ``needs_approval`` cannot read
     arguments that are not a JSON object, so the SDK asks a person before
     the adapter sees them. Approved, they are refused; nothing runs either
@@ -324,7 +324,7 @@ def test_c2_agents_concurrent_runs_sharing_tools_never_share_keys() -> None:
 def test_c2_agents_repeats_reconcile_across_runs() -> None:
     """Run 1's call is left uncertain; run 2's identical call (another call
     id, a fresh run id) is the model repeating it as told: it reconciles run
-    1's call and launches nothing new (issue 18 follow-up B1)."""
+    1's call and launches nothing new."""
     from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
 
     sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))

@@ -1,5 +1,5 @@
 """The pydantic-ai adapter, run by pydantic-ai's own TestModel and
-FunctionModel (DESIGN §10)."""
+FunctionModel."""
 
 from __future__ import annotations
 
@@ -289,7 +289,7 @@ def test_pydantic_ai_adapter_refuses_settings_that_could_not_work() -> None:
 def test_c2_pydantic_ai_repeats_reconcile_across_runs() -> None:
     """Run 1's call is left uncertain; run 2's identical call (another
     call id, another run id) is the model repeating it as told: it
-    reconciles run 1's call (issue 18 follow-up B1)."""
+    reconciles run 1's call."""
     from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
 
     sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))

@@ -1,9 +1,10 @@
-"""The outside attack of issue 9, replayed against the simulator and the port.
+"""Attacks on at-most-once, masking and validation, replayed against the
+simulator and the port.
 
-Each test is one break an attacker or a hostile environment found (the item
-number of issue 9 is in the docstring) and names the contract line it proves.
-The same attacks against the real launcher in real bash live with the E2B
-tests; these pin the contract at the port, where every backend shares it.
+Each test is one break an attacker or a hostile environment found and names
+the contract line it proves. The same attacks against the real launcher in
+real bash live with the E2B tests; these pin the contract at the port, where every
+backend shares it.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def one_fault(effect: str, kind: FaultKind, when: str = "before") -> FaultPlan:
 # -- at most once (C2) ---------------------------------------------------------
 
 
-def test_c2_item1_a_retry_after_a_lost_answer_never_relaunches_what_wiped_the_ledger() -> None:
-    """Item 1: the Start reached the sandbox, its answer was lost, and the
+def test_c2_a_retry_after_a_lost_answer_never_relaunches_what_wiped_the_ledger() -> None:
+    """The Start reached the sandbox, its answer was lost, and the
     command deleted the ledger (``rm -rf /tmp/*``). The retry on the same port
     must not launch again: it is uncertain (claim lost)."""
     rig = Rig(plan=one_fault("Start", FaultKind.RESPONSE_LOST))
@@ -51,7 +52,7 @@ def test_c2_item1_a_retry_after_a_lost_answer_never_relaunches_what_wiped_the_le
     assert rig.sim.launches[rig.task_id()] == 1
 
 
-def test_c2_item1_the_same_wipe_through_the_fault_plan() -> None:
+def test_c2_the_same_wipe_through_the_fault_plan() -> None:
     rig = Rig(plan=one_fault("Start", FaultKind.LEDGER_WIPED, "after"))
     assert rig.run("run_command", {"command": "echo once"}).status == "uncertain"
     assert rig.run("run_command", {"command": "echo once"}, call_id="c2").status == "uncertain"
@@ -98,15 +99,15 @@ def test_c2_a_failing_durable_record_stops_the_launch_before_the_start() -> None
 
     rig = Rig(remember_owned_command=broken)
     result = rig.run("run_command", {"command": "echo once"})
-    # Issue 17: the start never left, and the call says so.
+    # The start never left, and the call says so.
     assert (result.status, result.content["executed"]) == ("error", False)
     assert not any(isinstance(effect, Start) for effect in rig.sim.effects_seen)
     assert rig.sim.launches == {}
 
 
 @pytest.mark.parametrize("threads", [8])
-def test_c2_item3_one_port_from_many_threads_launches_once(threads: int) -> None:
-    """Item 3: execute_sync from 8 threads with one operation key."""
+def test_c2_one_port_from_many_threads_launches_once(threads: int) -> None:
+    """Execute_sync from 8 threads with one operation key."""
     rig = Rig(scripts={"work": Script.prints("done\n", duration=1)})
     results: list[ToolResult] = []
     barrier = threading.Barrier(threads)
@@ -128,7 +129,7 @@ def test_c2_item3_one_port_from_many_threads_launches_once(threads: int) -> None
     assert len({effect.sandbox_id for effect in rig.sim.applied if isinstance(effect, Start)}) == 1
 
 
-def test_c2_item3_concurrent_tasks_on_one_loop_launch_once() -> None:
+def test_c2_concurrent_tasks_on_one_loop_launch_once() -> None:
     sim = Simulator(scripts={"work": Script.prints("done\n", duration=1)})
 
     class Async:
@@ -196,8 +197,8 @@ def _pages(rig: Rig, task: str, size: int, *, key_prefix: str = "page") -> list[
 
 
 @pytest.mark.parametrize("size", [4, 5, 7, 8, 11, 16, 64])
-def test_c17_item4_paging_never_unmasks(size: int) -> None:
-    """Item 4: a whole read shows AAAA<redacted>BBBB; pages of any size show
+def test_c17_paging_never_unmasks(size: int) -> None:
+    """A whole read shows AAAA<redacted>BBBB; pages of any size show
     it masked too, never split across two pages in clear."""
     rig = Rig(scripts={"serve": Script.hangs(f"AAAA{SECRET}BBBB\n")})
     task = _prints_secret(rig)
@@ -207,7 +208,7 @@ def test_c17_item4_paging_never_unmasks(size: int) -> None:
     assert SECRET[:4] not in joined
 
 
-def test_c17_item4_a_cursor_computed_into_the_secret_shows_none_of_it() -> None:
+def test_c17_a_cursor_computed_into_the_secret_shows_none_of_it() -> None:
     rig = Rig(scripts={"serve": Script.hangs(f"AAAA{SECRET}BBBB\n")})
     task = _prints_secret(rig)
     for cursor in range(4, 4 + len(SECRET)):
@@ -219,11 +220,11 @@ def test_c17_item4_a_cursor_computed_into_the_secret_shows_none_of_it() -> None:
         assert page.content["stdout"] in ("BBBB\n", f"{REDACTED}BBBB\n"), cursor
 
 
-def test_c17_item5_a_restarted_port_masks_what_the_harness_hands_it() -> None:
-    """Item 5: a restarted harness (a new process: a new backend object over
+def test_c17_a_restarted_port_masks_what_the_harness_hands_it() -> None:
+    """A restarted harness (a new process: a new backend object over
     the same sandboxes, and a durable resolver) read a task launched with env
     and showed the value; ``redact=`` gives it back. (Ports on the same
-    backend object share what the session masks: issue 20, item 4.)"""
+    backend object share what the session masks.)"""
     first = Rig(scripts={"serve": Script.hangs(f"token {SECRET}\n")})
     task = _prints_secret(first)
     durable = dict(first.port.owned_commands)
@@ -258,8 +259,8 @@ def test_c17_redact_refuses_values_that_would_mask_ordinary_text() -> None:
         Rig(redact=SECRET)
 
 
-def test_c17_item9_cassettes_hold_no_secret_even_split_across_reads(tmp_path: Path) -> None:
-    """Item 9: joining consecutive recorded Read outcomes gave back env values
+def test_c17_cassettes_hold_no_secret_even_split_across_reads(tmp_path: Path) -> None:
+    """Joining consecutive recorded Read outcomes gave back env values
     and named secrets. Reads are masked below the recorder now."""
     named = "named-secret-42-xyz"
     sim = Simulator(scripts={"serve": Script.hangs(f"AA{SECRET}BB{named}CC\n")})
@@ -293,7 +294,7 @@ def test_c17_item9_cassettes_hold_no_secret_even_split_across_reads(tmp_path: Pa
     assert replay_file(path).calls == 1 + len(pages)
 
 
-# -- never raises (items 10, 11) ---------------------------------------------
+# -- never raises ---------------------------------------------
 
 
 class _Exploding:
@@ -304,7 +305,7 @@ class _Exploding:
         raise RuntimeError("boom")
 
 
-def test_item10_a_backend_whose_attributes_raise_gives_a_result() -> None:
+def test_a_backend_whose_attributes_raise_gives_a_result() -> None:
     port = sandrail.command_tools(
         backend=_Exploding(),
         session_id=SESSION,
@@ -320,7 +321,7 @@ def test_item10_a_backend_whose_attributes_raise_gives_a_result() -> None:
     assert asyncio.run(port.execute(request)).status == "error"
 
 
-def test_item10_a_layered_backend_whose_finish_raises_keeps_the_result() -> None:
+def test_a_layered_backend_whose_finish_raises_keeps_the_result() -> None:
     sim = Simulator()
 
     class Layered:
@@ -381,8 +382,8 @@ class _TwoFaced(Mapping[str, Any]):
         return self._face().items()
 
 
-def test_c9_item11_arguments_are_read_once_and_only_that_copy_runs() -> None:
-    """Item 11: a mapping that answers differently on each read launched env
+def test_c9_arguments_are_read_once_and_only_that_copy_runs() -> None:
+    """A mapping that answers differently on each read launched env
     and background mode neither the schema check nor the drift digest saw."""
     rig = Rig()
     request = rig.request("run_command", {})
@@ -450,7 +451,7 @@ def test_c12_c15_an_artifact_store_answer_that_cannot_fit_is_dropped_not_fatal(
     assert len(sandrail.canonical_json(result.content)) <= 2_000
 
 
-# -- the command line (item 12) --------------------------------------------------
+# -- the command line --------------------------------------------------
 
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -474,14 +475,14 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[st
         ("replay", "/nonexistent.jsonl"),
     ],
 )
-def test_item12_bad_cli_input_is_one_line_and_a_documented_status(args: tuple[str, ...]) -> None:
+def test_bad_cli_input_is_one_line_and_a_documented_status(args: tuple[str, ...]) -> None:
     done = _cli(*args)
     assert done.returncode == 2, done
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].lower().startswith("error:")
 
 
-def test_item12_a_tampered_cassette_with_a_lone_surrogate_is_reported_not_a_traceback(
+def test_a_tampered_cassette_with_a_lone_surrogate_is_reported_not_a_traceback(
     tmp_path: Path,
 ) -> None:
     golden = Path(__file__).parent / "golden" / "foreground.jsonl"
@@ -503,7 +504,7 @@ _NEAR_ENDS = [
 
 @pytest.mark.parametrize("at", _NEAR_ENDS)
 def test_c17_a_secret_at_the_ends_of_a_cut_output_is_masked_whole(at: int) -> None:
-    """Output too big for the budget is read only at its ends (issue 10); a
+    """Output too big for the budget is read only at its ends; a
     secret straddling where a head or tail read begins or ends never shows,
     not even in part."""
     output = _FILLER[:at] + SECRET + _FILLER[at:]
@@ -516,7 +517,7 @@ def test_c17_a_secret_at_the_ends_of_a_cut_output_is_masked_whole(at: int) -> No
         assert piece not in stdout, (at, piece)
 
 
-# -- the re-attack (round 2): held starts and lost ledgers -------------------------
+# -- held starts and lost ledgers -------------------------
 
 
 def _manual(*faults: Fault) -> Rig:
@@ -525,7 +526,7 @@ def _manual(*faults: Fault) -> Rig:
 
 
 def test_c2_a_held_start_after_its_retry_launched_and_the_ledger_was_lost_adds_nothing() -> None:
-    """Re-attack break 1: the first Start is held; the retry launches (the
+    """The first Start is held; the retry launches (the
     sandbox can prove it never held the claim); the command wipes the ledger;
     then the held Start arrives. It was issued against the lost ledger, so it
     launches nothing."""
@@ -551,7 +552,7 @@ def test_c2_the_same_with_the_retry_answered_ok_before_the_wipe() -> None:
 
 
 def test_c3_a_retry_with_other_arguments_never_runs_while_the_first_start_may_arrive() -> None:
-    """Re-attack break 2: the first Start (echo first) is held; a second call
+    """The first Start (echo first) is held; a second call
     under the same key with other arguments must not launch them."""
     rig = _manual(Fault(effect="Start", occurrence=0, kind=FaultKind.DELIVERED_LATE))
     assert rig.run("run_command", {"command": "echo first"}).status == "uncertain"
@@ -584,7 +585,7 @@ class _FlipForThePolicy(Mapping[str, Any]):
 
 
 def test_c8_c9_the_policy_judges_the_arguments_that_run() -> None:
-    """Re-attack break 3: the policy saw ``echo safe`` on the live request and
+    """The policy saw ``echo safe`` on the live request and
     ``echo EVIL`` ran. The policy now gets the call's own plain copy."""
     arguments = _FlipForThePolicy()
     seen: list[Any] = []
@@ -608,7 +609,7 @@ def test_c8_c9_the_policy_judges_the_arguments_that_run() -> None:
 
 
 def test_c17_the_command_field_of_a_result_masks_env_values() -> None:
-    """Re-attack break 4a."""
+    """The ``command`` field of a result shows the command masked."""
     rig = Rig()
     value = "Zq9xK2pL7wVb"
     result = rig.run("run_command", {"command": f"echo {value}", "env": {"TOKEN": value}})
@@ -617,7 +618,7 @@ def test_c17_the_command_field_of_a_result_masks_env_values() -> None:
 
 
 def test_c17_a_deny_reason_quoting_the_request_is_masked() -> None:
-    """Re-attack break 4b."""
+    """A policy's deny reason quoting the request shows it masked."""
     value = "Zq9xK2pL7wVb"
     rig = Rig(authorize=lambda request: sandrail.Deny(reason=f"no: {request.call.arguments}"))
     result = rig.run("run_command", {"command": "true", "env": {"TOKEN": value}})
@@ -626,7 +627,7 @@ def test_c17_a_deny_reason_quoting_the_request_is_masked() -> None:
 
 
 def test_c17_an_interaction_id_holding_a_secret_is_a_harness_error() -> None:
-    """Re-attack break 4c: an id cannot be cut (C8) and a secret cannot show."""
+    """An id cannot be cut (C8) and a secret cannot show."""
     value = "Zq9xK2pL7wVb"
     rig = Rig(authorize=lambda request: sandrail.ApprovalRequired(interaction_id=f"ask-{value}"))
     result = rig.run("run_command", {"command": "true", "env": {"TOKEN": value}})
@@ -637,7 +638,7 @@ def test_c17_an_interaction_id_holding_a_secret_is_a_harness_error() -> None:
 
 @pytest.mark.parametrize("field", ["session", "operation_key", "call_id"])
 def test_c17_an_env_value_the_identity_shows_is_refused_before_anything_runs(field: str) -> None:
-    """Re-attack break 4d: a value equal to (or inside) an identity field would
+    """A value equal to (or inside) an identity field would
     show in every result, which C13 forbids cutting."""
     rig = Rig(session_id="session-secret-1234")
     values = {"session": "session-secret-1234", "operation_key": "op-key-12345678"}
@@ -660,7 +661,7 @@ def test_c17_an_env_value_the_identity_shows_is_refused_before_anything_runs(fie
 def test_c17_a_value_the_session_masks_is_refused_in_a_later_calls_identity(
     field: str, source: str
 ) -> None:
-    """Outside attack 4: a value masked for the port's life (an earlier call's
+    """A value masked for the port's life (an earlier call's
     env value, or a ``redact=`` value) was shown whole inside a later call's
     operation key or call id. The later call is refused before anything
     runs, naming the field, never the value."""
@@ -689,8 +690,8 @@ def test_c17_a_value_the_session_masks_is_refused_in_a_later_calls_identity(
         (("code", "/dev/zero"), 2),
     ],
 )
-def test_item12_more_bad_cli_input(args: tuple[str, ...], status: int) -> None:
-    """Re-attack break 5 and its observations: a mistyped option is not part
+def test_more_bad_cli_input(args: tuple[str, ...], status: int) -> None:
+    """A mistyped option is not part
     of the command; a surrogate session, an endless snippet file."""
     done = subprocess.run(
         [sys.executable, "-m", "sandrail", *args],
@@ -703,7 +704,7 @@ def test_item12_more_bad_cli_input(args: tuple[str, ...], status: int) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_item12_a_result_that_cannot_be_written_is_not_a_quiet_success() -> None:
+def test_a_result_that_cannot_be_written_is_not_a_quiet_success() -> None:
     with open("/dev/full", "w") as full:
         done = subprocess.run(
             [sys.executable, "-m", "sandrail", "run", "--", "echo", "hi"],
@@ -716,7 +717,7 @@ def test_item12_a_result_that_cannot_be_written_is_not_a_quiet_success() -> None
     assert "its status was ok" in done.stderr
 
 
-# -- the third outside attack (E2B over local-e2b), at the port ---------------
+# -- E2B over local-e2b, at the port ---------------
 
 
 @pytest.mark.parametrize("kind", [FaultKind.NOT_DELIVERED, FaultKind.ABORT])

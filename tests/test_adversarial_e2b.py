@@ -1,9 +1,9 @@
-"""The attacks of issue 9, against the real launcher: real bash, real users
-(``root`` and ``user``) and real wire faults on local-e2b. The judge is the
+"""Attacks on at-most-once and masking, against the real launcher: real
+bash, real users (``root`` and ``user``) and real wire faults on local-e2b. The judge is the
 server's ground truth: a command counts its own runs with a mark the
 sandbox cannot take back (``server.mark``).
 
-Each test names the issue-9 item and the contract line it proves; the same
+Each test names the contract line it proves; the same
 attacks on the simulator and the port are in ``test_adversarial.py``.
 """
 
@@ -97,12 +97,12 @@ def _lost_start(server: LocalE2B, port: sandrail.ToolPort, command: str) -> str:
     return str(warm.content["sandbox_id"])
 
 
-# -- C2: cleanup between a lost answer and the retry (items 1, 2) -------------
+# -- C2: cleanup between a lost answer and the retry -------------
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("cleanup", sorted(CLEANUPS))
-def test_c2_item1_a_user_cleanup_after_a_lost_answer_never_makes_the_retry_launch_again(
+def test_c2_a_user_cleanup_after_a_lost_answer_never_makes_the_retry_launch_again(
     server: LocalE2B, backend: E2BBackend, cleanup: str
 ) -> None:
     """The claim is out of the command's reach: the retry on the same port
@@ -118,7 +118,7 @@ def test_c2_item1_a_user_cleanup_after_a_lost_answer_never_makes_the_retry_launc
     assert server.truth().marked(mark) == 1
 
 
-def test_c2_item1_a_ledger_wiped_by_root_after_a_lost_answer_is_claim_lost_never_a_relaunch(
+def test_c2_a_ledger_wiped_by_root_after_a_lost_answer_is_claim_lost_never_a_relaunch(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
     port = port_on(backend, new_session())
@@ -181,7 +181,7 @@ def test_c2_a_start_that_never_arrived_into_a_wiped_ledger_is_claim_lost(
 
 
 @pytest.mark.parametrize("wipe", ["user-cleanup", "root-wipe"])
-def test_c2_item1_a_restarted_harness_with_a_durable_record_never_relaunches(
+def test_c2_a_restarted_harness_with_a_durable_record_never_relaunches(
     server: LocalE2B, wipe: str
 ) -> None:
     durable: dict[str, OwnedCommand] = {}
@@ -216,10 +216,10 @@ def test_c2_item1_a_restarted_harness_with_a_durable_record_never_relaunches(
     assert server.truth().marked(mark) == 1
 
 
-def test_c2_item2_answers_stay_well_formed_while_files_are_deleted_under_them(
+def test_c2_answers_stay_well_formed_while_files_are_deleted_under_them(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
-    """Item 2: a command deleting files raced the launcher's size lookup and
+    """A command deleting files raced the launcher's size lookup and
     a start answer read as malformed. Now nothing the launcher answers from
     is reachable by ``user``; even root deleting task files in a loop (worse
     than any user command) leaves every answer well-formed, and lost answers
@@ -260,10 +260,10 @@ def test_c2_item2_answers_stay_well_formed_while_files_are_deleted_under_them(
     assert [truth.marked(mark) for mark in marks] == [1] * len(marks)
 
 
-# -- C17: staged env values and digests (items 6, 7) --------------------------
+# -- C17: staged env values and digests --------------------------
 
 
-def test_c17_item6_a_staged_request_whose_start_failed_is_deleted_and_never_readable(
+def test_c17_a_staged_request_whose_start_failed_is_deleted_and_never_readable(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
     port = port_on(backend, new_session())
@@ -277,7 +277,7 @@ def test_c17_item6_a_staged_request_whose_start_failed_is_deleted_and_never_read
     assert as_root(server, sandbox_id, f"grep -rl {secret} {places} 2>/dev/null; true") == ""
 
 
-def test_c17_item6_no_user_command_ever_sees_another_tasks_staged_env(
+def test_c17_no_user_command_ever_sees_another_tasks_staged_env(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
     """A watcher running as ``user`` searches every file it may read while
@@ -305,7 +305,7 @@ def test_c17_item6_no_user_command_ever_sees_another_tasks_staged_env(
     assert found == [""]
 
 
-def test_c17_item6_no_root_process_ever_holds_a_commands_env(
+def test_c17_no_root_process_ever_holds_a_commands_env(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
     """The env is exported only after the drop to ``user``: no root process
@@ -324,10 +324,10 @@ def test_c17_item6_no_root_process_ever_holds_a_commands_env(
     assert holders.split() == ["user"], holders
 
 
-def test_c17_item7_the_digest_is_keyed_and_unreadable_by_user_commands(
+def test_c17_the_digest_is_keyed_and_unreadable_by_user_commands(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
-    """Item 7: ``PIN=4821`` was recovered from the stored digest and the
+    """``PIN=4821`` was recovered from the stored digest and the
     command. The digest is now out of reach of ``user``, and keyed by a key
     the sandbox never sees: even root, reading it, has nothing to test
     guesses against."""
@@ -408,10 +408,10 @@ def test_c17_env_names_the_launcher_uses_itself_are_refused_before_sending(
     assert failed.delivery is Delivery.NOT_SENT
 
 
-# -- concurrent duplicates (C2, item 3) -------------------------------------------
+# -- concurrent duplicates -------------------------------------------
 
 
-def test_c2_item3_duplicates_from_threads_and_tasks_of_two_harnesses_launch_once(
+def test_c2_duplicates_from_threads_and_tasks_of_two_harnesses_launch_once(
     server: LocalE2B,
 ) -> None:
     """Two harness processes (two backends) on one session, each driving its

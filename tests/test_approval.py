@@ -1,5 +1,5 @@
-"""Approval through each framework's own human-in-the-loop (issue 18, DESIGN
-§12), end to end, offline: pydantic-ai deferred tools, the Agents SDK's
+"""Approval through each framework's own human-in-the-loop
+(``docs/howto/approval.md``), end to end, offline: pydantic-ai deferred tools, the Agents SDK's
 interruptions and ``RunState``, Anthropic's ``approve``/``reject``, MCP
 elicitation. For each framework, on the simulator and on local-e2b (the
 unmodified e2b SDK over HTTP):
@@ -42,7 +42,7 @@ def _launches(sim: Simulator) -> int:
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_issue18_a_call_needing_approval_waits_and_approved_runs_once(framework: str) -> None:
+def test_a_call_needing_approval_waits_and_approved_runs_once(framework: str) -> None:
     sim, policy = Simulator(), Policy()
     tools = make_toolset(sim, policy)
     first = FIRST[framework](tools, "echo deploy")
@@ -55,7 +55,7 @@ def test_issue18_a_call_needing_approval_waits_and_approved_runs_once(framework:
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_issue18_c5_a_rejected_call_runs_nothing(framework: str) -> None:
+def test_c5_a_rejected_call_runs_nothing(framework: str) -> None:
     sim = Simulator()
     tools = make_toolset(sim)
     first = FIRST[framework](tools, "echo deploy")
@@ -70,11 +70,11 @@ def test_issue18_c5_a_rejected_call_runs_nothing(framework: str) -> None:
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_issue18_c2_an_approval_resumed_twice_runs_once(framework: str, tmp_path: Path) -> None:
+def test_c2_an_approval_resumed_twice_runs_once(framework: str, tmp_path: Path) -> None:
     """Two harnesses (fresh toolsets and adapters, as two processes would
     build them, with the adapters' defaults) resume the same saved copy;
     they share the durable record, as processes that resume each other's
-    approvals must (docs/howto/approval.md)."""
+    approvals must (``docs/howto/approval.md``)."""
     sim = Simulator()
     with SQLiteRecord(tmp_path / "record.sqlite") as record:
         first = FIRST[framework](make_toolset(sim, record=record), "echo deploy")
@@ -92,7 +92,7 @@ def test_issue18_c2_an_approval_resumed_twice_runs_once(framework: str, tmp_path
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_issue18_c8_a_denied_call_never_asks(framework: str) -> None:
+def test_c8_a_denied_call_never_asks(framework: str) -> None:
     sim, policy = Simulator(), Policy()
     first = FIRST[framework](make_toolset(sim, policy), "rm -rf /tmp/build")
     assert first.waits is False
@@ -113,9 +113,7 @@ def test_issue18_c8_a_denied_call_never_asks(framework: str) -> None:
 
 @needs_root
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_issue18_local_e2b_approve_runs_once_reject_runs_nothing(
-    server: LocalE2B, framework: str
-) -> None:
+def test_local_e2b_approve_runs_once_reject_runs_nothing(server: LocalE2B, framework: str) -> None:
     approve, reject = f"approve-{framework}", f"reject-{framework}"
     with E2BBackend(**server.sdk_options) as backend:
         for mark, yes in ((approve, True), (reject, False)):
@@ -135,7 +133,7 @@ def test_issue18_local_e2b_approve_runs_once_reject_runs_nothing(
 @needs_root
 @pytest.mark.long
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_issue18_c2_local_e2b_an_approval_resumed_in_two_fresh_processes_runs_once(
+def test_c2_local_e2b_an_approval_resumed_in_two_fresh_processes_runs_once(
     server: LocalE2B, framework: str, tmp_path: Path
 ) -> None:
     """The saved copy (serialized state, history, block or call) is resumed
@@ -178,7 +176,7 @@ def test_issue18_c2_local_e2b_an_approval_resumed_in_two_fresh_processes_runs_on
 
 @needs_root
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_issue18_c8_local_e2b_a_denied_call_never_asks(server: LocalE2B, framework: str) -> None:
+def test_c8_local_e2b_a_denied_call_never_asks(server: LocalE2B, framework: str) -> None:
     policy, mark = Policy(), f"deny-{framework}"
     with E2BBackend(**server.sdk_options) as backend:
         tools = make_toolset(backend, policy, session=new_session())
@@ -189,7 +187,7 @@ def test_issue18_c8_local_e2b_a_denied_call_never_asks(server: LocalE2B, framewo
     assert server.truth().marked(mark) == 0
 
 
-def test_issue18_c2_agents_sdk_resumed_twice_with_tracing_off_runs_once(tmp_path: Path) -> None:
+def test_c2_agents_sdk_resumed_twice_with_tracing_off_runs_once(tmp_path: Path) -> None:
     """With tracing off the saved state carries no trace id: an approved
     call's key is then its call id's alone (``approved:{call_id}``), still
     the same in every process that resumes the state."""
@@ -227,7 +225,7 @@ def test_issue18_c2_agents_sdk_resumed_twice_with_tracing_off_runs_once(tmp_path
     record.close()
 
 
-def test_issue18_pydantic_ai_an_approval_with_other_arguments_runs_what_the_person_gave() -> None:
+def test_pydantic_ai_an_approval_with_other_arguments_runs_what_the_person_gave() -> None:
     """``ToolApproved(override_args=...)``: the person approved the call as
     they wrote it; that runs, once, and the model's own version never."""
     from pydantic_ai import DeferredToolResults, ToolApproved

@@ -72,7 +72,7 @@ def test_clean_core_passes_with_decisive_retries() -> None:
         assert sum(report.reconciled[kind.value].values()) > 0, kind
     # Only the faults that destroy the evidence leave retries uncertain: a
     # wiped ledger, and a dead sandbox (whose launched tasks are uncertain,
-    # never "nothing ran": outside attack 3).
+    # never "nothing ran").
     assert set(report.retry_reasons) <= {
         FaultKind.LEDGER_WIPED.value,
         FaultKind.SANDBOX_DIES.value,
@@ -156,7 +156,7 @@ def test_json_output_shape() -> None:
     assert report["seed"] == 5
     assert report["schedules"] == 3
     assert list(report["violations"]) == list(CONTRACT_LINES)
-    # Issue 17: the record's faults are kinds of the campaign too.
+    # The record's faults are kinds of the campaign too.
     assert set(report["coverage"]) == {kind.value for kind in FaultKind} | {
         "record_down",
         "record_dropped",

@@ -127,10 +127,10 @@ def test_c2_the_record_keeps_the_first_start_s_epoch_and_digest() -> None:
     )
 
 
-def test_c2_issue17_b4_a_launched_record_keeps_its_sandbox_epoch_and_digest() -> None:
+def test_c2_a_launched_record_keeps_its_sandbox_epoch_and_digest() -> None:
     """A write from another sandbox (the first one lost) never moves a
     launched row: it keeps naming where the first start went, with the epoch
-    that proves it there, and its digest (issue 17 attack, B4)."""
+    that proves it there, and its digest."""
     first = _record(sandbox_id="box-0")
     kept = remembered(first, _remember())
     assert (kept.sandbox_id, kept.ledger_epoch, kept.launch_digest) == (

@@ -114,7 +114,7 @@ def test_help_reads_well() -> None:
 
 
 @pytest.mark.parametrize("width", [80, 50])
-def test_issue21_help_shows_every_command_summary_whole(width: int) -> None:
+def test_help_shows_every_command_summary_whole(width: int) -> None:
     """``sandrail --help`` lists each command with its summary (the first
     sentence of its help) whole, wrapped to the terminal, never cut."""
     done = CliRunner().invoke(main, ["--help"], terminal_width=width)
@@ -143,7 +143,7 @@ def test_issue21_help_shows_every_command_summary_whole(width: int) -> None:
 def test_c2_a_record_that_cannot_be_one_is_a_usage_error_before_anything_runs(
     where: str, tmp_path: Path
 ) -> None:
-    """Outside attack 5: ``--record /dev/full`` read an endless file into
+    """``--record /dev/full`` read an endless file into
     memory until the kernel killed it; a record in a missing directory made
     every call uncertain. Both are usage errors (exit 2), nothing run."""
     path = where if where.startswith("/") else str(tmp_path / where)

@@ -1,4 +1,4 @@
-"""The compiled schemas of argument validation's fast path (issue 12) say
+"""The compiled schemas of argument validation's fast path say
 exactly what ``jsonschema`` says: on plain JSON data a compiled predicate
 accepts a value if and only if jsonschema finds no error in it, for every
 tool's schema in every profile and for schemas drawn at random; and

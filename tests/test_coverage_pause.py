@@ -1,5 +1,5 @@
-"""The ``untraced`` marker really pauses coverage under pytest-xdist (issue 21,
-"The tests": CI under 8 minutes without proving less).
+"""The ``untraced`` marker really pauses coverage under pytest-xdist
+(CI under 8 minutes without proving less).
 
 pytest-cov's own ``no_cover`` marker does not pause under xdist (see
 ``tests/coverage_pause.py``), so this runs a real ``pytest -n 1 --cov`` on a
@@ -56,7 +56,7 @@ markers =
 """
 
 
-def test_issue21_untraced_tests_run_with_coverage_paused_under_xdist(tmp_path: Path) -> None:
+def test_untraced_tests_run_with_coverage_paused_under_xdist(tmp_path: Path) -> None:
     """Under ``-n 1 --cov`` a test marked ``untraced`` runs with no trace
     function (main thread and new threads) and its lines are not measured;
     the unmarked test is traced and measured, so the pause is restored."""

@@ -1,4 +1,4 @@
-"""Tool definitions (DESIGN §2): names per owner mode, schemas, metadata,
+"""Tool definitions: names per owner mode, schemas, metadata,
 round trips and the request-definition equality check."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The documentation (README.md and the site in docs/, issue 21): every code
+"""The documentation (README.md and the site in docs/): every code
 block runs, the README's two commands are what CI and a fresh clone need,
 and the reference pages agree with the code they describe.
 
@@ -132,7 +132,7 @@ PYTHON_PAGES = sorted(
 
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=_page_id)
 def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 21: every Python block of the page runs, in order, in one
+    """Every Python block of the page runs, in order, in one
     namespace; then every ``test_*`` function the page defines passes."""
     for name in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DOMAIN"):
         monkeypatch.delenv(name, raising=False)
@@ -172,7 +172,7 @@ SHELL_BLOCKS = [
 
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda block: block.where)
 def test_shell_blocks_sandrail_lines_run(block: Block, tmp_path: Path) -> None:
-    """Issue 21: every ``sandrail`` command of a shell block exits 0, run
+    """Every ``sandrail`` command of a shell block exits 0, run
     by bash in a fresh directory, in order (a line may use a file an
     earlier one wrote). Offline: no E2B variables reach it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
@@ -194,7 +194,7 @@ def test_shell_blocks_sandrail_lines_run(block: Block, tmp_path: Path) -> None:
 
 
 def test_json_blocks_parse() -> None:
-    """Issue 21: a configuration a reader copies is valid JSON."""
+    """A configuration a reader copies is valid JSON."""
     broken = []
     for block in ALL_BLOCKS:
         if block.lang == "json":
@@ -206,7 +206,7 @@ def test_json_blocks_parse() -> None:
 
 
 def test_every_block_names_a_known_language() -> None:
-    """Issue 21: a block without a language (or an unknown one) would be
+    """A block without a language (or an unknown one) would be
     neither run nor checked; none hides that way."""
     unknown = [
         f"{block.where} ({block.lang or 'no language'})"
@@ -217,7 +217,7 @@ def test_every_block_names_a_known_language() -> None:
 
 
 def test_not_run_blocks_are_rare_and_say_why() -> None:
-    """Issue 21: the ``# not run:`` convention is used sparingly, each time
+    """The ``# not run:`` convention is used sparingly, each time
     with a reason, and only on blocks that would otherwise run."""
     runnable = [block for block in ALL_BLOCKS if block.lang in RUN_LANGUAGES]
     marked = [block for block in runnable if block.not_run_reason is not None]
@@ -293,7 +293,7 @@ def _resolve(path: str) -> Any:
 
 
 def test_reference_documents_every_public_name() -> None:
-    """Issue 21: the API reference covers every public name: each name in
+    """The API reference covers every public name: each name in
     the ``__all__`` of a public module is rendered by a ``::: path``
     directive, as itself or as the same object under another public path."""
     documented = _documented()
@@ -317,7 +317,7 @@ def test_reference_documents_every_public_name() -> None:
 
 
 def test_reference_directives_name_public_paths() -> None:
-    """Issue 21: the reference names public paths only (``sandrail.Toolset``,
+    """The reference names public paths only (``sandrail.Toolset``,
     never a private module), so moving private modules cannot break it."""
     private = [
         path for path in _documented() if any(part.startswith("_") for part in path.split("."))
@@ -330,7 +330,7 @@ def _table_codes(page: Path) -> list[str]:
 
 
 def test_error_codes_page_lists_every_error_code_once() -> None:
-    """Issue 21: the error-code table and ``sandrail.ErrorCode`` are equal."""
+    """The error-code table and ``sandrail.ErrorCode`` are equal."""
     from sandrail import ErrorCode
 
     listed = _table_codes(DOCS / "reference" / "errors.md")
@@ -341,7 +341,7 @@ def test_error_codes_page_lists_every_error_code_once() -> None:
 
 
 def test_statuses_table_lists_every_status() -> None:
-    """Issue 21: the status table names exactly the statuses a result has."""
+    """The status table names exactly the statuses a result has."""
     import typing
 
     from sandrail.core import Status
@@ -351,7 +351,7 @@ def test_statuses_table_lists_every_status() -> None:
 
 
 def test_cli_page_states_every_commands_exit_status() -> None:
-    """Issue 21: every command has an exit-status row, and where the
+    """Every command has an exit-status row, and where the
     command's own help states its exit status, the row says the same."""
     from sandrail.cli import main
 
@@ -375,7 +375,7 @@ def test_cli_page_states_every_commands_exit_status() -> None:
 
 
 def test_explanation_cites_test_files_that_exist() -> None:
-    """Issue 21: every ``tests/...`` path the pages cite as proof exists, and
+    """Every ``tests/...`` path the pages cite as proof exists, and
     every contract line cited as tested by ``test_cN_*`` has such tests."""
     text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
     cited = set(re.findall(r"`(tests/[\w/]+\.py)`", text))
@@ -387,7 +387,7 @@ def test_explanation_cites_test_files_that_exist() -> None:
 
 
 def test_every_page_is_in_the_navigation() -> None:
-    """Issue 21: a page outside the navigation would be found by no reader;
+    """A page outside the navigation would be found by no reader;
     a page the navigation names must exist."""
     config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     nav = config[config.index("\nnav:") :]
@@ -418,12 +418,12 @@ def _readme_commands() -> list[str]:
 
 
 def test_readme_is_a_front_page() -> None:
-    """Issue 21: the README is a front page of at most 150 lines."""
+    """The README is a front page of at most 150 lines."""
     assert len(README.read_text(encoding="utf-8").splitlines()) <= README_MAX_LINES
 
 
 def test_readme_first_command_installs_only_the_package_and_runs_the_campaign() -> None:
-    """Issue 21: the first command sets up a fresh clone with no extra (what
+    """The first command sets up a fresh clone with no extra (what
     ``sandrail simulate`` needs) and runs the campaign on the simulator."""
     first, _ = _readme_commands()
     steps = [step.strip() for step in first.split("&&")]
@@ -445,7 +445,7 @@ def _ci_test_command() -> str:
 
 
 def test_readme_second_command_runs_exactly_what_ci_runs() -> None:
-    """Issue 21: the second command installs the test extra and runs exactly
+    """The second command installs the test extra and runs exactly
     the test command of ``.ci/run`` (and ``.ci/run`` installs that extra)."""
     _, second = _readme_commands()
     steps = [step.strip() for step in second.split("&&")]
@@ -501,7 +501,7 @@ installs none)."""
 
 
 def test_readme_first_command_needs_no_extra() -> None:
-    """Issue 21: ``sandrail simulate`` runs with no module of any extra
+    """``sandrail simulate`` runs with no module of any extra
     importable, as after ``pip install -e .`` (a small shard of the
     campaign, in a process of its own; its worker is forked and keeps the
     block)."""
@@ -522,7 +522,7 @@ def test_readme_first_command_needs_no_extra() -> None:
 
 
 def test_readme_run_command_runs_on_the_simulator() -> None:
-    """Issue 21: the command-line call the README's example names works."""
+    """The command-line call the README's example names works."""
     assert "`sandrail run -- echo hello`" in README.read_text(encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-m", "sandrail", "run", "--", "echo", "hello"],
@@ -556,7 +556,7 @@ def test_pages_link_the_example_files_they_name() -> None:
 
 
 def test_readme_links_name_files_that_exist() -> None:
-    """Issue 21: the README's relative links (into docs/, read on GitHub or
+    """The README's relative links (into docs/, read on GitHub or
     in a clone) name files that exist."""
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text(encoding="utf-8"))
     local = [link for link in links if "://" not in link]
@@ -565,7 +565,7 @@ def test_readme_links_name_files_that_exist() -> None:
 
 
 def test_readme_names_the_mermaid_release_the_build_uses() -> None:
-    """Issue 21: the README's command to serve the site fetches the Mermaid
+    """The README's command to serve the site fetches the Mermaid
     release the build hook expects."""
     hook = (DOCS / "_hooks" / "offline.py").read_text(encoding="utf-8")
     (version,) = re.findall(r'^MERMAID_VERSION = "(.+)"$', hook, re.M)
@@ -576,7 +576,7 @@ _UNWRITTEN = re.compile(r"\b(TODO|TBD|FIXME|to be written|placeholder|coming soo
 
 
 def test_no_page_is_left_unwritten() -> None:
-    """Issue 21: no page of the README or the site says it is still to be
+    """No page of the README or the site says it is still to be
     written."""
     unwritten = [
         f"{page.relative_to(ROOT)}:{number}: {line.strip()}"
@@ -621,3 +621,68 @@ def test_the_toolset_signature_names_its_five_required_arguments() -> None:
     for name in ("backend", "session_id", "owner", "authorize", "assert_authority"):
         assert parameters[name].default is inspect.Parameter.empty, name
         assert parameters[name].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+EXPLAINED_FOLDERS = ("sandrail", "core", "interpreters", "tests", "benchmarks", "examples", ".ci")
+"""The folders whose code, comments and tests must explain themselves."""
+
+_UNEXPLAINED = re.compile(
+    "|".join(
+        (
+            # A design document the repository does not hold, or its sections.
+            "DESIGN" + r"(?:\.md|\s*\u00a7)",
+            "\u00a7" + r"\s*\d",
+            # An issue number, in prose ("issue N", "Issue #N", "issue-N") or in a
+            # name ("test_issueN_..."); an upstream tracker's URL (".../issues/N")
+            # is fine.
+            r"(?<![A-Za-z])[Ii]ssue[ _-]?#?\d+",
+            # A bare "#N" where it stands for an issue or a pull request: a merge
+            # subject's "(#N)", or "fixes #N", "see #N". A shell's "${#N}" and a
+            # message's "--env #N" (the Nth option) are not.
+            r"\(#\d+\)",
+            r"\b(?:PR|[Ff]ix(?:es|ed)?|[Cc]los(?:es|ed)|[Rr]esolve[sd]?|[Ss]ee|after|since)\s+#\d+",
+        )
+    )
+)
+
+
+def _tracked_files(folders: tuple[str, ...]) -> list[Path]:
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--", *folders],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout.decode("utf-8")
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file
+        return sorted(
+            path
+            for folder in folders
+            for path in (ROOT / folder).rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts
+        )
+    return [ROOT / name for name in listed.split("\0") if name]
+
+
+def _unexplained(path: Path, text: str) -> list[str]:
+    return [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(0)}"
+        for number, line in enumerate(text.splitlines(), 1)
+        for match in _UNEXPLAINED.finditer(line)
+    ]
+
+
+def test_the_project_explains_itself() -> None:
+    """Code, docstrings, comments and tests say what they mean and link the
+    docs pages for the reasoning (``docs/explanation/contract.md`` names the
+    contract lines tests are named after): no section of a design document
+    the repository does not hold, no issue number. Every hit is listed as
+    file:line."""
+    hits = []
+    for path in _tracked_files(EXPLAINED_FOLDERS):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, FileNotFoundError):  # binary, or deleted in the work tree
+            continue
+        hits.extend(_unexplained(path, text))
+    assert hits == [], "\n".join(hits)

@@ -1,5 +1,5 @@
-"""Which driver runs a call: one rule for whether a backend is asynchronous
-(issue 19, item 1), the same answer through every entry point.
+"""Which driver runs a call: one rule for whether a backend is asynchronous,
+the same answer through every entry point.
 
 Three kinds of backend: a synchronous callable (the simulator), an
 ``async def`` function (no flag), and an object that declares
@@ -180,11 +180,11 @@ def no_unawaited_coroutines() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_issue19_item1_one_rule_says_which_backends_are_asynchronous(kind: str) -> None:
+def test_one_rule_says_which_backends_are_asynchronous(kind: str) -> None:
     assert is_asynchronous(KINDS[kind](Simulator())) is (kind in ASYNCHRONOUS)
 
 
-def test_issue19_item1_a_backend_whose_flag_cannot_be_read_is_not_asynchronous() -> None:
+def test_a_backend_whose_flag_cannot_be_read_is_not_asynchronous() -> None:
     class Broken:
         @property
         def asynchronous(self) -> bool:
@@ -200,9 +200,7 @@ def test_issue19_item1_a_backend_whose_flag_cannot_be_read_is_not_asynchronous()
 @pytest.mark.parametrize("entry", list(ENTRY_POINTS))
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.usefixtures("no_unawaited_coroutines")
-def test_issue19_item1_every_kind_of_backend_runs_ok_through_every_entry_point(
-    kind: str, entry: str
-) -> None:
+def test_every_kind_of_backend_runs_ok_through_every_entry_point(kind: str, entry: str) -> None:
     """C7 through every door: each kind of backend launches the command once
     and answers ``ok`` (an ``async def`` backend through ``execute_sync`` used
     to answer ``uncertain``: its coroutine was taken for the Ensure answer)."""

@@ -3,7 +3,7 @@ HTTP, real bash, real users): launches, the ledger, reads, snippets, stop,
 deadlines, round trips, threads and closing.
 
 Contract lines are named in the test names (C2, C3, C10, C16-C18). Failure
-table rows: ``test_e2b_failures.py``; the issue-9 attacks:
+table rows: ``test_e2b_failures.py``; attacks on the launcher:
 ``test_adversarial_e2b.py``.
 """
 
@@ -603,8 +603,8 @@ def test_a_read_of_a_running_command_sees_output_so_far(
 def test_c16_publish_writes_0440_for_user_to_read_and_refuses_other_source(
     server: LocalE2B, backend: E2BBackend, sandbox_id: str
 ) -> None:
-    """Private to ``user`` as 0600 was, and not writable by it (issue 20,
-    item 5): root's, read through ``user``'s group."""
+    """Private to ``user`` as 0600 was, and not writable by it (C16):
+    root's, read through ``user``'s group."""
     path = f"/tmp/sandrail/code/{TASK}.sh"
     source = "echo \"$(printf 'from a file')\"\n"
     published = run(backend(Publish(sandbox_id=sandbox_id, task_id=TASK, path=path, source=source)))
@@ -706,7 +706,7 @@ def test_c12_a_big_foreground_output_moves_only_its_two_ends_out_of_the_sandbox(
 def test_c15_a_big_output_streams_to_the_artifact_store_through_the_sdk(
     server: LocalE2B, backend: E2BBackend, tmp_path: Path
 ) -> None:
-    """Issue 10: with an artifact store, 3 MiB printed reach the store
+    """With an artifact store, 3 MiB printed reach the store
     whole, byte for byte, in reads of at most a page (1 MiB), never read
     whole by the core; the result shows the same two ends as without a
     store, and names the artifact."""
@@ -755,10 +755,10 @@ def test_the_command_line_example_works_through_the_port(backend: E2BBackend) ->
 
 
 # ---------------------------------------------------------------------------
-# Threads, event loops and closing (issue 9, items 3 and 13)
+# Threads, event loops and closing
 
 
-def test_c2_item3_one_port_from_eight_threads_makes_one_sandbox_and_launches_once(
+def test_c2_one_port_from_eight_threads_makes_one_sandbox_and_launches_once(
     server: LocalE2B,
 ) -> None:
     """And decisively: the duplicates that find no claim yet carry the
@@ -789,7 +789,7 @@ def test_c2_item3_one_port_from_eight_threads_makes_one_sandbox_and_launches_onc
     assert sum(not r.content["deduplicated"] for r in results) == 1
 
 
-def test_c2_item3_concurrent_tasks_and_other_loops_share_one_backend(server: LocalE2B) -> None:
+def test_c2_concurrent_tasks_and_other_loops_share_one_backend(server: LocalE2B) -> None:
     session = new_session()
     mark = f"tasks-{session}"
     with E2BBackend(**server.sdk_options) as shared:
@@ -809,7 +809,7 @@ def test_c2_item3_concurrent_tasks_and_other_loops_share_one_backend(server: Loc
     assert all(r.status == "ok" and r.content["deduplicated"] for r in second)
 
 
-def test_item13_close_ends_the_backend_and_later_calls_are_not_sent(server: LocalE2B) -> None:
+def test_close_ends_the_backend_and_later_calls_are_not_sent(server: LocalE2B) -> None:
     threads = set(threading.enumerate())
     backend = E2BBackend(**server.sdk_options)
     sandbox_id = ensure(backend)
@@ -823,7 +823,7 @@ def test_item13_close_ends_the_backend_and_later_calls_are_not_sent(server: Loca
     assert sandbox_id
 
 
-def test_item13_closing_during_a_wait_makes_it_maybe_sent(server: LocalE2B) -> None:
+def test_closing_during_a_wait_makes_it_maybe_sent(server: LocalE2B) -> None:
     backend = E2BBackend(**server.sdk_options)
     sandbox_id = ensure(backend)
     start(backend, sandbox_id, "sleep 300")
@@ -854,13 +854,13 @@ async def _open_and_close(server: LocalE2B) -> SandboxReady:
     return ready
 
 
-def test_item13_the_backend_is_an_async_context_manager(server: LocalE2B) -> None:
+def test_the_backend_is_an_async_context_manager(server: LocalE2B) -> None:
     assert asyncio.run(_open_and_close(server)).sandbox_id
 
 
 @pytest.mark.long
-def test_item13_the_cli_closes_the_backend_and_exits_1_never_aborting() -> None:
-    """Item 13: with no server to reach, `sandrail run --backend e2b` printed
+def test_the_cli_closes_the_backend_and_exits_1_never_aborting() -> None:
+    """With no server to reach, `sandrail run --backend e2b` printed
     the error result and then died with SIGABRT (exit 134) in most runs: a
     transport thread called back into an interpreter shutting down. Six runs
     (each failed before the fix with probability about 0.8)."""
@@ -902,7 +902,7 @@ def _cli(server: LocalE2B, *args: str) -> tuple[int, dict[str, Any]]:
 def test_c2_the_command_line_with_a_record_never_relaunches_after_its_sandbox_was_lost(
     server: LocalE2B, tmp_path: Path
 ) -> None:
-    """Outside attack 3, break 5: every ``sandrail run`` is a harness
+    """Every ``sandrail run`` is a harness
     restart; the first invocation ran the command, its sandbox was then
     lost, and a retry with the same key made a new sandbox and launched it
     again. With ``--record FILE`` the retry expects its claim: ``uncertain``
@@ -935,7 +935,7 @@ def test_c2_the_command_line_with_a_record_never_relaunches_after_its_sandbox_wa
 def test_c7_each_snippet_language_runs_in_a_local_e2b_sandbox(
     backend: E2BBackend, language: str, code: str
 ) -> None:
-    """Outside attack 3: the snippet tool runs ``python``, which E2B's base
+    """The snippet tool runs ``python``, which E2B's base
     template has and this machine has only as ``python3``; local-e2b's
     sandbox now offers it (a login shell's PATH included), so the tool runs
     on local-e2b as on E2B."""

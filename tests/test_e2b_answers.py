@@ -1,5 +1,5 @@
 """Reading the launcher's answers: every field well-formed or refused, and a
-decisive first line never turned into a malformed answer (issue 9, item 2)."""
+decisive first line never turned into a malformed answer."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ EPOCH = "0123456789abcdef" * 2
     "tail",
     ["", "epoch x\n", "epoch " + EPOCH + "\nstate running  0 0\n", "epoch " + EPOCH + "\nstate"],
 )
-def test_c2_item2_a_decisive_start_stays_decisive_whatever_follows(tail: str) -> None:
+def test_c2_a_decisive_start_stays_decisive_whatever_follows(tail: str) -> None:
     """A state line emptied by a race (the review's `size_of` break) made the
     whole answer malformed, and a lost answer then relaunched. The first line
     decides; a bad state line only loses the state."""

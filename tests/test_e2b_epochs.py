@@ -134,7 +134,7 @@ def test_c2_a_task_logged_without_its_directory_stays_claim_lost_for_any_start(
 def test_c2_a_late_copy_of_a_first_start_after_the_ledger_was_lost_never_launches(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
-    """The double launch an outside attack found: the first start is held in
+    """A double launch: the first start is held in
     the network, its retry (expecting the claim) launches, a command wipes
     the ledger, then the held first start arrives. It carries the epoch it
     was sent under, which the ledger no longer has: nothing launches."""

@@ -397,7 +397,7 @@ def test_row_sandbox_not_found_when_killed_mid_wait(
 def test_c6_one_502_on_a_read_does_not_make_a_live_sandbox_dead(
     server: LocalE2B, world: tuple[Recording, sandrail.ToolPort]
 ) -> None:
-    """Outside attack 3, break 1: a single 502 "not found" on a read of
+    """A single 502 "not found" on a read of
     another task (a proxy's answer; the sandbox lives) made the backend
     believe the sandbox dead for good: the retry of a key that had run said
     "nothing ran, may be retried" and new keys failed. One answer is not a
@@ -430,7 +430,7 @@ def test_c6_one_502_on_a_read_does_not_make_a_live_sandbox_dead(
 def test_c6_retries_of_a_key_that_ran_in_a_killed_sandbox_stay_uncertain(
     server: LocalE2B, world: tuple[Recording, sandrail.ToolPort]
 ) -> None:
-    """Outside attack 3, break 1: after the sandbox was really killed, the
+    """After the sandbox was really killed, the
     first retry was ``uncertain`` and the next ones said "nothing ran, may be
     retried" (``executed: false``), which is false: the command ran. Every
     retry of that key stays ``uncertain`` with its locator; a new key is

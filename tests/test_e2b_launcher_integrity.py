@@ -81,7 +81,7 @@ def _no_internals(result: sandrail.ToolResult) -> None:
 # -- C2: a partly deleted ledger voids its epoch ---------------------------------
 
 _PARTIAL_WIPES = [
-    # What the outside attack ran (the claim gone, the claim log emptied).
+    # What a wipe runs (the claim gone, the claim log emptied).
     (f"rm -rf {LEDGER}/*/*", "uncertain"),
     (f"rm -rf {LEDGER}/tasks/* {LEDGER}/claims.*/*", "uncertain"),
     # Every file: the claim's digest too (a false conflict before).
@@ -96,7 +96,7 @@ _PARTIAL_WIPES = [
 def test_c2_any_partial_deletion_of_the_ledger_voids_its_epoch_and_no_retry_relaunches(
     server: LocalE2B, backend: E2BBackend, wipe: str, retried: str
 ) -> None:
-    """The outside attack's wipes (root in the sandbox, a template with
+    """Wipes of the ledger (root in the sandbox, a template with
     sudo): a retry with the same key whose claim is gone or damaged is
     ``uncertain``, never a second launch and never a false conflict; one
     whose claim is whole is deduplicated; the ledger gets a new epoch."""
@@ -279,7 +279,7 @@ _PRINTS = f"printf {_OUT!r}; printf {_ERR!r} >&2"
 """A command whose two streams differ in size (a swap would show)."""
 
 _DAMAGE = {
-    # Root deletes one claim's output files (the outside attack).
+    # Root deletes one claim's output files.
     "stdout-deleted": "rm -f {task}/stdout",
     "stderr-deleted": "rm -f {task}/stderr",
     "both-deleted": "rm -f {task}/stdout {task}/stderr",
@@ -345,7 +345,7 @@ def _uncertain(result: sandrail.ToolResult) -> None:
 def test_c6_a_retry_after_roots_deleted_output_file_is_uncertain_not_ok(
     server: LocalE2B, damage: str
 ) -> None:
-    """The outside attack: root deletes (or cuts) one claim's output, and a
+    """Root deletes (or cuts) one claim's output, and a
     restarted harness retries the key. The output existed and is gone, so
     the retry, a read and a stop of the task are ``uncertain``
     (evidence incomplete), never ``ok`` with empty or partial output; and

@@ -1,5 +1,5 @@
 """The launcher script on its own: each answer it gives, run directly under
-bash in a temporary directory, without root (issue 19, item 9).
+bash in a temporary directory, without root.
 
 One test per answer or state, in the order of the protocol in
 :mod:`sandrail.interpreters._launcher_script`. Each checks the answer's text
@@ -283,10 +283,10 @@ def test_c7_a_cwd_the_command_cannot_enter_is_not_started_on_every_retry(
     assert (rig.claim(TASK) / "stdout").read_text() == ""
 
 
-def test_c7_item6_a_home_the_user_may_not_enter_waits_to_learn_whether_it_began(
+def test_c7_a_home_the_user_may_not_enter_waits_to_learn_whether_it_began(
     rig: LauncherRig,
 ) -> None:
-    """Issue 20, item 6: with the default cwd, a start answered at once
+    """With the default cwd, a start answered at once
     while ``user``'s home could not be entered (``chmod 000 ~``): ``ok``,
     ``exit_code: 1``, nothing ran. Unless the home is surely enterable, the
     start waits for the verdict: ``refused not_started cwd``, every retry."""
@@ -297,8 +297,8 @@ def test_c7_item6_a_home_the_user_may_not_enter_waits_to_learn_whether_it_began(
     assert retry.stdout == answer.stdout
 
 
-def test_c7_item6_only_a_home_surely_enterable_is_answered_at_once(rig: LauncherRig) -> None:
-    """Issue 20, item 6: owned by ``user`` with its owner's search bit, the
+def test_c7_only_a_home_surely_enterable_is_answered_at_once(rig: LauncherRig) -> None:
+    """Owned by ``user`` with its owner's search bit, the
     home needs no wait (the start stays one answer, no process more than a
     ``stat``); without that bit, or owned by another, the start waits."""
     uid = int((rig.ledger / "user").read_text().split()[0])
@@ -312,10 +312,10 @@ def test_c7_item6_only_a_home_surely_enterable_is_answered_at_once(rig: Launcher
     assert (rig.claim(other) / "check").exists()
 
 
-def test_c7_item6_a_command_that_never_began_after_a_fast_answer_has_no_exit_code(
+def test_c7_a_command_that_never_began_after_a_fast_answer_has_no_exit_code(
     shared_rig: LauncherRig,
 ) -> None:
-    """Issue 20, item 6: a start answered at once (no ``check``) whose
+    """A start answered at once (no ``check``) whose
     command then could not begin (here: an environment Linux would not
     exec) has the state ``unknown``, never the wrapper's exit code, and
     every retry is ``refused not_started``."""
@@ -493,10 +493,10 @@ def test_c2_an_answer_remakes_a_lost_claim_log_and_reports_the_new_epoch(
 # -- publish and discard ------------------------------------------------------------------
 
 
-def test_c16_item5_publish_puts_the_snippet_in_place_for_user_to_read_not_write(
+def test_c16_publish_puts_the_snippet_in_place_for_user_to_read_not_write(
     rig: LauncherRig,
 ) -> None:
-    """Issue 20, item 5: the snippet is the launcher's (root's), readable
+    """The snippet is the launcher's (root's), readable
     by ``user``'s group only; no command of ``user`` can change it."""
     rig.stage(TASK, 1, source="print('hi')\n")
     answer = rig.run("publish", TASK, "1", "py")
@@ -524,10 +524,8 @@ def test_c3_publishing_the_same_snippet_again_is_published_another_is_a_conflict
 
 
 @pytest.mark.parametrize("now", ["rewritten", "deleted"])
-def test_c7_item5_a_claimed_tasks_publish_is_answered_from_the_claim(
-    rig: LauncherRig, now: str
-) -> None:
-    """Issue 20, item 5: once the task is claimed, its start answers from
+def test_c7_a_claimed_tasks_publish_is_answered_from_the_claim(rig: LauncherRig, now: str) -> None:
+    """Once the task is claimed, its start answers from
     the claim (whose digest covers the source): the published file, changed
     or gone since, decides nothing, so a retry is never a false conflict."""
     rig.stage(TASK, 1, source="echo one\n")

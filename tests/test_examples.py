@@ -1,5 +1,5 @@
-"""Every example in examples/ runs offline as written (DESIGN §10), the
-approval example of each framework included (issue 18)."""
+"""Every example in examples/ runs offline as written, the
+approval example of each framework included."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ KIT_EXAMPLES = ("test_my_backend.py", "test_my_harness.py")
 """Test files for pytest, run by tests/test_testing_kit.py."""
 
 SHARED = ("_approval_setup.py",)
-"""Modules the examples import (not run alone); issue 19, fewer repeated lines."""
+"""Modules the examples import (not run alone): fewer repeated lines."""
 
 
 def test_every_example_is_checked() -> None:

@@ -1,4 +1,4 @@
-"""The fast paths the port takes for speed (issue 12) say exactly what the
+"""The fast paths the port takes for speed say exactly what the
 slow ones say: the structural drift check agrees with the request digest
 (C9), the size bound is never below the canonical size (C12), and a
 sanitized page without secrets is the masked page (C17)."""
@@ -213,7 +213,7 @@ _FLAT_KEYS = st.one_of(st.text(max_size=4), st.integers(0, 3), st.none())
 
 @given(st.dictionaries(_FLAT_KEYS, _FLAT_VALUES, max_size=5) | anything)
 def test_c8_plain_arguments_read_flat_dicts_as_the_json_round_trip_does(value: Any) -> None:
-    """The flat-dict shortcut of :func:`plain_arguments` (issue 12) gives
+    """The flat-dict shortcut of :func:`plain_arguments` gives
     the very copy the JSON round trip gives: equal values of the same exact
     types, keys in the same order, or no copy at all."""
     expected: Any
@@ -250,7 +250,7 @@ _LINE_TEXT = st.one_of(
 
 @given(_LINE_TEXT)
 def test_cassette_lines_read_as_json_loads_reads_them(text: str) -> None:
-    """The C scanner's shortcut for cassette lines (issue 12) accepts
+    """The C scanner's shortcut for cassette lines accepts
     exactly what ``json.loads`` accepts, with the same value, and raises
     what it raises otherwise (so errors still name the line)."""
     try:
@@ -275,7 +275,7 @@ _INVALID = object()
 def test_cassette_lines_are_written_as_json_dumps_writes_them(
     value: Any, ensure_ascii: bool, allow_nan: bool
 ) -> None:
-    """The direct C encoder of cassette lines (issue 12) writes exactly what
+    """The direct C encoder of cassette lines writes exactly what
     ``json.dumps`` writes, and refuses what it refuses with the same error."""
     try:
         expected = json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=allow_nan)

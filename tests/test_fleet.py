@@ -1,4 +1,4 @@
-"""Issue 17, the fleet tested for real: several worker processes share one
+"""The fleet tested for real: several worker processes share one
 ownership record (a real PostgreSQL, or SQLite on this machine) and one
 local-e2b server, run the same operation keys interleaved, and are SIGKILLed
 and restarted at random moments (and, with PostgreSQL, the database is
@@ -193,7 +193,7 @@ def check(figures: Figures) -> None:
     assert figures.decisive_share >= 0.99, figures.summary()
 
 
-def test_c2_issue17_a_fleet_on_postgres_killed_at_random_launches_each_key_once(
+def test_c2_a_fleet_on_postgres_killed_at_random_launches_each_key_once(
     server: LocalE2B, postgres: PostgresServer, tmp_path: Path
 ) -> None:
     database = postgres.fresh_database()
@@ -208,14 +208,14 @@ def test_c2_issue17_a_fleet_on_postgres_killed_at_random_launches_each_key_once(
         assert all(answer.status == "uncertain" for answer in unresolved(record))
 
 
-def test_c2_issue17_a_fleet_on_sqlite_killed_at_random_launches_each_key_once(
+def test_c2_a_fleet_on_sqlite_killed_at_random_launches_each_key_once(
     server: LocalE2B, tmp_path: Path
 ) -> None:
     figures = run_fleet(server, str(tmp_path / "owned.sqlite"), tmp_path, seed=20)
     check(figures)
 
 
-def test_c10_issue17_a_worker_whose_fence_was_superseded_is_refused_inside_the_sandbox(
+def test_c10_a_worker_whose_fence_was_superseded_is_refused_inside_the_sandbox(
     server: LocalE2B, tmp_path: Path
 ) -> None:
     """A lease taken over: the newer worker launches with fence 2; the old

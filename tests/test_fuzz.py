@@ -184,7 +184,7 @@ def test_fuzz_every_request_gets_a_result_and_refusals_touch_nothing(
     assert isinstance(result, sandrail.ToolResult)
     event(f"{result.status}: {result.error_type}")
     assert result.status in ("ok", "error", "uncertain", "approval_required")
-    # Issue 18: what the model reads says its status, whatever path built it.
+    # What the model reads says its status, whatever path built it.
     assert result.content.get("status") == result.status
     body = canonical_json(result.content)
     if getattr(request, "result_governance", None) != sandrail.RUNTIME_ARTIFACTS:

@@ -1,7 +1,7 @@
 """C2 by ledger epoch: a sandbox without a task's claim launches only when it
 can prove it never held one, from the epoch of its ledger that the task's
 first start was sent under (carried by the start, kept in the durable
-ownership record). Issue 12: decisive retries after a start that never
+ownership record). Decisive retries after a start that never
 arrived, even across a harness restart, and never a second launch."""
 
 from __future__ import annotations

@@ -403,7 +403,7 @@ def test_envd_needs_the_sandbox_token_and_a_live_sandbox(
 
 
 def test_early_answers_reach_a_client_still_sending(server: LocalE2B, sandbox: e2b.Sandbox) -> None:
-    """Found by the outside attack: an answer sent before a large body was
+    """An answer sent before a large body was
     read was lost to a TCP reset; now the body is read first."""
     token = sandbox.connection_config.sandbox_headers["X-Access-Token"]
     own = {"E2b-Sandbox-Id": sandbox.sandbox_id, "X-Access-Token": token}

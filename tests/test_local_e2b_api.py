@@ -1,4 +1,4 @@
-"""local-e2b's control plane behaves as E2B's (issue 16): listing order and
+"""local-e2b's control plane behaves as E2B's: listing order and
 filters, every create option honoured or refused by name, unsupported
 routes answered as such (never "not found"), metrics, and no egress for a
 sandbox created without internet access.
@@ -38,10 +38,10 @@ def _ids(paginator: Any) -> list[str]:
     return found
 
 
-# -- item 1 and 2: listing ----------------------------------------------------
+# -- listing ----------------------------------------------------
 
 
-def test_issue16_items_1_2_list_is_newest_first_and_filters_by_start_and_template(
+def test_list_is_newest_first_and_filters_by_start_and_template(
     server: LocalE2B,
 ) -> None:
     tag = {"run": uuid.uuid4().hex}
@@ -75,7 +75,7 @@ def test_issue16_items_1_2_list_is_newest_first_and_filters_by_start_and_templat
         newer.kill()
 
 
-def test_issue16_item2_a_malformed_started_after_is_refused(server: LocalE2B) -> None:
+def test_a_malformed_started_after_is_refused(server: LocalE2B) -> None:
     answer = httpx.get(
         f"{server.api_url}/v2/sandboxes",
         params={"startedAfter": "yesterday"},
@@ -91,10 +91,10 @@ def test_issue16_item2_a_malformed_started_after_is_refused(server: LocalE2B) ->
     assert naive.status_code == 400
 
 
-# -- item 4: routes local-e2b does not serve -------------------------------------
+# -- routes local-e2b does not serve -------------------------------------
 
 
-def test_issue16_item4_unserved_operations_say_so_and_never_not_found(
+def test_unserved_operations_say_so_and_never_not_found(
     server: LocalE2B, sandbox: e2b.Sandbox
 ) -> None:
     attempts = {
@@ -112,7 +112,7 @@ def test_issue16_item4_unserved_operations_say_so_and_never_not_found(
     assert sandbox.is_running()  # none of them touched it
 
 
-def test_issue16_item4_an_unserved_operation_on_a_gone_sandbox_is_not_found(
+def test_an_unserved_operation_on_a_gone_sandbox_is_not_found(
     server: LocalE2B,
 ) -> None:
     gone = e2b.Sandbox.create(**server.sdk_options)
@@ -123,7 +123,7 @@ def test_issue16_item4_an_unserved_operation_on_a_gone_sandbox_is_not_found(
         gone.fork()
 
 
-def test_issue16_item4_an_unknown_route_is_named_on_both_listeners(
+def test_an_unknown_route_is_named_on_both_listeners(
     server: LocalE2B, sandbox: e2b.Sandbox
 ) -> None:
     api = httpx.get(
@@ -141,7 +141,7 @@ def test_issue16_item4_an_unknown_route_is_named_on_both_listeners(
     assert "local-e2b does not support GET /metrics" in envd.json()["message"]
 
 
-# -- item 5: every create option honoured or refused ------------------------------
+# -- every create option honoured or refused ------------------------------
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,7 @@ def test_issue16_item4_an_unknown_route_is_named_on_both_listeners(
         ({"volume_mounts": {"/mnt/data": "data"}}, "volumes"),
     ],
 )
-def test_issue16_item5_options_it_cannot_honour_are_refused_by_name(
+def test_options_it_cannot_honour_are_refused_by_name(
     server: LocalE2B, options: dict[str, Any], refusal: str
 ) -> None:
     before = len(server.truth().sandboxes)
@@ -178,7 +178,7 @@ def test_issue16_item5_options_it_cannot_honour_are_refused_by_name(
         ({"templateID": "base", "metadata": {"a": 1}}, "object of strings"),
     ],
 )
-def test_issue16_item5_bad_or_unknown_create_fields_are_refused_by_name(
+def test_bad_or_unknown_create_fields_are_refused_by_name(
     server: LocalE2B, body: dict[str, Any], message: str
 ) -> None:
     answer = httpx.post(
@@ -188,7 +188,7 @@ def test_issue16_item5_bad_or_unknown_create_fields_are_refused_by_name(
     assert message in answer.json()["message"]
 
 
-def test_issue16_item5_what_it_honours_shows_in_the_sandbox_info(server: LocalE2B) -> None:
+def test_what_it_honours_shows_in_the_sandbox_info(server: LocalE2B) -> None:
     made = e2b.Sandbox.create(
         allow_internet_access=False,
         network={"allow_public_traffic": False},
@@ -206,7 +206,7 @@ def test_issue16_item5_what_it_honours_shows_in_the_sandbox_info(server: LocalE2
         made.kill()
 
 
-def test_issue16_item5_connect_without_timeout_extends_to_five_minutes_never_shortens(
+def test_connect_without_timeout_extends_to_five_minutes_never_shortens(
     server: LocalE2B,
 ) -> None:
     made = e2b.Sandbox.create(timeout=30, **server.sdk_options)
@@ -220,10 +220,10 @@ def test_issue16_item5_connect_without_timeout_extends_to_five_minutes_never_sho
         made.kill()
 
 
-# -- metrics (item 4: served, not refused) ----------------------------------------
+# -- metrics (served, not refused) ----------------------------------------
 
 
-def test_issue16_item4_metrics_are_measured_when_asked_within_the_range(
+def test_metrics_are_measured_when_asked_within_the_range(
     server: LocalE2B, sandbox: e2b.Sandbox
 ) -> None:
     sandbox.commands.run("head -c 3000000 /dev/zero > /tmp/fill")
@@ -243,10 +243,10 @@ def test_issue16_item4_metrics_are_measured_when_asked_within_the_range(
     assert answer.status_code == 400
 
 
-# -- item 9: no egress without internet access ------------------------------------
+# -- no egress without internet access ------------------------------------
 
 
-def test_issue16_item9_without_internet_access_nothing_of_the_host_is_reachable(
+def test_without_internet_access_nothing_of_the_host_is_reachable(
     server: LocalE2B,
 ) -> None:
     """Judged by this machine's loopback (this machine has no internet): a

@@ -1,4 +1,4 @@
-"""local-e2b's file API behaves as E2B's envd (issue 16): entries of links
+"""local-e2b's file API behaves as E2B's envd: entries of links
 and permissions as envd reports them, file metadata, signed file URLs with
 expiry, and directory watches (recursive, with entry info).
 
@@ -30,10 +30,10 @@ def server() -> Iterator[LocalE2B]:
         yield running
 
 
-# -- item 3: links and permissions as envd reports them -----------------------------
+# -- links and permissions as envd reports them -----------------------------
 
 
-def test_issue16_item3_a_link_reports_its_targets_type_and_resolved_path(
+def test_a_link_reports_its_targets_type_and_resolved_path(
     sandbox: e2b.Sandbox, folder: str
 ) -> None:
     sandbox.files.write(f"{folder}/real.txt", "x")
@@ -57,16 +57,14 @@ def test_issue16_item3_a_link_reports_its_targets_type_and_resolved_path(
     assert [(e.name, e.path) for e in through] == [("rel", f"{folder}/dirlink/rel")]
 
 
-def test_issue16_item3_a_link_loop_is_refused_not_followed_forever(
-    sandbox: e2b.Sandbox, folder: str
-) -> None:
+def test_a_link_loop_is_refused_not_followed_forever(sandbox: e2b.Sandbox, folder: str) -> None:
     sandbox.commands.run("ln -s b a && ln -s a b", cwd=folder)
     assert sandbox.files.get_info(f"{folder}/a").symlink_target == f"{folder}/a"
     with pytest.raises(e2b.SandboxException):
         sandbox.files.list(f"{folder}/a")
 
 
-def test_issue16_item3_permissions_read_as_go_prints_them(sandbox: e2b.Sandbox) -> None:
+def test_permissions_read_as_go_prints_them(sandbox: e2b.Sandbox) -> None:
     assert sandbox.files.get_info("/tmp").permissions == "dtrwxrwxrwx"
     assert sandbox.files.get_info("/tmp").mode == 0o777
     assert sandbox.files.get_info("/dev/null").permissions == "Dcrw-rw-rw-"
@@ -74,12 +72,10 @@ def test_issue16_item3_permissions_read_as_go_prints_them(sandbox: e2b.Sandbox) 
     assert go_permissions(0o100644) == "-rw-r--r--"
 
 
-# -- item 7: file metadata ---------------------------------------------------------
+# -- file metadata ---------------------------------------------------------
 
 
-def test_issue16_item7_metadata_is_kept_listed_renamed_and_replaced(
-    sandbox: e2b.Sandbox, folder: str
-) -> None:
+def test_metadata_is_kept_listed_renamed_and_replaced(sandbox: e2b.Sandbox, folder: str) -> None:
     written = sandbox.files.write(f"{folder}/a.txt", "one", metadata={"Author": "ann"})
     assert written.metadata == {"author": "ann"}  # keys lowercased, as envd
     assert sandbox.files.get_info(f"{folder}/a.txt").metadata == {"author": "ann"}
@@ -106,9 +102,7 @@ def test_issue16_item7_metadata_is_kept_listed_renamed_and_replaced(
     assert sandbox.files.get_info(f"{folder}/moved.txt").metadata is None
 
 
-def test_issue16_item7_xattrs_set_inside_the_sandbox_show_as_metadata(
-    sandbox: e2b.Sandbox, folder: str
-) -> None:
+def test_xattrs_set_inside_the_sandbox_show_as_metadata(sandbox: e2b.Sandbox, folder: str) -> None:
     sandbox.files.write(f"{folder}/x.txt", "x")
     script = (
         f"import os; p = '{folder}/x.txt'; os.setxattr(p, 'user.e2b.by', b'cmd'); "
@@ -123,7 +117,7 @@ def test_issue16_item7_xattrs_set_inside_the_sandbox_show_as_metadata(
     "metadata",
     [{"bad key": "v"}, {"": "v"}, {"k": "line\nbreak"}, {"k": "é"}, {"k": "v" * 5000}],
 )
-def test_issue16_item7_bad_metadata_is_refused_and_nothing_is_written(
+def test_bad_metadata_is_refused_and_nothing_is_written(
     server: LocalE2B, sandbox: e2b.Sandbox, folder: str, metadata: dict[str, str]
 ) -> None:
     """The SDK checks most of these itself; the server checks them all,
@@ -154,10 +148,10 @@ def test_issue16_item7_bad_metadata_is_refused_and_nothing_is_written(
     assert not sandbox.files.exists(f"{folder}/refused.txt")
 
 
-# -- item 8: signed file URLs --------------------------------------------------------
+# -- signed file URLs --------------------------------------------------------
 
 
-def test_issue16_item8_signed_urls_work_without_the_token_until_they_expire(
+def test_signed_urls_work_without_the_token_until_they_expire(
     sandbox: e2b.Sandbox, folder: str
 ) -> None:
     sandbox.files.write(f"{folder}/s.txt", "secret")
@@ -176,7 +170,7 @@ def test_issue16_item8_signed_urls_work_without_the_token_until_they_expire(
     )
 
 
-def test_issue16_item8_a_signature_is_for_one_path_one_operation_one_sandbox(
+def test_a_signature_is_for_one_path_one_operation_one_sandbox(
     server: LocalE2B, sandbox: e2b.Sandbox, folder: str
 ) -> None:
     sandbox.files.write(f"{folder}/s.txt", "secret")
@@ -202,12 +196,10 @@ def test_issue16_item8_a_signature_is_for_one_path_one_operation_one_sandbox(
     assert httpx.get(signed).status_code == 200
 
 
-# -- item 6: directory watches -------------------------------------------------------
+# -- directory watches -------------------------------------------------------
 
 
-def test_issue16_item6_a_watch_sees_envds_events_in_envds_order(
-    sandbox: e2b.Sandbox, folder: str
-) -> None:
+def test_a_watch_sees_envds_events_in_envds_order(sandbox: e2b.Sandbox, folder: str) -> None:
     handle = sandbox.files.watch_dir(folder)
     sandbox.files.write(f"{folder}/w.txt", "first")
     assert [(e.type, e.name) for e in handle.get_new_events()] == [
@@ -230,7 +222,7 @@ def test_issue16_item6_a_watch_sees_envds_events_in_envds_order(
         handle.get_new_events()  # removed: the watcher is not found any more
 
 
-def test_issue16_item6_a_recursive_watch_follows_new_directories_with_entry_info(
+def test_a_recursive_watch_follows_new_directories_with_entry_info(
     sandbox: e2b.Sandbox, folder: str
 ) -> None:
     sandbox.files.make_dir(f"{folder}/old/deeper")
@@ -261,7 +253,7 @@ def test_issue16_item6_a_recursive_watch_follows_new_directories_with_entry_info
     handle.stop()
 
 
-def test_issue16_item6_what_cannot_be_watched_is_refused(sandbox: e2b.Sandbox, folder: str) -> None:
+def test_what_cannot_be_watched_is_refused(sandbox: e2b.Sandbox, folder: str) -> None:
     with pytest.raises(e2b.FileNotFoundException):
         sandbox.files.watch_dir(f"{folder}/absent")
     sandbox.files.write(f"{folder}/f.txt", "x")
@@ -269,7 +261,7 @@ def test_issue16_item6_what_cannot_be_watched_is_refused(sandbox: e2b.Sandbox, f
         sandbox.files.watch_dir(f"{folder}/f.txt")
 
 
-def test_issue16_item6_a_watch_stream_carries_events_and_ends_with_its_sandbox(
+def test_a_watch_stream_carries_events_and_ends_with_its_sandbox(
     server: LocalE2B,
 ) -> None:
     async def run() -> tuple[list[tuple[str, str]], BaseException | None]:
@@ -305,7 +297,7 @@ def test_issue16_item6_a_watch_stream_carries_events_and_ends_with_its_sandbox(
     assert ended is not None  # the stream ended, with an error, when the sandbox did
 
 
-def test_issue16_item6_a_watch_stream_ends_at_its_deadline(server: LocalE2B) -> None:
+def test_a_watch_stream_ends_at_its_deadline(server: LocalE2B) -> None:
     """The client does not end a watch at its timeout; the server does."""
 
     async def run() -> None:

@@ -1,4 +1,4 @@
-"""Masking secrets across page boundaries (C17, issue 9 items 4 and 9).
+"""Masking secrets across page boundaries (C17).
 
 The unit under test is :mod:`sandrail.core._masking` driven by
 :class:`sandrail.interpreters._masking.MaskedReads` over a small exact
@@ -216,8 +216,8 @@ def test_c17_a_guessed_cursor_inside_a_secret_shows_no_piece_of_it(
         assert chunk.stdout == expected
 
 
-def test_c17_the_issue_repro_two_small_pages_do_not_show_the_value() -> None:
-    """Issue 9 item 4: a whole read shows AAAA<redacted>BBBB; two pages with
+def test_c17_two_small_pages_do_not_show_the_value() -> None:
+    """A whole read shows AAAA<redacted>BBBB; two pages with
     a small max_bytes showed the value split across them in clear."""
     secret = "tok-12345678"
     redactions = Redactions([secret])
@@ -427,7 +427,7 @@ runs_of_output = st.lists(
 def test_c17_one_pass_over_many_values_sharing_prefixes_agrees_with_a_plain_scan(
     secrets: list[str], text: str, low: int
 ) -> None:
-    """C17 at the schema's largest env (outside attack 4): many values that
+    """C17 at the schema's largest env: many values that
     share long prefixes (``'a' * k + X``) are searched in one pass over the
     output, and that pass finds exactly what a scan for each value at every
     offset finds, held tails included."""
@@ -442,7 +442,7 @@ def test_c17_one_pass_over_many_values_sharing_prefixes_agrees_with_a_plain_scan
 
 
 def test_c17_masking_builds_one_automaton_per_set_of_values() -> None:
-    """C17 cost (outside attack 4): a port makes a ``Redactions`` per call and
+    """C17 cost: a port makes a ``Redactions`` per call and
     per read; every one of the same values shares the automaton built for the
     first, so a read costs a pass over its bytes, never a rebuild per value."""
     values = [f"{'a' * 40}{chr(0x4E00 + n)}" for n in range(64)]
@@ -485,7 +485,7 @@ def _over_budget(text: str, env: dict[str, str] | None) -> dict[str, Any]:
 
 
 def test_c12_c17_over_budget_output_with_a_masked_value_is_a_cut_string() -> None:
-    """The issue-21 outside attack: output over the budget, read at its two
+    """Output over the budget, read at its two
     ends, whose pages held a masked value came back as a JSON array
     ``[head, tail, omitted]``: its masked ends were small enough to pass the
     fits-as-it-is check, which never cut the excerpt. It is a string cut

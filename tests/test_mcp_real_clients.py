@@ -1,4 +1,4 @@
-"""MCP as real clients use it (issue 18; issue 20 items 2 and 10), driven by
+"""MCP as real clients use it, driven by
 the official MCP client in memory, over stdio and over streamable HTTP on
 loopback: what the server runs on, typed properties, the protocol's answer
 to an unknown tool, progress while a call waits, elicitation in both
@@ -75,7 +75,7 @@ def _elicit(answer: str, seen: list[str]) -> Any:
 # -- what it runs on ----------------------------------------------------------------
 
 
-async def test_issue18_mcp_on_the_simulator_never_claims_an_e2b_sandbox() -> None:
+async def test_mcp_on_the_simulator_never_claims_an_e2b_sandbox() -> None:
     app = server(toolset())
     async with Client(app) as client:
         listed = (await client.list_tools()).tools
@@ -107,7 +107,7 @@ def _without_key() -> dict[str, str]:
     return {name: value for name, value in os.environ.items() if name != "E2B_API_KEY"}
 
 
-def test_issue18_sandrail_mcp_without_a_key_refuses_to_start_until_told_where_to_run() -> None:
+def test_sandrail_mcp_without_a_key_refuses_to_start_until_told_where_to_run() -> None:
     done = _mcp(env=_without_key())
     assert done.returncode == 2
     (error,) = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
@@ -115,7 +115,7 @@ def test_issue18_sandrail_mcp_without_a_key_refuses_to_start_until_told_where_to
     assert "--backend simulator" in error
 
 
-def test_issue18_sandrail_mcp_runs_on_e2b_when_a_key_is_configured_and_says_so() -> None:
+def test_sandrail_mcp_runs_on_e2b_when_a_key_is_configured_and_says_so() -> None:
     """With E2B_API_KEY in its env (a client config's env block) and no
     --backend, it serves E2B (no call reaches E2B here: stdin closes at
     once); the simulator serves only by name, and says so."""
@@ -127,7 +127,7 @@ def test_issue18_sandrail_mcp_runs_on_e2b_when_a_key_is_configured_and_says_so()
     assert "SIMULATOR: no command really runs" in simulated.stderr
 
 
-def test_issue18_the_max_output_bytes_error_names_the_real_minimum() -> None:
+def test_the_max_output_bytes_error_names_the_real_minimum() -> None:
     """It used to name the toolset's minimum, and that one was then refused
     naming the MCP server's: the number it names now is accepted."""
     env = _without_key()
@@ -153,7 +153,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_issue18_sandrail_mcp_http_stops_cleanly_on_a_signal_and_says_so(
+def test_sandrail_mcp_http_stops_cleanly_on_a_signal_and_says_so(
     signum: signal.Signals,
 ) -> None:
     """Ctrl-C printed ``Aborted!`` and exited 1; SIGTERM ended it silently."""
@@ -193,7 +193,7 @@ def test_issue18_sandrail_mcp_http_stops_cleanly_on_a_signal_and_says_so(
 
 
 @pytest.mark.parametrize("profile", PROFILES)
-async def test_issue18_every_listed_property_has_a_top_level_type(profile: Any) -> None:
+async def test_every_listed_property_has_a_top_level_type(profile: Any) -> None:
     async with Client(server(toolset(), profile=profile)) as client:
         listed = (await client.list_tools()).tools
     for tool in listed:
@@ -205,7 +205,7 @@ async def test_issue18_every_listed_property_has_a_top_level_type(profile: Any) 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
-def test_issue18_typed_schemas_admit_exactly_what_the_schemas_admit(data: st.DataObject) -> None:
+def test_typed_schemas_admit_exactly_what_the_schemas_admit(data: st.DataObject) -> None:
     """The added types change nothing but what a client reads: every value
     the schema admits is admitted, and a number sent as text is refused by
     both."""
@@ -221,7 +221,7 @@ def test_issue18_typed_schemas_admit_exactly_what_the_schemas_admit(data: st.Dat
         assert not typed.is_valid(as_text)
 
 
-async def test_issue18_an_unknown_tool_is_a_json_rpc_error_not_a_result() -> None:
+async def test_an_unknown_tool_is_a_json_rpc_error_not_a_result() -> None:
     tools = toolset()
     async with Client(server(tools)) as client:
         with pytest.raises(MCPError) as caught:
@@ -234,7 +234,7 @@ async def test_issue18_an_unknown_tool_is_a_json_rpc_error_not_a_result() -> Non
 # -- long calls ---------------------------------------------------------------------
 
 
-async def test_issue18_a_waiting_call_sends_progress_when_the_client_asked() -> None:
+async def test_a_waiting_call_sends_progress_when_the_client_asked() -> None:
     """A client's default request timeout is 60 s; a command that takes
     longer sends progress, so a client that resets its timeout on progress
     waits for the result."""
@@ -268,7 +268,7 @@ async def test_issue18_a_waiting_call_sends_progress_when_the_client_asked() -> 
         ("cancel", "approval_required", 0),
     ],
 )
-async def test_issue18_mcp_asks_the_person_at_the_client_in_both_protocol_eras(
+async def test_mcp_asks_the_person_at_the_client_in_both_protocol_eras(
     mode: str, answer: str, status: str, ran: int
 ) -> None:
     """Handshake era (``legacy``): an ``elicitation/create`` request on the
@@ -292,7 +292,7 @@ async def test_issue18_mcp_asks_the_person_at_the_client_in_both_protocol_eras(
     assert launches(tools) == ran
 
 
-async def test_issue18_c8_mcp_never_asks_about_a_denied_call() -> None:
+async def test_c8_mcp_never_asks_about_a_denied_call() -> None:
     seen: list[str] = []
 
     def deny(request: sandrail.ToolRequest) -> Any:
@@ -306,9 +306,7 @@ async def test_issue18_c8_mcp_never_asks_about_a_denied_call() -> None:
     assert launches(tools) == 0
 
 
-async def test_issue18_a_client_that_cannot_be_asked_reads_approval_required_and_what_next() -> (
-    None
-):
+async def test_a_client_that_cannot_be_asked_reads_approval_required_and_what_next() -> None:
     """No elicitation: ``approval_required`` (nothing ran), and the call
     again, identical, once the person approved (the harness's policy then
     allows it) runs under the same fallback key, once."""
@@ -330,7 +328,7 @@ async def test_issue18_a_client_that_cannot_be_asked_reads_approval_required_and
     assert launches(tools) == 1
 
 
-async def test_issue18_an_approval_answer_cannot_approve_another_call() -> None:
+async def test_an_approval_answer_cannot_approve_another_call() -> None:
     """2026-07-28: the question's requestState is sealed by the SDK and bound
     to the tool and its arguments: sent back with other arguments, it is
     refused and nothing runs."""
@@ -354,10 +352,10 @@ async def test_issue18_an_approval_answer_cannot_approve_another_call() -> None:
     assert launches(tools) == 0
 
 
-# -- fallback keys and their echo (issue 20) ----------------------------------------
+# -- fallback keys and their echo ----------------------------------------
 
 
-async def test_c17_issue20_fallback_keys_are_keyed_never_a_plain_digest_of_the_arguments() -> None:
+async def test_c17_fallback_keys_are_keyed_never_a_plain_digest_of_the_arguments() -> None:
     """A key-less call's key is shown to the model; a plain sha256 of the
     tool and arguments would let a transcript reader test guesses of an env
     value offline. The digest is an HMAC under a per-session secret."""
@@ -372,7 +370,7 @@ async def test_c17_issue20_fallback_keys_are_keyed_never_a_plain_digest_of_the_a
     assert keys[0].split(":")[2] != keys[1].split(":")[2]  # another session, another secret
 
 
-async def test_c12_issue20_meta_never_echoes_a_client_key_whole_past_a_bound() -> None:
+async def test_c12_meta_never_echoes_a_client_key_whole_past_a_bound() -> None:
     """A 2 MB key gave a 2 MB response: ``_meta`` echoes a client's key only
     up to :data:`ECHOED_KEY_BYTES`; the result itself stays in the budget."""
     tools = toolset()
@@ -391,7 +389,7 @@ async def test_c12_issue20_meta_never_echoes_a_client_key_whole_past_a_bound() -
     assert short.meta[OPERATION_KEY_META] == short_key
 
 
-async def test_issue18_sandrail_mcp_over_stdio_serves_an_eliciting_client_without_asking() -> None:
+async def test_sandrail_mcp_over_stdio_serves_an_eliciting_client_without_asking() -> None:
     """``sandrail mcp`` allows every call (this process is the harness), so
     over stdio a call just runs; the approval path is the embedded server's
     (above). Here: the stdio server starts, says what it runs on, and runs a

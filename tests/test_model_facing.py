@@ -1,4 +1,4 @@
-"""What the model reads, pinned in each adapter's wire form (issue 18): every
+"""What the model reads, pinned in each adapter's wire form: every
 result says its ``status`` and an instruction the model can follow with the
 tools it has (repeat the identical call; read the task by its id; wait for
 a person), never an operation key it cannot send. A command's own state is
@@ -173,7 +173,7 @@ ADAPTERS: dict[str, Callable[[list[str]], list[str]]] = {
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
-def test_issue18_every_status_the_model_reads_says_itself_and_what_to_do(adapter: str) -> None:
+def test_every_status_the_model_reads_says_itself_and_what_to_do(adapter: str) -> None:
     commands = _commands()
     for command, sent in zip(commands, ADAPTERS[adapter](commands), strict=True):
         read = json.loads(sent)
@@ -188,7 +188,7 @@ def test_issue18_every_status_the_model_reads_says_itself_and_what_to_do(adapter
 
 
 @pytest.mark.parametrize("adapter", ["anthropic", "mcp"])
-def test_issue18_approval_required_as_the_model_reads_it_where_it_can(adapter: str) -> None:
+def test_approval_required_as_the_model_reads_it_where_it_can(adapter: str) -> None:
     """pydantic-ai and the Agents SDK hand approval to a person before the
     model reads anything; an Anthropic harness that sends the block anyway,
     and an MCP client that cannot be asked, show the model this."""
@@ -202,7 +202,7 @@ def test_issue18_approval_required_as_the_model_reads_it_where_it_can(adapter: s
     assert read["instruction"] == APPROVAL
 
 
-def test_issue18_a_person_s_rejection_as_each_adapter_sends_it() -> None:
+def test_a_person_s_rejection_as_each_adapter_sends_it() -> None:
     from sandrail.adapters.openai_agents import rejection
     from sandrail.adapters.pydantic_ai import rejected
 
@@ -225,7 +225,7 @@ def test_issue18_a_person_s_rejection_as_each_adapter_sends_it() -> None:
     assert with_reason["outcome_reason"] == "Not during the freeze."
 
 
-def test_issue18_a_background_launch_and_reads_say_how_to_follow_them() -> None:
+def test_a_background_launch_and_reads_say_how_to_follow_them() -> None:
     tools = _toolset()
     tools.call_sync("run_command", {"command": "echo lost"}, call_id="c0", operation_key="k0")
     started = tools.call_sync(
@@ -246,7 +246,7 @@ def test_issue18_a_background_launch_and_reads_say_how_to_follow_them() -> None:
     assert "still running" in (read.instruction or "")
 
 
-def test_issue18_tool_result_accessors_read_the_content_typed() -> None:
+def test_tool_result_accessors_read_the_content_typed() -> None:
     tools = _toolset()
     tools.call_sync("run_command", {"command": "echo lost"}, call_id="c0", operation_key="k0")
     ok = tools.call_sync("run_command", {"command": "echo hi"}, call_id="c1", operation_key="k1")
@@ -303,7 +303,7 @@ def _request(port: sandrail.ToolPort, name: str, arguments: dict[str, Any], key:
     )
 
 
-def test_issue18_an_uncertain_result_names_only_tools_the_port_has() -> None:
+def test_an_uncertain_result_names_only_tools_the_port_has() -> None:
     """A code port has no read_command_output: its uncertain result tells
     the model to repeat the call, and nothing about a tool it cannot call."""
     lost = Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)
@@ -315,7 +315,7 @@ def test_issue18_an_uncertain_result_names_only_tools_the_port_has() -> None:
     assert "read_command_output" not in result.instruction
 
 
-def test_issue18_uncertain_reads_and_stops_say_to_repeat_them() -> None:
+def test_uncertain_reads_and_stops_say_to_repeat_them() -> None:
     """A read whose task's state is unknown (its start never arrived, so the
     sandbox never launched it), and a stop whose answer is unconfirmed
     (authority lost right after it), say to repeat that very call."""
@@ -348,7 +348,7 @@ def test_issue18_uncertain_reads_and_stops_say_to_repeat_them() -> None:
     )
 
 
-def test_issue18_c12_an_approval_s_instruction_gives_way_to_its_interaction_id() -> None:
+def test_c12_an_approval_s_instruction_gives_way_to_its_interaction_id() -> None:
     """The interaction id is an identity the harness needs whole (C8, C13);
     the instruction is words, cut to fit a small budget."""
     interaction = "i" * 150

@@ -700,7 +700,7 @@ def test_c5_a_stop_that_never_left_is_an_error() -> None:
 
 
 # ---------------------------------------------------------------------------
-# Requests the port refuses (issue 2, item 5)
+# Requests the port refuses
 
 
 def refused(rig: Rig, code: ErrorCode, **overrides: Any) -> None:
@@ -787,7 +787,7 @@ def test_background_timeout_without_background_is_refused() -> None:
     assert rig.sim.effects_seen == []
 
 
-def test_issue18_a_foreground_timeout_with_background_is_refused_not_ignored() -> None:
+def test_a_foreground_timeout_with_background_is_refused_not_ignored() -> None:
     """``timeout`` is the foreground command's; with ``background: true`` it
     used to be accepted and ignored. Now the schema says so (its ``then``
     rule) and the port refuses it before anything runs, naming the field to

@@ -1,4 +1,4 @@
-"""Honest schemas (DESIGN §10): an argument a tool's schema accepts is never
+"""Honest schemas: an argument a tool's schema accepts is never
 refused as invalid, in every profile and owner mode; the strict profiles are
 what strict vendors take, and the port takes their arguments back."""
 
@@ -195,7 +195,7 @@ def test_strict_profiles_are_closed_required_and_nullable(
         for lookaround in ("(?=", "(?!", "(?<=", "(?<!"):
             assert lookaround not in node.get("pattern", "")
         for kept in VENDOR_UNSUPPORTED[profile] & set(node):
-            assert kept == "pattern"  # issue 18: one Anthropic documents it takes
+            assert kept == "pattern"  # one Anthropic documents it takes
             assert node["pattern"] in VENDOR_PATTERNS[profile]
     root = schema["properties"]
     full = definition.to_dict()["parameters"]
@@ -400,7 +400,7 @@ def test_anthropic_strict_schemas_are_what_anthropics_own_transform_keeps(defini
     refuse into the description, patterns included (the env-name rule as
     4.6 KB of regular expression). The profile already states those in
     words, so both leave it as it is, but for the patterns written in the
-    subset Anthropic documents, which the profile keeps (issue 18) and the
+    subset Anthropic documents, which the profile keeps and the
     transform moves: what the API is sent is what the port checks on return,
     and the model reads it as it was written."""
     import anthropic
@@ -419,7 +419,7 @@ def test_anthropic_strict_schemas_are_what_anthropics_own_transform_keeps(defini
         assert node.get("pattern", TASK_ID_PATTERN) in VENDOR_PATTERNS["anthropic-strict"]
 
 
-def test_issue18_anthropic_strict_keeps_every_pattern_in_anthropics_documented_subset() -> None:
+def test_anthropic_strict_keeps_every_pattern_in_anthropics_documented_subset() -> None:
     """The task id keeps its pattern (64 hex), so a strict model cannot send
     a malformed one; every pattern it keeps uses only anchors, classes of
     literal characters and ranges, ``\\s``/``\\S`` and counts (no lookaround,
@@ -440,7 +440,7 @@ def test_issue18_anthropic_strict_keeps_every_pattern_in_anthropics_documented_s
 def test_schema_honesty_every_text_field_states_the_valid_unicode_rule(
     definition: Any, profile: Profile
 ) -> None:
-    """Outside attack 4: a lone surrogate (JSON text can spell ``\\ud800``)
+    """A lone surrogate (JSON text can spell ``\\ud800``)
     in a command, cwd, snippet or env value was refused although no schema
     said so. Every such field states the rule, in every profile, and the
     port's refusal is that rule."""
@@ -460,7 +460,7 @@ def test_schema_honesty_every_text_field_states_the_valid_unicode_rule(
 def test_schema_honesty_patterns_read_as_ecma_262_in_the_schema_and_the_port(
     profile: Profile,
 ) -> None:
-    """Outside attack 4: ``"a" * 64 + "\\n"`` and the env name ``"FOO\\n"``
+    """``"a" * 64 + "\\n"`` and the env name ``"FOO\\n"``
     pass a validator that reads ``$`` as Python does (before a final
     newline). JSON Schema's dialect is ECMA-262, where ``$`` is the end of the
     text: the schema read that way and the port refuse them alike, the

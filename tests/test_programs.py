@@ -204,7 +204,7 @@ def test_c11_an_abort_while_authorizing_is_canceled() -> None:
 
 
 def test_c5_remembering_ownership_failing_after_ensure_means_the_start_never_leaves() -> None:
-    """Issue 17: a record that cannot be written before the first start:
+    """A record that cannot be written before the first start:
     the start never leaves (``error``, ``executed: false``)."""
     result = run("run_command", {"command": "x"}, {RememberOwned: FAIL_NOT_SENT})
     assert result.status == "error"
@@ -261,7 +261,7 @@ def test_read_of_an_owned_task_without_a_known_sandbox_inspects_first() -> None:
 
 
 def test_c4_a_resolver_that_fails_refuses_naming_the_record() -> None:
-    """Issue 17: ownership that cannot be checked is refused before any
+    """Ownership that cannot be checked is refused before any
     sandbox call, saying the record was unavailable (not "not owned")."""
     result = run("read_command_output", {"task_id": TASK}, {ResolveOwned: FAIL_NOT_SENT})
     assert result.status == "error"
@@ -565,7 +565,7 @@ def test_c15_the_store_gets_at_most_the_retention_limit_of_both_streams_a_page_a
 def test_c12_without_an_artifact_store_only_the_ends_the_budget_can_show_are_read(
     stderr: str,
 ) -> None:
-    """Issue 10: 16 MiB of output moves about the budget, not 16 MiB: each
+    """16 MiB of output moves about the budget, not 16 MiB: each
     stream that cannot fit is read at its two ends, and the marker counts the
     bytes never read."""
     big = "".join(f"line {n}\n" for n in range(2_000_000))  # about 16 MiB

@@ -1,4 +1,4 @@
-"""Issue 17: the ownership records, SQLite and a real PostgreSQL, each test
+"""The ownership records, SQLite and a real PostgreSQL, each test
 run on both (the ``postgres`` fixture starts its own server), plus their
 faults: a database that is down, slow, restarted or edited by hand."""
 
@@ -89,11 +89,11 @@ def request_of(session: str = "session-1") -> sandrail.ToolRequest:
 # -- the protocol ---------------------------------------------------------------------
 
 
-def test_issue17_both_records_satisfy_the_protocol(make_record: Any) -> None:
+def test_both_records_satisfy_the_protocol(make_record: Any) -> None:
     assert isinstance(make_record(), OwnershipRecord)
 
 
-def test_c2_issue17_a_row_survives_a_restart_and_is_filed_by_session(make_record: Any) -> None:
+def test_c2_a_row_survives_a_restart_and_is_filed_by_session(make_record: Any) -> None:
     first = make_record()
     assert first.remember(request_of(), owned()) == owned()
     first.close()
@@ -102,7 +102,7 @@ def test_c2_issue17_a_row_survives_a_restart_and_is_filed_by_session(make_record
     assert again.resolve(request_of("session-2"), TASK) is None  # C4: another session's
 
 
-def test_c2_issue17_the_first_start_keeps_its_epoch_and_digest(make_record: Any) -> None:
+def test_c2_the_first_start_keeps_its_epoch_and_digest(make_record: Any) -> None:
     """The merge rule: a later writer of a launched task (same sandbox) does
     not replace the epoch the first start was sent under, nor its digest;
     ``remember`` answers with the row as it stands."""
@@ -114,13 +114,13 @@ def test_c2_issue17_the_first_start_keeps_its_epoch_and_digest(make_record: Any)
     assert kept == merge_owned(owned(), later)
     assert record.resolve(request_of(), TASK) == owned()
     # Another sandbox (the first one lost): the row keeps naming the sandbox
-    # where the first start went, with its proof (issue 17 attack, B4).
+    # where the first start went, with its proof.
     moved = record.remember(request_of(), owned(sandbox_id="sbx-2", ledger_epoch="sbx-2/e"))
     assert moved == owned()
     assert moved == merge_owned(owned(), owned(sandbox_id="sbx-2", ledger_epoch="sbx-2/e"))
 
 
-def test_c2_issue17_two_threads_racing_one_key_keep_one_row(make_record: Any) -> None:
+def test_c2_two_threads_racing_one_key_keep_one_row(make_record: Any) -> None:
     """Writers racing one task through one database: every answer is the
     one row the database settled on (the first launched writer's epoch)."""
     record = make_record()
@@ -145,7 +145,7 @@ def test_c2_issue17_two_threads_racing_one_key_keep_one_row(make_record: Any) ->
 # -- through a port -----------------------------------------------------------------------
 
 
-def test_c2_issue17_a_restarted_port_on_the_record_never_relaunches(make_record: Any) -> None:
+def test_c2_a_restarted_port_on_the_record_never_relaunches(make_record: Any) -> None:
     """The README's restart, on a real record: a start whose answer was
     lost, the ledger wiped, a new port on a new record object: ``uncertain``,
     one launch."""
@@ -158,7 +158,7 @@ def test_c2_issue17_a_restarted_port_on_the_record_never_relaunches(make_record:
     assert first.sim.launches[first.task_id()] == 1
 
 
-def test_c2_issue17_a_start_that_never_arrived_is_launched_after_a_restart(
+def test_c2_a_start_that_never_arrived_is_launched_after_a_restart(
     make_record: Any,
 ) -> None:
     """Decisive, too: the record keeps the epoch, so a restarted harness
@@ -171,7 +171,7 @@ def test_c2_issue17_a_start_that_never_arrived_is_launched_after_a_restart(
     assert first.sim.launches[first.task_id()] == 1
 
 
-def test_c2_issue17_two_workers_racing_one_key_after_a_wipe_launch_once(make_record: Any) -> None:
+def test_c2_two_workers_racing_one_key_after_a_wipe_launch_once(make_record: Any) -> None:
     """Two workers, one key, one database: the loser, which read no row
     before the winner wrote, gets the winner's row back from its own write
     and expects its claim; the wiped ledger cannot show it, so the loser is
@@ -190,10 +190,10 @@ def test_c2_issue17_two_workers_racing_one_key_after_a_wipe_launch_once(make_rec
     assert winner.sim.launches[winner.task_id()] == 1
 
 
-def test_c17_issue20_item1_the_record_holds_no_env_value_nor_a_plain_digest_of_one(
+def test_c17_the_record_holds_no_env_value_nor_a_plain_digest_of_one(
     make_record: Any, tmp_path: Path
 ) -> None:
-    """Issue 20, item 1: the row's launch digest is over the request with env
+    """The row's launch digest is over the request with env
     values redacted; nothing in the store holds the value."""
     record = make_record()
     rig = Rig(record=record)
@@ -254,7 +254,7 @@ class Broken(PassThrough):
         return self.inner.resolve(request, task_id)
 
 
-def test_c5_issue17_postgres_down_before_the_first_start_sends_nothing(
+def test_c5_postgres_down_before_the_first_start_sends_nothing(
     postgres: PostgresServer,
 ) -> None:
     """A server that cannot be reached: the launch reads the record first,
@@ -273,7 +273,7 @@ def test_c5_issue17_postgres_down_before_the_first_start_sends_nothing(
     assert not any(isinstance(effect, Start) for effect in rig.sim.effects_seen)
 
 
-def test_c5_issue17_a_row_locked_past_the_timeout_means_the_start_never_leaves(
+def test_c5_a_row_locked_past_the_timeout_means_the_start_never_leaves(
     postgres: PostgresServer,
 ) -> None:
     """A slow database: another session holds the task's row; the write
@@ -293,7 +293,7 @@ def test_c5_issue17_a_row_locked_past_the_timeout_means_the_start_never_leaves(
     assert rig.sim.launches == {}
 
 
-def test_c2_issue17_a_restarted_server_and_cut_connections_are_survived(
+def test_c2_a_restarted_server_and_cut_connections_are_survived(
     postgres: PostgresServer,
 ) -> None:
     """The pool checks each connection before lending it: after every
@@ -328,9 +328,7 @@ def test_c2_issue17_a_restarted_server_and_cut_connections_are_survived(
         "UPDATE sandrail_owned SET sandbox_id = x'00ff'",
     ],
 )
-def test_c2_issue17_a_row_edited_by_hand_is_uncertain_never_a_launch(
-    tmp_path: Path, edit: str
-) -> None:
+def test_c2_a_row_edited_by_hand_is_uncertain_never_a_launch(tmp_path: Path, edit: str) -> None:
     """A record table edited into something that is not an ownership record:
     the retry cannot trust it, so it is ``uncertain`` and launches nothing."""
     path = tmp_path / "owned.sqlite"
@@ -346,7 +344,7 @@ def test_c2_issue17_a_row_edited_by_hand_is_uncertain_never_a_launch(
     assert first.sim.launches[first.task_id()] == 1
 
 
-def test_c2_issue17_a_row_deleted_by_hand_is_the_sandbox_ledgers_to_defend(
+def test_c2_a_row_deleted_by_hand_is_the_sandbox_ledgers_to_defend(
     tmp_path: Path,
 ) -> None:
     """The record is half of the proof: with its row deleted, the sandbox's
@@ -366,7 +364,7 @@ def test_c2_issue17_a_row_deleted_by_hand_is_the_sandbox_ledgers_to_defend(
 # -- bad input ------------------------------------------------------------------------------
 
 
-def test_issue17_sqlite_refuses_what_is_not_a_record(tmp_path: Path) -> None:
+def test_sqlite_refuses_what_is_not_a_record(tmp_path: Path) -> None:
     with pytest.raises(RecordError, match="does not exist"):
         SQLiteRecord(tmp_path / "missing" / "owned.sqlite")
     with pytest.raises(RecordError, match="not a regular file"):
@@ -377,7 +375,7 @@ def test_issue17_sqlite_refuses_what_is_not_a_record(tmp_path: Path) -> None:
         SQLiteRecord(text)
 
 
-def test_issue17_a_port_takes_a_record_or_the_callbacks_not_both(tmp_path: Path) -> None:
+def test_a_port_takes_a_record_or_the_callbacks_not_both(tmp_path: Path) -> None:
     record = SQLiteRecord(tmp_path / "owned.sqlite")
     with pytest.raises(TypeError, match="not both"):
         Rig(record=record, resolve_owned_command=lambda request, task: None)
@@ -385,7 +383,7 @@ def test_issue17_a_port_takes_a_record_or_the_callbacks_not_both(tmp_path: Path)
         Rig(record=object())
 
 
-def test_issue17_postgres_refuses_a_malformed_conninfo_without_showing_it() -> None:
+def test_postgres_refuses_a_malformed_conninfo_without_showing_it() -> None:
     with pytest.raises(RecordError, match="not a PostgreSQL connection string") as caught:
         PostgresRecord("host=x password=s3cr3t-value = =")
     assert "s3cr3t-value" not in str(caught.value)
@@ -395,7 +393,7 @@ def test_issue17_postgres_refuses_a_malformed_conninfo_without_showing_it() -> N
 # -- the old JSON-lines record ------------------------------------------------------------
 
 
-def test_issue17_an_old_json_lines_record_is_refused_saying_how_to_move_it(
+def test_an_old_json_lines_record_is_refused_saying_how_to_move_it(
     tmp_path: Path,
 ) -> None:
     old = tmp_path / "owned.jsonl"
@@ -417,7 +415,7 @@ def test_issue17_an_old_json_lines_record_is_refused_saying_how_to_move_it(
 # -- unresolved outcomes, for an operator ---------------------------------------------
 
 
-def test_issue17_uncertain_tasks_are_listed_and_reconciled_without_a_launch(
+def test_uncertain_tasks_are_listed_and_reconciled_without_a_launch(
     make_record: Any,
 ) -> None:
     """Every task whose last answer was ``uncertain`` is listed with its
@@ -446,7 +444,7 @@ def test_issue17_uncertain_tasks_are_listed_and_reconciled_without_a_launch(
     assert rig.sim.launches[rig.task_id()] == 1
 
 
-def test_issue17_an_uncertain_task_whose_start_never_left_reconciles_as_never_launched(
+def test_an_uncertain_task_whose_start_never_left_reconciles_as_never_launched(
     make_record: Any,
 ) -> None:
     record = make_record()
@@ -458,7 +456,7 @@ def test_issue17_an_uncertain_task_whose_start_never_left_reconciles_as_never_la
     assert rig.sim.launches == {}
 
 
-def test_issue17_a_settled_retry_clears_the_task_from_the_list(make_record: Any) -> None:
+def test_a_settled_retry_clears_the_task_from_the_list(make_record: Any) -> None:
     record = make_record()
     rig = Rig(plan=one_fault("Start", FaultKind.RESPONSE_LOST), record=record)
     assert rig.run("run_command", {"command": "echo once"}).status == "uncertain"
@@ -467,7 +465,7 @@ def test_issue17_a_settled_retry_clears_the_task_from_the_list(make_record: Any)
     assert unresolved(record) == []
 
 
-def test_issue17_native_owner_answers_reconcile_with_their_identity(make_record: Any) -> None:
+def test_native_owner_answers_reconcile_with_their_identity(make_record: Any) -> None:
     record = make_record()
     rig = Rig(mode="native", plan=one_fault("Wait", FaultKind.RESPONSE_LOST), record=record)
     assert rig.run("run_command", {"command": "echo once"}).status == "uncertain"
@@ -477,9 +475,7 @@ def test_issue17_native_owner_answers_reconcile_with_their_identity(make_record:
     assert found.verdict == "resolved"
 
 
-def test_issue17_open_record_picks_the_store_by_its_name(
-    tmp_path: Path, postgres: PostgresServer
-) -> None:
+def test_open_record_picks_the_store_by_its_name(tmp_path: Path, postgres: PostgresServer) -> None:
     sqlite_record = open_record(tmp_path / "owned.sqlite")
     assert isinstance(sqlite_record, SQLiteRecord)
     sqlite_record.close()
@@ -490,7 +486,7 @@ def test_issue17_open_record_picks_the_store_by_its_name(
         open_record(f"postgresql://sandrail@/nowhere?host={postgres.socket_dir}")
 
 
-def test_c5_issue17_a_database_that_is_not_there_fails_the_first_use_at_once(
+def test_c5_a_database_that_is_not_there_fails_the_first_use_at_once(
     postgres: PostgresServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The server's own reason at once, not the pool retrying in the
@@ -527,7 +523,7 @@ def test_c5_issue17_a_database_that_is_not_there_fails_the_first_use_at_once(
     ("page", "number"),
     [("records-and-fleet.md", 0), ("traces.md", 0)],
 )
-def test_issue17_the_docs_offline_examples_run(
+def test_the_docs_offline_examples_run(
     page: str, number: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The how-to pages' examples that need no account or collector run."""

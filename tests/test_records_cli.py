@@ -1,4 +1,4 @@
-"""Issue 17, the command line: ``--record PATH`` (SQLite) or
+"""Durable ownership records on the command line: ``--record PATH`` (SQLite) or
 ``--record postgresql://...`` on ``run``, ``code`` and ``mcp``; ``sandrail
 uncertain``; ``sandrail migrate-record`` for the old JSON-lines record."""
 
@@ -46,7 +46,7 @@ def seed_launched(path: Path, key: str) -> str:
     return task
 
 
-def test_c2_issue17_run_with_a_sqlite_record_never_relaunches_in_a_later_invocation(
+def test_c2_run_with_a_sqlite_record_never_relaunches_in_a_later_invocation(
     tmp_path: Path,
 ) -> None:
     """Each ``sandrail run`` is a restart: the record says a start of the key
@@ -70,7 +70,7 @@ def test_c2_issue17_run_with_a_sqlite_record_never_relaunches_in_a_later_invocat
     assert "1 task(s) uncertain" in lines.stderr
 
 
-def test_issue17_uncertain_reconcile_reads_and_never_launches(tmp_path: Path) -> None:
+def test_uncertain_reconcile_reads_and_never_launches(tmp_path: Path) -> None:
     """``--reconcile`` only reads: where the sandbox is gone the task stays
     uncertain (exit 3) with the reason, and nothing was started."""
     path = tmp_path / "owned.sqlite"
@@ -87,14 +87,14 @@ def test_issue17_uncertain_reconcile_reads_and_never_launches(tmp_path: Path) ->
     assert item["reason"] is not None
 
 
-def test_issue17_no_uncertain_task_exits_0(tmp_path: Path) -> None:
+def test_no_uncertain_task_exits_0(tmp_path: Path) -> None:
     record = str(tmp_path / "owned.sqlite")
     assert sandrail_cli("run", "--record", record, "--", "true").returncode == 0
     done = sandrail_cli("uncertain", "--record", record)
     assert (done.returncode, done.stdout) == (0, "")
 
 
-def test_issue17_run_and_code_take_a_postgresql_record(postgres: PostgresServer) -> None:
+def test_run_and_code_take_a_postgresql_record(postgres: PostgresServer) -> None:
     database = postgres.fresh_database()
     url = postgres.url(database)
     ran = sandrail_cli("run", "--operation-key", "op-1", "--record", url, "--", "echo", "hi")
@@ -105,7 +105,7 @@ def test_issue17_run_and_code_take_a_postgresql_record(postgres: PostgresServer)
     assert rows == [("op-1",), ("op-2",)]
 
 
-def test_issue17_a_record_that_cannot_be_used_is_a_usage_error(
+def test_a_record_that_cannot_be_used_is_a_usage_error(
     tmp_path: Path, postgres: PostgresServer
 ) -> None:
     """Nothing runs and no traceback: a PostgreSQL that is not there, an old
@@ -122,7 +122,7 @@ def test_issue17_a_record_that_cannot_be_used_is_a_usage_error(
     assert sandrail_cli("uncertain", "--record", nowhere).returncode == 2
 
 
-def test_issue17_migrate_record_moves_an_old_json_lines_record_once(tmp_path: Path) -> None:
+def test_migrate_record_moves_an_old_json_lines_record_once(tmp_path: Path) -> None:
     old = tmp_path / "owned.jsonl"
     task = sandrail.task_id("cli-session", CLI_OWNER, "deploy-1")
     row = OwnedCommand(task_id=task, operation_key="deploy-1", sandbox_id="sbx-1", launched=True)

@@ -1,4 +1,4 @@
-"""Issue 17 (port semantics of an ownership record) and issue 20 item 1:
+"""Port semantics of an ownership record:
 what a port does when its durable record cannot be written or read, how a
 race of two writers is settled, and what the record holds (C2, C3, C5, C6,
 C17)."""
@@ -23,8 +23,8 @@ def durable_pair(store: dict[str, OwnedCommand]) -> dict[str, Any]:
     }
 
 
-def test_c2_issue17_an_unreadable_record_after_a_restart_never_relaunches() -> None:
-    """Issue 17: a ``resolve_owned_command`` that raises was taken as "no
+def test_c2_an_unreadable_record_after_a_restart_never_relaunches() -> None:
+    """A ``resolve_owned_command`` that raises was taken as "no
     record", so a restarted harness whose sandbox was lost launched the task
     a second time in a new sandbox. It must be ``uncertain``, launching nothing."""
     durable: dict[str, OwnedCommand] = {}
@@ -43,8 +43,8 @@ def test_c2_issue17_an_unreadable_record_after_a_restart_never_relaunches() -> N
     assert first.sim.launches[first.task_id()] == 1
 
 
-def test_c5_issue17_an_unwritable_record_means_the_start_never_leaves() -> None:
-    """Issue 17: a record that cannot be written before a start would leave:
+def test_c5_an_unwritable_record_means_the_start_never_leaves() -> None:
+    """A record that cannot be written before a start would leave:
     the start never leaves, and the call says so (``error``, ``executed: false``)."""
 
     def unwritable(request: Any, owned: OwnedCommand) -> None:
@@ -59,7 +59,7 @@ def test_c5_issue17_an_unwritable_record_means_the_start_never_leaves() -> None:
     assert rig.sim.launches == {}
 
 
-def test_c6_issue17_an_unwritable_record_on_a_retry_of_a_launched_key_is_uncertain() -> None:
+def test_c6_an_unwritable_record_on_a_retry_of_a_launched_key_is_uncertain() -> None:
     """C6: when an earlier call of the key may have launched, "nothing ran"
     would be false for the task: a record that cannot be written then is
     ``uncertain`` with the locator, never ``executed: false``."""
@@ -81,7 +81,7 @@ def test_c6_issue17_an_unwritable_record_on_a_retry_of_a_launched_key_is_uncerta
     assert rig.sim.launches[rig.task_id()] == 1
 
 
-def test_c4_issue17_an_unreadable_record_refuses_a_read_naming_the_record() -> None:
+def test_c4_an_unreadable_record_refuses_a_read_naming_the_record() -> None:
     """A read or stop whose ownership cannot be checked is refused before any
     sandbox call, and says the record was unavailable (not "not owned")."""
     durable: dict[str, OwnedCommand] = {}
@@ -101,8 +101,8 @@ def test_c4_issue17_an_unreadable_record_refuses_a_read_naming_the_record() -> N
     assert len(rig.sim.effects_seen) == before
 
 
-def test_c17_issue20_item1_no_unkeyed_digest_of_env_values_reaches_the_record() -> None:
-    """Issue 20, item 1: what reaches ``remember_owned_command`` (and so any
+def test_c17_no_unkeyed_digest_of_env_values_reaches_the_record() -> None:
+    """What reaches ``remember_owned_command`` (and so any
     durable record) holds no digest over the env values: its launch digest
     is the same whatever the value, so a wordlist has nothing to test against."""
     seen: list[OwnedCommand] = []
@@ -116,7 +116,7 @@ def test_c17_issue20_item1_no_unkeyed_digest_of_env_values_reaches_the_record() 
     assert digests[0] is not None
 
 
-def test_c3_issue20_item1_other_env_values_under_one_key_are_still_a_conflict() -> None:
+def test_c3_other_env_values_under_one_key_are_still_a_conflict() -> None:
     """C3 still holds for env values the record cannot tell apart: the
     sandbox's claim keeps the full request digest, so a retry of the key with
     another env value is a conflict, nothing launched a second time."""
@@ -131,7 +131,7 @@ def test_c3_issue20_item1_other_env_values_under_one_key_are_still_a_conflict() 
     assert rig.sim.launches[rig.task_id()] == 1
 
 
-def test_c2_issue17_a_record_that_settles_a_race_makes_the_loser_expect_the_winner() -> None:
+def test_c2_a_record_that_settles_a_race_makes_the_loser_expect_the_winner() -> None:
     """Two workers race one key: the record keeps the first start's ledger
     epoch, and answers the loser's write with it. When the sandbox's ledger
     was lost in between, the loser's start expects the winner's claim and
@@ -168,7 +168,7 @@ def test_c2_issue17_a_record_that_settles_a_race_makes_the_loser_expect_the_winn
 # -- the record's faults in the testing kit and the campaign ----------------------------
 
 
-def test_c2_c5_issue17_the_judge_catches_a_launch_after_a_record_fault() -> None:
+def test_c2_c5_the_judge_catches_a_launch_after_a_record_fault() -> None:
     """A database down under the world's durable record: the port keeps the
     contract, and the judge's record check would catch a core that launched
     after an unreadable record, or started after an unwritten one."""
@@ -203,7 +203,7 @@ def test_c2_c5_issue17_the_judge_catches_a_launch_after_a_record_fault() -> None
         assert [v.line for v in check_record_faults(world, struck)] == ["C5"]
 
 
-def test_c2_issue17_every_record_fault_of_the_campaign_keeps_the_contract() -> None:
+def test_c2_every_record_fault_of_the_campaign_keeps_the_contract() -> None:
     """The campaign's record plans (each record operation of each workload,
     each kind): no violation, and every retry of an uncertain call decisive."""
     from sandrail._campaign._records import record_fault_runs, run_record_plan

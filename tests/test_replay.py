@@ -1,4 +1,4 @@
-"""Recording and replay (sandrail.interpreters.replay, DESIGN §7, issue 4):
+"""Recording and replay (sandrail.interpreters.replay):
 the cassette format, exact replay, loud divergence, redaction (C17), the
 golden recordings and ``sandrail replay``.
 
@@ -198,7 +198,7 @@ def test_malformed_effects_are_refused_with_a_reason(data: Any, message: str) ->
 
 
 # ---------------------------------------------------------------------------
-# Golden recordings (issue item 3)
+# Golden recordings
 
 
 def _goldens() -> list[Path]:
@@ -237,7 +237,7 @@ def test_record_a_simulator_session_and_replay_it_gives_identical_results(
 
 
 # ---------------------------------------------------------------------------
-# Divergence (issue item 2)
+# Divergence
 
 
 def _edit(source: Path, tmp_path: Path, edit: Callable[[list[str]], list[str]]) -> Path:
@@ -373,7 +373,7 @@ def test_a_replayer_in_a_live_port_checks_the_request_first() -> None:
 
 
 def test_a_recording_not_fully_consumed_is_an_error() -> None:
-    """Issue item 2: a recording not fully consumed at the end fails."""
+    """A recording not fully consumed at the end fails."""
     replayer = Replayer(GOLDEN / "fault_abort.jsonl")
     port = _live_port(GOLDEN / "fault_abort.jsonl", replayer)
     first = port.execute_sync(_request(port, "echo faulty", call_id="call-1", key="op-1"))
@@ -596,7 +596,7 @@ def _record_one_call(path: Path, inner: _RaisesOnStart) -> sandrail.ToolResult:
 def test_an_unexpected_error_is_recorded_as_the_failure_the_port_made_of_it(
     tmp_path: Path, asynchronous: bool
 ) -> None:
-    """DESIGN §7: the recording holds what the core saw (the port's
+    """The recording holds what the core saw (the port's
     conversion of an unclassified error), so the replay runs the same."""
     path = tmp_path / "raises.jsonl"
     result = _record_one_call(path, _RaisesOnStart(ValueError("boom"), asynchronous=asynchronous))
@@ -666,7 +666,7 @@ def test_unreadable_cassettes_name_the_line(damage: Callable[[bytes], bytes], me
 
 
 # ---------------------------------------------------------------------------
-# Command line (issue item 4)
+# Command line
 
 
 def test_cli_replays_a_golden_recording_and_prints_the_transcript() -> None:

@@ -1,4 +1,4 @@
-"""The run order of tests/run_order.py (issue 21): long tests first, each
+"""The run order of tests/run_order.py: long tests first, each
 group in its collected order."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class _Item:
         return name if name in self.markers else None
 
 
-def test_issue21_long_and_untraced_tests_start_first_in_their_collected_order() -> None:
+def test_long_and_untraced_tests_start_first_in_their_collected_order() -> None:
     items: list[Any] = [
         _Item("a"),
         _Item("b", "long"),
@@ -32,7 +32,7 @@ def test_issue21_long_and_untraced_tests_start_first_in_their_collected_order() 
     assert [item.name for item in items] == ["b", "d", "f", "a", "c", "e"]
 
 
-def test_issue21_this_run_starts_with_its_long_tests(request: pytest.FixtureRequest) -> None:
+def test_this_run_starts_with_its_long_tests(request: pytest.FixtureRequest) -> None:
     """The plugin is on in this very run: no short test comes before a long one."""
     order = [
         any(item.get_closest_marker(name) for name in ("long", "untraced"))

@@ -1,5 +1,5 @@
 """The in-memory E2B (sandrail.interpreters.simulator): sandbox semantics, the
-ground truth it keeps, and every fault kind of DESIGN §6."""
+ground truth it keeps, and every fault kind of its fault plans."""
 
 from __future__ import annotations
 

@@ -623,7 +623,7 @@ def test_c9_no_read_or_store_step_follows_a_lost_authority_while_streaming() -> 
 def test_c9_c15_authority_lost_while_the_store_writes_keeps_no_artifact(
     tmp_path: Path, printed: int
 ) -> None:
-    """From outside attack 6: the lease lapses (or the harness cancels) while
+    """The lease lapses (or the harness cancels) while
     the store takes the output, whole or streamed: the guard after that
     piece sees it before the store is told to commit, so nothing is kept."""
     store = sandrail.DirectoryArtifactStore(tmp_path)
@@ -647,7 +647,7 @@ def test_c9_c15_authority_lost_while_the_store_writes_keeps_no_artifact(
 
 
 def test_c15_a_stale_temporary_file_is_removed_by_the_next_store(tmp_path: Path) -> None:
-    """From outside attack 6: a writer aborted while the directory was
+    """A writer aborted while the directory was
     read-only cannot remove its temporary file; the next store made on the
     directory removes it once it is an hour old, and leaves a live one."""
     import os
@@ -689,7 +689,7 @@ class _NamingStore(SpyStore):
 
 @pytest.mark.parametrize("field", ["uri", "media_type"])
 def test_c17_an_artifact_reference_showing_an_env_value_is_not_named(field: str) -> None:
-    """From outside attack 6: the reference's URI and media type reach the
+    """The reference's URI and media type reach the
     model; one that holds a value the port masks is left out (C17)."""
     secret = "tok-0123456789abcdef"
     store = _NamingStore(**{field: f"x://{secret}"})
@@ -703,7 +703,7 @@ def test_c17_an_artifact_reference_showing_an_env_value_is_not_named(field: str)
 
 
 def test_c15_a_commit_that_returns_no_reference_aborts_the_writer() -> None:
-    """From outside attack 6: the writer is told to abort, so a store that
+    """The writer is told to abort, so a store that
     kept the artifact anyway can drop what no result names."""
     writer = _LyingWriter()
     with page_size(512):
@@ -718,7 +718,7 @@ def test_c15_a_commit_that_returns_no_reference_aborts_the_writer() -> None:
     ids=["long-uri", "negative-size", "bool-size", "media-type-not-text"],
 )
 def test_c15_a_reference_the_port_cannot_name_aborts_the_writer(changes: dict[str, Any]) -> None:
-    """From outside attack 7: a reference no result can carry (C14's room for
+    """A reference no result can carry (C14's room for
     it) is refused where the store answers, and the writer is told to abort,
     so what the store kept can be dropped; the result still fits."""
 
@@ -750,7 +750,7 @@ def test_c15_a_reference_the_port_cannot_name_aborts_the_writer(changes: dict[st
 
 
 def test_c17_a_recorded_call_whose_reference_shows_a_named_secret_replays(tmp_path: Path) -> None:
-    """From outside attack 7: a reference showing a value the recorder masks
+    """A reference showing a value the recorder masks
     (``Recorder(secrets=...)``) is not named live either, so the recording
     replays exactly and holds no trace of the value."""
     from sandrail import replay_file
@@ -772,7 +772,7 @@ def test_c17_a_recorded_call_whose_reference_shows_a_named_secret_replays(tmp_pa
 
 
 def test_c15_a_directory_store_ignores_links_it_did_not_make(tmp_path: Path) -> None:
-    """From outside attack 7: a ``.tmp-*`` or ``*.artifact`` link someone
+    """A ``.tmp-*`` or ``*.artifact`` link someone
     else put in the directory is neither swept, counted nor read through."""
     import os
 
@@ -833,7 +833,7 @@ def test_c6_c15_a_page_that_finds_the_output_gone_keeps_no_artifact() -> None:
 
 
 def test_c15_a_fifo_named_like_an_artifact_is_not_read(tmp_path: Path) -> None:
-    """From outside attack 8: reading waited forever on a FIFO."""
+    """Reading waited forever on a FIFO."""
     import os
 
     from sandrail.interpreters.artifacts import ArtifactNotFoundError
@@ -845,7 +845,7 @@ def test_c15_a_fifo_named_like_an_artifact_is_not_read(tmp_path: Path) -> None:
 
 
 def test_c15_a_temporary_file_swapped_mid_stream_is_not_committed(tmp_path: Path) -> None:
-    """From outside attack 8: someone replaces the writer's temporary file
+    """Someone replaces the writer's temporary file
     by a link to another file while it streams; the commit refuses a file it
     did not write, and the result names no artifact."""
     import os
@@ -877,7 +877,7 @@ def test_c15_a_temporary_file_swapped_mid_stream_is_not_committed(tmp_path: Path
 
 @pytest.mark.parametrize("secret", ["", "hunter2", "ok", 12345678])
 def test_c17_a_recorder_refuses_a_named_secret_it_cannot_mask(tmp_path: Path, secret: Any) -> None:
-    """From outside attack 8: a named secret under 8 characters was scrubbed
+    """A named secret under 8 characters was scrubbed
     from the cassette but not masked in output, so the recording did not
     replay (and ``ok`` or a JSON key scrubbed broke it). Refused at once,
     before the file is touched."""

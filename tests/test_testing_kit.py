@@ -1,4 +1,4 @@
-"""sandrail.testing (issue 12, DESIGN §11): the world, the judge, faults in
+"""sandrail.testing (``docs/howto/test-your-harness.md``): the world, the judge, faults in
 front of any backend, the conformance kit, the strategies, and the README's
 examples, run as a harness or backend author would run them."""
 
@@ -547,7 +547,7 @@ def test_c6_c9_authority_lost_before_a_launched_keys_retry_may_answer_uncertain(
 
 
 def test_c6_c9_authority_lost_before_the_retry_of_an_uncertain_start_may_answer_uncertain() -> None:
-    """C6 over C9 (found by the state machine in CI, issue 21): the sandbox
+    """C6 over C9 (found by the state machine in CI): the sandbox
     dies as the first call's start goes out (nothing launched, but the port
     cannot know: ``uncertain``), then the retry of the key loses its
     authority before it dispatches anything. It may not say that nothing

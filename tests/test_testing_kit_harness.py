@@ -1,5 +1,5 @@
-"""sandrail.testing on the harnesses people build (issue 21, the newcomer's
-trial): a Toolset or an adapter judged by the world, a snippet retried
+"""sandrail.testing on the harnesses people build (what a newcomer
+tries first): a Toolset or an adapter judged by the world, a snippet retried
 under a new key counted as one snippet, the simulator naming how to script
 a snippet, and an unscripted command caught instead of passing as ``ok``."""
 
@@ -47,10 +47,10 @@ def _retrying(
     return result
 
 
-# -- item 1: a Toolset, and the adapters built on one ----------------------------------------
+# -- a Toolset, and the adapters built on one ----------------------------------------
 
 
-def test_issue21_1_a_worlds_toolset_is_judged_call_by_call() -> None:
+def test_a_worlds_toolset_is_judged_call_by_call() -> None:
     with World.simulated(LOST_START) as world:
         tools = world.toolset()
         result = _retrying(tools, "run_command", {"command": "echo hi"}, new_key=False)
@@ -61,7 +61,7 @@ def test_issue21_1_a_worlds_toolset_is_judged_call_by_call() -> None:
         world.assert_contract()
 
 
-def test_issue21_1_a_toolset_harness_that_retries_with_a_new_key_is_caught() -> None:
+def test_a_toolset_harness_that_retries_with_a_new_key_is_caught() -> None:
     with World.simulated(LOST_START) as world:
         tools = world.toolset(tools=("command",))
         _retrying(tools, "run_command", {"command": "echo hi"}, new_key=True)
@@ -71,7 +71,7 @@ def test_issue21_1_a_toolset_harness_that_retries_with_a_new_key_is_caught() -> 
             world.assert_contract()
 
 
-def test_issue21_1_an_awaited_toolset_call_is_recorded_too() -> None:
+def test_an_awaited_toolset_call_is_recorded_too() -> None:
     with World.simulated() as world:
         tools = world.toolset()
 
@@ -85,7 +85,7 @@ def test_issue21_1_an_awaited_toolset_call_is_recorded_too() -> None:
         world.assert_contract()
 
 
-def test_issue21_1_a_native_owners_toolset_gets_the_kits_identity() -> None:
+def test_a_native_owners_toolset_gets_the_kits_identity() -> None:
     with World.simulated(scripts={SNIPPET: Script.prints("45\n")}) as world:
         tools = world.toolset(owner="native")
         assert tools.names == (
@@ -100,7 +100,7 @@ def test_issue21_1_a_native_owners_toolset_gets_the_kits_identity() -> None:
         world.assert_contract()
 
 
-def test_issue21_1_the_harness_policy_and_the_fault_plan_both_count_for_a_toolset() -> None:
+def test_the_harness_policy_and_the_fault_plan_both_count_for_a_toolset() -> None:
     denied = sandrail.Deny(reason="no network tools")
     with World.simulated([Fault(effect="Start", kind=FaultKind.AUTHORITY_LOST)]) as world:
         tools = world.toolset(
@@ -120,7 +120,7 @@ def test_issue21_1_the_harness_policy_and_the_fault_plan_both_count_for_a_toolse
         world.assert_contract()
 
 
-def test_issue21_1_a_pydantic_ai_agent_on_a_worlds_toolset_is_judged() -> None:
+def test_a_pydantic_ai_agent_on_a_worlds_toolset_is_judged() -> None:
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import FunctionModel
@@ -148,7 +148,7 @@ def test_issue21_1_a_pydantic_ai_agent_on_a_worlds_toolset_is_judged() -> None:
         world.assert_contract()
 
 
-def test_issue21_1_an_anthropic_harness_repeating_an_uncertain_call_is_judged() -> None:
+def test_an_anthropic_harness_repeating_an_uncertain_call_is_judged() -> None:
     from sandrail.adapters.anthropic import AnthropicTools
 
     arguments = {
@@ -172,7 +172,7 @@ def test_issue21_1_an_anthropic_harness_repeating_an_uncertain_call_is_judged() 
         world.assert_contract()
 
 
-def test_issue21_1_an_agents_sdk_agent_on_a_worlds_toolset_is_judged() -> None:
+def test_an_agents_sdk_agent_on_a_worlds_toolset_is_judged() -> None:
     from agents import Agent, RunConfig, Runner
     from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -196,7 +196,7 @@ def test_issue21_1_an_agents_sdk_agent_on_a_worlds_toolset_is_judged() -> None:
         world.assert_contract()
 
 
-def test_issue21_1_a_toolset_made_around_the_world_is_still_refused_not_judged() -> None:
+def test_a_toolset_made_around_the_world_is_still_refused_not_judged() -> None:
     with World.simulated() as world:
         assert world.sim is not None
         tools = sandrail.Toolset(
@@ -211,7 +211,7 @@ def test_issue21_1_a_toolset_made_around_the_world_is_still_refused_not_judged()
             world.assert_contract()
 
 
-def test_issue21_1_a_toolset_the_world_cannot_make_is_refused_clearly(tmp_path: Path) -> None:
+def test_a_toolset_the_world_cannot_make_is_refused_clearly(tmp_path: Path) -> None:
     with World.simulated() as world:
         with pytest.raises(TypeError, match="leave out backend="):
             world.toolset(backend=Simulator())
@@ -231,10 +231,10 @@ def test_issue21_1_a_toolset_the_world_cannot_make_is_refused_clearly(tmp_path: 
     assert cassette.stat().st_size > 0
 
 
-# -- item 2: a snippet counts by its source --------------------------------------------------
+# -- a snippet counts by its source --------------------------------------------------
 
 
-def test_issue21_2_a_snippet_retried_under_a_new_key_counts_as_two_launches() -> None:
+def test_a_snippet_retried_under_a_new_key_counts_as_two_launches() -> None:
     scripts = {SNIPPET: Script.prints("45\n")}
     with World.simulated(LOST_START, scripts=scripts) as world:
         result = _retrying(world.toolset(), "sandbox_run_code", _snippet(), new_key=True)
@@ -247,7 +247,7 @@ def test_issue21_2_a_snippet_retried_under_a_new_key_counts_as_two_launches() ->
         world.assert_contract()
 
 
-def test_issue21_2_a_snippet_on_a_port_counts_by_its_source_too() -> None:
+def test_a_snippet_on_a_port_counts_by_its_source_too() -> None:
     with World.simulated(scripts={SNIPPET: Script.prints("45\n")}) as world:
         port = world.code_tools()
         world.call(port, world.code_tool, _snippet(), key="k1")
@@ -256,10 +256,10 @@ def test_issue21_2_a_snippet_on_a_port_counts_by_its_source_too() -> None:
         assert world.launched_commands() == {SNIPPET: 2}
 
 
-# -- item 3: the simulator says how to script a snippet --------------------------------------
+# -- the simulator says how to script a snippet --------------------------------------
 
 
-def test_issue21_3_an_unscripted_snippet_is_told_to_key_its_script_by_source() -> None:
+def test_an_unscripted_snippet_is_told_to_key_its_script_by_source() -> None:
     with World.simulated(unscripted="allow") as world:
         port = world.code_tools()
         result = world.call(port, world.code_tool, _snippet(), key="k1")
@@ -273,10 +273,10 @@ def test_issue21_3_an_unscripted_snippet_is_told_to_key_its_script_by_source() -
         assert (result.content["exit_code"], result.content["stdout"]) == (0, "45\n")
 
 
-# -- item 4: an unscripted command fails the test by default ---------------------------------
+# -- an unscripted command fails the test by default ---------------------------------
 
 
-def test_issue21_4_an_unscripted_command_is_a_violation_by_default() -> None:
+def test_an_unscripted_command_is_a_violation_by_default() -> None:
     with World.simulated() as world:
         port = world.command_tools()
         result = world.call(port, "run_command", {"command": "make test"}, key="k1")
@@ -290,14 +290,14 @@ def test_issue21_4_an_unscripted_command_is_a_violation_by_default() -> None:
             world.assert_contract()
 
 
-def test_issue21_4_an_unscripted_snippet_is_named_by_its_source() -> None:
+def test_an_unscripted_snippet_is_named_by_its_source() -> None:
     with World.simulated() as world:
         world.call(world.code_tools(), world.code_tool, _snippet(), key="k1")
         assert world.unscripted() == [SNIPPET]
         assert [v.line for v in world.violations()] == ["unscripted"]
 
 
-def test_issue21_4_scripted_emulated_or_allowed_commands_are_not_violations() -> None:
+def test_scripted_emulated_or_allowed_commands_are_not_violations() -> None:
     scripts = {"make test": Script.prints("ok\n"), SNIPPET: Script.prints("45\n")}
     with World.simulated(scripts=scripts) as world:
         world.call(world.command_tools(), "run_command", {"command": "make test"}, key="k1")
@@ -315,7 +315,7 @@ def test_issue21_4_scripted_emulated_or_allowed_commands_are_not_violations() ->
         world.assert_contract()
 
 
-def test_issue21_4_an_unscripted_command_that_never_launched_is_no_violation() -> None:
+def test_an_unscripted_command_that_never_launched_is_no_violation() -> None:
     with World.simulated([Fault(effect="Start", kind=FaultKind.NOT_DELIVERED)]) as world:
         result = world.call(world.command_tools(), "run_command", {"command": "make"}, key="k1")
         assert result.status != "ok"
@@ -324,7 +324,7 @@ def test_issue21_4_an_unscripted_command_that_never_launched_is_no_violation() -
         world.assert_contract()
 
 
-def test_issue21_4_a_bad_unscripted_choice_is_refused() -> None:
+def test_a_bad_unscripted_choice_is_refused() -> None:
     with pytest.raises(ValueError, match='unscripted must be "fail" or "allow"'):
         World.simulated(unscripted="ignore")  # type: ignore[arg-type]
 

@@ -1,4 +1,4 @@
-"""The Toolset (DESIGN §10): one call for every tool, the operation-key rule,
+"""The Toolset: one call for every tool, the operation-key rule,
 cancellation that behaves as an abort, and results as the model is sent them."""
 
 from __future__ import annotations
@@ -334,7 +334,7 @@ def test_c17_a_toolset_masks_what_it_is_told_to_redact() -> None:
 
 
 def test_c17_an_env_value_of_the_command_port_is_masked_in_the_code_ports_output() -> None:
-    """Outside attack 3, break 4: ``run_command`` with ``env`` wrote the value
+    """``run_command`` with ``env`` wrote the value
     to a file; ``sandbox_run_code`` of the same toolset printed the file in
     clear (each port masked only what it had passed). The ports of a session
     (here the toolset's two) share what they mask."""
@@ -669,7 +669,7 @@ def _lost_start() -> Simulator:
 
 def test_c2_repeats_reconcile_across_runs_of_one_toolset() -> None:
     """A later run's identical call, while the earlier run's call is
-    unsettled, is the model repeating it as told (issue 18 follow-up B1): it
+    unsettled, is the model repeating it as told: it
     reconciles that call (with or without ``run_id=``: by default the run is
     the part of the key before ``:{call_id}``); once settled, the next
     identical call is a new call."""

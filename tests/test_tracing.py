@@ -1,4 +1,4 @@
-"""Issue 17, traces: one OpenTelemetry span per tool call named and
+"""Traces: one OpenTelemetry span per tool call named and
 attributed by the GenAI semantic conventions, each effect step an event (so
 an ``uncertain`` shows which step and which fault), the
 ``gen_ai.execute_tool.duration`` histogram, the same steps through the
@@ -66,7 +66,7 @@ def otel() -> Iterator[Telemetered]:
     telemetered.meter_provider.shutdown()
 
 
-def test_issue17_one_span_per_call_named_and_attributed_by_the_genai_conventions(
+def test_one_span_per_call_named_and_attributed_by_the_genai_conventions(
     otel: Telemetered,
 ) -> None:
     rig = Rig(**otel.options())
@@ -92,7 +92,7 @@ def test_issue17_one_span_per_call_named_and_attributed_by_the_genai_conventions
     assert dict(point.attributes)["gen_ai.tool.name"] == "run_command"
 
 
-def test_issue17_an_uncertain_span_shows_which_step_and_which_fault(otel: Telemetered) -> None:
+def test_an_uncertain_span_shows_which_step_and_which_fault(otel: Telemetered) -> None:
     rig = Rig(plan=one_fault("Start", FaultKind.RESPONSE_LOST), **otel.options())
     result = rig.run("run_command", {"command": "echo hi"})
     assert result.status == "uncertain"
@@ -109,7 +109,7 @@ def test_issue17_an_uncertain_span_shows_which_step_and_which_fault(otel: Teleme
     assert span.status.status_code.name == "ERROR"
 
 
-def test_issue17_a_refused_call_has_its_span_too(otel: Telemetered) -> None:
+def test_a_refused_call_has_its_span_too(otel: Telemetered) -> None:
     """A refusal before anything runs: a span with ``error.type`` and
     ``executed: false``; a tool the port does not have is not named."""
     rig = Rig(**otel.options())
@@ -124,7 +124,7 @@ def test_issue17_a_refused_call_has_its_span_too(otel: Telemetered) -> None:
     assert "gen_ai.tool.name" not in dict(second.attributes or {})
 
 
-def test_issue17_the_same_steps_go_to_the_sandrail_logger_at_debug(
+def test_the_same_steps_go_to_the_sandrail_logger_at_debug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     rig = Rig(plan=one_fault("Start", FaultKind.RESPONSE_LOST))
@@ -136,7 +136,7 @@ def test_issue17_the_same_steps_go_to_the_sandrail_logger_at_debug(
     assert any(line.startswith("run_command: uncertain") for line in lines), lines
 
 
-def test_c17_issue17_no_env_value_reaches_a_span_an_event_a_metric_or_a_log(
+def test_c17_no_env_value_reaches_a_span_an_event_a_metric_or_a_log(
     otel: Telemetered, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An env value printed by the command, echoed by a failing backend's
@@ -173,7 +173,7 @@ def test_c17_issue17_no_env_value_reaches_a_span_an_event_a_metric_or_a_log(
     assert not [text for text in seen if SECRET in text]
 
 
-def test_issue17_no_provider_and_no_debug_log_costs_nothing_per_effect() -> None:
+def test_no_provider_and_no_debug_log_costs_nothing_per_effect() -> None:
     """With no provider configured (this test process sets none) and debug
     logging off, a call's trace is the shared no-op, and the interpreter is
     handed back untouched."""
@@ -189,7 +189,7 @@ def test_issue17_no_provider_and_no_debug_log_costs_nothing_per_effect() -> None
     assert trace.step(interpret) is interpret
 
 
-def test_issue17_spans_go_to_the_global_provider_unless_one_is_given() -> None:
+def test_spans_go_to_the_global_provider_unless_one_is_given() -> None:
     """In a process of its own (the global provider can be set once): the
     global provider gets one span per call of the campaign's workloads (the
     ports are given none), and the campaign's env secret is in none of them."""

@@ -1,5 +1,5 @@
 """Argument validation and the ``e2b_command_arguments_invalid`` content
-(DESIGN §2; C5: a refused call ran nothing; C12: the refusal fits the budget;
+(C5: a refused call ran nothing; C12: the refusal fits the budget;
 C17: values never echo back)."""
 
 from __future__ import annotations

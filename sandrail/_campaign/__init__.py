@@ -1,7 +1,7 @@
 """The fault campaign behind ``sandrail simulate``: every single-fault plan,
 seeded random multi-fault schedules and mutants of the core, each call judged
 against the world's ground truth by :mod:`sandrail.testing`'s judge
-(DESIGN §4, §6, §11)."""
+(``docs/howto/campaign-in-ci.md``)."""
 
 from sandrail.testing._execute import BUDGET, PlanOutcome, Retry, run_schedule, run_workload
 from sandrail.testing._plans import (

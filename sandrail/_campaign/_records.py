@@ -1,4 +1,4 @@
-"""The campaign's faults of the ownership record (issue 17): every workload
+"""The campaign's faults of the ownership record: every workload
 with one record operation struck by each kind of
 :data:`~sandrail.testing._record_faults.RECORD_FAULT_KINDS` (a database
 down, a connection dropped after a write, a slow one), judged like any plan;

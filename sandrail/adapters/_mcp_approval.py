@@ -2,7 +2,7 @@
 
 When the harness's policy answers ``ApprovalRequired`` for a call, the MCP
 server (:func:`sandrail.adapters.mcp.server`) asks the person at the client
-whether to run it, when the client can be asked (DESIGN §12):
+whether to run it, when the client can be asked (``docs/howto/approval.md``):
 
 - On a handshake-era connection (protocol up to 2025-11-25: stdio and
   stateful streamable HTTP, what desktop clients speak) whose client

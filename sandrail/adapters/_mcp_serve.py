@@ -2,7 +2,7 @@
 run, saying so, and serving streamable HTTP until a signal ends it cleanly.
 
 A server a user adds to a desktop client must not let a model believe its
-code ran when it did not (issue 18): with no ``--backend``, it runs on E2B
+code ran when it did not: with no ``--backend``, it runs on E2B
 when ``E2B_API_KEY`` is set and refuses to start otherwise, naming both
 choices; the simulator serves only when asked for by name, and says so in
 every tool description, result and ``sandbox_status``.
@@ -51,7 +51,7 @@ _SESSION_CLOSED_LOGGER: Final = "mcp.server.streamable_http"
 class _ClientGone(logging.Filter):
     """Drops the MCP SDK's ``Error handling POST request`` traceback when
     the error is only that the session's streams are closed (its client
-    cancelled and left; re-attack of issue 20, D). Any other error of that
+    cancelled and left). Any other error of that
     logger, and every other logger, is printed as before."""
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -25,7 +25,7 @@ new id; an exact repeat of a call left unsettled (``uncertain``,
 ``approval_required``, or never answered) runs under that call's key and
 reconciles it (see :class:`~sandrail.Toolset`).
 
-Approval (DESIGN §12). When the harness's policy answers
+Approval (``docs/howto/approval.md``). When the harness's policy answers
 ``ApprovalRequired``, :meth:`AnthropicTools.handle` runs nothing and returns
 the ``approval_required`` result (``AnthropicTools.needs_approval(answer)``
 says so). Do not send it to the model: ask a person, then answer the block

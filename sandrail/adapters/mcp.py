@@ -378,7 +378,7 @@ def _instructions(where: str) -> str:
 
 
 def _echoed(key: str) -> str | None:
-    """A client's own key, echoed only when short enough (issue 20)."""
+    """A client's own key, echoed only when short enough (C12)."""
     return key if len(key.encode("utf-8", "surrogatepass")) <= ECHOED_KEY_BYTES else None
 
 

@@ -23,7 +23,7 @@ call that was left unsettled (``uncertain``, ``approval_required``, or never
 answered) runs under that call's key and reconciles it (see
 :class:`~sandrail.Toolset`).
 
-Approval (DESIGN §12). Each tool's ``needs_approval`` asks the harness's
+Approval (``docs/howto/approval.md``). Each tool's ``needs_approval`` asks the harness's
 policy (without running anything): ``ApprovalRequired`` interrupts the run
 (``result.interruptions``); ``ALLOW`` and ``Deny`` do not (a ``Deny`` never
 asks anyone: the model reads ``policy_denied``). ``state.approve(item)`` and
@@ -194,9 +194,9 @@ def _approved(ctx: Any, name: str, call_id: str) -> bool:
     """Whether a person approved this very call through the SDK
     (``state.approve(item)``). An ``always_approve=True`` approval names no
     call (the SDK keeps it for the tool): it approves none here, so every
-    call of the tool still meets the harness's policy (issue 18 follow-up
-    B4). Read through the SDK's per-call record; an SDK that no longer has
-    it approves nothing (the call then says ``approval_required``)."""
+    call of the tool still meets the harness's policy. Read through the
+    SDK's per-call record; an SDK that no longer has it approves nothing
+    (the call then says ``approval_required``)."""
     try:
         if ctx.is_tool_approved(name, call_id) is not True:
             return False
@@ -295,8 +295,8 @@ class _RunIds:
 def _saved_run(ctx: Any) -> str:
     """The run part of an approved call's key: ``approved``, so the key is
     ``approved:{call_id}``, built from the call id the saved ``RunState``
-    carries alone. Never the resuming run's trace id or tracing setting
-    (issue 18 follow-up B2): a harness that gives each resume its own
+    carries alone. Never the resuming run's trace id or tracing setting:
+    a harness that gives each resume its own
     ``RunConfig(trace_id=...)``, or resumes one copy with tracing on and
     another with it off, would otherwise give one approval two keys."""
     del ctx  # the call id is the key's other part; nothing else here travels

@@ -30,7 +30,7 @@ tool call with a new call id; an exact repeat of a call left unsettled
 (``uncertain``, ``approval_required``, or never answered) runs under that
 call's key and reconciles it (see :class:`~sandrail.Toolset`).
 
-Approval (DESIGN §12). When the harness's policy answers
+Approval (``docs/howto/approval.md``). When the harness's policy answers
 ``ApprovalRequired``, the call runs nothing and raises pydantic-ai's own
 ``ApprovalRequired`` (metadata: ``{"interaction_id": ..., "operation_key":
 ...}``), so the run ends with ``DeferredToolRequests`` (give the agent

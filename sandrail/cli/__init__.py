@@ -36,7 +36,7 @@ __all__ = ["main"]
 
 class _Commands(click.Group):
     """A group whose help lists each command's summary whole (the first
-    sentence of its help, wrapped, never cut with "..."; issue 21)."""
+    sentence of its help, wrapped, never cut with "...")."""
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []

@@ -56,7 +56,7 @@ def make_backend(name: str) -> Any:
 
 def close_backend(backend: Any) -> None:
     """Close ``backend`` if it has a ``close`` (the E2B backend does): what
-    the SDK opened must not outlive the interpreter (issue 9, item 13)."""
+    the SDK opened must not outlive the interpreter."""
     close = getattr(backend, "close", None)
     if callable(close):
         close()

@@ -1,5 +1,5 @@
-"""SIGINT, SIGTERM and SIGHUP as the abort of the call in flight (issue 20,
-item 7; SIGHUP, the terminal closing, since its re-attack, A).
+"""SIGINT, SIGTERM and SIGHUP as the abort of the call in flight (SIGHUP
+is the terminal closing).
 
 A command-line call is a harness whose user may press Ctrl-C (or whose
 supervisor may send SIGTERM, or whose terminal may close) at any moment.

@@ -9,8 +9,7 @@ and their values reach :func:`call_tool` by name.
 SIGINT (Ctrl-C), SIGTERM and SIGHUP while the call runs are its abort
 (:mod:`._interrupt`): the result is printed as any other, ``error``
 (``canceled``, exit 1) when nothing may have left yet, ``uncertain`` with
-the operation key and task id (exit 3) once a start may have (issue 20,
-item 7).
+the operation key and task id (exit 3) once a start may have.
 """
 
 from __future__ import annotations
@@ -123,7 +122,7 @@ def call_tool(
     """Run one tool call, print its result and exit with its status. The
     keyword arguments are the values of :func:`tool_call_options`. The
     backend is closed before the process exits, whatever happened: what the
-    E2B SDK opened must not outlive the interpreter (issue 9, item 13).
+    E2B SDK opened must not outlive the interpreter.
     SIGINT, SIGTERM and SIGHUP abort the call (see the module doc). With
     standard output closed, the exit status is 5 and the result's status
     is on standard error."""
@@ -146,7 +145,7 @@ def _print_and_exit(result: sandrail.ToolResult, indent: int | None) -> NoReturn
     try:
         if sys.stdout is None:
             # Closed when the process started: click.echo would print nothing
-            # and say nothing (re-attack of issue 20, B).
+            # and say nothing.
             raise OSError(errno.EBADF, "standard output is closed")
         click.echo(json.dumps(result.to_dict(), indent=indent, ensure_ascii=False))
         sys.stdout.flush()

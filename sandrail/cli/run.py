@@ -6,10 +6,10 @@ Exit status: 0 ok, 1 error, 2 bad usage, 3 uncertain, 4 approval required,
 The command is one shell line (``run_command`` runs it with ``bash -c``).
 One word is that line as it is; several words are quoted into one line by
 :func:`shlex.join`, each staying one argument, as an argument vector does
-(issue 20, item 8: joining them with spaces ran ``sh -c 'exit 3'`` as
+(joining them with spaces would run ``sh -c 'exit 3'`` as
 ``sh -c exit 3``). ``--env NAME`` alone takes the value from this process's
 environment, as ``docker run -e NAME`` does, so the value never sits in
-any process's argument list (issue 20, item 10).
+any process's argument list.
 """
 
 from __future__ import annotations

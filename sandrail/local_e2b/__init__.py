@@ -1,6 +1,6 @@
 """A local, wire-compatible E2B: control plane and envd on 127.0.0.1 that the
 unmodified e2b SDK talks to over HTTP, running real processes on this
-machine (DESIGN §9). A development and test tool, not a security boundary.
+machine (``docs/howto/local-e2b.md``). A development and test tool, not a security boundary.
 
 ::
 

@@ -194,7 +194,7 @@ class Proxy:
         except asyncio.CancelledError:
             # The server is stopping with this exchange in flight. Nothing
             # awaits a connection's task, and asyncio's streams (3.11) would
-            # print a cancelled one as an error (issue 20, item 10).
+            # print a cancelled one as an error.
             pass
         finally:
             self._idle.discard(writer)
@@ -357,7 +357,7 @@ class Proxy:
                     except (_Closed, ConnectionError, h11.ProtocolError):
                         # The client hung up mid-body (a cancelled call):
                         # uvicorn is told by the same hang-up, so its app
-                        # stops waiting for the rest (issue 20, item 10).
+                        # stops waiting for the rest.
                         up_writer.close()
                         return
                     if isinstance(event, h11.Data):

@@ -1,5 +1,5 @@
 """sandrail.testing: the contract as a kit for harness and backend authors
-(DESIGN §11).
+(``docs/howto/test-your-harness.md``).
 
 For a harness author: a :class:`World` (the fault-injecting simulator, the
 ports on it, a record of every call) and a judge that says which contract

@@ -2,7 +2,7 @@
 workload or a schedule in a fresh world, then the judge.
 
 Strategy: a harness that gets ``uncertain`` retries the call with the same
-operation key (the locator is there for that, DESIGN §3). So when a fault
+operation key (the locator is there for that, ``docs/explanation/uncertain.md``). So when a fault
 strikes a call of a single-fault plan and the call comes back
 ``uncertain``, the harness here retries it at once, labelled ``reconcile``;
 the status of that retry is what decisiveness measures (a retry after a

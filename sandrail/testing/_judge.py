@@ -1,5 +1,5 @@
 """The judge: every call of a :class:`~sandrail.testing.World` held against
-the contract (DESIGN §4) and the world's ground truth.
+the contract (``docs/explanation/contract.md``) and the world's ground truth.
 
 Every check names the contract line it enforces (or ``harness``: a
 harness's own mistake, such as retrying an uncertain call under a new key)
@@ -251,8 +251,8 @@ def check_c6_a_launched_task_is_never_nothing_ran(
     """C6: a launch call whose task had already launched (an earlier call of
     its key started it) never answers that the sandbox could not be reached
     and nothing ran: the task may be running or done, so such a call is
-    ``uncertain`` (outside attack 3: "nothing ran, may be retried" after a
-    sandbox looked gone invited a second launch under a new key)."""
+    ``uncertain`` ("nothing ran, may be retried" after a sandbox looked
+    gone would invite a second launch under a new key)."""
     assert record.result is not None
     if record.result.status != "error" or record.launched_before == 0:
         return

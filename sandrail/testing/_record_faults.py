@@ -1,5 +1,5 @@
 """Faults of the ownership record: a database that is down, drops the
-connection after a write, or answers too slowly (issue 17).
+connection after a write, or answers too slowly (``docs/howto/records-and-fleet.md``).
 
 A :class:`RecordFaultPlan` strikes the ``occurrence``-th operation (0-based,
 reads and writes counted together, in a world's life) on the world's durable

@@ -1,5 +1,5 @@
 """The conformance scenarios: short call sequences whose results every
-backend must agree on, ids aside (DESIGN §4, §5).
+backend must agree on, ids aside (``docs/explanation/contract.md``).
 
 Each scenario takes a fresh :class:`World` (its ports of the world's
 default owner, so each runs for an agent and a native owner alike) and

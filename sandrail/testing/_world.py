@@ -418,7 +418,7 @@ class World:
     def strike_record(self, plan: RecordFaultPlan) -> None:
         """Strike ``plan`` on the durable ownership record of the ports made
         from now on with ``durable_ownership=True`` (a database down, a
-        connection dropped after a write, a slow one: issue 17)."""
+        connection dropped after a write, a slow one)."""
         self.faulty_record = FaultyRecord(
             self.durable, plan, current=_CURRENT.get, advance=self.advance
         )

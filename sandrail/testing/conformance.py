@@ -1,4 +1,4 @@
-"""The conformance kit: prove a backend keeps the contract (DESIGN §11).
+"""The conformance kit: prove a backend keeps the contract (``docs/howto/test-your-harness.md``).
 
 A backend author writes a :class:`~sandrail.testing.Target` factory (the
 backend, its ground truth, the world controls it has) and either subclasses

@@ -1,7 +1,8 @@
-"""Issue 18 follow-up: what an outside attack on approval and the
-model-facing results found (B1-B6), each as the test that failed before its
-fix. Offline, on the simulator (its world lives in this process, so fresh
-toolsets and adapters sharing one simulator stand for fresh processes).
+"""Approval across resumes, repeats and rejections: a resumed copy, an
+``uncertain`` call repeated in a later run, a rejection of a key that
+already launched, the question an MCP client is asked. Offline, on the
+simulator (its world lives in this process, so fresh toolsets and
+adapters sharing one simulator stand for fresh processes).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def _launches(sim: Simulator) -> int:
     return sum(sim.launches.values())
 
 
-# -- B2: a saved Agents SDK approval, resumed under any RunConfig, launches once
+# -- a saved Agents SDK approval, resumed under any RunConfig, launches once
 
 
 def _resume_agents(
@@ -47,10 +48,10 @@ def _resume_agents(
 
 
 @pytest.mark.parametrize("saved_tracing", [True, False], ids=["saved-traced", "saved-untraced"])
-def test_issue18_item2_c2_agents_sdk_copy_resumed_under_any_run_config_launches_once(
+def test_c2_agents_sdk_copy_resumed_under_any_run_config_launches_once(
     saved_tracing: bool, tmp_path: Path
 ) -> None:
-    """B2: the key of an approved call comes from what the saved ``RunState``
+    """The key of an approved call comes from what the saved ``RunState``
     carries, never from the resuming run's trace id or tracing setting: one
     saved copy resumed with its own ``RunConfig(trace_id=...)``, with tracing
     off and with tracing on launches once, all under one key."""
@@ -83,7 +84,7 @@ def test_issue18_item2_c2_agents_sdk_copy_resumed_under_any_run_config_launches_
     assert _launches(sim) == 1
 
 
-# -- B1: an uncertain call repeated as told, on a later run, is matched to it
+# -- an uncertain call repeated as told, on a later run, is matched to it
 
 
 def _lossy(session: str = "b1-session") -> tuple[Simulator, Any]:
@@ -109,8 +110,8 @@ def _lossy(session: str = "b1-session") -> tuple[Simulator, Any]:
 DEPLOY = {**NULLS, "command": "echo deploying"}
 
 
-def test_issue18_item3_c2_an_uncertain_call_repeated_in_a_later_run_reconciles() -> None:
-    """B1, the toolset's own rule: a repeat with another run id (a new
+def test_c2_an_uncertain_call_repeated_in_a_later_run_reconciles() -> None:
+    """The toolset's own rule: a repeat with another run id (a new
     pydantic-ai run, a new ``Runner.run``) is still the model following the
     uncertain result's instruction: it runs under the first call's key."""
     sim, tools = _lossy()
@@ -138,8 +139,8 @@ def test_issue18_item3_c2_an_uncertain_call_repeated_in_a_later_run_reconciles()
     assert _launches(sim) == 1
 
 
-def test_issue18_item3_c2_pydantic_ai_uncertain_call_repeated_next_turn_launches_once() -> None:
-    """B1: the model repeats the uncertain call on the next user turn (a new
+def test_c2_pydantic_ai_uncertain_call_repeated_next_turn_launches_once() -> None:
+    """The model repeats the uncertain call on the next user turn (a new
     ``Agent.run`` over the history, so a new run id)."""
     from pydantic_ai import Agent
     from pydantic_ai.messages import (
@@ -177,8 +178,8 @@ def test_issue18_item3_c2_pydantic_ai_uncertain_call_repeated_next_turn_launches
     assert _launches(sim) == 1
 
 
-def test_issue18_item3_c2_agents_sdk_uncertain_call_repeated_in_a_new_run_launches_once() -> None:
-    """B1: the model repeats the uncertain call in a new ``Runner.run`` over
+def test_c2_agents_sdk_uncertain_call_repeated_in_a_new_run_launches_once() -> None:
+    """The model repeats the uncertain call in a new ``Runner.run`` over
     the history (the adapter's default run id is one per run)."""
     from agents import Agent, RunConfig, Runner
     from agents.testing import ScriptedModel, assistant_message, function_call
@@ -214,7 +215,7 @@ def test_issue18_item3_c2_agents_sdk_uncertain_call_repeated_in_a_new_run_launch
     assert _launches(sim) == 1
 
 
-# -- B3: a key that already launched is never answered `executed: false`
+# -- a key that already launched is never answered `executed: false`
 
 
 class _Turning:
@@ -256,8 +257,8 @@ def _deploy(tools: Any, *, approved: bool = False, key: str = "run-1:c1") -> Any
     )
 
 
-def test_issue18_c5_c2_a_launched_key_asked_about_again_answers_its_launch() -> None:
-    """B3: after an approved call ran, the identical call under the same key
+def test_c5_c2_a_launched_key_asked_about_again_answers_its_launch() -> None:
+    """After an approved call ran, the identical call under the same key
     (a retry, ``handle`` after ``approve``) is not asked about again as if
     nothing ran: it answers the key's one launch (``deduplicated``)."""
     sim = Simulator()
@@ -269,8 +270,8 @@ def test_issue18_c5_c2_a_launched_key_asked_about_again_answers_its_launch() -> 
     assert _launches(sim) == 1
 
 
-def test_issue18_c5_c8_a_launched_key_denied_now_is_never_executed_false() -> None:
-    """B3: a policy that now denies a key that already launched gets its
+def test_c5_c8_a_launched_key_denied_now_is_never_executed_false() -> None:
+    """A policy that now denies a key that already launched gets its
     way (nothing more is sent), but the model is never told nothing ran: the
     result is ``uncertain`` with the task's locator and says to read it."""
     sim, policy = Simulator(), _Turning()
@@ -296,8 +297,8 @@ def _after_launch(sent: dict[str, Any], code: str = "approval_rejected") -> None
     assert "read_command_output" in sent["instruction"]
 
 
-def test_issue18_c5_anthropic_reject_or_handle_after_approve_never_says_nothing_ran() -> None:
-    """B3: ``reject(block)`` after ``approve(block)`` ran it answers from the
+def test_c5_anthropic_reject_or_handle_after_approve_never_says_nothing_ran() -> None:
+    """``reject(block)`` after ``approve(block)`` ran it answers from the
     record (``uncertain``, the locator); ``handle(block)`` after ``approve``
     answers the one launch (``deduplicated``), never "nothing ran"."""
     from tests.approval_rig import RESUME
@@ -321,8 +322,8 @@ def test_issue18_c5_anthropic_reject_or_handle_after_approve_never_says_nothing_
     assert _launches(sim) == 1
 
 
-def test_issue18_c5_pydantic_ai_reject_after_approve_never_says_nothing_ran() -> None:
-    """B3: the saved history approved (it ran), then the same history
+def test_c5_pydantic_ai_reject_after_approve_never_says_nothing_ran() -> None:
+    """The saved history approved (it ran), then the same history
     answered with ``rejected(toolset, requests=..., tool_call_id=...)``."""
     from pydantic_ai import DeferredToolRequests, DeferredToolResults
 
@@ -348,8 +349,8 @@ def test_issue18_c5_pydantic_ai_reject_after_approve_never_says_nothing_ran() ->
     assert _launches(sim) == 1
 
 
-def test_issue18_c5_agents_sdk_reject_after_approve_never_says_nothing_ran() -> None:
-    """B3: one saved copy approved (it ran), another copy of it rejected
+def test_c5_agents_sdk_reject_after_approve_never_says_nothing_ran() -> None:
+    """One saved copy approved (it ran), another copy of it rejected
     with ``rejection(toolset, item=item)``."""
     from agents import Runner, RunState
     from agents.testing import assistant_message
@@ -375,8 +376,8 @@ def test_issue18_c5_agents_sdk_reject_after_approve_never_says_nothing_ran() -> 
     assert _launches(sim) == 1
 
 
-def test_issue18_c5_mcp_keyed_retry_after_approve_is_not_asked_again() -> None:
-    """B3: a keyed retry of a call the person approved and that ran is not
+def test_c5_mcp_keyed_retry_after_approve_is_not_asked_again() -> None:
+    """A keyed retry of a call the person approved and that ran is not
     asked about again ("Nothing runs unless you approve"): it answers the
     one launch; a decline of it then is never "nothing ran"."""
     from tests.approval_rig import _mcp_call
@@ -392,7 +393,7 @@ def test_issue18_c5_mcp_keyed_retry_after_approve_is_not_asked_again() -> None:
     assert _launches(sim) == 1
 
 
-# -- B5: the MCP question masks env values wherever they appear
+# -- the MCP question masks env values wherever they appear
 
 
 @pytest.mark.parametrize(
@@ -411,10 +412,10 @@ def test_issue18_c5_mcp_keyed_retry_after_approve_is_not_asked_again() -> None:
     ],
     ids=["command", "cwd", "strict-env-list"],
 )
-def test_issue18_c17_mcp_question_masks_env_values_wherever_they_appear(
+def test_c17_mcp_question_masks_env_values_wherever_they_appear(
     arguments: dict[str, Any],
 ) -> None:
-    """B5: the person is shown the call with every env value masked, in the
+    """The person is shown the call with every env value masked, in the
     command and cwd too, as results mask them."""
     from sandrail.adapters._mcp_approval import question
 
@@ -423,11 +424,11 @@ def test_issue18_c17_mcp_question_masks_env_values_wherever_they_appear(
     assert "echo deploy" in asked
 
 
-# -- B4: always_approve approves no call the person did not see
+# -- always_approve approves no call the person did not see
 
 
-def test_issue18_item1_agents_sdk_always_approve_lets_no_unseen_call_run() -> None:
-    """B4: ``state.approve(item, always_approve=True)`` names no call, so it
+def test_agents_sdk_always_approve_lets_no_unseen_call_run() -> None:
+    """``state.approve(item, always_approve=True)`` names no call, so it
     approves none: the later ``--force`` call (never shown to a person) and
     the first one both meet the policy again (``approval_required``,
     nothing ran), while ``state.approve(item)`` runs exactly its call."""
@@ -496,14 +497,14 @@ def _override(override: dict[str, Any]) -> dict[str, Any]:
     return sent
 
 
-def test_issue18_pydantic_ai_override_args_take_an_env_mapping() -> None:
+def test_pydantic_ai_override_args_take_an_env_mapping() -> None:
     """Nit: a person writes ``env`` as a mapping in ``override_args``; the
     strict profile's ``{name, value}`` list is made of it, not refused."""
     sent = _override({**NULLS, "command": "echo deploy staging", "env": {"STAGE": "staging"}})
     assert (sent["status"], sent["stdout"]) == ("ok", "deploy staging\n"), sent
 
 
-def test_issue18_pydantic_ai_invalid_override_args_blame_the_person_not_the_model() -> None:
+def test_pydantic_ai_invalid_override_args_blame_the_person_not_the_model() -> None:
     """Nit: invalid ``override_args`` are the person's: the model is not told
     to fix them and try again."""
     sent = _override({**NULLS, "command": "echo deploy", "timeout": -5})
@@ -512,8 +513,8 @@ def test_issue18_pydantic_ai_invalid_override_args_blame_the_person_not_the_mode
     assert "Fix these arguments" not in sent["instruction"]
 
 
-def test_issue18_c3_c5_a_rejected_call_that_reused_a_launched_key_ran_nothing() -> None:
-    """B3's limit: a rejected call with other arguments under a key that
+def test_c3_c5_a_rejected_call_that_reused_a_launched_key_ran_nothing() -> None:
+    """A limit: a rejected call with other arguments under a key that
     already launched (a reused tool_use id) never ran: ``executed: false``."""
     from tests.approval_rig import RESUME
 

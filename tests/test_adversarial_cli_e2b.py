@@ -1,11 +1,10 @@
-"""The third outside attack (issue 20) against the real launcher: real
+"""Hostile inputs against the real launcher: real
 bash, real users (``root`` and ``user``), the unmodified SDK and the command
 line on local-e2b. The judge is the server's ground truth: a command counts
 its own runs with a mark the sandbox cannot take back (``server.mark``).
 
-Each docstring names the item of issue 20; each name, the contract line it
-proves. The same items on the simulator and the port are in
-``test_adversarial_issue20.py``.
+Each name is the contract line the test proves. The same cases on the
+simulator and the port are in ``test_adversarial_cli.py``.
 """
 
 from __future__ import annotations
@@ -66,13 +65,13 @@ def _snippet_path(port: sandrail.ToolPort, key: str) -> str:
     return f"/tmp/sandrail/code/{task}.sh"
 
 
-# -- item 5: a claimed task's retry answers from the claim (C2, C7) -------------
+# -- a claimed task's retry answers from the claim (C2, C7) -------------
 
 
-def test_c7_item5_a_snippet_that_rewrites_its_own_file_is_deduplicated_on_retry(
+def test_c7_a_snippet_that_rewrites_its_own_file_is_deduplicated_on_retry(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
-    """Item 5: a snippet that wrote to its own published file made every
+    """A snippet that wrote to its own published file made every
     retry ``error``, ``executed: false``, "already launched with different
     arguments", though the arguments were the same and it ran."""
     port = port_on(backend, new_session(), code=True)
@@ -88,10 +87,10 @@ def test_c7_item5_a_snippet_that_rewrites_its_own_file_is_deduplicated_on_retry(
 
 
 @pytest.mark.parametrize("who", ["user", "root"])
-def test_c7_item5_a_published_file_rewritten_later_never_decides_a_claimed_tasks_retry(
+def test_c7_a_published_file_rewritten_later_never_decides_a_claimed_tasks_retry(
     server: LocalE2B, backend: E2BBackend, who: str
 ) -> None:
-    """Item 5: any later command as ``user`` (or root, who can always write
+    """Any later command as ``user`` (or root, who can always write
     it) changed the published file; the retry still answers from the claim:
     the same launch, deduplicated, never a conflict."""
     port = port_on(backend, new_session(), code=True)
@@ -108,10 +107,10 @@ def test_c7_item5_a_published_file_rewritten_later_never_decides_a_claimed_tasks
     assert server.truth().marked(mark) == 1
 
 
-def test_c16_item5_the_published_file_is_root_s_and_not_writable_by_user(
+def test_c16_the_published_file_is_root_s_and_not_writable_by_user(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
-    """Item 5: the published file should not be writable by ``user``; the
+    """The published file should not be writable by ``user``; the
     command still reads it (its group is ``user``'s)."""
     port = port_on(backend, new_session(), code=True)
     first = _snippet(port, "op", "echo ran\n")
@@ -125,14 +124,14 @@ def test_c16_item5_the_published_file_is_root_s_and_not_writable_by_user(
     assert "echo ran" in tried
 
 
-# -- item 6: a command that never began is not `ok` (C5, C7) -------------------
+# -- a command that never began is not `ok` (C5, C7) -------------------
 
 
 @pytest.mark.parametrize("background", [False, True])
-def test_c7_item6_a_command_that_cannot_enter_home_is_not_started_not_ok(
+def test_c7_a_command_that_cannot_enter_home_is_not_started_not_ok(
     server: LocalE2B, backend: E2BBackend, background: bool
 ) -> None:
-    """Item 6: after ``chmod 000 ~``, every command with the default cwd was
+    """After ``chmod 000 ~``, every command with the default cwd was
     ``ok``, ``exit_code: 1``, empty output, and so were its retries; nothing
     ran. It is ``error``, ``executed: false``, ``e2b_command_not_started``,
     as a missing ``cwd`` already was, on every retry of its key."""
@@ -150,10 +149,8 @@ def test_c7_item6_a_command_that_cannot_enter_home_is_not_started_not_ok(
     assert (elsewhere.status, elsewhere.content["stdout"]) == ("ok", "ran\n")
 
 
-def test_c7_item6_home_made_enterable_again_runs_a_new_key(
-    server: LocalE2B, backend: E2BBackend
-) -> None:
-    """Item 6: the refusal is the key's, not the sandbox's: once ``user``
+def test_c7_home_made_enterable_again_runs_a_new_key(server: LocalE2B, backend: E2BBackend) -> None:
+    """The refusal is the key's, not the sandbox's: once ``user``
     can enter its home again, a new key runs."""
     port = port_on(backend, new_session())
     assert _run(port, "lock", "chmod 000 ~").status == "ok"
@@ -163,13 +160,13 @@ def test_c7_item6_home_made_enterable_again_runs_a_new_key(
     assert (again.status, again.content["stdout"]) == ("ok", "ran\n")
 
 
-# -- item 3 on E2B: the sandbox id (C17) ----------------------------------------
+# -- on E2B: the sandbox id (C17) ----------------------------------------
 
 
-def test_c17_item3_the_sandbox_id_is_refused_as_an_env_value_on_e2b(
+def test_c17_the_sandbox_id_is_refused_as_an_env_value_on_e2b(
     server: LocalE2B, backend: E2BBackend
 ) -> None:
-    """Item 3: on E2B the session's sandbox id, passed as an env value, ran
+    """On E2B the session's sandbox id, passed as an env value, ran
     and showed whole in every later result. Refused, also by a port on a
     new backend object (a restarted harness that never showed it)."""
     session = new_session()
@@ -190,7 +187,7 @@ def test_c17_item3_the_sandbox_id_is_refused_as_an_env_value_on_e2b(
     assert server.truth().marked(mark) == 0
 
 
-# -- items 7 and 8: the command line on E2B (C6, C16) --------------------------
+# -- the command line on E2B (C6, C16) --------------------------
 
 
 def _cli(server: LocalE2B, *args: str, **popen: Any) -> subprocess.Popen[str]:
@@ -211,14 +208,14 @@ def _cli(server: LocalE2B, *args: str, **popen: Any) -> subprocess.Popen[str]:
 
 @pytest.mark.long
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
-def test_c6_item7_ctrl_c_on_sandrail_run_after_the_start_is_uncertain_and_reconciles(
+def test_c6_ctrl_c_on_sandrail_run_after_the_start_is_uncertain_and_reconciles(
     server: LocalE2B, signum: int
 ) -> None:
-    """Item 7: Ctrl-C on ``sandrail run`` after the start left exit 1 and
+    """Ctrl-C on ``sandrail run`` after the start left exit 1 and
     ``Aborted!``, no task id, no operation key, while the command went on.
     It prints the ``uncertain`` result with its locator (exit 3), and a
     retry with that key reconciles it: one launch. SIGHUP (the terminal
-    closed) killed it silently, status 129 (re-attack A): the same."""
+    closed) killed it silently, status 129: the same."""
     session, key, mark = new_session(), f"op-{uuid.uuid4().hex[:8]}", _mark()
     words = ["bash", "-c", f"{server.mark(mark)}; sleep 6; echo done"]
     base = ["run", "--backend", "e2b", "--session", session, "--operation-key", key, "--"]
@@ -250,8 +247,8 @@ def test_c6_item7_ctrl_c_on_sandrail_run_after_the_start_is_uncertain_and_reconc
     assert server.truth().marked(mark) == 1
 
 
-def test_c16_item8_sandrail_run_quotes_its_words_on_a_real_shell(server: LocalE2B) -> None:
-    """Item 8: ``sandrail run -- sh -c 'exit 3'`` ran ``sh -c exit 3`` and
+def test_c16_sandrail_run_quotes_its_words_on_a_real_shell(server: LocalE2B) -> None:
+    """``sandrail run -- sh -c 'exit 3'`` ran ``sh -c exit 3`` and
     reported exit 0."""
     done = _cli(server, "run", "--backend", "e2b", "--", "sh", "-c", "exit 3")
     out, err = done.communicate(timeout=120)
@@ -259,7 +256,7 @@ def test_c16_item8_sandrail_run_quotes_its_words_on_a_real_shell(server: LocalE2
     assert json.loads(out)["content"]["exit_code"] == 3
 
 
-# -- item 10: no stray tracebacks during cancellations ---------------------------
+# -- no stray tracebacks during cancellations ---------------------------
 
 _CANCELLATIONS = textwrap.dedent(
     """
@@ -309,8 +306,8 @@ _CANCELLATIONS = textwrap.dedent(
 
 
 @pytest.mark.long
-def test_item10_cancellations_print_no_stray_tracebacks() -> None:
-    """Item 10: during cancellations the SDK printed ``Task exception was
+def test_cancellations_print_no_stray_tracebacks() -> None:
+    """During cancellations the SDK printed ``Task exception was
     never retrieved`` and local-e2b printed ASGI cancellation tracebacks to
     standard error. 40 calls cancelled at random points, through the SDK on
     a local-e2b server, then the server stopped: nothing on stderr."""
@@ -335,7 +332,7 @@ def test_item10_cancellations_print_no_stray_tracebacks() -> None:
     assert time.monotonic() - started < 300
 
 
-# -- re-attack D: MCP over HTTP prints no ASGI tracebacks when clients cancel ----
+# -- MCP over HTTP prints no ASGI tracebacks when clients cancel ----
 
 _MCP_CANCELS = textwrap.dedent(
     """
@@ -366,10 +363,8 @@ _MCP_CANCELS = textwrap.dedent(
 
 
 @pytest.mark.long
-def test_item10_reattack_d_mcp_http_prints_no_tracebacks_when_clients_cancel(
-    server: LocalE2B, tmp_path: Any
-) -> None:
-    """Re-attack D: 7 MCP calls cancelled by their clients made ``sandrail
+def test_mcp_http_prints_no_tracebacks_when_clients_cancel(server: LocalE2B, tmp_path: Any) -> None:
+    """7 MCP calls cancelled by their clients made ``sandrail
     mcp --transport http`` print 6 tracebacks (``anyio.ClosedResourceError``
     in ``Error handling POST request``, then ``Exception in ASGI
     application``: a second ``http.response.start``). Five cancels here;

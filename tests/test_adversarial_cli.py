@@ -1,10 +1,9 @@
-"""The third outside attack (issue 20), replayed against the simulator, the
-port, the replayer and the command line.
+"""Hostile inputs against the simulator, the port, the replayer and the
+command line: identity values as env values, what a session masks across
+ports, signals during a call, shell words, cassettes that are not files.
 
-Each test is one break the attack (or the trial as a new user) found; its
-docstring names the item of issue 20, its name the contract line it proves.
-The same items against the real launcher on local-e2b are in
-``test_adversarial_issue20_e2b.py``.
+Each test names the contract line it proves. The same cases against the
+real launcher on local-e2b are in ``test_adversarial_cli_e2b.py``.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ GOLDEN = Path(golden.__file__).parent
 SECRET = "sk-live-0123456789abcdef"
 
 
-# -- item 3: identity values the session shows are refused as env values (C17)
+# -- identity values the session shows are refused as env values (C17)
 
 
 def _refused_env(result: sandrail.ToolResult, name: str) -> None:
@@ -55,8 +54,8 @@ def _refused_env(result: sandrail.ToolResult, name: str) -> None:
     assert problem["field"] == f"arguments.env.{name}"
 
 
-def test_c17_item3_an_earlier_task_id_is_refused_as_an_env_value() -> None:
-    """Item 3: an earlier task's id passed as an env value ran, and every
+def test_c17_an_earlier_task_id_is_refused_as_an_env_value() -> None:
+    """An earlier task's id passed as an env value ran, and every
     later read of that task showed it whole in ``task_id``."""
     rig = Rig()
     first = rig.run("run_command", {"command": "true", "background": True}, key="op-1")
@@ -75,10 +74,8 @@ def test_c17_item3_an_earlier_task_id_is_refused_as_an_env_value() -> None:
 
 @pytest.mark.parametrize("part", ["whole", "inside"])
 @pytest.mark.parametrize("field", ["operation_key", "call_id"])
-def test_c17_item3_an_earlier_calls_operation_key_or_call_id_is_refused(
-    field: str, part: str
-) -> None:
-    """Item 3: a retry of the earlier call shows its operation key and call
+def test_c17_an_earlier_calls_operation_key_or_call_id_is_refused(field: str, part: str) -> None:
+    """A retry of the earlier call shows its operation key and call
     id whole; an env value equal to (or inside) one of them is refused."""
     rig = Rig()
     first = rig.run(
@@ -97,8 +94,8 @@ def test_c17_item3_an_earlier_calls_operation_key_or_call_id_is_refused(
     assert (retry.status, retry.content["deduplicated"]) == ("ok", True)
 
 
-def test_c17_item3_this_calls_own_task_id_is_refused() -> None:
-    """Item 3: a launch's result shows its own task id (a pure function of
+def test_c17_this_calls_own_task_id_is_refused() -> None:
+    """A launch's result shows its own task id (a pure function of
     session, owner and operation key, C1), so it cannot be an env value."""
     rig = Rig()
     own = rig.task_id("op-1")
@@ -125,8 +122,8 @@ class _LongSandboxIds:
         return outcome
 
 
-def test_c17_item3_the_sessions_sandbox_id_is_refused_as_an_env_value() -> None:
-    """Item 3, on E2B: the session's sandbox id passed as an env value ran,
+def test_c17_the_sessions_sandbox_id_is_refused_as_an_env_value() -> None:
+    """On E2B: the session's sandbox id passed as an env value ran,
     and every later result showed it in ``sandbox_id``."""
     sim = Simulator()
     rig = Rig(sim=sim)
@@ -149,8 +146,8 @@ def test_c17_item3_the_sessions_sandbox_id_is_refused_as_an_env_value() -> None:
     assert _starts(sim) == starts
 
 
-def test_c17_item3_a_restarted_harness_learns_the_sandbox_id_before_the_start() -> None:
-    """Item 3: a port that never showed the sandbox id (a restarted harness,
+def test_c17_a_restarted_harness_learns_the_sandbox_id_before_the_start() -> None:
+    """A port that never showed the sandbox id (a restarted harness,
     on a new backend object) refuses it once Ensure names it: after Ensure,
     before any Start, nothing ran (``executed: false``)."""
     sim = Simulator()
@@ -180,10 +177,10 @@ def test_c17_item3_a_restarted_harness_learns_the_sandbox_id_before_the_start() 
     assert isinstance(sim.effects_seen[-1], Ensure)  # refused once Ensure named it
 
 
-def test_c17_item3_a_session_that_showed_too_much_refuses_env_values_only(
+def test_c17_a_session_that_showed_too_much_refuses_env_values_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Item 3: what a session showed is kept up to a cap; past it an env
+    """What a session showed is kept up to a cap; past it an env
     value can no longer be checked, so a call with one is refused (nothing
     runs), while calls without env go on."""
     monkeypatch.setattr(_masks, "MAX_SHOWN_BYTES", 200)
@@ -201,7 +198,7 @@ def _starts(sim: Simulator) -> int:
     return sum(isinstance(effect, Start) for effect in sim.effects_seen)
 
 
-# -- item 4: what a session masks lives as long as the backend holds it (C17)
+# -- what a session masks lives as long as the backend holds it (C17)
 
 
 def _shared_record() -> dict[str, Any]:
@@ -212,8 +209,8 @@ def _shared_record() -> dict[str, Any]:
     }
 
 
-def test_c17_item4_a_new_port_on_the_same_backend_and_session_still_masks() -> None:
-    """Item 4: a web harness builds a port per request; the second port read
+def test_c17_a_new_port_on_the_same_backend_and_session_still_masks() -> None:
+    """A web harness builds a port per request; the second port read
     the task the first launched with env, and showed the value in clear."""
     sim = Simulator(scripts={"printenv TOKEN": Script.prints(SECRET + "\n")})
     shared = _shared_record()
@@ -228,8 +225,8 @@ def test_c17_item4_a_new_port_on_the_same_backend_and_session_still_masks() -> N
     assert SECRET not in read.to_json()
 
 
-def test_c17_item4_a_new_port_refuses_the_value_in_its_identity() -> None:
-    """Item 4: the new port also knows the value for the identity rule
+def test_c17_a_new_port_refuses_the_value_in_its_identity() -> None:
+    """The new port also knows the value for the identity rule
     (a later call whose operation key holds it is refused)."""
     sim = Simulator()
     Rig(sim=sim).run("run_command", {"command": "true", "env": {"TOKEN": SECRET}})
@@ -239,8 +236,8 @@ def test_c17_item4_a_new_port_refuses_the_value_in_its_identity() -> None:
 
 
 @pytest.mark.parametrize("other", ["backend", "session"])
-def test_c17_item4_masks_are_the_sessions_on_its_backend_not_the_process(other: str) -> None:
-    """Item 4: not process-global. Another backend object, or another
+def test_c17_masks_are_the_sessions_on_its_backend_not_the_process(other: str) -> None:
+    """Not process-global. Another backend object, or another
     session on the same backend, never passed the value: it is not masked
     there (``redact=`` hands values over, as across a restart)."""
     script = {"printenv TOKEN": Script.prints(SECRET + "\n")}
@@ -257,8 +254,8 @@ def test_c17_item4_masks_are_the_sessions_on_its_backend_not_the_process(other: 
     assert masked.content["stdout"] == "<redacted>\n"
 
 
-def test_c17_item4_a_sessions_memory_lives_as_long_as_its_backend() -> None:
-    """Item 4: the memory is the backend object's, forgotten with it (a
+def test_c17_a_sessions_memory_lives_as_long_as_its_backend() -> None:
+    """The memory is the backend object's, forgotten with it (a
     harness making backends does not grow the process for good)."""
     sim = Simulator()
     Rig(sim=sim).run("run_command", {"command": "true", "env": {"TOKEN": SECRET}})
@@ -269,8 +266,8 @@ def test_c17_item4_a_sessions_memory_lives_as_long_as_its_backend() -> None:
     assert key not in _masks._MEMORIES
 
 
-def test_c17_item4_a_toolset_and_a_port_on_its_backend_share_one_memory() -> None:
-    """Item 4 after issue 19's split: a :class:`~sandrail.Toolset` keeps
+def test_c17_a_toolset_and_a_port_on_its_backend_share_one_memory() -> None:
+    """A :class:`~sandrail.Toolset` keeps
     the same memory of the session as a port on its backend (one mechanism,
     not two). What the toolset passed, a later port masks; what the
     toolset's results showed, a later port refuses as an env value."""
@@ -302,11 +299,11 @@ def test_c17_item4_a_toolset_and_a_port_on_its_backend_share_one_memory() -> Non
     _refused_env(refused, "LEAK")
 
 
-# -- item 5: a claimed task's retry answers from the claim (C3, C7) -------------
+# -- a claimed task's retry answers from the claim (C3, C7) -------------
 
 
-def test_c3_item5_the_simulator_answers_a_claimed_tasks_publish_from_the_claim() -> None:
-    """Item 5, on the simulator's model: once the task is claimed its
+def test_c3_the_simulator_answers_a_claimed_tasks_publish_from_the_claim() -> None:
+    """On the simulator's model: once the task is claimed its
     Publish is answered ``Published`` whatever the file holds, and the
     start decides by the claim (other source under the key: a conflict)."""
     first_port = Rig(tools="code")
@@ -321,12 +318,12 @@ def test_c3_item5_the_simulator_answers_a_claimed_tasks_publish_from_the_claim()
     assert rig.sim.launches[rig.task_id()] == 1
 
 
-# -- item 7: SIGINT and SIGTERM on `sandrail run` (C6, C11) --------------------
+# -- SIGINT and SIGTERM on `sandrail run` (C6, C11) --------------------
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_c11_item7_a_signal_fires_the_calls_cancel_token_and_is_restored(signum: int) -> None:
-    """Item 7: the command line turns SIGINT and SIGTERM into the call's
+def test_c11_a_signal_fires_the_calls_cancel_token_and_is_restored(signum: int) -> None:
+    """The command line turns SIGINT and SIGTERM into the call's
     abort (C11) instead of an exception in the middle of it; the handlers
     it replaced are back afterwards."""
     from sandrail.cli._interrupt import cancelled_by_signals
@@ -399,10 +396,10 @@ class _SignalsAtStart:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_c6_item7_a_signal_after_the_start_is_uncertain_with_its_locator(
+def test_c6_a_signal_after_the_start_is_uncertain_with_its_locator(
     signum: int, monkeypatch: pytest.MonkeyPatch, tokens: list[Any]
 ) -> None:
-    """Item 7: Ctrl-C after the start left exited 1 with ``Aborted!``: no
+    """Ctrl-C after the start left exited 1 with ``Aborted!``: no
     task id, no operation key. It must be ``uncertain`` (exit 3) with the
     locator, which a retry with the same key reconciles."""
     backend = _SignalsAtStart(signum, tokens)
@@ -421,10 +418,10 @@ def test_c6_item7_a_signal_after_the_start_is_uncertain_with_its_locator(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_c5_item7_a_signal_before_anything_left_is_an_error_exit_1(
+def test_c5_a_signal_before_anything_left_is_an_error_exit_1(
     signum: int, monkeypatch: pytest.MonkeyPatch, tokens: list[Any]
 ) -> None:
-    """Item 7: a signal before any side effect may have left is ``error``
+    """A signal before any side effect may have left is ``error``
     (``canceled``, ``executed: false``), exit 1, and nothing ran."""
     sim = Simulator()
 
@@ -441,11 +438,11 @@ def test_c5_item7_a_signal_before_anything_left_is_an_error_exit_1(
     assert sim.effects_seen == []
 
 
-# -- item 8: `sandrail run` quotes its words (C16) -----------------------------
+# -- `sandrail run` quotes its words (C16) -----------------------------
 
 
-def test_c16_item8_several_words_are_quoted_as_one_shell_line() -> None:
-    """Item 8: ``sandrail run -- sh -c 'exit 3'`` ran ``sh -c exit 3``."""
+def test_c16_several_words_are_quoted_as_one_shell_line() -> None:
+    """``sandrail run -- sh -c 'exit 3'`` ran ``sh -c exit 3``."""
     done = CliRunner().invoke(cli_main, ["run", "--", "sh", "-c", "exit 3"])
     content = json.loads(done.output)["content"]
     assert content["command"] == "sh -c 'exit 3'"
@@ -453,25 +450,25 @@ def test_c16_item8_several_words_are_quoted_as_one_shell_line() -> None:
     assert json.loads(one.output)["content"]["command"] == "echo hi | wc -c"
 
 
-def test_item8_run_help_says_how_words_are_joined() -> None:
+def test_run_help_says_how_words_are_joined() -> None:
     done = CliRunner().invoke(cli_main, ["run", "--help"])
     text = " ".join(done.output.split())
     assert "one shell line" in text
     assert "quoted" in text
 
 
-# -- item 9: `sandrail replay` reads bounded input (C12's kin: no unbounded memory)
+# -- `sandrail replay` reads bounded input (C12's kin: no unbounded memory)
 
 
-def test_item9_replay_refuses_a_special_file_with_one_line() -> None:
-    """Item 9: ``/dev/zero`` grew to 5.5 GiB in 12 s."""
+def test_replay_refuses_a_special_file_with_one_line() -> None:
+    """``/dev/zero`` grew to 5.5 GiB in 12 s."""
     done = CliRunner().invoke(cli_main, ["replay", "/dev/zero"])
     assert done.exit_code == 2
     assert done.output.count("\n") == 1, done.output
     assert "not a regular file" in done.output
 
 
-def test_item9_replay_refuses_a_fifo_without_waiting_for_a_writer(tmp_path: Path) -> None:
+def test_replay_refuses_a_fifo_without_waiting_for_a_writer(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.jsonl"
     os.mkfifo(fifo)
     outcome: list[Any] = []
@@ -486,8 +483,8 @@ def test_item9_replay_refuses_a_fifo_without_waiting_for_a_writer(tmp_path: Path
     assert "not a regular file" in outcome[0].output
 
 
-def test_item9_replay_refuses_a_cassette_above_the_cap_without_reading_it(tmp_path: Path) -> None:
-    """Item 9: a 4 GiB sparse file went 1.5 GiB resident in seconds."""
+def test_replay_refuses_a_cassette_above_the_cap_without_reading_it(tmp_path: Path) -> None:
+    """A 4 GiB sparse file went 1.5 GiB resident in seconds."""
     sparse = tmp_path / "huge.jsonl"
     with sparse.open("wb") as handle:
         handle.truncate(4 * 1024**3)
@@ -500,7 +497,7 @@ def test_item9_replay_refuses_a_cassette_above_the_cap_without_reading_it(tmp_pa
     assert "--max-bytes" in done.output
 
 
-def test_item9_the_cap_is_an_option(tmp_path: Path) -> None:
+def test_the_cap_is_an_option(tmp_path: Path) -> None:
     path = tmp_path / "stop.jsonl"
     path.write_bytes((GOLDEN / "stop.jsonl").read_bytes())
     small = CliRunner().invoke(cli_main, ["replay", "-q", "--max-bytes", "1000", str(path)])
@@ -510,7 +507,7 @@ def test_item9_the_cap_is_an_option(tmp_path: Path) -> None:
     assert enough.exit_code == 0, enough.output
 
 
-# -- item 10: the replayer reports malformed outcomes (C7, C12) ----------------
+# -- the replayer reports malformed outcomes (C7, C12) ----------------
 
 
 @pytest.mark.parametrize(
@@ -534,10 +531,10 @@ def test_item9_the_cap_is_an_option(tmp_path: Path) -> None:
         ("big_output", '"size_bytes": 11279', '"size_bytes": -1', "size_bytes"),
     ],
 )
-def test_c12_item10_a_malformed_outcome_is_reported_with_its_line(
+def test_c12_a_malformed_outcome_is_reported_with_its_line(
     golden: str, old: str, new: str, field: str, tmp_path: Path
 ) -> None:
-    """Item 10: an exit code of 2^64 or a negative size was replayed as
+    """An exit code of 2^64 or a negative size was replayed as
     identical (the tampered result agreeing). The cassette is refused at
     the line of the outcome, naming the field."""
     data = (GOLDEN / f"{golden}.jsonl").read_text(encoding="utf-8")
@@ -553,13 +550,13 @@ def test_c12_item10_a_malformed_outcome_is_reported_with_its_line(
     assert f"tampered.jsonl:{line}:" in done.output
 
 
-# -- item 10: `sandrail run --env NAME` takes the value from the environment (C17)
+# -- `sandrail run --env NAME` takes the value from the environment (C17)
 
 
-def test_c17_item10_env_name_alone_takes_the_value_from_the_callers_environment(
+def test_c17_env_name_alone_takes_the_value_from_the_callers_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Item 10: ``--env NAME=VALUE`` puts the secret in the process list;
+    """``--env NAME=VALUE`` puts the secret in the process list;
     ``--env NAME`` reads it from the caller's environment (as ``docker run
     -e NAME``), so it is never in any process's arguments."""
     sim = Simulator()
@@ -573,7 +570,7 @@ def test_c17_item10_env_name_alone_takes_the_value_from_the_callers_environment(
     assert SECRET not in done.output
 
 
-def test_item10_env_name_missing_from_the_environment_is_a_usage_error(
+def test_env_name_missing_from_the_environment_is_a_usage_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sim = Simulator()
@@ -588,7 +585,7 @@ def test_item10_env_name_missing_from_the_environment_is_a_usage_error(
     assert sim.effects_seen == []
 
 
-def test_item10_run_help_documents_env_name_alone() -> None:
+def test_run_help_documents_env_name_alone() -> None:
     done = CliRunner().invoke(cli_main, ["run", "--help"])
     text = " ".join(done.output.split())
     assert "--env NAME[=VALUE]" in text

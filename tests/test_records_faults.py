@@ -1,11 +1,11 @@
-"""Issue 17, the outside attack on the durable records (B1-B8 of its
-report): each break it found, as a test that failed before its fix.
+"""Durable records under faults and hostile input: each case as the test
+that pins it.
 
-B1: ``timeout_seconds`` bounds a connection that went dead or froze (a
-black-holed proxy, a SIGSTOPped server of the test's own). B2: an async call
+``timeout_seconds`` bounds a connection that went dead or froze (a
+black-holed proxy, a SIGSTOPped server of the test's own). An async call
 never blocks its event loop on the record, and a cancel token answers a call
-stuck on it (C11). B3: storage that vanished (a table dropped, the SQLite
-file deleted or replaced) never reads as empty. B4: after a sandbox is
+stuck on it (C11). Storage that vanished (a table dropped, the SQLite
+file deleted or replaced) never reads as empty. After a sandbox is
 lost, the record and every locator keep naming the sandbox where the command
 ran.
 """
@@ -70,10 +70,10 @@ def run_in_thread(rig: Rig, key: str) -> sandrail.ToolResult | None:
     return done[0] if done else None
 
 
-# -- B1: a dead or frozen connection ----------------------------------------------------------
+# -- a dead or frozen connection ----------------------------------------------------------
 
 
-def test_c5_issue17_b1_timeout_bounds_a_black_holed_postgres_connection(
+def test_c5_timeout_bounds_a_black_holed_postgres_connection(
     postgres: PostgresServer,
 ) -> None:
     """A partition that drops packets (the kernel still acknowledges, so no
@@ -96,7 +96,7 @@ def test_c5_issue17_b1_timeout_bounds_a_black_holed_postgres_connection(
         record.close()
 
 
-def test_c5_issue17_b1_timeout_bounds_a_frozen_postgres_server() -> None:
+def test_c5_timeout_bounds_a_frozen_postgres_server() -> None:
     """The server itself SIGSTOPped (this test's own server, nobody
     else's): the call fails within the record's timeout instead of waiting
     out the freeze."""
@@ -116,7 +116,7 @@ def test_c5_issue17_b1_timeout_bounds_a_frozen_postgres_server() -> None:
             record.close()
 
 
-# -- B2: an async call and a record that blocks ------------------------------------------------
+# -- an async call and a record that blocks ------------------------------------------------
 
 
 class Stuck(PassThrough):
@@ -135,7 +135,7 @@ class Stuck(PassThrough):
         return self.inner.resolve(request, task_id)
 
 
-def test_c11_issue17_b2_an_async_call_never_blocks_its_loop_on_the_record(
+def test_c11_an_async_call_never_blocks_its_loop_on_the_record(
     tmp_path: Path,
 ) -> None:
     """While the record blocks a call, other coroutines of the loop run:
@@ -160,7 +160,7 @@ def test_c11_issue17_b2_an_async_call_never_blocks_its_loop_on_the_record(
     assert rig.sim.launches[rig.task_id()] == 1
 
 
-def test_c11_issue17_b2_a_cancel_token_answers_an_async_call_stuck_on_the_record(
+def test_c11_a_cancel_token_answers_an_async_call_stuck_on_the_record(
     tmp_path: Path,
 ) -> None:
     """A cancel token that fires while the record does not answer ends the
@@ -189,7 +189,7 @@ def test_c11_issue17_b2_a_cancel_token_answers_an_async_call_stuck_on_the_record
     assert rig.sim.launches == {}
 
 
-def test_c11_issue17_b2_the_callers_cancellation_reaches_a_call_stuck_on_the_record(
+def test_c11_the_callers_cancellation_reaches_a_call_stuck_on_the_record(
     tmp_path: Path,
 ) -> None:
     """``asyncio`` cancellation of a call stuck on the record goes through
@@ -220,7 +220,7 @@ def test_c11_issue17_b2_the_callers_cancellation_reaches_a_call_stuck_on_the_rec
     assert rig.sim.launches == {}
 
 
-# -- B3: storage that vanished -----------------------------------------------------------------
+# -- storage that vanished -----------------------------------------------------------------
 
 
 def launched_then_lost(record: OwnershipRecord) -> Rig:
@@ -240,7 +240,7 @@ def launched_then_lost(record: OwnershipRecord) -> Rig:
         ["DROP TABLE sandrail_owned", "DROP TABLE sandrail_answers", "DROP TABLE sandrail_meta"],
     ],
 )
-def test_c2_issue17_b3_a_sqlite_record_whose_tables_were_dropped_is_refused(
+def test_c2_a_sqlite_record_whose_tables_were_dropped_is_refused(
     tmp_path: Path, drop: list[str]
 ) -> None:
     """Tables dropped while the record says schema 1 (or all of them): a
@@ -256,7 +256,7 @@ def test_c2_issue17_b3_a_sqlite_record_whose_tables_were_dropped_is_refused(
 
 
 @pytest.mark.parametrize("drop", ["sandrail_owned", "sandrail_meta"])
-def test_c2_issue17_b3_a_postgres_record_whose_table_was_dropped_is_uncertain(
+def test_c2_a_postgres_record_whose_table_was_dropped_is_uncertain(
     postgres: PostgresServer, drop: str
 ) -> None:
     """The same on PostgreSQL: the retry after a restart is ``uncertain``,
@@ -302,7 +302,7 @@ def _swap_with_directory(path: Path) -> None:
 @pytest.mark.parametrize(
     "swap", [_swap_with_text, _swap_with_other_sqlite, _swap_with_directory, None]
 )
-def test_c5_issue17_b3_a_sqlite_file_deleted_or_replaced_under_a_live_record_is_refused(
+def test_c5_a_sqlite_file_deleted_or_replaced_under_a_live_record_is_refused(
     tmp_path: Path, swap: Any
 ) -> None:
     """The file deleted (``None``) or replaced under an open record: the
@@ -329,7 +329,7 @@ def test_c5_issue17_b3_a_sqlite_file_deleted_or_replaced_under_a_live_record_is_
         record.close()
 
 
-# -- B4: a lost sandbox --------------------------------------------------------------------------
+# -- a lost sandbox --------------------------------------------------------------------------
 
 
 class Replacing:
@@ -357,7 +357,7 @@ class Replacing:
         return self.lost(effect)
 
 
-def test_c6_issue17_b4_a_lost_sandbox_stays_named_by_the_record_and_every_locator(
+def test_c6_a_lost_sandbox_stays_named_by_the_record_and_every_locator(
     make_record: Any,  # noqa: F811 - the fixture
 ) -> None:
     """The command may have run in sbx-1, which was lost; the retries run in
@@ -395,7 +395,7 @@ def test_c6_issue17_b4_a_lost_sandbox_stays_named_by_the_record_and_every_locato
     assert provider.new.launches == {}
 
 
-# -- B5: an uncertain answer the record could not take -----------------------------------------
+# -- an uncertain answer the record could not take -----------------------------------------
 
 
 class Outage(PassThrough):
@@ -426,7 +426,7 @@ class Outage(PassThrough):
         return self.inner.unresolved(limit=limit)
 
 
-def test_c6_issue17_b5_an_uncertain_answer_during_a_record_outage_is_listed_once_it_is_back(
+def test_c6_an_uncertain_answer_during_a_record_outage_is_listed_once_it_is_back(
     tmp_path: Path,
 ) -> None:
     """A retry that is ``uncertain`` because the record is down cannot be
@@ -450,7 +450,7 @@ def test_c6_issue17_b5_an_uncertain_answer_during_a_record_outage_is_listed_once
     outage.close()
 
 
-def test_c6_issue17_b5_a_kept_answer_is_noted_before_the_next_one(tmp_path: Path) -> None:
+def test_c6_a_kept_answer_is_noted_before_the_next_one(tmp_path: Path) -> None:
     """Kept answers go before the next call's own, so a later ``ok`` of the
     task settles the kept ``uncertain`` instead of being overtaken by it."""
     outage = Outage(SQLiteRecord(tmp_path / "owned.sqlite"))
@@ -465,7 +465,7 @@ def test_c6_issue17_b5_a_kept_answer_is_noted_before_the_next_one(tmp_path: Path
     outage.close()
 
 
-# -- B6: one unreadable answer row -----------------------------------------------------------
+# -- one unreadable answer row -----------------------------------------------------------
 
 
 def _two_answers(path: Path, bad: str) -> None:
@@ -488,9 +488,7 @@ def _two_answers(path: Path, bad: str) -> None:
 @pytest.mark.parametrize(
     "bad", ["owner = '{oops'", "owner = '[1]'", "locator = 'nope'", "tool = x'00ff'"]
 )
-def test_issue17_b6_one_unreadable_answer_row_never_hides_the_others(
-    tmp_path: Path, bad: str
-) -> None:
+def test_one_unreadable_answer_row_never_hides_the_others(tmp_path: Path, bad: str) -> None:
     """The good row is listed; the bad one is named by its keys with why,
     in the API, ``sandrail uncertain`` (and --json, --reconcile), which
     exits 1."""
@@ -523,7 +521,7 @@ def test_issue17_b6_one_unreadable_answer_row_never_hides_the_others(
         assert "Traceback" not in done.stderr
 
 
-# -- B7, B8: migrate-record on hostile files ---------------------------------------------------
+# -- migrate-record on hostile files ---------------------------------------------------
 
 
 def _line(**changes: Any) -> str:
@@ -554,7 +552,7 @@ def _line(**changes: Any) -> str:
         (_line(task_id=None), "line 1: task_id is not a task id"),
     ],
 )
-def test_c2_issue17_b7_b8_migrate_refuses_a_malformed_line_naming_it(
+def test_c2_migrate_refuses_a_malformed_line_naming_it(
     tmp_path: Path, text: str, says: str
 ) -> None:
     """Deeply nested JSON, a NaN epoch, a launched that is not a boolean, a
@@ -574,7 +572,7 @@ def test_c2_issue17_b7_b8_migrate_refuses_a_malformed_line_naming_it(
     assert "Traceback" not in done.stderr
 
 
-def test_c2_issue17_b8_migrate_never_downgrades_a_launched_task(tmp_path: Path) -> None:
+def test_c2_migrate_never_downgrades_a_launched_task(tmp_path: Path) -> None:
     """Two lines of one task, launched in sbx-1 then not launched in sbx-2:
     the moved row keeps launched, its sandbox and epoch, so a retry expects
     the first start's claim."""
@@ -598,7 +596,7 @@ def test_c2_issue17_b8_migrate_never_downgrades_a_launched_task(tmp_path: Path) 
     assert (row.sandbox_id, row.launched, row.ledger_epoch) == ("sbx-1", True, "sbx-1/ledger-0")
 
 
-def test_issue17_migrate_names_a_sqlite_file_and_an_empty_session(tmp_path: Path) -> None:
+def test_migrate_names_a_sqlite_file_and_an_empty_session(tmp_path: Path) -> None:
     """Nits of the attack: OLD that is already a SQLite record says so (not
     a codec error); an empty --session is refused; tasks not moved are not
     all called another session's."""
@@ -619,7 +617,7 @@ def test_issue17_migrate_names_a_sqlite_file_and_an_empty_session(tmp_path: Path
     assert "task id is not the one --session x derives" in other.stderr
 
 
-# -- issue 21 outside attack: record names and a server gone after first use -------------------
+# -- record names and a server gone after first use ---------- -------------------
 
 
 @pytest.mark.parametrize(
@@ -630,10 +628,10 @@ def test_issue17_migrate_names_a_sqlite_file_and_an_empty_session(tmp_path: Path
         "POSTGRESQL://sandrail:S3cr3tPassw0rd%@127.0.0.1:1/rec",  # the scheme in capitals
     ],
 )
-def test_c17_issue21_a1_a_malformed_postgres_url_never_shows_its_password(
+def test_c17_a_malformed_postgres_url_never_shows_its_password(
     spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The outside attack: psycopg's parse error quoted the text, password
+    """Psycopg's parse error quoted the text, password
     and all; upper-case schemes were taken for a file name."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RecordError) as raised:
@@ -647,10 +645,10 @@ def test_c17_issue21_a1_a_malformed_postgres_url_never_shows_its_password(
     assert "Traceback" not in done.stderr
 
 
-def test_c2_issue21_a2_a_keyword_connection_string_is_a_postgres_record(
+def test_c2_a_keyword_connection_string_is_a_postgres_record(
     postgres: PostgresServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The outside attack: ``open_record("host=... dbname=...")``, the form
+    """``open_record("host=... dbname=...")``, the form
     PostgresRecord documents, made a local SQLite file named after the
     string (password included), so a fleet configured that way shared no
     record at all."""
@@ -665,8 +663,8 @@ def test_c2_issue21_a2_a_keyword_connection_string_is_a_postgres_record(
         assert isinstance(local, SQLiteRecord)
 
 
-def test_c5_issue21_a4_check_after_first_use_asks_the_server_again() -> None:
-    """The outside attack: ``check()`` after first use answered at once that
+def test_c5_check_after_first_use_asks_the_server_again() -> None:
+    """``check()`` after first use answered at once that
     all was well while the server was down."""
     with private_server() as server:
         record = PostgresRecord(server.conninfo(server.fresh_database()), timeout_seconds=2)
@@ -692,10 +690,10 @@ def test_c5_issue21_a4_check_after_first_use_asks_the_server_again() -> None:
         "mysql://sandrail:Hunter2Xyzzy@127.0.0.1/db",  # another kind of URL
     ],
 )
-def test_c17_issue21_b1_a_near_postgres_url_is_refused_never_a_file_or_a_shown_password(
+def test_c17_a_near_postgres_url_is_refused_never_a_file_or_a_shown_password(
     spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The re-attack: these were read as SQLite paths; the error named the
+    """These were read as SQLite paths; the error named the
     path, password and all, or a file named after it was made."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RecordError) as raised:
@@ -705,14 +703,14 @@ def test_c17_issue21_b1_a_near_postgres_url_is_refused_never_a_file_or_a_shown_p
     assert list(tmp_path.iterdir()) == []
 
 
-def test_c17_issue21_b3_an_unparsable_url_keeps_no_password_in_the_exception_chain() -> None:
+def test_c17_an_unparsable_url_keeps_no_password_in_the_exception_chain() -> None:
     with pytest.raises(RecordError) as raised:
         PostgresRecord("postgresql://sandrail:Hunter2Xyzzy%@127.0.0.1:1/db")
     assert raised.value.__context__ is None
     assert raised.value.__cause__ is None
 
 
-def test_c2_issue21_b3_a_scheme_in_capitals_opens_the_database(
+def test_c2_a_scheme_in_capitals_opens_the_database(
     postgres: PostgresServer,
 ) -> None:
     """The docstring says any case: ``POSTGRESQL://`` was recognised, then

@@ -1,11 +1,11 @@
-"""The re-attack of issue 20's fixes (attack-hard), replayed against the
-port, the recorder and the command line on the simulator.
+"""Signals, closed standard output and masks at the edges of a call,
+against the port, the recorder and the command line on the simulator.
 
-Each test is one break the re-attack found, lettered as in its report
-(A: SIGHUP, B: standard output closed, C: a later call's task id as an env
-value, E: signals before the handlers, F: a signal after the result, and
-the Recorder doubt); its name names the contract line it proves. The same
-breaks against local-e2b are in ``test_adversarial_issue20_e2b.py``.
+The cases: SIGHUP, standard output closed, a later call's task id as an env
+value, signals before the handlers, a signal after the result, a Recorder
+put around a session's backend; each name names the contract line it
+proves. The same cases against local-e2b are in
+``test_adversarial_cli_e2b.py``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("part", ["whole", "inside"])
-def test_c17_reattack_c_a_later_calls_task_id_held_by_an_env_value_is_refused(part: str) -> None:
+def test_c17_a_later_calls_task_id_held_by_an_env_value_is_refused(part: str) -> None:
     """C: task ids are a public pure function (C1), so an env value can be
     a later call's task id before that call comes; the later call then
     showed the masked value whole in ``task_id``. It is refused when it
@@ -100,7 +100,7 @@ def _start(script: str, *args: str, **popen: Any) -> subprocess.CompletedProcess
     )
 
 
-def test_c11_reattack_e_the_console_script_starts_before_the_library() -> None:
+def test_c11_the_console_script_starts_before_the_library() -> None:
     """E: the installed ``sandrail`` starts in the module that notes
     signals, not in ``sandrail.cli`` (whose import loads the library)."""
     from importlib.metadata import entry_points
@@ -111,7 +111,7 @@ def test_c11_reattack_e_the_console_script_starts_before_the_library() -> None:
 
 @pytest.mark.parametrize("signum", _NOTED)
 @pytest.mark.parametrize("command", ["run", "code"])
-def test_c5_reattack_e_a_signal_while_the_library_loads_is_the_documented_error(
+def test_c5_a_signal_while_the_library_loads_is_the_documented_error(
     signum: int, command: str
 ) -> None:
     """E: Ctrl-C in the first second or so of ``sandrail run`` (before the
@@ -128,7 +128,7 @@ def test_c5_reattack_e_a_signal_while_the_library_loads_is_the_documented_error(
     assert result["content"]["executed"] is False
 
 
-def test_c11_reattack_a_signal_inherited_as_ignored_stays_ignored() -> None:
+def test_c11_a_signal_inherited_as_ignored_stays_ignored() -> None:
     """A (``nohup``): a SIGHUP the process inherited as ignored is not
     turned into an abort; the call runs and answers ``ok``."""
     done = _start(
@@ -161,7 +161,7 @@ main()
 """
 
 
-def test_c6_reattack_f_a_signal_after_the_result_does_not_change_the_exit_status() -> None:
+def test_c6_a_signal_after_the_result_does_not_change_the_exit_status() -> None:
     """F: Ctrl-C right after the result was printed (``ok`` with its
     locator on standard output) ended the process with status 130."""
     done = _start(_SIGINT_AFTER_THE_RESULT)
@@ -170,7 +170,7 @@ def test_c6_reattack_f_a_signal_after_the_result_does_not_change_the_exit_status
     assert "Traceback" not in done.stderr
 
 
-def test_c6_reattack_b_closed_standard_output_is_exit_5_with_the_status_on_stderr() -> None:
+def test_c6_closed_standard_output_is_exit_5_with_the_status_on_stderr() -> None:
     """B: with standard output closed the command ran, then ``sandrail``
     exited 1 ("nothing ran") with an ``AttributeError`` traceback. It is
     exit 5 (the result could not be written) with its status on stderr,
@@ -219,7 +219,7 @@ class _HangupAtStart:
         return outcome
 
 
-def test_c6_reattack_a_sighup_after_the_start_is_uncertain_with_its_locator(
+def test_c6_a_sighup_after_the_start_is_uncertain_with_its_locator(
     monkeypatch: pytest.MonkeyPatch, stray_hangups: list[int]
 ) -> None:
     """A: SIGHUP after the start killed ``sandrail run`` silently (status
@@ -251,13 +251,13 @@ def test_c6_reattack_a_sighup_after_the_start_is_uncertain_with_its_locator(
 
 
 @pytest.mark.parametrize("command", ["run", "code"])
-def test_reattack_a_help_says_sighup_aborts_as_sigterm(command: str) -> None:
+def test_help_says_sighup_aborts_as_sigterm(command: str) -> None:
     """A: --help names SIGHUP with SIGINT and SIGTERM."""
     done = CliRunner().invoke(cli_main, [command, "--help"])
     assert "SIGHUP" in " ".join(done.output.split())
 
 
-def test_reattack_run_help_says_the_results_exit_code_not_sandrails() -> None:
+def test_run_help_says_the_results_exit_code_not_sandrails() -> None:
     """The trial: ``run --help`` said ``sandrail run -- sh -c 'exit 3'``
     "exits 3", but sandrail exits 0 with the result's ``exit_code`` 3
     (sandrail's own exit 3 means uncertain)."""
@@ -269,7 +269,7 @@ def test_reattack_run_help_says_the_results_exit_code_not_sandrails() -> None:
 # -- the Recorder doubt: it shares its inner backend's session memory (C17) ----
 
 
-def test_c17_reattack_a_recorder_on_a_sessions_backend_masks_what_the_session_masks(
+def test_c17_a_recorder_on_a_sessions_backend_masks_what_the_session_masks(
     tmp_path: Path,
 ) -> None:
     """Doubt: a Recorder wrapping, mid-session, the backend a session had
@@ -349,7 +349,7 @@ def _answering_then(error: BaseException, *, answer_first: bool = True) -> Any:
     return app
 
 
-def test_item10_reattack_d_a_closed_session_after_the_response_ends_the_request() -> None:
+def test_a_closed_session_after_the_response_ends_the_request() -> None:
     """D: after a whole response, a second one is dropped and a closed
     session stream (the client left) is not raised to uvicorn."""
     import anyio
@@ -359,7 +359,7 @@ def test_item10_reattack_d_a_closed_session_after_the_response_ends_the_request(
     assert [message.get("status") for message in sent] == [202, None]
 
 
-def test_item10_reattack_d_every_other_error_still_raises() -> None:
+def test_every_other_error_still_raises() -> None:
     """D: the guard is narrow: another error after the response, or a
     closed stream before it, still reaches uvicorn."""
     import anyio
