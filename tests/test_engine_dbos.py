@@ -216,7 +216,7 @@ def test_c2_pydantic_ai_dbos_agent_tool_call_launches_once_across_a_killed_execu
     workflow, and the model's tool call id), so it reconciles the first
     launch: one launch, answered ``ok``."""
     prefix = f"dpa-{uuid.uuid4().hex[:8]}"
-    app = App(server, postgres, tmp_path)
+    app = App(server, postgres, tmp_path, ENGINE_AGENT="1")
     try:
         app.workers.spawn()
         app.workers.wait_ready(0)
