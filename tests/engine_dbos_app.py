@@ -1,8 +1,11 @@
 """The DBOS application of the engine tests: a queue its executors listen
-to, a workflow that runs each command as a sandrail step, and one that runs
-the pydantic-ai durable agent of ``tests/engine_agents.py`` (used by
+to, a workflow that runs each command as a sandrail step, and (for an
+executor configured with ``agent=True``) one that runs the pydantic-ai
+durable agent of ``tests/engine_agents.py`` (used by
 ``tests/engine_worker.py``; the tests enqueue its workflows with a
-``DBOSClient``)."""
+``DBOSClient``). pydantic-ai is imported only by an executor that runs the
+agent: the import costs each executor seconds of its start, which the tests
+of the other workflows need not wait for."""
 
 from __future__ import annotations
 
@@ -12,7 +15,6 @@ from typing import Any
 from dbos import DBOS
 
 from sandrail.integrations.dbos import SandboxSteps
-from tests import engine_agents
 
 QUEUE = "sandrail_engine_tests"
 APP = "sandrail-engine-tests"
@@ -27,10 +29,11 @@ def configure(
     backend: Any,
     record: Any,
     secrets: Mapping[str, str],
+    agent: bool = False,
     **options: Any,
 ) -> SandboxSteps:
     """DBOS configured on ``database_url``, and the sandrail step (before
-    ``DBOS.launch()``)."""
+    ``DBOS.launch()``); with ``agent``, the agent's workflow too."""
     DBOS(
         config={
             "name": APP,
@@ -43,6 +46,15 @@ def configure(
         backend=backend, scope=SCOPE, record=record, env=secrets, poll_seconds=0.2, **options
     )
     _steps[:] = [steps]
+    if agent:
+        _register_agent(steps)
+    return steps
+
+
+def _register_agent(steps: SandboxSteps) -> None:
+    """The pydantic-ai durable agent's workflow, its tools ``steps``'."""
+    from tests import engine_agents
+
     engine_agents.TOOLSETS[:] = [steps.toolset]
     agent = engine_agents.dbos_agent()
 
@@ -51,8 +63,6 @@ def configure(
         """A pydantic-ai durable agent's run (``tests/engine_agents.py``)."""
         result = await agent.run(command)
         return result.output
-
-    return steps
 
 
 def listen() -> None:

@@ -14,9 +14,9 @@ recorded it, the record's ``note``), or freeze there (``ENGINE_FREEZE=
 remember``: SIGSTOP itself once, for a zombie the test wakes later). Each
 answer the record is told is appended to LOG as a JSON line (flushed at
 once): what a call of this worker answered, even one the engine dropped.
-``ENGINE_AGENT=1`` adds the activities of the pydantic-ai durable agent
-of ``tests/engine_agents.py``. ``ENGINE_SECRET`` is a worker-side secret
-joined to every command's env.
+``ENGINE_AGENT=1`` adds the activities (the workflow, for DBOS) of the
+pydantic-ai durable agent of ``tests/engine_agents.py``. ``ENGINE_SECRET``
+is a worker-side secret joined to every command's env.
 A DBOS executor given RECOVER_IDs first recovers those executors'
 pending workflows (what DBOS Conductor does for an executor that died).
 """
@@ -183,7 +183,14 @@ def dbos(database_url: str, executor_id: str, record_spec: str, log: str, *recov
     from tests import engine_dbos_app
 
     record = DyingRecord(open_record(record_spec), log)
-    engine_dbos_app.configure(database_url, executor_id, _backend(), record, _secrets())
+    engine_dbos_app.configure(
+        database_url,
+        executor_id,
+        _backend(),
+        record,
+        _secrets(),
+        agent=bool(os.environ.get("ENGINE_AGENT")),
+    )
     DBOS.launch()
     engine_dbos_app.listen()
     if recover:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import queue
 import random
 import signal
 import threading
@@ -78,8 +79,30 @@ class App:
         self.client.destroy()
 
 
+def _wait(handle: Any, seconds: float = 150) -> Any:
+    """The workflow's result, or an ``AssertionError`` after ``seconds``
+    (DBOS's ``get_result`` waits without end: a workflow that never ends
+    would hold the test's worker until the run's own timeout)."""
+    found: queue.Queue[tuple[bool, Any]] = queue.Queue()
+
+    def read() -> None:
+        try:
+            found.put((True, handle.get_result(polling_interval_sec=0.2)))
+        except BaseException as exc:  # handed to the test's thread
+            found.put((False, exc))
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        ok, value = found.get(timeout=seconds)
+    except queue.Empty:
+        raise AssertionError(f"workflow {handle.workflow_id} not done after {seconds} s") from None
+    if not ok:
+        raise value
+    return value
+
+
 def _result(handle: Any, seconds: float = 150) -> list[dict[str, Any]]:
-    return [json.loads(text) for text in handle.get_result(polling_interval_sec=0.2)]
+    return [json.loads(text) for text in _wait(handle, seconds)]
 
 
 @pytest.mark.long
@@ -190,7 +213,7 @@ def test_c10_dbos_zombie_executor_loses_to_the_one_that_recovered_its_workflow(
         # A fork of the recovered workflow shares its sandbox, where fence 2
         # was seen: its own first execution must not start below it.
         fork = app.client.fork_workflow(prefix, 1)
-        (forked,) = [json.loads(text) for text in fork.get_result(polling_interval_sec=0.2)]
+        (forked,) = _result(fork)
     finally:
         app.close()
     assert answer["status"] == "ok", answer
@@ -216,7 +239,7 @@ def test_c2_pydantic_ai_dbos_agent_tool_call_launches_once_across_a_killed_execu
     workflow, and the model's tool call id), so it reconciles the first
     launch: one launch, answered ``ok``."""
     prefix = f"dpa-{uuid.uuid4().hex[:8]}"
-    app = App(server, postgres, tmp_path)
+    app = App(server, postgres, tmp_path, ENGINE_AGENT="1")
     try:
         app.workers.spawn()
         app.workers.wait_ready(0)
@@ -227,7 +250,7 @@ def test_c2_pydantic_ai_dbos_agent_tool_call_launches_once_across_a_killed_execu
             time.sleep(0.1)
         app.workers.kill(0)
         app.workers.replace_dead()  # exec-1, which recovers exec-0's workflows
-        answer = json.loads(handle.get_result(polling_interval_sec=0.2))
+        answer = json.loads(_wait(handle))
     finally:
         app.close()
     assert answer["status"] == "ok", answer
@@ -252,7 +275,7 @@ def test_c2_dbos_fork_reruns_from_its_step_in_the_same_sandbox(
             app.enqueue(prefix, [server.mark(f"{prefix}.a"), server.mark(f"{prefix}.b")])
         )
         fork = app.client.fork_workflow(prefix, 2)
-        forked = [json.loads(text) for text in fork.get_result(polling_interval_sec=0.2)]
+        forked = _result(fork)
     finally:
         app.close()
     truth = server.truth()

@@ -18,15 +18,16 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -59,18 +60,44 @@ def server() -> Iterator[LocalE2B]:
         yield running
 
 
-async def _dev_server() -> WorkflowEnvironment:
-    return await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary("temporal"), ip="127.0.0.1"
+@pytest.fixture(scope="module")
+def dev_server() -> Iterator[str]:
+    """The address of one dev server for the module's tests (each test
+    keeps to workflow ids and task queues of its own): its start is paid
+    once per test process, not once per test."""
+    loop = asyncio.new_event_loop()
+    env = loop.run_until_complete(
+        WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary("temporal"), ip="127.0.0.1"
+        )
     )
+    try:
+        yield env.client.service_client.config.target_host
+    finally:
+        loop.run_until_complete(env.shutdown())
+        loop.close()
+
+
+@attrs.frozen
+class _Env:
+    """A client of the module's dev server, and its address."""
+
+    client: Client
+    address: str
+
+
+@contextlib.asynccontextmanager
+async def _dev_server(address: str) -> AsyncIterator[_Env]:
+    """A client of the dev server, connected in the test's own event loop."""
+    yield _Env(await Client.connect(address), address)
 
 
 def _run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
 
-def _address(env: WorkflowEnvironment) -> str:
-    return env.client.service_client.config.target_host
+def _address(env: _Env) -> str:
+    return env.address
 
 
 def _answers(texts: list[str]) -> list[dict[str, Any]]:
@@ -101,7 +128,7 @@ async def _history_bytes(handle: WorkflowHandle[Any, Any]) -> bytes:
 
 @pytest.mark.long
 def test_c2_temporal_workers_killed_at_random_launch_each_call_once(
-    server: LocalE2B, postgres: PostgresServer, tmp_path: Path
+    server: LocalE2B, postgres: PostgresServer, dev_server: str, tmp_path: Path
 ) -> None:
     """C2, C6, C17 under Temporal: two activity worker processes run the
     calls of 3 workflows of 3 calls (the workflows run on a worker of the
@@ -123,7 +150,7 @@ def test_c2_temporal_workers_killed_at_random_launch_each_call_once(
         return f"{server.mark(mark)}; echo secret=$ENGINE_SECRET; sleep 0.6"
 
     async def scenario() -> Figures:
-        async with await _dev_server() as env, contextlib.AsyncExitStack() as stack:
+        async with _dev_server(dev_server) as env, contextlib.AsyncExitStack() as stack:
             address = _address(env)
             workers = Workers(
                 server,
@@ -198,7 +225,7 @@ def test_c2_temporal_workers_killed_at_random_launch_each_call_once(
 
 @pytest.mark.long
 def test_c9_temporal_zombie_attempt_loses_its_authority_before_it_sends_anything(
-    server: LocalE2B, postgres: PostgresServer, tmp_path: Path
+    server: LocalE2B, postgres: PostgresServer, dev_server: str, tmp_path: Path
 ) -> None:
     """C9, C2: a worker (one activity slot, so no other poll open) freezes
     just before its start leaves (SIGSTOP, as a machine that stalled);
@@ -214,7 +241,7 @@ def test_c9_temporal_zombie_attempt_loses_its_authority_before_it_sends_anything
     record = postgres.url(postgres.fresh_database())
 
     async def scenario() -> tuple[list[str], list[dict[str, Any]]]:
-        async with await _dev_server() as env, _workflow_worker(env, queue):
+        async with _dev_server(dev_server) as env, _workflow_worker(env, queue):
             address = _address(env)
             workers = Workers(
                 server,
@@ -271,7 +298,7 @@ async def _until(
         await asyncio.sleep(0.1)
 
 
-def _workflow_worker(env: WorkflowEnvironment, queue: str) -> Worker:
+def _workflow_worker(env: _Env, queue: str) -> Worker:
     """The test's own workflow worker (no activities) on ``queue``."""
     return Worker(env.client, task_queue=queue, workflows=engine_workflows.WORKFLOWS)
 
@@ -281,7 +308,7 @@ def _workflow_worker(env: WorkflowEnvironment, queue: str) -> Worker:
 
 @pytest.mark.long
 def test_c2_pydantic_ai_temporal_agent_tool_call_launches_once_across_a_killed_worker(
-    server: LocalE2B, postgres: PostgresServer, tmp_path: Path
+    server: LocalE2B, postgres: PostgresServer, dev_server: str, tmp_path: Path
 ) -> None:
     """C2 for pydantic-ai's durable agent on Temporal (``TemporalDurability``,
     sandrail's adapter inside a ``DynamicToolset``): every worker is
@@ -297,7 +324,7 @@ def test_c2_pydantic_ai_temporal_agent_tool_call_launches_once_across_a_killed_w
     record = postgres.url(postgres.fresh_database())
 
     async def scenario() -> tuple[dict[str, Any], dict[int, int], int]:
-        async with await _dev_server() as env:
+        async with _dev_server(dev_server) as env:
             address = _address(env)
             client = await Client.connect(address, plugins=[PydanticAIPlugin()])
             workers = Workers(
@@ -341,7 +368,7 @@ def test_c2_pydantic_ai_temporal_agent_tool_call_launches_once_across_a_killed_w
 # -- reset and continue-as-new: new runs, new keys ---------------------------------
 
 
-def _in_process(env: WorkflowEnvironment, backend: Any, queue: str, **options: Any) -> Worker:
+def _in_process(env: _Env, backend: Any, queue: str, **options: Any) -> Worker:
     sandbox = sandrail_temporal.SandboxActivities(
         backend=backend, scope={"tenant": "engine-tests"}, **options
     )
@@ -354,7 +381,7 @@ def _in_process(env: WorkflowEnvironment, backend: Any, queue: str, **options: A
 
 
 def test_c2_temporal_reset_reruns_the_calls_after_its_point_and_continue_as_new_makes_new_keys(
-    server: LocalE2B, tmp_path: Path
+    server: LocalE2B, dev_server: str, tmp_path: Path
 ) -> None:
     """A reset starts a new run (new run id): the call replayed from history
     before the reset point never runs again; the call after it runs again,
@@ -365,7 +392,7 @@ def test_c2_temporal_reset_reruns_the_calls_after_its_point_and_continue_as_new_
     queue = f"q-{prefix}"
 
     async def scenario() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-        async with await _dev_server() as env, E2BBackend(**server.sdk_options) as backend:
+        async with _dev_server(dev_server) as env, E2BBackend(**server.sdk_options) as backend:
             record = SQLiteRecord(tmp_path / "owned.sqlite")
             async with _in_process(env, backend, queue, record=record):
                 handle = await env.client.start_workflow(
@@ -455,7 +482,9 @@ class _Paced:
         return outcome
 
 
-def test_c10_temporal_parallel_activities_with_retries_get_no_spurious_refusal() -> None:
+def test_c10_temporal_parallel_activities_with_retries_get_no_spurious_refusal(
+    dev_server: str,
+) -> None:
     """C10, C2: eight activities of one workflow at once; two lose their
     start's answer (``uncertain``: Temporal retries them a second later,
     each retry reconciling), three reach the sandbox only after those
@@ -468,7 +497,7 @@ def test_c10_temporal_parallel_activities_with_retries_get_no_spurious_refusal()
 
     async def scenario() -> tuple[list[dict[str, Any]], dict[int, int]]:
         async with (
-            await _dev_server() as env,
+            _dev_server(dev_server) as env,
             _in_process(env, _Paced(simulator), "parallel"),
         ):
             handle = await env.client.start_workflow(
@@ -491,7 +520,7 @@ def test_c10_temporal_parallel_activities_with_retries_get_no_spurious_refusal()
 # -- answers: refusals, uncertain, cancellation -------------------------------------
 
 
-def _one_call_worker(env: WorkflowEnvironment, sandbox: Any, queue: str) -> Worker:
+def _one_call_worker(env: _Env, sandbox: Any, queue: str) -> Worker:
     return Worker(
         env.client,
         task_queue=queue,
@@ -500,9 +529,9 @@ def _one_call_worker(env: WorkflowEnvironment, sandbox: Any, queue: str) -> Work
     )
 
 
-def test_temporal_refusal_is_a_non_retryable_failure_and_uncertain_is_retried_within_bound() -> (
-    None
-):
+def test_temporal_refusal_is_a_non_retryable_failure_and_uncertain_is_retried_within_bound(
+    dev_server: str,
+) -> None:
     """A refusal (``policy_denied``) with ``refusals="raise"`` fails the
     activity with a non-retryable ``ApplicationError`` of that type after
     one attempt (its detail the answer's JSON); an ``uncertain`` answer is
@@ -519,7 +548,7 @@ def test_temporal_refusal_is_a_non_retryable_failure_and_uncertain_is_retried_wi
         return sandrail.ALLOW
 
     async def scenario() -> tuple[BaseException, dict[str, Any], dict[int, int], dict[int, int]]:
-        async with await _dev_server() as env:
+        async with _dev_server(dev_server) as env:
             sandbox = sandrail_temporal.SandboxActivities(
                 backend=simulator,
                 scope={"tenant": "engine-tests"},
@@ -563,7 +592,9 @@ def test_temporal_refusal_is_a_non_retryable_failure_and_uncertain_is_retried_wi
     assert sum(simulator.launches.values()) == 1  # C2: never a second launch
 
 
-def test_c8_temporal_bad_call_id_or_arguments_are_one_refusal_never_retried() -> None:
+def test_c8_temporal_bad_call_id_or_arguments_are_one_refusal_never_retried(
+    dev_server: str,
+) -> None:
     """A blank or NUL-holding call id and arguments that are not an object
     are the call's bad input: one attempt, answered (``refusals="return"``)
     with the toolset's refusal, nothing launched; never a ``ValueError``
@@ -577,7 +608,7 @@ def test_c8_temporal_bad_call_id_or_arguments_are_one_refusal_never_retried() ->
     ]
 
     async def scenario() -> list[tuple[dict[str, Any], dict[int, int]]]:
-        async with await _dev_server() as env:
+        async with _dev_server(dev_server) as env:
             sandbox = sandrail_temporal.SandboxActivities(
                 backend=simulator, scope={"tenant": "engine-tests"}
             )
@@ -609,7 +640,9 @@ def test_c8_temporal_bad_call_id_or_arguments_are_one_refusal_never_retried() ->
     assert sum(simulator.launches.values()) == 0
 
 
-def test_c11_temporal_cancelled_workflow_cancels_the_running_call(server: LocalE2B) -> None:
+def test_c11_temporal_cancelled_workflow_cancels_the_running_call(
+    server: LocalE2B, dev_server: str
+) -> None:
     """C11 under Temporal: cancelling the workflow while its command runs
     reaches the activity at its next heartbeat; the call is aborted at once
     and ends ``uncertain`` (the command was started), never a lost launch:
@@ -617,7 +650,7 @@ def test_c11_temporal_cancelled_workflow_cancels_the_running_call(server: LocalE
     prefix = f"cnl-{uuid.uuid4().hex[:8]}"
 
     async def scenario() -> tuple[BaseException, float]:
-        async with await _dev_server() as env, E2BBackend(**server.sdk_options) as backend:
+        async with _dev_server(dev_server) as env, E2BBackend(**server.sdk_options) as backend:
             sandbox = sandrail_temporal.SandboxActivities(
                 backend=backend, scope={"tenant": "engine-tests"}
             )
@@ -664,13 +697,15 @@ def test_temporal_activities_refuse_bad_options_at_once() -> None:
         sandrail_temporal.SandboxActivities(backend=sim, scope={}, max_output_bytes=300)
 
 
-def test_c1_temporal_operation_key_is_the_workflow_run_and_activity_or_the_call_id() -> None:
+def test_c1_temporal_operation_key_is_the_workflow_run_and_activity_or_the_call_id(
+    dev_server: str,
+) -> None:
     """The key comes from the engine's identity: workflow id, run id and
     activity id, or the model's call id in place of the activity id."""
 
     async def scenario() -> list[list[str]]:
         async with (
-            await _dev_server() as env,
+            _dev_server(dev_server) as env,
             Worker(
                 env.client,
                 task_queue="keys",
