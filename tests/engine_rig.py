@@ -4,6 +4,8 @@ reports (calls, kills, launches per call, the decisive share)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import os
@@ -39,7 +41,9 @@ def temporal_binary(name: str) -> str:
 
 
 def dump_database(postgres: PostgresServer, database: str) -> str:
-    """Every row of every table of ``database`` (the engine's and sandrail's)."""
+    """Every row of every table of ``database`` (the engine's and sandrail's),
+    with every value that is base64 also decoded: DBOS keeps workflow inputs
+    and step outputs as base64 of a pickle, whose strings only show decoded."""
     tables = postgres.sql(
         "SELECT table_schema, table_name FROM information_schema.tables "
         "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')",
@@ -47,9 +51,23 @@ def dump_database(postgres: PostgresServer, database: str) -> str:
     )
     text = []
     for schema, table in tables:
-        rows = postgres.sql(f'SELECT t::text FROM "{schema}"."{table}" t', database)
-        text.extend(str(row[0]) for row in rows)
+        rows = postgres.sql(f'SELECT to_jsonb(t)::text FROM "{schema}"."{table}" t', database)
+        for (row,) in rows:
+            text.append(str(row))
+            for value in json.loads(row).values():
+                text.extend(_decoded(value))
     return "\n".join(text)
+
+
+def _decoded(value: object) -> list[str]:
+    """``value`` decoded from base64, as text (bytes as Latin-1), when it is."""
+    if not isinstance(value, str) or len(value) < 8 or len(value) % 4:
+        return []
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return []
+    return [raw.decode("latin-1"), raw.decode("utf-8", "replace")]
 
 
 class Workers:

@@ -25,15 +25,17 @@ What DBOS re-runs, and what stays stable (see ``docs/explanation/engines.md``):
 - **The session**, so the sandbox, is ``dbos:{workflow id}`` of the
   workflow a chain of forks began with (:func:`session_id`): a recovered
   workflow and its forks find the sandbox its earlier steps used.
-- **The execution fence** (C10) is the workflow's dispatch count
-  (``recovery_attempts``: 1 for its first execution, one more each time it
-  is recovered), read when a call starts, plus the counts of the workflows
-  its chain of forks came from (a fork shares their sandbox, so it never
-  starts below a fence they left there). Every call of one execution
-  shares it, and a newer execution of the workflow carries a higher one, so
-  a zombie (an executor still running a workflow another one recovered) is
-  refused inside the sandbox once the new execution launched, and loses
-  its authority (C9) as soon as it sees the count grow.
+- **The execution fence** (C10) is the same for every call (1). The
+  sandbox keeps one highest fence for all the calls of its session, and a
+  workflow shares its sandbox with its forks, which run beside it (a fork
+  made while its origin runs, sibling forks, a recovered relative): a fence
+  that grew for one of them would refuse the others' current executions.
+  A **zombie** (an executor still running a workflow another one
+  recovered) runs the same keys as the newer execution, so the sandbox's
+  claim of each lets only one of them launch (C2); and it loses its
+  authority (C9) before it sends anything once DBOS counts the newer
+  dispatch: each check reads the workflow's status afresh, and a watch
+  aborts a running call. See ``docs/explanation/engines.md``.
 - **Cancellation.** DBOS cancels at step boundaries and does not interrupt
   a running step, so while a call runs its workflow's status is read every
   ``poll_seconds``: a cancelled workflow (or a newer execution) aborts the
@@ -43,7 +45,7 @@ What DBOS re-runs, and what stays stable (see ``docs/explanation/engines.md``):
   step's own retries) while fewer than ``reconcile_attempts`` attempts were
   made: the next attempt, same key, reconciles it; on the last one it is
   returned (or raised, below): never retried without bound. A refusal
-  (``error``: policy, arguments, conflict, a stale fence;
+  (``error``: policy, arguments, conflict;
   ``approval_required``) is never retried. ``refusals="return"`` (the
   default: an agent's tool) returns every answer's JSON;
   ``refusals="raise"`` raises :class:`SandrailRefusal` (not retried:
@@ -94,6 +96,8 @@ __all__ = [
 
 _DEFAULT_RECONCILE_ATTEMPTS: Final = 3
 _MAX_FORK_DEPTH: Final = 64
+_FENCE: Final = 1
+"""Every call's execution fence: one for all (see the module doc)."""
 
 
 class NotInStepError(RuntimeError):
@@ -155,37 +159,44 @@ class _Execution:
     """What one call learns of its workflow's execution when it starts, and
     a watch of the workflow's status while the call runs."""
 
-    def __init__(
-        self, workflow_id: str, root: str, parent: str | None, dispatched: int, before: int
-    ) -> None:
+    def __init__(self, workflow_id: str, root: str, parent: str | None, dispatched: int) -> None:
         self.workflow_id = workflow_id
         self.root = root
         self.parent = parent
         self.dispatched = dispatched
-        self.fence = before + dispatched
         self.cancel = CancelToken()
         self.superseded = False
         self._stop = threading.Event()
 
     @classmethod
     def read(cls, workflow_id: str) -> _Execution:
-        """The execution as DBOS has it now. Its fence is its dispatch count
-        plus the counts of the workflows its chain of forks came from: a fork
-        shares their sandbox, so it never starts below a fence they left
-        there."""
+        """The execution as DBOS has it now: its dispatch count, and the
+        workflow its chain of forks began with (whose sandbox it shares)."""
         status = _status(workflow_id)
         if status is None:
             raise NotInStepError(f"DBOS has no status for workflow {workflow_id!r}")
-        root, origin, before = workflow_id, status.forked_from, 0
+        root, origin = workflow_id, status.forked_from
         for _ in range(_MAX_FORK_DEPTH):
             if not origin:
                 break
             root = origin
             earlier = _status(origin)
             origin = earlier.forked_from if earlier is not None else None
-            before += max(1, earlier.recovery_attempts or 1) if earlier is not None else 1
         dispatched = max(1, status.recovery_attempts or 1)
-        return cls(workflow_id, root, status.parent_workflow_id, dispatched, before)
+        return cls(workflow_id, root, status.parent_workflow_id, dispatched)
+
+    def holds(self) -> bool:
+        """Whether this is still the workflow's newest execution, as DBOS has
+        it now (read afresh: a zombie must not wait for the watch to see it).
+        A database that cannot be read leaves the answer to the watch."""
+        if not self.superseded:
+            try:
+                status = _status(self.workflow_id)
+            except Exception:
+                return True
+            if status is not None and (status.recovery_attempts or 1) > self.dispatched:
+                self.superseded = True
+        return not self.superseded
 
     def watch(self, poll_seconds: float) -> None:
         """Read the workflow's status every ``poll_seconds`` until
@@ -234,7 +245,7 @@ def _holds() -> bool:
     (a call of a step of your own, made through :meth:`SandboxSteps.toolset`,
     has no watch: only its toolset's own checks apply)."""
     execution = _current.get()
-    return execution is None or not execution.superseded
+    return execution is None or execution.holds()
 
 
 class SandboxSteps:
@@ -359,7 +370,7 @@ class SandboxSteps:
             build_id=self._build_id,
             task_chain_id=execution.root,
             parent_run_id=execution.parent,
-            execution_fence=execution.fence,
+            execution_fence=_FENCE,
         )
 
     def _begin(
