@@ -215,7 +215,7 @@ class Redactions:
         if not prepared.searched():
             first = bisect.bisect_left(prepared.minus_lengths, -len(data))
             if len(prepared.encoded) - first <= _FIND_AT_MOST:
-                return _found(data, prepared.encoded[first:])
+                return _outside_markers(data, _found(data, prepared.encoded[first:]))
         native = prepared.native()
         spans = None
         # Past its budget (output made of the anchors' bytes), the pure
@@ -225,7 +225,7 @@ class Redactions:
                 spans = native.occurrences(data)
         if spans is None:
             spans = self._search().occurrences(data)
-        return _merged(spans)
+        return _outside_markers(data, _merged(spans))
 
     def pending_prefix(self, data: bytes, low: int) -> int | None:
         """The earliest position ``p >= low`` where ``data[p:]`` is a proper
@@ -252,6 +252,25 @@ class Redactions:
             cursor = end
         parts.append(data[cursor:])
         return b"".join(parts)
+
+
+def _outside_markers(data: bytes, intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``intervals`` but those that lie within a :data:`REDACTED` marker of
+    ``data``: a value that is part of the marker (``redacted``) never masks
+    a marker again, so masking text twice gives what masking it once gives,
+    whatever the values (what is shown is never a function of them)."""
+    if not intervals or _REDACTED_BYTES not in data:
+        return intervals
+    markers = []
+    at = data.find(_REDACTED_BYTES)
+    while at != -1:
+        markers.append((at, at + len(_REDACTED_BYTES)))
+        at = data.find(_REDACTED_BYTES, at + 1)
+    return [
+        (start, end)
+        for start, end in intervals
+        if not any(low <= start and end <= high for low, high in markers)
+    ]
 
 
 def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -507,3 +507,35 @@ def test_c12_c17_ends_that_met_across_a_masked_value_are_the_whole_stream() -> N
     content = _over_budget("ab" * 30000 + "\n", {"V": "abababab"})
     assert content["stdout"] == REDACTED + "\n"
     assert "output_budget" not in content
+
+
+_IN_THE_MARKER = st.sampled_from(["redacted", "<redacte", "edacted>", "<redacted>", "<redacted"])
+
+
+@given(
+    st.lists(_IN_THE_MARKER | st.text(alphabet="ab", min_size=8, max_size=10), min_size=1),
+    st.lists(
+        st.sampled_from(["a", "b ", REDACTED, "redacted", "<redacte", "d>", "<"]), max_size=10
+    ),
+)
+def test_c17_masked_text_masked_again_is_unchanged_whatever_the_values(
+    values: list[str], pieces: list[str]
+) -> None:
+    """A value that is part of the marker never masks a marker: text masked
+    once and masked again reads the same, so what a result shows of a value
+    (the marker) never depends on it, even where output is masked twice."""
+    redactions = Redactions(values)
+    text = "".join(pieces) + " " + " ".join(values)
+    once = mask_text(text, redactions)
+    assert mask_text(once, redactions) == once
+    for value in values:
+        if value not in REDACTED:
+            assert value not in once
+
+
+def test_c17_a_value_inside_the_marker_shows_as_the_marker_alone() -> None:
+    for value in ("redacted", "<redacte", "edacted>"):
+        redactions = Redactions([value])
+        once = mask_text(f"with {value}\n", redactions)
+        assert once == f"with {REDACTED}\n"
+        assert mask_text(once, redactions) == once
