@@ -447,3 +447,29 @@ def test_c2_the_judge_passes_a_retry_under_the_same_key_and_a_new_call_once_sett
         assert _harness(port, {"command": "echo hi"}, ["k2"]) == ["ok"]
         # Other arguments under a new key are another call too.
         world.assert_contract()
+
+
+@pytest.mark.parametrize(
+    ("first", "retry"),
+    [
+        ({"command": "echo hi"}, {"command": "echo hi", "timeout": 300}),
+        ({"command": "echo hi"}, {"command": "echo hi", "timeout": 600}),  # capped to 300
+        (
+            {"command": "echo hi", "background": True},
+            {"command": "echo hi", "background": True, "background_timeout": 300},
+        ),
+    ],
+)
+def test_a_port_harness_that_retries_under_a_new_key_spelling_a_default_is_caught(
+    first: dict[str, Any], retry: dict[str, Any]
+) -> None:
+    """The retry spells out the deadline the port sets anyway: the same call
+    to the port, so a new key for it is the harness's mistake, named as such
+    (the judge reads calls as the port does, its deadline included)."""
+    with World.simulated(LOST_START) as world:
+        port = world.command_tools()
+        assert world.call(port, "run_command", first, key="run:c1").status == "uncertain"
+        world.call(port, "run_command", retry, key="run:c1:retry-1")
+        assert world.launched_commands()["echo hi"] == 2
+        with pytest.raises(ContractViolationError, match="harness"):
+            world.assert_contract()

@@ -129,6 +129,11 @@ class CallRecord:
     concurrent: bool = False
     launched_before: int = 0
     """Launch tools: how many times the task had launched when the call began."""
+    one_call: str | None = None
+    """Launch tools: the digest of the call as one call to its port
+    (:func:`~sandrail.core.same_call`: its defaults and its deadline as the
+    port sets them), so two spellings of one launch are one; ``None`` for
+    arguments without one."""
     effects: list[tuple[SandboxEffect, object]] = attrs.Factory(list)
     faults: list[Fault] = attrs.Factory(list)
     launched: Counter[str] = attrs.Factory(Counter)

@@ -607,6 +607,8 @@ def _launch_of(record: CallRecord) -> str | None:
     (or arguments with no digest)."""
     if record.tool not in LAUNCH_TOOLS:
         return None
+    if record.one_call is not None:
+        return record.one_call  # as the port reads it: a spelled-out default is the same call
     try:
         return launch_digest(record.tool, record.request.call.arguments)
     except Exception:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import hashlib
 import os
 import threading
 import weakref
@@ -38,6 +39,7 @@ from sandrail.core import (
     NativeIdentity,
     NativeOwner,
     OwnedCommand,
+    PortSettings,
     SandboxEffect,
     SandboxReady,
     Start,
@@ -46,6 +48,7 @@ from sandrail.core import (
     ToolKind,
     launch_digest,
     plain_arguments,
+    same_call,
 )
 from sandrail.interpreters._cancel import EitherSignal
 from sandrail.interpreters._drivers import is_asynchronous
@@ -558,6 +561,7 @@ class World:
             oversized=oversized,
             concurrent=concurrent,
             launched_before=0 if task is None else self.truth.launches.get(task, 0),
+            one_call=_one_call(tool, arguments, settings) if kind is ToolKind.LAUNCHES else None,
         )
         self.calls.append(record)
         return record
@@ -859,3 +863,12 @@ def _plan(plan: FaultPlan | Sequence[Fault] | None) -> FaultPlan:
     if isinstance(plan, FaultPlan):
         return plan
     return FaultPlan(tuple(plan))
+
+
+def _one_call(tool: str, arguments: Mapping[str, Any], settings: PortSettings) -> str | None:
+    """The digest of a launch as one call to a port with ``settings``."""
+    try:
+        text = same_call(tool, arguments, settings)
+    except Exception:
+        return None
+    return None if text is None else hashlib.sha256(text).hexdigest()
