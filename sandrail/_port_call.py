@@ -633,8 +633,13 @@ class PortCall:
             verdict = False
         if verdict is not True and inspect.isawaitable(verdict):
             # assert_authority must be synchronous and fast; a coroutine proves nothing.
+            logger.warning("assert_authority returned %s: %s", _what(verdict), _NO_VERDICT)
             _discard(verdict)
             verdict = False
+        elif verdict is not True and verdict is not False:
+            # A harness bug (None, "yes", 1), not a lost lease: counted as
+            # False all the same, and said, since every call then stops.
+            logger.warning("assert_authority returned %s: %s", _what(verdict), _NO_VERDICT)
         cancel = request.cancel
         if cancel is None:
             aborted = False
@@ -720,6 +725,11 @@ def _what(value: object) -> str:
         return f"an awaitable ({type(value).__qualname__})"
     return f"a {type(value).__qualname__}"
 
+
+_NO_VERDICT: Final = (
+    "it must return True (the caller still holds its authority) or False; counted as "
+    "False, so the call stops where it stands"
+)
 
 _ASYNC_POLICY: Final = (
     "authorize is asynchronous (it returned an awaitable), and a synchronous call "

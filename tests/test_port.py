@@ -1073,6 +1073,29 @@ def test_c8_a_policy_that_returns_no_decision_is_a_harness_failure_named_in_the_
     assert "sandrail.ALLOW, sandrail.ApprovalRequired(" in warning.getMessage()
 
 
+@pytest.mark.parametrize(
+    ("returned", "named"),
+    [(None, "returned None"), ("yes", "returned the string 'yes'"), (1, "returned a int")],
+)
+def test_c9_an_authority_check_that_returns_no_answer_stops_the_call_and_says_so(
+    returned: object, named: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``assert_authority`` returning ``None``, ``"yes"`` or ``1`` is counted
+    as ``False`` (fail closed: nothing runs), and a warning names what it
+    returned and what it must return, so the harness's bug is not read as
+    a lost lease."""
+    rig = Rig(assert_authority=lambda request: returned)
+    with caplog.at_level(logging.WARNING, logger="sandrail"):
+        result = rig.run("run_command", {"command": "echo hi"})
+    assert result.content["executed"] is False
+    assert result.content["error_type"] == "e2b_command_authority_unproven"
+    assert rig.sim.launches == {}
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings
+    assert all(f"assert_authority {named}" in w for w in warnings)
+    assert "it must return True" in warnings[0]
+
+
 def test_c8_an_async_policy_under_call_sync_is_named_with_what_to_do_instead(
     caplog: pytest.LogCaptureFixture, recwarn: pytest.WarningsRecorder
 ) -> None:
