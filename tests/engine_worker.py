@@ -15,7 +15,9 @@ remember``: SIGSTOP itself once, for a zombie the test wakes later). Each
 answer the record is told is appended to LOG as a JSON line (flushed at
 once): what a call of this worker answered, even one the engine dropped.
 ``ENGINE_AGENT=1`` adds the activities (the workflow, for DBOS) of the
-pydantic-ai durable agent of ``tests/engine_agents.py``. ``ENGINE_SECRET``
+pydantic-ai durable agent of ``tests/engine_agents.py``; ``ENGINE_OPENAI_AGENTS=1``
+the tool activity of the OpenAI Agents SDK agent of
+``tests/engine_openai_agents.py``. ``ENGINE_SECRET``
 is a worker-side secret joined to every command's env.
 A DBOS executor given RECOVER_IDs first recovers those executors'
 pending workflows (what DBOS Conductor does for an executor that died).
@@ -155,6 +157,14 @@ def temporal(address: str, task_queue: str, record_spec: str, log: str) -> int:
 
             engine_agents.TOOLSETS[:] = [sandbox.toolset]
             plugins = [PydanticAIPlugin(), AgentPlugin(engine_agents.TEMPORAL_AGENT)]
+        activities: list[Any] = [logged]
+        if os.environ.get("ENGINE_OPENAI_AGENTS"):
+            # The OpenAI Agents SDK agent's tool activity, run by this
+            # worker's sandrail activity.
+            from tests import engine_openai_agents
+
+            engine_openai_agents.TOOL[:] = [logged]
+            activities.append(engine_openai_agents.run_command)
         client = await Client.connect(address, plugins=plugins[:1])
         slots = int(os.environ.get("ENGINE_SLOTS", "8"))
         # An activity worker only: the tests run the workflows on a worker
@@ -163,7 +173,7 @@ def temporal(address: str, task_queue: str, record_spec: str, log: str) -> int:
         worker = Worker(
             client,
             task_queue=task_queue,
-            activities=[logged],
+            activities=activities,
             max_concurrent_activities=slots,
             max_concurrent_activity_task_polls=min(slots, 2),
             plugins=plugins[1:],

@@ -195,11 +195,14 @@ def _approved(ctx: Any, name: str, call_id: str) -> bool:
     (``state.approve(item)``). An ``always_approve=True`` approval names no
     call (the SDK keeps it for the tool): it approves none here, so every
     call of the tool still meets the harness's policy. Read through the
-    SDK's per-call record; an SDK that no longer has it approves nothing
-    (the call then says ``approval_required``)."""
+    SDK's per-call record (0.24 keeps several records per tool name, 0.22
+    one); an SDK that has neither approves nothing (the call then says
+    ``approval_required``)."""
     try:
         if ctx.is_tool_approved(name, call_id) is not True:
             return False
+        if not hasattr(ctx, "_approval_records_for_key"):
+            return ctx._get_per_call_approval_status_for_key(name, call_id) is True
         records = ctx._approval_records_for_key(name, call_id=call_id)
         per_call = ctx._get_per_call_approval_status_for_record
         return any(per_call(record, call_id) is True for record in records)
