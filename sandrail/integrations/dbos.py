@@ -64,6 +64,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -98,6 +99,9 @@ _DEFAULT_RECONCILE_ATTEMPTS: Final = 3
 _MAX_FORK_DEPTH: Final = 64
 _FENCE: Final = 1
 """Every call's execution fence: one for all (see the module doc)."""
+_FRESH_SECONDS: Final = 0.05
+"""How old the last read of a workflow's status may be for an authority
+check to go by it."""
 
 
 class NotInStepError(RuntimeError):
@@ -164,6 +168,7 @@ class _Execution:
         self.root = root
         self.parent = parent
         self.dispatched = dispatched
+        self._read_at = time.monotonic()  # the read that made it
         self.cancel = CancelToken()
         self.superseded = False
         self._stop = threading.Event()
@@ -187,13 +192,18 @@ class _Execution:
 
     def holds(self) -> bool:
         """Whether this is still the workflow's newest execution, as DBOS has
-        it now (read afresh: a zombie must not wait for the watch to see it).
-        A database that cannot be read leaves the answer to the watch."""
-        if not self.superseded:
+        it now: read afresh when the last read is older than
+        :data:`_FRESH_SECONDS` (a zombie woken from a freeze reads before it
+        sends anything, without waiting for the watch; the checks of one
+        step, a moment apart, share a read). A database that cannot be read
+        leaves the answer to the watch."""
+        now = time.monotonic()
+        if not self.superseded and now - self._read_at > _FRESH_SECONDS:
             try:
                 status = _status(self.workflow_id)
             except Exception:
                 return True
+            self._read_at = now
             if status is not None and (status.recovery_attempts or 1) > self.dispatched:
                 self.superseded = True
         return not self.superseded
