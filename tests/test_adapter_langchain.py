@@ -674,3 +674,41 @@ def test_c8_sandrails_middleware_gives_an_edited_call_no_approval(edit: str) -> 
     (result,) = _results(out["messages"])
     assert (result["error_type"], result["executed"]) == ("approval_mismatch", False), result
     assert launches(tools) == 0
+
+
+@pytest.mark.parametrize("mode", ["batched", "per_call"])
+@pytest.mark.parametrize("edit", ["same_ids", "new_call_id"])
+@pytest.mark.parametrize("awaited", [False, True])
+def test_c8_sandrails_middleware_in_each_mode_gives_an_edited_call_no_approval(
+    mode: str, edit: str, awaited: bool
+) -> None:
+    """Both of the middleware's interrupt modes, invoked and awaited: an
+    answer resumed onto a call edited after the question runs nothing (it is
+    refused, or, per call, where answers go by question id, the edited call
+    is asked about afresh), and the same answer without the edit runs the
+    call once."""
+
+    def invoke(agent: Any, value: Any, config: dict[str, Any]) -> Any:
+        return asyncio.run(agent.ainvoke(value, config)) if awaited else agent.invoke(value, config)
+
+    for edited in (True, False):
+        tools = toolset()
+        agent = _gated_agent(tools, InMemorySaver(), mode)
+        config = _thread(f"modes-{mode}-{edit}-{awaited}-{edited}")
+        paused = invoke(agent, USER, config)
+        if edited:
+            _edit_asked_call(agent, config, edit, "echo EVIL")
+        out = invoke(agent, Command(resume=_decision(mode, paused, "approve")), config)
+        results = _results(out["messages"])
+        if edited and not results:
+            (asked,) = out["__interrupt__"]
+            assert "echo EVIL" in json.dumps(asked.value)
+            assert launches(tools) == 0
+            continue
+        (result,) = results
+        if edited:
+            assert (result["error_type"], result["executed"]) == ("approval_mismatch", False)
+            assert launches(tools) == 0
+        else:
+            assert result["status"] == "ok", result
+            assert launches(tools) == 1
