@@ -162,6 +162,13 @@ class CallState:
             return self.uncertain(reason)
         if failure.aborted:
             return _refuse(ErrorCode.CANCELED, "The call was aborted before anything ran.")
+        if failure.refused and failure.delivery is Delivery.NOT_SENT:
+            return _refuse(
+                ErrorCode.BACKEND_REFUSED,
+                "The sandbox provider refused the harness's request itself (its API key or "
+                "its settings); nothing ran, and repeating the call will not help. Tell the "
+                "user: the harness must fix its configuration.",
+            )
         return _refuse(
             ErrorCode.SANDBOX_UNAVAILABLE if side_effect else ErrorCode.READ_FAILED,
             "The sandbox could not be reached; nothing ran. A retry with the same "

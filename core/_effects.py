@@ -330,29 +330,39 @@ class EffectFailure(Exception):
     throws it into the program. ``delivery`` says whether the request may
     have reached the sandbox; the core alone decides what that means for the
     result (C5, C6). ``aborted`` marks a failure caused by the harness's abort
-    signal.
+    signal. ``refused`` marks a request the backend's provider refused as
+    such (its API key, say), which no retry gets past: with ``NOT_SENT`` the
+    call answers ``e2b_backend_refused`` instead of "could not be reached".
     """
 
-    def __init__(self, delivery: Delivery, detail: str, *, aborted: bool = False) -> None:
+    def __init__(
+        self, delivery: Delivery, detail: str, *, aborted: bool = False, refused: bool = False
+    ) -> None:
         super().__init__(f"{delivery.value}: {detail}")
         self.delivery = delivery
         self.detail = detail
         self.aborted = aborted
+        self.refused = refused
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, EffectFailure):
             return NotImplemented
-        return (self.delivery, self.detail, self.aborted) == (
+        return (self.delivery, self.detail, self.aborted, self.refused) == (
             other.delivery,
             other.detail,
             other.aborted,
+            other.refused,
         )
 
     def __hash__(self) -> int:
-        return hash((self.delivery, self.detail, self.aborted))
+        return hash((self.delivery, self.detail, self.aborted, self.refused))
 
     def __repr__(self) -> str:
-        return f"EffectFailure({self.delivery.value!r}, {self.detail!r}, aborted={self.aborted})"
+        refused = ", refused=True" if self.refused else ""
+        return (
+            f"EffectFailure({self.delivery.value!r}, {self.detail!r}, "
+            f"aborted={self.aborted}{refused})"
+        )
 
 
 def unexpected_failure(effect: object, exc: BaseException) -> EffectFailure:

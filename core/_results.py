@@ -79,6 +79,7 @@ class ErrorCode(StrEnum):
     SANDBOX_OUTCOME_UNKNOWN = "e2b_sandbox_outcome_unknown"
     EVIDENCE_INCOMPLETE = "e2b_command_evidence_incomplete"
     SANDBOX_UNAVAILABLE = "e2b_sandbox_unavailable"
+    BACKEND_REFUSED = "e2b_backend_refused"
     READ_FAILED = "e2b_command_read_failed"
     INTERNAL = "e2b_command_error"
 

@@ -182,24 +182,36 @@ def decode_outcome(data: Any) -> Outcome:
 
 
 def encode_failure(failure: EffectFailure) -> dict[str, Any]:
-    """An :class:`~sandrail.core.EffectFailure` as a recording keeps it."""
-    return {
+    """An :class:`~sandrail.core.EffectFailure` as a recording keeps it
+    (``refused`` only when set, so recordings of every other failure read as
+    they always did)."""
+    encoded: dict[str, Any] = {
         "delivery": failure.delivery.value,
         "detail": failure.detail,
         "aborted": failure.aborted,
     }
+    if failure.refused:
+        encoded["refused"] = True
+    return encoded
 
 
 def decode_failure(data: Any) -> EffectFailure:
     """The failure :func:`encode_failure` wrote; ``ValueError`` for anything else."""
-    if not isinstance(data, dict) or set(data) != {"delivery", "detail", "aborted"}:
-        raise ValueError("a failure needs exactly: delivery, detail, aborted")
+    if not isinstance(data, dict) or not (
+        {"delivery", "detail", "aborted"}
+        <= set(data)
+        <= {"delivery", "detail", "aborted", "refused"}
+    ):
+        raise ValueError("a failure needs exactly: delivery, detail, aborted (and refused, if set)")
     delivery, detail, aborted = data["delivery"], data["detail"], data["aborted"]
+    refused = data.get("refused", False)
     if delivery not in {d.value for d in Delivery}:
         raise ValueError(f"unknown delivery {delivery!r}")
     if not isinstance(detail, str) or not isinstance(aborted, bool):
         raise ValueError("failure detail must be a string and aborted a boolean")
-    return EffectFailure(Delivery(delivery), detail, aborted=aborted)
+    if refused is not True and "refused" in data:
+        raise ValueError("failure refused, when kept, must be true")
+    return EffectFailure(Delivery(delivery), detail, aborted=aborted, refused=refused)
 
 
 _SCALARS = frozenset((str, int, float, bool, type(None)))

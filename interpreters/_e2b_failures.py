@@ -89,6 +89,7 @@ __all__ = [
     "classify_failure",
     "launcher_missing",
     "launcher_refused",
+    "refused_credentials",
     "sdk_call",
     "sdk_types",
 ]
@@ -248,13 +249,23 @@ def classify_failure(exc: BaseException) -> tuple[Delivery, str]:
     return Delivery.MAYBE_SENT, "unknown"
 
 
+def refused_credentials(exc: BaseException) -> bool:
+    """Whether ``exc`` is E2B refusing the API key (``AuthenticationException``,
+    a 401): a refusal no retry gets past, unlike a 429 or a busy service."""
+    return isinstance(exc, sdk_types("e2b.AuthenticationException"))
+
+
 def _failure(exc: BaseException, what: str) -> EffectFailure:
     delivery, row = classify_failure(exc)
     # Name the exception type only: SDK messages can echo request contents.
     # The launcher's own refusals are fixed words, safe to repeat.
     if launcher_refused(exc, ()):
         row = str(getattr(exc, "stdout", "")).strip()
-    return EffectFailure(delivery, f"{what}: {row} ({type(exc).__name__})")
+    return EffectFailure(
+        delivery,
+        f"{what}: {row} ({type(exc).__name__})",
+        refused=delivery is Delivery.NOT_SENT and refused_credentials(exc),
+    )
 
 
 class _SdkCancelled(Exception):

@@ -148,6 +148,7 @@ from ._e2b_failures import (
     FailureRule,
     classify,
     classify_failure,
+    refused_credentials,
     sdk_call,
     sdk_types,
 )
@@ -514,7 +515,9 @@ class E2BBackend:
             sandbox_id = await self._find(self._metadata(*key))
         except Exception as exc:
             raise EffectFailure(
-                Delivery.NOT_SENT, f"Inspect: could not list sandboxes ({type(exc).__name__})"
+                Delivery.NOT_SENT,
+                f"Inspect: could not list sandboxes ({type(exc).__name__})",
+                refused=refused_credentials(exc),
             ) from exc
         if sandbox_id is None:
             if known is not None:
@@ -543,7 +546,9 @@ class E2BBackend:
                     )
             except Exception as exc:
                 raise EffectFailure(
-                    Delivery.NOT_SENT, f"Ensure: lookup failed ({type(exc).__name__})"
+                    Delivery.NOT_SENT,
+                    f"Ensure: lookup failed ({type(exc).__name__})",
+                    refused=refused_credentials(exc),
                 ) from exc
             created = sandbox is None
             if created:

@@ -1087,3 +1087,18 @@ def test_c5_a_command_that_never_began_is_never_launched_after_a_restart(
     # The sandbox's ledger keeps the verdict: the restarted harness hears it again.
     assert retry.content["error_type"] == "e2b_command_not_started", retry.content
     assert retry.content["executed"] is False
+
+
+def test_c5_a_rejected_api_key_is_a_refusal_no_retry_gets_past(server: LocalE2B) -> None:
+    """E2B answers 401 to a key it does not know: nothing ran, and the call
+    says the provider refused the request (``e2b_backend_refused``), never
+    "could not be reached, a retry is safe", which a retry loop would take
+    for a network blip forever."""
+    made = len(server.truth().sandboxes)
+    with E2BBackend(**{**server.sdk_options, "api_key": "e2b_" + "0" * 40}) as rejected:
+        port = port_on(rejected, new_session())
+        for key in ("op-1", "op-1", "op-2"):  # its retry, and a new call
+            answer = port.execute_sync(request(port, "run_command", key, command="echo hi"))
+            assert answer.content["error_type"] == "e2b_backend_refused", answer.content
+            assert answer.content["executed"] is False
+    assert len(server.truth().sandboxes) == made  # none was made

@@ -160,11 +160,28 @@ def test_every_outcome_round_trips_through_the_cassette_format(cls: type, data: 
     assert decode_outcome(_through_line(encode_outcome(outcome))) == outcome
 
 
-@given(delivery=st.sampled_from(Delivery), detail=st.text(), aborted=st.booleans())
-def test_failures_and_none_round_trip(delivery: Delivery, detail: str, aborted: bool) -> None:
-    failure = EffectFailure(delivery, detail, aborted=aborted)
-    assert decode_failure(_through_line(encode_failure(failure))) == failure
+@given(
+    delivery=st.sampled_from(Delivery),
+    detail=st.text(),
+    aborted=st.booleans(),
+    refused=st.booleans(),
+)
+def test_failures_and_none_round_trip(
+    delivery: Delivery, detail: str, aborted: bool, refused: bool
+) -> None:
+    failure = EffectFailure(delivery, detail, aborted=aborted, refused=refused)
+    encoded = encode_failure(failure)
+    assert decode_failure(_through_line(encoded)) == failure
+    assert ("refused" in encoded) is refused  # older recordings read as they did
     assert decode_outcome(_through_line(encode_outcome(None))) is None
+
+
+@pytest.mark.parametrize("refused", [False, "yes", None])
+def test_a_failure_refused_is_kept_only_as_true(refused: object) -> None:
+    with pytest.raises(ValueError, match="refused"):
+        decode_failure(
+            {"delivery": "not_sent", "detail": "d", "aborted": False, "refused": refused}
+        )
 
 
 def test_text_stays_readable_text() -> None:
