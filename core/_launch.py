@@ -188,9 +188,11 @@ def _claim(
     snap = call.snap
     try:
         known = yield ResolveOwned(task_id=launch.task_id, for_launch=True)
-    except EffectFailure:
-        # A record that cannot be read could hide a start: never a launch.
-        raise StoppedError(call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)) from None
+    except EffectFailure as failure:
+        # A record that cannot be read could hide a start: never a launch
+        # (and an abort that struck the read is said as such).
+        unread = ErrorCode.ABORTED if failure.aborted else ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE
+        raise StoppedError(call.uncertain(unread)) from None
     defaults = call.record.digest_defaults
     digest = call_digest(snap.tool, defaults, snap.arguments)
     # What the record may keep: the arguments as the result shows them
@@ -216,14 +218,20 @@ def _claim(
             ledger_epoch=claim.claim_epoch,
             launch_digest=recorded,
         )
-    except EffectFailure:
+    except EffectFailure as failure:
         # Not recorded: the start never leaves (still uncertain when an
-        # earlier one may have).
-        unrecorded = (
-            call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)
-            if claim.expect_claim
-            else record_unavailable()
-        )
+        # earlier one may have). An abort that struck the write is said as
+        # such: the harness cancelled, the record did not fail.
+        if failure.aborted:
+            unrecorded = (
+                call.uncertain(ErrorCode.ABORTED)
+                if claim.expect_claim
+                else _refuse(ErrorCode.CANCELED, "The call was aborted before anything ran.")
+            )
+        elif claim.expect_claim:
+            unrecorded = call.uncertain(ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE)
+        else:
+            unrecorded = record_unavailable()
         raise StoppedError(unrecorded) from None
     claim = settled_claim(claim, kept, launch.task_id, ready, match)
     if claim is None:

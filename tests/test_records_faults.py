@@ -185,7 +185,56 @@ def test_c11_a_cancel_token_answers_an_async_call_stuck_on_the_record(
     finally:
         stuck.release.set()
         stuck.close()
-    assert result.status in ("uncertain", "error"), result.content
+    # A read the abort cut short could hide an earlier start: uncertain,
+    # and said as the abort it is, not as a record that failed.
+    assert result.status == "uncertain", result.content
+    assert result.content["error_type"] == "e2b_command_aborted", result.content
+    assert rig.sim.launches == {}
+
+
+class StuckWrite(PassThrough):
+    """A record whose ``remember`` blocks its thread until ``release`` is set."""
+
+    def __init__(self, inner: OwnershipRecord) -> None:
+        super().__init__(inner)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def remember(self, request: Any, owned: OwnedCommand) -> OwnedCommand:
+        self.entered.set()
+        if not self.release.wait(LIVENESS):
+            raise RecordError("released by nobody: the event loop was blocked")
+        return self.inner.remember(request, owned)
+
+
+def test_c11_a_cancel_that_strikes_the_first_record_write_is_canceled_not_a_record_failure(
+    tmp_path: Path,
+) -> None:
+    """The cancel fires while the record keeps the claim of a first start:
+    no start has left, so the call is ``canceled`` (nothing ran), never
+    "the ownership record could not be written"."""
+    stuck = StuckWrite(SQLiteRecord(tmp_path / "owned.sqlite"))
+    rig = Rig(record=stuck)
+    token = sandrail.CancelToken()
+
+    async def main() -> sandrail.ToolResult:
+        request = rig.request("run_command", {"command": "echo once"}, cancel=token)
+        call = asyncio.ensure_future(rig.port.execute(request))
+        while not stuck.entered.is_set():
+            await asyncio.sleep(0.01)
+        token.cancel()
+        try:
+            return await asyncio.wait_for(call, LIVENESS)
+        finally:
+            stuck.release.set()
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        stuck.release.set()
+        stuck.close()
+    assert (result.status, result.content["error_type"]) == ("error", "canceled"), result.content
+    assert result.content["executed"] is False
     assert rig.sim.launches == {}
 
 
