@@ -522,6 +522,7 @@ class PortCall:
         except EffectFailure:
             raise
         except Exception as exc:
+            _say_policy_raised(effect, exc)
             raise unexpected_failure(effect, exc) from exc
 
     async def answer_harness_async(self, effect: Effect) -> Any:
@@ -544,6 +545,7 @@ class PortCall:
         except EffectFailure:
             raise
         except Exception as exc:
+            _say_policy_raised(effect, exc)
             raise unexpected_failure(effect, exc) from exc
 
     def policy_request(self) -> ToolRequest:
@@ -709,6 +711,18 @@ def _policy(decision: object) -> PolicyDecision:
     )
     logger.warning("%s", problem)
     raise EffectFailure(Delivery.NOT_SENT, problem)
+
+
+def _say_policy_raised(effect: Effect, exc: Exception) -> None:
+    """A policy that raised is the harness's failure, said in a warning of
+    the ``sandrail`` logger (the exception's type only: its message may
+    quote the call, env values and all)."""
+    if isinstance(effect, Authorize):
+        logger.warning(
+            "authorize raised %s; nothing ran (the call answers "
+            "e2b_command_harness_callback_failed)",
+            type(exc).__name__,
+        )
 
 
 def _what(value: object) -> str:

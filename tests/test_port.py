@@ -822,6 +822,25 @@ def test_a_callback_that_raises_becomes_a_result() -> None:
     assert_error_nothing_ran(rig.run("run_command", {"command": "x"}), ErrorCode.AUTHORITY_UNPROVEN)
 
 
+def test_c8_a_policy_that_raises_is_said_in_a_warning_without_its_message(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The harness's policy raising is its failure (nothing runs), and the
+    log says so, naming the exception's type but not its message, which may
+    quote the call."""
+
+    def boom(request: sandrail.ToolRequest) -> sandrail.Allow:
+        raise RuntimeError(f"policy service down for {request.call.arguments}")
+
+    rig = Rig(authorize=boom)
+    with caplog.at_level(logging.WARNING, logger="sandrail"):
+        result = rig.run("run_command", {"command": "echo tok_1234567890"})
+    assert_error_nothing_ran(result, ErrorCode.HARNESS_CALLBACK_FAILED)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "authorize raised RuntimeError; nothing ran" in warning
+    assert "tok_1234567890" not in warning
+
+
 def test_an_interpreter_bug_after_dispatch_is_uncertain_not_an_exception() -> None:
     sim = Simulator()
 
