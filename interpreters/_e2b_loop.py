@@ -21,8 +21,12 @@ when that wait is cancelled the stream turns the ``CancelledError`` into
 was never retrieved" and a traceback on standard error, for a cancellation
 this backend made itself. The loop is the backend's own,
 so its exception handler is too: an error that only stands for a
-cancellation (a ``CancelledError`` in its cause chain) is no error; anything
-else is reported as asyncio reports it.
+cancellation (a ``CancelledError`` in its cause chain) is no error; nor is
+one that only stands for a stream closed under it (a ``GeneratorExit`` in
+its chain: the loop's shutdown closing an SDK stream generator, whose
+transport then raises ``ConnectError("generator didn't stop after
+athrow()")``, as a signal's exit showed); anything else is reported as
+asyncio reports it.
 """
 
 from __future__ import annotations
@@ -148,10 +152,11 @@ def _quiet_cancellations(loop: asyncio.AbstractEventLoop, context: dict[str, Any
 
 
 def _from_cancellation(error: object) -> bool:
-    """Whether ``error`` is, or was caused by, an ``asyncio.CancelledError``."""
+    """Whether ``error`` is, or was caused by, an ``asyncio.CancelledError``
+    or a ``GeneratorExit`` (a generator closed under it)."""
     seen: set[int] = set()
     while isinstance(error, BaseException) and id(error) not in seen:
-        if isinstance(error, asyncio.CancelledError):
+        if isinstance(error, asyncio.CancelledError | GeneratorExit):
             return True
         seen.add(id(error))
         error = error.__cause__ or error.__context__

@@ -399,3 +399,35 @@ def test_mcp_http_prints_no_tracebacks_when_clients_cancel(server: LocalE2B, tmp
     for noise in ("Traceback", "Exception in ASGI application", "Error handling POST request"):
         assert noise not in text, text
     assert serving.returncode == 0, text
+
+
+def test_c6_a_stream_closed_by_the_backends_own_shutdown_prints_nothing() -> None:
+    """The backend's loop drops an error that only stands for a stream it
+    closed itself (a ``GeneratorExit`` in the chain, as the SDK's transport
+    raises when the loop shuts its generators down after a signal), and
+    still reports any other."""
+    from sandrail.interpreters._e2b_loop import _quiet_cancellations
+
+    reported: list[dict[str, Any]] = []
+
+    class Loop:
+        def default_exception_handler(self, context: dict[str, Any]) -> None:
+            reported.append(context)
+
+    def chained() -> BaseException:
+        try:
+            try:
+                raise GeneratorExit
+            except GeneratorExit:
+                raise RuntimeError("generator didn't stop after athrow()") from None
+        except RuntimeError as inner:
+            inner.__context__ = GeneratorExit()
+            outer = ConnectionError("generator didn't stop after athrow()")
+            outer.__cause__ = inner
+            return outer
+
+    _quiet_cancellations(Loop(), {"message": "closing", "exception": chained()})  # type: ignore[arg-type]
+    assert reported == []
+    other = {"message": "boom", "exception": ValueError("a real bug")}
+    _quiet_cancellations(Loop(), other)  # type: ignore[arg-type]
+    assert reported == [other]
