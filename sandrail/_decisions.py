@@ -41,6 +41,18 @@ epoch and digest stay) is exactly "the first decision stands", settled by a
 fleet's record in one transaction like a race between two starts. The
 process that asked also keeps the full digest (env values included) in
 memory, so there a changed env value is a changed call too.
+
+Where a question was shown. A framework that pauses several calls at once
+can hand a person's answer back by position (LangGraph resumes the first
+pending question with an answer given without a question id, and
+``HumanInTheLoopMiddleware`` matches a batch of decisions to its calls by
+their order). A saved run edited in between (its calls reordered) then hands
+each answer to another call, each of which was asked about. So an adapter
+can name where a question stands when it is shown (``shown_as``: its place
+among the questions shown with it), and :meth:`Decisions.shown` is true for
+an answer only where the question was shown in that very place. Each place
+is a row of its own (another domain again), kept only once the question was
+really put to a person.
 """
 
 from __future__ import annotations
@@ -69,6 +81,7 @@ Decision = Literal["asked", "approved", "rejected"]
 Asked = Literal["asked", "mismatch", "rejected"]
 
 _DOMAIN: Final = "sandrail/approval-question/v1"
+_SHOWN: Final = "sandrail/approval-shown/v1"
 _KEPT: Final = 1024
 
 Remember = Callable[[ToolRequest, OwnedCommand], object]
@@ -199,6 +212,42 @@ class Decisions:
             full = None
         return Question(decision=standing, recorded=kept.launch_digest, full=full)
 
+    def show(self, request: ToolRequest, shown_as: str) -> None:
+        """``request``'s question is being put to a person in the place
+        ``shown_as`` names (see the module doc): keep that, where the key's
+        question is this very call (a question about another call under
+        the key is not shown again)."""
+        key = _key(request)
+        question = self.of(request)
+        if key is None or question is None or not question.covers(request, self._masked()):
+            return
+        task = self._task_id(key, _SHOWN, shown_as)
+        if task is None:
+            return
+        row = OwnedCommand(
+            task_id=task,
+            operation_key=key,
+            sandbox_id=None,
+            launched=False,
+            ledger_epoch=None,
+            launch_digest=question.recorded,
+        )
+        try:
+            self._remember(request, merged(self._resolved(request, task), row))
+        except Exception:
+            return  # read as never shown: the answer is refused, nothing runs
+
+    def shown(self, request: ToolRequest, shown_as: str) -> bool:
+        """Whether ``request``'s question was put to a person in the place
+        ``shown_as`` names (see :meth:`show`)."""
+        key = _key(request)
+        question = self.of(request)
+        if key is None or question is None:
+            return False
+        task = self._task_id(key, _SHOWN, shown_as)
+        row = self._resolved(request, task) if task is not None else None
+        return row is not None and row.launch_digest == question.recorded
+
     def _remember_full(self, key: str, full: str, recorded: str | None) -> None:
         """Keep the full digest of the call asked about or approved under
         ``key`` here, with the recorded one it goes with."""
@@ -239,18 +288,19 @@ class Decisions:
 
     def _row(self, request: ToolRequest, key: str) -> OwnedCommand | None:
         task = self._task_id(key)
-        if task is None:
-            return None
+        return self._resolved(request, task) if task is not None else None
+
+    def _resolved(self, request: ToolRequest, task: str) -> OwnedCommand | None:
         try:
             row = self._resolve(request, task)
         except Exception:
             return None
         return row if isinstance(row, OwnedCommand) and row.task_id == task else None
 
-    def _task_id(self, key: str) -> str | None:
+    def _task_id(self, key: str, domain: str = _DOMAIN, *more: str) -> str | None:
         """The row's task id, or ``None`` for a key that is not valid text
         (a lone surrogate: the port refuses such a key before it asks)."""
-        frame = [_DOMAIN, self._session_id, self._owner.key(), key]
+        frame = [domain, self._session_id, self._owner.key(), key, *more]
         try:
             return hashlib.sha256(canonical_json(frame)).hexdigest()
         except Exception:

@@ -668,6 +668,7 @@ class Toolset:
         profile: Profile = "full",
         reconcile_repeats: bool = False,
         run_id: str | None = None,
+        shown_as: str | None = None,
     ) -> bool:
         """Whether a person has already been asked about this very call: a
         question about it (this tool, these arguments) is kept under its key,
@@ -680,7 +681,15 @@ class Toolset:
         question was shown), that answer was given to another question, and
         the call must not run on it. The arguments and keys are those
         :meth:`call` would take; ``False`` for a call the toolset would
-        refuse before asking anyone."""
+        refuse before asking anyone.
+
+        ``shown_as``: where the framework hands this call's answer back from
+        (its place among the questions shown together: an answer given by
+        position lands on whichever call holds that place now). An
+        undecided question then counts as asked only where :meth:`asking`
+        kept it with the same ``shown_as``: a saved run whose calls were
+        reordered after the questions were shown hands each answer to
+        another call, and none of them runs on it."""
         prepared = self._prepare(
             name, arguments, call_id, operation_key, profile, None, None, reconcile_repeats, run_id
         )
@@ -689,11 +698,13 @@ class Toolset:
         question = self._decisions.of(prepared.request)
         if question is None:
             return False
-        # A decided key: its first decision stands, and is what running the
-        # call checks it against (another call under it is refused then).
-        return question.decision != "asked" or question.covers(
-            prepared.request, self._masks.secrets
-        )
+        if question.decision != "asked":
+            # A decided key: its first decision stands, and is what running
+            # the call checks it against (another call under it is refused).
+            return True
+        if not question.covers(prepared.request, self._masks.secrets):
+            return False
+        return shown_as is None or self._decisions.shown(prepared.request, shown_as)
 
     def asking(
         self,
@@ -703,18 +714,27 @@ class Toolset:
         call_id: str,
         operation_key: str,
         profile: Profile = "full",
+        shown_as: str | None = None,
     ) -> None:
-        """A framework's own gate is about to show a person this call (a
-        ``HumanInTheLoopMiddleware`` that pauses before it runs): keep the
-        question under its key, here and in the shared durable record, so
-        that :meth:`asked` tells the answer to it apart from an answer handed
-        to another call. A key already asked about keeps its first question;
-        a call the toolset would refuse is not kept."""
+        """A framework shows a person this call (a ``HumanInTheLoopMiddleware``
+        that pauses before it runs, or an adapter pausing on the
+        ``approval_required`` the call answered): keep the question under
+        its key, here and in the shared durable record, so that
+        :meth:`asked` tells the answer to it apart from an answer handed to
+        another call; with ``shown_as``, keep the place it was shown in too
+        (see :meth:`asked`). Say it once the question was really put to the
+        person (the framework paused), not before: an answer the framework
+        hands back at once was given to another question. A key already
+        asked about keeps its first question (another call under it is not
+        shown in any place); a call the toolset would refuse is not kept."""
         prepared = self._prepare(
             name, arguments, call_id, operation_key, profile, None, None, False, None
         )
-        if not isinstance(prepared, ToolResult):
-            self._decisions.ask(prepared.request)
+        if isinstance(prepared, ToolResult):
+            return
+        self._decisions.ask(prepared.request)
+        if shown_as is not None:
+            self._decisions.show(prepared.request, shown_as)
 
     def approve(
         self,

@@ -314,3 +314,52 @@ def test_c8_an_answer_resumed_onto_an_edited_execute_runs_nothing(gate: str, cal
     assert launches(tools) == 0
     told = json.loads(tool_messages(out["messages"])[-1].content)
     assert (told["error_type"], told["executed"]) == (ErrorCode.APPROVAL_MISMATCH.value, False)
+
+
+@pytest.mark.parametrize("gate", ["backend", "middleware"])
+@pytest.mark.parametrize("reordered", [False, True])
+def test_c8_an_answer_given_by_position_lands_on_no_execute_after_the_calls_were_reordered(
+    gate: str, reordered: bool
+) -> None:
+    """Two ``execute`` calls wait for a person, staging first; the person
+    approves by position (a bare resume, or the first of a batch). Were the
+    saved calls reordered in between, the approval would land on the
+    PRODUCTION call: after the reorder nothing runs; without it, staging
+    runs once."""
+    from sandrail.adapters.deepagents import human_in_the_loop
+
+    def ask_all(request: sandrail.ToolRequest) -> Any:
+        return sandrail.ApprovalRequired(interaction_id="ask")
+
+    tools = toolset(authorize=ask_all) if gate == "backend" else toolset()
+    backend = SandrailSandbox(tools)
+    calls = [*_execute("echo staging", "e1"), *_execute("echo PRODUCTION", "e2")]
+    agent = create_deep_agent(
+        model=scripted([calls, "ok", "ok"]),
+        backend=backend,
+        middleware=[human_in_the_loop(backend, {"execute": True})] if gate == "middleware" else [],
+        checkpointer=InMemorySaver(),
+    )
+    config = _thread(f"reorder-{gate}-{reordered}")
+    paused = agent.invoke(USER, config)
+    if reordered:
+        state = agent.get_state(config).values["messages"]
+        made = [m for m in state if getattr(m, "tool_calls", None)][-1]
+        swapped = AIMessage("", id=made.id, tool_calls=list(reversed(made.tool_calls)))
+        agent.update_state(config, {"messages": [swapped]}, as_node="model")
+    if gate == "backend" and reordered:  # new tasks: a bare answer goes to the first
+        answer: Any = {"type": "approve"}
+    elif gate == "backend":  # several pending: answered by id
+        answer = {
+            q.id: {"type": "approve"} if "staging" in json.dumps(q.value) else {"type": "reject"}
+            for q in paused["__interrupt__"]
+        }
+    else:
+        answer = {"decisions": [{"type": "approve"}, {"type": "reject", "message": "no"}]}
+    out = agent.invoke(Command(resume=answer), config)
+    printed = [m.content for m in tool_messages(out["messages"]) if "\n" in m.content]
+    ran = [
+        text.split("\n")[0] for text in printed if text.split("\n")[0] in ("staging", "PRODUCTION")
+    ]
+    assert ran == ([] if reordered else ["staging"])
+    assert launches(tools) == (0 if reordered else 1)

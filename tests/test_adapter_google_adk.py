@@ -270,3 +270,40 @@ def test_c2_a_scripted_models_reused_call_id_is_a_new_call_in_the_next_model_tur
     assert two["deduplicated"] is False
     assert one["operation_key"] != two["operation_key"]
     assert launches(tools) == 2
+
+
+@pytest.mark.parametrize("edit", ["none", "calls_swapped", "requests_swapped"])
+def test_c8_a_confirmation_moved_to_another_calls_request_runs_nothing(edit: str) -> None:
+    """Two calls ask for confirmation, staging first, PRODUCTION second; the
+    person confirms the first request. The stored session is edited before
+    the answer: the two requests' ``originalFunctionCall`` swapped (the
+    question stays, the call moves), or the two requests' whole contents
+    swapped, so ADK hands the confirmation to PRODUCTION. Neither runs
+    anything: the request answered must hold this call's own question, in
+    the order the model made the calls. Unedited, staging runs once."""
+    tools = toolset(authorize=asks_for_rm)
+    turn = [run_command("rm -rf /tmp/staging", "c1"), run_command("rm -rf /tmp/PRODUCTION", "c2")]
+    run = _Run(tools, [turn, "ok", "ok"])
+    first, _ = confirmation_calls(run.send(text("go")))
+    assert first.args["originalFunctionCall"]["args"]["command"] == "rm -rf /tmp/staging"
+    stored = run.runner.session_service.sessions["app"]["u"][run.session.id]
+    (requests,) = [
+        calls
+        for event in stored.events
+        if len(
+            calls := [c for c in event.get_function_calls() if c.name == "adk_request_confirmation"]
+        )
+        == 2
+    ]
+    one, two = (call.args for call in requests)
+    if edit == "calls_swapped":
+        one["originalFunctionCall"], two["originalFunctionCall"] = (
+            two["originalFunctionCall"],
+            one["originalFunctionCall"],
+        )
+    if edit == "requests_swapped":
+        requests[0].args, requests[1].args = two, one
+    run.send(answer(first, True))
+    ran = [r.get("command") for r in responses_sent(run.model) if r.get("status") == "ok"]
+    assert ran == ([] if edit != "none" else ["rm -rf /tmp/staging"])
+    assert launches(tools) == (0 if edit != "none" else 1)

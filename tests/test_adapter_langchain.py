@@ -712,3 +712,72 @@ def test_c8_sandrails_middleware_in_each_mode_gives_an_edited_call_no_approval(
         else:
             assert result["status"] == "ok", result
             assert launches(tools) == 1
+
+
+def _reorder_asked_calls(agent: Any, config: dict[str, Any]) -> None:
+    """Reverse the order of the paused model message's tool calls (same
+    message id, same calls): nothing else changes."""
+    asked = [
+        m for m in agent.get_state(config).values["messages"] if getattr(m, "tool_calls", None)
+    ]
+    reordered = AIMessage("", id=asked[-1].id, tool_calls=list(reversed(asked[-1].tool_calls)))
+    agent.update_state(config, {"messages": [reordered]}, as_node="model")
+
+
+@pytest.mark.parametrize("gate", ["policy", "batched", "per_call"])
+@pytest.mark.parametrize("reordered", [False, True])
+@pytest.mark.parametrize("awaited", [False, True])
+def test_c8_an_answer_given_by_position_lands_on_no_call_after_the_calls_were_reordered(
+    gate: str, reordered: bool, awaited: bool
+) -> None:
+    """Two calls wait for a person: ``rm -rf /tmp/staging`` first, then
+    ``rm -rf /tmp/PRODUCTION``. The person answers by position (a bare
+    ``Command(resume=...)``, which LangGraph hands to the first pending
+    question, or a batch of decisions in the order shown), approving the
+    first (unedited, LangGraph wants several pending questions answered by
+    id). Were the saved calls reordered in between, that approval would
+    land on PRODUCTION, a call that was asked about too: every question is
+    kept with its place (the task's path, the calls' order), so after the
+    reorder no answer lands anywhere and nothing runs. Without it, staging
+    runs, once."""
+    calls = [run_command("rm -rf /tmp/staging", "c1"), run_command("rm -rf /tmp/PRODUCTION", "c2")]
+    tools = toolset(authorize=asks_for_rm) if gate == "policy" else toolset()
+    middleware = (
+        []
+        if gate == "policy"
+        else [lc.human_in_the_loop(tools, {"run_command": True}, interrupt_mode=gate)]
+    )
+    agent = create_agent(
+        scripted([calls, "ok", "ok"]),
+        tools=lc.tools(tools),
+        middleware=middleware,
+        checkpointer=InMemorySaver(),
+    )
+
+    def invoke(value: Any, config: dict[str, Any]) -> Any:
+        return asyncio.run(agent.ainvoke(value, config)) if awaited else agent.invoke(value, config)
+
+    config = _thread(f"reorder-{gate}-{reordered}-{awaited}")
+    paused = invoke(USER, config)
+    approve, reject = {"type": "approve"}, {"type": "reject", "message": "no"}
+    if gate == "batched":
+        answer: Any = {"decisions": [approve, reject]}
+    elif reordered:
+        # The reorder made new tasks: LangGraph takes a bare answer for the
+        # first of them (its questions' ids are gone).
+        answer = approve
+    else:  # several questions pending: LangGraph wants them answered by id
+        answer = {
+            q.id: approve if q.value["tool_call_id"] == "c1" else reject
+            for q in paused["__interrupt__"]
+        }
+    if reordered:
+        _reorder_asked_calls(agent, config)
+    out = invoke(Command(resume=answer), config)
+    ran = [
+        json.loads(m.content)["command"]
+        for m in tool_messages(out["messages"])
+        if m.content.startswith("{") and json.loads(m.content)["status"] == "ok"
+    ]
+    assert ran == ([] if reordered else ["rm -rf /tmp/staging"])
+    assert launches(tools) == (0 if reordered else 1)

@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from sandrail import ToolResult
+from sandrail.adapters._langgraph import place_of
 from sandrail.adapters.kit import Adapter, ModelCall, require
 
 __all__ = ["Governed", "middleware"]
@@ -65,6 +66,7 @@ def _middleware_class() -> type[Any]:
     hitl = require("langchain.agents.middleware", "langchain")
     messages = require("langchain_core.messages", "langchain")
     config_module = require("langgraph.config", "langchain")
+    errors = require("langgraph.errors", "langchain")
 
     def config_now() -> object:
         try:
@@ -97,17 +99,21 @@ def _middleware_class() -> type[Any]:
             asked = [dict(call) for call in last.tool_calls] if last is not None else []
             gated = {call.get("id") for call in asked if self._gated(call, state, runtime)}
             shown = self._shown([call for call in asked if call.get("id") in gated], state)
-            update = super().after_model(state, runtime)
+            try:
+                update = super().after_model(state, runtime)
+            except errors.GraphInterrupt:
+                self._asking([call for call in asked if call.get("id") in gated], state)
+                raise
             if not isinstance(update, dict) or not update.get("messages"):
                 return update
             return self._standing(update, {c.get("id"): c for c in asked}, gated, state, shown)
 
         def _shown(self, calls: list[dict[str, Any]], state: Any) -> set[Any]:
             """The ids of ``calls`` a person was already asked about as they
-            are now (the question kept before this run); every one of them
-            is kept as asked now, as the parent is about to ask. An answer
-            the parent hands back for a call not among them was given to
-            another question (the saved run was edited after it was shown)."""
+            are now, in the place they stand in now (the question kept
+            before this run). An answer the parent hands back for a call not
+            among them was given to another question (the saved run was
+            edited, or its calls reordered, after it was shown)."""
             config = config_now()
             shown = set()
             for call in calls:
@@ -115,11 +121,19 @@ def _middleware_class() -> type[Any]:
                 if target is None:
                     continue
                 adapter, model_call = target
-                if adapter.asked(model_call):
+                if adapter.asked(model_call, shown_as=place_of(config, state, call.get("id"))):
                     shown.add(call.get("id"))
-                else:
-                    adapter.asking(model_call)
             return shown
+
+        def _asking(self, calls: list[dict[str, Any]], state: Any) -> None:
+            """The parent paused to ask a person about ``calls``: keep each
+            question, and the place it stands in."""
+            config = config_now()
+            for call in calls:
+                target = self._governed(call, state, config)
+                if target is not None:
+                    adapter, model_call = target
+                    adapter.asking(model_call, shown_as=place_of(config, state, call.get("id")))
 
         def _standing(
             self,
@@ -167,7 +181,12 @@ def _middleware_class() -> type[Any]:
                 refused.append(told(to_run.tool_call, verdict))
                 return refused[0]
 
-            result = super().wrap_tool_call(request, gate)
+            try:
+                result = super().wrap_tool_call(request, gate)
+            except errors.GraphInterrupt:
+                if not seen:  # the parent paused to ask about this call
+                    self._asking([dict(request.tool_call)], request.state)
+                raise
             if refused:  # as refused, without the parent's note that an edit ran
                 return refused[0]
             if seen:
@@ -191,7 +210,12 @@ def _middleware_class() -> type[Any]:
                 refused.append(told(to_run.tool_call, verdict))
                 return refused[0]
 
-            result = await super().awrap_tool_call(request, gate)
+            try:
+                result = await super().awrap_tool_call(request, gate)
+            except errors.GraphInterrupt:
+                if not seen:  # the parent paused to ask about this call
+                    self._asking([dict(request.tool_call)], request.state)
+                raise
             if refused:  # as refused, without the parent's note that an edit ran
                 return refused[0]
             if seen:

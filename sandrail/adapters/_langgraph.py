@@ -26,17 +26,29 @@ has that middleware's shape); LangGraph checks it against
 line: the policy is asked again (nothing runs), ``interrupt()`` returns the
 answer, and an approval runs that very call under the key it had when the
 question was asked.
+
+Place. LangGraph hands an answer given without a question id to the first
+pending question, and ``HumanInTheLoopMiddleware`` matches a batch of
+decisions to its calls by their order; a saved run whose calls were
+reordered after the questions were shown would hand each answer to another
+call, every one of them asked about. :func:`place_of` names where a call's
+question stands: the node (the checkpoint namespace's node names), the
+task's path (a tool call's place among the tasks the model's calls were
+sent to) and the order of the calls in the model message. It is kept when
+the question is put to a person, and an answer counts only in the same
+place (see :meth:`sandrail.Toolset.asked`).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from sandrail.adapters.kit import run_id_of
 
-__all__ = ["decision_schema", "read_decision", "run_of_config"]
+__all__ = ["decision_schema", "place_of", "read_decision", "run_of_config"]
 
 
 @functools.cache
@@ -108,9 +120,43 @@ def run_of_config(
     return run_id_of("langgraph", shown, "task", namespace)
 
 
+def place_of(config: object, state: object, call_id: str | None) -> str | None:
+    """Where the question about tool call ``call_id`` stands (see the module
+    doc), as text, or ``None`` outside a LangGraph task."""
+    metadata = config.get("metadata") if isinstance(config, Mapping) else None
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    path = metadata.get("langgraph_path") if isinstance(metadata, Mapping) else None
+    namespace = configurable.get("checkpoint_ns") if isinstance(configurable, Mapping) else None
+    if not isinstance(path, tuple | list) and not isinstance(namespace, str):
+        return None
+    found = _made_by(state, call_id)
+    nodes = namespace.split("|") if isinstance(namespace, str) else []
+    return json.dumps(
+        {
+            "nodes": [node.split(":")[0] for node in nodes],
+            "path": [str(part) for part in path] if isinstance(path, tuple | list) else None,
+            "calls": [_id(c) for c in found.tool_calls] if found is not None else None,
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+def _id(call: object) -> object:
+    return call.get("id") if isinstance(call, Mapping) else None
+
+
 def _message_of(state: object, call_id: str | None) -> str | None:
     """The id of the latest message in ``state`` whose tool calls include
     ``call_id``, or ``None``."""
+    message = _made_by(state, call_id)
+    made_by = getattr(message, "id", None)
+    return made_by if isinstance(made_by, str) and made_by.strip() else None
+
+
+def _made_by(state: object, call_id: str | None) -> Any:
+    """The latest message in ``state`` whose tool calls include ``call_id``,
+    or ``None``."""
     if not isinstance(call_id, str):
         return None
     messages = state.get("messages") if isinstance(state, Mapping) else state
@@ -123,8 +169,7 @@ def _message_of(state: object, call_id: str | None) -> str | None:
         if not isinstance(calls, list):
             continue
         if any(isinstance(c, Mapping) and c.get("id") == call_id for c in calls):
-            made_by = getattr(message, "id", None)
-            return made_by if isinstance(made_by, str) and made_by.strip() else None
+            return message
     return None
 
 

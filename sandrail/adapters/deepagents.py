@@ -60,7 +60,7 @@ from typing import Any, Final
 from sandrail import ErrorCode, ToolResult, Toolset
 from sandrail.adapters._glue import approval_request
 from sandrail.adapters._hitl import middleware
-from sandrail.adapters._langgraph import decision_schema, read_decision
+from sandrail.adapters._langgraph import decision_schema, place_of, read_decision
 from sandrail.adapters.kit import Adapter, require, run_id_of
 
 __all__ = ["SandrailSandbox", "human_in_the_loop"]
@@ -176,6 +176,15 @@ def _key_parts() -> tuple[str, Any] | str:
     return run, tool_run
 
 
+def _config() -> object:
+    """The running LangGraph task's config, or ``None`` outside one."""
+    config_module = require("langgraph.config", "deepagents")
+    try:
+        return config_module.get_config()
+    except RuntimeError:
+        return None
+
+
 def _thread(configurable: Mapping[str, Any]) -> str:
     thread = configurable.get("thread_id")
     return "-" if thread is None or not str(thread).strip() else str(thread)
@@ -239,6 +248,7 @@ def _backend_class() -> type[Any]:
     sandbox = require("deepagents.backends.sandbox", "deepagents")
     protocol = require("deepagents.backends.protocol", "deepagents")
     types = require("langgraph.types", "deepagents")
+    errors = require("langgraph.errors", "deepagents")
     _listen()
 
     class Sandbox(sandbox.BaseSandbox):  # type: ignore[misc, name-defined]
@@ -288,12 +298,17 @@ def _backend_class() -> type[Any]:
             call = adapter.call_of("run_command", arguments, call_id=call_id, run_id=run)
             if isinstance(call, ToolResult):
                 return call
-            shown = adapter.asked(call)
+            place = place_of(_config(), None, call.call_id)
+            shown = adapter.asked(call, shown_as=place)
             result = adapter.run_sync(call)
             if not result.needs_approval:
                 return result
             question = approval_request(self._toolset, result, call)
-            answer = types.interrupt(question, response_schema=decision_schema())
+            try:
+                answer = types.interrupt(question, response_schema=decision_schema())
+            except errors.GraphInterrupt:
+                adapter.asking(call, shown_as=place)  # put to a person now
+                raise
             # An answer handed to a question this call did not have before
             # this run is another call's (the checkpoint was edited since).
             approved, reason = read_decision(answer)

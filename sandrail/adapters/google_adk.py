@@ -44,7 +44,7 @@ Timeouts: ``timeout_seconds`` is each call's deadline, enforced here.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Final
 
 from sandrail import Profile, ToolResult, Toolset
 from sandrail.adapters._glue import approval_request
@@ -80,6 +80,67 @@ def _origin(tool_context: Any, call_id: str) -> tuple[object, ...]:
             if _named(origin) and _named(made):
                 return origin, made
     return (getattr(tool_context, "invocation_id", None),)
+
+
+_CONFIRMATION: Final = "adk_request_confirmation"
+
+
+def _in_place(tool_context: Any, call: ModelCall) -> bool:
+    """Whether the confirmation ADK hands this run was given to ``call``'s
+    own question: the confirmation request the client answered names this
+    call, holds the question this adapter asked about it (its operation
+    key), and stands among the requests asked with it in the order of the
+    model's calls. An edit of the stored session that moved the question or
+    the call of a request (two requests' calls swapped) hands the answer to
+    another call: not in place."""
+    session = getattr(tool_context, "session", None)
+    events = list(getattr(session, "events", None) or ())
+    answered: set[object] = set()
+    for event in reversed(events):
+        answers = event.get_function_responses() if hasattr(event, "get_function_responses") else ()
+        answered = {a.id for a in answers if getattr(a, "name", None) == _CONFIRMATION}
+        if answered:
+            break
+    for event in reversed(events):
+        requests = [
+            request
+            for request in (
+                event.get_function_calls() if hasattr(event, "get_function_calls") else ()
+            )
+            if getattr(request, "name", None) == _CONFIRMATION
+        ]
+        for request in requests:
+            if request.id in answered and _original_id(request) == call.call_id:
+                question = _field(_field(request.args, "toolConfirmation"), "payload")
+                return (
+                    _field(question, "operation_key") == call.operation_key
+                    and _field(question, "tool_call_id") == call.call_id
+                    and _in_model_order(events, [_original_id(r) for r in requests], call)
+                )
+    return False
+
+
+def _in_model_order(events: list[Any], asked: list[object], call: ModelCall) -> bool:
+    """Whether the calls ``asked`` about in one confirmation event stand in
+    the order the model made them (the event that made ``call``)."""
+    for event in reversed(events):
+        made = (
+            [c.id for c in event.get_function_calls()]
+            if hasattr(event, "get_function_calls")
+            else []
+        )
+        if call.call_id in made:
+            places = [made.index(one) for one in asked if one in made]
+            return places == sorted(places)
+    return False
+
+
+def _original_id(request: Any) -> object:
+    return _field(_field(getattr(request, "args", None), "originalFunctionCall"), "id")
+
+
+def _field(value: object, name: str) -> object:
+    return value.get(name) if isinstance(value, dict) else None
 
 
 def _named(value: object) -> bool:
@@ -136,10 +197,10 @@ def _tool_class() -> type[Any]:
                     # The pause is no result for the model to answer (as ADK's
                     # own confirmation gate does).
                     tool_context.actions.skip_summarization = True
-                elif not shown:
+                elif not shown or not _in_place(tool_context, call):
                     # A confirmation of a call nobody was asked about before
-                    # this run (the session was edited after the question):
-                    # another question's answer. Nothing runs.
+                    # this run, or one given to another call's question (the
+                    # session was edited after the question). Nothing runs.
                     result = adapter.unasked()
                 elif confirmation.confirmed is True:
                     result = await adapter.run(call, approved=True)

@@ -429,12 +429,14 @@ class Adapter:
             return False
         return _asks_a_person(decision)
 
-    def asked(self, call: ModelCall) -> bool:
+    def asked(self, call: ModelCall, *, shown_as: str | None = None) -> bool:
         """Whether a person has already been asked about ``call`` (see
-        :meth:`~sandrail.Toolset.asked`): ask it before running a call your
-        framework may pause for a person, and if the framework hands that
-        pause an answer at once while this was ``False``, the answer is
-        another question's: answer :meth:`unasked` instead, nothing run."""
+        :meth:`~sandrail.Toolset.asked`; ``shown_as``: the place the
+        framework hands its answer back from, where answers go by
+        position): ask it before running a call your framework may pause
+        for a person, and if the framework hands that pause an answer at
+        once while this was ``False``, the answer is another question's:
+        answer :meth:`unasked` instead, nothing run."""
         return self._toolset.asked(
             call.name,
             call.arguments,
@@ -443,18 +445,21 @@ class Adapter:
             profile=self._profile,
             reconcile_repeats=call.run_id is not None,
             run_id=call.run_id,
+            shown_as=shown_as,
         )
 
-    def asking(self, call: ModelCall) -> None:
-        """Your framework's own gate is about to show ``call`` to a person:
-        keep the question (see :meth:`~sandrail.Toolset.asking`), so that
-        :meth:`asked` is true for it once the answer comes."""
+    def asking(self, call: ModelCall, *, shown_as: str | None = None) -> None:
+        """Your framework has put ``call``'s question to a person (it paused
+        for the answer; ``shown_as``: in that place): keep the question (see
+        :meth:`~sandrail.Toolset.asking`), so that :meth:`asked` is true for
+        it once the answer comes."""
         self._toolset.asking(
             call.name,
             call.arguments,
             call_id=call.call_id,
             operation_key=call.operation_key,
             profile=self._profile,
+            shown_as=shown_as,
         )
 
     def unasked(self) -> ToolResult:

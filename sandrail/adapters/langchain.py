@@ -67,7 +67,7 @@ from typing import Any, Final
 from sandrail import ErrorCode, Profile, ToolResult, Toolset
 from sandrail.adapters._glue import approval_request
 from sandrail.adapters._hitl import middleware
-from sandrail.adapters._langgraph import decision_schema, read_decision, run_of_config
+from sandrail.adapters._langgraph import decision_schema, place_of, read_decision, run_of_config
 from sandrail.adapters.kit import Adapter, ModelCall, check_run_id, require
 
 __all__ = ["human_in_the_loop", "tools"]
@@ -225,6 +225,7 @@ def _classes() -> tuple[type[Any], Any]:
     tools_module = require("langchain_core.tools", "langchain")
     messages = require("langchain_core.messages", "langchain")
     types = require("langgraph.types", "langchain")
+    errors = require("langgraph.errors", "langchain")
     config_module = require("langchain_core.runnables", "langchain")
     prebuilt = require("langgraph.prebuilt", "langchain")
     RunnableConfig = config_module.RunnableConfig
@@ -273,11 +274,16 @@ def _classes() -> tuple[type[Any], Any]:
         call = binding.prepared(config, runtime)
         if isinstance(call, ToolResult):
             return message(binding, (_CALL.get() or (None,))[0], call)
-        shown = binding.adapter.asked(call)
+        place = place_of(config, getattr(runtime, "state", None), call.call_id)
+        shown = binding.adapter.asked(call, shown_as=place)
         result = yield call, False
         question = binding.question(result, call)
         if question is not None:
-            answer = types.interrupt(question, response_schema=decision_schema())
+            try:
+                answer = types.interrupt(question, response_schema=decision_schema())
+            except errors.GraphInterrupt:
+                binding.adapter.asking(call, shown_as=place)  # put to a person now
+                raise
             # Reached with an answer only. Given to a question this very call
             # did not have before this run, it is another call's answer (the
             # checkpoint was edited after the person saw the question).
