@@ -224,14 +224,7 @@ class Decisions:
         task = self._task_id(key, _SHOWN, shown_as)
         if task is None:
             return
-        row = OwnedCommand(
-            task_id=task,
-            operation_key=key,
-            sandbox_id=None,
-            launched=False,
-            ledger_epoch=None,
-            launch_digest=question.recorded,
-        )
+        row = _question_row(task, key, launched=False, decision=None, recorded=question.recorded)
         try:
             self._remember(request, merged(self._resolved(request, task), row))
         except Exception:
@@ -269,14 +262,7 @@ class Decisions:
         task = self._task_id(key)
         if task is None:
             return None
-        new = OwnedCommand(
-            task_id=task,
-            operation_key=key,
-            sandbox_id=None,
-            launched=launched,
-            ledger_epoch=decision,
-            launch_digest=recorded,
-        )
+        new = _question_row(task, key, launched=launched, decision=decision, recorded=recorded)
         known = self._row(request, key)
         if known is not None and known.launched and not launched:
             return known  # decided: a later question does not reopen it
@@ -305,6 +291,22 @@ class Decisions:
             return hashlib.sha256(canonical_json(frame)).hexdigest()
         except Exception:
             return None
+
+
+def _question_row(
+    task: str, key: str, *, launched: bool, decision: Decision | None, recorded: str | None
+) -> OwnedCommand:
+    """A row of the record for a question (see the module doc): no sandbox,
+    ``launched`` for a decision, the decision as its epoch, the call asked
+    about as its digest."""
+    return OwnedCommand(
+        task_id=task,
+        operation_key=key,
+        sandbox_id=None,
+        launched=launched,
+        ledger_epoch=decision,
+        launch_digest=recorded,
+    )
 
 
 def _key(request: ToolRequest) -> str | None:
