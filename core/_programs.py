@@ -350,6 +350,7 @@ def refused_after_launch(
     reason: object,
     readable: bool,
     max_output_bytes: int,
+    approved_first: bool = False,
 ) -> ToolResult:
     """A refusal (``code``: ``policy_denied``, ``approval_rejected``) of a
     call whose key already launched (``known``, the ownership record's row):
@@ -358,7 +359,10 @@ def refused_after_launch(
     (C6; ``request``'s identity, when it has one, its session, key and call
     id), ``reason`` as ``outcome_reason``, pointing at the task to read when
     ``readable`` (the port offers ``read_command_output``); within
-    ``max_output_bytes`` (C12). Raises ``ValueError`` for any other code."""
+    ``max_output_bytes`` (C12). ``approved_first``: no launch is known yet,
+    but a person's approval of the call came first (elsewhere) and stands,
+    so its start may be leaving now (``known`` then names the task it runs
+    as, in no sandbox yet). Raises ``ValueError`` for any other code."""
     why = _NOW_REFUSED.get(code)
     if why is None:
         raise ValueError(f"{code.value} is not a refusal that can follow a launch")
@@ -371,10 +375,14 @@ def refused_after_launch(
         "sandbox_id": known.sandbox_id,
         "task_id": known.task_id,
     }
-    instruction = (
-        f"A command under this call's operation key had already started; {why}, so nothing "
-        "more was done. Do not repeat it"
-        + (": read the task with read_command_output and this task_id." if readable else ".")
+    happened = (
+        "A person approved this call first, elsewhere, so it may be starting or have started "
+        "under this operation key"
+        if approved_first
+        else "A command under this call's operation key had already started"
+    )
+    instruction = f"{happened}; {why}, so nothing more was done. Do not repeat it" + (
+        ": read the task with read_command_output and this task_id." if readable else "."
     )
     content = uncertain_content(locator, code, None, instruction)
     if isinstance(reason, str) and reason:

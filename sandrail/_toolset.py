@@ -71,8 +71,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, NamedTuple, Unpack
 
+import attrs
+
 from sandrail._approval import Approvals, rejection
-from sandrail._decisions import Decisions
+from sandrail._decisions import Decisions, Question
 from sandrail._launched import alike, launched_row, lookup, shared_record
 from sandrail._masks import masked_problems, masks_for
 from sandrail._options import (
@@ -117,6 +119,9 @@ from sandrail.core import (
     same_call,
     settled_arguments,
     tool_schema,
+)
+from sandrail.core import (
+    task_id as task_of,
 )
 from sandrail.interpreters._cancel import CancelToken, EitherSignal
 from sandrail.interpreters._drivers import is_asynchronous
@@ -484,7 +489,7 @@ class Toolset:
         )
         if isinstance(prepared, ToolResult):
             return prepared
-        refused, approved = self._approval_of(prepared.request, approved, edited)
+        refused, approved = self._approval_of(prepared, approved, edited)
         if refused is not None:
             return refused
         with self._approvals.approved(prepared.request, approved):
@@ -540,7 +545,7 @@ class Toolset:
         )
         if isinstance(prepared, ToolResult):
             return prepared
-        refused, approved = self._approval_of(prepared.request, approved, edited)
+        refused, approved = self._approval_of(prepared, approved, edited)
         if refused is not None:
             return refused
         with self._approvals.approved(prepared.request, approved):
@@ -600,18 +605,27 @@ class Toolset:
         )
 
     def _approval_of(
-        self, request: ToolRequest, approved: bool, edited: bool
+        self, prepared: _Prepared, approved: bool, edited: bool
     ) -> tuple[ToolResult | None, bool]:
-        """Whether ``request``, said to be ``approved``, runs as approved:
-        only when it is the call a person was asked about under its key (or
-        the person's own edit of it: ``edited``), and no other decision came
-        first (see :mod:`sandrail._decisions`). Returns the refusal that runs
+        """Whether the prepared request, said to be ``approved``, runs as
+        approved: only when it is the call a person was asked about under
+        its key (or the person's own edit of it: ``edited``), and no other
+        decision came first (see :mod:`sandrail._decisions`). A repeat that
+        runs under an earlier call's key is held to the question asked under
+        its own key too, where there is one: an approval given to that
+        question covers that call alone. Returns the refusal that runs
         nothing instead (``approval_mismatch``, or the rejection that
         stands), else ``None`` and whether it is approved (a key nobody was
         asked about is asked about again, unless the person wrote the
         arguments: ``edited``)."""
         if not approved:
             return None, False
+        request = prepared.request
+        own = self._own_question(prepared)
+        if own is not None and own.decision == "rejected":
+            return self._rejected_first(request), False
+        if own is not None and not edited and not own.covers(request, self._masks.secrets):
+            return self._mismatch(), False
         question = self._decisions.of(request)
         if question is None and not edited:
             return None, False
@@ -629,6 +643,15 @@ class Toolset:
         if standing is not None and not standing.covers(request, self._masks.secrets):
             return self._mismatch(), False  # an approval of another call came first
         return None, True
+
+    def _own_question(self, prepared: _Prepared) -> Question | None:
+        """The question asked under the key the caller gave, when the
+        request runs under another (an earlier call's, which it repeats);
+        ``None`` otherwise or when nobody was asked under it."""
+        request = prepared.request
+        if prepared.asked_key == request.operation_key:
+            return None
+        return self._decisions.of(attrs.evolve(request, operation_key=prepared.asked_key))
 
     async def ask_policy(
         self,
@@ -695,6 +718,9 @@ class Toolset:
         )
         if isinstance(prepared, ToolResult):
             return False
+        own = self._own_question(prepared)
+        if own is not None and not own.covers(prepared.request, self._masks.secrets):
+            return False  # asked about another call under its own key
         question = self._decisions.of(prepared.request)
         if question is None:
             return False
@@ -766,7 +792,7 @@ class Toolset:
         )
         if isinstance(prepared, ToolResult):
             return None
-        return self._approval_of(prepared.request, True, True)[0]
+        return self._approval_of(prepared, True, True)[0]
 
     def rejection(
         self,
@@ -801,11 +827,23 @@ class Toolset:
         rejected = rejection(self._max_output_bytes, reason, self._masks.secrets)
         if name is None or operation_key is None or name not in self._ports:
             return rejected
-        self._decisions.decide(
+        standing = self._decisions.decide(
             lookup(self._ports[name].definition(name), self._session_id, operation_key, call_id),
             "rejected",
         )
         known = self.launched(name, operation_key)
+        approved_first = known is None and standing is not None and standing.decision == "approved"
+        if approved_first:
+            # An approval came first (another process holds it): its start
+            # may be leaving now, under the task the key always runs as.
+            known = OwnedCommand(
+                task_id=task_of(self._session_id, self._owner, operation_key),
+                operation_key=operation_key,
+                sandbox_id=None,
+                launched=False,
+                ledger_epoch=None,
+                launch_digest=standing.recorded if standing is not None else None,
+            )
         if known is None:
             return rejected
         definition = self._ports[name].definition(name)
@@ -827,6 +865,7 @@ class Toolset:
             reason=rejected.content.get("outcome_reason"),
             readable="read_command_output" in self._ports,
             max_output_bytes=self._max_output_bytes,
+            approved_first=approved_first,
         )
 
     def _prepare(
@@ -870,6 +909,7 @@ class Toolset:
                 ErrorCode.HARNESS_CALLBACK_FAILED,
                 instruction="The harness's identity function failed; nothing ran.",
             )
+        asked_key = operation_key
         repeat = None
         same = same_call(name, converted, port.settings) if reconcile_repeats else None
         if same is not None:
@@ -892,7 +932,7 @@ class Toolset:
             identity=identity,
             cancel=token if cancel is None else EitherSignal(token, cancel),
         )
-        return _Prepared(port, request, token, repeat, deadline)
+        return _Prepared(port, request, token, repeat, deadline, asked_key)
 
     def _converted(
         self, definition: ToolDefinition, profile: Profile, arguments: object
@@ -995,6 +1035,9 @@ class _Prepared(NamedTuple):
     token: CancelToken
     repeat: _Repeat | None
     deadline: float | None
+    asked_key: str
+    """The key the caller gave (the request runs under an earlier call's
+    when it repeats that call)."""
 
 
 # Strategy: the two entry points share everything but how they wait. An

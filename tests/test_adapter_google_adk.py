@@ -272,19 +272,23 @@ def test_c2_a_scripted_models_reused_call_id_is_a_new_call_in_the_next_model_tur
     assert launches(tools) == 2
 
 
-@pytest.mark.parametrize("edit", ["none", "calls_swapped", "requests_swapped"])
+@pytest.mark.parametrize("edit", ["none", "calls_swapped", "requests_swapped", "arguments_swapped"])
 def test_c8_a_confirmation_moved_to_another_calls_request_runs_nothing(edit: str) -> None:
     """Two calls ask for confirmation, staging first, PRODUCTION second; the
-    person confirms the first request. The stored session is edited before
-    the answer: the two requests' ``originalFunctionCall`` swapped (the
-    question stays, the call moves), or the two requests' whole contents
-    swapped, so ADK hands the confirmation to PRODUCTION. Neither runs
-    anything: the request answered must hold this call's own question, in
-    the order the model made the calls. Unedited, staging runs once."""
+    person confirms the first request and rejects the second. The stored
+    session is edited before the answer: the two requests'
+    ``originalFunctionCall`` swapped (the question stays, the call moves),
+    the two requests' whole contents swapped, or the two calls' arguments
+    swapped (in the model's event and in the requests alike, the questions
+    left as they were), so ADK hands the confirmation to PRODUCTION. In the
+    last, the first call now repeats the second exactly, which a repeat of
+    an unsettled call would run under the second call's key: the approval
+    given to the first call's question covers that call alone. Nothing runs
+    after any edit; unedited, staging runs once."""
     tools = toolset(authorize=asks_for_rm)
     turn = [run_command("rm -rf /tmp/staging", "c1"), run_command("rm -rf /tmp/PRODUCTION", "c2")]
     run = _Run(tools, [turn, "ok", "ok"])
-    first, _ = confirmation_calls(run.send(text("go")))
+    first, second = confirmation_calls(run.send(text("go")))
     assert first.args["originalFunctionCall"]["args"]["command"] == "rm -rf /tmp/staging"
     stored = run.runner.session_service.sessions["app"]["u"][run.session.id]
     (requests,) = [
@@ -303,7 +307,18 @@ def test_c8_a_confirmation_moved_to_another_calls_request_runs_nothing(edit: str
         )
     if edit == "requests_swapped":
         requests[0].args, requests[1].args = two, one
+    if edit == "arguments_swapped":
+        made = [
+            e for e in stored.events if any(c.name == "run_command" for c in e.get_function_calls())
+        ]
+        calls = made[0].get_function_calls()
+        calls[0].args, calls[1].args = calls[1].args, calls[0].args
+        one["originalFunctionCall"]["args"], two["originalFunctionCall"]["args"] = (
+            two["originalFunctionCall"]["args"],
+            one["originalFunctionCall"]["args"],
+        )
     run.send(answer(first, True))
+    run.send(answer(second, False))
     ran = [r.get("command") for r in responses_sent(run.model) if r.get("status") == "ok"]
     assert ran == ([] if edit != "none" else ["rm -rf /tmp/staging"])
     assert launches(tools) == (0 if edit != "none" else 1)

@@ -32,6 +32,7 @@ from tests.approval_rig import (
     NULLS,
     RESUME,
     RUN_ID,
+    SESSION,
     First,
     _agents_agent,
     _pydantic_agent,
@@ -443,3 +444,42 @@ def test_c5_an_approval_or_rejection_under_a_key_that_is_not_text_never_raises()
         assert answer.error_type == "e2b_command_operation_key_required"
     assert tools.rejection(name="run_command", call_id="c1", operation_key=key).executed is False
     assert _launches(sim) == 0
+
+
+def test_c5_a_rejection_after_an_approval_elsewhere_is_never_nothing_ran(tmp_path: Path) -> None:
+    """Two harnesses on one record decide about one call at once: the
+    approval is kept first, and its launch has not shown in the record yet
+    when the rejection comes. The rejection cannot stop it (the first
+    decision stands), so it never answers "nothing ran": ``uncertain``,
+    ``approval_rejected``, with the task the key runs as; after the launch,
+    the same, now with its sandbox."""
+    sim = Simulator()
+    key, arguments = "run-1:c1", {"command": STAGING}
+    with SQLiteRecord(tmp_path / "r.sqlite") as one, SQLiteRecord(tmp_path / "r.sqlite") as two:
+        approving, rejecting = make_toolset(sim, record=one), make_toolset(sim, record=two)
+        assert approving.approve("run_command", arguments, call_id="c1", operation_key=key) is None
+        told = rejecting.rejection(
+            "no", name="run_command", call_id="c1", operation_key=key, arguments=arguments
+        )
+        expected = sandrail.core.task_id(
+            SESSION, sandrail.AgentOwner(agent_id="approval-agent"), key
+        )
+        assert (told.status, told.content["error_type"]) == ("uncertain", "approval_rejected")
+        assert told.content["task_id"] == expected
+        assert told.content.get("executed") is not False
+        ran = approving.call_sync(
+            "run_command", arguments, call_id="c1", operation_key=key, approved=True
+        )
+        assert (ran.status, ran.content["task_id"]) == ("ok", expected)
+        again = rejecting.rejection(
+            "no", name="run_command", call_id="c1", operation_key=key, arguments=arguments
+        )
+        assert (again.status, again.content["sandbox_id"]) == (
+            "uncertain",
+            ran.content["sandbox_id"],
+        )
+        other = rejecting.rejection(
+            "no", name="run_command", call_id="c1", operation_key=key, arguments={"command": "ls"}
+        )
+        assert (other.status, other.content["executed"]) == ("error", False)  # never ran
+    assert sum(sim.launches.values()) == 1
