@@ -2,7 +2,7 @@
 
 A replay decodes every step of its cassette when it loads it (a bad line is
 reported at load, with its line number). The cattrs converter of
-:mod:`._cassette` does that for any shape, and costs for it. This module
+:mod:`._cassette_codec` does that for any shape, and costs for it. This module
 compiles, once per class, a decoder for the shapes the effects and outcomes
 have (flat attrs classes of strings, numbers, booleans, optional ones,
 literals, a string mapping, a nested attrs class) from the classes' own

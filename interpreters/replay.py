@@ -27,7 +27,8 @@ everything from the recording, so a replay needs no harness, no sandbox and
 no clock.
 
 The parts live in private modules, one concern each: the cassette's line
-format in ``_cassette``, recording in ``_recorder``, replaying effects and
+format in ``_cassette`` (its JSON forms in ``_cassette_codec``, its redaction
+in ``_cassette_redaction``), recording in ``_recorder``, replaying effects and
 the transcript it writes in ``_replayer``, what a replay ran (the
 transcript's entries and the report) in ``_transcript``, and the divergence
 error with rendering and comparing in ``_divergence``. Imports run one way:

@@ -59,24 +59,28 @@ call and runs anew; a refusal that ran nothing (a budget too small for the
 repeat's identity, say) leaves it unsettled. Two identical calls in flight
 at once are two calls. The record lives in this object (the most recent
 1024 unsettled calls): a new process starts empty.
+
+The parts of a toolset have modules of their own, the bases of
+:class:`Toolset`: what every entry point does before a call runs and what
+the ownership record knows of launches is :mod:`sandrail._toolset_requests`;
+what it answers a framework's human in the loop is
+:mod:`sandrail._toolset_approvals`. This module holds the object itself: its
+construction, what it offers the model, and how a call runs and waits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final, NamedTuple, Unpack
+from typing import Any, Final, Unpack
 
-import attrs
-
-from sandrail._approval import Approvals, rejection
-from sandrail._decisions import Decisions, Question
-from sandrail._launched import alike, launched_row, lookup, shared_record
-from sandrail._masks import masked_problems, masks_for
+from sandrail._approval import Approvals
+from sandrail._decisions import Decisions
+from sandrail._launched import shared_record
+from sandrail._masks import masks_for
 from sandrail._options import (
     AuthorityCallback,
     AuthorizeCallback,
@@ -88,61 +92,43 @@ from sandrail._options import (
 )
 from sandrail._port import ToolGroup, ToolPort, build_port
 from sandrail._repeats import of_its_task
+from sandrail._toolset_approvals import ToolsetApprovals
 from sandrail._toolset_backend import attachable_recorder, label_of
+from sandrail._toolset_requests import (
+    MAX_CALL_TIMEOUT_SECONDS,
+    IdentitySource,
+    _Prepared,
+    _Repeat,
+    check_timeout,
+)
 from sandrail.core import (
     DEFAULT_MAX_OUTPUT_BYTES,
     AgentIdentity,
     AgentOwner,
-    ArgumentProblem,
     ErrorCode,
     NativeIdentity,
-    OwnedCommand,
     Owner,
-    OwnerIdentity,
-    PolicyDecision,
     Profile,
     Redactions,
-    ToolCall,
     ToolDefinition,
     ToolRequest,
     ToolResult,
-    arguments_rejection,
     bound_result,
-    canonical_arguments,
     canonical_json,
     error_result,
     mask_text,
     minimum_output_bytes,
     one_call,
-    refused_after_launch,
-    repeat_scope,
-    same_call,
-    settled_arguments,
     tool_schema,
 )
-from sandrail.core import (
-    task_id as task_of,
-)
-from sandrail.interpreters._cancel import CancelToken, EitherSignal
 from sandrail.interpreters._drivers import is_asynchronous
 
 __all__ = ["MAX_CALL_TIMEOUT_SECONDS", "Toolset", "check_timeout", "refusal"]
 
-IdentitySource = OwnerIdentity | Callable[[], OwnerIdentity]
-_Repeat = tuple[str, str]  # (the scope, the digest of the same call): what repeats match on
 
 _ABANDONED_KEPT: Final = 1024
 _UNSETTLED_KEPT: Final = 1024
 _SETTLED: Final = frozenset({"ok", "error"})
-_CHANGED_AFTER_ASKING: Final = (
-    "Nothing ran: this call was changed after a person was asked about it (another tool or "
-    "other arguments under its operation key), so no approval covers it and nobody is asked "
-    "about it. Do not repeat it; ask the user what to do."
-)
-
-MAX_CALL_TIMEOUT_SECONDS: Final = 86_400 * 366
-"""The longest ``timeout_seconds`` a call takes (a year): longer ones are a
-harness bug (and past ``threading.TIMEOUT_MAX`` no timer can wait them)."""
 
 
 def refusal(code: ErrorCode, instruction: str, max_output_bytes: int) -> ToolResult:
@@ -150,7 +136,7 @@ def refusal(code: ErrorCode, instruction: str, max_output_bytes: int) -> ToolRes
     return bound_result(error_result(code, instruction=instruction), max_output_bytes)
 
 
-class Toolset:
+class Toolset(ToolsetApprovals):
     """Every sandrail tool for one session and owner, behind one call.
 
     - ``backend``, ``session_id``, ``owner``, ``authorize``,
@@ -576,430 +562,6 @@ class Toolset:
         self._record(prepared.repeat, prepared.request, result, returned=True)
         return result
 
-    def _asked(self, request: ToolRequest, asking: ToolResult) -> ToolResult:
-        """``asking`` (``approval_required``) when a person may be asked about
-        ``request`` now, else what stands under its key: the rejection a
-        person made first, or ``approval_mismatch`` when another call was
-        asked about under it (nobody is asked about this one: the answer a
-        framework saved for that question would be taken for it; see
-        :mod:`sandrail._decisions`). Nothing ran in any of them."""
-        asked = self._decisions.ask(request)
-        if asked == "asked":
-            return asking
-        if asked == "rejected":
-            return self._rejected_first(request)
-        return self._mismatch(_CHANGED_AFTER_ASKING)
-
-    def _mismatch(self, instruction: str | None = None) -> ToolResult:
-        extra = {} if instruction is None else {"instruction": instruction}
-        return bound_result(
-            error_result(ErrorCode.APPROVAL_MISMATCH, **extra), self._max_output_bytes
-        )
-
-    def _rejected_first(self, request: ToolRequest) -> ToolResult:
-        """The rejection that stands for ``request``'s key (it is kept
-        already, so nothing is decided anew)."""
-        call = request.call
-        return self.rejection(
-            name=str(call.name), call_id=call.call_id, operation_key=request.operation_key
-        )
-
-    def _approval_of(
-        self, prepared: _Prepared, approved: bool, edited: bool
-    ) -> tuple[ToolResult | None, bool]:
-        """Whether the prepared request, said to be ``approved``, runs as
-        approved: only when it is the call a person was asked about under
-        its key (or the person's own edit of it: ``edited``), and no other
-        decision came first (see :mod:`sandrail._decisions`). A repeat that
-        runs under an earlier call's key is held to the question asked under
-        its own key too, where there is one: an approval given to that
-        question covers that call alone. Returns the refusal that runs
-        nothing instead (``approval_mismatch``, or the rejection that
-        stands), else ``None`` and whether it is approved (a key nobody was
-        asked about is asked about again, unless the person wrote the
-        arguments: ``edited``)."""
-        if not approved:
-            return None, False
-        request = prepared.request
-        own = self._own_question(prepared)
-        if own is not None and own.decision == "rejected":
-            return self._rejected_first(request), False
-        if own is not None and not edited and not own.covers(request, self._masks.secrets):
-            return self._mismatch(), False
-        question = self._decisions.of(request)
-        if question is None and not edited:
-            return None, False
-        if question is not None and question.decision == "rejected":
-            return self._rejected_first(request), False
-        if (
-            question is not None
-            and not edited
-            and not question.covers(request, self._masks.secrets)
-        ):
-            return self._mismatch(), False
-        standing = self._decisions.decide(request, "approved")
-        if standing is not None and standing.decision == "rejected":
-            return self._rejected_first(request), False
-        if standing is not None and not standing.covers(request, self._masks.secrets):
-            return self._mismatch(), False  # an approval of another call came first
-        return None, True
-
-    def _own_question(self, prepared: _Prepared) -> Question | None:
-        """The question asked under the key the caller gave, when the
-        request runs under another (an earlier call's, which it repeats);
-        ``None`` otherwise or when nobody was asked under it."""
-        request = prepared.request
-        if prepared.asked_key == request.operation_key:
-            return None
-        return self._decisions.of(attrs.evolve(request, operation_key=prepared.asked_key))
-
-    async def ask_policy(
-        self,
-        name: str,
-        arguments: object,
-        *,
-        call_id: str,
-        operation_key: str,
-        profile: Profile = "full",
-        reconcile_repeats: bool = False,
-        run_id: str | None = None,
-    ) -> PolicyDecision | None:
-        """What the harness's policy answers for this call, without running
-        it: ``ALLOW``, ``ApprovalRequired(...)`` (a person must decide) or
-        ``Deny(...)``; ``None`` when the call would be refused before the
-        policy is asked (its arguments are invalid), the policy failed or
-        answered nonsense, or a question or decision about another call
-        stands under its key (running the call then reports that, and nobody
-        should be asked). An adapter asks before handing the call to its
-        framework's human-in-the-loop; the call itself asks again when it
-        runs. The arguments and keys are those :meth:`call` would take.
-        """
-        prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, None, None, reconcile_repeats, run_id
-        )
-        if isinstance(prepared, ToolResult):
-            return None
-        return await self._approvals.ask(prepared.request)
-
-    def asked(
-        self,
-        name: str,
-        arguments: object,
-        *,
-        call_id: str,
-        operation_key: str,
-        profile: Profile = "full",
-        reconcile_repeats: bool = False,
-        run_id: str | None = None,
-        shown_as: str | None = None,
-    ) -> bool:
-        """Whether a person has already been asked about this very call: a
-        question about it (this tool, these arguments) is kept under its key,
-        here or in the shared durable record, or a person already decided
-        about its key (that decision stands, and running the call is checked
-        against it: another call under the key is refused). An adapter whose framework
-        pauses for the answer asks this *before* it runs the call: when the
-        framework then hands the pause an answer at once (a saved run resumed
-        after it was edited, so the call, or its key, changed since the
-        question was shown), that answer was given to another question, and
-        the call must not run on it. The arguments and keys are those
-        :meth:`call` would take; ``False`` for a call the toolset would
-        refuse before asking anyone.
-
-        ``shown_as``: where the framework hands this call's answer back from
-        (its place among the questions shown together: an answer given by
-        position lands on whichever call holds that place now). An
-        undecided question then counts as asked only where :meth:`asking`
-        kept it with the same ``shown_as``: a saved run whose calls were
-        reordered after the questions were shown hands each answer to
-        another call, and none of them runs on it."""
-        prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, None, None, reconcile_repeats, run_id
-        )
-        if isinstance(prepared, ToolResult):
-            return False
-        own = self._own_question(prepared)
-        if own is not None and not own.covers(prepared.request, self._masks.secrets):
-            return False  # asked about another call under its own key
-        question = self._decisions.of(prepared.request)
-        if question is None:
-            return False
-        if question.decision != "asked":
-            # A decided key: its first decision stands, and is what running
-            # the call checks it against (another call under it is refused).
-            return True
-        if not question.covers(prepared.request, self._masks.secrets):
-            return False
-        return shown_as is None or self._decisions.shown(prepared.request, shown_as)
-
-    def asking(
-        self,
-        name: str,
-        arguments: object,
-        *,
-        call_id: str,
-        operation_key: str,
-        profile: Profile = "full",
-        shown_as: str | None = None,
-    ) -> None:
-        """A framework shows a person this call (a ``HumanInTheLoopMiddleware``
-        that pauses before it runs, or an adapter pausing on the
-        ``approval_required`` the call answered): keep the question under
-        its key, here and in the shared durable record, so that
-        :meth:`asked` tells the answer to it apart from an answer handed to
-        another call; with ``shown_as``, keep the place it was shown in too
-        (see :meth:`asked`). Say it once the question was really put to the
-        person (the framework paused), not before: an answer the framework
-        hands back at once was given to another question. A key already
-        asked about keeps its first question (another call under it is not
-        shown in any place); a call the toolset would refuse is not kept."""
-        prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, None, None, False, None
-        )
-        if isinstance(prepared, ToolResult):
-            return
-        self._decisions.ask(prepared.request)
-        if shown_as is not None:
-            self._decisions.show(prepared.request, shown_as)
-
-    def approve(
-        self,
-        name: str,
-        arguments: object,
-        *,
-        call_id: str,
-        operation_key: str,
-        profile: Profile = "full",
-    ) -> ToolResult | None:
-        """Keep a person's approval of this call, given through a framework's
-        own gate that runs the call afterwards by itself, without
-        ``approved=True`` (LangChain's ``HumanInTheLoopMiddleware``: see
-        :func:`sandrail.adapters.langchain.human_in_the_loop`). The person
-        saw these arguments, or wrote them, so the approval covers them as
-        they are; it is kept as the key's decision, here and wherever the
-        same durable record is shared, unless another decision came first
-        (the first decision stands).
-
-        Returns ``None`` when the approval stands (let the call run), else
-        the result the model reads instead, the call not run: the rejection
-        a person made first (``approval_rejected``), or ``approval_mismatch``
-        when an approval of another call (other arguments) came first.
-        Arguments the toolset would refuse are not kept (``None``: the call
-        itself is refused when it runs). Raises ``ValueError`` for an
-        unknown ``profile``."""
-        prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, None, None, False, None
-        )
-        if isinstance(prepared, ToolResult):
-            return None
-        return self._approval_of(prepared, True, True)[0]
-
-    def rejection(
-        self,
-        reason: str | None = None,
-        *,
-        name: str | None = None,
-        call_id: str | None = None,
-        operation_key: str | None = None,
-        arguments: object = None,
-        profile: Profile = "full",
-    ) -> ToolResult:
-        """The result the model reads when a person rejected its call:
-        ``error`` with ``executed: false`` and ``error_type``
-        ``approval_rejected`` (nothing ran), what to do instead, and the
-        person's ``reason`` when given (values this toolset masks are masked
-        in it, C17), within :attr:`max_output_bytes`.
-
-        Given the call's tool ``name``, ``call_id`` and ``operation_key``,
-        the ownership record is asked first: when that key already launched
-        (it was approved before, and is rejected now), the answer is never
-        "nothing ran" (C5) but ``uncertain`` with the task's locator and
-        ``error_type`` ``approval_rejected``: nothing more runs, and the
-        model is pointed at the task to read (C6). With the call's
-        ``arguments`` (in ``profile``'s shape), only a launch of these very
-        arguments counts: another call that reused the key never ran (C3).
-
-        Given ``name`` and ``operation_key``, the rejection is also kept as
-        the person's decision about that key, unless an approval came first
-        (the first decision stands): an approval of the key afterwards, here
-        or wherever the same durable record is shared, runs nothing and is
-        answered with this rejection (``docs/howto/approval.md``)."""
-        rejected = rejection(self._max_output_bytes, reason, self._masks.secrets)
-        if name is None or operation_key is None or name not in self._ports:
-            return rejected
-        standing = self._decisions.decide(
-            lookup(self._ports[name].definition(name), self._session_id, operation_key, call_id),
-            "rejected",
-        )
-        known = self.launched(name, operation_key)
-        approved_first = known is None and standing is not None and standing.decision == "approved"
-        if approved_first:
-            # An approval came first (another process holds it): its start
-            # may be leaving now, under the task the key always runs as.
-            known = OwnedCommand(
-                task_id=task_of(self._session_id, self._owner, operation_key),
-                operation_key=operation_key,
-                sandbox_id=None,
-                launched=False,
-                ledger_epoch=None,
-                launch_digest=standing.recorded if standing is not None else None,
-            )
-        if known is None:
-            return rejected
-        definition = self._ports[name].definition(name)
-        if arguments is not None:  # a launch of these very arguments (C3)
-            converted = self._converted(definition, profile, arguments)
-            if isinstance(converted, ToolResult) or not alike(
-                known, name, converted, self._masks.secrets
-            ):
-                return rejected
-        try:
-            identity = self._identity() if callable(self._identity) else self._identity
-        except Exception:
-            identity = None
-        request = lookup(definition, self._session_id, operation_key, call_id, identity)
-        return refused_after_launch(
-            ErrorCode.APPROVAL_REJECTED,
-            known,
-            request,
-            reason=rejected.content.get("outcome_reason"),
-            readable="read_command_output" in self._ports,
-            max_output_bytes=self._max_output_bytes,
-            approved_first=approved_first,
-        )
-
-    def _prepare(
-        self,
-        name: str,
-        arguments: object,
-        call_id: str,
-        operation_key: str,
-        profile: Profile,
-        cancel: object | None,
-        timeout_seconds: float | None,
-        reconcile_repeats: bool,
-        run_id: str | None,
-    ) -> ToolResult | _Prepared:
-        """What both entry points do before the call runs: check the
-        harness's own arguments (``ValueError``), refuse what the model got
-        wrong (a result), and build the request, under an unsettled earlier
-        call's key for an exact repeat (see the module doc)."""
-        deadline = check_timeout(timeout_seconds)
-        if run_id is not None and (not isinstance(run_id, str) or not str.__str__(run_id).strip()):
-            raise ValueError("run_id must be a non-blank string")
-        port = self._ports.get(name) if isinstance(name, str) else None
-        if port is None:
-            return bound_result(
-                error_result(
-                    ErrorCode.TOOL_UNBOUND,
-                    instruction="There is no tool of that name.",
-                    available_tools=list(self._ports),
-                ),
-                self._max_output_bytes,
-            )
-        definition = port.definition(name)
-        converted = self._converted(definition, profile, arguments)
-        if isinstance(converted, ToolResult):
-            return converted
-        token = CancelToken()
-        try:
-            identity = self._identity() if callable(self._identity) else self._identity
-        except Exception:
-            return error_result(
-                ErrorCode.HARNESS_CALLBACK_FAILED,
-                instruction="The harness's identity function failed; nothing ran.",
-            )
-        asked_key = operation_key
-        repeat = None
-        same = same_call(name, converted, port.settings) if reconcile_repeats else None
-        if same is not None:
-            repeat = (
-                repeat_scope(run_id, operation_key, call_id),
-                hashlib.sha256(same).hexdigest(),
-            )
-        if repeat is not None:
-            with self._lock:
-                earlier = self._unsettled.get(repeat)
-            if earlier is not None:
-                # The earlier call's key and arguments: the same launch to
-                # the port, however this repeat spelled its defaults.
-                operation_key, converted = earlier
-        request = ToolRequest(
-            call=ToolCall(name=name, call_id=call_id, arguments=converted),
-            operation_key=operation_key,
-            session_id=self._session_id,
-            definition=definition,
-            identity=identity,
-            cancel=token if cancel is None else EitherSignal(token, cancel),
-        )
-        return _Prepared(port, request, token, repeat, deadline, asked_key)
-
-    def _converted(
-        self, definition: ToolDefinition, profile: Profile, arguments: object
-    ) -> Mapping[str, Any] | ToolResult:
-        """The model's ``arguments`` in the port's form (``profile``'s
-        undone, a deadline spelled as its default left out: the call that
-        leaves it out, so one digest and one claim, C3), or their refusal
-        with the session's values masked."""
-        if not isinstance(arguments, Mapping):
-            # Not an object at all (a list, a tuple, a string): refused as
-            # such, never converted (a tuple would pass for problems).
-            problem = ArgumentProblem("arguments", "must be a JSON object")
-            content = arguments_rejection([problem], self._max_output_bytes)
-            return ToolResult(status="error", content=content)
-        converted = canonical_arguments(definition, profile, arguments)
-        if not isinstance(converted, (tuple, Mapping)):
-            converted = (ArgumentProblem("arguments", "must be a JSON object"),)
-        if isinstance(converted, tuple):
-            problems = masked_problems(converted, self._masks.secrets, arguments)
-            content = arguments_rejection(problems, self._max_output_bytes)
-            return ToolResult(status="error", content=content)
-        port = self._ports.get(definition.name)
-        return (
-            converted
-            if port is None
-            else settled_arguments(definition.name, converted, port.settings)
-        )
-
-    def launched(self, name: str, operation_key: str) -> OwnedCommand | None:
-        """The ownership record's row when a start of tool ``name`` under
-        ``operation_key`` may already have left (this toolset's record, and
-        the harness's durable one when it gives one), else ``None``: a call
-        that already launched is never answered ``executed: false`` (C5)."""
-        definitions = {n: port.definition(n) for n, port in self._ports.items()}
-        return launched_row(
-            self._resolve, definitions, self._session_id, self._owner, name, operation_key
-        )
-
-    def _launched_alike(self, request: ToolRequest) -> bool:
-        """Whether ``request``'s key already launched this very call (the
-        same launch digest, C3): ``ApprovalRequired`` then reconciles it."""
-        call = request.call
-        try:
-            name, key = str(call.name), str.__str__(request.operation_key)
-            known = self.launched(name, key)
-            return known is not None and alike(known, name, call.arguments, self._masks.secrets)
-        except Exception:
-            return False
-
-    def _after_launch(self, request: ToolRequest, result: ToolResult) -> ToolResult:
-        """``result``, unless the policy refused (``policy_denied``) a call
-        whose key already launched (:func:`refused_after_launch`)."""
-        content = result.content
-        if result.status != "error" or content.get("error_type") != ErrorCode.POLICY_DENIED.value:
-            return result
-        known = self.launched(str(request.call.name), str.__str__(request.operation_key))
-        if known is None:
-            return result
-        return refused_after_launch(
-            ErrorCode.POLICY_DENIED,
-            known,
-            request,
-            reason=content.get("instruction"),
-            readable="read_command_output" in self._ports,
-            max_output_bytes=self._max_output_bytes,
-        )
-
     def _abandon(self, operation_key: str, result: ToolResult) -> None:
         """Keep the result of a call whose caller cancelled the await."""
         with self._lock:
@@ -1025,19 +587,6 @@ class Toolset:
             self._unsettled.move_to_end(repeat)
             while len(self._unsettled) > _UNSETTLED_KEPT:
                 self._unsettled.popitem(last=False)
-
-
-class _Prepared(NamedTuple):
-    """A call ready to run (from :meth:`Toolset._prepare`)."""
-
-    port: ToolPort
-    request: ToolRequest
-    token: CancelToken
-    repeat: _Repeat | None
-    deadline: float | None
-    asked_key: str
-    """The key the caller gave (the request runs under an earlier call's
-    when it repeats that call)."""
 
 
 # Strategy: the two entry points share everything but how they wait. An
@@ -1084,34 +633,6 @@ def _loop_running() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-def check_timeout(timeout_seconds: object) -> float | None:
-    """``timeout_seconds`` as a float, or ``ValueError`` unless it is ``None``
-    or a positive number of at most :data:`MAX_CALL_TIMEOUT_SECONDS`."""
-    if timeout_seconds is None:
-        return None
-    if (
-        isinstance(timeout_seconds, bool)
-        or not isinstance(timeout_seconds, (int, float))
-        # Compared as given: an int too large for a float is still refused
-        # as too long (math.isfinite would raise OverflowError on it).
-        or not 0 < timeout_seconds <= MAX_CALL_TIMEOUT_SECONDS
-    ):
-        raise ValueError(
-            "timeout_seconds must be a positive number of at most "
-            f"{MAX_CALL_TIMEOUT_SECONDS} (a year), got {_shown(timeout_seconds)}"
-        )
-    return float(timeout_seconds)
-
-
-def _shown(value: object) -> str:
-    """``repr(value)``, cut short (a 400-digit int is no message)."""
-    try:
-        text = repr(value)
-    except Exception:
-        return f"a {type(value).__name__}"
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 async def _outlast_cancellation(task: asyncio.Future[ToolResult]) -> ToolResult:

@@ -325,6 +325,24 @@ def test_reference_directives_name_public_paths() -> None:
     assert not private
 
 
+def test_the_toolset_reference_lists_every_public_member() -> None:
+    """The Toolset reference lists its members (some are defined on its
+    private bases, and the list keeps them in the order a reader meets
+    them), so a public member missing from the list would go unseen."""
+    import sandrail
+
+    listed = _documented()["sandrail.Toolset"]
+    public = {
+        name
+        for klass in sandrail.Toolset.__mro__[:-1]
+        for name in vars(klass)
+        if not name.startswith("_")
+    }
+    assert listed is not None
+    assert sorted(public - set(listed)) == []
+    assert sorted(set(listed) - public) == []
+
+
 def _table_codes(page: Path) -> list[str]:
     return re.findall(r"^\| `([a-z0-9_]+)` \|", page.read_text(encoding="utf-8"), re.M)
 

@@ -30,10 +30,10 @@ from sandrail.core import (
 )
 from sandrail.core._call import _fits_whole, _size_bound
 from sandrail.core._snapshot import RequestParts, digest_text, plain_arguments, request_parts
-from sandrail.interpreters import _cassette as cassette_module
-from sandrail.interpreters._cassette import (
+from sandrail.interpreters import _cassette_codec as codec_module
+from sandrail.interpreters._cassette import _read_line
+from sandrail.interpreters._cassette_codec import (
     _dumps,
-    _read_line,
     encode_effect,
     encode_outcome,
     normalize,
@@ -390,9 +390,9 @@ def _encoded(draw: st.DrawFn) -> tuple[str, dict[str, Any], bool]:
 
 def _converter_only(data: dict[str, Any], what: str) -> tuple[str, Any]:
     """What the cattrs converter alone makes of ``data``: the value, or its error."""
-    with mock.patch.dict(cassette_module._FAST, clear=True):
+    with mock.patch.dict(codec_module._FAST, clear=True):
         try:
-            return "value", cassette_module._structure(data, _UNIONS[what], what)
+            return "value", codec_module._structure(data, _UNIONS[what], what)
         except ValueError as exc:
             return "error", str(exc)
 
@@ -417,7 +417,7 @@ def test_replay_fast_decoding_answers_as_the_converter(drawn: tuple[str, Any, bo
     converter decodes, to values of the same types, and leave everything
     else to it (so a bad line is reported in the converter's words)."""
     what, data, changed = drawn
-    fast = cassette_module._FAST[what].decode(copy.deepcopy(data))
+    fast = codec_module._FAST[what].decode(copy.deepcopy(data))
     slow = _converter_only(copy.deepcopy(data), what)
     if fast is not None:
         assert slow[0] == "value"
@@ -425,7 +425,7 @@ def test_replay_fast_decoding_answers_as_the_converter(drawn: tuple[str, Any, bo
     elif not changed:
         raise AssertionError(f"the fast path left a recorded {what} to the converter: {data}")
     try:
-        public = "value", cassette_module._structure(copy.deepcopy(data), _UNIONS[what], what)
+        public = "value", codec_module._structure(copy.deepcopy(data), _UNIONS[what], what)
     except ValueError as exc:
         public = "error", str(exc)
     assert public[0] == slow[0]
@@ -458,5 +458,5 @@ def test_replay_requests_skip_the_json_round_trip_only_when_it_changes_nothing(
 ) -> None:
     """A recorded request is compared as it reads back from its line: the
     round trip is skipped only for data it leaves exactly as it is."""
-    if cassette_module._json_data(value):
+    if codec_module._json_data(value):
         assert _typed(normalize(value)) == _typed(value)

@@ -40,6 +40,24 @@ def test_the_source_tree_holds_no_links() -> None:
     assert [line for line in tracked if line.startswith("120000")] == []
 
 
+MAX_MODULE_LINES = 800
+"""The longest a module of the library may be: one idea, small enough to read
+in one sitting (``docs/development.md``, "The layout"); past it, its parts
+get names, and modules, of their own."""
+
+
+def test_every_library_module_is_at_most_800_lines() -> None:
+    """No module under ``sandrail/``, ``core/`` or ``interpreters/`` is longer
+    than :data:`MAX_MODULE_LINES` lines."""
+    long = {
+        str(path.relative_to(ROOT)): count
+        for folder in ("sandrail", "core", "interpreters")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"modules longer than {MAX_MODULE_LINES} lines: {long}"
+
+
 def _installed_root() -> tuple[Path, bool]:
     """The folder the installed distribution puts on ``sys.path`` for type
     checkers (the link tree of an editable install, site-packages for a

@@ -178,7 +178,7 @@ def test_concurrent_calls_run_as_asyncio_run_runs_them_on_one_kept_loop() -> Non
     import asyncio
     import contextvars
 
-    from sandrail.testing import _world as world_module
+    from sandrail.testing import _kept_loop as world_module
 
     seen = contextvars.ContextVar("seen", default="unset")
     left: list[asyncio.Task[None]] = []

@@ -1,33 +1,20 @@
 """A world under test: a backend, its ground truth, the ports on it, and a
 record of every call they made and every effect each call caused.
 
-Strategy: the ports a :class:`World` builds are ordinary ports whose
-``execute`` also opens a :class:`CallRecord` (in a context variable), and
-whose backend is the world's *tap*: every sandbox effect passes through it,
-so it can attribute each effect, each fault that fired and each real launch
-(read from the ground truth before and after the effect) to the call that
-caused it, even when two calls interleave on one event loop. Requests held
-for late delivery arrive only through :meth:`World.deliver_held` (or at the
-next effect, if asked), which attributes a late launch to the call whose
-request was held. The judge (:mod:`._judge`) reads these records.
+The calls' records and what each is charged with are :mod:`._attribution`
+(the base of :class:`World`); the event loop concurrent calls share is
+:mod:`._kept_loop`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import functools
-import hashlib
-import os
-import threading
-import weakref
 from collections import Counter
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-
-import attrs
+from typing import Any, Literal
 
 import sandrail
 from sandrail import ToolPort, ToolRequest, ToolResult
@@ -39,18 +26,8 @@ from sandrail.core import (
     NativeIdentity,
     NativeOwner,
     OwnedCommand,
-    PortSettings,
-    SandboxEffect,
     SandboxReady,
-    Start,
-    Started,
-    StartRefused,
-    ToolKind,
-    launch_digest,
-    plain_arguments,
-    same_call,
 )
-from sandrail.interpreters._cancel import EitherSignal
 from sandrail.interpreters._drivers import is_asynchronous
 from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import (
@@ -62,6 +39,7 @@ from sandrail.interpreters.simulator import (
     emulate,
 )
 
+from ._attribution import Attribution
 from ._calls import (
     _BATCH,
     _CURRENT,
@@ -73,9 +51,9 @@ from ._calls import (
     WatchedPort,
     code_tool,
     native_identity,
-    tool_kind,
 )
 from ._faults import FaultyBackend
+from ._kept_loop import _run
 from ._launches import (
     Unscripted,
     launched_commands,
@@ -90,7 +68,7 @@ from ._world_ports import AsyncTap, WatchedToolset, checked_groups, toolset_iden
 __all__ = ["World"]
 
 
-class World:
+class World(Attribution):
     """A backend under ``plan``, the ports on it, and the ground truth per call.
 
     Build one with :meth:`simulated` (the in-memory simulator, faults struck
@@ -501,92 +479,6 @@ class World:
         finally:
             _LABEL.reset(token)
 
-    @contextlib.contextmanager
-    def _watching(self, port: ToolPort, request: ToolRequest) -> Iterator[CallRecord]:
-        """Open the record of a call about to run on ``port``."""
-        concurrent = _BATCH.get()
-        if not concurrent:
-            self.harness.reset()
-        record = self._open(port, request, concurrent=concurrent)
-        token = _CURRENT.set(record)
-        try:
-            yield record
-        finally:
-            _CURRENT.reset(token)
-            self._observe_harness(record)
-
-    def _open(self, port: ToolPort, request: ToolRequest, *, concurrent: bool) -> CallRecord:
-        settings = port.settings
-        owner = settings.owner
-        session_id = settings.session_id
-        identity = request.identity
-        fence = identity.execution_fence if isinstance(identity, NativeIdentity) else None
-        watched = attrs.evolve(
-            request, cancel=EitherSignal(self.harness.cancel_token, request.cancel)
-        )
-        tool = request.call.name
-        arguments = plain_arguments(request.call.arguments) or {}
-        task: str | None = None
-        conflict = foreign = False
-        key = request.operation_key
-        kind = tool_kind(tool)  # None: the port refuses the call (the judge holds it to that)
-        if kind is ToolKind.LAUNCHES and isinstance(key, str):
-            task = self._task_id(session_id, owner, key)
-            self.keys.setdefault(session_id, set()).add(key)
-            claimed = self.claims.get(task)
-            conflict = claimed is not None and claimed != launch_digest(tool, arguments)
-        elif kind is ToolKind.OWNED_TASK:
-            asked = arguments.get("task_id")
-            task = asked if isinstance(asked, str) else None
-            owned = {self._task_id(session_id, owner, k) for k in self.keys.get(session_id, ())}
-            foreign = task is not None and task not in owned
-        locator: dict[str, Any] = {} if identity is None else identity.locator()
-        locator |= {"session_id": session_id, "operation_key": key, "call_id": request.call.call_id}
-        try:
-            oversized = len(sandrail.canonical_json(locator)) > settings.max_output_bytes
-        except ValueError:
-            oversized = False
-        record = CallRecord(
-            number=len(self.calls) + 1,
-            label=_LABEL.get(),
-            session_id=session_id,
-            owner=owner,
-            request=watched,
-            budget=settings.max_output_bytes,
-            governed=request.result_governance is not None,
-            task=task,
-            fence=fence,
-            conflict=conflict,
-            foreign=foreign,
-            oversized=oversized,
-            concurrent=concurrent,
-            launched_before=0 if task is None else self.truth.launches.get(task, 0),
-            one_call=_one_call(tool, arguments, settings) if kind is ToolKind.LAUNCHES else None,
-        )
-        self.calls.append(record)
-        return record
-
-    def _task_id(
-        self, session_id: str, owner: sandrail.AgentOwner | sandrail.NativeOwner, key: str
-    ) -> str:
-        """:func:`sandrail.task_id`, worked out once per session, owner and key
-        (a read asks for every key of its session)."""
-        found = self._task_ids.get((session_id, key))
-        if found is not None and (found[0] is owner or found[0] == owner):
-            return found[1]
-        task = sandrail.task_id(session_id, owner, key)
-        self._task_ids[(session_id, key)] = (owner, task)
-        return task
-
-    def _observe_harness(self, record: CallRecord) -> None:
-        # The request's token fires with the world's (a fault) or the harness's own.
-        token = record.request.cancel
-        record.aborted = self.harness.cancel_token.cancelled or bool(
-            getattr(token, "cancelled", False)
-        )
-        record.drifted = self.harness.drifted
-        record.authority_lost = not self.harness.authority_held
-
     # -- world events --------------------------------------------------------------------
 
     def deliver_held(self) -> None:
@@ -606,45 +498,6 @@ class World:
             else:
                 self.faults.deliver_held()
             self._attribute_late(*marks)
-
-    def _before_late_delivery(self) -> tuple[dict[str, int], int] | None:
-        """How often each held start's task had launched, and how many late
-        deliveries there were, before the held requests arrive (``None``:
-        nothing is held)."""
-        held = list(getattr(self.faults, "held", ()))
-        if not held:
-            return None
-        before = {
-            effect.task_id: self.truth.launches.get(effect.task_id, 0)
-            for effect in held
-            if isinstance(effect, Start)
-        }
-        return before, len(self.faults.late_deliveries)
-
-    def _attribute_late(self, before: Mapping[str, int], start: int) -> None:
-        """Charge the launches the ground truth counted while held requests
-        arrived to the calls that sent them: the start that answered
-        ``first_launch``, else (a backend whose answer hides it) the first
-        start of the task that was not refused."""
-        fresh = {task: self.truth.launches.get(task, 0) - count for task, count in before.items()}
-        delivered = [
-            (effect, result)
-            for effect, result in self.faults.late_deliveries[start:]
-            if isinstance(effect, Start) and not isinstance(result, EffectFailure)
-        ]
-        charged: set[int] = set()
-        for first_only in (True, False):
-            for number, (effect, result) in enumerate(delivered):
-                if (
-                    number not in charged
-                    and fresh.get(effect.task_id, 0) > 0
-                    and isinstance(result, Started)
-                    and (result.first_launch or not first_only)
-                ):
-                    fresh[effect.task_id] -= 1
-                    charged.add(number)
-        for number, (effect, _) in enumerate(delivered):
-            self._applied_start(self._owner_of.get(id(effect)), effect, launched=number in charged)
 
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` of virtual time pass (a world without a clock ignores it)."""
@@ -769,93 +622,6 @@ class World:
             answer = failure
         return self._settle(effect, answer, mark)
 
-    def _mark(self, effect: Effect) -> tuple[int, int, int]:
-        fired = len(self.faults.faults_fired)
-        applied = -1 if self._applied is None else len(self._applied)
-        launches = self.truth.launches.get(effect.task_id, 0) if isinstance(effect, Start) else 0
-        return fired, applied, launches
-
-    def _settle(self, effect: Effect, answer: object, mark: tuple[int, int, int]) -> Any:
-        fired, applied, launches = mark
-        assert isinstance(effect, SandboxEffect)
-        record = _CURRENT.get()
-        self._owner_of[id(effect)] = record
-        applied_now = None if self._applied is None else self._applied[applied:]
-        if record is not None:
-            record.effects.append((effect, answer))
-            record.faults.extend(self.faults.faults_fired[fired:])
-            if applied_now and isinstance(answer, EffectFailure) and effect in applied_now:
-                record.reached_unanswered.append(effect)
-        if isinstance(effect, Start):
-            if applied_now is not None:
-                reached = effect in applied_now
-            else:
-                reached = isinstance(answer, Started | StartRefused)
-            if reached:
-                launched = self.truth.launches.get(effect.task_id, 0) > launches
-                self._applied_start(record, effect, launched=launched)
-            elif self.truth.launches.get(effect.task_id, 0) > launches and record is not None:
-                record.launched[effect.task_id] += 1  # launched, though nobody saw it reach
-        if isinstance(answer, EffectFailure):
-            raise answer
-        return answer
-
-    def _applied_start(self, record: CallRecord | None, effect: Start, *, launched: bool) -> None:
-        # The fence the harness asked for (its request's), not the one the
-        # Start carried: a core that drops the fence must still be caught.
-        fence = effect.fence if record is None else record.fence
-        mark = self.fence_marks.get(effect.sandbox_id)
-        if launched:
-            if record is not None:
-                record.launched[effect.task_id] += 1
-            self.claims.setdefault(effect.task_id, effect.request_digest)
-            if fence is not None and mark is not None and fence < mark:
-                self.stale_launches.append((record, fence, mark))
-        if fence is not None and (mark is None or fence > mark):
-            self.fence_marks[effect.sandbox_id] = fence
-
-
-_T = TypeVar("_T")
-_RUNNER: dict[str, tuple[int, asyncio.Runner]] = {}
-
-
-def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    """``asyncio.run(coroutine)``, on one event loop kept for the main thread
-    of this process (a campaign makes thousands of concurrent calls, and a
-    new loop costs about a millisecond each); any other thread, and a call
-    from inside a running loop, gets exactly ``asyncio.run``. As there, the
-    coroutine runs in a copy of the caller's context, and the tasks it leaves
-    behind are cancelled before this returns."""
-    if threading.current_thread() is not threading.main_thread():
-        return asyncio.run(coroutine)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        pass
-    else:
-        return asyncio.run(coroutine)  # raises, as it does there
-    kept = _RUNNER.get("main")
-    if kept is None or kept[0] != os.getpid():  # a fork must not share its parent's loop
-        runner = asyncio.Runner()
-        weakref.finalize(runner, runner.close)
-        kept = _RUNNER["main"] = (os.getpid(), runner)
-    runner = kept[1]
-    try:
-        return runner.run(coroutine, context=contextvars.copy_context())
-    finally:
-        _cancel_left(runner.get_loop())
-
-
-def _cancel_left(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel the tasks a run left on ``loop`` and let them finish (as
-    ``asyncio.run`` does when it closes its loop)."""
-    left = asyncio.all_tasks(loop)
-    if not left:
-        return
-    for task in left:
-        task.cancel()
-    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-
 
 def _plan(plan: FaultPlan | Sequence[Fault] | None) -> FaultPlan:
     if plan is None:
@@ -863,12 +629,3 @@ def _plan(plan: FaultPlan | Sequence[Fault] | None) -> FaultPlan:
     if isinstance(plan, FaultPlan):
         return plan
     return FaultPlan(tuple(plan))
-
-
-def _one_call(tool: str, arguments: Mapping[str, Any], settings: PortSettings) -> str | None:
-    """The digest of a launch as one call to a port with ``settings``."""
-    try:
-        text = same_call(tool, arguments, settings)
-    except Exception:
-        return None
-    return None if text is None else hashlib.sha256(text).hexdigest()
