@@ -497,3 +497,42 @@ def test_c6_a_read_of_the_rest_that_fails_is_an_error_never_a_partial_listing() 
     assert listed.entries is None, len(listed.entries)
     assert "/big" in listed.error
     assert launches(tools) == 1
+
+
+def test_c2_an_ls_tool_call_run_again_reads_its_output_again_and_never_relaunches() -> None:
+    """The model sends ``ls`` twice under one tool call id (a repeat): the
+    second is reconciled with the first launch, and its output read whole
+    again by cursor."""
+    from deepagents.backends.sandbox import _build_ls_cmd
+
+    tools = toolset(_scripted({_build_ls_cmd("/big"): _listing(2000)}), max_output_bytes=4000)
+    ls = [{"name": "ls", "args": {"path": "/big"}, "id": "l1"}]
+    agent = create_deep_agent(model=scripted([ls, ls]), backend=SandrailSandbox(tools))
+    first, second = tool_messages(agent.invoke(USER)["messages"])
+    assert first.content.count("/big/file-") == 2000
+    assert second.content == first.content
+    assert launches(tools) == 1
+
+
+def test_c12_an_async_glob_under_a_small_budget_is_whole(tmp_path: Any) -> None:
+    import asyncio
+
+    from deepagents.backends.sandbox import _build_glob_cmd
+    from langgraph.graph import START, StateGraph
+
+    for n in range(1500):
+        (tmp_path / f"f{n}.md").write_text("")
+    command = _build_glob_cmd("*.md", str(tmp_path))
+    tools = toolset(_scripted({command: _printed(command)}), max_output_bytes=4000)
+    backend = SandrailSandbox(tools)
+
+    async def run(state: _Out) -> dict[str, Any]:
+        return {"out": await backend.aglob("*.md", str(tmp_path))}
+
+    builder = StateGraph(_Out)
+    builder.add_node("run", run)
+    builder.add_edge(START, "run")
+    found = asyncio.run(builder.compile().ainvoke({"out": None}))["out"]
+    assert (found.error, found.truncated) == (None, False)
+    assert len(found.matches) == 1500
+    assert launches(tools) == 1
