@@ -536,3 +536,25 @@ def test_c12_an_async_glob_under_a_small_budget_is_whole(tmp_path: Any) -> None:
     assert (found.error, found.truncated) == (None, False)
     assert len(found.matches) == 1500
     assert launches(tools) == 1
+
+
+@pytest.mark.parametrize(("budget", "whole"), [(4000, True), (1600, False)])
+def test_c12_a_page_too_big_for_the_budget_is_read_again_smaller_or_is_an_error(
+    budget: int, whole: bool
+) -> None:
+    """Control characters grow six-fold in the result's JSON: a page of them
+    that does not fit is asked for again, smaller; where even the smallest
+    page cannot fit, grep answers an error, never the matches it read."""
+    from deepagents.backends.sandbox import _build_grep_cmd
+
+    printed = "".join(f"/src/f{n}.py\x00{n + 1}:" + "\x01" * 60 + "\n" for n in range(300))
+    command = _build_grep_cmd("\x01", "/src", None, None, exclude_dirs=(".git",))
+    tools = toolset(_scripted({command: printed}), max_output_bytes=budget)
+    found = _in_a_run(lambda: SandrailSandbox(tools).grep("\x01", "/src"))
+    if whole:
+        assert found.error is None, found.error
+        assert len(found.matches) == 300
+    else:
+        assert found.matches is None
+        assert "did not answer it" in found.error
+    assert launches(tools) == 1
