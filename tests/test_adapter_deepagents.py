@@ -363,3 +363,198 @@ def test_c8_an_answer_given_by_position_lands_on_no_execute_after_the_calls_were
     ]
     assert ran == ([] if reordered else ["staging"])
     assert launches(tools) == (0 if reordered else 1)
+
+
+# Deep Agents' file tools are shell commands whose output BaseSandbox parses:
+# the simulator is scripted with what each command really prints (the command
+# run here, on a temporary tree, by a real shell), so the backend sees the
+# bytes a sandbox would send.
+
+
+class _Out(TypedDict):
+    out: Any
+
+
+def _in_a_run(operation: Any) -> Any:
+    """``operation()`` run inside a LangGraph task, as a file tool runs."""
+    from langgraph.graph import START, StateGraph
+
+    builder = StateGraph(_Out)
+    builder.add_node("run", lambda state: {"out": operation()})
+    builder.add_edge(START, "run")
+    return builder.compile().invoke({"out": None})["out"]
+
+
+def _printed(command: str) -> str:
+    """What ``command`` prints here, stdout and stderr together."""
+    import subprocess
+
+    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, text=True, check=True)
+    return done.stdout + done.stderr
+
+
+def _scripted(commands: dict[str, str], plan: FaultPlan | None = None) -> Simulator:
+    from sandrail.interpreters.simulator import Script
+
+    scripts = {command: Script.prints(printed) for command, printed in commands.items()}
+    return Simulator(scripts=scripts, plan=plan)
+
+
+def _listing(count: int) -> str:
+    return "".join(
+        json.dumps({"path": f"/big/file-{n:05d}.txt", "is_dir": False}) + "\n" for n in range(count)
+    )
+
+
+def test_c12_ls_of_20000_files_under_a_small_budget_lists_every_file_launched_once() -> None:
+    from deepagents.backends.sandbox import _build_ls_cmd
+
+    sim = _scripted({_build_ls_cmd("/big"): _listing(20_000)})
+    tools = toolset(sim, max_output_bytes=4000)
+    listed = _in_a_run(lambda: SandrailSandbox(tools).ls("/big"))
+    assert listed.error is None
+    assert [entry["path"] for entry in listed.entries] == [
+        f"/big/file-{n:05d}.txt" for n in range(20_000)
+    ]
+    assert launches(tools) == 1  # the rest read by cursor, never launched again (C2)
+
+
+def test_c12_read_file_of_a_6_mb_file_is_the_whole_page(tmp_path: Any) -> None:
+    from deepagents.backends.sandbox import _build_read_cmd, _parse_read_output
+
+    path = tmp_path / "big.txt"
+    path.write_text("".join(f"line {n} " + "x" * 3000 + "\n" for n in range(2000)))
+    assert path.stat().st_size > 6_000_000
+    command = _build_read_cmd(str(path), 0, 2000)
+    printed = _printed(command)
+    tools = toolset(_scripted({command: printed}), max_output_bytes=6000)
+    read = _in_a_run(lambda: SandrailSandbox(tools).read(str(path)))
+    assert read.error is None, read.error
+    assert read == _parse_read_output(printed, str(path))
+    assert launches(tools) == 1
+
+
+def test_c12_glob_over_a_big_tree_finds_every_file_and_says_it_is_whole(tmp_path: Any) -> None:
+    from deepagents.backends.sandbox import _build_glob_cmd
+
+    for folder in range(40):
+        (tmp_path / f"d{folder}").mkdir()
+        for n in range(100):
+            (tmp_path / f"d{folder}" / f"f{n}.py").write_text("")
+    command = _build_glob_cmd("**/*.py", str(tmp_path))
+    tools = toolset(_scripted({command: _printed(command)}), max_output_bytes=4000)
+    found = _in_a_run(lambda: SandrailSandbox(tools).glob("**/*.py", str(tmp_path)))
+    assert found.error is None, found.error
+    assert (found.truncated, found.truncation_reason) == (False, None)
+    assert len(found.matches) == 4000
+    assert launches(tools) == 1
+
+
+def test_c12_grep_with_many_matches_under_a_small_budget_returns_them_all() -> None:
+    from deepagents.backends.sandbox import _build_grep_cmd
+
+    printed = "".join(f"/src/f{n}.py\x00{n + 1}:needle {n}\n" for n in range(5000))
+    command = _build_grep_cmd("needle", "/src", None, None, exclude_dirs=(".git",))
+    tools = toolset(_scripted({command: printed}), max_output_bytes=4000)
+    found = _in_a_run(lambda: SandrailSandbox(tools).grep("needle", "/src"))
+    assert found.error is None, found.error
+    assert len(found.matches) == 5000
+    assert found.matches[-1] == {"path": "/src/f4999.py", "line": 5000, "text": "needle 4999"}
+
+
+def test_c12_a_file_op_output_too_big_to_read_back_is_an_error_never_a_partial_list() -> None:
+    from deepagents.backends.sandbox import _build_ls_cmd
+
+    from sandrail.adapters.deepagents import FILE_OUTPUT_MAX_BYTES
+
+    too_many = FILE_OUTPUT_MAX_BYTES // 40 + 1000
+    tools = toolset(_scripted({_build_ls_cmd("/huge"): _listing(too_many)}), max_output_bytes=4000)
+    listed = _in_a_run(lambda: SandrailSandbox(tools).ls("/huge"))
+    assert listed.entries is None
+    assert "too big" in listed.error
+    assert launches(tools) == 1
+
+
+def test_c6_an_uncertain_file_op_is_an_error_with_its_locator_never_an_empty_listing() -> None:
+    from deepagents.backends.sandbox import _build_ls_cmd
+
+    lost = FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),))
+    tools = toolset(_scripted({_build_ls_cmd("/big"): _listing(10)}, plan=lost))
+    listed = _in_a_run(lambda: SandrailSandbox(tools).ls("/big"))
+    assert listed.entries is None
+    told = json.loads(listed.error[listed.error.index("{") :])
+    assert told["status"] == "uncertain"
+    assert told["operation_key"].endswith("deepagents-1")
+
+
+def test_c6_a_read_of_the_rest_that_fails_is_an_error_never_a_partial_listing() -> None:
+    from deepagents.backends.sandbox import _build_ls_cmd
+
+    failing = FaultPlan((Fault(effect="Read", occurrence=5, kind=FaultKind.NOT_DELIVERED),))
+    sim = _scripted({_build_ls_cmd("/big"): _listing(2000)}, plan=failing)
+    tools = toolset(sim, max_output_bytes=4000)
+    listed = _in_a_run(lambda: SandrailSandbox(tools).ls("/big"))
+    assert listed.entries is None, len(listed.entries)
+    assert "/big" in listed.error
+    assert launches(tools) == 1
+
+
+def test_c2_an_ls_tool_call_run_again_reads_its_output_again_and_never_relaunches() -> None:
+    """The model sends ``ls`` twice under one tool call id (a repeat): the
+    second is reconciled with the first launch, and its output read whole
+    again by cursor."""
+    from deepagents.backends.sandbox import _build_ls_cmd
+
+    tools = toolset(_scripted({_build_ls_cmd("/big"): _listing(2000)}), max_output_bytes=4000)
+    ls = [{"name": "ls", "args": {"path": "/big"}, "id": "l1"}]
+    agent = create_deep_agent(model=scripted([ls, ls]), backend=SandrailSandbox(tools))
+    first, second = tool_messages(agent.invoke(USER)["messages"])
+    assert first.content.count("/big/file-") == 2000
+    assert second.content == first.content
+    assert launches(tools) == 1
+
+
+def test_c12_an_async_glob_under_a_small_budget_is_whole(tmp_path: Any) -> None:
+    import asyncio
+
+    from deepagents.backends.sandbox import _build_glob_cmd
+    from langgraph.graph import START, StateGraph
+
+    for n in range(1500):
+        (tmp_path / f"f{n}.md").write_text("")
+    command = _build_glob_cmd("*.md", str(tmp_path))
+    tools = toolset(_scripted({command: _printed(command)}), max_output_bytes=4000)
+    backend = SandrailSandbox(tools)
+
+    async def run(state: _Out) -> dict[str, Any]:
+        return {"out": await backend.aglob("*.md", str(tmp_path))}
+
+    builder = StateGraph(_Out)
+    builder.add_node("run", run)
+    builder.add_edge(START, "run")
+    found = asyncio.run(builder.compile().ainvoke({"out": None}))["out"]
+    assert (found.error, found.truncated) == (None, False)
+    assert len(found.matches) == 1500
+    assert launches(tools) == 1
+
+
+@pytest.mark.parametrize(("budget", "whole"), [(4000, True), (1600, False)])
+def test_c12_a_page_too_big_for_the_budget_is_read_again_smaller_or_is_an_error(
+    budget: int, whole: bool
+) -> None:
+    """Control characters grow six-fold in the result's JSON: a page of them
+    that does not fit is asked for again, smaller; where even the smallest
+    page cannot fit, grep answers an error, never the matches it read."""
+    from deepagents.backends.sandbox import _build_grep_cmd
+
+    printed = "".join(f"/src/f{n}.py\x00{n + 1}:" + "\x01" * 60 + "\n" for n in range(300))
+    command = _build_grep_cmd("\x01", "/src", None, None, exclude_dirs=(".git",))
+    tools = toolset(_scripted({command: printed}), max_output_bytes=budget)
+    found = _in_a_run(lambda: SandrailSandbox(tools).grep("\x01", "/src"))
+    if whole:
+        assert found.error is None, found.error
+        assert len(found.matches) == 300
+    else:
+        assert found.matches is None
+        assert "did not answer it" in found.error
+    assert launches(tools) == 1

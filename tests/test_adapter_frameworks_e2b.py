@@ -109,3 +109,39 @@ def test_adk_confirmation_on_a_real_sandbox_runs_the_call_once(server: LocalE2B)
     assert result["stdout"] == "ran\n"
     assert json.loads(json.dumps(result))["status"] == "ok"
     assert server.truth().marked(mark) == 1
+
+
+def test_c12_deep_agents_file_tools_on_big_outputs_under_a_small_budget_are_whole(
+    server: LocalE2B, tmp_path: Any
+) -> None:
+    """On a real bash, with a 4 kB budget: ``ls`` of 20,000 files, ``glob``
+    over a tree of 4,000, ``read_file`` of a 6 MB file, each answered whole
+    (the rest read by cursor), each command launched once."""
+    from deepagents.backends.sandbox import _build_read_cmd, _parse_read_output
+
+    from tests.test_adapter_deepagents import _in_a_run, _printed
+
+    tools = _toolset(server, max_output_bytes=4000)
+    root = f"/home/user/big-{uuid.uuid4().hex[:6]}"
+    setup = (
+        f"mkdir -p {root}/flat {root}/tree && cd {root}/flat && seq -w 20000 | xargs touch && "
+        f"cd {root}/tree && for d in $(seq 40); do mkdir d$d; "
+        "(cd d$d && seq 100 | sed 's/$/.py/' | xargs touch); done && "
+        f"yes \"$(printf 'x%.0s' $(seq 3000))\" | head -n 2000 > {root}/big.txt"
+    )
+    made = tools.call_sync(
+        "run_command", {"command": setup}, call_id="setup", operation_key=f"{root}:setup"
+    )
+    assert made.exit_code == 0, made.to_json()
+    backend = SandrailSandbox(tools)
+    listed = _in_a_run(lambda: backend.ls(f"{root}/flat"))
+    found = _in_a_run(lambda: backend.glob("**/*.py", f"{root}/tree"))
+    read = _in_a_run(lambda: backend.read(f"{root}/big.txt"))
+    assert listed.error is None, listed.error
+    assert len(listed.entries) == 20_000
+    assert (found.error, found.truncated, len(found.matches)) == (None, False, 4000)
+    assert read.error is None, read.error
+    local = tmp_path / "big.txt"
+    local.write_text(("x" * 3000 + "\n") * 2000)
+    printed = _printed(_build_read_cmd(str(local), 0, 2000))
+    assert read.file_data == _parse_read_output(printed, str(local)).file_data

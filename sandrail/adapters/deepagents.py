@@ -27,6 +27,15 @@ sandrail's ``run_command``:
   fit the budget (the output then keeps its head and tail around a marker
   saying how much was left out, and the whole output is in the artifact
   store when the toolset has one).
+- A file tool never answers from a cut output. Each of its commands
+  (``ls``, ``read_file``, ``glob``, ``grep``, ...) needs its whole output
+  parsed: when sandrail cut it to the budget, the backend reads the rest by
+  cursor (``read_command_output`` of the same task, under keys of its own:
+  reading never launches anything), up to :data:`FILE_OUTPUT_MAX_BYTES`.
+  An output bigger than that, a read that fails, or a command whose outcome
+  is not its own (``uncertain``, a refusal) makes the file tool answer an
+  error saying so (``LsResult.error``, ``ReadResult.error``, ...), with
+  sandrail's JSON result where there is one: never a partial listing.
 - A result that is not a command's own outcome (``uncertain``, an
   ``error`` that ran nothing, a refusal) is told as it is: the output is the
   result's JSON (its ``status``, the locator and what to do next) and the
@@ -51,19 +60,42 @@ sandrail's ``run_command``:
 from __future__ import annotations
 
 import base64
+import contextvars
 import shlex
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, TypeVar
 
 from sandrail import ErrorCode, ToolResult, Toolset
 from sandrail.adapters._glue import approval_request
 from sandrail.adapters._hitl import middleware
 from sandrail.adapters._langgraph import decision_schema, place_of, read_decision
-from sandrail.adapters.kit import Adapter, require, run_id_of
+from sandrail.adapters.kit import Adapter, ModelCall, require, run_id_of
+from sandrail.core import READ_MAX_BYTES
 
-__all__ = ["SandrailSandbox", "human_in_the_loop"]
+__all__ = ["FILE_OUTPUT_MAX_BYTES", "SandrailSandbox", "human_in_the_loop"]
+
+FILE_OUTPUT_MAX_BYTES: Final = 8 * 2**20
+"""Most output (both streams) a file tool's command may print: read back
+whole, past the budget by cursor; beyond it the file tool answers an error."""
+
+_SMALLEST_PAGE: Final = 256
+"""The fewest bytes of each stream one read of the rest asks for: a page
+this small that still does not fit the budget makes the file tool an error."""
+
+_FILE_TOOL: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar(
+    "sandrail_deepagents_file_tool", default=False
+)
+"""Whether ``execute`` is running a command of a file tool (whose output is
+parsed, so must be whole) rather than the model's own command."""
+
+_Answer = TypeVar("_Answer")
+
+
+class _NotWhole(Exception):
+    """A file tool's command gave no whole output; the message says why."""
+
 
 _KEPT: Final = 4096
 """Tool runs whose call id and command count are remembered (oldest dropped)."""
@@ -251,6 +283,31 @@ def _backend_class() -> type[Any]:
     errors = require("langgraph.errors", "deepagents")
     _listen()
 
+    def refusal(response: str, what: str) -> Callable[[str], Any]:
+        """The error answer of a file tool whose command gave no whole output."""
+        return lambda why: getattr(protocol, response)(error=f"{what}: {why}")
+
+    def refused_ls(path: str) -> Callable[[str], Any]:
+        return refusal("LsResult", f"Path '{path}'")
+
+    def refused_read(file_path: str) -> Callable[[str], Any]:
+        return refusal("ReadResult", f"File '{file_path}'")
+
+    def refused_write(file_path: str) -> Callable[[str], Any]:
+        return refusal("WriteResult", f"Error writing file '{file_path}'")
+
+    def refused_edit(file_path: str) -> Callable[[str], Any]:
+        return refusal("EditResult", f"Error editing file '{file_path}'")
+
+    def refused_delete(file_path: str) -> Callable[[str], Any]:
+        return refusal("DeleteResult", f"Error deleting '{file_path}'")
+
+    def refused_grep(path: str | None) -> Callable[[str], Any]:
+        return refusal("GrepResult", f"Path '{path or '.'}'")
+
+    def refused_glob(path: str | None) -> Callable[[str], Any]:
+        return refusal("GlobResult", f"Path '{path or '/'}'")
+
     class Sandbox(sandbox.BaseSandbox):  # type: ignore[misc, name-defined]
         """Deep Agents' sandbox protocol on a sandrail toolset (see the module doc)."""
 
@@ -270,6 +327,8 @@ def _backend_class() -> type[Any]:
                 # succeeds (sandrail refuses a blank command, which Deep Agents'
                 # schema lets a model send).
                 return protocol.ExecuteResponse(output="", exit_code=0, truncated=False)
+            if _FILE_TOOL.get():
+                return self._whole(self.arguments(command, timeout))
             return _response(protocol, self._run(self.arguments(command, timeout)))
 
         @property
@@ -286,18 +345,29 @@ def _backend_class() -> type[Any]:
             return arguments
 
         def _run(self, arguments: dict[str, Any]) -> ToolResult:
+            return self._run_call(arguments)[0]
+
+        def _run_call(self, arguments: dict[str, Any]) -> tuple[ToolResult, ModelCall | None]:
+            """The result of ``run_command`` with ``arguments`` under the key
+            of its place in the running tool call, and that call (``None``
+            when there was none to make)."""
             adapter = self._adapter
             parts = _key_parts()
             if isinstance(parts, str):
-                return adapter.refusal(
+                refused = adapter.refusal(
                     ErrorCode.OPERATION_KEY_REQUIRED,
                     f"No safe operation key for this command ({parts}); nothing ran.",
                 )
+                return refused, None
             run, scope = parts
             call_id = f"deepagents-{_CALLS.next_number(scope)}"
             call = adapter.call_of("run_command", arguments, call_id=call_id, run_id=run)
             if isinstance(call, ToolResult):
-                return call
+                return call, None
+            return self._asked_run(call), call
+
+        def _asked_run(self, call: ModelCall) -> ToolResult:
+            adapter = self._adapter
             place = place_of(_config(), None, call.call_id)
             shown = adapter.asked(call, shown_as=place)
             result = adapter.run_sync(call)
@@ -318,6 +388,205 @@ def _backend_class() -> type[Any]:
                 return adapter.reject(call, reason)
             return adapter.run_sync(call, approved=True)
 
+        # Strategy: BaseSandbox builds each file tool on ``execute`` and parses
+        # what it prints as if whole. Each file tool here runs with
+        # ``_FILE_TOOL`` set, so its commands go through ``_whole``, which
+        # either returns the command's whole output or raises ``_NotWhole``;
+        # the file tool then answers an error of its own response type.
+
+        def _whole(self, arguments: dict[str, Any]) -> Any:
+            """The ``ExecuteResponse`` of a file tool's command with its whole
+            output, read by cursor where the budget cut it. Raises
+            ``_NotWhole`` for a result that is not the command's own outcome,
+            an output over :data:`FILE_OUTPUT_MAX_BYTES` and a read of the
+            rest that does not answer it."""
+            result, call = self._run_call(arguments)
+            if call is None or result.status != "ok" or result.exit_code is None:
+                raise _NotWhole(
+                    f"sandrail answered {result.status}, not the command's output: "
+                    f"{result.to_json()}"
+                )
+            stdout, stderr = result.stdout or "", result.stderr or ""
+            if result.truncated:
+                stdout, stderr = self._read_rest(call, result)
+            return protocol.ExecuteResponse(
+                output=stdout + stderr, exit_code=result.exit_code, truncated=False
+            )
+
+        def _read_rest(self, call: ModelCall, result: ToolResult) -> tuple[str, str]:
+            """Both streams of ``result``'s command whole, read from the
+            start by ``read_command_output``, each read under a key of its
+            own made from ``call``'s (a re-run reads again, never launches)."""
+            task = result.task_id
+            out_bytes = result.content.get("stdout_bytes")
+            err_bytes = result.content.get("stderr_bytes")
+            if task is None or not isinstance(out_bytes, int) or not isinstance(err_bytes, int):
+                raise _NotWhole(f"its output was cut and cannot be read back: {result.to_json()}")
+            sizes = (out_bytes, err_bytes)
+            total = out_bytes + err_bytes
+            if total > FILE_OUTPUT_MAX_BYTES:
+                raise _NotWhole(
+                    f"its output ({total} bytes) is too big to read back whole (at most "
+                    f"{FILE_OUTPUT_MAX_BYTES}); nothing partial is returned: narrow the "
+                    f"path or pattern (task_id {task})"
+                )
+            cursors = (0, 0)
+            pages: tuple[list[str], list[str]] = ([], [])
+            size = min(READ_MAX_BYTES, max(_SMALLEST_PAGE, self._toolset.max_output_bytes // 2))
+            while cursors[0] < sizes[0] or cursors[1] < sizes[1]:
+                arguments = {
+                    "task_id": task,
+                    "stdout_cursor": cursors[0],
+                    "stderr_cursor": cursors[1],
+                    "max_bytes": size,
+                }
+                page = self._read_page(call, arguments)
+                if page.truncated and size > _SMALLEST_PAGE:
+                    size = max(_SMALLEST_PAGE, size // 2)  # the page did not fit: ask for less
+                    continue
+                moved = (page.content.get("stdout_cursor"), page.content.get("stderr_cursor"))
+                if (
+                    page.status != "ok"
+                    or page.truncated
+                    or not isinstance(moved[0], int)
+                    or not isinstance(moved[1], int)
+                    or moved == cursors
+                ):
+                    raise _NotWhole(
+                        f"reading the rest of its output (task_id {task}) did not answer it: "
+                        f"{page.to_json()}"
+                    )
+                pages[0].append(page.stdout or "")
+                pages[1].append(page.stderr or "")
+                cursors = (moved[0], moved[1])
+            return "".join(pages[0]), "".join(pages[1])
+
+        def _read_page(self, call: ModelCall, arguments: dict[str, Any]) -> ToolResult:
+            """One ``read_command_output`` of the rest, keyed by ``call``'s
+            key and the read's cursors and size (the same read on a re-run)."""
+            cursors = f"{arguments['stdout_cursor']}-{arguments['stderr_cursor']}"
+            call_id = f"{call.call_id}-read-{cursors}-{arguments['max_bytes']}"
+            read = self._adapter.call_of(
+                "read_command_output", arguments, call_id=call_id, run_id=call.run_id
+            )
+            return read if isinstance(read, ToolResult) else self._adapter.run_sync(read)
+
+        def _file_tool(
+            self, run: Callable[[], _Answer], refused: Callable[[str], _Answer]
+        ) -> _Answer:
+            """``run()``, a BaseSandbox file tool, with its commands' output
+            whole, or ``refused(why)`` when one gave none."""
+            token = _FILE_TOOL.set(True)
+            try:
+                return run()
+            except _NotWhole as problem:
+                return refused(str(problem))
+            finally:
+                _FILE_TOOL.reset(token)
+
+        async def _afile_tool(
+            self, run: Callable[[], Awaitable[_Answer]], refused: Callable[[str], _Answer]
+        ) -> _Answer:
+            """:meth:`_file_tool` for an asynchronous file tool (BaseSandbox
+            runs ``execute`` in a thread, which copies the flag)."""
+            token = _FILE_TOOL.set(True)
+            try:
+                return await run()
+            except _NotWhole as problem:
+                return refused(str(problem))
+            finally:
+                _FILE_TOOL.reset(token)
+
+        def ls(self, path: str) -> Any:
+            return self._file_tool(lambda: super(Sandbox, self).ls(path), refused_ls(path))
+
+        async def als(self, path: str) -> Any:
+            return await self._afile_tool(lambda: super(Sandbox, self).als(path), refused_ls(path))
+
+        def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> Any:
+            return self._file_tool(
+                lambda: super(Sandbox, self).read(file_path, offset, limit),
+                refused_read(file_path),
+            )
+
+        async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> Any:
+            return await self._afile_tool(
+                lambda: super(Sandbox, self).aread(file_path, offset, limit),
+                refused_read(file_path),
+            )
+
+        def write(self, file_path: str, content: str) -> Any:
+            return self._file_tool(
+                lambda: super(Sandbox, self).write(file_path, content), refused_write(file_path)
+            )
+
+        async def awrite(self, file_path: str, content: str) -> Any:
+            return await self._afile_tool(
+                lambda: super(Sandbox, self).awrite(file_path, content), refused_write(file_path)
+            )
+
+        def edit(
+            self, file_path: str, old_string: str, new_string: str, replace_all: bool = False
+        ) -> Any:
+            return self._file_tool(
+                lambda: super(Sandbox, self).edit(file_path, old_string, new_string, replace_all),
+                refused_edit(file_path),
+            )
+
+        async def aedit(
+            self, file_path: str, old_string: str, new_string: str, replace_all: bool = False
+        ) -> Any:
+            return await self._afile_tool(
+                lambda: super(Sandbox, self).aedit(file_path, old_string, new_string, replace_all),
+                refused_edit(file_path),
+            )
+
+        def delete(self, file_path: str) -> Any:
+            return self._file_tool(
+                lambda: super(Sandbox, self).delete(file_path), refused_delete(file_path)
+            )
+
+        async def adelete(self, file_path: str) -> Any:
+            return await self._afile_tool(
+                lambda: super(Sandbox, self).adelete(file_path), refused_delete(file_path)
+            )
+
+        def grep(
+            self,
+            pattern: str,
+            path: str | None = None,
+            glob: str | None = None,
+            *,
+            max_count: int | None = None,
+        ) -> Any:
+            return self._file_tool(
+                lambda: super(Sandbox, self).grep(pattern, path, glob, max_count=max_count),
+                refused_grep(path),
+            )
+
+        async def agrep(
+            self,
+            pattern: str,
+            path: str | None = None,
+            glob: str | None = None,
+            *,
+            max_count: int | None = None,
+        ) -> Any:
+            return await self._afile_tool(
+                lambda: super(Sandbox, self).agrep(pattern, path, glob, max_count=max_count),
+                refused_grep(path),
+            )
+
+        def glob(self, pattern: str, path: str | None = None) -> Any:
+            return self._file_tool(
+                lambda: super(Sandbox, self).glob(pattern, path), refused_glob(path)
+            )
+
+        async def aglob(self, pattern: str, path: str | None = None) -> Any:
+            return await self._afile_tool(
+                lambda: super(Sandbox, self).aglob(pattern, path), refused_glob(path)
+            )
+
         def upload_files(self, files: list[tuple[str, bytes]]) -> list[Any]:
             answers = []
             for path, content in files:
@@ -330,11 +599,15 @@ def _backend_class() -> type[Any]:
                     f"if [ -d {quoted} ]; then echo is_directory; exit 3; fi; "
                     f"printf %s {encoded} | base64 -d > {quoted}"
                 )
-                result = self._run({"command": command, "timeout": 120})
                 error = None
-                if result.status != "ok" or result.exit_code != 0:
-                    shown = (result.stdout or "").strip()
-                    error = "is_directory" if shown == "is_directory" else "permission_denied"
+                try:
+                    whole = self._whole({"command": command, "timeout": 120})
+                except _NotWhole as problem:
+                    error = str(problem)
+                else:
+                    if whole.exit_code != 0:
+                        shown = whole.output.strip()
+                        error = "is_directory" if shown == "is_directory" else "permission_denied"
                 answers.append(protocol.FileUploadResponse(path=path, error=error))
             return answers
 
@@ -352,8 +625,14 @@ def _backend_class() -> type[Any]:
                     f"if [ ! -e {quoted} ]; then echo file_not_found; exit 4; fi; "
                     f"base64 -w0 -- {quoted}"
                 )
-                result = self._run({"command": command, "timeout": 120})
-                answers.append(_downloaded(protocol, path, result))
+                try:
+                    whole = self._whole({"command": command, "timeout": 120})
+                except _NotWhole as problem:
+                    answers.append(
+                        protocol.FileDownloadResponse(path=path, content=None, error=str(problem))
+                    )
+                    continue
+                answers.append(_downloaded(protocol, path, whole))
             return answers
 
     _classes.append(Sandbox)
@@ -363,9 +642,10 @@ def _backend_class() -> type[Any]:
 _classes: list[type[Any]] = []
 
 
-def _downloaded(protocol: Any, path: str, result: ToolResult) -> Any:
-    shown = (result.stdout or "").strip()
-    if result.status == "ok" and result.exit_code == 0 and not result.truncated:
+def _downloaded(protocol: Any, path: str, whole: Any) -> Any:
+    """The ``FileDownloadResponse`` for the whole output of a download."""
+    shown = whole.output.strip()
+    if whole.exit_code == 0:
         try:
             content = base64.b64decode(shown, validate=True)
         except ValueError:
