@@ -462,24 +462,30 @@ class Toolset(ToolsetApprovals):
         ``approval_mismatch`` (``approval_rejected`` where a person rejected
         the key first), and nothing runs.
         """
-        prepared = self._prepare(
-            name,
-            arguments,
-            call_id,
-            operation_key,
-            profile,
-            cancel,
-            timeout_seconds,
-            reconcile_repeats,
-            run_id,
+        admitted = self._admitted(
+            (name, arguments, call_id, operation_key, profile, cancel, timeout_seconds),
+            (reconcile_repeats, run_id, approved, edited),
         )
+        if isinstance(admitted, ToolResult):
+            return admitted
+        prepared, approved = admitted
+        with self._approvals.approved(prepared.request, approved):
+            return await self._call(prepared, operation_key)
+
+    def _admitted(
+        self,
+        call: tuple[str, object, str, str, Profile, object | None, float | None],
+        settings: tuple[bool, str | None, bool, bool],
+    ) -> ToolResult | tuple[_Prepared, bool]:
+        """What both entry points do before the call runs (their arguments,
+        as given): the prepared request and whether it runs as approved, or
+        the result that answers it with nothing run."""
+        reconcile_repeats, run_id, approved, edited = settings
+        prepared = self._prepare(*call, reconcile_repeats, run_id)
         if isinstance(prepared, ToolResult):
             return prepared
         refused, approved = self._approval_of(prepared, approved, edited)
-        if refused is not None:
-            return refused
-        with self._approvals.approved(prepared.request, approved):
-            return await self._call(prepared, operation_key)
+        return refused if refused is not None else (prepared, approved)
 
     async def _call(self, prepared: _Prepared, operation_key: str) -> ToolResult:
         task = asyncio.ensure_future(prepared.port.execute(prepared.request))
@@ -518,22 +524,13 @@ class Toolset(ToolsetApprovals):
         :meth:`call` there. With a synchronous backend the deadline is seen
         at the port's next check (a blocking backend call is not interrupted).
         """
-        prepared = self._prepare(
-            name,
-            arguments,
-            call_id,
-            operation_key,
-            profile,
-            cancel,
-            timeout_seconds,
-            reconcile_repeats,
-            run_id,
+        admitted = self._admitted(
+            (name, arguments, call_id, operation_key, profile, cancel, timeout_seconds),
+            (reconcile_repeats, run_id, approved, edited),
         )
-        if isinstance(prepared, ToolResult):
-            return prepared
-        refused, approved = self._approval_of(prepared, approved, edited)
-        if refused is not None:
-            return refused
+        if isinstance(admitted, ToolResult):
+            return admitted
+        prepared, approved = admitted
         with self._approvals.approved(prepared.request, approved):
             return self._call_sync(prepared)
 
