@@ -640,6 +640,9 @@ class PortCall:
             verdict = self.binding.assert_authority(request)
         except Exception:
             verdict = False
+        if verdict is True and request.cancel is None:
+            # The common case: held, nothing to abort; only drift to read.
+            return _HELD_DRIFTED if self._drifted(effect) else ALL_WELL
         if verdict is not True and inspect.isawaitable(verdict):
             # assert_authority must be synchronous and fast; a coroutine proves nothing.
             logger.warning("assert_authority returned %s: %s", _what(verdict), _NO_VERDICT)
@@ -687,6 +690,9 @@ _REPORTS: Final[Mapping[tuple[bool, bool, bool], AuthorityReport]] = {
 """Every guard observation, made once (they are frozen values); all well is
 the core's own :data:`~sandrail.core._call.ALL_WELL`, which a program
 recognises by identity."""
+_HELD_DRIFTED: Final = _REPORTS[(False, True, True)]
+"""The observation of a call whose authority is held and that nothing
+aborts, but whose request drifted."""
 
 
 def _cancel_requested() -> bool:

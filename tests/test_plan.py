@@ -21,10 +21,12 @@ from hypothesis import strategies as st
 import sandrail
 from sandrail import _port_call as port_call_module
 from sandrail.core import (
+    ALL_WELL,
     AgentIdentity,
     AgentOwner,
     AuthorityReport,
     CanonicalJSONError,
+    CheckAuthority,
     CommandState,
     Delivery,
     EffectFailure,
@@ -427,3 +429,51 @@ def test_c5_c6_effects_routed_directly_fail_as_routed_generally(
     with mock.patch.object(port_call_module, "_DIRECT", frozenset()):
         slow = _failing_run(failures, calls)
     assert fast == slow
+
+
+class _Token:
+    """An abort signal that has or has not fired."""
+
+    def __init__(self, cancelled: bool) -> None:
+        self.cancelled = cancelled
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    verdict=st.sampled_from([True, False, None, "yes", 1]),
+    cancel=st.sampled_from([None, False, True]),
+    drift=st.booleans(),
+)
+def test_c9_c11_the_guard_observes_what_the_call_is_told(
+    verdict: Any, cancel: bool | None, drift: bool
+) -> None:
+    """C9, C11: the guard's observation, by whatever shortcut it is made,
+    says exactly whether the call was aborted, its request drifted and its
+    authority is held (only True holds it); all well is the one shared
+    object a program recognises."""
+    port = sandrail.command_tools(
+        backend=Simulator(),
+        session_id="plan-session",
+        owner=AgentOwner(agent_id="plan-agent"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: verdict,
+    )
+    arguments = {"command": "true"}
+    request = ToolRequest(
+        call=ToolCall(name="run_command", call_id="c1", arguments=arguments),
+        operation_key="k",
+        session_id="plan-session",
+        definition=port.definition("run_command"),
+        identity=AgentIdentity(agent_id="plan-agent"),
+        cancel=None if cancel is None else _Token(cancel),
+    )
+    call = port_call_module.PortCall(port._binding, request, asynchronous=False)
+    assert call.snapshot is not None
+    if drift:
+        arguments["command"] = "false"
+    report = call.interpret(CheckAuthority(request_digest=call.snapshot.digest))
+    expected = AuthorityReport(
+        aborted=cancel is True, drifted=drift, authority_held=verdict is True
+    )
+    assert report == expected
+    assert (report is ALL_WELL) == (expected == ALL_WELL)
