@@ -465,13 +465,18 @@ def _seen(request: ToolRequest, arguments: dict[str, Any]) -> _Seen:
     if all(map(_FLAT.__contains__, map(type, arguments.values()))):
         keys = tuple(arguments)
         types = tuple(map(type, arguments.values()))
+        plain = dict(arguments)  # nothing nested to copy
+    else:
+        plain = _copy(arguments)
+    # Positionally, in the order of its fields (a named tuple made by
+    # keyword costs twice as much).
     return _Seen(
-        still=still,
-        objects=objects,
-        plain_arguments=_copy(arguments),
-        plain_scope=None if scope is None else json.loads(digest_text(scope)),
-        flat_keys=keys,
-        flat_types=types,
+        still,
+        objects,
+        plain,
+        None if scope is None else json.loads(digest_text(scope)),
+        keys,
+        types,
     )
 
 
