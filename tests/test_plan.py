@@ -22,6 +22,7 @@ import sandrail
 from sandrail import _port_call as port_call_module
 from sandrail.core import (
     ALL_WELL,
+    RUNTIME_ARTIFACTS,
     AgentIdentity,
     AgentOwner,
     AuthorityReport,
@@ -252,6 +253,7 @@ def _everything_per_call() -> Iterator[None]:
         mock.patch.object(SessionPlan, "admission_size", admission_size),
         mock.patch.object(canonical_module, "_flat_text", return_value=None),
         mock.patch.object(snapshot_module, "_make_encoder", None),
+        mock.patch.object(snapshot_module, "_own_digest", return_value=""),
         # Every effect through PortCall.route, none routed directly.
         mock.patch.object(port_call_module, "_DIRECT", frozenset()),
         # An all-well observation no program recognises by identity.
@@ -477,3 +479,54 @@ def test_c9_c11_the_guard_observes_what_the_call_is_told(
     )
     assert report == expected
     assert (report is ALL_WELL) == (expected == ALL_WELL)
+
+
+_KEY_TEXT = _TEXT.filter(lambda text: bool(text.strip()) and "\x00" not in text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    agent=_TEXT,
+    own_agent=st.booleans(),
+    session_id=_TEXT,
+    call_id=_KEY_TEXT,
+    key=_KEY_TEXT,
+    tool=st.sampled_from(["run_command", "read_command_output", "stop_command"]),
+    arguments=_FLAT,
+    governed=st.booleans(),
+    calls=st.integers(1, 3),
+)
+def test_c9_the_digest_from_its_encoded_end_is_the_request_digest(
+    agent: str,
+    own_agent: bool,
+    session_id: str,
+    call_id: str,
+    key: str,
+    tool: str,
+    arguments: dict[str, Any],
+    governed: bool,
+    calls: int,
+) -> None:
+    """C9: a snapshot's drift digest, made from the end of its text the
+    port encoded once, is request_digest of the request and the snapshot's
+    own copy of its arguments, on the first call and on later ones."""
+    settings = _settings(AgentOwner(agent_id=agent), session_id)
+    definition = settings.definition(tool)
+    assert definition is not None
+    for number in range(calls):
+        request = ToolRequest(
+            call=ToolCall(name=tool, call_id=f"{call_id}{number}", arguments=arguments),
+            operation_key=key,
+            session_id=session_id,
+            definition=definition,
+            identity=AgentIdentity(agent_id=agent if own_agent else agent + "x"),
+            result_governance=RUNTIME_ARTIFACTS if governed else None,
+        )
+        snap = snapshot_module.snapshot_request(request, settings)
+        if not own_agent:
+            assert snap is None  # another agent's call is refused
+            return
+        assert snap is not None
+        assert snap.digest == snapshot_module.request_digest(request, snap.arguments)
+        own = snapshot_module._own_digest(request, dict(snap.arguments), settings)
+        assert own == snap.digest
