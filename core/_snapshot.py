@@ -69,6 +69,11 @@ class PortSettings:
     """The port's :class:`~sandrail.core._plan.SessionPlan`, made at its
     first call (:func:`~sandrail.core._plan.session_plan`)."""
     _by_name: dict[str, ToolDefinition] = attrs.field(init=False, eq=False, repr=False)
+    _digest_tails: dict[tuple[str, object], str] = attrs.field(
+        init=False, factory=dict, eq=False, repr=False
+    )
+    """The end of :func:`request_digest`'s text for the owner's own agent
+    calls, by definition digest and result governance (:func:`_own_digest`)."""
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(self, "owner_key", owner_key(self.owner))
@@ -157,6 +162,62 @@ def request_digest(request: ToolRequest, arguments: object = None) -> str:
     body[_IDENTITY] = None if identity is None else identity.locator()  # type: ignore[attr-defined]
     text = digest_text(body)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _own_digest(request: ToolRequest, arguments: dict[str, Any], settings: PortSettings) -> str:
+    """:func:`request_digest` of ``request`` with ``arguments`` (a flat plain
+    copy: strings, integers, booleans and nulls), for a request already
+    checked as :func:`_check_request` checks it; ``""`` when it is not an
+    agent's own call with one of the port's kind of definitions (then only
+    the general function can tell).
+
+    Strategy: the digest's text is a JSON list of the request's parts; for
+    the owner's own agent, every part after the operation key (the session,
+    the definition's digest, the locator, the result governance) is the same
+    on every call of one tool, so that end of the text is encoded once per
+    port and tool, and a call encodes only its name, call id, arguments and
+    operation key."""
+    owner, identity, definition = settings.owner, request.identity, request.definition
+    governance = request.result_governance
+    if (
+        type(identity) is not AgentIdentity
+        or type(owner) is not AgentOwner
+        or type(identity.agent_id) is not str
+        or identity.agent_id != owner.agent_id
+        or type(definition) is not ToolDefinition
+        or type(request.session_id) is not str
+        or request.session_id != settings.session_id
+        or (governance is not None and type(governance) is not str)
+    ):
+        return ""
+    tails = settings._digest_tails
+    tail = tails.get((definition.digest, governance))
+    if tail is None:
+        tail = digest_text(
+            [settings.session_id, "sha256:" + definition.digest, identity.locator(), governance]
+        )
+        tail = "," + tail[1:]
+        if len(tails) < _MAX_DIGEST_TAILS:
+            tails[(definition.digest, governance)] = tail
+    call = request.call
+    text = "".join(
+        (
+            "[",
+            encode_basestring(call.name),
+            ",",
+            encode_basestring(call.call_id),
+            ",",
+            digest_text(arguments),
+            ",",
+            encode_basestring(request.operation_key),
+            tail,
+        )
+    )
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_MAX_DIGEST_TAILS: Final = 64
+"""Ends of digest texts a port keeps (one a tool and governance)."""
 
 
 _ARGUMENTS, _DEFINITION, _IDENTITY = (
@@ -417,10 +478,10 @@ def _check_request(request: object, settings: PortSettings) -> _Snapshot | ToolR
             ErrorCode.REQUEST_INVALID,
             f"result_governance must be None or {RUNTIME_ARTIFACTS!r}.",
         )
-    return _snapshot_of(request)
+    return _snapshot_of(request, settings)
 
 
-def _snapshot_of(request: ToolRequest) -> _Snapshot | ToolResult:
+def _snapshot_of(request: ToolRequest, settings: PortSettings) -> _Snapshot | ToolResult:
     """The snapshot of a request whose every part but its arguments was
     checked; the refusal of arguments that are not a JSON object."""
     identity = request.identity
@@ -437,8 +498,11 @@ def _snapshot_of(request: ToolRequest) -> _Snapshot | ToolResult:
             "arguments must be a JSON object: string keys; strings, numbers, booleans, "
             "null, lists and objects as values.",
         )
+    flat = all(map(_FLAT.__contains__, map(type, arguments.values())))
     try:
-        digest = request_digest(request, arguments)
+        digest = (_own_digest(request, arguments, settings) if flat else "") or request_digest(
+            request, arguments
+        )
     except (ValueError, AttributeError, TypeError, RecursionError):
         digest = ""  # a request with no JSON form: every guard reports drift
     return _Snapshot(
@@ -450,28 +514,34 @@ def _snapshot_of(request: ToolRequest) -> _Snapshot | ToolResult:
         arguments=arguments,
         digest=digest,
         governed=request.result_governance == RUNTIME_ARTIFACTS,
-        seen=_seen(request, arguments) if digest else None,
+        seen=_seen(request, arguments, flat) if digest else None,
     )
 
 
-def _seen(request: ToolRequest, arguments: dict[str, Any]) -> _Seen:
-    """What :func:`unchanged` compares ``request`` with later."""
+def _seen(request: ToolRequest, arguments: dict[str, Any], flat: bool) -> _Seen:
+    """What :func:`unchanged` compares ``request`` with later (``flat``:
+    ``arguments`` hold strings, integers, booleans and nulls only)."""
     live = request.identity
     assert isinstance(live, (NativeIdentity, AgentIdentity))  # checked
     read, still = _READERS[type(live)]
     objects = read(request)
     scope = live.scope if isinstance(live, NativeIdentity) else None
     keys = types = None
-    if all(map(_FLAT.__contains__, map(type, arguments.values()))):
+    if flat:
         keys = tuple(arguments)
         types = tuple(map(type, arguments.values()))
+        plain = dict(arguments)  # nothing nested to copy
+    else:
+        plain = _copy(arguments)
+    # Positionally, in the order of its fields (a named tuple made by
+    # keyword costs twice as much).
     return _Seen(
-        still=still,
-        objects=objects,
-        plain_arguments=_copy(arguments),
-        plain_scope=None if scope is None else json.loads(digest_text(scope)),
-        flat_keys=keys,
-        flat_types=types,
+        still,
+        objects,
+        plain,
+        None if scope is None else json.loads(digest_text(scope)),
+        keys,
+        types,
     )
 
 

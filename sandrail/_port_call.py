@@ -54,6 +54,7 @@ from sandrail._ownership_backlog import note_answer
 from sandrail._telemetry import Telemetry
 from sandrail.core import (
     ALL_WELL,
+    HARNESS_EFFECTS,
     NOTHING_SHOWN,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
@@ -112,6 +113,8 @@ _NOTED: Final = frozenset((*SANDBOX_EFFECTS, RememberOwned))
 """Effects whose sending :meth:`PortCall.note` records (what a crash report needs)."""
 _PLAIN_SANDBOX: Final = _SANDBOX_TYPES - {Read}
 """Sandbox effects the backend answers as they are (only reads are masked)."""
+_DIRECT: Final = frozenset((*HARNESS_EFFECTS, *SANDBOX_EFFECTS))
+"""The effect types :meth:`PortCall.interpret` routes without :meth:`PortCall.route`."""
 _SCALARS: Final = frozenset((str, int, float, bool, type(None)))
 """JSON's immutable values: a dict holding only these is copied whole by ``dict()``."""
 
@@ -382,25 +385,29 @@ class PortCall:
     def interpret(self, effect: Effect) -> Any:
         """The synchronous interpreter (see the module doc)."""
         kind = type(effect)
-        if self.layered is None:
-            if kind is CheckAuthority:
-                # The guard, several times a call; never raises. (Compared by
-                # type, which mypy does not narrow by.)
-                return self.check(effect)  # type: ignore[arg-type]
-            if kind in _PLAIN_SANDBOX:
-                # The common sandbox effects, routed as route() would.
-                if kind in _NOTED:
-                    self.note(effect)
-                try:
+        if self.layered is None and kind in _DIRECT:
+            # Every effect of an exact effect type, routed as route() would
+            # without asking again what it is.
+            if kind in _NOTED:
+                self.note(effect)
+            try:
+                if kind is CheckAuthority:
+                    # The guard, several times a call. (Compared by type,
+                    # which mypy does not narrow by.)
+                    return self.check(effect)  # type: ignore[arg-type]
+                if kind in _PLAIN_SANDBOX:
                     if (kind is Ensure or kind is Inspect) and (
                         effect.session_id not in self.binding.adopted  # type: ignore[union-attr]
                     ):
                         self.adopt_session(effect)  # type: ignore[arg-type]
-                    return self.backend(effect)
-                except (EffectFailure, FatalInterpreterError):
-                    raise
-                except (Exception, asyncio.CancelledError) as exc:
-                    raise unexpected_failure(effect, exc) from exc
+                    return self.backend(effect)  # only reads need masking
+                if kind is Read:
+                    return self.sandbox(effect)
+                return self.answer_harness(effect)
+            except (EffectFailure, FatalInterpreterError):
+                raise
+            except (Exception, asyncio.CancelledError) as exc:
+                raise unexpected_failure(effect, exc) from exc
         self.note(effect)
         try:
             if (
@@ -633,6 +640,9 @@ class PortCall:
             verdict = self.binding.assert_authority(request)
         except Exception:
             verdict = False
+        if verdict is True and request.cancel is None:
+            # The common case: held, nothing to abort; only drift to read.
+            return _HELD_DRIFTED if self._drifted(effect) else ALL_WELL
         if verdict is not True and inspect.isawaitable(verdict):
             # assert_authority must be synchronous and fast; a coroutine proves nothing.
             logger.warning("assert_authority returned %s: %s", _what(verdict), _NO_VERDICT)
@@ -680,6 +690,9 @@ _REPORTS: Final[Mapping[tuple[bool, bool, bool], AuthorityReport]] = {
 """Every guard observation, made once (they are frozen values); all well is
 the core's own :data:`~sandrail.core._call.ALL_WELL`, which a program
 recognises by identity."""
+_HELD_DRIFTED: Final = _REPORTS[(False, True, True)]
+"""The observation of a call whose authority is held and that nothing
+aborts, but whose request drifted."""
 
 
 def _cancel_requested() -> bool:

@@ -7,6 +7,7 @@ same effects as one that builds everything per call."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from typing import Any
@@ -18,12 +19,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import sandrail
+from sandrail import _port_call as port_call_module
 from sandrail.core import (
+    ALL_WELL,
+    RUNTIME_ARTIFACTS,
     AgentIdentity,
     AgentOwner,
     AuthorityReport,
     CanonicalJSONError,
+    CheckAuthority,
     CommandState,
+    Delivery,
+    EffectFailure,
+    FatalInterpreterError,
     NativeOwner,
     OutputChunk,
     PortSettings,
@@ -245,6 +253,9 @@ def _everything_per_call() -> Iterator[None]:
         mock.patch.object(SessionPlan, "admission_size", admission_size),
         mock.patch.object(canonical_module, "_flat_text", return_value=None),
         mock.patch.object(snapshot_module, "_make_encoder", None),
+        mock.patch.object(snapshot_module, "_own_digest", return_value=""),
+        # Every effect through PortCall.route, none routed directly.
+        mock.patch.object(port_call_module, "_DIRECT", frozenset()),
         # An all-well observation no program recognises by identity.
         mock.patch.object(
             call_module,
@@ -330,3 +341,192 @@ def test_c2_c12_c17_a_port_with_its_plan_answers_as_one_without(
     with _everything_per_call():
         slow = _run(calls, budget)
     assert fast == slow
+
+
+_FAILURES = st.lists(
+    st.tuples(
+        st.integers(0, 14),
+        st.sampled_from(
+            ["raise", "cancelled", "maybe_sent", "not_sent", "none", "fatal", "deny", "lost"]
+        ),
+    ),
+    max_size=3,
+)
+
+
+def _failing_run(failures: list[tuple[int, str]], calls: int) -> list[Any]:
+    """``calls`` runs of one key through a port whose backend and callbacks
+    fail as ``failures`` say at the effects they name (by their number
+    among all the effects the port answered so far)."""
+    simulator = Simulator()
+    seen = [0]
+    planned = dict(failures)
+
+    def fail(kind: str) -> Any:
+        if kind == "raise":
+            raise RuntimeError("boom")
+        if kind == "cancelled":
+            raise asyncio.CancelledError()
+        if kind == "maybe_sent":
+            raise EffectFailure(Delivery.MAYBE_SENT, "lost")
+        if kind == "not_sent":
+            raise EffectFailure(Delivery.NOT_SENT, "down")
+        if kind == "fatal":
+            raise FatalInterpreterError("diverged")
+        return None
+
+    def step(answer: Any) -> Any:
+        number = seen[0]
+        seen[0] += 1
+        kind = planned.get(number)
+        if kind is None or kind in ("deny", "lost"):
+            return answer()
+        return fail(kind)
+
+    def authorize(request: Any) -> Any:
+        kind = planned.get(seen[0])
+        return step(lambda: sandrail.Deny(reason="no") if kind == "deny" else sandrail.ALLOW)
+
+    def authority(request: Any) -> bool:
+        kind = planned.get(seen[0])
+        return bool(step(lambda: kind != "lost"))
+
+    port = sandrail.command_tools(
+        backend=lambda effect: step(lambda: simulator(effect)),
+        session_id="plan-session",
+        owner=AgentOwner(agent_id="plan-agent"),
+        authorize=authorize,
+        assert_authority=authority,
+    )
+    outcomes: list[Any] = []
+    for number in range(calls):
+        request = ToolRequest(
+            call=ToolCall(name="run_command", call_id=f"c{number}", arguments={"command": "true"}),
+            operation_key="k",
+            session_id="plan-session",
+            definition=port.definition("run_command"),
+            identity=AgentIdentity(agent_id="plan-agent"),
+        )
+        try:
+            result = port.execute_sync(request)
+        except (FatalInterpreterError, asyncio.CancelledError) as passed:
+            # What the port lets through (a cancellation out of
+            # assert_authority too): through either route alike.
+            outcomes.append(("raised", type(passed), str(passed)))
+            continue
+        outcomes.append((result.status, result.content))
+    return [*outcomes, dict(port.owned_commands)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(_FAILURES, st.integers(1, 3))
+def test_c5_c6_effects_routed_directly_fail_as_routed_generally(
+    failures: list[tuple[int, str]], calls: int
+) -> None:
+    """C5, C6: a port that routes each effect of an exact type directly
+    answers as one that routes every effect through its general route, when
+    the backend or a callback raises, fails an effect, answers nothing, or
+    denies, at any effect of a retried call."""
+    fast = _failing_run(failures, calls)
+    with mock.patch.object(port_call_module, "_DIRECT", frozenset()):
+        slow = _failing_run(failures, calls)
+    assert fast == slow
+
+
+class _Token:
+    """An abort signal that has or has not fired."""
+
+    def __init__(self, cancelled: bool) -> None:
+        self.cancelled = cancelled
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    verdict=st.sampled_from([True, False, None, "yes", 1]),
+    cancel=st.sampled_from([None, False, True]),
+    drift=st.booleans(),
+)
+def test_c9_c11_the_guard_observes_what_the_call_is_told(
+    verdict: Any, cancel: bool | None, drift: bool
+) -> None:
+    """C9, C11: the guard's observation, by whatever shortcut it is made,
+    says exactly whether the call was aborted, its request drifted and its
+    authority is held (only True holds it); all well is the one shared
+    object a program recognises."""
+    port = sandrail.command_tools(
+        backend=Simulator(),
+        session_id="plan-session",
+        owner=AgentOwner(agent_id="plan-agent"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: verdict,
+    )
+    arguments = {"command": "true"}
+    request = ToolRequest(
+        call=ToolCall(name="run_command", call_id="c1", arguments=arguments),
+        operation_key="k",
+        session_id="plan-session",
+        definition=port.definition("run_command"),
+        identity=AgentIdentity(agent_id="plan-agent"),
+        cancel=None if cancel is None else _Token(cancel),
+    )
+    call = port_call_module.PortCall(port._binding, request, asynchronous=False)
+    assert call.snapshot is not None
+    if drift:
+        arguments["command"] = "false"
+    report = call.interpret(CheckAuthority(request_digest=call.snapshot.digest))
+    expected = AuthorityReport(
+        aborted=cancel is True, drifted=drift, authority_held=verdict is True
+    )
+    assert report == expected
+    assert (report is ALL_WELL) == (expected == ALL_WELL)
+
+
+_KEY_TEXT = _TEXT.filter(lambda text: bool(text.strip()) and "\x00" not in text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    agent=_TEXT,
+    own_agent=st.booleans(),
+    session_id=_TEXT,
+    call_id=_KEY_TEXT,
+    key=_KEY_TEXT,
+    tool=st.sampled_from(["run_command", "read_command_output", "stop_command"]),
+    arguments=_FLAT,
+    governed=st.booleans(),
+    calls=st.integers(1, 3),
+)
+def test_c9_the_digest_from_its_encoded_end_is_the_request_digest(
+    agent: str,
+    own_agent: bool,
+    session_id: str,
+    call_id: str,
+    key: str,
+    tool: str,
+    arguments: dict[str, Any],
+    governed: bool,
+    calls: int,
+) -> None:
+    """C9: a snapshot's drift digest, made from the end of its text the
+    port encoded once, is request_digest of the request and the snapshot's
+    own copy of its arguments, on the first call and on later ones."""
+    settings = _settings(AgentOwner(agent_id=agent), session_id)
+    definition = settings.definition(tool)
+    assert definition is not None
+    for number in range(calls):
+        request = ToolRequest(
+            call=ToolCall(name=tool, call_id=f"{call_id}{number}", arguments=arguments),
+            operation_key=key,
+            session_id=session_id,
+            definition=definition,
+            identity=AgentIdentity(agent_id=agent if own_agent else agent + "x"),
+            result_governance=RUNTIME_ARTIFACTS if governed else None,
+        )
+        snap = snapshot_module.snapshot_request(request, settings)
+        if not own_agent:
+            assert snap is None  # another agent's call is refused
+            return
+        assert snap is not None
+        assert snap.digest == snapshot_module.request_digest(request, snap.arguments)
+        own = snapshot_module._own_digest(request, dict(snap.arguments), settings)
+        assert own == snap.digest
