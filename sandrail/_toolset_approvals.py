@@ -209,7 +209,12 @@ class ToolsetApprovals(ToolsetRequests):
             return True
         if not question.covers(prepared.request, self._masks.secrets):
             return False
-        return shown_as is None or self._decisions.shown(prepared.request, shown_as)
+        if shown_as is None:
+            return True
+        # Where this very call's question was shown: under the key it was
+        # asked with (see asking), which a repeat does not share.
+        own_key = attrs.evolve(prepared.request, operation_key=prepared.asked_key)
+        return self._decisions.shown(own_key, shown_as)
 
     def asking(
         self,

@@ -781,3 +781,24 @@ def test_c8_an_answer_given_by_position_lands_on_no_call_after_the_calls_were_re
     ]
     assert ran == ([] if reordered else ["rm -rf /tmp/staging"])
     assert launches(tools) == (0 if reordered else 1)
+
+
+def test_c2_c8_a_call_made_again_while_its_first_waits_for_a_person_runs_once() -> None:
+    """The model makes ``rm -rf /tmp/x``, which waits for a person; the user
+    says something new instead of answering, and the model makes the same
+    call again (a new message, a new call id): it repeats the unsettled
+    first call, so it runs under that call's key, and its own question,
+    shown where it stands, is what the person answers. Approved, it runs
+    once; resumed again, it reconciles."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")], [run_command("rm -rf /tmp/x", "c2")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    config = _thread("again")
+    agent.invoke(USER, config)
+    paused = agent.invoke({"messages": [{"role": "user", "content": "go on"}]}, config)
+    (question,) = paused["__interrupt__"]
+    assert question.value["tool_call_id"] == "c2"
+    out = agent.invoke(Command(resume={question.id: {"type": "approve"}}), config)
+    (result,) = [r for r in _results(out["messages"]) if r.get("call_id") == "c2"]
+    assert result["status"] == "ok", result
+    assert launches(tools) == 1
