@@ -173,6 +173,11 @@ def test_row_connect_failed_envd_refused_stop_and_read_are_errors(
     started = _run(port, "bg", "sleep 30", background=True)
     task = started.content["task_id"]
     server.refuse("envd")
+    # The refusal resets the SDK's idle connections; on a loaded machine its
+    # client may not have seen a reset yet, and a request written on such a
+    # connection is "connection dropped" (rightly maybe_sent, not this row).
+    # A moment lets it see them, so the stop opens a new connection.
+    time.sleep(0.5)
     try:
         stop = port.execute_sync(request(port, "stop_command", "stop", task_id=task))
         read = port.execute_sync(request(port, "read_command_output", "read", task_id=task))
