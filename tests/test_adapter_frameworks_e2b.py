@@ -145,3 +145,46 @@ def test_c12_deep_agents_file_tools_on_big_outputs_under_a_small_budget_are_whol
     local.write_text(("x" * 3000 + "\n") * 2000)
     printed = _printed(_build_read_cmd(str(local), 0, 2000))
     assert read.file_data == _parse_read_output(printed, str(local)).file_data
+
+
+def test_c12_deep_agents_uploads_and_downloads_whole_files_and_says_what_is_missing(
+    server: LocalE2B,
+) -> None:
+    """Deep Agents' ``upload_files`` and ``download_files`` on a real bash:
+    bytes go in and come back exactly (a file bigger than the 4 kB budget
+    too, read back by cursor), and a directory, a missing file or a
+    relative path are answered as the protocol names them, never as a
+    permission problem or a partial file."""
+    from tests.test_adapter_deepagents import _in_a_run
+
+    tools = _toolset(server, max_output_bytes=4000)
+    root = f"/home/user/files-{uuid.uuid4().hex[:6]}"
+    made = tools.call_sync(
+        "run_command", {"command": f"mkdir -p {root}/dir"}, call_id="mk", operation_key=f"{root}:mk"
+    )
+    assert made.exit_code == 0, made.to_json()
+    backend = SandrailSandbox(tools)
+    small, big = bytes(range(256)), bytes(range(256)) * 64  # 16 KiB: over the budget
+    uploaded = _in_a_run(
+        lambda: backend.upload_files(
+            [
+                (f"{root}/small.bin", small),
+                (f"{root}/big.bin", big),
+                (f"{root}/dir", b"x"),
+                ("rel", b"x"),
+            ]
+        )
+    )
+    assert [u.error for u in uploaded] == [None, None, "is_directory", "invalid_path"]
+    got = _in_a_run(
+        lambda: backend.download_files(
+            [f"{root}/small.bin", f"{root}/big.bin", f"{root}/dir", f"{root}/none", "rel"]
+        )
+    )
+    assert [(g.content, g.error) for g in got] == [
+        (small, None),
+        (big, None),
+        (None, "is_directory"),
+        (None, "file_not_found"),
+        (None, "invalid_path"),
+    ]
