@@ -232,10 +232,11 @@ class Decisions:
 
     def shown(self, request: ToolRequest, shown_as: str) -> bool:
         """Whether ``request``'s question was put to a person in the place
-        ``shown_as`` names (see :meth:`show`)."""
+        ``shown_as`` names (see :meth:`show`): false for another call under
+        its key."""
         key = _key(request)
         question = self.of(request)
-        if key is None or question is None:
+        if key is None or question is None or not question.covers(request, self._masked()):
             return False
         task = self._task_id(key, _SHOWN, shown_as)
         row = self._resolved(request, task) if task is not None else None
