@@ -124,9 +124,14 @@ class ToolsetRequests:
         if repeat is not None:
             with self._lock:
                 earlier = self._unsettled.get(repeat)
-            if earlier is not None:
+            if (
+                earlier is not None
+                and earlier[0] != operation_key
+                and self.launched(name, operation_key) is None
+            ):
                 # The earlier call's key and arguments: the same launch to
-                # the port, however this repeat spelled its defaults.
+                # the port, however this repeat spelled its defaults. A key
+                # that launched already stays its own (it reconciles).
                 operation_key, converted = earlier
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),

@@ -483,3 +483,32 @@ def test_c5_a_rejection_after_an_approval_elsewhere_is_never_nothing_ran(tmp_pat
         )
         assert (other.status, other.content["executed"]) == ("error", False)  # never ran
     assert sum(sim.launches.values()) == 1
+
+
+def test_c2_a_key_that_launched_stays_its_own_when_an_identical_call_waits_under_another() -> None:
+    """A call approved and run under its key; the model makes the same call
+    again (another key), which waits for a person; then the first call comes
+    back approved once more (a saved answer resumed, a copy of the session).
+    It repeats the waiting call exactly, but its own key launched already:
+    it reconciles there, and never runs as the waiting call."""
+    sim = Simulator()
+    tools = make_toolset(sim)
+
+    def call(key: str, **options: Any) -> sandrail.ToolResult:
+        call_id = key.split(":")[1]
+        return tools.call_sync(
+            "run_command",
+            {"command": STAGING},
+            call_id=call_id,
+            operation_key=key,
+            reconcile_repeats=True,
+            **options,
+        )
+
+    assert call("run:c1").status == "approval_required"
+    assert call("run:c1", approved=True).status == "ok"
+    assert call("run:c2").status == "approval_required"  # waits, under its own key
+    again = call("run:c1", approved=True)
+    assert (again.status, again.content["deduplicated"]) == ("ok", True)
+    assert again.content["operation_key"] == "run:c1"
+    assert _launches(sim) == 1
