@@ -245,7 +245,7 @@ def _launch_content(
     command: str,
     language: str | None,
     deduplicated: bool,
-    backend: BackendLabel = "e2b",
+    backend: BackendLabel,
 ) -> dict[str, Any]:
     content: dict[str, Any] = {
         "status": "ok",

@@ -203,7 +203,9 @@ class SandboxState:
 
     sandbox_id: str | None
     phase: SandboxPhase
-    backend: BackendLabel = attrs.field(default="e2b", validator=_label)
+    backend: BackendLabel = attrs.field(validator=_label)
+    """Required: a backend that did not say what it is must not pass for
+    another (the E2B interpreter says ``e2b``, the simulator ``simulator``)."""
     isolated: bool | None = None
     """Whether commands run isolated from the host, as the backend states it
     (with ``boundary``); ``None``: the built-in label's (``sandbox_status``
@@ -224,8 +226,9 @@ class SandboxReady:
     answered (see :data:`BackendLabel`)."""
 
     sandbox_id: str
+    backend: BackendLabel = attrs.field(validator=_label)
+    """Required, as :attr:`SandboxState.backend` is."""
     ledger_epoch: str | None = None
-    backend: BackendLabel = attrs.field(default="e2b", validator=_label)
 
 
 @attrs.frozen(kw_only=True)

@@ -132,7 +132,15 @@ def decode_outcome(data: Any) -> Outcome:
     """The outcome :func:`encode_outcome` wrote; ``ValueError`` for anything else."""
     if data is None:
         return None
+    if isinstance(data, dict) and data.get("type") in _NAMES_ITS_BACKEND and "backend" not in data:
+        # Written before outcomes named their backend, when every one of
+        # these meant ``e2b`` (the field's old default): read it so.
+        data = {**data, "backend": "e2b"}
     return _decode(data, OutcomeValue, "outcome")  # type: ignore[no-any-return]
+
+
+_NAMES_ITS_BACKEND: Final = frozenset({"SandboxReady", "SandboxState"})
+"""The outcomes whose ``backend`` a cassette of this version may omit."""
 
 
 def encode_failure(failure: EffectFailure) -> dict[str, Any]:

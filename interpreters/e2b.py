@@ -521,9 +521,9 @@ class E2BBackend:
             ) from exc
         if sandbox_id is None:
             if known is not None:
-                return SandboxState(sandbox_id=known, phase="closed")
-            return SandboxState(sandbox_id=None, phase="absent")
-        return SandboxState(sandbox_id=sandbox_id, phase="ready")
+                return SandboxState(sandbox_id=known, phase="closed", backend=self.backend_label)
+            return SandboxState(sandbox_id=None, phase="absent", backend=self.backend_label)
+        return SandboxState(sandbox_id=sandbox_id, phase="ready", backend=self.backend_label)
 
     async def _ensure(self, effect: Ensure) -> SandboxReady:
         key = (effect.session_id, effect.owner_key)
@@ -535,7 +535,9 @@ class E2BBackend:
                 await self._refresh(box)
                 if not box.installed:
                     await self._ready(box, created=False)
-                return SandboxReady(sandbox_id=known, ledger_epoch=box.epoch)
+                return SandboxReady(
+                    sandbox_id=known, ledger_epoch=box.epoch, backend=self.backend_label
+                )
             metadata = self._metadata(*key)
             sandbox: Any = None
             try:
@@ -577,7 +579,9 @@ class E2BBackend:
             self._sessions[key] = sandbox_id
             if not made.installed:
                 await self._ready(made, created=created)
-            return SandboxReady(sandbox_id=sandbox_id, ledger_epoch=made.epoch)
+            return SandboxReady(
+                sandbox_id=sandbox_id, ledger_epoch=made.epoch, backend=self.backend_label
+            )
 
     async def _ready(self, box: Box, *, created: bool) -> None:
         """Install the launcher during ``Ensure``, so that it reports the

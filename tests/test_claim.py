@@ -25,7 +25,7 @@ from sandrail.core import (
 )
 
 TASK = "a" * 64
-READY = SandboxReady(sandbox_id="box-1", ledger_epoch="box-1/ledger-0")
+READY = SandboxReady(sandbox_id="box-1", ledger_epoch="box-1/ledger-0", backend="e2b")
 
 
 def _record(**changes: object) -> OwnedCommand:

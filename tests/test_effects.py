@@ -21,6 +21,8 @@ from sandrail.core import (
     HarnessEffect,
     Publish,
     SandboxEffect,
+    SandboxReady,
+    SandboxState,
     Start,
     unexpected_failure,
 )
@@ -81,3 +83,13 @@ def test_c6_an_unexplained_failure_is_maybe_sent_but_for_asking_the_policy() -> 
     ensure = unexpected_failure(Ensure(session_id="s", owner_key="o"), ValueError())
     assert ensure.delivery is Delivery.MAYBE_SENT
     assert unexpected_failure(object(), ValueError()).delivery is Delivery.MAYBE_SENT
+
+
+@pytest.mark.parametrize("kind", [SandboxState, SandboxReady])
+def test_an_answer_naming_no_backend_is_refused_not_taken_for_e2b(kind: type) -> None:
+    """Every result names the backend that answered: an answer that does not
+    say is refused where it is made, never reported as ``e2b``."""
+    fields = {"sandbox_id": "box-1"} | ({"phase": "ready"} if kind is SandboxState else {})
+    with pytest.raises(TypeError, match="backend"):
+        kind(**fields)
+    assert kind(**fields, backend="local-sh").backend == "local-sh"

@@ -253,7 +253,7 @@ def test_read_of_an_owned_task_without_a_known_sandbox_inspects_first() -> None:
     owned = OwnedCommand(task_id=TASK, operation_key="op-1", sandbox_id=None)
     page = run("read_command_output", {"task_id": TASK}, sim=sim, owned=owned)
     assert (page.status, page.content["stdout"]) == ("ok", "up\n")
-    nothing = SandboxState(sandbox_id=None, phase="absent")
+    nothing = SandboxState(sandbox_id=None, phase="absent", backend="e2b")
     missing = run("read_command_output", {"task_id": TASK}, {Inspect: nothing}, owned=owned)
     assert missing.content["error_type"] == ErrorCode.TASK_NOT_FOUND.value
     failed = run("read_command_output", {"task_id": TASK}, {Inspect: FAIL_MAYBE}, owned=owned)

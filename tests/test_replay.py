@@ -184,6 +184,18 @@ def test_a_failure_refused_is_kept_only_as_true(refused: object) -> None:
         )
 
 
+def test_an_outcome_recorded_before_outcomes_named_their_backend_still_decodes() -> None:
+    """A cassette written when ``SandboxReady``/``SandboxState`` had no
+    ``backend`` field (it meant ``e2b`` then) replays as it did."""
+    ready = {"type": "SandboxReady", "sandbox_id": "sbx-1", "ledger_epoch": "sbx-1/ledger-0"}
+    state = {"type": "SandboxState", "sandbox_id": None, "phase": "absent"}
+    assert decode_outcome(ready) == SandboxReady(
+        sandbox_id="sbx-1", ledger_epoch="sbx-1/ledger-0", backend="e2b"
+    )
+    assert decode_outcome(state) == SandboxState(sandbox_id=None, phase="absent", backend="e2b")
+    assert decode_outcome({**ready, "backend": "simulator"}).backend == "simulator"
+
+
 def test_text_stays_readable_text() -> None:
     from sandrail.interpreters._cassette import dump_line
 
