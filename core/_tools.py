@@ -104,6 +104,7 @@ def _launching_nothing(
         own_code_rules=(),
         digest_defaults=_NOTHING,
         deadline=None,
+        deadline_arguments=frozenset(),
         strict_conversion=None,
     )
 
@@ -122,6 +123,7 @@ def _run_code(name: str, tool_set: ToolSet) -> ToolRecord:
         own_code_rules=_LANGUAGE_RULES,
         digest_defaults=RUN_CODE_DEFAULTS,
         deadline=snippet_deadline,
+        deadline_arguments=frozenset({"timeout"}),
         strict_conversion=None,
     )
 
@@ -153,6 +155,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             own_code_rules=(("properties", "command", "pattern"), ("then",), ("else",)),
             digest_defaults=RUN_COMMAND_DEFAULTS,
             deadline=command_deadline,
+            deadline_arguments=frozenset({"timeout", "background_timeout"}),
             strict_conversion=command_from_strict,
         ),
         _launching_nothing(

@@ -112,6 +112,33 @@ def test_a_record_states_every_fact_and_checks_them() -> None:
         attrs.evolve(run, name="copy_file")
 
 
+def test_c3_a_records_deadline_arguments_are_its_own_and_checked() -> None:
+    """What settles a repeat (a deadline spelled as its default) is the
+    record's: each launch names the arguments its deadline may read, among
+    its own arguments, each left out by default in its digest, and its
+    deadline reads one of them whatever the call; a record that says
+    otherwise is refused when it is made."""
+    settings = _settings()
+    for name, record in TOOLS.items():
+        if record.deadline is None:
+            assert record.deadline_arguments == frozenset(), name
+            continue
+        properties = record.define(300).parameters["properties"]
+        assert record.deadline_arguments <= properties.keys(), name
+        for background in ({}, {"background": False}, {"background": True}):
+            assert record.deadline(background, settings)[0] in record.deadline_arguments, name
+    run = TOOLS["run_command"]
+    assert run.deadline_arguments == {"timeout", "background_timeout"}
+    with pytest.raises(ValueError, match="not its arguments"):
+        attrs.evolve(run, deadline_arguments=frozenset())
+    with pytest.raises(ValueError, match="not its arguments"):
+        attrs.evolve(run, deadline_arguments=frozenset({"timeout", "wait_seconds"}))
+    with pytest.raises(ValueError, match="digest default is not null"):
+        attrs.evolve(run, deadline_arguments=frozenset({"timeout", "cwd", "background"}))
+    with pytest.raises(ValueError, match="without a deadline"):
+        attrs.evolve(TOOLS["stop_command"], deadline_arguments=frozenset({"task_id"}))
+
+
 def test_c3_launch_digest_fills_each_tools_own_defaults() -> None:
     assert launch_digest("run_command", {"command": "x"}) == launch_digest(
         "run_command", {"command": "x", "background": False, "env": {}}
