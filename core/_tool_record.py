@@ -129,6 +129,10 @@ class ToolRecord:
     nothing more."""
     integer_arguments: frozenset[str] = attrs.field(init=False)
     """Derived from its schema: the arguments typed as integers."""
+    takes_env: bool = attrs.field(init=False)
+    """Derived from its schema: whether it takes an ``env`` argument (the
+    variables what it launches runs with, which an engine integration's
+    worker-side secrets join)."""
 
     def __attrs_post_init__(self) -> None:
         if (self.kind is ToolKind.LAUNCHES) is not (self.deadline is not None):
@@ -139,6 +143,8 @@ class ToolRecord:
         if self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).name != self.name:
             raise ValueError(f"tool {self.name}: its definition names another tool")
         object.__setattr__(self, "integer_arguments", _integer_arguments(self.define))
+        properties = self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).parameters["properties"]
+        object.__setattr__(self, "takes_env", "env" in properties)
 
     def _check_deadline_arguments(self) -> None:
         properties = self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).parameters["properties"]
