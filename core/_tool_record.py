@@ -127,6 +127,10 @@ class ToolRecord:
     """How arguments a strict profile shaped become its own, after the
     shared rules (``null`` means not given, env lists become maps); ``None``:
     nothing more."""
+    example_arguments: Mapping[str, Any]
+    """A minimal valid call of it: arguments its schema and its refusal
+    accept (a task id of the right form, which no session owns), for tests
+    and tools that need one call of each tool."""
     integer_arguments: frozenset[str] = attrs.field(init=False)
     """Derived from its schema: the arguments typed as integers."""
     takes_env: bool = attrs.field(init=False)

@@ -73,6 +73,7 @@ __all__ = [
 ]
 
 _NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
+_SOME_TASK: Final[Mapping[str, Any]] = MappingProxyType({"task_id": "0" * 64})
 
 # The schema paths the code tools' refusal answers: the language's enum (in
 # the strict profiles, where the language is nullable, it sits in an anyOf).
@@ -88,6 +89,7 @@ def _launching_nothing(
     uncertain_instruction: str,
     *,
     uncertain_points_to_read: bool,
+    example_arguments: Mapping[str, Any],
 ) -> ToolRecord:
     """A command tool that launches nothing: no deadline, no digest defaults,
     no refusal of its own, nothing to convert from a strict profile."""
@@ -106,6 +108,7 @@ def _launching_nothing(
         deadline=None,
         deadline_arguments=frozenset(),
         strict_conversion=None,
+        example_arguments=example_arguments,
     )
 
 
@@ -125,6 +128,7 @@ def _run_code(name: str, tool_set: ToolSet) -> ToolRecord:
         deadline=snippet_deadline,
         deadline_arguments=frozenset({"timeout"}),
         strict_conversion=None,
+        example_arguments=MappingProxyType({"code": "print(1)"}),
     )
 
 
@@ -139,6 +143,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             status_shapes,
             REPEAT_LAUNCH,
             uncertain_points_to_read=True,
+            example_arguments=_NOTHING,
         ),
         ToolRecord(
             name="run_command",
@@ -157,6 +162,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             deadline=command_deadline,
             deadline_arguments=frozenset({"timeout", "background_timeout"}),
             strict_conversion=command_from_strict,
+            example_arguments=MappingProxyType({"command": "echo hi"}),
         ),
         _launching_nothing(
             "read_command_output",
@@ -166,6 +172,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             read_shapes,
             REPEAT_READ,
             uncertain_points_to_read=False,
+            example_arguments=_SOME_TASK,
         ),
         _launching_nothing(
             "stop_command",
@@ -175,6 +182,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             stop_shapes,
             REPEAT_STOP,
             uncertain_points_to_read=False,
+            example_arguments=_SOME_TASK,
         ),
         _run_code("run_code", ToolSet.NATIVE_CODE),
         _run_code("sandbox_run_code", ToolSet.AGENT_CODE),

@@ -139,6 +139,28 @@ def test_c3_a_records_deadline_arguments_are_its_own_and_checked() -> None:
         attrs.evolve(TOOLS["stop_command"], deadline_arguments=frozenset({"task_id"}))
 
 
+def test_c5_each_records_example_arguments_are_a_valid_call_of_it() -> None:
+    """Every record gives a minimal valid call: its schema finds no problem
+    with it and its own refusal lets it through, so a tool added without a
+    valid example fails here (and without one at all, when its record is
+    made)."""
+    for name, record in TOOLS.items():
+        definition = record.define(300)
+        example = record.example_arguments
+        assert check_arguments(definition, dict(example)) == (), name
+        snap = attrs.evolve(_snap(name), arguments=dict(example))
+        settings = _settings(definition)
+        assert record.refusal is None or record.refusal(snap, settings) is None, name
+    with pytest.raises(TypeError, match="example_arguments"):
+        type(TOOLS["run_command"])(  # type: ignore[call-arg]
+            **{
+                field.name: getattr(TOOLS["run_command"], field.name)
+                for field in attrs.fields(type(TOOLS["run_command"]))
+                if field.init and field.name != "example_arguments"
+            }
+        )
+
+
 def test_c3_launch_digest_fills_each_tools_own_defaults() -> None:
     assert launch_digest("run_command", {"command": "x"}) == launch_digest(
         "run_command", {"command": "x", "background": False, "env": {}}
