@@ -100,7 +100,9 @@ def test_every_schema_is_a_closed_draft_2020_12_object_schema(definition: ToolDe
 
 
 def test_schemas_carry_the_reference_limits() -> None:
-    status, run, read, stop = (d.to_dict()["parameters"] for d in command_tool_definitions())
+    schemas = {d.name: d.to_dict()["parameters"] for d in command_tool_definitions()}
+    status, run = schemas["sandbox_status"], schemas["run_command"]
+    read, stop = schemas["read_command_output"], schemas["stop_command"]
     (code,) = (d.to_dict()["parameters"] for d in code_tool_definitions())
     assert status["properties"] == {}
     assert status["required"] == []
