@@ -33,15 +33,15 @@ def test_c17_a_new_tool_with_an_env_gets_the_secrets_from_its_record_alone() -> 
     them)."""
     write_file = attrs.evolve(
         TOOLS["run_command"],
-        name="write_file",
-        define=lambda limit: attrs.evolve(run_command_definition(limit), name="write_file"),
+        name="toy_write_file",
+        define=lambda limit: attrs.evolve(run_command_definition(limit), name="toy_write_file"),
     )
-    with mock.patch.dict(tools._RECORDS, {"write_file": write_file}):
-        assert with_env("write_file", {"command": "x"}, SECRETS) == {
+    with mock.patch.dict(tools._RECORDS, {"toy_write_file": write_file}):
+        assert with_env("toy_write_file", {"command": "x"}, SECRETS) == {
             "command": "x",
             "env": SECRETS,
         }
-    assert with_env("write_file", {"command": "x"}, SECRETS) == {"command": "x"}
+    assert with_env("toy_write_file", {"command": "x"}, SECRETS) == {"command": "x"}
 
 
 def test_with_env_leaves_what_it_cannot_join_as_it_is() -> None:

@@ -23,6 +23,7 @@ from sandrail.core import (
     AgentOwner,
     PortSettings,
     ToolKind,
+    ToolRecord,
     ToolSet,
     UnknownToolError,
     admission_size,
@@ -104,14 +105,35 @@ def test_the_tools_are_exactly_these() -> None:
     record in the table and its line here; every other test derives the
     tools from the records."""
     launches, owned, inspects = ToolKind.LAUNCHES, ToolKind.OWNED_TASK, ToolKind.INSPECTS
-    assert [(name, r.kind, r.tool_set, r.takes_env) for name, r in TOOLS.items()] == [
-        ("sandbox_status", inspects, ToolSet.COMMAND, False),
-        ("run_command", launches, ToolSet.COMMAND, True),
-        ("read_command_output", owned, ToolSet.COMMAND, False),
-        ("stop_command", owned, ToolSet.COMMAND, False),
-        ("run_code", launches, ToolSet.NATIVE_CODE, True),
-        ("sandbox_run_code", launches, ToolSet.AGENT_CODE, True),
-    ]
+    command, native, agent = ToolSet.COMMAND, ToolSet.NATIVE_CODE, ToolSet.AGENT_CODE
+    execute, cancel, read = ("sandbox:execute",), ("sandbox:cancel",), "safe-read/v1"
+
+    def facts(record: ToolRecord) -> tuple[object, ...]:
+        d = record.define(300)  # the definition's metadata at the default foreground timeout
+        metadata = (d.read_only, d.permissions, d.recovery_policy, d.background_command_policy)
+        return (record.kind, record.tool_set, record.takes_env, *metadata, d.timeout_ms)
+
+    # name: kind, tool set, takes env, read only, permissions, recovery policy,
+    # background command policy, timeout in ms
+    assert {name: facts(record) for name, record in TOOLS.items()} == {
+        "sandbox_status": (inspects, command, False, True, (), read, None, 10_000),
+        "run_command": (
+            *(launches, command, True, False, execute, None),
+            *("owned-command-launch/v1", 320_000),
+        ),
+        "read_command_output": (owned, command, False, True, (), read, None, 610_000),
+        "stop_command": (owned, command, False, False, cancel, None, None, 10_000),
+        "run_code": (launches, native, True, False, execute, None, None, 320_000),
+        "sandbox_run_code": (launches, agent, True, False, execute, None, None, 320_000),
+    }
+    assert tuple(TOOLS) == (
+        "sandbox_status",
+        "run_command",
+        "read_command_output",
+        "stop_command",
+        "run_code",
+        "sandbox_run_code",
+    )
 
 
 def test_a_record_states_every_fact_and_checks_them() -> None:
