@@ -234,8 +234,8 @@ def _tool_set(tool_set: ToolSet, foreground_timeout_seconds: int) -> tuple[ToolD
 def command_tool_definitions(
     foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
 ) -> tuple[ToolDefinition, ...]:
-    """The command tools, in this order: ``sandbox_status``,
-    ``run_command``, ``read_command_output``, ``stop_command``.
+    """The command tools: the definitions of the records of the command
+    tool set, in the table's order (:data:`COMMAND_TOOL_NAMES`).
 
     ``foreground_timeout_seconds`` is the longest a foreground ``run_command``
     may run (and its default). Raises ``ValueError`` unless it is an integer
