@@ -55,8 +55,10 @@ def settled_arguments(
     tool: str, arguments: Mapping[str, Any], settings: PortSettings
 ) -> Mapping[str, Any]:
     """``arguments`` (in the port's form) without a deadline argument that
-    changes nothing: a ``timeout`` (of a foreground launch) or a
-    ``background_timeout`` (of a background one) whose deadline, as the
+    changes nothing: the one of its record's
+    :attr:`~sandrail.core.ToolRecord.deadline_arguments` that the call's
+    deadline reads (``run_command``: ``timeout`` of a foreground launch,
+    ``background_timeout`` of a background one) whose deadline, as the
     port would set it, is the one it sets when the argument is left out
     (``300`` or ``300.0`` where the default is 300, a value above the cap),
     so a call that spells its default and one that leaves it out are one
@@ -66,10 +68,14 @@ def settled_arguments(
     would refuse is still refused. Anything else is returned as it is.
     Raises :class:`~sandrail.core.UnknownToolError` for a tool without a
     record."""
-    deadline = tool_record(tool).deadline
+    record = tool_record(tool)
+    deadline = record.deadline
     if deadline is None:
         return arguments
-    name = "background_timeout" if arguments.get("background") is True else "timeout"
+    # The argument this call's deadline reads: the one the record's deadline
+    # names when every deadline argument is left out (it reads no other).
+    unset = {k: v for k, v in arguments.items() if k not in record.deadline_arguments}
+    name = deadline(unset, settings)[0]
     if name not in arguments:
         return arguments
     value = arguments[name]

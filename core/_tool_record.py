@@ -118,21 +118,48 @@ class ToolRecord:
     deadline: Callable[[Mapping[str, Any], PortSettings], tuple[str, int]] | None
     """A launch's in-sandbox deadline in seconds and the argument that sets
     it; ``None`` for a tool that launches nothing (and only then)."""
+    deadline_arguments: frozenset[str]
+    """The arguments that may set :attr:`deadline` (each left out by default
+    in its digest): a repeat that spells, in the one a call's deadline reads,
+    the deadline it has when left out is the call that leaves it out (C3).
+    Empty for a tool that launches nothing (and only then)."""
     strict_conversion: Callable[[dict[str, Any]], dict[str, Any]] | None
     """How arguments a strict profile shaped become its own, after the
     shared rules (``null`` means not given, env lists become maps); ``None``:
     nothing more."""
+    example_arguments: Mapping[str, Any]
+    """A minimal valid call of it: arguments its schema and its refusal
+    accept (a task id of the right form, which no session owns), for tests
+    and tools that need one call of each tool."""
     integer_arguments: frozenset[str] = attrs.field(init=False)
     """Derived from its schema: the arguments typed as integers."""
+    takes_env: bool = attrs.field(init=False)
+    """Derived from its schema: whether it takes an ``env`` argument (the
+    variables what it launches runs with, which an engine integration's
+    worker-side secrets join)."""
 
     def __attrs_post_init__(self) -> None:
         if (self.kind is ToolKind.LAUNCHES) is not (self.deadline is not None):
             raise ValueError(f"tool {self.name}: a launch, and only a launch, has a deadline")
+        self._check_deadline_arguments()
         if bool(self.own_code_rules) and self.refusal is None:
             raise ValueError(f"tool {self.name}: own_code_rules without the refusal that owns them")
         if self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).name != self.name:
             raise ValueError(f"tool {self.name}: its definition names another tool")
         object.__setattr__(self, "integer_arguments", _integer_arguments(self.define))
+        properties = self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).parameters["properties"]
+        object.__setattr__(self, "takes_env", "env" in properties)
+
+    def _check_deadline_arguments(self) -> None:
+        properties = self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).parameters["properties"]
+        if self.deadline is None:
+            if self.deadline_arguments:
+                raise ValueError(f"tool {self.name}: deadline arguments without a deadline")
+            return
+        if not self.deadline_arguments or not self.deadline_arguments <= properties.keys():
+            raise ValueError(f"tool {self.name}: its deadline arguments are not its arguments")
+        if any(self.digest_defaults.get(name, ...) is not None for name in self.deadline_arguments):
+            raise ValueError(f"tool {self.name}: a deadline argument's digest default is not null")
 
     def uncertain_words(self, readable: bool) -> str:
         """The instruction of an ``uncertain`` result; ``readable``: the port

@@ -73,6 +73,7 @@ __all__ = [
 ]
 
 _NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
+_SOME_TASK: Final[Mapping[str, Any]] = MappingProxyType({"task_id": "0" * 64})
 
 # The schema paths the code tools' refusal answers: the language's enum (in
 # the strict profiles, where the language is nullable, it sits in an anyOf).
@@ -88,6 +89,7 @@ def _launching_nothing(
     uncertain_instruction: str,
     *,
     uncertain_points_to_read: bool,
+    example_arguments: Mapping[str, Any],
 ) -> ToolRecord:
     """A command tool that launches nothing: no deadline, no digest defaults,
     no refusal of its own, nothing to convert from a strict profile."""
@@ -104,7 +106,9 @@ def _launching_nothing(
         own_code_rules=(),
         digest_defaults=_NOTHING,
         deadline=None,
+        deadline_arguments=frozenset(),
         strict_conversion=None,
+        example_arguments=example_arguments,
     )
 
 
@@ -122,7 +126,9 @@ def _run_code(name: str, tool_set: ToolSet) -> ToolRecord:
         own_code_rules=_LANGUAGE_RULES,
         digest_defaults=RUN_CODE_DEFAULTS,
         deadline=snippet_deadline,
+        deadline_arguments=frozenset({"timeout"}),
         strict_conversion=None,
+        example_arguments=MappingProxyType({"code": "print(1)"}),
     )
 
 
@@ -137,6 +143,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             status_shapes,
             REPEAT_LAUNCH,
             uncertain_points_to_read=True,
+            example_arguments=_NOTHING,
         ),
         ToolRecord(
             name="run_command",
@@ -153,7 +160,9 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             own_code_rules=(("properties", "command", "pattern"), ("then",), ("else",)),
             digest_defaults=RUN_COMMAND_DEFAULTS,
             deadline=command_deadline,
+            deadline_arguments=frozenset({"timeout", "background_timeout"}),
             strict_conversion=command_from_strict,
+            example_arguments=MappingProxyType({"command": "echo hi"}),
         ),
         _launching_nothing(
             "read_command_output",
@@ -163,6 +172,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             read_shapes,
             REPEAT_READ,
             uncertain_points_to_read=False,
+            example_arguments=_SOME_TASK,
         ),
         _launching_nothing(
             "stop_command",
@@ -172,6 +182,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             stop_shapes,
             REPEAT_STOP,
             uncertain_points_to_read=False,
+            example_arguments=_SOME_TASK,
         ),
         _run_code("run_code", ToolSet.NATIVE_CODE),
         _run_code("sandbox_run_code", ToolSet.AGENT_CODE),
@@ -223,8 +234,8 @@ def _tool_set(tool_set: ToolSet, foreground_timeout_seconds: int) -> tuple[ToolD
 def command_tool_definitions(
     foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
 ) -> tuple[ToolDefinition, ...]:
-    """The command tools, in this order: ``sandbox_status``,
-    ``run_command``, ``read_command_output``, ``stop_command``.
+    """The command tools: the definitions of the records of the command
+    tool set, in the table's order (:data:`COMMAND_TOOL_NAMES`).
 
     ``foreground_timeout_seconds`` is the longest a foreground ``run_command``
     may run (and its default). Raises ``ValueError`` unless it is an integer

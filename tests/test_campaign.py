@@ -34,9 +34,24 @@ from sandrail._campaign import (
 )
 from sandrail._campaign import _runner as runner
 from sandrail.cli import main
+from sandrail.core import TOOLS
 from sandrail.interpreters.replay import ResultEntry, load_cassette
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
 from sandrail.testing import CONTRACT_LINES, TRANSIENT_KINDS
+
+
+def test_the_campaign_calls_every_tool_the_records_define() -> None:
+    """A tool added to the table is not left out of the fault campaign: some
+    workload of an owner mode calls it (the campaign's workloads are written
+    by hand, so this is where a new tool's calls are asked for)."""
+    called = {
+        step.tool
+        for mode in ("agent", "native")
+        for workload in workloads(mode)  # type: ignore[arg-type]
+        for step in workload.steps
+        if step.action == "call"
+    }
+    assert set(TOOLS) <= called, sorted(set(TOOLS) - called)
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])

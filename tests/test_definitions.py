@@ -16,6 +16,8 @@ from sandrail.core import (
     CODE_TOOL_NAMES,
     COMMAND_TOOL_NAMES,
     TOOL_NAMES,
+    TOOLS,
+    ToolKind,
     code_tool_definitions,
     command_tool_definitions,
 )
@@ -100,7 +102,9 @@ def test_every_schema_is_a_closed_draft_2020_12_object_schema(definition: ToolDe
 
 
 def test_schemas_carry_the_reference_limits() -> None:
-    status, run, read, stop = (d.to_dict()["parameters"] for d in command_tool_definitions())
+    schemas = {d.name: d.to_dict()["parameters"] for d in command_tool_definitions()}
+    status, run = schemas["sandbox_status"], schemas["run_command"]
+    read, stop = schemas["read_command_output"], schemas["stop_command"]
     (code,) = (d.to_dict()["parameters"] for d in code_tool_definitions())
     assert status["properties"] == {}
     assert status["required"] == []
@@ -189,43 +193,29 @@ def test_module_constants_match_design_limits() -> None:
 
 # --- metadata ----------------------------------------------------------------------------
 
-_EXPECTED_METADATA = {
-    # name: (read_only, permissions, recovery_policy, background_command_policy)
-    "sandbox_status": (True, (), "safe-read/v1", None),
-    "run_command": (False, ("sandbox:execute",), None, "owned-command-launch/v1"),
-    "read_command_output": (True, (), "safe-read/v1", None),
-    "stop_command": (False, ("sandbox:cancel",), None, None),
-    "run_code": (False, ("sandbox:execute",), None, None),
-    "sandbox_run_code": (False, ("sandbox:execute",), None, None),
-}
-
 
 @given(foreground_timeouts)
 def test_metadata_per_tool(foreground: int) -> None:
-    every = (
-        command_tool_definitions(foreground)
-        + code_tool_definitions(foreground)
-        + code_tool_definitions(foreground, agent_owner=True)
-    )
-    expected_timeouts = {
-        "sandbox_status": 10_000,
-        "run_command": foreground * 1000 + 20_000,
-        "read_command_output": 610_000,
-        "stop_command": 10_000,
-        "run_code": foreground * 1000 + 20_000,
-        "sandbox_run_code": foreground * 1000 + 20_000,
-    }
-    for definition in every:
-        read_only, permissions, recovery, background = _EXPECTED_METADATA[definition.name]
-        assert definition.read_only is read_only
-        assert definition.concurrent_safe is read_only
-        assert definition.permissions == permissions
-        assert definition.recovery_policy == recovery
-        assert definition.background_command_policy == background
-        assert definition.timeout_ms == expected_timeouts[definition.name]
+    """Each tool's metadata is the one its record's definition has at the
+    default foreground timeout (pinned, tool by tool, in
+    ``tests/test_tools.py``), whatever the foreground timeout, but for a
+    launch's own timeout, which is 20 s over the foreground one."""
+    for name, record in TOOLS.items():
+        definition, default = record.define(foreground), record.define(300)
+        assert definition.read_only is default.read_only, name
+        assert definition.concurrent_safe is definition.read_only, name
+        assert definition.permissions == default.permissions, name
+        assert definition.recovery_policy == default.recovery_policy, name
+        assert definition.background_command_policy == default.background_command_policy, name
+        if record.kind is ToolKind.LAUNCHES:
+            assert definition.timeout_ms == foreground * 1000 + 20_000, name
+        else:
+            assert definition.timeout_ms == default.timeout_ms, name
         as_dict = definition.to_dict()
-        assert ("recovery_policy" in as_dict) is (recovery is not None)
-        assert ("background_command_policy" in as_dict) is (background is not None)
+        assert ("recovery_policy" in as_dict) is (definition.recovery_policy is not None)
+        assert ("background_command_policy" in as_dict) is (
+            definition.background_command_policy is not None
+        )
 
 
 @pytest.mark.parametrize("foreground", [0, -1, MAX_TIMEOUT_SECONDS + 1, True, 1.0, "300", None])

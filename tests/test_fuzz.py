@@ -11,7 +11,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 import sandrail
-from sandrail.core import ErrorCode, canonical_json
+from sandrail.core import TOOL_NAMES, ErrorCode, canonical_json, tool_record
 from sandrail.interpreters.simulator import SimulatedHarness, Simulator
 from sandrail.testing.strategies import identifiers, json_text, json_values
 from tests.rig import SCOPE, native_identity
@@ -39,14 +39,7 @@ REFUSED_BEFORE_ANY_EFFECT = {
     )
 }
 
-TOOLS = [
-    "sandbox_status",
-    "run_command",
-    "read_command_output",
-    "stop_command",
-    "run_code",
-    "sandbox_run_code",
-]
+TOOLS = list(TOOL_NAMES)
 
 junk = st.one_of(
     st.none(),
@@ -83,17 +76,21 @@ plausible_arguments = st.fixed_dictionaries(
 arguments = st.one_of(plausible_arguments, json_values(10), junk)
 
 _TASK = sandrail.task_id("session-1", sandrail.AgentOwner(agent_id="agent-1"), "op-1")
-VALID_ARGUMENTS: dict[str, list[dict[str, Any]]] = {
-    "sandbox_status": [{}],
+# More valid calls than each record's own minimal example, for the tools
+# that have more to vary; a tool not named here is called with its example.
+_MORE_VALID: dict[str, list[dict[str, Any]]] = {
     "run_command": [
-        {"command": "echo hi"},
         {"command": "seq 5", "background": True},
         {"command": "sleep 1", "timeout": 1, "env": {"A": "b"}, "cwd": "/tmp"},
     ],
     "read_command_output": [{"task_id": _TASK}, {"task_id": _TASK, "wait_seconds": 3}],
     "stop_command": [{"task_id": _TASK}],
-    "run_code": [{"code": "print(1)"}, {"code": "echo 1", "language": "sh"}],
-    "sandbox_run_code": [{"code": "print(1)"}, {"code": "1", "language": "nodejs"}],
+    "run_code": [{"code": "echo 1", "language": "sh"}],
+    "sandbox_run_code": [{"code": "1", "language": "nodejs"}],
+}
+VALID_ARGUMENTS: dict[str, list[dict[str, Any]]] = {
+    name: [dict(tool_record(name).example_arguments), *_MORE_VALID.get(name, [])]
+    for name in TOOL_NAMES
 }
 
 

@@ -18,6 +18,7 @@ import pytest
 import sandrail
 from sandrail import ToolResult
 from sandrail.core import (
+    COMMAND_TOOL_NAMES,
     CheckAuthority,
     CommandState,
     Effect,
@@ -943,12 +944,7 @@ def test_port_construction_errors_are_clear(options: dict[str, Any], message: st
 
 
 def test_definitions_offer_the_right_tools_per_owner_mode() -> None:
-    assert Rig().tool_names == (
-        "sandbox_status",
-        "run_command",
-        "read_command_output",
-        "stop_command",
-    )
+    assert Rig().tool_names == COMMAND_TOOL_NAMES
     assert Rig(tools="code").tool_names == ("sandbox_run_code",)
     assert Rig(mode="native", tools="code").tool_names == ("run_code",)
     with pytest.raises(KeyError, match="no tool named"):

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 import sandrail
 from sandrail.core import (
+    COMMAND_TOOL_NAMES,
     PROFILES,
+    TOOLS,
     VENDOR_UNSUPPORTED,
     ErrorCode,
     Profile,
@@ -43,7 +45,10 @@ from sandrail.testing.strategies import schema_values
 from tests.embed_rig import ARGUMENT_ERRORS
 from tests.jsonschema_draws import jsonschema_values
 
-TOOLS_WITH_ARGUMENTS = ("run_command", "read_command_output", "stop_command", "code")
+TOOLS_WITH_ARGUMENTS = (
+    *(name for name in COMMAND_TOOL_NAMES if TOOLS[name].define(300).parameters["properties"]),
+    "code",  # the code tool of each owner mode (see _name)
+)
 
 
 def _honesty_examples() -> int:
@@ -77,6 +82,10 @@ def _name(tool: str, owner_mode: str) -> str:
     if tool != "code":
         return tool
     return "sandbox_run_code" if owner_mode == "agent" else "run_code"
+
+
+def _definition(name: str) -> sandrail.ToolDefinition:
+    return TOOLS[name].define(300)
 
 
 def _assert_accepted(result: ToolResult) -> None:
@@ -292,7 +301,7 @@ def test_c17_strict_env_names_agree_with_the_port_on_any_name(name: str) -> None
 
 
 def test_strict_arguments_convert_to_the_canonical_ones() -> None:
-    (_, run, _, _) = command_tool_definitions()
+    run = _definition("run_command")
     strict = {
         "command": "x",
         "cwd": None,
@@ -315,7 +324,7 @@ def test_strict_arguments_convert_to_the_canonical_ones() -> None:
 
 
 def test_conversion_problems_name_the_field_in_the_profiles_shape() -> None:
-    (_, run, _, _) = command_tool_definitions()
+    run = _definition("run_command")
     problems = canonical_arguments(
         run,
         "anthropic-strict",
@@ -426,11 +435,11 @@ def test_anthropic_strict_keeps_every_pattern_in_anthropics_documented_subset() 
     backreference, ``\\b`` or ``\\u`` escape); every other pattern is
     stated in words."""
     subset = re.compile(r"\^?(\[([a-zA-Z0-9_-]|\\[sSdw])+\]([*+?]|\{\d+(,\d+)?\})?)+\$?")
-    read = tool_schema(command_tool_definitions()[2], "anthropic-strict")
+    read = tool_schema(_definition("read_command_output"), "anthropic-strict")
     assert read["properties"]["task_id"]["pattern"] == TASK_ID_PATTERN
     for pattern in VENDOR_PATTERNS["anthropic-strict"]:
         assert subset.fullmatch(pattern), pattern
-    run = tool_schema(command_tool_definitions()[1], "anthropic-strict")
+    run = tool_schema(_definition("run_command"), "anthropic-strict")
     assert "pattern" not in run["properties"]["command"]
     assert "not blank" in run["properties"]["command"]["description"]
 

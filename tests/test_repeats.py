@@ -209,3 +209,14 @@ def test_c3_settled_arguments_keep_the_call_and_leave_out_only_a_default(
         "run_command", arguments, SETTINGS
     )
     assert settled_arguments("sandbox_status", arguments, SETTINGS) is arguments
+
+
+@pytest.mark.parametrize("timeout", [None, 300, 600])
+def test_c3_settled_arguments_never_leave_out_an_argument_the_tool_does_not_take(
+    timeout: int | None,
+) -> None:
+    """Only an argument the tool's record names as setting its deadline is
+    ever left out: a code snippet's ``background_timeout`` (no argument of
+    its own) stays, so its refusal names it."""
+    arguments = {"code": "1", "background": True, "background_timeout": timeout}
+    assert settled_arguments("run_code", arguments, SETTINGS) is arguments

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import sandrail
+from sandrail.core import TOOLS, ToolSet
 from sandrail.interpreters.simulator import NOT_EMULATED, NOT_EMULATED_EXIT_CODE
 from sandrail.testing import (
     HARNESS_LINE,
@@ -88,12 +89,8 @@ def test_an_awaited_toolset_call_is_recorded_too() -> None:
 def test_a_native_owners_toolset_gets_the_kits_identity() -> None:
     with World.simulated(scripts={SNIPPET: Script.prints("45\n")}) as world:
         tools = world.toolset(owner="native")
-        assert tools.names == (
-            "sandbox_status",
-            "run_command",
-            "read_command_output",
-            "stop_command",
-            "run_code",
+        assert tools.names == tuple(
+            name for name, record in TOOLS.items() if record.tool_set is not ToolSet.AGENT_CODE
         )
         result = tools.call_sync("run_code", _snippet(), call_id="c1", operation_key="run-1:c1")
         assert result.status == "ok", result.content

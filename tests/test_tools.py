@@ -23,6 +23,7 @@ from sandrail.core import (
     AgentOwner,
     PortSettings,
     ToolKind,
+    ToolRecord,
     ToolSet,
     UnknownToolError,
     admission_size,
@@ -88,14 +89,51 @@ def test_every_name_and_family_is_derived_from_the_records() -> None:
     assert code_tool_definitions()[0].name == "run_code"
     assert code_tool_definitions(agent_owner=True)[0].name == "sandbox_run_code"
     assert {name for name, r in TOOLS.items() if r.kind is ToolKind.LAUNCHES} == LAUNCH_TOOLS
-    assert {"run_command", "run_code", "sandbox_run_code"} == LAUNCH_TOOLS
     for name, record in TOOLS.items():
         assert record.name == name
         assert record.define(300).name == name
-        # C3: a launch, and only a launch, has a deadline and digest defaults.
+        # C3: a launch, and only a launch, has a deadline; what sets it is
+        # left out by default in its digest (both checked by the record).
         launches = record.kind is ToolKind.LAUNCHES
         assert (record.deadline is not None) is launches
-        assert bool(record.digest_defaults) is launches
+        assert bool(record.deadline_arguments) is launches
+        assert record.deadline_arguments <= record.digest_defaults.keys()
+
+
+def test_the_tools_are_exactly_these() -> None:
+    """The one test that names every tool, on purpose: adding a tool is its
+    record in the table and its line here; every other test derives the
+    tools from the records."""
+    launches, owned, inspects = ToolKind.LAUNCHES, ToolKind.OWNED_TASK, ToolKind.INSPECTS
+    command, native, agent = ToolSet.COMMAND, ToolSet.NATIVE_CODE, ToolSet.AGENT_CODE
+    execute, cancel, read = ("sandbox:execute",), ("sandbox:cancel",), "safe-read/v1"
+
+    def facts(record: ToolRecord) -> tuple[object, ...]:
+        d = record.define(300)  # the definition's metadata at the default foreground timeout
+        metadata = (d.read_only, d.permissions, d.recovery_policy, d.background_command_policy)
+        return (record.kind, record.tool_set, record.takes_env, *metadata, d.timeout_ms)
+
+    # name: kind, tool set, takes env, read only, permissions, recovery policy,
+    # background command policy, timeout in ms
+    assert {name: facts(record) for name, record in TOOLS.items()} == {
+        "sandbox_status": (inspects, command, False, True, (), read, None, 10_000),
+        "run_command": (
+            *(launches, command, True, False, execute, None),
+            *("owned-command-launch/v1", 320_000),
+        ),
+        "read_command_output": (owned, command, False, True, (), read, None, 610_000),
+        "stop_command": (owned, command, False, False, cancel, None, None, 10_000),
+        "run_code": (launches, native, True, False, execute, None, None, 320_000),
+        "sandbox_run_code": (launches, agent, True, False, execute, None, None, 320_000),
+    }
+    assert tuple(TOOLS) == (
+        "sandbox_status",
+        "run_command",
+        "read_command_output",
+        "stop_command",
+        "run_code",
+        "sandbox_run_code",
+    )
 
 
 def test_a_record_states_every_fact_and_checks_them() -> None:
@@ -110,6 +148,55 @@ def test_a_record_states_every_fact_and_checks_them() -> None:
         attrs.evolve(run, refusal=None)
     with pytest.raises(ValueError, match="names another tool"):
         attrs.evolve(run, name="copy_file")
+
+
+def test_c3_a_records_deadline_arguments_are_its_own_and_checked() -> None:
+    """What settles a repeat (a deadline spelled as its default) is the
+    record's: each launch names the arguments its deadline may read, among
+    its own arguments, each left out by default in its digest, and its
+    deadline reads one of them whatever the call; a record that says
+    otherwise is refused when it is made."""
+    settings = _settings()
+    for name, record in TOOLS.items():
+        if record.deadline is None:
+            assert record.deadline_arguments == frozenset(), name
+            continue
+        properties = record.define(300).parameters["properties"]
+        assert record.deadline_arguments <= properties.keys(), name
+        for background in ({}, {"background": False}, {"background": True}):
+            assert record.deadline(background, settings)[0] in record.deadline_arguments, name
+    run = TOOLS["run_command"]
+    assert run.deadline_arguments == {"timeout", "background_timeout"}
+    with pytest.raises(ValueError, match="not its arguments"):
+        attrs.evolve(run, deadline_arguments=frozenset())
+    with pytest.raises(ValueError, match="not its arguments"):
+        attrs.evolve(run, deadline_arguments=frozenset({"timeout", "wait_seconds"}))
+    with pytest.raises(ValueError, match="digest default is not null"):
+        attrs.evolve(run, deadline_arguments=frozenset({"timeout", "cwd", "background"}))
+    with pytest.raises(ValueError, match="without a deadline"):
+        attrs.evolve(TOOLS["stop_command"], deadline_arguments=frozenset({"task_id"}))
+
+
+def test_c5_each_records_example_arguments_are_a_valid_call_of_it() -> None:
+    """Every record gives a minimal valid call: its schema finds no problem
+    with it and its own refusal lets it through, so a tool added without a
+    valid example fails here (and without one at all, when its record is
+    made)."""
+    for name, record in TOOLS.items():
+        definition = record.define(300)
+        example = record.example_arguments
+        assert check_arguments(definition, dict(example)) == (), name
+        snap = attrs.evolve(_snap(name), arguments=dict(example))
+        settings = _settings(definition)
+        assert record.refusal is None or record.refusal(snap, settings) is None, name
+    with pytest.raises(TypeError, match="example_arguments"):
+        type(TOOLS["run_command"])(  # type: ignore[call-arg]
+            **{
+                field.name: getattr(TOOLS["run_command"], field.name)
+                for field in attrs.fields(type(TOOLS["run_command"]))
+                if field.init and field.name != "example_arguments"
+            }
+        )
 
 
 def test_c3_launch_digest_fills_each_tools_own_defaults() -> None:

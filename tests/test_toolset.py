@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sandrail
-from sandrail.core import canonical_json
+from sandrail.core import TOOLS, ToolSet, canonical_json
 from sandrail.interpreters.simulator import Script, Simulator
 from sandrail.testing import native_identity
 from tests.embed_rig import RealTimeWaits, launches, toolset
@@ -21,12 +21,8 @@ from tests.embed_rig import RealTimeWaits, launches, toolset
 
 def test_the_toolset_offers_both_tool_sets_with_plain_schemas() -> None:
     tools = toolset()
-    assert tools.names == (
-        "sandbox_status",
-        "run_command",
-        "read_command_output",
-        "stop_command",
-        "sandbox_run_code",
+    assert tools.names == tuple(
+        name for name, record in TOOLS.items() if record.tool_set is not ToolSet.NATIVE_CODE
     )
     schema = tools.schema("run_command")
     assert type(schema) is dict

@@ -27,9 +27,9 @@ from sandrail import (
     task_id,
 )
 from sandrail.adapters.kit import run_id_of
+from sandrail.core import TOOLS
 
 __all__ = [
-    "ENV_TOOLS",
     "Refusals",
     "SessionToolsets",
     "Verdict",
@@ -47,9 +47,6 @@ tool: the model reads it) or raise the engine's non-retryable failure."""
 
 Verdict = Literal["return", "reconcile", "refuse"]
 """What the engine should do with an answer (see :func:`verdict`)."""
-
-ENV_TOOLS: Final = frozenset({"run_command", "run_code", "sandbox_run_code"})
-"""The tools whose ``env`` argument the worker-side secrets join."""
 
 _KEPT_TOOLSETS: Final = 256
 
@@ -190,9 +187,14 @@ class SessionToolsets:
 def with_env(name: str, arguments: object, secrets: Mapping[str, str]) -> object:
     """``arguments`` with the worker-side ``secrets`` joined to their ``env``
     (a secret wins over a model's value of the same name), for the tools
-    that take one; anything else unchanged (the port refuses what is not
-    valid, with its own words)."""
-    if not secrets or name not in ENV_TOOLS or not isinstance(arguments, Mapping):
+    whose record says they take one
+    (:attr:`~sandrail.core.ToolRecord.takes_env`); anything else unchanged
+    (the port refuses what is not valid, with its own words, and a tool
+    without a record)."""
+    record = TOOLS.get(name) if isinstance(name, str) else None
+    if not secrets or record is None or not record.takes_env:
+        return arguments
+    if not isinstance(arguments, Mapping):
         return arguments
     given = arguments.get("env")
     env = dict(given) if isinstance(given, Mapping) else {}
