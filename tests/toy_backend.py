@@ -41,7 +41,7 @@ from sandrail.core import (
 from sandrail.interpreters.launcher import Box, Launcher, Malformed, launcher_missing
 from sandrail.interpreters.launcher import launcher_refused as refused
 from sandrail.local_e2b import LocalE2B
-from sandrail.local_e2b._kit import LaunchTruth, MarkedBackend, _as_root, _kill_all
+from sandrail.local_e2b._kit import LaunchTruth, _as_root, _kill_all
 from sandrail.testing import Target
 
 LABEL: Final = "toy-shell"
@@ -254,7 +254,7 @@ def toy_target(server: LocalE2B) -> Target:
     backend = ToyShellBackend(server)
     # A fresh mark prefix per world: task ids repeat across worlds.
     truth = LaunchTruth(server, f"toy-{secrets.token_hex(6)}")
-    marked = MarkedBackend(backend, truth)  # type: ignore[arg-type]
+    marked = truth.backend(backend, settle=truth.settle)
 
     def kill_sandbox(sandbox_id: str) -> None:
         backend._client.delete(

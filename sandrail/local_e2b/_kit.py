@@ -5,7 +5,8 @@ Strategy: the judge needs, per task id, how many times a command really
 launched, up to date as soon as a ``Start`` returns. The launcher's
 supervised commands are not started through envd, so the server's process
 records do not show them. Instead, in front of the backend, every ``Start``
-gets a mark as the first thing its command runs (``server.mark``; a line to
+gets a mark as the first thing its command runs
+(:class:`sandrail.testing.MarkedLaunches` with ``server.mark``; a line to
 the server's mark listener, which the sandbox cannot take back): a launch
 is a command that really began, counted by the server, whatever the
 launcher claims. Marks arrive a moment after the start's answer, so after
@@ -23,25 +24,21 @@ create new ones.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
-import attrs
-
-from sandrail.core import Effect, SandboxReady, SandboxState, Start
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.interpreters.launcher import LAUNCHER_NAME, LEDGER
-from sandrail.testing import Target
+from sandrail.testing import MarkedLaunches, Target
 
 from ._serve import LocalE2B
 from ._truth import GroundTruth
 
-__all__ = ["LaunchTruth", "MarkedBackend", "e2b_target"]
+__all__ = ["LaunchTruth", "e2b_target"]
 
 _SETTLE_SECONDS = 20.0
 """The most a Start waits for its launches to show in the ground truth."""
@@ -50,35 +47,22 @@ _WIPE = f"rm -rf {LEDGER}/tasks {LEDGER}/claims.*"
 """What a root command that loses the ledger does (the launcher stays)."""
 
 
-class LaunchTruth:
+class LaunchTruth(MarkedLaunches):
     """A :class:`sandrail.testing.GroundTruth` of one world on a local-e2b
-    server: launches per task id (from the marks its commands sent) and the
-    live processes of a task (its command's session, looked up in the
-    sandbox as root)."""
+    server: launches per task id (from the marks its commands send to the
+    server, :class:`sandrail.testing.MarkedLaunches`) and the live processes
+    of a task (its command's session, looked up in the sandbox as root)."""
 
     def __init__(self, server: LocalE2B, prefix: str) -> None:
+        super().__init__(
+            mark=server.mark,
+            marks=lambda: [mark.text for mark in server.truth().marks],
+            live_processes=self._live_processes,
+            prefix=prefix,
+        )
         self.server = server
-        self.prefix = prefix
-        self.sandbox_of: dict[str, str] = {}
-        """Task id -> the sandbox its last Start went to."""
 
-    def mark_of(self, task_id: str) -> str:
-        """The mark a launch of ``task_id`` in this world sends."""
-        return f"{self.prefix}.{task_id}"
-
-    def _counts(self, truth: GroundTruth) -> Counter[str]:
-        found: Counter[str] = Counter()
-        cut = len(self.prefix) + 1
-        for mark in truth.marks:
-            if mark.text.startswith(self.prefix + "."):
-                found[mark.text[cut:]] += 1
-        return found
-
-    @property
-    def launches(self) -> Mapping[str, int]:
-        return self._counts(self.server.truth())
-
-    def live_processes(self, task_id: str) -> int:
+    def _live_processes(self, task_id: str) -> int:
         sandbox_id = self.sandbox_of.get(task_id)
         if sandbox_id is None or not self.server.alive:
             return 0
@@ -93,26 +77,31 @@ class LaunchTruth:
         except (IndexError, ValueError):
             return 0
 
-    def settle(self, task_id: str, launchers_before: int, marks_before: int) -> None:
-        """Wait (bounded) until every launcher ``start`` of ``task_id`` since
-        ``launchers_before`` has ended and each that answered ``started 1``
-        has its mark."""
-        deadline = time.monotonic() + _SETTLE_SECONDS
-        while time.monotonic() < deadline:
-            truth = self.server.truth()
-            starts = _launcher_starts(truth, task_id)[launchers_before:]
-            if all(record.ended_at is not None for record in starts):
-                wanted = sum(1 for r in starts if r.stdout_head.startswith("started 1"))
-                if self._counts(truth)[task_id] >= marks_before + wanted:
-                    return
-            if not self.server.alive:
-                return
-            time.sleep(_POLL_SECONDS)
+    def _marks_in(self, truth: GroundTruth) -> Counter[str]:
+        return self.counts(mark.text for mark in truth.marks)
 
-    def snapshot(self, task_id: str) -> tuple[int, int]:
-        """(launcher starts of ``task_id`` so far, its marks so far)."""
+    def settle(self, task_id: str) -> Callable[[], None]:
+        """Before a ``Start`` of ``task_id``: what waits (bounded), once it
+        returned, until every launcher ``start`` of the task since now has
+        ended and each that answered ``started 1`` has its mark."""
         truth = self.server.truth()
-        return len(_launcher_starts(truth, task_id)), self._counts(truth)[task_id]
+        launchers_before = len(_launcher_starts(truth, task_id))
+        marks_before = self._marks_in(truth)[task_id]
+
+        def after() -> None:
+            deadline = time.monotonic() + _SETTLE_SECONDS
+            while time.monotonic() < deadline:
+                truth = self.server.truth()
+                starts = _launcher_starts(truth, task_id)[launchers_before:]
+                if all(record.ended_at is not None for record in starts):
+                    wanted = sum(1 for r in starts if r.stdout_head.startswith("started 1"))
+                    if self._marks_in(truth)[task_id] >= marks_before + wanted:
+                        return
+                if not self.server.alive:
+                    return
+                time.sleep(_POLL_SECONDS)
+
+        return after
 
 
 def _options(server: LocalE2B) -> dict[str, Any]:
@@ -138,34 +127,6 @@ def _as_root(server: LocalE2B, sandbox_id: str, command: str) -> str:
     return str(result.stdout)
 
 
-class MarkedBackend:
-    """An E2B backend whose commands count their launches in the server's
-    ground truth (see the module doc). Everything else passes through."""
-
-    asynchronous = True
-
-    def __init__(self, inner: E2BBackend, truth: LaunchTruth) -> None:
-        self.inner = inner
-        self.truth = truth
-        self.sandboxes: set[str] = set()
-
-    async def __call__(self, effect: Effect) -> Any:
-        if not isinstance(effect, Start):
-            outcome = await self.inner(effect)
-            if isinstance(outcome, SandboxReady | SandboxState) and outcome.sandbox_id:
-                self.sandboxes.add(outcome.sandbox_id)
-            return outcome
-        truth = self.truth
-        truth.sandbox_of[effect.task_id] = effect.sandbox_id
-        mark = truth.server.mark(truth.mark_of(effect.task_id))
-        marked = attrs.evolve(effect, command=f"{mark}; {effect.command}")
-        before = await asyncio.to_thread(truth.snapshot, effect.task_id)
-        try:
-            return await self.inner(marked)
-        finally:
-            await asyncio.to_thread(truth.settle, effect.task_id, *before)
-
-
 def e2b_target(
     server: LocalE2B,
     *,
@@ -182,7 +143,7 @@ def e2b_target(
         **_options(server), request_timeout_seconds=request_timeout_seconds, **backend_options
     )
     truth = LaunchTruth(server, f"launch-{secrets.token_hex(6)}")
-    marked = MarkedBackend(backend, truth)
+    marked = truth.backend(backend, settle=truth.settle)
 
     def kill_sandbox(sandbox_id: str) -> None:
         import e2b

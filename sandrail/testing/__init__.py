@@ -16,7 +16,9 @@ line a run broke::
             world.assert_contract()                  # every call, against ground truth
 
 For a backend author: a :class:`Target` (the backend, its
-:class:`GroundTruth`, the world controls it has) and the conformance kit,
+:class:`GroundTruth`, the world controls it has; :class:`MarkedLaunches` counts
+launches by marks the commands send, for a world that keeps no record of
+them) and the conformance kit,
 :class:`~sandrail.testing.conformance.BackendConformance` (a pytest base
 class) or :func:`~sandrail.testing.conformance.check_backend`.
 
@@ -52,6 +54,7 @@ from ._judge import (
     Violation,
     judge,
 )
+from ._marks import MarkedBackend, MarkedLaunches
 from ._truth import GroundTruth, Strike, Target, TargetFactory
 from ._world import World
 from ._world_ports import WatchedToolset
@@ -84,6 +87,8 @@ __all__ = [
     "FaultPlan",
     "FaultyBackend",
     "GroundTruth",
+    "MarkedBackend",
+    "MarkedLaunches",
     "PlanFailure",
     "Script",
     "SimulatedHarness",
