@@ -70,7 +70,10 @@ __all__ = [
     "LEDGER",
     "Box",
     "Launcher",
+    "LauncherEffect",
+    "LauncherOutcome",
     "Malformed",
+    "NotLauncherEffectError",
     "Transport",
     "launcher_missing",
     "launcher_refused",
@@ -125,6 +128,29 @@ class Transport(Protocol):
         raised ``exc``: ``not_sent`` only when the request surely did not
         leave (a refused connection, the launcher's refusal, a missing
         launcher), ``maybe_sent`` otherwise."""
+
+
+LauncherEffect = Publish | Start | Wait | Read | Cancel
+"""The sandbox effects a :class:`Launcher` answers (a backend answers
+``Inspect`` and ``Ensure`` itself)."""
+
+LauncherOutcome = Published | StartRefused | Started | CommandState | OutputChunk | CancelRequested
+"""What a :class:`Launcher` answers them with."""
+
+_SERVED: Final = (Publish, Start, Wait, Read, Cancel)
+
+
+class NotLauncherEffectError(TypeError):
+    """An effect the launcher does not serve (``Inspect``, ``Ensure``, or
+    not a sandbox effect at all) was given to :meth:`Launcher.cached` or
+    :meth:`Launcher.answer`: the backend answers those itself."""
+
+    def __init__(self, effect: object) -> None:
+        super().__init__(
+            f"the launcher does not answer {type(effect).__name__}: it answers "
+            "Publish, Start, Wait, Read and Cancel (a backend answers Inspect and Ensure itself)"
+        )
+        self.effect = effect
 
 
 class Launcher:
@@ -223,10 +249,24 @@ class Launcher:
     def cached(self, effect: Wait) -> CommandState | None: ...
     @overload
     def cached(self, effect: Read) -> OutputChunk | None: ...
-    def cached(self, effect: Wait | Read) -> CommandState | OutputChunk | None:
+    @overload
+    def cached(self, effect: Publish | Start | Cancel) -> None: ...
+    @overload
+    def cached(self, effect: LauncherEffect) -> CommandState | OutputChunk | None: ...
+    def cached(self, effect: LauncherEffect) -> CommandState | OutputChunk | None:
         """The outcome of a wait or read of an ended command whose whole
         output this launcher holds, computed here (it can no longer change),
-        or ``None``. Pure: safe from any thread."""
+        or ``None``. Pure: safe from any thread.
+
+        Only ``Wait`` and ``Read`` are ever answered from the cache;
+        ``Publish``, ``Start`` and ``Cancel`` act on the sandbox, so for them
+        this is always ``None``. Any other effect (``Inspect``, ``Ensure``:
+        the backend's own) is :class:`NotLauncherEffectError`.
+        """
+        if not isinstance(effect, _SERVED):
+            raise NotLauncherEffectError(effect)
+        if not isinstance(effect, Wait | Read):
+            return None
         cached = self._final.get((effect.sandbox_id, effect.task_id))
         if cached is None or not _TASK_ID.fullmatch(effect.task_id):
             return None
@@ -299,3 +339,19 @@ class Launcher:
         cancelled = parse_cancel(answer)
         box.heard(cancelled.epoch)
         return CancelRequested(state=cancelled.state)
+
+    async def answer(self, effect: LauncherEffect) -> LauncherOutcome:
+        """Answer any effect the launcher serves (``Publish``, ``Start``,
+        ``Wait``, ``Read``, ``Cancel``), from the cache when it can; any
+        other effect is :class:`NotLauncherEffectError`."""
+        if isinstance(effect, Publish):
+            return await self.publish(effect)
+        if isinstance(effect, Start):
+            return await self.start(effect)
+        if isinstance(effect, Wait):
+            return await self.wait(effect)
+        if isinstance(effect, Read):
+            return await self.read(effect)
+        if isinstance(effect, Cancel):
+            return await self.cancel(effect)
+        raise NotLauncherEffectError(effect)

@@ -27,6 +27,7 @@ from typing import Any, Final
 import httpx
 
 from sandrail.core import (
+    Cancel,
     Delivery,
     Effect,
     EffectFailure,
@@ -34,9 +35,11 @@ from sandrail.core import (
     Inspect,
     Outcome,
     Publish,
+    Read,
     SandboxReady,
     SandboxState,
     Start,
+    Wait,
 )
 from sandrail.interpreters.launcher import Box, Launcher, Malformed, launcher_missing
 from sandrail.interpreters.launcher import launcher_refused as refused
@@ -203,15 +206,9 @@ class ToyShellBackend:
                 )
             if isinstance(effect, Ensure):
                 return await self._ensure(effect)
-            if isinstance(effect, Publish):
-                return await self._launcher.publish(effect)
-            if isinstance(effect, Start):
-                return await self._launcher.start(effect)
-            cached = self._launcher.cached(effect)  # type: ignore[call-overload]
-            if cached is not None:
-                return cached  # type: ignore[no-any-return]
-            operation = getattr(self._launcher, type(effect).__name__.lower())
-            return await operation(effect)  # type: ignore[no-any-return]
+            if isinstance(effect, Publish | Start | Wait | Read | Cancel):
+                return await self._launcher.answer(effect)
+            raise EffectFailure(Delivery.NOT_SENT, f"{type(effect).__name__}: not a sandbox effect")
         except (Malformed, ValueError, IndexError) as exc:
             raise EffectFailure(
                 Delivery.MAYBE_SENT, f"{type(effect).__name__}: malformed answer"

@@ -41,7 +41,7 @@ from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import Violation
 from ._plans import single_fault_plans, workloads
 from ._scenarios import SCENARIOS, Scenario
-from ._truth import Strike, Target, TargetFactory, takes_strike
+from ._truth import Target, TargetFactory, takes_strike
 from ._world import World
 
 __all__ = [
@@ -253,10 +253,12 @@ class BackendConformance:
     campaign_effects: ClassVar[tuple[str, ...]] = CAMPAIGN_EFFECTS
     require_decisive: ClassVar[bool] = True
 
-    def make_target(self, strike: Strike) -> Target:
-        """A fresh world: the backend under test and its ground truth. Wrap
-        the interpreter the backend calls upstream with ``strike`` (or leave
-        out the parameter: the faults then strike in front of the backend)."""
+    def make_target(self, *args: Any, **kwargs: Any) -> Target:
+        """A fresh world: the backend under test and its ground truth.
+        Override it as ``make_target(self, strike: Strike) -> Target`` and
+        wrap the interpreter the backend calls upstream with ``strike``, or
+        as ``make_target(self) -> Target``: the faults then strike in front
+        of the backend. Either override type-checks (``mypy --strict``)."""
         raise NotImplementedError("implement make_target() to return a sandrail.testing.Target")
 
     def test_fault_campaign(self) -> None:
