@@ -1,6 +1,7 @@
 """What a backend author reusing the launcher gets: every launcher effect
 answered through one typed entry, the cache's reach stated by its types,
-and a clear error for the effects the backend answers itself."""
+a clear error for the effects the backend answers itself, and the kit's
+fault table struck on their transport."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ import pytest
 
 from sandrail.core import Cancel, Delivery, EffectFailure, Ensure, Inspect, Publish, Start
 from sandrail.interpreters.launcher import Box, Launcher, NotLauncherEffectError
+from sandrail.testing import (
+    Fault,
+    FaultKind,
+    FaultPlan,
+    FaultyTransport,
+    Strike,
+    Target,
+    World,
+    simulator_target,
+)
+from sandrail.testing._transport_faults import effect_of
 
 _TASK = "a" * 64
 
@@ -90,3 +102,89 @@ def test_answer_sends_a_launcher_effect_to_the_sandbox() -> None:
     with pytest.raises(EffectFailure, match="nothing ran") as failed:
         asyncio.run(_launcher().answer(Cancel(sandbox_id="s", task_id=_TASK)))
     assert failed.value.delivery is Delivery.NOT_SENT
+
+
+# -- faults on a transport ---------------------------------------------------------------
+
+
+class _Answering(_Refused):
+    """A transport that answers every line (and notes it)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    async def run(self, sandbox: Any, line: str, *, timeout: float, request_timeout: float) -> str:
+        self.lines.append(line)
+        return "answer"
+
+
+_START_LINE = f"exec bash /root/.sandrail/bin/launcher-0123456789abcdef.sh start {_TASK} 7"
+
+
+def _run(transport: FaultyTransport, line: str) -> str:
+    return asyncio.run(transport.run("sbx", line, timeout=1, request_timeout=1))
+
+
+@pytest.mark.parametrize(
+    ("line", "effect"),
+    [
+        (_START_LINE, "Start"),
+        ("bash /root/.sandrail/bin/.launcher-0123456789abcdef.sh.42 init launcher-x.sh", "Ensure"),
+        (f"exec bash /root/.sandrail/bin/l.sh wait {_TASK} 100 32768", "Wait"),
+        (f"exec bash /root/.sandrail/bin/l.sh publish {_TASK} 7 py", "Publish"),
+        (f"bash /root/.sandrail/bin/l.sh discard {_TASK} 7", None),
+        ("echo hi", None),
+    ],
+)
+def test_a_launcher_line_is_the_decisive_call_of_its_effect(line: str, effect: str | None) -> None:
+    assert effect_of(line) == effect
+
+
+def test_a_lost_answer_on_the_transport_reaches_the_sandbox_and_says_maybe_sent() -> None:
+    inner = _Answering()
+    plan = FaultPlan([Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)])
+    transport = FaultyTransport(inner, plan)
+    with pytest.raises(EffectFailure) as struck:
+        _run(transport, _START_LINE)
+    assert inner.lines == [_START_LINE]  # the table's row: applied, then the answer lost
+    failure = transport.classify(struck.value, "Start")
+    assert (failure.delivery, failure.detail) == (Delivery.MAYBE_SENT, "Start: response lost")
+    assert transport.exit_status(struck.value) is None
+    assert _run(transport, _START_LINE) == "answer"  # occurrence 1: no fault
+    assert [fault.kind for fault in transport.faults_fired] == [FaultKind.RESPONSE_LOST]
+
+
+def test_an_undelivered_request_on_the_transport_never_reaches_the_sandbox() -> None:
+    inner = _Answering()
+    plan = FaultPlan([Fault(effect="Start", kind=FaultKind.NOT_DELIVERED)])
+    transport = FaultyTransport(inner, plan)
+    with pytest.raises(EffectFailure) as struck:
+        _run(transport, _START_LINE)
+    assert inner.lines == []
+    assert transport.classify(struck.value, "Start").delivery is Delivery.NOT_SENT
+    assert transport.classify(ConnectionError(), "Start").detail == "Start: refused"  # its own
+
+
+def test_staging_and_discards_pass_through_unstruck() -> None:
+    inner = _Answering()
+    plan = FaultPlan([Fault(effect="Start", kind=FaultKind.NOT_DELIVERED)])
+    transport = FaultyTransport(inner, plan)
+    discard = f"bash /root/.sandrail/bin/l.sh discard {_TASK} 7"
+    assert _run(transport, discard) == "answer"
+    assert transport.faults_fired == []
+
+
+def test_a_faulty_transport_wraps_only_a_transport() -> None:
+    with pytest.raises(TypeError, match="wraps a launcher Transport"):
+        FaultyTransport(object())  # type: ignore[arg-type]
+
+
+def test_a_target_can_strike_its_transport_through_the_kit() -> None:
+    def make_target(strike: Strike) -> Target:
+        faulty = strike(_Answering())
+        assert isinstance(faulty, FaultyTransport)
+        return simulator_target()
+
+    plan = [Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)]
+    with World.on(make_target, plan) as world:
+        assert isinstance(world.faults, FaultyTransport)

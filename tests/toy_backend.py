@@ -22,6 +22,7 @@ import json
 import secrets
 import struct
 import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 import httpx
@@ -41,11 +42,11 @@ from sandrail.core import (
     Start,
     Wait,
 )
-from sandrail.interpreters.launcher import Box, Launcher, Malformed, launcher_missing
+from sandrail.interpreters.launcher import Box, Launcher, Malformed, Transport, launcher_missing
 from sandrail.interpreters.launcher import launcher_refused as refused
 from sandrail.local_e2b import LocalE2B
 from sandrail.local_e2b._kit import LaunchTruth, _as_root, _kill_all
-from sandrail.testing import Target
+from sandrail.testing import Strike, Target
 
 LABEL: Final = "toy-shell"
 BOUNDARY: Final = (
@@ -165,7 +166,13 @@ class ToyShellBackend:
     asynchronous = True
     backend_label = LABEL
 
-    def __init__(self, server: LocalE2B, *, request_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        server: LocalE2B,
+        *,
+        request_timeout: float = 10.0,
+        transport: Callable[[Transport], Transport] = lambda transport: transport,
+    ) -> None:
         self._client = httpx.Client()
         self._api = server.api_url.rstrip("/")
         self._key = server.api_key
@@ -175,7 +182,7 @@ class ToyShellBackend:
         self._dead: set[str] = set()
         self._lock = threading.Lock()
         self._launcher = Launcher(
-            ToyTransport(self._client, server.sandbox_url),
+            transport(ToyTransport(self._client, server.sandbox_url)),
             request_timeout=request_timeout,
             box=self._box,
             ledger_key=lambda: b"toy-backend ledger key, 32 bytes",
@@ -243,12 +250,16 @@ class ToyShellBackend:
         return body["sandboxID"], body.get("envdAccessToken")
 
 
-def toy_target(server: LocalE2B) -> Target:
+def toy_target(server: LocalE2B, strike: Strike | None = None) -> Target:
     """A :class:`sandrail.testing.Target` of a fresh :class:`ToyShellBackend`
     on ``server``: launches counted by the marks its commands send (the
     server's ground truth, as for the E2B interpreter), the kill and wipe
-    controls done on the server."""
-    backend = ToyShellBackend(server)
+    controls done on the server. With ``strike``, the kit's faults strike
+    its transport (the launcher's decisive calls), else in front of it."""
+    if strike is None:
+        backend = ToyShellBackend(server)
+    else:
+        backend = ToyShellBackend(server, transport=strike)
     # A fresh mark prefix per world: task ids repeat across worlds.
     truth = LaunchTruth(server, f"toy-{secrets.token_hex(6)}")
     marked = truth.backend(backend, settle=truth.settle)

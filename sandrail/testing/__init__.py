@@ -55,6 +55,7 @@ from ._judge import (
     judge,
 )
 from ._marks import MarkedBackend, MarkedLaunches
+from ._transport_faults import FaultyTransport, TransportCall
 from ._truth import GroundTruth, Strike, Target, TargetFactory
 from ._world import World
 from ._world_ports import WatchedToolset
@@ -86,6 +87,7 @@ __all__ = [
     "FaultKind",
     "FaultPlan",
     "FaultyBackend",
+    "FaultyTransport",
     "GroundTruth",
     "MarkedBackend",
     "MarkedLaunches",
@@ -96,6 +98,7 @@ __all__ = [
     "Strike",
     "Target",
     "TargetFactory",
+    "TransportCall",
     "Violation",
     "WatchedPort",
     "WatchedToolset",

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, overload, runtime_checkable
 
 import attrs
+
+if TYPE_CHECKING:
+    from sandrail.interpreters.launcher import Transport
 
 __all__ = ["GroundTruth", "Strike", "Target", "TargetFactory", "takes_strike"]
 
@@ -84,9 +87,18 @@ class Target:
     real_processes: bool = False
 
 
-Strike = Callable[[Callable[[Any], Any]], Callable[[Any], Any]]
-"""Given an interpreter, the same interpreter with the kit's faults struck
-on the way (the kit's "network")."""
+class Strike(Protocol):
+    """Given an interpreter, the same interpreter with the kit's faults struck
+    on the way (the kit's "network"); given a launcher
+    :class:`~sandrail.interpreters.launcher.Transport`, the same transport
+    with them struck on the launcher's decisive calls (a
+    :class:`~sandrail.testing.FaultyTransport`). A target wraps one upstream."""
+
+    @overload
+    def __call__(self, upstream: Transport, /) -> Transport: ...
+    @overload
+    def __call__(self, upstream: Callable[[Any], Any], /) -> Callable[[Any], Any]: ...
+
 
 TargetFactory = Callable[[], Target] | Callable[[Strike], Target]
 """Makes a fresh :class:`Target` (a new world) each time it is called.

@@ -29,6 +29,7 @@ from sandrail.core import (
     SandboxReady,
 )
 from sandrail.interpreters._drivers import is_asynchronous
+from sandrail.interpreters.launcher import Transport
 from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import (
     Fault,
@@ -62,6 +63,7 @@ from ._launches import (
     unscripted_message,
 )
 from ._record_faults import FaultyRecord, RecordFaultPlan
+from ._transport_faults import FaultyTransport
 from ._truth import GroundTruth, Target, TargetFactory, takes_strike
 from ._world_ports import AsyncTap, WatchedToolset, checked_groups, toolset_identity, world_options
 
@@ -225,11 +227,14 @@ class World(Attribution):
         harness = SimulatedHarness()
         faults: FaultyBackend | None = None
 
-        def strike(upstream: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def strike(upstream: Any, /) -> Any:
             nonlocal faults
             if faults is not None:
                 raise RuntimeError("strike() wraps one upstream per target")
-            faults = FaultyBackend(upstream, _plan(plan), harness=harness)
+            if isinstance(upstream, Transport):
+                faults = FaultyTransport(upstream, _plan(plan), harness=harness)
+            else:
+                faults = FaultyBackend(upstream, _plan(plan), harness=harness)
             return faults
 
         if not isinstance(target, Target):
