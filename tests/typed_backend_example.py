@@ -59,8 +59,7 @@ class ShellTransport:
 class ShellBackend:
     asynchronous = True
 
-    def __init__(self) -> None:
-        transport: Transport = ShellTransport()
+    def __init__(self, transport: Transport) -> None:
         self.boxes: dict[str, Box] = {}
         self.launcher = Launcher(
             transport,
@@ -114,3 +113,8 @@ class TestWhereTheBackendMeetsItsWorld(BackendConformance):
             live_processes=world.live_processes,
         )
         return Target(backend=truth.backend(strike(world)), truth=truth)
+
+
+def struck_transport(strike: Strike) -> ShellBackend:
+    """The kit's faults on the backend's transport: ``strike`` keeps its type."""
+    return ShellBackend(strike(ShellTransport()))
