@@ -70,9 +70,10 @@ def test_a_backend_states_its_own_label_and_boundary(server: LocalE2B) -> None:
 
 @needs_root
 class TestToyTransportUnderFaults(BackendConformance):
-    """The fault campaign struck on the toy's transport (the launcher's
-    decisive calls, through ``strike(transport)``), so the launcher's and the
-    backend's own failure handling meet every kind of fault."""
+    """The scenarios and the fault campaign with the kit's faults struck on
+    the toy's transport (the launcher's decisive calls, through
+    ``strike(transport)``), so the launcher's and the backend's own failure
+    handling meet every kind of fault."""
 
     campaign_plans: ClassVar[int | None] = 16
     server: LocalE2B
@@ -83,6 +84,3 @@ class TestToyTransportUnderFaults(BackendConformance):
 
     def make_target(self, strike: Strike) -> Target:
         return toy_target(self.server, strike)
-
-    def test_echo(self) -> None:  # the scenarios run unstruck in the class above
-        pytest.skip("scenarios: see TestToyBackendConformance")
