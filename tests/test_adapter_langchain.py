@@ -802,3 +802,46 @@ def test_c2_c8_a_call_made_again_while_its_first_waits_for_a_person_runs_once() 
     (result,) = [r for r in _results(out["messages"]) if r.get("call_id") == "c2"]
     assert result["status"] == "ok", result
     assert launches(tools) == 1
+
+
+@pytest.mark.parametrize("rejected", ["c1", "c2"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_c2_c8_two_identical_calls_of_one_turn_are_two_decisions(
+    rejected: str, asynchronous: bool
+) -> None:
+    """One model message makes the same call twice (``c1`` and ``c2``, the
+    same command); the person rejects one and approves the other, in either
+    order. Each tool call id is its own call: the approved one runs once
+    under its own key, the rejected one reads ``approval_rejected`` naming
+    that call, never the other's decision."""
+    approved = "c2" if rejected == "c1" else "c1"
+    tools = toolset(authorize=asks_for_rm)
+    twice = [run_command("rm -rf /tmp/x", "c1"), run_command("rm -rf /tmp/x", "c2")]
+    agent = create_agent(
+        scripted([twice, "ok"]), tools=lc.tools(tools), checkpointer=InMemorySaver()
+    )
+    config = _thread("twice-in-one-turn")
+
+    def invoke(value: Any) -> Any:
+        if asynchronous:
+            return asyncio.run(agent.ainvoke(value, config))
+        return agent.invoke(value, config)
+
+    paused = invoke(USER)
+    asked = {question.value["tool_call_id"]: question for question in paused["__interrupt__"]}
+    assert asked["c1"].value["operation_key"] != asked["c2"].value["operation_key"]
+    answers = {
+        asked[rejected].id: {"type": "reject", "message": "not this one"},
+        asked[approved].id: {"type": "approve"},
+    }
+    out = invoke(Command(resume=answers))
+    told = {m.tool_call_id: json.loads(m.content) for m in tool_messages(out["messages"])}
+    assert told[approved]["status"] == "ok"
+    assert told[approved]["operation_key"] == asked[approved].value["operation_key"]
+    assert (told[rejected]["error_type"], told[rejected]["executed"]) == (
+        ErrorCode.APPROVAL_REJECTED.value,
+        False,
+    )
+    assert told[rejected]["call_id"] == rejected
+    assert told[rejected]["operation_key"] == asked[rejected].value["operation_key"]
+    assert launches(tools) == 1
