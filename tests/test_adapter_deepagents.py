@@ -592,3 +592,31 @@ def test_c2_c8_two_identical_executes_of_one_turn_are_two_decisions(rejected: st
     assert refused["operation_key"] == asked[rejected].value["operation_key"]
     assert told[approved].artifact == {"truncated": False, "exit_code": 127}
     assert launches(tools) == 1
+
+
+def test_c2_a_forked_turn_reusing_a_tool_call_id_reconciles_with_its_launch() -> None:
+    """Deep Agents' ``interrupt_on``: ``echo deploy`` (tool call ``e1``)
+    approved in turn 2 ran once. Forked from the end of turn 1, the model
+    makes the same call with the same tool call id on the same thread: the
+    same key, so even approved again it reads the first launch's result and
+    never launches twice."""
+    tools = toolset()
+    deploy = _execute("echo deploy", "e1")
+    agent = create_deep_agent(
+        model=scripted(["hello", deploy, "ok", deploy, "ok"]),
+        backend=SandrailSandbox(tools),
+        checkpointer=InMemorySaver(),
+        interrupt_on={"execute": True},
+    )
+    config = _thread("fork")
+    agent.invoke({"messages": [{"role": "user", "content": "hi"}]}, config)
+    end_of_turn_1 = agent.get_state(config).config
+    agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, config)
+    approve = Command(resume={"decisions": [{"type": "approve"}]})
+    agent.invoke(approve, config)
+    assert launches(tools) == 1
+    forked = agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, end_of_turn_1)
+    assert "__interrupt__" in forked
+    out = agent.invoke(approve, config)
+    assert tool_messages(out["messages"])[-1].content.startswith("deploy\n")
+    assert launches(tools) == 1

@@ -845,3 +845,45 @@ def test_c2_c8_two_identical_calls_of_one_turn_are_two_decisions(
     assert told[rejected]["call_id"] == rejected
     assert told[rejected]["operation_key"] == asked[rejected].value["operation_key"]
     assert launches(tools) == 1
+
+
+def test_c2_a_fork_keeps_the_key_of_a_call_its_checkpoint_holds_and_not_of_an_earlier_turn() -> (
+    None
+):
+    """Time travel on one thread with sandrail's ``HumanInTheLoopMiddleware``:
+    the call approved in turn 2 ran once. Resumed again from the checkpoint
+    where its question was pending (found in ``get_state_history``), it keeps
+    its key and reconciles. Forked from the end of turn 1, before the model
+    message that made it, the model answers again: a new message, so a new
+    call with a new key, asked about afresh (nothing runs before the answer)
+    and run once more only when the person approves it again."""
+    tools = toolset()
+    gate = lc.human_in_the_loop(tools, {"run_command": True})
+    deploy = [run_command("echo deploy", "c1")]
+    model = scripted(["hello", deploy, "ok", "ok", deploy, "ok"])
+    agent = create_agent(
+        model, tools=lc.tools(tools), middleware=[gate], checkpointer=InMemorySaver()
+    )
+    config = _thread("fork")
+    agent.invoke({"messages": [{"role": "user", "content": "hi"}]}, config)
+    end_of_turn_1 = agent.get_state(config).config
+    agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, config)
+    approve = Command(resume={"decisions": [{"type": "approve"}]})
+    (first,) = _results(agent.invoke(approve, config)["messages"])
+    assert (first["status"], first["deduplicated"]) == ("ok", False)
+    pending = next(
+        snapshot.config
+        for snapshot in agent.get_state_history(config)
+        if snapshot.interrupts and snapshot.values["messages"][-1].tool_calls
+    )
+    (again,) = _results(agent.invoke(approve, pending)["messages"])
+    assert (again["operation_key"], again["deduplicated"]) == (first["operation_key"], True)
+    assert launches(tools) == 1
+    forked = agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, end_of_turn_1)
+    assert "__interrupt__" in forked  # a new call: the person is asked again
+    assert launches(tools) == 1
+    (new,) = _results(agent.invoke(approve, config)["messages"])
+    assert new["operation_key"] != first["operation_key"]
+    assert new["operation_key"].startswith("langgraph:fork:message:")
+    assert new["operation_key"].endswith(":c1")
+    assert launches(tools) == 2
