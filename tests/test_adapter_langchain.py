@@ -887,3 +887,79 @@ def test_c2_a_fork_keeps_the_key_of_a_call_its_checkpoint_holds_and_not_of_an_ea
     assert new["operation_key"].startswith("langgraph:fork:message:")
     assert new["operation_key"].endswith(":c1")
     assert launches(tools) == 2
+
+
+@pytest.mark.parametrize("flavor", ["langchain", "deepagents"])
+@pytest.mark.parametrize(("first", "second"), [("approve", "reject"), ("reject", "approve")])
+def test_c5_c2_one_question_resumed_twice_with_contradictory_answers_tells_what_happened(
+    flavor: str, first: str, second: str, tmp_path: Any
+) -> None:
+    """Two harnesses (each its own toolset, checkpointer connection and
+    agent, as two processes have) on one SQLite checkpointer file and one
+    SQLite record resume the same pending question from its checkpoint with
+    contradictory answers. The model reads what really happened each time:
+    approved first, the command ran once and the late rejection reads that
+    run (``ok``, reconciled) or ``uncertain``, never "not executed";
+    rejected first, nothing ever runs and the late approval reads the
+    rejection, asking nobody."""
+    from deepagents import create_deep_agent
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from sandrail.adapters.deepagents import SandrailSandbox
+    from sandrail.interpreters.simulator import Simulator
+    from sandrail.records import SQLiteRecord
+
+    sim = Simulator()
+    command = "rm -rf /tmp/contradicted"
+
+    def harness(record: Any, saver: Any) -> Any:
+        tools = toolset(sim, record=record, authorize=asks_for_rm)
+        if flavor == "deepagents":
+            call = {"name": "execute", "args": {"command": command}, "id": "c1"}
+            model = scripted([lambda sent: "done" if isinstance(sent[-1], ToolMessage) else [call]])
+            return create_deep_agent(
+                model=model, backend=SandrailSandbox(tools), checkpointer=saver
+            )
+        model = scripted(
+            [
+                lambda sent: (
+                    "done" if isinstance(sent[-1], ToolMessage) else [run_command(command, "c1")]
+                )
+            ]
+        )
+        return create_agent(model, tools=lc.tools(tools), checkpointer=saver)
+
+    answers = {"approve": {"type": "approve"}, "reject": {"type": "reject", "message": "no"}}
+    checkpoints = str(tmp_path / "checkpoints.sqlite")
+    with (
+        SQLiteRecord(tmp_path / "owned.sqlite") as one,
+        SQLiteRecord(tmp_path / "owned.sqlite") as other,
+        SqliteSaver.from_conn_string(checkpoints) as here,
+        SqliteSaver.from_conn_string(checkpoints) as there,
+    ):
+        asking = harness(one, here)
+        asking.invoke(USER, _thread("contradicted"))
+        pending = asking.get_state(_thread("contradicted")).config
+        told = []
+        for answer, (record, saver) in zip((first, second), ((one, here), (other, there))):
+            out = harness(record, saver).invoke(Command(resume=answers[answer]), pending)
+            assert "__interrupt__" not in out  # nobody is asked again
+            (message,) = tool_messages(out["messages"])
+            if flavor == "deepagents" and message.artifact.get("exit_code") is not None:
+                told.append({"status": "ok", "exit_code": message.artifact["exit_code"]})
+            else:
+                told.append(json.loads(message.content))
+    ran = sum(sim.launches.values())
+    if first == "approve":
+        assert ran == 1
+        assert told[0]["status"] == "ok"
+        assert told[1]["status"] in ("ok", "uncertain")  # what ran, never "not executed"
+        assert told[1].get("executed") is not False
+    else:
+        assert ran == 0
+        for result in told:
+            assert (result["status"], result["error_type"], result["executed"]) == (
+                "error",
+                ErrorCode.APPROVAL_REJECTED.value,
+                False,
+            )
