@@ -941,7 +941,9 @@ def test_c5_c2_one_question_resumed_twice_with_contradictory_answers_tells_what_
         asking.invoke(USER, _thread("contradicted"))
         pending = asking.get_state(_thread("contradicted")).config
         told = []
-        for answer, (record, saver) in zip((first, second), ((one, here), (other, there))):
+        for answer, (record, saver) in zip(
+            (first, second), ((one, here), (other, there)), strict=True
+        ):
             out = harness(record, saver).invoke(Command(resume=answers[answer]), pending)
             assert "__interrupt__" not in out  # nobody is asked again
             (message,) = tool_messages(out["messages"])
