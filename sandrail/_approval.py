@@ -77,12 +77,25 @@ def asks_a_person(decision: object) -> bool:
     return isinstance(decision, ApprovalRequired) and isinstance(decision.interaction_id, str)
 
 
-def rejection(max_output_bytes: int, reason: str | None, secrets: frozenset[str]) -> ToolResult:
+def rejection(
+    max_output_bytes: int,
+    reason: str | None,
+    secrets: frozenset[str],
+    *,
+    call_id: str | None = None,
+    operation_key: str | None = None,
+) -> ToolResult:
     """The result the model reads when a person rejected its call: ``error``,
-    ``executed: false``, ``approval_rejected``, what to do instead and, when
-    given, the person's ``reason`` (env values the session masks are masked
-    in it, C17), all within ``max_output_bytes`` (C12)."""
+    ``executed: false``, ``approval_rejected``, what to do instead, the
+    call it is about (its ``call_id`` and ``operation_key``, when given: of
+    two identical calls, the one that was rejected) and, when given, the
+    person's ``reason`` (env values the session masks are masked in it,
+    C17), all within ``max_output_bytes`` (C12)."""
     extra: dict[str, Any] = {}
+    if isinstance(call_id, str) and call_id.strip():
+        extra["call_id"] = str.__str__(call_id)
+    if isinstance(operation_key, str) and operation_key.strip():
+        extra["operation_key"] = str.__str__(operation_key)
     if isinstance(reason, str) and reason.strip():
         shown = reason if len(reason) <= _REASON_CHARACTERS else reason[:_REASON_CHARACTERS] + "…"
         try:

@@ -57,8 +57,12 @@ the earlier call's own task (``ok``, or an ``error`` naming its
 ``task_id``) was returned for that key, the next identical call is a new
 call and runs anew; a refusal that ran nothing (a budget too small for the
 repeat's identity, say) leaves it unsettled. Two identical calls in flight
-at once are two calls. The record lives in this object (the most recent
-1024 unsettled calls): a new process starts empty.
+at once are two calls, and so are two identical calls of one model turn
+(``turn=``: the model made both at once, before it could read either
+result), whatever order they run in: each keeps its own key, so a person's
+approval of one and rejection of the other are two decisions. The record
+lives in this object (the most recent 1024 unsettled calls): a new process
+starts empty.
 
 The parts of a toolset have modules of their own, the bases of
 :class:`Toolset`: what every entry point does before a call runs and what
@@ -99,6 +103,7 @@ from sandrail._toolset_requests import (
     IdentitySource,
     _Prepared,
     _Repeat,
+    _Unsettled,
     check_timeout,
 )
 from sandrail.core import (
@@ -264,7 +269,7 @@ class Toolset(ToolsetApprovals):
                 self._ports[definition.name] = port
         self._session_id = given["session_id"]
         self._asynchronous = is_asynchronous(given["backend"])
-        self._unsettled: OrderedDict[_Repeat, tuple[str, Mapping[str, Any]]] = OrderedDict()
+        self._unsettled: OrderedDict[_Repeat, _Unsettled] = OrderedDict()
         self._lock = threading.Lock()
         needed, tool = self._needed()
         if max_output_bytes < needed:
@@ -422,6 +427,7 @@ class Toolset(ToolsetApprovals):
         run_id: str | None = None,
         approved: bool = False,
         edited: bool = False,
+        turn: str | None = None,
     ) -> ToolResult:
         """Run one tool call and return its result; never raises but for the
         caller's own cancellation (after which the result is in
@@ -438,7 +444,12 @@ class Toolset(ToolsetApprovals):
         ``reconcile_repeats`` runs an exact repeat of an unsettled call of
         the same run under that call's operation key (see the module doc);
         ``run_id`` names that run (by default the part of ``operation_key``
-        before ``:{call_id}``; a key of another form matches no other call).
+        before ``:{call_id}``; a key of another form matches no other call);
+        ``turn`` names the model turn (the model message) that made the
+        call, when the framework knows it: a call never repeats an earlier
+        call of the same turn (the model made both at once, before it could
+        read either result), so two identical calls of one message are two
+        calls, each with its own key, question and decision.
         ``approved=True`` answers the question this toolset asked a person
         about this very call (a result ``approval_required``, or
         :meth:`ask_policy` answering ``ApprovalRequired``): a policy answer
@@ -464,7 +475,7 @@ class Toolset(ToolsetApprovals):
         """
         admitted = self._admitted(
             (name, arguments, call_id, operation_key, profile, cancel, timeout_seconds),
-            (reconcile_repeats, run_id, approved, edited),
+            (reconcile_repeats, run_id, approved, edited, turn),
         )
         if isinstance(admitted, ToolResult):
             return admitted
@@ -475,13 +486,13 @@ class Toolset(ToolsetApprovals):
     def _admitted(
         self,
         call: tuple[str, object, str, str, Profile, object | None, float | None],
-        settings: tuple[bool, str | None, bool, bool],
+        settings: tuple[bool, str | None, bool, bool, str | None],
     ) -> ToolResult | tuple[_Prepared, bool]:
         """What both entry points do before the call runs (their arguments,
         as given): the prepared request and whether it runs as approved, or
         the result that answers it with nothing run."""
-        reconcile_repeats, run_id, approved, edited = settings
-        prepared = self._prepare(*call, reconcile_repeats, run_id)
+        reconcile_repeats, run_id, approved, edited, turn = settings
+        prepared = self._prepare(*call, reconcile_repeats, run_id, turn)
         if isinstance(prepared, ToolResult):
             return prepared
         refused, approved = self._approval_of(prepared, approved, edited)
@@ -497,7 +508,9 @@ class Toolset(ToolsetApprovals):
             # Under the key the caller knows (a repeat may have run under an
             # earlier call's: the content names that one).
             self._abandon(operation_key, result)
-            self._record(prepared.repeat, prepared.request, result, returned=False)
+            self._record(
+                prepared.repeat, prepared.request, result, returned=False, turn=prepared.turn
+            )
             raise
         return self._finished(prepared, result)
 
@@ -515,6 +528,7 @@ class Toolset(ToolsetApprovals):
         run_id: str | None = None,
         approved: bool = False,
         edited: bool = False,
+        turn: str | None = None,
     ) -> ToolResult:
         """:meth:`call` for code without an event loop; never raises but for
         the same harness bugs. With an asynchronous backend (one that declares
@@ -526,7 +540,7 @@ class Toolset(ToolsetApprovals):
         """
         admitted = self._admitted(
             (name, arguments, call_id, operation_key, profile, cancel, timeout_seconds),
-            (reconcile_repeats, run_id, approved, edited),
+            (reconcile_repeats, run_id, approved, edited, turn),
         )
         if isinstance(admitted, ToolResult):
             return admitted
@@ -556,7 +570,7 @@ class Toolset(ToolsetApprovals):
         result = self._after_launch(prepared.request, result)
         if result.needs_approval:
             result = self._asked(prepared.request, result)
-        self._record(prepared.repeat, prepared.request, result, returned=True)
+        self._record(prepared.repeat, prepared.request, result, returned=True, turn=prepared.turn)
         return result
 
     def _abandon(self, operation_key: str, result: ToolResult) -> None:
@@ -568,9 +582,16 @@ class Toolset(ToolsetApprovals):
                 self._abandoned.popitem(last=False)
 
     def _record(
-        self, repeat: _Repeat | None, request: ToolRequest, result: ToolResult, *, returned: bool
+        self,
+        repeat: _Repeat | None,
+        request: ToolRequest,
+        result: ToolResult,
+        *,
+        returned: bool,
+        turn: str | None = None,
     ) -> None:
-        """Keep or drop the call as unsettled (see the module doc)."""
+        """Keep or drop the call as unsettled (see the module doc), with
+        the model ``turn`` that made it."""
         if repeat is None:
             return
         key = request.operation_key
@@ -580,7 +601,7 @@ class Toolset(ToolsetApprovals):
                 if earlier is not None and earlier[0] == key and of_its_task(result):
                     del self._unsettled[repeat]
                 return
-            self._unsettled[repeat] = (key, request.call.arguments)
+            self._unsettled[repeat] = (key, request.call.arguments, turn)
             self._unsettled.move_to_end(repeat)
             while len(self._unsettled) > _UNSETTLED_KEPT:
                 self._unsettled.popitem(last=False)

@@ -142,6 +142,7 @@ class ToolsetApprovals(ToolsetRequests):
         profile: Profile = "full",
         reconcile_repeats: bool = False,
         run_id: str | None = None,
+        turn: str | None = None,
     ) -> PolicyDecision | None:
         """What the harness's policy answers for this call, without running
         it: ``ALLOW``, ``ApprovalRequired(...)`` (a person must decide) or
@@ -151,10 +152,20 @@ class ToolsetApprovals(ToolsetRequests):
         stands under its key (running the call then reports that, and nobody
         should be asked). An adapter asks before handing the call to its
         framework's human-in-the-loop; the call itself asks again when it
-        runs. The arguments and keys are those :meth:`~sandrail.Toolset.call` would take.
+        runs. The arguments, keys and ``turn`` are those :meth:`~sandrail.Toolset.call`
+        would take.
         """
         prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, None, None, reconcile_repeats, run_id
+            name,
+            arguments,
+            call_id,
+            operation_key,
+            profile,
+            None,
+            None,
+            reconcile_repeats,
+            run_id,
+            turn,
         )
         if isinstance(prepared, ToolResult):
             return None
@@ -171,6 +182,7 @@ class ToolsetApprovals(ToolsetRequests):
         reconcile_repeats: bool = False,
         run_id: str | None = None,
         shown_as: str | None = None,
+        turn: str | None = None,
     ) -> bool:
         """Whether a person has already been asked about this very call: a
         question about it (this tool, these arguments) is kept under its key,
@@ -181,7 +193,7 @@ class ToolsetApprovals(ToolsetRequests):
         framework then hands the pause an answer at once (a saved run resumed
         after it was edited, so the call, or its key, changed since the
         question was shown), that answer was given to another question, and
-        the call must not run on it. The arguments and keys are those
+        the call must not run on it. The arguments, keys and ``turn`` are those
         :meth:`~sandrail.Toolset.call` would take; ``False`` for a call the toolset would
         refuse before asking anyone.
 
@@ -193,7 +205,16 @@ class ToolsetApprovals(ToolsetRequests):
         reordered after the questions were shown hands each answer to
         another call, and none of them runs on it."""
         prepared = self._prepare(
-            name, arguments, call_id, operation_key, profile, None, None, reconcile_repeats, run_id
+            name,
+            arguments,
+            call_id,
+            operation_key,
+            profile,
+            None,
+            None,
+            reconcile_repeats,
+            run_id,
+            turn,
         )
         if isinstance(prepared, ToolResult):
             return False
@@ -290,7 +311,9 @@ class ToolsetApprovals(ToolsetRequests):
     ) -> ToolResult:
         """The result the model reads when a person rejected its call:
         ``error`` with ``executed: false`` and ``error_type``
-        ``approval_rejected`` (nothing ran), what to do instead, and the
+        ``approval_rejected`` (nothing ran), what to do instead, the call
+        it is about (``call_id`` and ``operation_key``, when given: of two
+        identical calls, the one a person rejected), and the
         person's ``reason`` when given (values this toolset masks are masked
         in it, C17), within :attr:`~sandrail.Toolset.max_output_bytes`.
 
@@ -308,7 +331,13 @@ class ToolsetApprovals(ToolsetRequests):
         (the first decision stands): an approval of the key afterwards, here
         or wherever the same durable record is shared, runs nothing and is
         answered with this rejection (``docs/howto/approval.md``)."""
-        rejected = rejection(self._max_output_bytes, reason, self._masks.secrets)
+        rejected = rejection(
+            self._max_output_bytes,
+            reason,
+            self._masks.secrets,
+            call_id=call_id,
+            operation_key=operation_key,
+        )
         if name is None or operation_key is None or name not in self._ports:
             return rejected
         standing = self._decisions.decide(

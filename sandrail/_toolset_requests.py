@@ -52,6 +52,9 @@ __all__ = ["MAX_CALL_TIMEOUT_SECONDS", "IdentitySource", "ToolsetRequests", "che
 
 IdentitySource = OwnerIdentity | Callable[[], OwnerIdentity]
 _Repeat = tuple[str, str]  # (the scope, the digest of the same call): what repeats match on
+_Unsettled = tuple[str, Mapping[str, Any], str | None]
+"""An unsettled call, as a repeat finds it: its key, its arguments in the
+port's form and the model turn that made it (``None``: not known)."""
 
 MAX_CALL_TIMEOUT_SECONDS: Final = 86_400 * 366
 """The longest ``timeout_seconds`` a call takes (a year): longer ones are a
@@ -70,7 +73,7 @@ class ToolsetRequests:
     _owner: Owner
     _resolve: ResolveOwnedCallback
     _lock: threading.Lock
-    _unsettled: OrderedDict[_Repeat, tuple[str, Mapping[str, Any]]]
+    _unsettled: OrderedDict[_Repeat, _Unsettled]
 
     def _prepare(
         self,
@@ -83,14 +86,19 @@ class ToolsetRequests:
         timeout_seconds: float | None,
         reconcile_repeats: bool,
         run_id: str | None,
+        turn: str | None = None,
     ) -> ToolResult | _Prepared:
         """What both entry points do before the call runs: check the
         harness's own arguments (``ValueError``), refuse what the model got
         wrong (a result), and build the request, under an unsettled earlier
-        call's key for an exact repeat (see :mod:`sandrail._toolset`)."""
+        call's key for an exact repeat (see :mod:`sandrail._toolset`): never
+        one the model made in the same ``turn`` (both at once, before it
+        could read either result: two calls, each its own)."""
         deadline = check_timeout(timeout_seconds)
         if run_id is not None and (not isinstance(run_id, str) or not str.__str__(run_id).strip()):
             raise ValueError("run_id must be a non-blank string")
+        if turn is not None and (not isinstance(turn, str) or not str.__str__(turn).strip()):
+            raise ValueError("turn must be a non-blank string")
         port = self._ports.get(name) if isinstance(name, str) else None
         if port is None:
             return bound_result(
@@ -127,12 +135,14 @@ class ToolsetRequests:
             if (
                 earlier is not None
                 and earlier[0] != operation_key
+                and (turn is None or earlier[2] != turn)
                 and self.launched(name, operation_key) is None
             ):
                 # The earlier call's key and arguments: the same launch to
                 # the port, however this repeat spelled its defaults. A key
-                # that launched already stays its own (it reconciles).
-                operation_key, converted = earlier
+                # that launched already stays its own (it reconciles), and a
+                # call of the same turn is another call, not a repeat.
+                operation_key, converted = earlier[0], earlier[1]
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),
             operation_key=operation_key,
@@ -141,7 +151,7 @@ class ToolsetRequests:
             identity=identity,
             cancel=token if cancel is None else EitherSignal(token, cancel),
         )
-        return _Prepared(port, request, token, repeat, deadline, asked_key)
+        return _Prepared(port, request, token, repeat, deadline, asked_key, turn)
 
     def _converted(
         self, definition: ToolDefinition, profile: Profile, arguments: object
@@ -221,6 +231,8 @@ class _Prepared(NamedTuple):
     asked_key: str
     """The key the caller gave (the request runs under an earlier call's
     when it repeats that call)."""
+    turn: str | None = None
+    """The model turn that made the call, when the caller named it."""
 
 
 def check_timeout(timeout_seconds: object) -> float | None:

@@ -558,3 +558,65 @@ def test_c12_a_page_too_big_for_the_budget_is_read_again_smaller_or_is_an_error(
         assert found.matches is None
         assert "did not answer it" in found.error
     assert launches(tools) == 1
+
+
+@pytest.mark.parametrize("rejected", ["e1", "e2"])
+def test_c2_c8_two_identical_executes_of_one_turn_are_two_decisions(rejected: str) -> None:
+    """One model message runs the same command twice (``e1`` and ``e2``),
+    each asked about through ``interrupt()``; the person rejects one and
+    approves the other. Each tool call is its own decision: the approved one
+    runs once, the rejected one reads ``approval_rejected`` under its own
+    key, whichever the person answered first."""
+    approved = "e2" if rejected == "e1" else "e1"
+    tools = toolset(authorize=_asks_for_rm)
+    twice = [*_execute("rm -rf /tmp/x", "e1"), *_execute("rm -rf /tmp/x", "e2")]
+    agent = create_deep_agent(
+        model=scripted([twice, "ok"]), backend=SandrailSandbox(tools), checkpointer=InMemorySaver()
+    )
+    paused = agent.invoke(USER, _thread("twice"))
+    asked = {
+        question.value["operation_key"].split(":call:")[1].split(":")[0]: question
+        for question in paused["__interrupt__"]
+    }
+    answers = {
+        asked[rejected].id: {"type": "reject", "message": "not this one"},
+        asked[approved].id: {"type": "approve"},
+    }
+    out = agent.invoke(Command(resume=answers), _thread("twice"))
+    told = {m.tool_call_id: m for m in tool_messages(out["messages"])}
+    refused = json.loads(told[rejected].content)
+    assert (refused["error_type"], refused["executed"]) == (
+        ErrorCode.APPROVAL_REJECTED.value,
+        False,
+    )
+    assert refused["operation_key"] == asked[rejected].value["operation_key"]
+    assert told[approved].artifact == {"truncated": False, "exit_code": 127}
+    assert launches(tools) == 1
+
+
+def test_c2_a_forked_turn_reusing_a_tool_call_id_reconciles_with_its_launch() -> None:
+    """Deep Agents' ``interrupt_on``: ``echo deploy`` (tool call ``e1``)
+    approved in turn 2 ran once. Forked from the end of turn 1, the model
+    makes the same call with the same tool call id on the same thread: the
+    same key, so even approved again it reads the first launch's result and
+    never launches twice."""
+    tools = toolset()
+    deploy = _execute("echo deploy", "e1")
+    agent = create_deep_agent(
+        model=scripted(["hello", deploy, "ok", deploy, "ok"]),
+        backend=SandrailSandbox(tools),
+        checkpointer=InMemorySaver(),
+        interrupt_on={"execute": True},
+    )
+    config = _thread("fork")
+    agent.invoke({"messages": [{"role": "user", "content": "hi"}]}, config)
+    end_of_turn_1 = agent.get_state(config).config
+    agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, config)
+    approve = Command(resume={"decisions": [{"type": "approve"}]})
+    agent.invoke(approve, config)
+    assert launches(tools) == 1
+    forked = agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, end_of_turn_1)
+    assert "__interrupt__" in forked
+    out = agent.invoke(approve, config)
+    assert tool_messages(out["messages"])[-1].content.startswith("deploy\n")
+    assert launches(tools) == 1

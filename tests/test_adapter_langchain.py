@@ -802,3 +802,166 @@ def test_c2_c8_a_call_made_again_while_its_first_waits_for_a_person_runs_once() 
     (result,) = [r for r in _results(out["messages"]) if r.get("call_id") == "c2"]
     assert result["status"] == "ok", result
     assert launches(tools) == 1
+
+
+@pytest.mark.parametrize("rejected", ["c1", "c2"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_c2_c8_two_identical_calls_of_one_turn_are_two_decisions(
+    rejected: str, asynchronous: bool
+) -> None:
+    """One model message makes the same call twice (``c1`` and ``c2``, the
+    same command); the person rejects one and approves the other, in either
+    order. Each tool call id is its own call: the approved one runs once
+    under its own key, the rejected one reads ``approval_rejected`` naming
+    that call, never the other's decision."""
+    approved = "c2" if rejected == "c1" else "c1"
+    tools = toolset(authorize=asks_for_rm)
+    twice = [run_command("rm -rf /tmp/x", "c1"), run_command("rm -rf /tmp/x", "c2")]
+    agent = create_agent(
+        scripted([twice, "ok"]), tools=lc.tools(tools), checkpointer=InMemorySaver()
+    )
+    config = _thread("twice-in-one-turn")
+
+    def invoke(value: Any) -> Any:
+        if asynchronous:
+            return asyncio.run(agent.ainvoke(value, config))
+        return agent.invoke(value, config)
+
+    paused = invoke(USER)
+    asked = {question.value["tool_call_id"]: question for question in paused["__interrupt__"]}
+    assert asked["c1"].value["operation_key"] != asked["c2"].value["operation_key"]
+    answers = {
+        asked[rejected].id: {"type": "reject", "message": "not this one"},
+        asked[approved].id: {"type": "approve"},
+    }
+    out = invoke(Command(resume=answers))
+    told = {m.tool_call_id: json.loads(m.content) for m in tool_messages(out["messages"])}
+    assert told[approved]["status"] == "ok"
+    assert told[approved]["operation_key"] == asked[approved].value["operation_key"]
+    assert (told[rejected]["error_type"], told[rejected]["executed"]) == (
+        ErrorCode.APPROVAL_REJECTED.value,
+        False,
+    )
+    assert told[rejected]["call_id"] == rejected
+    assert told[rejected]["operation_key"] == asked[rejected].value["operation_key"]
+    assert launches(tools) == 1
+
+
+def test_c2_a_fork_keeps_the_key_of_a_call_its_checkpoint_holds_and_not_of_an_earlier_turn() -> (
+    None
+):
+    """Time travel on one thread with sandrail's ``HumanInTheLoopMiddleware``:
+    the call approved in turn 2 ran once. Resumed again from the checkpoint
+    where its question was pending (found in ``get_state_history``), it keeps
+    its key and reconciles. Forked from the end of turn 1, before the model
+    message that made it, the model answers again: a new message, so a new
+    call with a new key, asked about afresh (nothing runs before the answer)
+    and run once more only when the person approves it again."""
+    tools = toolset()
+    gate = lc.human_in_the_loop(tools, {"run_command": True})
+    deploy = [run_command("echo deploy", "c1")]
+    model = scripted(["hello", deploy, "ok", "ok", deploy, "ok"])
+    agent = create_agent(
+        model, tools=lc.tools(tools), middleware=[gate], checkpointer=InMemorySaver()
+    )
+    config = _thread("fork")
+    agent.invoke({"messages": [{"role": "user", "content": "hi"}]}, config)
+    end_of_turn_1 = agent.get_state(config).config
+    agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, config)
+    approve = Command(resume={"decisions": [{"type": "approve"}]})
+    (first,) = _results(agent.invoke(approve, config)["messages"])
+    assert (first["status"], first["deduplicated"]) == ("ok", False)
+    pending = next(
+        snapshot.config
+        for snapshot in agent.get_state_history(config)
+        if snapshot.interrupts and snapshot.values["messages"][-1].tool_calls
+    )
+    (again,) = _results(agent.invoke(approve, pending)["messages"])
+    assert (again["operation_key"], again["deduplicated"]) == (first["operation_key"], True)
+    assert launches(tools) == 1
+    forked = agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, end_of_turn_1)
+    assert "__interrupt__" in forked  # a new call: the person is asked again
+    assert launches(tools) == 1
+    (new,) = _results(agent.invoke(approve, config)["messages"])
+    assert new["operation_key"] != first["operation_key"]
+    assert new["operation_key"].startswith("langgraph:fork:message:")
+    assert new["operation_key"].endswith(":c1")
+    assert launches(tools) == 2
+
+
+@pytest.mark.parametrize("flavor", ["langchain", "deepagents"])
+@pytest.mark.parametrize(("first", "second"), [("approve", "reject"), ("reject", "approve")])
+def test_c5_c2_one_question_resumed_twice_with_contradictory_answers_tells_what_happened(
+    flavor: str, first: str, second: str, tmp_path: Any
+) -> None:
+    """Two harnesses (each its own toolset, checkpointer connection and
+    agent, as two processes have) on one SQLite checkpointer file and one
+    SQLite record resume the same pending question from its checkpoint with
+    contradictory answers. The model reads what really happened each time:
+    approved first, the command ran once and the late rejection reads that
+    run (``ok``, reconciled) or ``uncertain``, never "not executed";
+    rejected first, nothing ever runs and the late approval reads the
+    rejection, asking nobody."""
+    from deepagents import create_deep_agent
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from sandrail.adapters.deepagents import SandrailSandbox
+    from sandrail.interpreters.simulator import Simulator
+    from sandrail.records import SQLiteRecord
+
+    sim = Simulator()
+    command = "rm -rf /tmp/contradicted"
+
+    def harness(record: Any, saver: Any) -> Any:
+        tools = toolset(sim, record=record, authorize=asks_for_rm)
+        if flavor == "deepagents":
+            call = {"name": "execute", "args": {"command": command}, "id": "c1"}
+            model = scripted([lambda sent: "done" if isinstance(sent[-1], ToolMessage) else [call]])
+            return create_deep_agent(
+                model=model, backend=SandrailSandbox(tools), checkpointer=saver
+            )
+        model = scripted(
+            [
+                lambda sent: (
+                    "done" if isinstance(sent[-1], ToolMessage) else [run_command(command, "c1")]
+                )
+            ]
+        )
+        return create_agent(model, tools=lc.tools(tools), checkpointer=saver)
+
+    answers = {"approve": {"type": "approve"}, "reject": {"type": "reject", "message": "no"}}
+    checkpoints = str(tmp_path / "checkpoints.sqlite")
+    with (
+        SQLiteRecord(tmp_path / "owned.sqlite") as one,
+        SQLiteRecord(tmp_path / "owned.sqlite") as other,
+        SqliteSaver.from_conn_string(checkpoints) as here,
+        SqliteSaver.from_conn_string(checkpoints) as there,
+    ):
+        asking = harness(one, here)
+        asking.invoke(USER, _thread("contradicted"))
+        pending = asking.get_state(_thread("contradicted")).config
+        told = []
+        for answer, (record, saver) in zip(
+            (first, second), ((one, here), (other, there)), strict=True
+        ):
+            out = harness(record, saver).invoke(Command(resume=answers[answer]), pending)
+            assert "__interrupt__" not in out  # nobody is asked again
+            (message,) = tool_messages(out["messages"])
+            if flavor == "deepagents" and message.artifact.get("exit_code") is not None:
+                told.append({"status": "ok", "exit_code": message.artifact["exit_code"]})
+            else:
+                told.append(json.loads(message.content))
+    ran = sum(sim.launches.values())
+    if first == "approve":
+        assert ran == 1
+        assert told[0]["status"] == "ok"
+        assert told[1]["status"] in ("ok", "uncertain")  # what ran, never "not executed"
+        assert told[1].get("executed") is not False
+    else:
+        assert ran == 0
+        for result in told:
+            assert (result["status"], result["error_type"], result["executed"]) == (
+                "error",
+                ErrorCode.APPROVAL_REJECTED.value,
+                False,
+            )

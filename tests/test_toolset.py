@@ -976,3 +976,37 @@ def test_c3_a_background_deadline_spelled_as_its_default_is_the_same_launch() ->
     assert (first.status, again.status) == ("ok", "ok"), again.content
     assert again.content["deduplicated"] is True
     assert launches(tools) == 1
+
+
+def _asks(request: sandrail.ToolRequest) -> Any:
+    return sandrail.ApprovalRequired(interaction_id="ask")
+
+
+def test_c2_c8_an_identical_call_of_the_same_turn_is_its_own_call() -> None:
+    """``turn=``: an identical call of the same model turn never runs under
+    the key of the earlier call waiting for a person (the model made both at
+    once): the first rejected, the second approved, the second runs once
+    under its own key. A blank turn is a harness bug (``ValueError``)."""
+    tools = toolset(authorize=_asks)
+    calls = [
+        {
+            "call_id": call_id,
+            "operation_key": f"run-1:{call_id}",
+            "reconcile_repeats": True,
+            "run_id": "run-1",
+            "turn": "message-1",
+        }
+        for call_id in ("c1", "c2")
+    ]
+    for call in calls:
+        asked = tools.call_sync("run_command", {"command": "echo same"}, **call)
+        assert asked.status == "approval_required"
+    rejected = tools.rejection("no", name="run_command", call_id="c1", operation_key="run-1:c1")
+    assert (rejected.content["call_id"], rejected.content["operation_key"]) == ("c1", "run-1:c1")
+    ran = tools.call_sync("run_command", {"command": "echo same"}, **calls[1], approved=True)
+    assert (ran.status, ran.content["operation_key"]) == ("ok", "run-1:c2")
+    assert launches(tools) == 1
+    with pytest.raises(ValueError, match="turn"):
+        tools.call_sync(
+            "run_command", {"command": "x"}, call_id="c3", operation_key="run-1:c3", turn=" "
+        )

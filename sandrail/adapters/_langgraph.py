@@ -48,7 +48,7 @@ from typing import Any, Literal
 
 from sandrail.adapters.kit import run_id_of
 
-__all__ = ["decision_schema", "place_of", "read_decision", "run_of_config"]
+__all__ = ["decision_schema", "place_of", "read_decision", "run_of_config", "turn_of"]
 
 
 @functools.cache
@@ -140,6 +140,33 @@ def place_of(config: object, state: object, call_id: str | None) -> str | None:
         sort_keys=True,
         default=str,
     )
+
+
+def turn_of(config: object, state: object = None, call_id: str | None = None) -> str | None:
+    """The model turn that made tool call ``call_id``, for
+    :attr:`~sandrail.adapters.kit.ModelCall.turn` (two identical calls of
+    one turn are two calls, never a repeat of each other): the thread and
+    the id of the model message in ``state`` that made the call; where the
+    state is not at hand (a sandbox backend sees only the config), the
+    thread, the namespace of the graph the tool task runs in and the
+    task's superstep (LangGraph runs every tool call of one model message
+    in one superstep, and a later turn in a later one). ``None`` outside a
+    LangGraph task."""
+    configurable = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(configurable, Mapping):
+        configurable = {}
+    thread = configurable.get("thread_id")
+    shown = "-" if thread is None or not str(thread).strip() else str(thread)
+    made_by = _message_of(state, call_id)
+    if made_by is not None:
+        return run_id_of("langgraph", shown, "message", made_by)
+    metadata = config.get("metadata") if isinstance(config, Mapping) else None
+    step = metadata.get("langgraph_step") if isinstance(metadata, Mapping) else None
+    namespace = configurable.get("checkpoint_ns")
+    if isinstance(step, bool) or not isinstance(step, int) or not isinstance(namespace, str):
+        return None
+    graph = namespace.rpartition("|")[0] or "-"
+    return run_id_of("langgraph", shown, "step", graph, str(step))
 
 
 def _id(call: object) -> object:

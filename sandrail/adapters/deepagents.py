@@ -70,7 +70,7 @@ from typing import Any, Final, TypeVar
 from sandrail import ErrorCode, ToolResult, Toolset
 from sandrail.adapters._glue import approval_request
 from sandrail.adapters._hitl import middleware
-from sandrail.adapters._langgraph import decision_schema, place_of, read_decision
+from sandrail.adapters._langgraph import decision_schema, place_of, read_decision, turn_of
 from sandrail.adapters.kit import Adapter, ModelCall, require, run_id_of
 from sandrail.core import READ_MAX_BYTES
 
@@ -267,7 +267,11 @@ def human_in_the_loop(backend: Any, interrupt_on: Mapping[str, Any], **options: 
         adapter = backend.adapter
         # An execute call sends one command: the first of its tool call.
         made = adapter.call_of(
-            "run_command", backend.arguments(command, timeout), call_id="deepagents-1", run_id=run
+            "run_command",
+            backend.arguments(command, timeout),
+            call_id="deepagents-1",
+            run_id=run,
+            turn=turn_of(config, state, call_id),
         )
         return (adapter, made) if not isinstance(made, ToolResult) else None
 
@@ -361,7 +365,8 @@ def _backend_class() -> type[Any]:
                 return refused, None
             run, scope = parts
             call_id = f"deepagents-{_CALLS.next_number(scope)}"
-            call = adapter.call_of("run_command", arguments, call_id=call_id, run_id=run)
+            turn = turn_of(_config())
+            call = adapter.call_of("run_command", arguments, call_id=call_id, run_id=run, turn=turn)
             if isinstance(call, ToolResult):
                 return call, None
             return self._asked_run(call), call

@@ -227,6 +227,11 @@ class ModelCall:
     operation_key: str
     """The call's retry identity (C2): ``f"{run_id}:{call_id}"``, or the
     key the client sent."""
+    turn: str | None = None
+    """The model turn (the model message) that made the call, where the
+    framework names it: two identical calls of one turn are two calls, never
+    one a repeat of the other (see :class:`~sandrail.Toolset`). ``None``:
+    not known."""
 
 
 class Adapter:
@@ -288,6 +293,7 @@ class Adapter:
         call_id: object,
         run_id: object = None,
         operation_key: object = None,
+        turn: object = None,
     ) -> ModelCall | ToolResult:
         """The :class:`ModelCall` for one tool call of the framework, or the
         refusal the model reads instead (nothing ran):
@@ -302,6 +308,9 @@ class Adapter:
           a mapping is copied as plain data, and one that raises when read
           is refused; anything else is passed on, and refused when it runs
           if it is not an object.
+        - ``turn``: the model turn that made the call (the id of the model
+          message, see :attr:`ModelCall.turn`), kept when it is a non-blank
+          string, else not known.
 
         Every value is read as plain data (a ``str`` subclass's own methods
         are never called); never raises."""
@@ -335,6 +344,7 @@ class Adapter:
             call_id=call,
             run_id=run,
             operation_key=key,
+            turn=_turn(turn) if run is not None else None,
         )
 
     async def run(
@@ -402,6 +412,7 @@ class Adapter:
             run_id=call.run_id,
             approved=approved,
             edited=edited,
+            turn=call.turn,
         )
 
     async def asks_a_person(self, call: ModelCall) -> bool:
@@ -422,6 +433,7 @@ class Adapter:
             profile=self._profile,
             reconcile_repeats=call.run_id is not None,
             run_id=call.run_id,
+            turn=call.turn,
         )
         try:
             decision = await asyncio.wait_for(asked, self._timeout_seconds)
@@ -446,6 +458,7 @@ class Adapter:
             reconcile_repeats=call.run_id is not None,
             run_id=call.run_id,
             shown_as=shown_as,
+            turn=call.turn,
         )
 
     def asking(self, call: ModelCall, *, shown_as: str | None = None) -> None:
@@ -549,10 +562,17 @@ class _CallOptions(TypedDict):
     run_id: str | None
     approved: bool
     edited: bool
+    turn: str | None
 
 
 def _named(call: ModelCall) -> tuple[str, object]:
     return call.name, call.arguments
+
+
+def _turn(value: object) -> str | None:
+    """A framework's turn id as a plain non-blank ``str``, else ``None``."""
+    plain = _plain_text(value)
+    return plain if plain is not None and plain.strip() else None
 
 
 def _plain_text(value: object) -> str | None:

@@ -67,7 +67,13 @@ from typing import Any, Final
 from sandrail import ErrorCode, Profile, ToolResult, Toolset
 from sandrail.adapters._glue import approval_request
 from sandrail.adapters._hitl import middleware
-from sandrail.adapters._langgraph import decision_schema, place_of, read_decision, run_of_config
+from sandrail.adapters._langgraph import (
+    decision_schema,
+    place_of,
+    read_decision,
+    run_of_config,
+    turn_of,
+)
 from sandrail.adapters.kit import Adapter, ModelCall, check_run_id, require
 
 __all__ = ["human_in_the_loop", "tools"]
@@ -157,7 +163,8 @@ def human_in_the_loop(
         run = _Binding(adapter, name, run_id).run_of(config, None, call_id, state=state)
         if isinstance(run, ToolResult):
             return None
-        made = adapter.call_of(name, call.get("args"), call_id=call_id, run_id=run)
+        turn = turn_of(config, state, call_id)
+        made = adapter.call_of(name, call.get("args"), call_id=call_id, run_id=run, turn=turn)
         return (adapter, made) if isinstance(made, ModelCall) else None
 
     return middleware(governed, interrupt_on, options)
@@ -211,7 +218,8 @@ class _Binding:
         run = self.run_of(config, runtime, call_id)
         if isinstance(run, ToolResult):
             return run
-        return self.adapter.call_of(self.name, arguments, call_id=call_id, run_id=run)
+        turn = turn_of(config, getattr(runtime, "state", None), call_id)
+        return self.adapter.call_of(self.name, arguments, call_id=call_id, run_id=run, turn=turn)
 
     def question(self, result: ToolResult, call: ModelCall) -> dict[str, Any] | None:
         """The interrupt value when ``result`` asks for a person, else ``None``."""
