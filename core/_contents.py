@@ -164,7 +164,9 @@ _WORST_NOTE: Final = _output_budget_note(
     ArtifactRef(uri="u" * _ARTIFACT_URI_MAX, size_bytes=_MAX_SAFE_INTEGER)
 )
 """A cut-output note naming the longest artifact reference admission allows."""
-_BACKEND: Final = max(BACKEND_LABELS, key=len)
+_BACKEND: Final = "x" * MAX_BACKEND_LABEL_CHARS
+"""The longest label a backend may state (a port refuses a longer one when
+it is made: :func:`~sandrail.core._effects.check_backend_label`)."""
 UNCERTAIN_REASONS: Final = (
     ErrorCode.EVIDENCE_INCOMPLETE,
     ErrorCode.SANDBOX_OUTCOME_UNKNOWN,

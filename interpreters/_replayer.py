@@ -10,7 +10,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -55,6 +55,16 @@ class Replayer:
     live requests carry them). Any difference raises
     :class:`DivergenceError`. Call :meth:`assert_consumed` at the end.
     """
+
+    sandbox_description: Final = (
+        "a recording replayed by sandrail, where no command runs and every answer "
+        "comes from the recording"
+    )
+    """Where the commands run, in the words every tool description ends with
+    (see :attr:`Simulator.sandbox_description
+    <sandrail.interpreters.simulator.Simulator.sandbox_description>`): the
+    replaying port's definitions say it, and so do those the replayer
+    matches requests against."""
 
     def __init__(
         self, source: str | os.PathLike[str] | Cassette, *, secrets: Iterable[str] = ()
@@ -338,10 +348,12 @@ def _settings_of(cassette: Cassette) -> PortSettings:
     foreground = settings["foreground_timeout_seconds"]
     try:
         if header["tools"] == "command":
-            definitions = command_tool_definitions(foreground)
+            definitions = command_tool_definitions(foreground, sandbox=Replayer.sandbox_description)
         else:
             definitions = code_tool_definitions(
-                foreground, agent_owner=isinstance(owner, AgentOwner)
+                foreground,
+                agent_owner=isinstance(owner, AgentOwner),
+                sandbox=Replayer.sandbox_description,
             )
     except (TypeError, ValueError) as exc:
         raise CassetteError(

@@ -205,6 +205,10 @@ class E2BBackend:
     backend_label = "e2b"
     """What this backend is (see :attr:`Simulator.backend_label
     <sandrail.interpreters.simulator.Simulator.backend_label>`)."""
+    sandbox_description = "a remote E2B sandbox"
+    """Where the commands run, in the words every tool description ends with
+    (see :attr:`Simulator.sandbox_description
+    <sandrail.interpreters.simulator.Simulator.sandbox_description>`)."""
 
     def __init__(
         self,
@@ -284,6 +288,13 @@ class E2BBackend:
             is_dead=self._dead.__contains__,
         )
         _OPEN.add(self)
+
+    @property
+    def allow_internet_access(self) -> bool:
+        """Whether the sandboxes this backend creates may reach the internet:
+        what a port on it reports in ``sandbox_status`` (a port given another
+        value is refused when it is made)."""
+        return self._allow_internet
 
     @property
     def max_command_seconds(self) -> int:

@@ -253,8 +253,16 @@ class Simulator:
     """
 
     backend_label: Final = "simulator"
-    """What this backend is, for what a harness shows its users (an MCP
-    server's tool descriptions, say); every result says it too."""
+    """What this backend is, for what a harness shows its users; every
+    result says it too."""
+    sandbox_description: Final = (
+        "sandrail's in-memory simulator, where no command really runs "
+        "(sandbox_status says what it emulates)"
+    )
+    """Where the commands run, in the words every tool description ends with
+    ("This session's sandbox: ..."): a backend states its own, so that no
+    description claims a sandbox the backend does not have (without one, a
+    port says ``"the sandbox its harness provides"``)."""
 
     def __init__(
         self,
