@@ -505,7 +505,7 @@ def check_foreground(foreground_timeout_seconds: int) -> int:
 
 
 def sandbox_status_definition(
-    limit: int, *, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
+    limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
 ) -> ToolDefinition:
     """``sandbox_status`` (its definition does not depend on ``limit``);
     ``sandbox`` says where the session's commands run (see
@@ -520,7 +520,7 @@ def sandbox_status_definition(
 
 
 def run_command_definition(
-    limit: int, *, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
+    limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
 ) -> ToolDefinition:
     """``run_command``, whose foreground timeout is at most ``limit`` seconds,
     in the ``sandbox`` the backend describes."""
@@ -585,7 +585,7 @@ def run_command_definition(
 
 
 def read_command_output_definition(
-    limit: int, *, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
+    limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
 ) -> ToolDefinition:
     """``read_command_output`` (its definition does not depend on ``limit``),
     in the ``sandbox`` the backend describes."""
@@ -623,7 +623,7 @@ def read_command_output_definition(
 
 
 def stop_command_definition(
-    limit: int, *, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
+    limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
 ) -> ToolDefinition:
     """``stop_command`` (its definition does not depend on ``limit``), in
     the ``sandbox`` the backend describes."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -30,7 +30,7 @@ from ._effects import Effect
 from ._results import ToolResult
 from ._snapshot import PortSettings, _Snapshot
 
-__all__ = ["ToolKind", "ToolRecord", "ToolSet", "UnknownToolError"]
+__all__ = ["DefineTool", "ToolKind", "ToolRecord", "ToolSet", "UnknownToolError"]
 
 
 class ToolKind(enum.Enum):
@@ -75,7 +75,16 @@ legal values (:mod:`._contents`)."""
 Program = Generator[Effect, Any, ToolResult]
 
 
-def _integer_arguments(define: Callable[[int, str], ToolDefinition]) -> frozenset[str]:
+class DefineTool(Protocol):
+    """What makes a tool's definition: for the longest a foreground launch
+    may run (``limit`` seconds) and the backend's description of its
+    sandbox, which every tool description ends with (default
+    :data:`~sandrail.core._definitions.DEFAULT_SANDBOX_DESCRIPTION`)."""
+
+    def __call__(self, limit: int, sandbox: str = ..., /) -> ToolDefinition: ...
+
+
+def _integer_arguments(define: DefineTool) -> frozenset[str]:
     """The arguments the schema of ``define``'s definition types as integers
     (nullable or not): JSON Schema admits ``5.0`` for them, the program
     reads ``5``."""
@@ -99,7 +108,7 @@ class ToolRecord:
     name: str
     kind: ToolKind
     tool_set: ToolSet
-    define: Callable[[int, str], ToolDefinition]
+    define: DefineTool
     """Its definition, for the longest a foreground launch may run and the
     backend's description of its sandbox (what every tool description ends
     with, :func:`~sandrail.core._definitions.check_sandbox_description`)."""

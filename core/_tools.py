@@ -56,7 +56,15 @@ from ._rules import (
     snippet_deadline,
 )
 from ._snapshot import PortSettings, _Snapshot
-from ._tool_record import Program, Shape, ToolKind, ToolRecord, ToolSet, UnknownToolError
+from ._tool_record import (
+    DefineTool,
+    Program,
+    Shape,
+    ToolKind,
+    ToolRecord,
+    ToolSet,
+    UnknownToolError,
+)
 
 __all__ = [
     "CODE_TOOL_NAMES",
@@ -85,7 +93,7 @@ _LANGUAGE_RULES: Final = (("properties", "language", "enum"), ("properties", "la
 def _launching_nothing(
     name: str,
     kind: ToolKind,
-    define: Callable[[int, str], ToolDefinition],
+    define: DefineTool,
     program: Callable[[Any], Program],
     result_shapes: Callable[[_Snapshot, PortSettings], Sequence[Shape]],
     uncertain_instruction: str,
@@ -115,11 +123,14 @@ def _launching_nothing(
 
 
 def _run_code(name: str, tool_set: ToolSet) -> ToolRecord:
+    def define(limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION, /) -> ToolDefinition:
+        return run_code_definition(limit, name, sandbox=sandbox)
+
     return ToolRecord(
         name=name,
         kind=ToolKind.LAUNCHES,
         tool_set=tool_set,
-        define=lambda limit, sandbox: run_code_definition(limit, name, sandbox=sandbox),
+        define=define,
         program=run_code_program,
         result_shapes=launch_shapes(language=max(LANGUAGES, key=len)),
         uncertain_instruction=REPEAT_LAUNCH,
@@ -140,7 +151,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
         _launching_nothing(
             "sandbox_status",
             ToolKind.INSPECTS,
-            lambda limit, sandbox: sandbox_status_definition(limit, sandbox=sandbox),
+            sandbox_status_definition,
             sandbox_status_program,
             status_shapes,
             REPEAT_LAUNCH,
@@ -151,7 +162,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
             name="run_command",
             kind=ToolKind.LAUNCHES,
             tool_set=ToolSet.COMMAND,
-            define=lambda limit, sandbox: run_command_definition(limit, sandbox=sandbox),
+            define=run_command_definition,
             program=run_command_program,
             result_shapes=launch_shapes(language=None),
             uncertain_instruction=REPEAT_LAUNCH,
@@ -169,7 +180,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
         _launching_nothing(
             "read_command_output",
             ToolKind.OWNED_TASK,
-            lambda limit, sandbox: read_command_output_definition(limit, sandbox=sandbox),
+            read_command_output_definition,
             read_program,
             read_shapes,
             REPEAT_READ,
@@ -179,7 +190,7 @@ _RECORDS: Final[dict[str, ToolRecord]] = {
         _launching_nothing(
             "stop_command",
             ToolKind.OWNED_TASK,
-            lambda limit, sandbox: stop_command_definition(limit, sandbox=sandbox),
+            stop_command_definition,
             stop_program,
             stop_shapes,
             REPEAT_STOP,

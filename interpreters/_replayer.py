@@ -10,7 +10,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -56,16 +56,6 @@ class Replayer:
     :class:`DivergenceError`. Call :meth:`assert_consumed` at the end.
     """
 
-    sandbox_description: Final = (
-        "a recording replayed by sandrail, where no command runs and every answer "
-        "comes from the recording"
-    )
-    """Where the commands run, in the words every tool description ends with
-    (see :attr:`Simulator.sandbox_description
-    <sandrail.interpreters.simulator.Simulator.sandbox_description>`): the
-    replaying port's definitions say it, and so do those the replayer
-    matches requests against."""
-
     def __init__(
         self, source: str | os.PathLike[str] | Cassette, *, secrets: Iterable[str] = ()
     ) -> None:
@@ -81,6 +71,14 @@ class Replayer:
 
     def __call__(self, effect: Effect) -> Any:
         raise TypeError("a Replayer answers through open_call: use it as a port's backend")
+
+    @property
+    def sandbox_description(self) -> str:
+        """The recorded backend's words for its sandbox (the cassette's
+        header keeps them): a port replaying the recording offers the very
+        definitions the recorded port offered, so every request is the same
+        request (C9) as the recorded one."""
+        return self.cassette.sandbox_description
 
     @property
     def transcript(self) -> tuple[Entry, ...]:
@@ -348,12 +346,12 @@ def _settings_of(cassette: Cassette) -> PortSettings:
     foreground = settings["foreground_timeout_seconds"]
     try:
         if header["tools"] == "command":
-            definitions = command_tool_definitions(foreground, sandbox=Replayer.sandbox_description)
+            definitions = command_tool_definitions(foreground, sandbox=cassette.sandbox_description)
         else:
             definitions = code_tool_definitions(
                 foreground,
                 agent_owner=isinstance(owner, AgentOwner),
-                sandbox=Replayer.sandbox_description,
+                sandbox=cassette.sandbox_description,
             )
     except (TypeError, ValueError) as exc:
         raise CassetteError(
@@ -364,5 +362,6 @@ def _settings_of(cassette: Cassette) -> PortSettings:
         owner=owner,
         definitions=definitions,
         contract=header["contract"],
+        sandbox_description=cassette.sandbox_description,
         **settings,
     )

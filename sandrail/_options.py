@@ -155,7 +155,8 @@ def port_settings(
     if not callable(backend):
         raise TypeError("backend must be an interpreter: a callable from effect to outcome")
     label_of(backend)  # a label longer than results are sized for fails here
-    offered = definitions(foreground, sandbox_description_of(backend))
+    description = sandbox_description_of(backend)
+    offered = definitions(foreground, description)
     tool_records(offered)  # a tool the core has no record of fails here, not at its first call
     internet = internet_access_of(backend, options["allow_internet_access"])
     session_id = options["session_id"]
@@ -188,6 +189,7 @@ def port_settings(
         ),
         allow_internet_access=internet,
         artifacts_enabled=options["artifacts"] is not None,
+        sandbox_description=description,
     )
     return settings, secrets
 
