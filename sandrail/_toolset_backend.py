@@ -20,15 +20,13 @@ _MISSING: Any = object()
 
 
 def _stated(backend: object, name: str) -> Any:
-    """The backend's attribute ``name``, ``_MISSING`` when it has none;
-    ``TypeError`` naming it when reading it fails."""
+    """The backend's attribute ``name``; ``_MISSING`` when it has none, or
+    when reading it fails (such a backend states nothing: its port still
+    works, and answers every call with a result)."""
     try:
         return getattr(backend, name, _MISSING)
-    except Exception as exc:
-        raise TypeError(
-            f"reading the backend's {name} failed ({type(exc).__name__}): a backend "
-            f"states its {name} as a plain attribute"
-        ) from None
+    except Exception:
+        return _MISSING
 
 
 def label_of(backend: object) -> str | None:
