@@ -111,7 +111,8 @@ MAX_BACKEND_LABEL_CHARS: Final = max(len(label) for label in BACKEND_LABELS)
 so the worst case admission measures holds for every backend."""
 MAX_BOUNDARY_CHARS: Final = 244
 """The longest boundary text a backend may state (as long as the
-simulator's, the longest built-in one, so admission's worst case holds)."""
+simulator's, the longest built-in one); admission's worst case measures a
+boundary this long."""
 _LABEL: Final = re.compile(r"[a-z][a-z0-9-]*")
 _BOUNDARY: Final = re.compile(r"[ -~]+")
 
@@ -229,11 +230,11 @@ class SandboxState:
     another (the E2B interpreter says ``e2b``, the simulator ``simulator``)."""
     isolated: bool | None = None
     """Whether commands run isolated from the host, as the backend states it
-    (with ``boundary``); ``None``: the built-in label's (``sandbox_status``
-    says both)."""
+    (with ``boundary``; ``sandbox_status`` says both)."""
     boundary: str | None = attrs.field(default=None, validator=_boundary)
     """The boundary in words, as the backend states it (at most
-    :data:`MAX_BOUNDARY_CHARS`); ``None``: the built-in label's."""
+    :data:`MAX_BOUNDARY_CHARS`); ``None``: it states none, and
+    ``sandbox_status`` says to assume nothing is isolated."""
 
 
 @attrs.frozen(kw_only=True)

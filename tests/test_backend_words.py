@@ -22,6 +22,8 @@ from sandrail.core import (
     Effect,
     Inspect,
     SandboxState,
+    code_tool_definitions,
+    command_tool_definitions,
 )
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.interpreters.replay import Recorder
@@ -270,3 +272,40 @@ def test_a_backend_that_states_no_internet_access_reports_the_ports_option() -> 
     assert _status(on)["allow_internet_access"] is True
     with pytest.raises(TypeError, match="allow_internet_access must be a bool"):
         _toolset(Simulator(), allow_internet_access="yes")
+
+
+# -- the core names no vendor -------------------------------------------------------------
+
+
+class _LabelOnly:
+    """A backend whose ``Inspect`` answers name the label ``e2b`` and state
+    no boundary."""
+
+    def __init__(self) -> None:
+        self._sim = Simulator()
+
+    def __call__(self, effect: Effect) -> Any:
+        answer = self._sim(effect)
+        if isinstance(answer, SandboxState):
+            return SandboxState(sandbox_id=answer.sandbox_id, phase=answer.phase, backend="e2b")
+        return answer
+
+
+def test_the_core_assumes_no_isolation_from_a_label_alone() -> None:
+    status = _status(_toolset(_LabelOnly()))
+    assert status["backend"] == "e2b"
+    assert status["isolated"] is False
+    assert "states no boundary" in status["boundary"]
+
+
+def test_the_cores_own_definitions_name_no_vendor() -> None:
+    every = (
+        command_tool_definitions()
+        + code_tool_definitions()
+        + code_tool_definitions(agent_owner=True)
+    )
+    for definition in every:
+        assert "E2B" not in definition.description, definition.name
+        assert definition.description.endswith(
+            f"This session's sandbox: {DEFAULT_SANDBOX_DESCRIPTION}."
+        )
