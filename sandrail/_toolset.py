@@ -301,7 +301,11 @@ class Toolset(ToolsetApprovals):
     def backend_label(self) -> str | None:
         """What the backend says it is (``"e2b"``, ``"simulator"``; ``None``
         for a backend that does not say): what a harness tells its users the
-        tools run on. Every result names it too (``"backend"``)."""
+        tools run on. Every result names it too (``"backend"``). Checked when
+        the toolset is made: a label that is not 1 to
+        :data:`~sandrail.core.MAX_BACKEND_LABEL_CHARS` characters of ``a-z``,
+        ``0-9`` and ``-`` (beginning with a letter), the longest results are
+        sized for, is refused with a ``TypeError`` or ``ValueError``."""
         return self._backend_label
 
     @property
