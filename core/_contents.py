@@ -12,7 +12,6 @@ from typing import Any, Final
 from ._canonical import CanonicalJSONError, canonical_json
 from ._definitions import MAX_TIMEOUT_SECONDS
 from ._effects import (
-    BACKEND_LABELS,
     MAX_BACKEND_LABEL_CHARS,
     MAX_BOUNDARY_CHARS,
     BackendLabel,
@@ -164,7 +163,9 @@ _WORST_NOTE: Final = _output_budget_note(
     ArtifactRef(uri="u" * _ARTIFACT_URI_MAX, size_bytes=_MAX_SAFE_INTEGER)
 )
 """A cut-output note naming the longest artifact reference admission allows."""
-_BACKEND: Final = max(BACKEND_LABELS, key=len)
+_BACKEND: Final = "x" * MAX_BACKEND_LABEL_CHARS
+"""The longest label a backend may state (a port refuses a longer one when
+it is made: :func:`~sandrail.core._effects.check_backend_label`)."""
 UNCERTAIN_REASONS: Final = (
     ErrorCode.EVIDENCE_INCOMPLETE,
     ErrorCode.SANDBOX_OUTCOME_UNKNOWN,
@@ -217,22 +218,18 @@ def stop_shapes(snap: _Snapshot, settings: PortSettings) -> list[Shape]:
 
 
 def status_shapes(snap: _Snapshot, settings: PortSettings) -> list[Shape]:
-    """The sandbox's status, as each backend tells it (no locator)."""
+    """The sandbox's status, as any backend tells it (no locator): its label
+    and boundary as long as a backend may state them, or no boundary."""
     states = [
-        SandboxState(sandbox_id=LONGEST_SANDBOX_ID, phase="closing", backend=label)
-        for label in BACKEND_LABELS
-    ]
-    # Any other backend states its own label and boundary, no longer than
-    # the longest built-in ones.
-    states.append(
+        SandboxState(sandbox_id=LONGEST_SANDBOX_ID, phase="closing", backend=_BACKEND),
         SandboxState(
             sandbox_id=LONGEST_SANDBOX_ID,
             phase="closing",
-            backend="x" * MAX_BACKEND_LABEL_CHARS,
+            backend=_BACKEND,
             isolated=False,
             boundary="x" * MAX_BOUNDARY_CHARS,
-        )
-    )
+        ),
+    ]
     return [(None, _status_content(settings, state)) for state in states]
 
 
@@ -303,26 +300,13 @@ def _stop_content(
     return content
 
 
-_BOUNDARIES: Final[Mapping[str, tuple[bool, str]]] = {
-    "e2b": (True, "Remote E2B sandbox; the host's files are not shared with it."),
-    "simulator": (
-        False,
-        "sandrail's in-memory simulator: no command really runs and nothing is isolated. "
-        "It answers a few commands (echo, true, false, exit, sleep, seq) and the ones its "
-        "harness scripted; any other command exits 127 with a 'not emulated' line on stderr.",
-    ),
-}
-"""Per built-in backend label: whether commands run isolated from the host,
-and the boundary in words (``sandbox_status`` says both), where the answer
-states none (every backend may state its own: :class:`SandboxState`)."""
-
 _UNSTATED: Final = (False, "The backend states no boundary: assume nothing is isolated.")
-"""What ``sandbox_status`` says for a label of no built-in backend whose
-answer states no boundary."""
+"""What ``sandbox_status`` says when the backend's answer states no
+boundary (every backend states its own: :class:`SandboxState`)."""
 
 
 def _status_content(settings: PortSettings, state: SandboxState) -> dict[str, Any]:
-    isolated, boundary = _BOUNDARIES.get(state.backend, _UNSTATED)
+    isolated, boundary = _UNSTATED
     if state.boundary is not None:
         isolated, boundary = bool(state.isolated), state.boundary
     return {

@@ -14,6 +14,7 @@ decides whether that is still ours (a stale or edited definition is refused).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -34,12 +35,14 @@ __all__ = [
     "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
     "DEFAULT_LANGUAGE",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_SANDBOX_DESCRIPTION",
     "LANGUAGES",
     "LANGUAGE_ALIASES",
     "MAX_CURSOR",
     "MAX_ENV_ENTRIES",
     "MAX_ENV_NAME_LENGTH",
     "MAX_ENV_VALUE_LENGTH",
+    "MAX_SANDBOX_DESCRIPTION_CHARS",
     "MAX_TIMEOUT_SECONDS",
     "MAX_WAIT_SECONDS",
     "MIN_MAX_OUTPUT_BYTES",
@@ -56,6 +59,7 @@ __all__ = [
     "TASK_ID_PATTERN",
     "ToolDefinition",
     "check_foreground",
+    "check_sandbox_description",
     "definitions_equal",
     "read_command_output_definition",
     "resolve_language",
@@ -441,6 +445,45 @@ def _mutating(
     )
 
 
+DEFAULT_SANDBOX_DESCRIPTION: Final = "the sandbox its harness provides"
+"""Where a backend that does not describe its sandbox runs the session's
+commands, as every tool description says it (see
+:func:`check_sandbox_description`)."""
+MAX_SANDBOX_DESCRIPTION_CHARS: Final = 160
+"""The longest description of its sandbox a backend may give."""
+_DESCRIPTION_CHARS: Final = re.compile(r"[A-Za-z0-9][ -~]*")
+
+
+def check_sandbox_description(description: object) -> str:
+    """``description``, a backend's words for where the session's commands
+    run, as every tool description ends with them ("This session's
+    sandbox: {description}."), e.g. ``"a remote E2B sandbox"``.
+    ``TypeError`` unless it is a ``str``; ``ValueError`` unless it is 1 to
+    :data:`MAX_SANDBOX_DESCRIPTION_CHARS` printable ASCII characters
+    beginning with a letter or digit and not ending in a space or a full stop."""
+    if not isinstance(description, str):
+        raise TypeError(
+            f"a backend's sandbox_description must be a str, got {type(description).__name__}"
+        )
+    text = str.__str__(description)
+    if (
+        not 1 <= len(text) <= MAX_SANDBOX_DESCRIPTION_CHARS
+        or not _DESCRIPTION_CHARS.fullmatch(text)
+        or text.endswith((" ", "."))
+    ):
+        raise ValueError(
+            f"a backend's sandbox_description must be 1 to {MAX_SANDBOX_DESCRIPTION_CHARS} "
+            "printable ASCII characters, beginning with a letter or digit and ending in "
+            f"neither a space nor a full stop; got {text[: MAX_SANDBOX_DESCRIPTION_CHARS + 1]!r} "
+            f"({len(text)} characters)"
+        )
+    return text
+
+
+def _where(sandbox: str) -> str:
+    return f" This session's sandbox: {check_sandbox_description(sandbox)}."
+
+
 def check_foreground(foreground_timeout_seconds: int) -> int:
     """``foreground_timeout_seconds``, the longest a foreground launch may run
     (and its default), or ``ValueError`` unless it is an integer from 1 to
@@ -461,27 +504,34 @@ def check_foreground(foreground_timeout_seconds: int) -> int:
 # there from the records).
 
 
-def sandbox_status_definition(limit: int) -> ToolDefinition:
-    """``sandbox_status`` (its definition does not depend on ``limit``)."""
+def sandbox_status_definition(
+    limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
+) -> ToolDefinition:
+    """``sandbox_status`` (its definition does not depend on ``limit``);
+    ``sandbox`` says where the session's commands run (see
+    :func:`check_sandbox_description`)."""
     return _read_only(
         "sandbox_status",
-        "Show which remote E2B sandbox this session's commands run in and what that "
-        "boundary means. Looks only; never creates a sandbox.",
+        "Show which sandbox this session's commands run in and what that boundary "
+        "means. Looks only; never creates a sandbox." + _where(sandbox),
         _object({}, []),
         _STATUS_TIMEOUT_MS,
     )
 
 
-def run_command_definition(limit: int) -> ToolDefinition:
-    """``run_command``, whose foreground timeout is at most ``limit`` seconds."""
+def run_command_definition(
+    limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
+) -> ToolDefinition:
+    """``run_command``, whose foreground timeout is at most ``limit`` seconds,
+    in the ``sandbox`` the backend describes."""
     return _mutating(
         "run_command",
-        "Run one shell command in this session's remote E2B sandbox, never on the "
-        "host machine. By default it waits for the command and returns its output. "
+        "Run one shell command in this session's sandbox, never on the host machine. "
+        "By default it waits for the command and returns its output. "
         "With background=true it returns a task_id at once: follow the output with "
         "read_command_output and end the command with stop_command. If the outcome "
         "is reported as uncertain, the command is never started a second time; "
-        "check it with read_command_output on the returned task_id.",
+        "check it with read_command_output on the returned task_id." + _where(sandbox),
         _object(
             {
                 "command": {
@@ -534,14 +584,17 @@ def run_command_definition(limit: int) -> ToolDefinition:
     )
 
 
-def read_command_output_definition(limit: int) -> ToolDefinition:
-    """``read_command_output`` (its definition does not depend on ``limit``)."""
+def read_command_output_definition(
+    limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
+) -> ToolDefinition:
+    """``read_command_output`` (its definition does not depend on ``limit``),
+    in the ``sandbox`` the backend describes."""
     return _read_only(
         "read_command_output",
         "Read the status and new output of a command this session started, from "
         "byte cursors into its stdout and stderr. Reading changes nothing and can be "
         "repeated with the same cursors. Waiting does not extend the command's "
-        "deadline, and this tool never starts a sandbox or a command.",
+        "deadline, and this tool never starts a sandbox or a command." + _where(sandbox),
         _object(
             {
                 "task_id": _task_id("The task_id run_command returned."),
@@ -569,31 +622,36 @@ def read_command_output_definition(limit: int) -> ToolDefinition:
     )
 
 
-def stop_command_definition(limit: int) -> ToolDefinition:
-    """``stop_command`` (its definition does not depend on ``limit``)."""
+def stop_command_definition(
+    limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
+) -> ToolDefinition:
+    """``stop_command`` (its definition does not depend on ``limit``), in
+    the ``sandbox`` the backend describes."""
     return _mutating(
         "stop_command",
         "Ask a command this session started to stop, with all the processes it "
         "spawned. A stop request is not proof that it ended: confirm the final status "
-        "with read_command_output.",
+        "with read_command_output." + _where(sandbox),
         _object({"task_id": _task_id("The task_id run_command returned.")}, ["task_id"]),
         _STOP_TIMEOUT_MS,
         permission=PERMISSION_CANCEL,
     )
 
 
-def run_code_definition(limit: int, name: str = "run_code") -> ToolDefinition:
+def run_code_definition(
+    limit: int, name: str = "run_code", *, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION
+) -> ToolDefinition:
     """The code tool named ``name`` (``run_code`` for a native owner,
     ``sandbox_run_code`` for an agent owner), whose timeout is at most
-    ``limit`` seconds."""
+    ``limit`` seconds, in the ``sandbox`` the backend describes."""
     aliases = ", ".join(f"{alias} ({canonical})" for alias, canonical in LANGUAGE_ALIASES.items())
     return _mutating(
         name,
-        "Run a Python, JavaScript or Bash snippet in this session's remote E2B sandbox, "
-        "never on the host machine, and return its output. The snippet is saved to a "
+        "Run a Python, JavaScript or Bash snippet in this session's sandbox, never on "
+        "the host machine, and return its output. The snippet is saved to a "
         "private file in the sandbox and run from there. If the outcome is reported as "
         "uncertain, the snippet is never run a second time; reconcile the original "
-        "task first.",
+        "task first." + _where(sandbox),
         _object(
             {
                 "code": {

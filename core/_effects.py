@@ -88,6 +88,7 @@ __all__ = [
     "Started",
     "Wait",
     "WriteArtifact",
+    "check_backend_label",
     "unexpected_failure",
 ]
 
@@ -110,7 +111,8 @@ MAX_BACKEND_LABEL_CHARS: Final = max(len(label) for label in BACKEND_LABELS)
 so the worst case admission measures holds for every backend."""
 MAX_BOUNDARY_CHARS: Final = 244
 """The longest boundary text a backend may state (as long as the
-simulator's, the longest built-in one, so admission's worst case holds)."""
+simulator's, the longest built-in one); admission's worst case measures a
+boundary this long."""
 _LABEL: Final = re.compile(r"[a-z][a-z0-9-]*")
 _BOUNDARY: Final = re.compile(r"[ -~]+")
 
@@ -125,6 +127,26 @@ def _label(instance: object, attribute: attrs.Attribute[str], value: object) -> 
             f"a backend label is 1 to {MAX_BACKEND_LABEL_CHARS} of a-z, 0-9 and -, "
             "beginning with a letter"
         )
+
+
+def check_backend_label(label: object) -> str:
+    """``label``, a backend's ``backend_label`` (see :data:`BackendLabel`),
+    as a plain ``str``: what a port checks when it is made, so that no result
+    it builds can carry a label longer than admission measured (C14).
+    ``TypeError`` unless it is a ``str``; ``ValueError`` naming the limit
+    and what was given unless it is 1 to :data:`MAX_BACKEND_LABEL_CHARS` of
+    ``a-z``, ``0-9`` and ``-``, beginning with a letter."""
+    if not isinstance(label, str):
+        raise TypeError(f"a backend's backend_label must be a str, got {type(label).__name__}")
+    text = str.__str__(label)
+    if len(text) > MAX_BACKEND_LABEL_CHARS or not _LABEL.fullmatch(text):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise ValueError(
+            f"a backend's backend_label must be 1 to {MAX_BACKEND_LABEL_CHARS} characters "
+            f"of a-z, 0-9 and -, beginning with a letter (the longest a result is sized "
+            f"for); got {shown!r} ({len(text)} characters)"
+        )
+    return text
 
 
 def _boundary(instance: object, attribute: attrs.Attribute[str | None], value: object) -> None:
@@ -208,11 +230,11 @@ class SandboxState:
     another (the E2B interpreter says ``e2b``, the simulator ``simulator``)."""
     isolated: bool | None = None
     """Whether commands run isolated from the host, as the backend states it
-    (with ``boundary``); ``None``: the built-in label's (``sandbox_status``
-    says both)."""
+    (with ``boundary``; ``sandbox_status`` says both)."""
     boundary: str | None = attrs.field(default=None, validator=_boundary)
     """The boundary in words, as the backend states it (at most
-    :data:`MAX_BOUNDARY_CHARS`); ``None``: the built-in label's."""
+    :data:`MAX_BOUNDARY_CHARS`); ``None``: it states none, and
+    ``sandbox_status`` says to assume nothing is isolated."""
 
 
 @attrs.frozen(kw_only=True)

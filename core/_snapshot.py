@@ -24,6 +24,7 @@ from ._definitions import (
     DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
     DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
     DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_SANDBOX_DESCRIPTION,
     ToolDefinition,
     definitions_equal,
 )
@@ -62,7 +63,13 @@ class PortSettings:
     foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS
     background_timeout_seconds: int = DEFAULT_BACKGROUND_TIMEOUT_SECONDS
     allow_internet_access: bool = False
+    """Whether the sandboxes the port's backend creates may reach the
+    internet (``sandbox_status`` reports it)."""
     artifacts_enabled: bool = False
+    sandbox_description: str = DEFAULT_SANDBOX_DESCRIPTION
+    """The backend's words for where the commands run, which every one of
+    ``definitions`` ends with (a recording keeps them, so that a replay
+    offers the very same definitions)."""
     owner_key: str = attrs.field(init=False, eq=False, repr=False)
     """:func:`owner_key` of ``owner``, computed once."""
     plan: object = attrs.field(init=False, default=None, eq=False, repr=False)

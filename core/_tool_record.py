@@ -17,16 +17,20 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
-from ._definitions import DEFAULT_FOREGROUND_TIMEOUT_SECONDS, ToolDefinition
+from ._definitions import (
+    DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
+    DEFAULT_SANDBOX_DESCRIPTION,
+    ToolDefinition,
+)
 from ._effects import Effect
 from ._results import ToolResult
 from ._snapshot import PortSettings, _Snapshot
 
-__all__ = ["ToolKind", "ToolRecord", "ToolSet", "UnknownToolError"]
+__all__ = ["DefineTool", "ToolKind", "ToolRecord", "ToolSet", "UnknownToolError"]
 
 
 class ToolKind(enum.Enum):
@@ -71,11 +75,22 @@ legal values (:mod:`._contents`)."""
 Program = Generator[Effect, Any, ToolResult]
 
 
-def _integer_arguments(define: Callable[[int], ToolDefinition]) -> frozenset[str]:
+class DefineTool(Protocol):
+    """What makes a tool's definition: for the longest a foreground launch
+    may run (``limit`` seconds) and the backend's description of its
+    sandbox, which every tool description ends with (default
+    :data:`~sandrail.core._definitions.DEFAULT_SANDBOX_DESCRIPTION`)."""
+
+    def __call__(self, limit: int, sandbox: str = ..., /) -> ToolDefinition: ...
+
+
+def _integer_arguments(define: DefineTool) -> frozenset[str]:
     """The arguments the schema of ``define``'s definition types as integers
     (nullable or not): JSON Schema admits ``5.0`` for them, the program
     reads ``5``."""
-    properties = define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).parameters["properties"]
+    properties = define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS, DEFAULT_SANDBOX_DESCRIPTION).parameters[
+        "properties"
+    ]
     return frozenset(
         name
         for name, schema in properties.items()
@@ -93,8 +108,10 @@ class ToolRecord:
     name: str
     kind: ToolKind
     tool_set: ToolSet
-    define: Callable[[int], ToolDefinition]
-    """Its definition, for the longest a foreground launch may run."""
+    define: DefineTool
+    """Its definition, for the longest a foreground launch may run and the
+    backend's description of its sandbox (what every tool description ends
+    with, :func:`~sandrail.core._definitions.check_sandbox_description`)."""
     program: Callable[[Any], Program]
     """What it does once the call is admitted and authorized: given the
     call's :class:`~sandrail.core._call.CallState`, the rest of the call."""
@@ -144,14 +161,17 @@ class ToolRecord:
         self._check_deadline_arguments()
         if bool(self.own_code_rules) and self.refusal is None:
             raise ValueError(f"tool {self.name}: own_code_rules without the refusal that owns them")
-        if self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).name != self.name:
+        if self._default_definition().name != self.name:
             raise ValueError(f"tool {self.name}: its definition names another tool")
         object.__setattr__(self, "integer_arguments", _integer_arguments(self.define))
-        properties = self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).parameters["properties"]
+        properties = self._default_definition().parameters["properties"]
         object.__setattr__(self, "takes_env", "env" in properties)
 
+    def _default_definition(self) -> ToolDefinition:
+        return self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS, DEFAULT_SANDBOX_DESCRIPTION)
+
     def _check_deadline_arguments(self) -> None:
-        properties = self.define(DEFAULT_FOREGROUND_TIMEOUT_SECONDS).parameters["properties"]
+        properties = self._default_definition().parameters["properties"]
         if self.deadline is None:
             if self.deadline_arguments:
                 raise ValueError(f"tool {self.name}: deadline arguments without a deadline")

@@ -31,9 +31,11 @@ from ._contents import (
 )
 from ._definitions import (
     DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
+    DEFAULT_SANDBOX_DESCRIPTION,
     LANGUAGES,
     ToolDefinition,
     check_foreground,
+    check_sandbox_description,
     read_command_output_definition,
     run_code_definition,
     run_command_definition,
@@ -54,7 +56,15 @@ from ._rules import (
     snippet_deadline,
 )
 from ._snapshot import PortSettings, _Snapshot
-from ._tool_record import Program, Shape, ToolKind, ToolRecord, ToolSet, UnknownToolError
+from ._tool_record import (
+    DefineTool,
+    Program,
+    Shape,
+    ToolKind,
+    ToolRecord,
+    ToolSet,
+    UnknownToolError,
+)
 
 __all__ = [
     "CODE_TOOL_NAMES",
@@ -83,7 +93,7 @@ _LANGUAGE_RULES: Final = (("properties", "language", "enum"), ("properties", "la
 def _launching_nothing(
     name: str,
     kind: ToolKind,
-    define: Callable[[int], ToolDefinition],
+    define: DefineTool,
     program: Callable[[Any], Program],
     result_shapes: Callable[[_Snapshot, PortSettings], Sequence[Shape]],
     uncertain_instruction: str,
@@ -113,11 +123,14 @@ def _launching_nothing(
 
 
 def _run_code(name: str, tool_set: ToolSet) -> ToolRecord:
+    def define(limit: int, sandbox: str = DEFAULT_SANDBOX_DESCRIPTION, /) -> ToolDefinition:
+        return run_code_definition(limit, name, sandbox=sandbox)
+
     return ToolRecord(
         name=name,
         kind=ToolKind.LAUNCHES,
         tool_set=tool_set,
-        define=lambda limit: run_code_definition(limit, name),
+        define=define,
         program=run_code_program,
         result_shapes=launch_shapes(language=max(LANGUAGES, key=len)),
         uncertain_instruction=REPEAT_LAUNCH,
@@ -226,34 +239,48 @@ def tool_records(definitions: Iterable[ToolDefinition]) -> Mapping[str, ToolReco
     return {definition.name: tool_record(definition.name) for definition in definitions}
 
 
-def _tool_set(tool_set: ToolSet, foreground_timeout_seconds: int) -> tuple[ToolDefinition, ...]:
+def _tool_set(
+    tool_set: ToolSet, foreground_timeout_seconds: int, sandbox: str
+) -> tuple[ToolDefinition, ...]:
     limit = check_foreground(foreground_timeout_seconds)
-    return tuple(record.define(limit) for record in TOOLS.values() if record.tool_set is tool_set)
+    sandbox = check_sandbox_description(sandbox)
+    return tuple(
+        record.define(limit, sandbox) for record in TOOLS.values() if record.tool_set is tool_set
+    )
 
 
 def command_tool_definitions(
     foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
+    *,
+    sandbox: str = DEFAULT_SANDBOX_DESCRIPTION,
 ) -> tuple[ToolDefinition, ...]:
     """The command tools: the definitions of the records of the command
     tool set, in the table's order (:data:`COMMAND_TOOL_NAMES`).
 
     ``foreground_timeout_seconds`` is the longest a foreground ``run_command``
-    may run (and its default). Raises ``ValueError`` unless it is an integer
-    from 1 to :data:`~sandrail.core.MAX_TIMEOUT_SECONDS`.
+    may run (and its default). ``sandbox`` is the backend's description of
+    where the commands run, which every tool description ends with (a port
+    takes its backend's ``sandbox_description``). Raises ``ValueError``
+    unless the timeout is an integer from 1 to
+    :data:`~sandrail.core.MAX_TIMEOUT_SECONDS`, and ``TypeError`` or
+    ``ValueError`` for a description
+    :func:`~sandrail.core.check_sandbox_description` refuses.
     """
-    return _tool_set(ToolSet.COMMAND, foreground_timeout_seconds)
+    return _tool_set(ToolSet.COMMAND, foreground_timeout_seconds, sandbox)
 
 
 def code_tool_definitions(
     foreground_timeout_seconds: int = DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
     *,
     agent_owner: bool = False,
+    sandbox: str = DEFAULT_SANDBOX_DESCRIPTION,
 ) -> tuple[ToolDefinition, ...]:
     """The code tool: ``(run_code,)`` for a native owner, ``(sandbox_run_code,)``
-    for an agent owner. Raises ``ValueError`` for a foreground timeout outside
-    1..:data:`~sandrail.core.MAX_TIMEOUT_SECONDS`."""
+    for an agent owner, in the ``sandbox`` the backend describes (as
+    :func:`command_tool_definitions`). Raises ``ValueError`` for a
+    foreground timeout outside 1..:data:`~sandrail.core.MAX_TIMEOUT_SECONDS`."""
     tool_set = ToolSet.AGENT_CODE if agent_owner else ToolSet.NATIVE_CODE
-    return _tool_set(tool_set, foreground_timeout_seconds)
+    return _tool_set(tool_set, foreground_timeout_seconds, sandbox)
 
 
 def launch_digest(tool: str, arguments: Mapping[str, Any]) -> str:

@@ -30,7 +30,14 @@ from typing import Any, Final, get_args
 
 import attrs
 
-from sandrail.core import Effect, Outcome, Owner, ToolResult
+from sandrail.core import (
+    DEFAULT_SANDBOX_DESCRIPTION,
+    Effect,
+    Outcome,
+    Owner,
+    ToolResult,
+    check_sandbox_description,
+)
 
 from ._cassette_codec import (
     _CONTRACT_TOOLS,
@@ -167,6 +174,15 @@ class Cassette:
     def settings(self) -> Mapping[str, Any]:
         """The recorded port's settings, as plain data."""
         return self.header["settings"]  # type: ignore[no-any-return]
+
+    @property
+    def sandbox_description(self) -> str:
+        """The recorded backend's words for its sandbox, which the recorded
+        port's tool descriptions end with (a recording without them: the
+        words of a backend that states none)."""
+        return self.header.get(  # type: ignore[no-any-return]
+            "sandbox_description", DEFAULT_SANDBOX_DESCRIPTION
+        )
 
     @property
     def step_count(self) -> int:
@@ -349,6 +365,11 @@ def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:
         decode_owner(record.get("owner"))
     except ValueError as exc:
         raise fail(f"bad owner: {exc}") from None
+    if "sandbox_description" in record:
+        try:
+            check_sandbox_description(record["sandbox_description"])
+        except (TypeError, ValueError) as exc:
+            raise fail(f"bad sandbox_description: {exc}") from None
     settings = record.get("settings")
     if not isinstance(settings, dict) or set(settings) != set(_SETTINGS_KEYS):
         raise fail(f"settings must hold exactly: {', '.join(sorted(_SETTINGS_KEYS))}")

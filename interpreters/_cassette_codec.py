@@ -293,6 +293,7 @@ def header_line(settings: PortSettings, sandrail_version: str) -> dict[str, Any]
             "allow_internet_access": settings.allow_internet_access,
             "artifacts_enabled": settings.artifacts_enabled,
         },
+        "sandbox_description": settings.sandbox_description,
         "redaction": MARKER,
     }
 

@@ -136,6 +136,16 @@ class Recorder:
         return getattr(self.inner, "backend_label", None)
 
     @property
+    def sandbox_description(self) -> object:
+        """The wrapped interpreter's ``sandbox_description`` (``None`` without one)."""
+        return getattr(self.inner, "sandbox_description", None)
+
+    @property
+    def allow_internet_access(self) -> object:
+        """The wrapped interpreter's ``allow_internet_access`` (``None`` without one)."""
+        return getattr(self.inner, "allow_internet_access", None)
+
+    @property
     def attached(self) -> bool:
         """Whether :meth:`attach` bound this recorder to its port already."""
         return self._settings is not None

@@ -73,6 +73,14 @@ class Replayer:
         raise TypeError("a Replayer answers through open_call: use it as a port's backend")
 
     @property
+    def sandbox_description(self) -> str:
+        """The recorded backend's words for its sandbox (the cassette's
+        header keeps them): a port replaying the recording offers the very
+        definitions the recorded port offered, so every request is the same
+        request (C9) as the recorded one."""
+        return self.cassette.sandbox_description
+
+    @property
     def transcript(self) -> tuple[Entry, ...]:
         """What was replayed so far: each effect and each result, in order."""
         with self._lock:
@@ -338,10 +346,12 @@ def _settings_of(cassette: Cassette) -> PortSettings:
     foreground = settings["foreground_timeout_seconds"]
     try:
         if header["tools"] == "command":
-            definitions = command_tool_definitions(foreground)
+            definitions = command_tool_definitions(foreground, sandbox=cassette.sandbox_description)
         else:
             definitions = code_tool_definitions(
-                foreground, agent_owner=isinstance(owner, AgentOwner)
+                foreground,
+                agent_owner=isinstance(owner, AgentOwner),
+                sandbox=cassette.sandbox_description,
             )
     except (TypeError, ValueError) as exc:
         raise CassetteError(
@@ -352,5 +362,6 @@ def _settings_of(cassette: Cassette) -> PortSettings:
         owner=owner,
         definitions=definitions,
         contract=header["contract"],
+        sandbox_description=cassette.sandbox_description,
         **settings,
     )

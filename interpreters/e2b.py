@@ -136,6 +136,7 @@ from sandrail.core import (
     Outcome,
     Publish,
     Read,
+    SandboxPhase,
     SandboxReady,
     SandboxState,
     Start,
@@ -205,6 +206,13 @@ class E2BBackend:
     backend_label = "e2b"
     """What this backend is (see :attr:`Simulator.backend_label
     <sandrail.interpreters.simulator.Simulator.backend_label>`)."""
+    boundary = "Remote E2B sandbox; the host's files are not shared with it."
+    """The boundary in words, which every ``Inspect`` answer states (with
+    ``isolated=True``) and ``sandbox_status`` shows."""
+    sandbox_description = "a remote E2B sandbox"
+    """Where the commands run, in the words every tool description ends with
+    (see :attr:`Simulator.sandbox_description
+    <sandrail.interpreters.simulator.Simulator.sandbox_description>`)."""
 
     def __init__(
         self,
@@ -284,6 +292,13 @@ class E2BBackend:
             is_dead=self._dead.__contains__,
         )
         _OPEN.add(self)
+
+    @property
+    def allow_internet_access(self) -> bool:
+        """Whether the sandboxes this backend creates may reach the internet:
+        what a port on it reports in ``sandbox_status`` (a port given another
+        value is refused when it is made)."""
+        return self._allow_internet
 
     @property
     def max_command_seconds(self) -> int:
@@ -508,6 +523,15 @@ class E2BBackend:
         sandbox_id: str = live[0].sandbox_id
         return sandbox_id
 
+    def _state(self, sandbox_id: str | None, phase: SandboxPhase) -> SandboxState:
+        return SandboxState(
+            sandbox_id=sandbox_id,
+            phase=phase,
+            backend=self.backend_label,
+            isolated=True,
+            boundary=self.boundary,
+        )
+
     async def _inspect(self, effect: Inspect) -> SandboxState:
         key = (effect.session_id, effect.owner_key)
         known = self._sessions.get(key) or self._adopted.get(key)
@@ -521,9 +545,9 @@ class E2BBackend:
             ) from exc
         if sandbox_id is None:
             if known is not None:
-                return SandboxState(sandbox_id=known, phase="closed", backend=self.backend_label)
-            return SandboxState(sandbox_id=None, phase="absent", backend=self.backend_label)
-        return SandboxState(sandbox_id=sandbox_id, phase="ready", backend=self.backend_label)
+                return self._state(known, "closed")
+            return self._state(None, "absent")
+        return self._state(sandbox_id, "ready")
 
     async def _ensure(self, effect: Ensure) -> SandboxReady:
         key = (effect.session_id, effect.owner_key)

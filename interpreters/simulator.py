@@ -253,8 +253,23 @@ class Simulator:
     """
 
     backend_label: Final = "simulator"
-    """What this backend is, for what a harness shows its users (an MCP
-    server's tool descriptions, say); every result says it too."""
+    """What this backend is, for what a harness shows its users; every
+    result says it too."""
+    boundary: Final = (
+        "sandrail's in-memory simulator: no command really runs and nothing is isolated. "
+        "It answers a few commands (echo, true, false, exit, sleep, seq) and the ones its "
+        "harness scripted; any other command exits 127 with a 'not emulated' line on stderr."
+    )
+    """The boundary in words, which every ``Inspect`` answer states (with
+    ``isolated=False``) and ``sandbox_status`` shows."""
+    sandbox_description: Final = (
+        "sandrail's in-memory simulator, where no command really runs "
+        "(sandbox_status says what it emulates)"
+    )
+    """Where the commands run, in the words every tool description ends with
+    ("This session's sandbox: ..."): a backend states its own, so that no
+    description claims a sandbox the backend does not have (without one, a
+    port says ``"the sandbox its harness provides"``)."""
 
     def __init__(
         self,
@@ -434,9 +449,17 @@ class Simulator:
     def _inspect(self, effect: Inspect) -> SandboxState:
         sandbox_id = self._sessions.get((effect.session_id, effect.owner_key))
         if sandbox_id is None:
-            return SandboxState(sandbox_id=None, phase="absent", backend="simulator")
-        phase: SandboxPhase = "closed" if self._sandboxes[sandbox_id].dead else "ready"
-        return SandboxState(sandbox_id=sandbox_id, phase=phase, backend="simulator")
+            return self._state(None, "absent")
+        return self._state(sandbox_id, "closed" if self._sandboxes[sandbox_id].dead else "ready")
+
+    def _state(self, sandbox_id: str | None, phase: SandboxPhase) -> SandboxState:
+        return SandboxState(
+            sandbox_id=sandbox_id,
+            phase=phase,
+            backend=self.backend_label,
+            isolated=False,
+            boundary=self.boundary,
+        )
 
     def _ensure(self, effect: Ensure) -> SandboxReady:
         key = (effect.session_id, effect.owner_key)

@@ -18,6 +18,7 @@ from typing import Any, Final, TypeAlias, TypedDict, cast
 from sandrail._artifact_calls import ArtifactStore
 from sandrail._masks import checked_redact, is_text
 from sandrail._ownership import OwnershipRecord
+from sandrail._toolset_backend import internet_access_of, label_of, sandbox_description_of
 from sandrail.core import (
     DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
     DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
@@ -66,7 +67,7 @@ class Defaulted(TypedDict, total=False):
     remember_owned_command: RememberOwnedCallback | None
     foreground_timeout_seconds: int
     background_timeout_seconds: int
-    allow_internet_access: bool
+    allow_internet_access: bool | None
     redact: Iterable[str]
     record: OwnershipRecord | None
     tracer_provider: Any
@@ -92,7 +93,7 @@ DEFAULTS: Final[Defaulted] = {
     "remember_owned_command": None,
     "foreground_timeout_seconds": DEFAULT_FOREGROUND_TIMEOUT_SECONDS,
     "background_timeout_seconds": DEFAULT_BACKGROUND_TIMEOUT_SECONDS,
-    "allow_internet_access": False,
+    "allow_internet_access": None,
     "redact": (),
     "record": None,
     "tracer_provider": None,
@@ -134,22 +135,30 @@ def checked_timeout(name: str, value: object) -> int:
 def port_settings(
     options: PortOptions,
     contract: str,
-    definitions: Callable[[int], tuple[ToolDefinition, ...]],
+    definitions: Callable[[int, str], tuple[ToolDefinition, ...]],
 ) -> tuple[PortSettings, frozenset[str]]:
     """The settings of a port with ``options`` (defaults filled in) offering
-    ``definitions(foreground_timeout_seconds)``, and the values it masks
-    from the start (``redact``). ``TypeError`` or ``ValueError`` at once for
-    a port that could not work: a callback that is not callable, a session
-    or owner that is not plain text, a budget below 256 bytes, a timeout out
-    of range; :class:`~sandrail.core.UnknownToolError` for a definition of a
-    tool the core has no record of. (Checked in this order: the first problem
-    is the one named.)"""
-    offered = definitions(
-        checked_timeout("foreground_timeout_seconds", options["foreground_timeout_seconds"])
+    ``definitions(foreground_timeout_seconds, sandbox_description)`` (the
+    backend's words for its sandbox, :func:`sandbox_description_of`), and
+    the values it masks from the start (``redact``). ``TypeError`` or
+    ``ValueError`` at once for a port that could not work: a timeout out of
+    range, a backend that is not callable or states a label, description or
+    internet access it cannot have, a callback that is not callable, a
+    session or owner that is not plain text, a budget below 256 bytes;
+    :class:`~sandrail.core.UnknownToolError` for a definition of a tool the
+    core has no record of. (Checked in this order: the first problem is the
+    one named.)"""
+    foreground = checked_timeout(
+        "foreground_timeout_seconds", options["foreground_timeout_seconds"]
     )
-    tool_records(offered)  # a tool the core has no record of fails here, not at its first call
-    if not callable(options["backend"]):
+    backend = options["backend"]
+    if not callable(backend):
         raise TypeError("backend must be an interpreter: a callable from effect to outcome")
+    label_of(backend)  # a label longer than results are sized for fails here
+    description = sandbox_description_of(backend)
+    offered = definitions(foreground, description)
+    tool_records(offered)  # a tool the core has no record of fails here, not at its first call
+    internet = internet_access_of(backend, options["allow_internet_access"])
     session_id = options["session_id"]
     if not isinstance(session_id, str) or not session_id.strip() or not _identity_text(session_id):
         raise ValueError(
@@ -167,8 +176,6 @@ def port_settings(
             f"max_output_bytes must be an integer of at least {MIN_MAX_OUTPUT_BYTES}, "
             f"got {max_output_bytes!r}"
         )
-    if not isinstance(options["allow_internet_access"], bool):
-        raise TypeError("allow_internet_access must be a bool")
     secrets = checked_redact(options["redact"])
     settings = PortSettings(
         session_id=session_id,
@@ -180,8 +187,9 @@ def port_settings(
         background_timeout_seconds=checked_timeout(
             "background_timeout_seconds", options["background_timeout_seconds"]
         ),
-        allow_internet_access=options["allow_internet_access"],
+        allow_internet_access=internet,
         artifacts_enabled=options["artifacts"] is not None,
+        sandbox_description=description,
     )
     return settings, secrets
 

@@ -236,7 +236,10 @@ def command_tools(**options: Unpack[PortOptions]) -> ToolPort:
       default (and, in the foreground, the longest) in-sandbox deadline of
       a command; default 300, at most 86,400.
     - ``allow_internet_access``: whether a sandbox this port creates may
-      reach the internet; default ``False``.
+      reach the internet, as ``sandbox_status`` reports it. A backend that
+      creates sandboxes states its own (``E2BBackend(allow_internet_access=...)``):
+      the port reports that one, and refuses a different value here
+      (``ValueError``); for any other backend, default ``False``.
     - ``record``: a durable ownership record (``sandrail.records.SQLiteRecord``
       or ``PostgresRecord``) in place of the two callbacks: the port
       remembers and resolves through it, and notes each task's last answer
@@ -259,7 +262,9 @@ def command_tools(**options: Unpack[PortOptions]) -> ToolPort:
 
     Raises ``TypeError`` or ``ValueError`` at once for a port that could not
     work (an unknown or missing option, a callback that is not callable, a
-    budget below 256 bytes, a timeout out of range); after construction,
+    budget below 256 bytes, a timeout out of range, a backend whose
+    ``backend_label`` or ``sandbox_description`` is not one results and tool
+    descriptions can carry, see ``docs/reference/toolset.md``); after construction,
     ``execute`` never raises.
     """
     return build_port("command", given_options(options, "command_tools"))
@@ -295,7 +300,7 @@ def build_port(
         settings, secrets = port_settings(
             options,
             "sandrail.code-tools/v1",
-            lambda foreground: _code_definitions(foreground, agent),
+            lambda foreground, sandbox: _code_definitions(foreground, agent, sandbox),
         )
     remember, resolve = owned_callbacks(options)
     record = options["record"]
@@ -320,12 +325,16 @@ def build_port(
 
 
 @functools.lru_cache(maxsize=256)
-def _command_definitions(foreground_timeout_seconds: int) -> tuple[ToolDefinition, ...]:
-    return command_tool_definitions(foreground_timeout_seconds)
+def _command_definitions(
+    foreground_timeout_seconds: int, sandbox: str
+) -> tuple[ToolDefinition, ...]:
+    return command_tool_definitions(foreground_timeout_seconds, sandbox=sandbox)
 
 
 @functools.lru_cache(maxsize=256)
 def _code_definitions(
-    foreground_timeout_seconds: int, agent_owner: bool
+    foreground_timeout_seconds: int, agent_owner: bool, sandbox: str
 ) -> tuple[ToolDefinition, ...]:
-    return code_tool_definitions(foreground_timeout_seconds, agent_owner=agent_owner)
+    return code_tool_definitions(
+        foreground_timeout_seconds, agent_owner=agent_owner, sandbox=sandbox
+    )

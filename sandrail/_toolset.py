@@ -97,7 +97,7 @@ from sandrail._options import (
 from sandrail._port import ToolGroup, ToolPort, build_port
 from sandrail._repeats import of_its_task
 from sandrail._toolset_approvals import ToolsetApprovals
-from sandrail._toolset_backend import attachable_recorder, label_of
+from sandrail._toolset_backend import attachable_recorder, label_of, sandbox_description_of
 from sandrail._toolset_requests import (
     MAX_CALL_TIMEOUT_SECONDS,
     IdentitySource,
@@ -226,7 +226,8 @@ class Toolset(ToolsetApprovals):
         if run_id is not None and (not isinstance(run_id, str) or not run_id.strip()):
             raise ValueError("run_id must be a non-blank string")
         self._identity = identity
-        self._backend_label = label_of(given["backend"])
+        self._backend_label = label_of(given["backend"])  # refuses a label results cannot carry
+        self._sandbox_description = sandbox_description_of(given["backend"])
         self._run_id = run_id if run_id is not None else uuid.uuid4().hex
         self._max_output_bytes = max_output_bytes = given["max_output_bytes"]
         self._ports: dict[str, ToolPort] = {}
@@ -305,8 +306,20 @@ class Toolset(ToolsetApprovals):
     def backend_label(self) -> str | None:
         """What the backend says it is (``"e2b"``, ``"simulator"``; ``None``
         for a backend that does not say): what a harness tells its users the
-        tools run on. Every result names it too (``"backend"``)."""
+        tools run on. Every result names it too (``"backend"``). Checked when
+        the toolset is made: a label that is not 1 to
+        :data:`~sandrail.core.MAX_BACKEND_LABEL_CHARS` characters of ``a-z``,
+        ``0-9`` and ``-`` (beginning with a letter), the longest results are
+        sized for, is refused with a ``TypeError`` or ``ValueError``."""
         return self._backend_label
+
+    @property
+    def sandbox_description(self) -> str:
+        """Where the tools' commands run, in the backend's words (its
+        ``sandbox_description``; ``"the sandbox its harness provides"`` for a
+        backend that states none): what every tool description ends with,
+        and what a harness can tell its users too."""
+        return self._sandbox_description
 
     @property
     def max_output_bytes(self) -> int:

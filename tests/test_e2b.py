@@ -118,12 +118,24 @@ def test_inspect_creates_nothing(server: LocalE2B, backend: E2BBackend) -> None:
     session = new_session()
     before = len(server.truth().sandboxes)
     state = run(backend(Inspect(session_id=session, owner_key="o1")))
-    assert state == SandboxState(sandbox_id=None, phase="absent", backend="e2b")
+    assert state == SandboxState(
+        sandbox_id=None,
+        phase="absent",
+        backend="e2b",
+        isolated=True,
+        boundary=E2BBackend.boundary,
+    )
     assert len(server.truth().sandboxes) == before
     sandbox_id = ensure(backend, session)
     with E2BBackend(**server.sdk_options) as other:
         state = run(other(Inspect(session_id=session, owner_key="o1")))
-    assert state == SandboxState(sandbox_id=sandbox_id, phase="ready", backend="e2b")
+    assert state == SandboxState(
+        sandbox_id=sandbox_id,
+        phase="ready",
+        backend="e2b",
+        isolated=True,
+        boundary=E2BBackend.boundary,
+    )
 
 
 def test_lifetime_is_refreshed_and_deadlines_capped_below_it(server: LocalE2B) -> None:

@@ -145,7 +145,11 @@ def request(arguments: Mapping[str, Any] | None = None) -> ToolRequest:
 def test_ensure_is_idempotent_per_session_and_owner() -> None:
     sim = Simulator()
     assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == SandboxState(
-        sandbox_id=None, phase="absent", backend="simulator"
+        sandbox_id=None,
+        phase="absent",
+        backend="simulator",
+        isolated=False,
+        boundary=Simulator.boundary,
     )
     first = ensure(sim)
     assert ensure(sim) == first
@@ -154,7 +158,11 @@ def test_ensure_is_idempotent_per_session_and_owner() -> None:
     assert [first, other] == ["sbx-1", "sbx-2"]
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,128}", sid) for sid in (first, other))
     assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == SandboxState(
-        sandbox_id=first, phase="ready", backend="simulator"
+        sandbox_id=first,
+        phase="ready",
+        backend="simulator",
+        isolated=False,
+        boundary=Simulator.boundary,
     )
 
 
@@ -693,7 +701,13 @@ def test_fault_delivered_late_applies_at_the_next_effect(when: When) -> None:
     assert sim.applied == []
     # The next effect, even a read-only one, lets the held request arrive first.
     state = sim(Inspect(session_id=SESSION, owner_key=OWNER))
-    assert state == SandboxState(sandbox_id="sbx-1", phase="ready", backend="simulator")
+    assert state == SandboxState(
+        sandbox_id="sbx-1",
+        phase="ready",
+        backend="simulator",
+        isolated=False,
+        boundary=Simulator.boundary,
+    )
     assert sim.late_deliveries == [
         (
             Ensure(session_id=SESSION, owner_key=OWNER),
@@ -801,7 +815,11 @@ def test_c2_fault_sandbox_dies_and_stays_gone(when: When) -> None:
         == gone
     )
     assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == SandboxState(
-        sandbox_id=box, phase="closed", backend="simulator"
+        sandbox_id=box,
+        phase="closed",
+        backend="simulator",
+        isolated=False,
+        boundary=Simulator.boundary,
     )
     assert sim.launches == ({TASK: 1} if when == "after" else {})
 

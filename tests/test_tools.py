@@ -266,7 +266,7 @@ def test_an_unknown_tool_fails_loudly_in_validation_profiles_dispatch_and_ports(
         "command_tools",
     )
     with pytest.raises(UnknownToolError):
-        port_settings(options, "test", lambda limit: (definition,))
+        port_settings(options, "test", lambda limit, sandbox: (definition,))
 
 
 def test_a_tool_the_port_does_not_offer_is_refused_and_the_judge_holds_it_to_that() -> None:

@@ -7,8 +7,9 @@ Tools are listed with the toolset's schemas (``profile``: ``full`` by
 default), every property with a top-level ``type`` (a nullable one lists
 both, ``["integer", "null"]``, so a client never has to guess that ``5`` is
 a number), and MCP annotations from the definitions. The tool descriptions
-and the server's instructions say what the tools run on: on a backend that
-is not E2B (the simulator), no description claims an E2B sandbox. A call's
+and the server's instructions say what the tools run on in the backend's
+own words (:attr:`sandrail.Toolset.sandbox_description`), so no description
+claims a sandbox the backend does not have. A call's
 result is one text content holding exactly ``result.to_json()`` (within the
 budget as sent), ``isError`` is ``result.is_error``, and ``_meta`` tells the
 client what happened and what to do:
@@ -119,11 +120,6 @@ _NEXT: Final = {
     "same tool and arguments).",
 }
 
-_WHERE: Final = {
-    "e2b": "a remote E2B sandbox",
-    "simulator": "sandrail's in-memory simulator (nothing really runs)",
-}
-
 
 class _FallbackKeys:
     """Operation keys for requests that bring none (see the module doc)."""
@@ -212,7 +208,7 @@ def server(
     by_id: OrderedDict[str, _FallbackKeys] = OrderedDict()
     sessionless = _FallbackKeys()
     modern = frozenset(require("mcp_types.version", "mcp").MODERN_PROTOCOL_VERSIONS)
-    where = _WHERE.get(toolset.backend_label or "", "the harness's sandbox backend")
+    where = toolset.sandbox_description
 
     def fallback_of(ctx: Any) -> _FallbackKeys:
         """The fallback keys of the request's MCP session (see the module
@@ -245,7 +241,7 @@ def server(
     tools = [
         types.Tool(
             name=tool,
-            description=_description(toolset, tool),
+            description=toolset.definition(tool).description,
             input_schema=typed_schema(toolset.schema(tool, profile)),
             annotations=types.ToolAnnotations(
                 read_only_hint=toolset.definition(tool).read_only,
@@ -355,19 +351,6 @@ def typed_schema(schema: dict[str, Any]) -> dict[str, Any]:
         stack.extend(branches if isinstance(branches, list) else ())
         stack.append(node.get("items"))
     return schema
-
-
-def _description(toolset: Toolset, tool: str) -> str:
-    """The tool's description, saying truthfully where it runs: a backend
-    that is not E2B never lists one that claims an E2B sandbox."""
-    description: str = toolset.definition(tool).description
-    if toolset.backend_label == "simulator":
-        description = description.replace("remote E2B sandbox", "simulated sandbox")
-        description += (
-            " (Served by sandrail's in-memory simulator: no command really runs; "
-            "sandbox_status says what it emulates.)"
-        )
-    return description
 
 
 def _instructions(where: str) -> str:
