@@ -524,8 +524,8 @@ def test_the_cap_is_an_option(tmp_path: Path) -> None:
         ),
         (
             "foreground",
-            '"sandbox_id": "sbx-1", "ledger',
-            '"sandbox_id": "sbx 1", "ledger',
+            '"sandbox_id": "sbx-1", "backend',
+            '"sandbox_id": "sbx 1", "backend',
             "sandbox_id",
         ),
         ("big_output", '"size_bytes": 11279', '"size_bytes": -1', "size_bytes"),

@@ -8,7 +8,7 @@ from unittest import mock
 import attrs
 import pytest
 
-from sandrail.core import TOOLS
+from sandrail.core import DEFAULT_SANDBOX_DESCRIPTION, TOOLS
 from sandrail.core import _tools as tools
 from sandrail.core._definitions import run_command_definition
 from sandrail.integrations._sessions import with_env
@@ -34,7 +34,9 @@ def test_c17_a_new_tool_with_an_env_gets_the_secrets_from_its_record_alone() -> 
     write_file = attrs.evolve(
         TOOLS["run_command"],
         name="toy_write_file",
-        define=lambda limit: attrs.evolve(run_command_definition(limit), name="toy_write_file"),
+        define=lambda limit, sandbox=DEFAULT_SANDBOX_DESCRIPTION: attrs.evolve(
+            run_command_definition(limit, sandbox), name="toy_write_file"
+        ),
     )
     with mock.patch.dict(tools._RECORDS, {"toy_write_file": write_file}):
         assert with_env("toy_write_file", {"command": "x"}, SECRETS) == {

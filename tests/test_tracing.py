@@ -162,7 +162,12 @@ def test_c17_no_env_value_reaches_a_span_an_event_a_metric_or_a_log(
         env = {"API_TOKEN": SECRET}
         rig.run("run_command", {"command": "printenv", "env": env})
         rig.run("run_command", {"command": "printenv", "env": env}, call_id=SECRET)
-        request = rig.request("run_command", {"command": "printenv", "env": env}, key="op-2")
+        request = rig.request(
+            "run_command",
+            {"command": "printenv", "env": env},
+            key="op-2",
+            definition=leaking.definition("run_command"),
+        )
         assert leaking.execute_sync(request).status == "uncertain"
     seen = [record.getMessage() for record in caplog.records]
     for span in otel.finished():
