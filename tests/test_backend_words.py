@@ -55,15 +55,21 @@ class _Stating:
         return answer
 
 
+_ALLOWED: dict[str, Any] = {
+    "session_id": "words-session",
+    "owner": sandrail.AgentOwner(agent_id="words-agent"),
+    "authorize": lambda request: sandrail.ALLOW,
+    "assert_authority": lambda request: True,
+}
+"""A port's options but its backend: one session and owner, every call allowed."""
+
+
 def _toolset(backend: Any, **options: Any) -> sandrail.Toolset:
-    return sandrail.Toolset(
-        backend=backend,
-        session_id="words-session",
-        owner=sandrail.AgentOwner(agent_id="words-agent"),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-        **options,
-    )
+    return sandrail.Toolset(backend=backend, **_ALLOWED, **options)
+
+
+def _port(backend: Any, **options: Any) -> sandrail.ToolPort:
+    return sandrail.command_tools(backend=backend, **_ALLOWED, **options)
 
 
 def _status(tools: sandrail.Toolset) -> dict[str, Any]:
@@ -83,13 +89,7 @@ def test_c14_a_label_longer_than_results_are_sized_for_is_refused_when_the_tools
         _toolset(_Stating(backend_label=label))
     assert f"got {label!r} ({MAX_BACKEND_LABEL_CHARS + 1} characters)" in str(raised.value)
     with pytest.raises(ValueError, match=r"backend_label must be 1 to 9"):
-        sandrail.command_tools(
-            backend=_Stating(backend_label=label),
-            session_id="s",
-            owner=sandrail.AgentOwner(agent_id="a"),
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-        )
+        _port(_Stating(backend_label=label))
 
 
 @pytest.mark.parametrize(
@@ -239,31 +239,12 @@ def test_sandbox_status_reports_the_internet_access_the_backend_creates_sandboxe
 @pytest.mark.parametrize("allowed", [True, False])
 def test_an_e2b_port_reports_what_its_backend_creates_sandboxes_with(allowed: bool) -> None:
     with E2BBackend(api_key="e2b_" + "0" * 40, allow_internet_access=allowed) as backend:
-        port = sandrail.command_tools(
-            backend=backend,
-            session_id="s",
-            owner=sandrail.AgentOwner(agent_id="a"),
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-        )
+        port = _port(backend)
         assert port.settings.allow_internet_access is allowed
-        recorded = sandrail.command_tools(
-            backend=Recorder(backend, types.SimpleNamespace(write=len, flush=lambda: None)),
-            session_id="s",
-            owner=sandrail.AgentOwner(agent_id="a"),
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-        )
+        recorded = _port(Recorder(backend, types.SimpleNamespace(write=len, flush=lambda: None)))
         assert recorded.settings.allow_internet_access is allowed
         with pytest.raises(ValueError, match="disagrees with the backend"):
-            sandrail.command_tools(
-                backend=backend,
-                session_id="s",
-                owner=sandrail.AgentOwner(agent_id="a"),
-                authorize=lambda request: sandrail.ALLOW,
-                assert_authority=lambda request: True,
-                allow_internet_access=not allowed,
-            )
+            _port(backend, allow_internet_access=not allowed)
 
 
 def test_a_backend_that_states_no_internet_access_reports_the_ports_option() -> None:

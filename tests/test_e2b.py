@@ -33,6 +33,7 @@ from sandrail.core._effects import (
     Inspect,
     Publish,
     Published,
+    SandboxPhase,
     SandboxReady,
     SandboxState,
     Start,
@@ -114,28 +115,27 @@ def test_ensure_is_idempotent_per_session_and_a_restarted_harness_finds_it(
     assert record.idempotency_key is not None
 
 
+def _e2b_state(sandbox_id: str | None, phase: SandboxPhase) -> SandboxState:
+    """What an E2B backend's ``Inspect`` answers: isolated, in its own words."""
+    return SandboxState(
+        sandbox_id=sandbox_id,
+        phase=phase,
+        backend="e2b",
+        isolated=True,
+        boundary=E2BBackend.boundary,
+    )
+
+
 def test_inspect_creates_nothing(server: LocalE2B, backend: E2BBackend) -> None:
     session = new_session()
     before = len(server.truth().sandboxes)
     state = run(backend(Inspect(session_id=session, owner_key="o1")))
-    assert state == SandboxState(
-        sandbox_id=None,
-        phase="absent",
-        backend="e2b",
-        isolated=True,
-        boundary=E2BBackend.boundary,
-    )
+    assert state == _e2b_state(None, "absent")
     assert len(server.truth().sandboxes) == before
     sandbox_id = ensure(backend, session)
     with E2BBackend(**server.sdk_options) as other:
         state = run(other(Inspect(session_id=session, owner_key="o1")))
-    assert state == SandboxState(
-        sandbox_id=sandbox_id,
-        phase="ready",
-        backend="e2b",
-        isolated=True,
-        boundary=E2BBackend.boundary,
-    )
+    assert state == _e2b_state(sandbox_id, "ready")
 
 
 def test_lifetime_is_refreshed_and_deadlines_capped_below_it(server: LocalE2B) -> None:

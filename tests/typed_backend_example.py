@@ -7,23 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandrail.core import (
-    Cancel,
-    CommandState,
-    Delivery,
-    Effect,
-    EffectFailure,
-    Ensure,
-    Inspect,
-    Outcome,
-    OutputChunk,
-    Publish,
-    Read,
-    SandboxReady,
-    SandboxState,
-    Start,
-    Wait,
-)
+from sandrail import core
 from sandrail.interpreters.launcher import Box, Launcher, Transport, launcher_missing
 from sandrail.testing import (
     SCRIPTS,
@@ -50,10 +34,10 @@ class ShellTransport:
     def exit_status(self, exc: BaseException) -> tuple[int, str] | None:
         return None
 
-    def classify(self, exc: BaseException, what: str) -> EffectFailure:
+    def classify(self, exc: BaseException, what: str) -> core.EffectFailure:
         if isinstance(exc, ConnectionRefusedError) or launcher_missing(self.exit_status(exc)):
-            return EffectFailure(Delivery.NOT_SENT, f"{what}: not sent")
-        return EffectFailure(Delivery.MAYBE_SENT, f"{what}: maybe sent")
+            return core.EffectFailure(core.Delivery.NOT_SENT, f"{what}: not sent")
+        return core.EffectFailure(core.Delivery.MAYBE_SENT, f"{what}: maybe sent")
 
 
 class ShellBackend:
@@ -74,27 +58,27 @@ class ShellBackend:
     async def _box(self, sandbox_id: str) -> Box:
         return self.boxes[sandbox_id]
 
-    async def __call__(self, effect: Effect) -> Outcome:
-        if isinstance(effect, Inspect):
-            return SandboxState(
+    async def __call__(self, effect: core.Effect) -> core.Outcome:
+        if isinstance(effect, core.Inspect):
+            return core.SandboxState(
                 sandbox_id=None, phase="absent", backend="shell", isolated=True, boundary="-"
             )
-        if isinstance(effect, Ensure):
-            return SandboxReady(sandbox_id="s", ledger_epoch=None, backend="shell")
-        if isinstance(effect, Publish | Start | Wait | Read | Cancel):
+        if isinstance(effect, core.Ensure):
+            return core.SandboxReady(sandbox_id="s", ledger_epoch=None, backend="shell")
+        if isinstance(effect, core.Publish | core.Start | core.Wait | core.Read | core.Cancel):
             cached = self.launcher.cached(effect)
             if cached is not None:
                 return cached
             return await self.launcher.answer(effect)
-        raise EffectFailure(Delivery.NOT_SENT, "not a sandbox effect")
+        raise core.EffectFailure(core.Delivery.NOT_SENT, "not a sandbox effect")
 
-    def waited(self, effect: Wait) -> CommandState | None:
+    def waited(self, effect: core.Wait) -> core.CommandState | None:
         return self.launcher.cached(effect)
 
-    def read(self, effect: Read) -> OutputChunk | None:
+    def read(self, effect: core.Read) -> core.OutputChunk | None:
         return self.launcher.cached(effect)
 
-    def never_cached(self, effect: Start) -> None:
+    def never_cached(self, effect: core.Start) -> None:
         return self.launcher.cached(effect)
 
 

@@ -185,8 +185,12 @@ class FaultyBackend:
 
         return act
 
-    def _fault_for(self, effect: Effect) -> Fault | None:
-        name = type(effect).__name__
+    def _effect_name(self, effect: Any) -> str:
+        """The name a fault plan knows ``effect`` by (its type's)."""
+        return type(effect).__name__
+
+    def _fault_for(self, effect: Any) -> Fault | None:
+        name = self._effect_name(effect)
         occurrence = self._received.get(name, 0)
         self._received[name] = occurrence + 1
         fault = self.plan.lookup(name, occurrence)

@@ -30,7 +30,7 @@ import attrs
 
 from sandrail.core import EffectFailure
 from sandrail.interpreters.launcher import Transport
-from sandrail.interpreters.simulator import Fault, FaultPlan, SimulatedHarness
+from sandrail.interpreters.simulator import FaultPlan, SimulatedHarness
 
 from ._faults import FaultyBackend
 from ._truth import Target
@@ -122,14 +122,9 @@ class FaultyTransport(FaultyBackend):
             call.sandbox, call.line, timeout=call.timeout, request_timeout=call.request_timeout
         )
 
-    def _fault_for(self, effect: Any) -> Fault | None:
-        name = effect.effect if isinstance(effect, TransportCall) else type(effect).__name__
-        occurrence = self._received.get(name, 0)
-        self._received[name] = occurrence + 1
-        fault = self.plan.lookup(name, occurrence)
-        if fault is not None:
-            self.faults_fired.append(fault)
-        return fault
+    def _effect_name(self, effect: Any) -> str:
+        """A transport call is known by the effect it serves."""
+        return effect.effect if isinstance(effect, TransportCall) else type(effect).__name__
 
     # -- the Transport ----------------------------------------------------------------
 
