@@ -140,28 +140,30 @@ def test_a_launcher_line_is_the_decisive_call_of_its_effect(line: str, effect: s
     assert effect_of(line) == effect
 
 
-def test_a_lost_answer_on_the_transport_reaches_the_sandbox_and_says_maybe_sent() -> None:
+def _strike_start(kind: FaultKind) -> tuple[_Answering, FaultyTransport, EffectFailure]:
+    """A transport whose first Start line meets ``kind``: the transport
+    under it, the struck transport and the failure it raised."""
     inner = _Answering()
-    plan = FaultPlan([Fault(effect="Start", kind=FaultKind.RESPONSE_LOST)])
-    transport = FaultyTransport(inner, plan)
+    transport = FaultyTransport(inner, FaultPlan([Fault(effect="Start", kind=kind)]))
     with pytest.raises(EffectFailure) as struck:
         _run(transport, _START_LINE)
+    return inner, transport, struck.value
+
+
+def test_a_lost_answer_on_the_transport_reaches_the_sandbox_and_says_maybe_sent() -> None:
+    inner, transport, struck = _strike_start(FaultKind.RESPONSE_LOST)
     assert inner.lines == [_START_LINE]  # the table's row: applied, then the answer lost
-    failure = transport.classify(struck.value, "Start")
+    failure = transport.classify(struck, "Start")
     assert (failure.delivery, failure.detail) == (Delivery.MAYBE_SENT, "Start: response lost")
-    assert transport.exit_status(struck.value) is None
+    assert transport.exit_status(struck) is None
     assert _run(transport, _START_LINE) == "answer"  # occurrence 1: no fault
     assert [fault.kind for fault in transport.faults_fired] == [FaultKind.RESPONSE_LOST]
 
 
 def test_an_undelivered_request_on_the_transport_never_reaches_the_sandbox() -> None:
-    inner = _Answering()
-    plan = FaultPlan([Fault(effect="Start", kind=FaultKind.NOT_DELIVERED)])
-    transport = FaultyTransport(inner, plan)
-    with pytest.raises(EffectFailure) as struck:
-        _run(transport, _START_LINE)
+    inner, transport, struck = _strike_start(FaultKind.NOT_DELIVERED)
     assert inner.lines == []
-    assert transport.classify(struck.value, "Start").delivery is Delivery.NOT_SENT
+    assert transport.classify(struck, "Start").delivery is Delivery.NOT_SENT
     assert transport.classify(ConnectionError(), "Start").detail == "Start: refused"  # its own
 
 
