@@ -24,6 +24,7 @@ import e2b
 import pytest
 
 import sandrail
+from sandrail.core import SandboxPhase
 from sandrail.core._effects import (
     Cancel,
     CancelRequested,
@@ -33,7 +34,6 @@ from sandrail.core._effects import (
     Inspect,
     Publish,
     Published,
-    SandboxPhase,
     SandboxReady,
     SandboxState,
     Start,

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sandrail.core import SandboxPhase
 from sandrail.core._effects import (
     Allow,
     ApprovalRequired,
@@ -142,28 +143,27 @@ def request(arguments: Mapping[str, Any] | None = None) -> ToolRequest:
 # Sandboxes
 
 
-def test_ensure_is_idempotent_per_session_and_owner() -> None:
-    sim = Simulator()
-    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == SandboxState(
-        sandbox_id=None,
-        phase="absent",
+def _sim_state(sandbox_id: str | None, phase: SandboxPhase) -> SandboxState:
+    """What the simulator's ``Inspect`` answers: not isolated, in its own words."""
+    return SandboxState(
+        sandbox_id=sandbox_id,
+        phase=phase,
         backend="simulator",
         isolated=False,
         boundary=Simulator.boundary,
     )
+
+
+def test_ensure_is_idempotent_per_session_and_owner() -> None:
+    sim = Simulator()
+    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == _sim_state(None, "absent")
     first = ensure(sim)
     assert ensure(sim) == first
     other = ensure(sim, session="session-2")
     assert other != first
     assert [first, other] == ["sbx-1", "sbx-2"]
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,128}", sid) for sid in (first, other))
-    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == SandboxState(
-        sandbox_id=first,
-        phase="ready",
-        backend="simulator",
-        isolated=False,
-        boundary=Simulator.boundary,
-    )
+    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == _sim_state(first, "ready")
 
 
 def test_effects_take_latency_and_wait_none_when_done() -> None:
@@ -701,13 +701,7 @@ def test_fault_delivered_late_applies_at_the_next_effect(when: When) -> None:
     assert sim.applied == []
     # The next effect, even a read-only one, lets the held request arrive first.
     state = sim(Inspect(session_id=SESSION, owner_key=OWNER))
-    assert state == SandboxState(
-        sandbox_id="sbx-1",
-        phase="ready",
-        backend="simulator",
-        isolated=False,
-        boundary=Simulator.boundary,
-    )
+    assert state == _sim_state("sbx-1", "ready")
     assert sim.late_deliveries == [
         (
             Ensure(session_id=SESSION, owner_key=OWNER),
@@ -814,13 +808,7 @@ def test_c2_fault_sandbox_dies_and_stays_gone(when: When) -> None:
         )
         == gone
     )
-    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == SandboxState(
-        sandbox_id=box,
-        phase="closed",
-        backend="simulator",
-        isolated=False,
-        boundary=Simulator.boundary,
-    )
+    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == _sim_state(box, "closed")
     assert sim.launches == ({TASK: 1} if when == "after" else {})
 
 
