@@ -322,3 +322,81 @@ def test_c8_a_confirmation_moved_to_another_calls_request_runs_nothing(edit: str
     ran = [r.get("command") for r in responses_sent(run.model) if r.get("status") == "ok"]
     assert ran == ([] if edit != "none" else ["rm -rf /tmp/staging"])
     assert launches(tools) == (0 if edit != "none" else 1)
+
+
+def _answers(*given: tuple[Any, bool]) -> Any:
+    """One user message answering several confirmation requests at once."""
+    parts = [part for call, confirmed in given for part in answer(call, confirmed).parts or ()]
+    return type(answer(given[0][0], True))(role="user", parts=parts)
+
+
+@pytest.mark.parametrize("rejected", ["c1", "c2"])
+@pytest.mark.parametrize("together", [True, False], ids=["one_message", "two_messages"])
+def test_c2_c8_two_identical_calls_of_one_turn_are_two_decisions(
+    rejected: str, together: bool
+) -> None:
+    """One model response makes the same call twice (``c1`` and ``c2``, the
+    same command); the person confirms one and rejects the other, in one
+    message or two. Each function call is its own call: the confirmed one
+    runs once under its own key, the rejected one reads ``approval_rejected``
+    (nothing ran), never the other's run."""
+    approved = "c2" if rejected == "c1" else "c1"
+    tools = toolset(authorize=asks_for_rm)
+    twice = [run_command("rm -rf /tmp/x", "c1"), run_command("rm -rf /tmp/x", "c2")]
+    run = _Run(tools, [twice, "ok", "ok", "ok"])
+    asked = {
+        call.args["originalFunctionCall"]["id"]: call
+        for call in confirmation_calls(run.send(text("go")))
+    }
+    keys = {c: asked[c].args["toolConfirmation"]["payload"]["operation_key"] for c in asked}
+    assert keys["c1"] != keys["c2"]
+    if together:
+        run.send(_answers((asked[approved], True), (asked[rejected], False)))
+    else:
+        run.send(answer(asked[approved], True))
+        run.send(answer(asked[rejected], False))
+    sent = responses_sent(run.model)
+    told = {result["call_id"]: result for result in sent if "call_id" in result}
+    ok = [r for r in sent if r.get("status") == "ok"]
+    assert [r["operation_key"] for r in ok] == [keys[approved]]
+    assert (told[rejected]["error_type"], told[rejected]["executed"]) == (
+        ErrorCode.APPROVAL_REJECTED.value,
+        False,
+    )
+    assert told[rejected]["operation_key"] == keys[rejected]
+    assert launches(tools) == 1
+
+
+def test_c2_two_identical_calls_of_one_turn_both_confirmed_run_twice() -> None:
+    """Both of two identical calls of one model response confirmed: two
+    calls, two launches, each under its own key (a repeat of an unsettled
+    call is a call of a later turn)."""
+    tools = toolset(authorize=asks_for_rm)
+    twice = [run_command("rm -rf /tmp/x", "c1"), run_command("rm -rf /tmp/x", "c2")]
+    run = _Run(tools, [twice, "ok", "ok"])
+    first, second = confirmation_calls(run.send(text("go")))
+    run.send(_answers((first, True), (second, True)))
+    ok = [r for r in responses_sent(run.model) if r.get("status") == "ok"]
+    assert len({r["operation_key"] for r in ok}) == 2
+    assert all(r["deduplicated"] is False for r in ok)
+    assert launches(tools) == 2
+
+
+def test_c8_a_rejected_command_made_again_in_a_later_turn_is_asked_again() -> None:
+    """A person rejected ``c1``; in a later invocation the model makes the
+    same command again as ``c2``. Nothing of ``c1`` ran, so ``c2`` is a new
+    call and a new question: the person is asked, never answered by the
+    earlier rejection."""
+    tools = toolset(authorize=asks_for_rm)
+    run = _Run(
+        tools,
+        [[run_command("rm -rf /tmp/x", "c1")], "ok", [run_command("rm -rf /tmp/x", "c2")], "ok"],
+    )
+    (first,) = confirmation_calls(run.send(text("go")))
+    run.send(answer(first, False))
+    (again,) = confirmation_calls(run.send(text("try again")))
+    assert again.args["originalFunctionCall"]["id"] == "c2"
+    run.send(answer(again, True))
+    ok = [r for r in responses_sent(run.model) if r.get("status") == "ok"]
+    assert [r["call_id"] for r in ok] == ["c2"]
+    assert launches(tools) == 1

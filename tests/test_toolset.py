@@ -1010,3 +1010,44 @@ def test_c2_c8_an_identical_call_of_the_same_turn_is_its_own_call() -> None:
         tools.call_sync(
             "run_command", {"command": "x"}, call_id="c3", operation_key="run-1:c3", turn=" "
         )
+
+
+def _repeat_of(tools: sandrail.Toolset, call_id: str, turn: str, **extra: Any) -> Any:
+    return tools.call_sync(
+        "run_command",
+        {"command": "echo same"},
+        call_id=call_id,
+        operation_key=f"run-1:{call_id}",
+        reconcile_repeats=True,
+        run_id="run-1",
+        turn=turn,
+        **extra,
+    )
+
+
+def test_c8_a_call_a_person_rejected_settles_so_a_later_identical_call_is_asked_anew() -> None:
+    """A rejection that ran nothing settles its call: the same call made
+    again in a later turn (a new call id) is a new call under its own key,
+    asked about anew, and runs once when approved."""
+    tools = toolset(authorize=_asks)
+    assert _repeat_of(tools, "c1", "message-1").status == "approval_required"
+    rejected = tools.rejection("no", name="run_command", call_id="c1", operation_key="run-1:c1")
+    assert rejected.content["executed"] is False
+    assert _repeat_of(tools, "c2", "message-2").status == "approval_required"
+    ran = _repeat_of(tools, "c2", "message-2", approved=True)
+    assert (ran.status, ran.content["operation_key"]) == ("ok", "run-1:c2")
+    assert ran.content["deduplicated"] is False
+    assert launches(tools) == 1
+
+
+def test_c2_a_call_still_waiting_for_a_person_is_the_one_a_later_repeat_runs_as() -> None:
+    """Unrejected, the call waiting for a person stays unsettled: its repeat
+    in a later turn runs under its key (approved, one launch, and the first
+    call's own approval then reads that launch)."""
+    tools = toolset(authorize=_asks)
+    assert _repeat_of(tools, "c1", "message-1").status == "approval_required"
+    ran = _repeat_of(tools, "c2", "message-2", approved=True)
+    assert (ran.status, ran.content["operation_key"]) == ("ok", "run-1:c1")
+    first = _repeat_of(tools, "c1", "message-1", approved=True)
+    assert (first.status, first.content["deduplicated"]) == ("ok", True)
+    assert launches(tools) == 1
