@@ -127,7 +127,9 @@ class Transport(Protocol):
         """The failure of the decisive call of the effect ``what`` that
         raised ``exc``: ``not_sent`` only when the request surely did not
         leave (a refused connection, the launcher's refusal, a missing
-        launcher), ``maybe_sent`` otherwise."""
+        launcher), ``maybe_sent`` otherwise. The kit's faults never reach
+        it; :func:`sandrail.testing.check_transport` checks it on a live
+        sandbox (``docs/howto/test-your-harness.md``)."""
 
 
 LauncherEffect = Publish | Start | Wait | Read | Cancel
