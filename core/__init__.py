@@ -58,6 +58,7 @@ from ._effects import (
     MAX_BOUNDARY_CHARS,
     SANDBOX_EFFECTS,
     SIDE_EFFECTS,
+    STAGING_DIRECTORY,
     TERMINAL_STATUSES,
     Allow,
     AppendArtifact,
@@ -100,6 +101,7 @@ from ._effects import (
     Wait,
     WriteArtifact,
     check_backend_label,
+    staged_suffix,
     unexpected_failure,
 )
 from ._env import (
@@ -239,6 +241,7 @@ __all__ = [
     "SHELL_OWNED_ENV_NAMES",
     "SHRINKABLE_FIELDS",
     "SIDE_EFFECTS",
+    "STAGING_DIRECTORY",
     "TASK_ID_PATTERN",
     "TERMINAL_STATUSES",
     "TOOLS",
@@ -383,6 +386,7 @@ __all__ = [
     "shown_arguments",
     "shown_by",
     "snapshot_request",
+    "staged_suffix",
     "stated_schema",
     "task_id",
     "tool_program",

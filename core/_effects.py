@@ -47,6 +47,7 @@ __all__ = [
     "MAX_BOUNDARY_CHARS",
     "SANDBOX_EFFECTS",
     "SIDE_EFFECTS",
+    "STAGING_DIRECTORY",
     "TERMINAL_STATUSES",
     "Allow",
     "AppendArtifact",
@@ -89,6 +90,7 @@ __all__ = [
     "Wait",
     "WriteArtifact",
     "check_backend_label",
+    "staged_suffix",
     "unexpected_failure",
 ]
 
@@ -593,6 +595,24 @@ class Publish:
     task_id: str
     path: str
     source: str
+
+
+STAGING_DIRECTORY: Final = "/tmp/sandrail/code/"
+"""Where a launch stages the file it runs (:class:`Publish`)."""
+_STAGING_PATH: Final = re.compile(r"/tmp/sandrail/code/([0-9a-f]{64})\.([a-z]{1,8})")
+
+
+def staged_suffix(effect: Publish) -> str:
+    """The suffix of ``effect``'s path (``py`` for ``….py``) when the path is
+    its own task's staging path, ``/tmp/sandrail/code/<task id>.<suffix>``
+    (the effect's own ``task_id``, a suffix of 1 to 8 of ``a-z``): the one
+    form every backend accepts, so a tool staging anywhere else fails on the
+    simulator as it does on the launcher. Raises :class:`EffectFailure`
+    (``NOT_SENT``: nothing was written) for any other path."""
+    match = _STAGING_PATH.fullmatch(effect.path)
+    if match is None or match.group(1) != effect.task_id:
+        raise EffectFailure(Delivery.NOT_SENT, "Publish: the snippet path is not sandrail's")
+    return match.group(2)
 
 
 @attrs.frozen(kw_only=True)

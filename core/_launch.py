@@ -20,6 +20,7 @@ from ._collect import collect_output
 from ._contents import FOLLOW_BACKGROUND, _launch_content
 from ._definitions import LANGUAGES, resolve_language
 from ._effects import (
+    STAGING_DIRECTORY,
     TERMINAL_STATUSES,
     CommandState,
     Effect,
@@ -90,7 +91,7 @@ def _snippet(call: CallState, wanted: str, timeout_seconds: int) -> _Launch:
     assert language is not None
     suffix, runner = LANGUAGES[language]
     # The only variable in this shell text is the validated task id (C16).
-    path = f"/tmp/sandrail/code/{wanted}{suffix}"
+    path = f"{STAGING_DIRECTORY}{wanted}{suffix}"
     return _Launch(
         task_id=wanted,
         command=f"{runner} {path}",

@@ -57,6 +57,7 @@ from sandrail.core import (
     Started,
     StartRefused,
     Wait,
+    staged_suffix,
 )
 
 from ._launcher_answers import Malformed, RawRead, chunk_of, parse_cancel, parse_read, parse_start
@@ -80,7 +81,6 @@ __all__ = [
 ]
 
 _TASK_ID = re.compile(r"[0-9a-f]{64}")
-_SNIPPET_PATH = re.compile(r"/tmp/sandrail/code/([0-9a-f]{64})\.([a-z]{1,8})")
 _MIN_READ_BYTES: Final = 4
 _READ_CAP_BYTES: Final = 4 * 1024 * 1024
 """At most this much of each stream per round trip; a bigger read returns
@@ -127,7 +127,9 @@ class Transport(Protocol):
         """The failure of the decisive call of the effect ``what`` that
         raised ``exc``: ``not_sent`` only when the request surely did not
         leave (a refused connection, the launcher's refusal, a missing
-        launcher), ``maybe_sent`` otherwise."""
+        launcher), ``maybe_sent`` otherwise. The kit's faults never reach
+        it; :func:`sandrail.testing.check_transport` checks it on a live
+        sandbox (``docs/howto/test-your-harness.md``)."""
 
 
 LauncherEffect = Publish | Start | Wait | Read | Cancel
@@ -203,15 +205,13 @@ class Launcher:
     async def publish(self, effect: Publish) -> Published | StartRefused:
         """Write the snippet file of ``effect`` (``publish_conflict`` for
         other source already there)."""
-        match = _SNIPPET_PATH.fullmatch(effect.path)
-        if match is None or match.group(1) != effect.task_id:
-            raise EffectFailure(Delivery.NOT_SENT, "Publish: the snippet path is not sandrail's")
+        suffix = staged_suffix(effect)
         box = await self._box(effect.sandbox_id)
         answer = await self.calls.staged_call(
             box,
             effect.task_id,
             [("source", utf8(effect.source))],
-            f"publish {match.group(2)}",
+            f"publish {suffix}",
             "Publish",
         )
         line = answer.strip()

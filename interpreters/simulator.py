@@ -29,6 +29,10 @@ Semantics
 - **Publish** writes the source with mode 0600; the same source again is
   ``Published`` again, other source is ``StartRefused("publish_conflict")``;
   once the task is claimed, ``Published`` (its start answers from the claim).
+  A path other than the task's own staging path
+  (``/tmp/sandrail/code/<task id>.<suffix>``) fails ``NOT_SENT``, by the
+  launcher's own rule (:func:`~sandrail.core.staged_suffix`), so a tool
+  staging anywhere else fails here as it would on a launcher backend.
 - **Start** answers a retry from its claim first (C2): a claimed task id
   with the same digest is ``Started(first_launch=False)`` with the first
   launch's state now, whatever the start's fence (a retry launches
@@ -143,6 +147,7 @@ from sandrail.core import (
     ToolRequest,
     Wait,
     claim_verdict,
+    staged_suffix,
 )
 
 from ._cancel import CancelToken
@@ -474,6 +479,7 @@ class Simulator:
         )
 
     def _publish(self, effect: Publish) -> Published | StartRefused:
+        staged_suffix(effect)  # the launcher's own rule: the task's staging path only
         box = self._box(effect.sandbox_id)
         if effect.task_id in box.tasks:
             return Published(path=effect.path)  # claimed: the start answers from the claim

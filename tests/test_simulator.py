@@ -3,10 +3,11 @@ ground truth it keeps, and every fault kind of its fault plans."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pytest
 from hypothesis import given
@@ -41,6 +42,7 @@ from sandrail.core._effects import (
     WriteArtifact,
 )
 from sandrail.core._requests import ToolCall, ToolRequest
+from sandrail.interpreters.launcher import Box, Launcher, Transport
 from sandrail.interpreters.simulator import (
     NOT_EMULATED,
     Chunk,
@@ -222,21 +224,74 @@ def test_unknown_task_reads_as_unknown() -> None:
 def test_c16_publish_writes_0600_and_is_idempotent() -> None:
     sim = Simulator()
     box = ensure(sim)
-    publish = Publish(sandbox_id=box, task_id=TASK, path="/tmp/t/snippet.py", source="print(1)")
-    assert sim(publish) == Published(path="/tmp/t/snippet.py")
-    assert sim(publish) == Published(path="/tmp/t/snippet.py")
-    assert sim.files(box) == {"/tmp/t/snippet.py": SandboxFile(source="print(1)", mode=0o600)}
-    other = Publish(sandbox_id=box, task_id=TASK, path="/tmp/t/snippet.py", source="print(2)")
+    path = f"/tmp/sandrail/code/{TASK}.py"
+    publish = Publish(sandbox_id=box, task_id=TASK, path=path, source="print(1)")
+    assert sim(publish) == Published(path=path)
+    assert sim(publish) == Published(path=path)
+    assert sim.files(box) == {path: SandboxFile(source="print(1)", mode=0o600)}
+    other = Publish(sandbox_id=box, task_id=TASK, path=path, source="print(2)")
     assert sim(other) == StartRefused(reason="publish_conflict")
-    assert sim.files(box)["/tmp/t/snippet.py"].source == "print(1)"
+    assert sim.files(box)[path].source == "print(1)"
     assert sim.files("sbx-404") == {}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/tmp/t/snippet.py",
+        f"/tmp/sandrail/code/{OTHER_TASK}.py",
+        f"/tmp/sandrail/code/{TASK}.txt.py",
+        f"/tmp/sandrail/code/{TASK}.PY",
+        f"/tmp/sandrail/code/{TASK}.abcdefghi",
+        f"/tmp/sandrail/code/{TASK}",
+        f"/tmp/sandrail/code/../{TASK}.py",
+    ],
+)
+def test_c16_publish_refuses_a_path_the_launcher_refuses(path: str) -> None:
+    """Only the task's own staging path is written, as on the launcher: a
+    tool staging elsewhere fails on the simulator too, not only on E2B."""
+    sim = Simulator()
+    box = ensure(sim)
+    effect = Publish(sandbox_id=box, task_id=TASK, path=path, source="print(1)")
+    expected = EffectFailure(Delivery.NOT_SENT, "Publish: the snippet path is not sandrail's")
+    with pytest.raises(EffectFailure) as simulated:
+        sim(effect)
+    assert simulated.value == expected
+    assert sim.files(box) == {}
+    with pytest.raises(EffectFailure) as launched:
+        asyncio.run(_unreachable_launcher().publish(effect))
+    assert launched.value == expected
+
+
+def _unreachable_launcher() -> Launcher:
+    """A launcher whose transport and sandboxes must never be reached."""
+
+    async def box(sandbox_id: str) -> Box:
+        raise AssertionError(f"reached sandbox {sandbox_id}")
+
+    return Launcher(
+        cast(Transport, object()),
+        request_timeout=1.0,
+        box=box,
+        ledger_key=lambda: b"k" * 32,
+        max_command_seconds=lambda: 60,
+        note_gone=lambda sandbox_id, exc: None,
+        is_dead=lambda sandbox_id: False,
+    )
 
 
 def test_snippet_runs_the_script_of_its_published_source() -> None:
     sim = Simulator(scripts={"print('hé')": Script.prints("hé\n")})
     box = ensure(sim)
-    path = f"/tmp/sandrail/{TASK}/snippet.py"
-    sim(Publish(sandbox_id=box, task_id=TASK, path="/tmp/other.py", source="unscripted"))
+    path = f"/tmp/sandrail/code/{TASK}.py"
+    sim(
+        Publish(
+            sandbox_id=box,
+            task_id=OTHER_TASK,
+            path=f"/tmp/sandrail/code/{OTHER_TASK}.py",
+            source="unscripted",
+        )
+    )
     sim(Publish(sandbox_id=box, task_id=TASK, path=path, source="print('hé')"))
     started(sim, start_effect(box, command=f"python3 {path}"))
     assert read(sim, box).stdout == "hé\n"

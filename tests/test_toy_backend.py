@@ -6,13 +6,16 @@ does. What "add a backend" costs: that one file."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import httpx
 import pytest
 
 import sandrail
+from sandrail.core import Delivery, EffectFailure
+from sandrail.interpreters.launcher import Transport
 from sandrail.local_e2b import LocalE2B
-from sandrail.testing import Strike, Target
+from sandrail.testing import Strike, Target, check_transport
 from sandrail.testing.conformance import BackendConformance
 from tests.e2b_world import needs_root, server_fixture
 from tests.toy_backend import BOUNDARY, LABEL, ToyShellBackend, toy_target
@@ -84,3 +87,57 @@ class TestToyTransportUnderFaults(BackendConformance):
 
     def make_target(self, strike: Strike) -> Target:
         return toy_target(self.server, strike)
+
+
+class _NotSent:
+    """A transport whose ``classify`` says ``not_sent`` for every failure
+    (``timeouts_only``: for a timed-out line only), the rest its own."""
+
+    def __init__(self, transport: Transport, *, timeouts_only: bool) -> None:
+        self._transport = transport
+        self._timeouts_only = timeouts_only
+
+    async def run(self, sandbox: Any, line: str, *, timeout: float, request_timeout: float) -> str:
+        return await self._transport.run(
+            sandbox, line, timeout=timeout, request_timeout=request_timeout
+        )
+
+    async def write_files(
+        self, sandbox: Any, files: list[tuple[str, bytes]], *, request_timeout: float
+    ) -> None:
+        await self._transport.write_files(sandbox, files, request_timeout=request_timeout)
+
+    def exit_status(self, exc: BaseException) -> tuple[int, str] | None:
+        return self._transport.exit_status(exc)
+
+    def classify(self, exc: BaseException, what: str) -> EffectFailure:
+        if not self._timeouts_only or isinstance(exc, TimeoutError | httpx.TimeoutException):
+            return EffectFailure(Delivery.NOT_SENT, f"{what}: not sent")
+        return self._transport.classify(exc, what)
+
+
+@needs_root
+def test_check_transport_passes_the_toy_transport(server: LocalE2B) -> None:
+    """The toy's own failure table answers every probe right."""
+    assert check_transport(lambda strike: toy_target(server, strike)) == []
+
+
+@needs_root
+@pytest.mark.parametrize("timeouts_only", [False, True])
+def test_check_transport_fails_a_transport_that_calls_a_timeout_not_sent(
+    server: LocalE2B, timeouts_only: bool
+) -> None:
+    """A line that timed out after it started is ``maybe_sent``: a transport
+    calling it ``not_sent`` would have the launcher start a task again. The
+    scenarios and the campaign strike their faults above ``classify`` and
+    pass such a transport; this check does not."""
+
+    def lying(strike: Strike) -> Target:
+        return toy_target(
+            server, lambda transport: strike(_NotSent(transport, timeouts_only=timeouts_only))
+        )
+
+    problems = check_transport(lying)
+    assert problems is not None
+    assert any("timed out after the line had started" in problem for problem in problems), problems
+    assert any("`echo ran; exit 5`" in problem for problem in problems) is not timeouts_only

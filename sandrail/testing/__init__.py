@@ -56,6 +56,7 @@ from ._judge import (
 )
 from ._marks import MarkedBackend, MarkedLaunches
 from ._transport_faults import FaultyTransport, TransportCall
+from ._transport_probe import ProbedTransport, check_transport, failure_table_problems
 from ._truth import GroundTruth, Strike, Target, TargetFactory
 from ._world import World
 from ._world_ports import WatchedToolset
@@ -92,6 +93,7 @@ __all__ = [
     "MarkedBackend",
     "MarkedLaunches",
     "PlanFailure",
+    "ProbedTransport",
     "Script",
     "SimulatedHarness",
     "Simulator",
@@ -104,6 +106,8 @@ __all__ = [
     "WatchedToolset",
     "World",
     "check_backend",
+    "check_transport",
+    "failure_table_problems",
     "judge",
     "native_identity",
     "run_scenario",

@@ -41,6 +41,7 @@ from ._faults import TRANSIENT_KINDS, FaultyBackend
 from ._judge import Violation
 from ._plans import single_fault_plans, workloads
 from ._scenarios import SCENARIOS, Scenario
+from ._transport_probe import check_transport
 from ._truth import Target, TargetFactory, takes_strike
 from ._world import World
 
@@ -273,6 +274,20 @@ class BackendConformance:
             require_decisive=self.require_decisive,
         )
         assert report.passed, report.summary()
+
+    def test_transport_failure_table(self) -> None:
+        """The launcher transport ``make_target`` strikes answers real
+        failures right: the launcher's refusal and a missing launcher
+        ``not_sent``, a line that ran or timed out ``maybe_sent``
+        (:func:`~sandrail.testing.check_transport`; the campaign's faults are
+        struck above the transport's ``classify`` and never test it).
+        Skipped for a target that strikes no launcher transport."""
+        problems = check_transport(self.make_target)
+        if problems is None:
+            import pytest
+
+            pytest.skip("make_target strikes no launcher Transport")
+        assert not problems, "the transport's failure table:\n" + "\n".join(problems)
 
     def check_scenario(self, scenario: Scenario, owner: Mode, world: World) -> None:
         """Called after each scenario passed, with its (closed) world, whose
