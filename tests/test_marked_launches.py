@@ -131,3 +131,22 @@ def test_an_asynchronous_backend_stays_asynchronous_when_marked() -> None:
     assert started.command.startswith(f"mark {truth.prefix}.")
     ensure = Ensure(session_id="s", owner_key="o")
     assert asyncio.run(backend(ensure)) is ensure
+
+
+def test_a_target_factory_whose_strike_has_a_default_is_given_the_kits_faults() -> None:
+    """``make_target(strike=None)`` takes the kit's faults where its backend
+    meets its world; a factory with only other defaulted parameters, or
+    none, gets them in front of the whole backend."""
+    from sandrail.testing._truth import takes_strike
+
+    def defaulted(strike: Any = None) -> Any: ...
+    def required(strike: Any) -> Any: ...
+    def other(scripts: Any = None) -> Any: ...
+    def bare() -> Any: ...
+
+    assert [takes_strike(f) for f in (defaulted, required, other, bare)] == [
+        True,
+        True,
+        False,
+        False,
+    ]

@@ -111,12 +111,16 @@ handling meets them, as a proxy in front of E2B meets network faults."""
 
 
 def takes_strike(factory: Callable[..., Any]) -> bool:
-    """Whether a target factory takes the ``strike`` parameter."""
+    """Whether a target factory takes the ``strike`` parameter: a required
+    positional parameter, or one named ``strike`` even with a default (a
+    ``make_target(strike=None)`` is given the kit's faults where its backend
+    meets its world, not only in front of the whole backend)."""
     try:
         parameters = inspect.signature(factory).parameters.values()
     except (TypeError, ValueError):
         return False
     return any(
-        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        and (p.default is p.empty or p.name == "strike")
         for p in parameters
     )
