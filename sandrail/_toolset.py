@@ -55,10 +55,7 @@ as the port reads them (a ``timeout`` of ``null`` is the default it stands
 for). Once a result of
 the earlier call's own task (``ok``, or an ``error`` naming its
 ``task_id``) was returned for that key, the next identical call is a new
-call and runs anew, and so does one after a person rejected the earlier
-call while nothing of it ran (a new question; a rejection answered
-``uncertain``, an approval elsewhere having come first, leaves it
-unsettled); a refusal that ran nothing (a budget too small for the
+call and runs anew; a refusal that ran nothing (a budget too small for the
 repeat's identity, say) leaves it unsettled. Two identical calls in flight
 at once are two calls, and so are two identical calls of one model turn
 (``turn=``: the model made both at once, before it could read either

@@ -358,7 +358,6 @@ class ToolsetApprovals(ToolsetRequests):
                 launch_digest=standing.recorded if standing is not None else None,
             )
         if known is None:
-            self._settle(operation_key)
             return rejected
         definition = self._ports[name].definition(name)
         if arguments is not None:  # a launch of these very arguments (C3)
@@ -366,7 +365,6 @@ class ToolsetApprovals(ToolsetRequests):
             if isinstance(converted, ToolResult) or not alike(
                 known, name, converted, self._masks.secrets
             ):
-                self._settle(operation_key)
                 return rejected
         try:
             identity = self._identity() if callable(self._identity) else self._identity

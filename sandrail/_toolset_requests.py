@@ -153,14 +153,6 @@ class ToolsetRequests:
         )
         return _Prepared(port, request, token, repeat, deadline, asked_key, turn)
 
-    def _settle(self, operation_key: str) -> None:
-        """The calls under ``operation_key`` are settled: a person rejected
-        it and nothing of it ran, so a later identical call is a new call
-        (and a new question), never answered by that rejection."""
-        with self._lock:
-            for repeat in [r for r, held in self._unsettled.items() if held[0] == operation_key]:
-                del self._unsettled[repeat]
-
     def _converted(
         self, definition: ToolDefinition, profile: Profile, arguments: object
     ) -> Mapping[str, Any] | ToolResult:

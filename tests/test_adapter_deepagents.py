@@ -620,27 +620,3 @@ def test_c2_a_forked_turn_reusing_a_tool_call_id_reconciles_with_its_launch() ->
     out = agent.invoke(approve, config)
     assert tool_messages(out["messages"])[-1].content.startswith("deploy\n")
     assert launches(tools) == 1
-
-
-def test_c8_a_rejected_command_executed_again_in_a_later_turn_is_asked_again() -> None:
-    """A person rejected ``e1``; in a later model turn the model runs the
-    same command again as ``e2``. Nothing of ``e1`` ran, so ``e2`` is a new
-    call and a new question: the backend pauses for the person again, and
-    the approved ``e2`` runs once."""
-    tools = toolset(authorize=_asks_for_rm)
-    agent = create_deep_agent(
-        model=scripted([_execute("rm -rf /tmp/x", "e1"), _execute("rm -rf /tmp/x", "e2"), "ok"]),
-        backend=SandrailSandbox(tools),
-        checkpointer=InMemorySaver(),
-    )
-    (first,) = agent.invoke(USER, _thread("again"))["__interrupt__"]
-    again = agent.invoke(
-        Command(resume={first.id: {"type": "reject", "message": "no"}}), _thread("again")
-    )
-    (second,) = again["__interrupt__"]
-    assert ":call:e2:" in second.value["operation_key"]
-    out = agent.invoke(Command(resume={second.id: {"type": "approve"}}), _thread("again"))
-    told = {m.tool_call_id: m for m in tool_messages(out["messages"])}
-    assert json.loads(told["e1"].content)["error_type"] == ErrorCode.APPROVAL_REJECTED.value
-    assert told["e2"].artifact == {"truncated": False, "exit_code": 127}
-    assert launches(tools) == 1

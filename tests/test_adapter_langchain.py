@@ -965,38 +965,3 @@ def test_c5_c2_one_question_resumed_twice_with_contradictory_answers_tells_what_
                 ErrorCode.APPROVAL_REJECTED.value,
                 False,
             )
-
-
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-def test_c8_a_rejected_command_made_again_in_a_later_turn_is_asked_again(
-    asynchronous: bool,
-) -> None:
-    """A person rejected ``c1``; in a later model turn the model makes the
-    same command again as ``c2``. Nothing of ``c1`` ran, so ``c2`` is a new
-    call and a new question: the graph pauses for the person again, and
-    the approved ``c2`` runs once."""
-    tools = toolset(authorize=asks_for_rm)
-    agent = create_agent(
-        scripted(
-            [[run_command("rm -rf /tmp/x", "c1")], [run_command("rm -rf /tmp/x", "c2")], "ok"]
-        ),
-        tools=lc.tools(tools),
-        checkpointer=InMemorySaver(),
-    )
-    config = _thread("rejected-then-again")
-
-    def invoke(value: Any) -> Any:
-        if asynchronous:
-            return asyncio.run(agent.ainvoke(value, config))
-        return agent.invoke(value, config)
-
-    (first,) = invoke(USER)["__interrupt__"]
-    again = invoke(Command(resume={first.id: {"type": "reject", "message": "no"}}))
-    (second,) = again["__interrupt__"]
-    assert second.value["tool_call_id"] == "c2"
-    assert second.value["operation_key"] != first.value["operation_key"]
-    out = invoke(Command(resume={second.id: {"type": "approve"}}))
-    told = {m.tool_call_id: json.loads(m.content) for m in tool_messages(out["messages"])}
-    assert told["c1"]["error_type"] == ErrorCode.APPROVAL_REJECTED.value
-    assert told["c2"]["status"] == "ok"
-    assert launches(tools) == 1

@@ -22,9 +22,7 @@ without one an ``adk-`` id of its own). A tool run outside a session with
 that event (called by hand) is keyed by the running invocation alone. An
 exact repeat of a call left unsettled
 (``uncertain``, or never answered) runs under that call's key and
-reconciles it (see :class:`~sandrail.Toolset`); never one of the same model
-event (its turn): two identical calls of one response are two calls, each
-asked about and decided on its own.
+reconciles it (see :class:`~sandrail.Toolset`).
 
 Approval through ADK's tool confirmation: when the harness's policy answers
 ``ApprovalRequired``, the tool calls ``tool_context.request_confirmation()``
@@ -32,11 +30,11 @@ Approval through ADK's tool confirmation: when the harness's policy answers
 and answers ``approval_required`` (nothing ran). ADK asks the client; the
 client answers with a ``FunctionResponse`` named ``adk_request_confirmation``
 holding ``{"confirmed": true}`` or ``false``, and ADK calls the tool again:
-confirmed, it runs that very call once under its key (ADK hands the tool
-the first answer only; one answered from another process on the same
-session store reconciles, never launches anew: C2); not confirmed, it runs
-nothing and the model reads ``approval_rejected`` (or, when the key already
-launched, ``uncertain`` with the task's locator). The tools leave ``check_require_confirmation`` at
+confirmed, it runs that very call once under its key (answering again, or
+from another process on the same session store, reconciles, never launches
+anew: C2); not confirmed, it runs nothing and the model reads
+``approval_rejected`` (or, when the key already launched, ``uncertain``
+with the task's locator). The tools leave ``check_require_confirmation`` at
 ADK's default: ADK's own gate would ask with its own hint and answer a
 rejection with its own text. ``Deny`` never asks.
 
@@ -173,15 +171,11 @@ def _tool_class() -> type[Any]:
             call_id = getattr(tool_context, "function_call_id", None)
             session = getattr(getattr(tool_context, "session", None), "id", None)
             origin = _origin(tool_context, call_id) if isinstance(call_id, str) else (None,)
-            run = run_id_of("adk", session, *origin)
             return self._adapter.call_of(
                 self.name,
                 args,
                 call_id=call_id,
-                run_id=run,
-                # The model event that made the call is its turn: the calls
-                # of one response are as many calls, however alike.
-                turn=run if len(origin) == 2 else None,
+                run_id=run_id_of("adk", session, *origin),
             )
 
         async def run_async(self, *, args: dict[str, Any], tool_context: Any) -> Any:
