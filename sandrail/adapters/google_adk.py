@@ -171,11 +171,17 @@ def _tool_class() -> type[Any]:
             call_id = getattr(tool_context, "function_call_id", None)
             session = getattr(getattr(tool_context, "session", None), "id", None)
             origin = _origin(tool_context, call_id) if isinstance(call_id, str) else (None,)
+            run_id = run_id_of("adk", session, *origin)
             return self._adapter.call_of(
                 self.name,
                 args,
                 call_id=call_id,
-                run_id=run_id_of("adk", session, *origin),
+                run_id=run_id,
+                # The model event that made the call (its invocation and
+                # event ids, in the run id): the model response, the same
+                # across the confirmation round trip and a resume. The
+                # running invocation alone spans several model calls.
+                turn=run_id if len(origin) == 2 else None,
             )
 
         async def run_async(self, *, args: dict[str, Any], tool_context: Any) -> Any:
