@@ -23,7 +23,11 @@ resumes; Anthropic's tool-use ids are unique, but a scripted or replayed
 conversation may reuse them. A model's retry is a new ``tool_use`` with a
 new id; an exact repeat of a call left unsettled (``uncertain``,
 ``approval_required``, or never answered) runs under that call's key and
-reconciles it (see :class:`~sandrail.Toolset`).
+reconciles it (see :class:`~sandrail.Toolset`), unless both are blocks of
+one reply: :meth:`AnthropicTools.handle_all` gives every block the reply's
+turn (:meth:`AnthropicTools.turn_of` its content), and ``handle`` and
+``approve`` take it as ``turn=``, so two identical blocks of one reply are
+two calls, each its own question and decision.
 
 Approval (``docs/howto/approval.md``). When the harness's policy answers
 ``ApprovalRequired``, :meth:`AnthropicTools.handle` runs nothing and returns

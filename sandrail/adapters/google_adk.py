@@ -22,7 +22,12 @@ without one an ``adk-`` id of its own). A tool run outside a session with
 that event (called by hand) is keyed by the running invocation alone. An
 exact repeat of a call left unsettled
 (``uncertain``, or never answered) runs under that call's key and
-reconciles it (see :class:`~sandrail.Toolset`).
+reconciles it (see :class:`~sandrail.Toolset`), unless both are calls of
+one model response: that event (its invocation and event ids, which the
+confirmation round trip and a resume keep) is the call's ``turn``, so two
+identical calls of one response are two calls, each its own confirmation
+and decision (the running invocation alone, spanning several model calls,
+names no turn).
 
 Approval through ADK's tool confirmation: when the harness's policy answers
 ``ApprovalRequired``, the tool calls ``tool_context.request_confirmation()``

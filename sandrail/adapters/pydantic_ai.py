@@ -28,7 +28,10 @@ run needs nothing passed to keep a deferred call's key (pydantic-ai refuses
 ``run_id=`` already on the history; ``conversation_id=`` correlates runs). A model's retry is a new
 tool call with a new call id; an exact repeat of a call left unsettled
 (``uncertain``, ``approval_required``, or never answered) runs under that
-call's key and reconciles it (see :class:`~sandrail.Toolset`).
+call's key and reconciles it (see :class:`~sandrail.Toolset`), unless both
+are calls of one model response (its run and its tool call ids name the
+call's ``turn``): two identical calls of one response are two calls, each
+deferred and decided on its own.
 
 Approval (``docs/howto/approval.md``). When the harness's policy answers
 ``ApprovalRequired``, the call runs nothing and raises pydantic-ai's own
