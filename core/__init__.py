@@ -157,7 +157,7 @@ from ._profiles import (
 from ._programs import Program, crash_result, refused_after_launch, tool_program
 from ._recorded import RecordMatch
 from ._rejection import ArgumentProblem, arguments_rejection
-from ._repeats import one_call, repeat_scope, same_call, settled_arguments
+from ._repeats import one_call, repeat_key, repeat_scope, same_call, settled_arguments
 from ._requests import RUNTIME_ARTIFACTS, AbortSignal, ToolCall, ToolRequest, with_arguments
 from ._results import (
     APPROVAL_REJECTED_INSTRUCTION,
@@ -375,6 +375,7 @@ __all__ = [
     "redaction_secrets",
     "refused_after_launch",
     "remembered",
+    "repeat_key",
     "repeat_scope",
     "request_digest",
     "request_parts",

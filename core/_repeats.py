@@ -11,7 +11,9 @@ answers it and nothing launches twice (C2). Two things decide it, both pure:
   it, so key order, ``1`` versus ``1.0``, an empty env or a timeout left out
   make no difference, C3);
 - :func:`repeat_scope`: where repeats of a call are matched (the calls that
-  name their run match across runs and turns; any other key is its own).
+  name their run match across runs and turns; any other key is its own);
+- :func:`repeat_key`: the key a call found to repeat an unsettled earlier
+  one runs under (the earlier call's, unless the two are two calls).
 
 The toolset's ``reconcile_repeats`` matches by both; the MCP adapter derives
 its fallback keys from :func:`one_call` (through ``Toolset.one_call``,
@@ -29,7 +31,7 @@ from ._rules import filled_arguments
 from ._snapshot import PortSettings
 from ._tools import tool_record
 
-__all__ = ["one_call", "repeat_scope", "same_call", "settled_arguments"]
+__all__ = ["one_call", "repeat_key", "repeat_scope", "same_call", "settled_arguments"]
 
 
 def one_call(tool: str, arguments: Mapping[str, Any], settings: PortSettings) -> dict[str, Any]:
@@ -123,3 +125,35 @@ def repeat_scope(run_id: object, operation_key: object, call_id: object) -> str:
     if call is not None and key.endswith(":" + call) and len(key) > len(call) + 1:
         return "runs"
     return "key:" + key
+
+
+def repeat_key(
+    operation_key: str,
+    turn: str | None,
+    earlier: tuple[str, str | None] | None,
+    *,
+    launched: bool,
+    rejected: bool,
+) -> str:
+    """The key a call under ``operation_key``, made in model ``turn``
+    (``None``: not known), runs under, given the unsettled ``earlier`` call
+    it repeats exactly (its key and turn; ``None``: there is none): that
+    earlier call's key, so the sandbox's claim answers the repeat and
+    nothing launches twice (C2), except where the two are two calls and
+    the repeat keeps its own:
+
+    - ``launched``: its own key may already have launched (it reconciles
+      there);
+    - the same ``turn``: the model made both at once, before it could read
+      either result;
+    - ``rejected``: a person rejected the earlier call first and nothing
+      ran under its key, so it is settled; a repeat in another turn is a
+      new call and a new question. (An earlier call whose rejection came
+      after an approval, and so may have run, is not ``rejected`` here.)
+    """
+    if earlier is None or launched or rejected:
+        return operation_key
+    key, made_in = earlier
+    if key == operation_key or (turn is not None and made_in == turn):
+        return operation_key
+    return key

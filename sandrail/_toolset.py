@@ -55,8 +55,13 @@ as the port reads them (a ``timeout`` of ``null`` is the default it stands
 for). Once a result of
 the earlier call's own task (``ok``, or an ``error`` naming its
 ``task_id``) was returned for that key, the next identical call is a new
-call and runs anew; a refusal that ran nothing (a budget too small for the
-repeat's identity, say) leaves it unsettled. Two identical calls in flight
+call and runs anew, and so is one after a person rejected the earlier call
+while nothing ran under its key (:meth:`Toolset.rejection`: a new call and a
+new question, never answered with that rejection; a rejection after an
+approval, which may have run, leaves it unsettled); any other refusal that
+ran nothing (a budget too small for the repeat's identity, say) leaves it
+unsettled. Which key a repeat runs under is the core's rule
+(:func:`~sandrail.core.repeat_key`). Two identical calls in flight
 at once are two calls, and so are two identical calls of one model turn
 (``turn=``: the model made both at once, before it could read either
 result), whatever order they run in: each keeps its own key, so a person's

@@ -22,7 +22,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Final, NamedTuple
 
-from sandrail._launched import alike, launched_row
+from sandrail._decisions import Decisions
+from sandrail._launched import alike, launched_row, lookup
 from sandrail._masks import Masks, masked_problems
 from sandrail._options import ResolveOwnedCallback
 from sandrail._port import ToolPort
@@ -42,6 +43,7 @@ from sandrail.core import (
     canonical_arguments,
     error_result,
     refused_after_launch,
+    repeat_key,
     repeat_scope,
     same_call,
     settled_arguments,
@@ -73,6 +75,7 @@ class ToolsetRequests:
     _owner: Owner
     _resolve: ResolveOwnedCallback
     _lock: threading.Lock
+    _decisions: Decisions
     _unsettled: OrderedDict[_Repeat, _Unsettled]
 
     def _prepare(
@@ -132,17 +135,18 @@ class ToolsetRequests:
         if repeat is not None:
             with self._lock:
                 earlier = self._unsettled.get(repeat)
-            if (
-                earlier is not None
-                and earlier[0] != operation_key
-                and (turn is None or earlier[2] != turn)
-                and self.launched(name, operation_key) is None
-            ):
-                # The earlier call's key and arguments: the same launch to
-                # the port, however this repeat spelled its defaults. A key
-                # that launched already stays its own (it reconciles), and a
-                # call of the same turn is another call, not a repeat.
-                operation_key, converted = earlier[0], earlier[1]
+            if earlier is not None and earlier[0] != operation_key:
+                key = repeat_key(
+                    operation_key,
+                    turn,
+                    (earlier[0], earlier[2]),
+                    launched=self.launched(name, operation_key) is not None,
+                    rejected=self._rejected_unrun(definition, earlier[0]),
+                )
+                if key != operation_key:
+                    # The earlier call's key and arguments: the same launch
+                    # to the port, however this repeat spelled its defaults.
+                    operation_key, converted = key, earlier[1]
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),
             operation_key=operation_key,
@@ -152,6 +156,15 @@ class ToolsetRequests:
             cancel=token if cancel is None else EitherSignal(token, cancel),
         )
         return _Prepared(port, request, token, repeat, deadline, asked_key, turn)
+
+    def _rejected_unrun(self, definition: ToolDefinition, operation_key: str) -> bool:
+        """Whether a person rejected the call under ``operation_key`` first
+        and nothing ran under it: that call is settled (a repeat of it in
+        another turn is a new question, see :func:`~sandrail.core.repeat_key`)."""
+        question = self._decisions.of(lookup(definition, self._session_id, operation_key))
+        if question is None or question.decision != "rejected":
+            return False
+        return self.launched(definition.name, operation_key) is None
 
     def _converted(
         self, definition: ToolDefinition, profile: Profile, arguments: object

@@ -312,3 +312,53 @@ def test_c2_anthropic_handle_all_sync_answers_every_tool_use_in_order() -> None:
     again = claude.handle_all_sync(content)
     assert [json.loads(block["content"])["deduplicated"] for block in again] == [True, True]
     assert launches(tools) == 2
+
+
+@pytest.mark.parametrize("backwards", [False, True], ids=["in-order", "backwards"])
+@pytest.mark.parametrize("rejected", ["ca", "cb", None])
+def test_c2_c8_two_identical_calls_of_one_turn_are_two_decisions(
+    rejected: str | None, backwards: bool
+) -> None:
+    """One reply holds the same ``tool_use`` twice (``ca`` and ``cb``);
+    ``handle_all`` asks about each, and the person approves one and rejects
+    the other (or approves both), in either order, each answered with the
+    reply's ``turn_of``. Each block is its own call: an approved one runs under
+    its own key, a rejected one runs nothing, two approvals two launches."""
+    from tests.embed_rig import asks_for_rm
+
+    tools = toolset(authorize=asks_for_rm)
+    anthropic_tools = AnthropicTools(tools, run_id="run-1")
+    content = [
+        {
+            "type": "tool_use",
+            "id": call,
+            "name": "run_command",
+            "input": {**NULLS, "command": "rm -rf /tmp/x"},
+        }
+        for call in ("ca", "cb")
+    ]
+    asked = {
+        a["tool_use_id"]: json.loads(a["content"]) for a in anthropic_tools.handle_all_sync(content)
+    }
+    assert [q["status"] for q in asked.values()] == ["approval_required"] * 2
+    turn = anthropic_tools.turn_of(content)
+    told = {
+        block["id"]: json.loads(
+            (
+                anthropic_tools.reject(block)
+                if block["id"] == rejected
+                else anthropic_tools.approve_sync(block, turn=turn)
+            )["content"]
+        )
+        for block in (content[::-1] if backwards else content)
+    }
+    for call in ("ca", "cb"):
+        if call == rejected:
+            assert (told[call]["error_type"], told[call]["executed"]) == (
+                "approval_rejected",
+                False,
+            )
+        else:
+            assert (told[call]["status"], told[call]["deduplicated"]) == ("ok", False)
+            assert told[call]["operation_key"] == tools.operation_key(call, run_id="run-1")
+    assert launches(tools) == (1 if rejected else 2)

@@ -620,3 +620,29 @@ def test_c2_a_forked_turn_reusing_a_tool_call_id_reconciles_with_its_launch() ->
     out = agent.invoke(approve, config)
     assert tool_messages(out["messages"])[-1].content.startswith("deploy\n")
     assert launches(tools) == 1
+
+
+def test_c8_a_rejected_execute_made_again_in_a_later_turn_is_asked_about_again() -> None:
+    """``e1`` is rejected through the backend's ``interrupt()``; the model's
+    next message runs the same command as ``e2``. Nothing ran under ``e1``,
+    so ``e2`` is a new call and a new question: the run pauses for it, and
+    it runs once approved."""
+    tools = toolset(authorize=_asks_for_rm)
+    model = scripted([_execute("rm -rf /tmp/x", "e1"), _execute("rm -rf /tmp/x", "e2"), "ok"])
+    agent = create_deep_agent(
+        model=model, backend=SandrailSandbox(tools), checkpointer=InMemorySaver()
+    )
+    first = agent.invoke(USER, _thread("again-after-no"))
+    (asked,) = first["__interrupt__"]
+    paused = agent.invoke(
+        Command(resume={"type": "reject", "message": "not now"}), _thread("again-after-no")
+    )
+    (question,) = paused["__interrupt__"]
+    assert question.value["operation_key"] != asked.value["operation_key"]
+    assert launches(tools) == 0
+    out = agent.invoke(Command(resume={"type": "approve"}), _thread("again-after-no"))
+    told = {m.tool_call_id: m for m in tool_messages(out["messages"])}
+    refused = json.loads(told["e1"].content)
+    assert refused["error_type"] == ErrorCode.APPROVAL_REJECTED.value
+    assert told["e2"].artifact == {"truncated": False, "exit_code": 127}
+    assert launches(tools) == 1

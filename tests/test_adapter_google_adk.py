@@ -322,3 +322,107 @@ def test_c8_a_confirmation_moved_to_another_calls_request_runs_nothing(edit: str
     ran = [r.get("command") for r in responses_sent(run.model) if r.get("status") == "ok"]
     assert ran == ([] if edit != "none" else ["rm -rf /tmp/staging"])
     assert launches(tools) == (0 if edit != "none" else 1)
+
+
+def _answers(*pairs: tuple[Any, bool]) -> Any:
+    """One user message answering several confirmation requests."""
+    from google.genai import types
+
+    return types.Content(
+        role="user",
+        parts=[
+            types.Part(
+                function_response=types.FunctionResponse(
+                    name="adk_request_confirmation", id=asked.id, response={"confirmed": ok}
+                )
+            )
+            for asked, ok in pairs
+        ],
+    )
+
+
+def _events_results(events: list[Any]) -> dict[str, dict[str, Any]]:
+    """The ``run_command`` responses among ``events``, by function call id."""
+    return {
+        response.id: dict(response.response or {})
+        for event in events
+        for response in event.get_function_responses()
+        if response.name == "run_command"
+    }
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["one-message", "two-messages"])
+@pytest.mark.parametrize("rejected", ["ca", "cb"])
+def test_c2_c8_two_identical_calls_of_one_turn_are_two_decisions(
+    rejected: str, together: bool
+) -> None:
+    """One model response makes the same call twice (``ca`` and ``cb``);
+    the person confirms one and rejects the other, in one message or in
+    two. Each function call is its own call: the confirmed one runs once
+    under its own key, the rejected one runs nothing and says so under its
+    own key, never "ok" or the other call's task."""
+    confirmed = "cb" if rejected == "ca" else "ca"
+    tools = toolset(authorize=asks_for_rm)
+    twice = [run_command("rm -rf /tmp/x", "ca"), run_command("rm -rf /tmp/x", "cb")]
+    run = _Run(tools, [twice, "ok", "ok"])
+    asked = {
+        q.args["originalFunctionCall"]["id"]: q for q in confirmation_calls(run.send(text("go")))
+    }
+    keys = {
+        call: q.args["toolConfirmation"]["payload"]["operation_key"] for call, q in asked.items()
+    }
+    assert keys["ca"] != keys["cb"]
+    if together:
+        told = _events_results(
+            run.send(_answers((asked[confirmed], True), (asked[rejected], False)))
+        )
+    else:
+        told = _events_results(run.send(_answers((asked[confirmed], True))))
+        told |= _events_results(run.send(_answers((asked[rejected], False))))
+    assert (told[confirmed]["status"], told[confirmed]["operation_key"]) == (
+        "ok",
+        keys[confirmed],
+    )
+    assert (told[rejected]["status"], told[rejected]["error_type"]) == (
+        "error",
+        ErrorCode.APPROVAL_REJECTED.value,
+    )
+    assert told[rejected]["executed"] is False
+    assert told[rejected]["operation_key"] == keys[rejected]
+    assert launches(tools) == 1
+
+
+def test_c2_two_identical_calls_of_one_turn_both_confirmed_launch_twice() -> None:
+    """Both identical calls of one model response confirmed: two calls, two
+    launches, each under its own key (as when the policy allows both)."""
+    tools = toolset(authorize=asks_for_rm)
+    twice = [run_command("rm -rf /tmp/x", "ca"), run_command("rm -rf /tmp/x", "cb")]
+    run = _Run(tools, [twice, "ok"])
+    asked = confirmation_calls(run.send(text("go")))
+    told = _events_results(run.send(_answers(*((q, True) for q in asked))))
+    assert {call: (r["status"], r["deduplicated"]) for call, r in told.items()} == {
+        "ca": ("ok", False),
+        "cb": ("ok", False),
+    }
+    assert told["ca"]["operation_key"] != told["cb"]["operation_key"]
+    assert launches(tools) == 2
+
+
+def test_c8_a_rejected_call_made_again_in_a_later_turn_is_asked_about_again() -> None:
+    """``c1`` is rejected; in a later model turn the model makes the same
+    call as ``c2``. Nothing ran under ``c1``, so ``c2`` is a new call and a
+    new question: the person is asked, and ``c2`` runs once confirmed."""
+    tools = toolset(authorize=asks_for_rm)
+    run = _Run(
+        tools,
+        [[run_command("rm -rf /tmp/x", "c1")], "ok", [run_command("rm -rf /tmp/x", "c2")], "ok"],
+    )
+    (first,) = confirmation_calls(run.send(text("go")))
+    told = _events_results(run.send(answer(first, False)))
+    assert told["c1"]["error_type"] == ErrorCode.APPROVAL_REJECTED.value
+    (second,) = confirmation_calls(run.send(text("please, after all")))
+    assert second.args["originalFunctionCall"]["id"] == "c2"
+    assert launches(tools) == 0
+    told = _events_results(run.send(answer(second, True)))
+    assert (told["c2"]["status"], told["c2"]["operation_key"].endswith(":c2")) == ("ok", True)
+    assert launches(tools) == 1

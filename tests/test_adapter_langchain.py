@@ -965,3 +965,25 @@ def test_c5_c2_one_question_resumed_twice_with_contradictory_answers_tells_what_
                 ErrorCode.APPROVAL_REJECTED.value,
                 False,
             )
+
+
+def test_c8_a_rejected_call_made_again_in_a_later_turn_is_asked_about_again() -> None:
+    """``c1`` is rejected; the model's next message makes the same call as
+    ``c2``. Nothing ran under ``c1``, so ``c2`` is a new call and a new
+    question: the run pauses for it, and ``c2`` runs once approved."""
+    tools = toolset(authorize=asks_for_rm)
+    model = scripted([[run_command("rm -rf /tmp/x", "c1")], [run_command("rm -rf /tmp/x", "c2")]])
+    agent = create_agent(model, tools=lc.tools(tools), checkpointer=InMemorySaver())
+    agent.invoke(USER, _thread("again-after-no"))
+    paused = agent.invoke(
+        Command(resume={"type": "reject", "message": "not now"}), _thread("again-after-no")
+    )
+    (question,) = paused["__interrupt__"]
+    assert question.value["tool_call_id"] == "c2"
+    assert question.value["operation_key"].endswith(":c2")
+    assert launches(tools) == 0
+    out = agent.invoke(Command(resume={"type": "approve"}), _thread("again-after-no"))
+    first, second = _results(out["messages"])
+    assert (first["call_id"], first["error_type"]) == ("c1", "approval_rejected")
+    assert (second["status"], second["operation_key"]) == ("ok", question.value["operation_key"])
+    assert launches(tools) == 1

@@ -306,3 +306,57 @@ def test_c2_pydantic_ai_repeats_reconcile_across_runs() -> None:
     assert second["operation_key"] == first["operation_key"]
     assert second["deduplicated"] is True
     assert launches(tools) == 1
+
+
+def _twice_gated(tools: Any) -> Agent[None, Any]:
+    """An agent whose model makes ``rm -rf /tmp/x`` twice in one response
+    (``ca`` and ``cb``), then answers."""
+    from pydantic_ai import DeferredToolRequests
+
+    args = {**NULLS, "command": "rm -rf /tmp/x"}
+    model = _scripted(lambda _: [("run_command", args, "ca"), ("run_command", args, "cb")])
+    return Agent(model, toolsets=[pydantic_toolset(tools)], output_type=[str, DeferredToolRequests])
+
+
+@pytest.mark.parametrize("rejected", ["ca", "cb", None])
+def test_c2_c8_two_identical_calls_of_one_turn_are_two_decisions(rejected: str | None) -> None:
+    """One model response makes the same call twice; the person approves
+    one and rejects the other (or approves both). Each call is its own: an
+    approved one runs under its own key, a rejected one runs nothing, and
+    two approvals are two launches."""
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    from sandrail.adapters.pydantic_ai import rejected as rejection
+    from tests.embed_rig import asks_for_rm
+
+    tools = toolset(authorize=asks_for_rm)
+    first = _twice_gated(tools).run_sync("go")
+    requests = first.output
+    assert isinstance(requests, DeferredToolRequests)
+    assert sorted(call.tool_call_id for call in requests.approvals) == ["ca", "cb"]
+    keys = {m: requests.metadata[m]["operation_key"] for m in ("ca", "cb")}
+    assert keys["ca"] != keys["cb"]
+    approvals: dict[str, Any] = {
+        call: True if call != rejected else rejection(tools, requests=requests, tool_call_id=call)
+        for call in ("ca", "cb")
+    }
+    resumed = _twice_gated(tools).run_sync(
+        message_history=first.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals=approvals),
+    )
+    told = {
+        part.tool_call_id: json.loads(part.model_response_str())
+        for message in resumed.new_messages()
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    }
+    for call in ("ca", "cb"):
+        if call == rejected:
+            assert (told[call]["error_type"], told[call]["executed"]) == (
+                "approval_rejected",
+                False,
+            )
+        else:
+            assert (told[call]["status"], told[call]["deduplicated"]) == ("ok", False)
+            assert told[call]["operation_key"] == keys[call]
+    assert launches(tools) == (1 if rejected else 2)

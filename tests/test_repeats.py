@@ -22,6 +22,7 @@ from sandrail.core import (
     launch_digest,
     one_call,
     refused_after_launch,
+    repeat_key,
     repeat_scope,
     same_call,
     settled_arguments,
@@ -220,3 +221,27 @@ def test_c3_settled_arguments_never_leave_out_an_argument_the_tool_does_not_take
     its own) stays, so its refusal names it."""
     arguments = {"code": "1", "background": True, "background_timeout": timeout}
     assert settled_arguments("run_code", arguments, SETTINGS) is arguments
+
+
+@pytest.mark.parametrize(
+    ("earlier", "turn", "launched", "rejected", "runs_under"),
+    [
+        (None, "t2", False, False, "k2"),  # nothing to repeat
+        (("k1", "t1"), "t2", False, False, "k1"),  # a repeat of another turn
+        (("k1", None), None, False, False, "k1"),  # turns not known: a repeat
+        (("k2", "t1"), "t2", False, False, "k2"),  # its own key
+        (("k1", "t2"), "t2", False, False, "k2"),  # the same turn: two calls
+        (("k1", "t1"), "t2", True, False, "k2"),  # its own key launched: it reconciles there
+        (("k1", "t1"), "t2", False, True, "k2"),  # rejected, nothing ran: settled
+    ],
+)
+def test_c2_c8_repeat_key_is_the_earlier_calls_unless_the_two_are_two_calls(
+    earlier: tuple[str, str | None] | None,
+    turn: str | None,
+    launched: bool,
+    rejected: bool,
+    runs_under: str,
+) -> None:
+    """The one rule for which key a repeat runs under (``k2`` its own,
+    ``k1`` the unsettled earlier call's)."""
+    assert repeat_key("k2", turn, earlier, launched=launched, rejected=rejected) == runs_under

@@ -1010,3 +1010,75 @@ def test_c2_c8_an_identical_call_of_the_same_turn_is_its_own_call() -> None:
         tools.call_sync(
             "run_command", {"command": "x"}, call_id="c3", operation_key="run-1:c3", turn=" "
         )
+
+
+def _asked_then(tools: sandrail.Toolset, call_id: str, turn: str) -> sandrail.ToolResult:
+    """``rm -rf /tmp/x`` as tool call ``call_id`` of model ``turn``, under
+    the documented key of run ``run-1``, repeats reconciled."""
+    return tools.call_sync(
+        "run_command",
+        {"command": "rm -rf /tmp/x"},
+        call_id=call_id,
+        operation_key=f"run-1:{call_id}",
+        reconcile_repeats=True,
+        turn=turn,
+    )
+
+
+def test_c8_a_call_rejected_with_nothing_run_is_settled_its_repeat_in_a_later_turn_asks_anew() -> (
+    None
+):
+    """``c1`` was asked about and rejected: nothing ran, so it is settled.
+    The same call as ``c2`` in a later turn is a new call under its own
+    key: asked about (not answered with ``c1``'s rejection), and run once
+    approved."""
+    from tests.embed_rig import asks_for_rm
+
+    tools = toolset(authorize=asks_for_rm)
+    assert _asked_then(tools, "c1", "turn-1").needs_approval
+    rejected = tools.rejection(name="run_command", call_id="c1", operation_key="run-1:c1")
+    assert rejected.error_type == "approval_rejected"
+    asked = _asked_then(tools, "c2", "turn-2")
+    assert asked.needs_approval, asked.content
+    assert tools.asked(
+        "run_command", {"command": "rm -rf /tmp/x"}, call_id="c2", operation_key="run-1:c2"
+    )
+    ran = tools.call_sync(
+        "run_command",
+        {"command": "rm -rf /tmp/x"},
+        call_id="c2",
+        operation_key="run-1:c2",
+        reconcile_repeats=True,
+        turn="turn-2",
+        approved=True,
+    )
+    assert (ran.status, ran.content["operation_key"]) == ("ok", "run-1:c2")
+    assert launches(tools) == 1
+
+
+def test_c2_a_rejection_after_an_approval_that_may_have_run_leaves_its_call_unsettled() -> None:
+    """``c1`` was approved and its start may have left (``uncertain``);
+    the person rejects it afterwards, which stops nothing that ran. Its
+    repeat in a later turn still reconciles under ``c1``'s key: never a
+    second launch."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
+    from tests.embed_rig import asks_for_rm
+
+    sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
+    tools = toolset(sim, authorize=asks_for_rm)
+    assert _asked_then(tools, "c1", "turn-1").needs_approval
+    first = tools.call_sync(
+        "run_command",
+        {"command": "rm -rf /tmp/x"},
+        call_id="c1",
+        operation_key="run-1:c1",
+        reconcile_repeats=True,
+        turn="turn-1",
+        approved=True,
+    )
+    assert first.status == "uncertain"
+    late = tools.rejection(name="run_command", call_id="c1", operation_key="run-1:c1")
+    assert late.status == "uncertain"
+    again = _asked_then(tools, "c2", "turn-2")
+    assert again.content["operation_key"] == "run-1:c1", again.content
+    assert sum(sim.launches.values()) == 1

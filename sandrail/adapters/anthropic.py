@@ -23,7 +23,11 @@ resumes; Anthropic's tool-use ids are unique, but a scripted or replayed
 conversation may reuse them. A model's retry is a new ``tool_use`` with a
 new id; an exact repeat of a call left unsettled (``uncertain``,
 ``approval_required``, or never answered) runs under that call's key and
-reconciles it (see :class:`~sandrail.Toolset`).
+reconciles it (see :class:`~sandrail.Toolset`), unless both are blocks of
+one reply: :meth:`AnthropicTools.handle_all` gives every block the reply's
+turn (:meth:`AnthropicTools.turn_of` its content), and ``handle`` and
+``approve`` take it as ``turn=``, so two identical blocks of one reply are
+two calls, each its own question and decision.
 
 Approval (``docs/howto/approval.md``). When the harness's policy answers
 ``ApprovalRequired``, :meth:`AnthropicTools.handle` runs nothing and returns
@@ -108,35 +112,38 @@ class AnthropicTools:
     # The twins differ only in how they wait (awaited, or blocking):
     # everything else is :meth:`_call_of`'s and :func:`_answer`'s.
 
-    async def handle(self, block: object) -> dict[str, Any]:
+    async def handle(self, block: object, *, turn: str | None = None) -> dict[str, Any]:
         """The ``tool_result`` block answering one ``tool_use`` block (an
         ``approval_required`` one when a person must decide first: see
-        :meth:`approve`)."""
-        tool_use_id, call = self._call_of(block)
+        :meth:`approve`). ``turn``: the reply that holds the block
+        (:meth:`turn_of` its content), so that two identical blocks of one
+        reply are two calls, each its own question and decision."""
+        tool_use_id, call = self._call_of(block, turn)
         if not isinstance(call, ModelCall):
             return _answer(tool_use_id, call)
         return _answer(tool_use_id, await self._adapter.run(call))
 
-    def handle_sync(self, block: object) -> dict[str, Any]:
+    def handle_sync(self, block: object, *, turn: str | None = None) -> dict[str, Any]:
         """:meth:`handle` for code without an event loop."""
-        tool_use_id, call = self._call_of(block)
+        tool_use_id, call = self._call_of(block, turn)
         if not isinstance(call, ModelCall):
             return _answer(tool_use_id, call)
         return _answer(tool_use_id, self._adapter.run_sync(call))
 
-    async def approve(self, block: object) -> dict[str, Any]:
+    async def approve(self, block: object, *, turn: str | None = None) -> dict[str, Any]:
         """A person approved this ``tool_use`` block: run it (once, under
         its own operation key) and return its ``tool_result`` block. The
         harness's ``ApprovalRequired`` for exactly this call is taken as
-        ``ALLOW``; a ``Deny`` still refuses it."""
-        tool_use_id, call = self._call_of(block)
+        ``ALLOW``; a ``Deny`` still refuses it. ``turn``: as for
+        :meth:`handle` (give the same: :meth:`turn_of` the reply's content)."""
+        tool_use_id, call = self._call_of(block, turn)
         if not isinstance(call, ModelCall):
             return _answer(tool_use_id, call)
         return _answer(tool_use_id, await self._adapter.run(call, approved=True))
 
-    def approve_sync(self, block: object) -> dict[str, Any]:
+    def approve_sync(self, block: object, *, turn: str | None = None) -> dict[str, Any]:
         """:meth:`approve` for code without an event loop."""
-        tool_use_id, call = self._call_of(block)
+        tool_use_id, call = self._call_of(block, turn)
         if not isinstance(call, ModelCall):
             return _answer(tool_use_id, call)
         return _answer(tool_use_id, self._adapter.run_sync(call, approved=True))
@@ -167,13 +174,38 @@ class AnthropicTools:
         except (ValueError, AttributeError, RecursionError):
             return False
 
-    def _call_of(self, block: object) -> tuple[str, ModelCall | ToolResult]:
+    def turn_of(self, content: Iterable[object]) -> str | None:
+        """The turn of a reply (its ``content``): the run and the ids of its
+        ``tool_use`` blocks, in order, which the conversation keeps as they
+        were. :meth:`handle_all` gives it to every block of the reply; give
+        it to :meth:`handle` and :meth:`approve` (``turn=``) when answering
+        blocks one by one. ``None`` for content that is not a list of
+        blocks, or holds a block without an id."""
+        if isinstance(content, (str, bytes, Mapping)) or not isinstance(content, Iterable):
+            return None
+        try:
+            ids = [_plain_id(_field(b, "id")) for b in content if _field(b, "type") == "tool_use"]
+        except Exception:
+            return None
+        if not ids or "" in ids:
+            return None
+        return json.dumps([self._run(), ids])
+
+    def _run(self) -> str:
+        return self._run_id if self._run_id is not None else self._adapter.toolset.run_id
+
+    def _call_of(
+        self, block: object, turn: str | None = None
+    ) -> tuple[str, ModelCall | ToolResult]:
         """The block's id (plain text, ``""`` when it has none), and the
         call it asks for or the refusal the model reads instead."""
         tool_use_id = _field(block, "id")
-        run_id = self._run_id if self._run_id is not None else self._adapter.toolset.run_id
         call = self._adapter.call_of(
-            _field(block, "name"), _field(block, "input"), call_id=tool_use_id, run_id=run_id
+            _field(block, "name"),
+            _field(block, "input"),
+            call_id=tool_use_id,
+            run_id=self._run(),
+            turn=turn,
         )
         shown = call.call_id if isinstance(call, ModelCall) else _plain_id(tool_use_id)
         return shown, call
@@ -184,12 +216,16 @@ class AnthropicTools:
         whose ``type`` cannot be read is not a ``tool_use`` block. Raises
         ``TypeError`` when ``content`` is not a list (or other iterable) of
         blocks: pass the reply's ``content``, not the reply."""
-        return [await self.handle(block) for block in _tool_uses(content, "handle_all")]
+        blocks = _tool_uses(content, "handle_all")
+        turn = self.turn_of(blocks)
+        return [await self.handle(block, turn=turn) for block in blocks]
 
     def handle_all_sync(self, content: Iterable[object]) -> list[dict[str, Any]]:
         """:meth:`handle_all` for code without an event loop: each block as
         :meth:`handle_sync` answers it, one after the other, in order."""
-        return [self.handle_sync(block) for block in _tool_uses(content, "handle_all_sync")]
+        blocks = _tool_uses(content, "handle_all_sync")
+        turn = self.turn_of(blocks)
+        return [self.handle_sync(block, turn=turn) for block in blocks]
 
 
 def _tool_uses(content: Iterable[object], method: str) -> list[object]:

@@ -22,7 +22,12 @@ without one an ``adk-`` id of its own). A tool run outside a session with
 that event (called by hand) is keyed by the running invocation alone. An
 exact repeat of a call left unsettled
 (``uncertain``, or never answered) runs under that call's key and
-reconciles it (see :class:`~sandrail.Toolset`).
+reconciles it (see :class:`~sandrail.Toolset`), unless both are calls of
+one model response: that event (its invocation and event ids, which the
+confirmation round trip and a resume keep) is the call's ``turn``, so two
+identical calls of one response are two calls, each its own confirmation
+and decision (the running invocation alone, spanning several model calls,
+names no turn).
 
 Approval through ADK's tool confirmation: when the harness's policy answers
 ``ApprovalRequired``, the tool calls ``tool_context.request_confirmation()``
@@ -171,11 +176,17 @@ def _tool_class() -> type[Any]:
             call_id = getattr(tool_context, "function_call_id", None)
             session = getattr(getattr(tool_context, "session", None), "id", None)
             origin = _origin(tool_context, call_id) if isinstance(call_id, str) else (None,)
+            run_id = run_id_of("adk", session, *origin)
             return self._adapter.call_of(
                 self.name,
                 args,
                 call_id=call_id,
-                run_id=run_id_of("adk", session, *origin),
+                run_id=run_id,
+                # The model event that made the call (its invocation and
+                # event ids, in the run id): the model response, the same
+                # across the confirmation round trip and a resume. The
+                # running invocation alone spans several model calls.
+                turn=run_id if len(origin) == 2 else None,
             )
 
         async def run_async(self, *, args: dict[str, Any], tool_context: Any) -> Any:

@@ -28,7 +28,10 @@ run needs nothing passed to keep a deferred call's key (pydantic-ai refuses
 ``run_id=`` already on the history; ``conversation_id=`` correlates runs). A model's retry is a new
 tool call with a new call id; an exact repeat of a call left unsettled
 (``uncertain``, ``approval_required``, or never answered) runs under that
-call's key and reconciles it (see :class:`~sandrail.Toolset`).
+call's key and reconciles it (see :class:`~sandrail.Toolset`), unless both
+are calls of one model response (its run and its tool call ids name the
+call's ``turn``): two identical calls of one response are two calls, each
+deferred and decided on its own.
 
 Approval (``docs/howto/approval.md``). When the harness's policy answers
 ``ApprovalRequired``, the call runs nothing and raises pydantic-ai's own
@@ -64,6 +67,7 @@ the model only "timed out".
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -160,7 +164,8 @@ def _toolset_class() -> type[Any]:
             messages = _messages(ctx, pydantic_ai.UserError)
             # The run that made the call: a deferred call resumed in a later
             # run (another process, perhaps) keeps its key.
-            run_id = _origin_run(messages, call_id) or ctx.run_id
+            origin_run, turn = _origin(messages, call_id)
+            run_id = origin_run or ctx.run_id
             approved = ctx.tool_call_approved is True
             arguments: object = tool_args
             overridden = False
@@ -170,7 +175,7 @@ def _toolset_class() -> type[Any]:
                 overridden = approved and _overridden(messages, call_id, tool_args)
                 if overridden and adapter.profile != "full":
                     arguments = _env_as_list(tool_args)
-            call = adapter.call_of(name, arguments, call_id=call_id, run_id=run_id)
+            call = adapter.call_of(name, arguments, call_id=call_id, run_id=run_id, turn=turn)
             if not isinstance(call, ModelCall):
                 return call.to_json()
             result = await adapter.run(call, approved=approved, edited=overridden)
@@ -278,18 +283,28 @@ def _env_as_list(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {**arguments, "env": [{"name": k, "value": v} for k, v in env.items()]}
 
 
-def _origin_run(messages: object, call_id: object) -> str | None:
+def _origin(messages: object, call_id: object) -> tuple[str | None, str | None]:
     """The ``run_id`` of the latest model response holding the tool call
-    ``call_id``: the run that made the call, which a deferred call resumed
-    in a later run (another process, perhaps) must keep as its key's run.
-    ``None`` when no such response names a run."""
+    ``call_id`` (the run that made the call, which a deferred call resumed
+    in a later run, another process perhaps, must keep as its key's run),
+    and that response's turn: its run and the ids of its tool calls, in
+    order, which the history keeps as they were (pydantic-ai gives a
+    response no id of its own that every model fills in). ``None`` for
+    either when no such response names a run."""
     if not isinstance(messages, list) or not isinstance(call_id, str):
-        return None
+        return None, None
     for message in reversed(messages):
         if getattr(message, "kind", None) != "response":
             continue
-        for part in getattr(message, "parts", ()):
-            if getattr(part, "part_kind", None) == "tool-call" and part.tool_call_id == call_id:
-                run = getattr(message, "run_id", None)
-                return run if isinstance(run, str) and run.strip() else None
-    return None
+        calls = [
+            part.tool_call_id
+            for part in getattr(message, "parts", ())
+            if getattr(part, "part_kind", None) == "tool-call"
+        ]
+        if call_id in calls:
+            run = getattr(message, "run_id", None)
+            if not isinstance(run, str) or not run.strip():
+                return None, None
+            ids = [one if isinstance(one, str) else None for one in calls]
+            return run, json.dumps([run, ids])
+    return None, None
