@@ -117,3 +117,20 @@ def mcp_content(result: Any) -> dict[str, Any]:
     (block,) = result.content
     parsed: dict[str, Any] = json.loads(block.text)
     return parsed
+
+
+def assert_each_call_its_own(
+    told: dict[str, Any], rejected: str | None, keys: dict[str, str]
+) -> None:
+    """Of two identical calls ``ca`` and ``cb`` of one model turn, the
+    ``rejected`` one (if any) read ``approval_rejected`` with nothing run,
+    and the other ran anew under its own key from ``keys``."""
+    for call in ("ca", "cb"):
+        if call == rejected:
+            assert (told[call]["error_type"], told[call]["executed"]) == (
+                "approval_rejected",
+                False,
+            )
+        else:
+            assert (told[call]["status"], told[call]["deduplicated"]) == ("ok", False)
+            assert told[call]["operation_key"] == keys[call]

@@ -6,12 +6,13 @@ simulated harness is the one a fault plan can act on.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import sandrail
 from sandrail import ToolRequest, ToolResult
-from sandrail.core import NativeIdentity, canonical_json
+from sandrail.core import NativeIdentity, SandboxPhase, SandboxState, canonical_json
+from sandrail.interpreters.launcher import Box, Launcher, Transport
 from sandrail.interpreters.simulator import FaultPlan, Script, SimulatedHarness, Simulator
 from sandrail.testing import AGENT, SCOPE, SESSION, native_identity
 
@@ -125,3 +126,32 @@ def size(result: ToolResult) -> int:
 def locator_keys(mode: Mode) -> set[str]:
     base = {"session_id", "operation_key", "call_id"}
     return base | ({"agent_id"} if mode == "agent" else set(NATIVE_FIELDS))
+
+
+def inspect_answer(
+    backend: Any, sandbox_id: str | None, phase: SandboxPhase, *, isolated: bool
+) -> SandboxState:
+    """What ``backend`` (a backend class stating its label and boundary)
+    answers an ``Inspect`` with: the sandbox, its phase, and the backend's
+    own words."""
+    return SandboxState(
+        sandbox_id=sandbox_id,
+        phase=phase,
+        backend=backend.backend_label,
+        isolated=isolated,
+        boundary=backend.boundary,
+    )
+
+
+def launcher_for(transport: Transport, box: Callable[[str], Awaitable[Box]]) -> Launcher:
+    """A launcher on ``transport`` with fixed test settings: a 1 s request
+    timeout, a fixed ledger key, no sandbox ever gone or dead."""
+    return Launcher(
+        transport,
+        request_timeout=1.0,
+        box=box,
+        ledger_key=lambda: b"k" * 32,
+        max_command_seconds=lambda: 60,
+        note_gone=lambda sandbox_id, exc: None,
+        is_dead=lambda sandbox_id: False,
+    )

@@ -13,7 +13,13 @@ import httpx2 as httpx
 import pytest
 
 from sandrail.adapters.anthropic import AnthropicTools
-from tests.embed_rig import RealTimeWaits, assert_aborted_then_reconciled, launches, toolset
+from tests.embed_rig import (
+    RealTimeWaits,
+    assert_aborted_then_reconciled,
+    assert_each_call_its_own,
+    launches,
+    toolset,
+)
 
 NULLS = {"cwd": None, "timeout": None, "env": None, "background": None}
 
@@ -352,13 +358,7 @@ def test_c2_c8_two_identical_calls_of_one_turn_are_two_decisions(
         )
         for block in (content[::-1] if backwards else content)
     }
-    for call in ("ca", "cb"):
-        if call == rejected:
-            assert (told[call]["error_type"], told[call]["executed"]) == (
-                "approval_rejected",
-                False,
-            )
-        else:
-            assert (told[call]["status"], told[call]["deduplicated"]) == ("ok", False)
-            assert told[call]["operation_key"] == tools.operation_key(call, run_id="run-1")
+    assert_each_call_its_own(
+        told, rejected, {c: tools.operation_key(c, run_id="run-1") for c in ("ca", "cb")}
+    )
     assert launches(tools) == (1 if rejected else 2)

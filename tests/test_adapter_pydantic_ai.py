@@ -21,7 +21,13 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from sandrail.adapters.pydantic_ai import toolset as pydantic_toolset
-from tests.embed_rig import RealTimeWaits, assert_aborted_then_reconciled, launches, toolset
+from tests.embed_rig import (
+    RealTimeWaits,
+    assert_aborted_then_reconciled,
+    assert_each_call_its_own,
+    launches,
+    toolset,
+)
 
 NULLS = {"cwd": None, "timeout": None, "env": None, "background": None}
 
@@ -350,13 +356,5 @@ def test_c2_c8_two_identical_calls_of_one_turn_are_two_decisions(rejected: str |
         for part in message.parts
         if isinstance(part, ToolReturnPart)
     }
-    for call in ("ca", "cb"):
-        if call == rejected:
-            assert (told[call]["error_type"], told[call]["executed"]) == (
-                "approval_rejected",
-                False,
-            )
-        else:
-            assert (told[call]["status"], told[call]["deduplicated"]) == ("ok", False)
-            assert told[call]["operation_key"] == keys[call]
+    assert_each_call_its_own(told, rejected, keys)
     assert launches(tools) == (1 if rejected else 2)

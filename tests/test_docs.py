@@ -710,20 +710,13 @@ def test_the_tutorial_lists_the_tools_a_toolset_offers() -> None:
     """The tutorial names every tool of a session's ``Toolset``: its list
     follows the tool records, so a new record fails here until the page
     names it (and a removed one, until the page forgets it)."""
-    import sandrail
-    from sandrail.testing import Simulator
+    from tests.embed_rig import toolset as a_toolset
 
     page = (DOCS / "tutorial.md").read_text(encoding="utf-8")
     found = re.search(r"every sandrail tool for one session \(([^)]*)\)", page)
     assert found is not None, "the tutorial no longer says what a Toolset holds"
     listed = re.findall(r"`([a-z_]+)`", found.group(1))
-    toolset = sandrail.Toolset(
-        backend=Simulator(),
-        session_id="docs",
-        owner=sandrail.AgentOwner(agent_id="agent-1"),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-    )
+    toolset = a_toolset()
     assert sorted(listed) == sorted(toolset.names), (
         f"docs/tutorial.md lists {listed}; a Toolset offers {list(toolset.names)}"
     )

@@ -24,7 +24,6 @@ import e2b
 import pytest
 
 import sandrail
-from sandrail.core import SandboxPhase
 from sandrail.core._effects import (
     Cancel,
     CancelRequested,
@@ -35,7 +34,6 @@ from sandrail.core._effects import (
     Publish,
     Published,
     SandboxReady,
-    SandboxState,
     Start,
     Started,
     StartRefused,
@@ -64,6 +62,7 @@ from tests.e2b_world import (
     start_fields,
     wait,
 )
+from tests.rig import inspect_answer
 
 pytestmark = needs_root
 server = server_fixture()
@@ -116,27 +115,16 @@ def test_ensure_is_idempotent_per_session_and_a_restarted_harness_finds_it(
     assert record.idempotency_key is not None
 
 
-def _e2b_state(sandbox_id: str | None, phase: SandboxPhase) -> SandboxState:
-    """What an E2B backend's ``Inspect`` answers: isolated, in its own words."""
-    return SandboxState(
-        sandbox_id=sandbox_id,
-        phase=phase,
-        backend="e2b",
-        isolated=True,
-        boundary=E2BBackend.boundary,
-    )
-
-
 def test_inspect_creates_nothing(server: LocalE2B, backend: E2BBackend) -> None:
     session = new_session()
     before = len(server.truth().sandboxes)
     state = run(backend(Inspect(session_id=session, owner_key="o1")))
-    assert state == _e2b_state(None, "absent")
+    assert state == inspect_answer(E2BBackend, None, "absent", isolated=True)
     assert len(server.truth().sandboxes) == before
     sandbox_id = ensure(backend, session)
     with E2BBackend(**server.sdk_options) as other:
         state = run(other(Inspect(session_id=session, owner_key="o1")))
-    assert state == _e2b_state(sandbox_id, "ready")
+    assert state == inspect_answer(E2BBackend, sandbox_id, "ready", isolated=True)
 
 
 def test_lifetime_is_refreshed_and_deadlines_capped_below_it(server: LocalE2B) -> None:

@@ -23,6 +23,7 @@ from sandrail.testing import (
     simulator_target,
 )
 from sandrail.testing._transport_faults import effect_of
+from tests.rig import launcher_for
 
 _TASK = "a" * 64
 
@@ -49,15 +50,7 @@ def _launcher() -> Launcher:
     async def box(sandbox_id: str) -> Box:
         return Box(sandbox=None, sandbox_id=sandbox_id)
 
-    return Launcher(
-        _Refused(),
-        request_timeout=1.0,
-        box=box,
-        ledger_key=lambda: b"k" * 32,
-        max_command_seconds=lambda: 60,
-        note_gone=lambda sandbox_id, exc: None,
-        is_dead=lambda sandbox_id: False,
-    )
+    return launcher_for(_Refused(), box)
 
 
 def _start() -> Start:

@@ -55,6 +55,7 @@ from sandrail.interpreters.simulator import (
     Simulator,
     emulate,
 )
+from tests.rig import inspect_answer, launcher_for
 
 TASK = "a" * 64
 OTHER_TASK = "b" * 64
@@ -145,27 +146,24 @@ def request(arguments: Mapping[str, Any] | None = None) -> ToolRequest:
 # Sandboxes
 
 
-def _sim_state(sandbox_id: str | None, phase: SandboxPhase) -> SandboxState:
-    """What the simulator's ``Inspect`` answers: not isolated, in its own words."""
-    return SandboxState(
-        sandbox_id=sandbox_id,
-        phase=phase,
-        backend="simulator",
-        isolated=False,
-        boundary=Simulator.boundary,
-    )
+def _answer(sandbox_id: str | None, phase: SandboxPhase) -> SandboxState:
+    return inspect_answer(Simulator, sandbox_id, phase, isolated=False)
 
 
 def test_ensure_is_idempotent_per_session_and_owner() -> None:
     sim = Simulator()
-    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == _sim_state(None, "absent")
+    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == inspect_answer(
+        Simulator, None, "absent", isolated=False
+    )
     first = ensure(sim)
     assert ensure(sim) == first
     other = ensure(sim, session="session-2")
     assert other != first
     assert [first, other] == ["sbx-1", "sbx-2"]
     assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,128}", sid) for sid in (first, other))
-    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == _sim_state(first, "ready")
+    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == inspect_answer(
+        Simulator, first, "ready", isolated=False
+    )
 
 
 def test_effects_take_latency_and_wait_none_when_done() -> None:
@@ -269,15 +267,7 @@ def _unreachable_launcher() -> Launcher:
     async def box(sandbox_id: str) -> Box:
         raise AssertionError(f"reached sandbox {sandbox_id}")
 
-    return Launcher(
-        cast(Transport, object()),
-        request_timeout=1.0,
-        box=box,
-        ledger_key=lambda: b"k" * 32,
-        max_command_seconds=lambda: 60,
-        note_gone=lambda sandbox_id, exc: None,
-        is_dead=lambda sandbox_id: False,
-    )
+    return launcher_for(cast(Transport, object()), box)
 
 
 def test_snippet_runs_the_script_of_its_published_source() -> None:
@@ -756,7 +746,7 @@ def test_fault_delivered_late_applies_at_the_next_effect(when: When) -> None:
     assert sim.applied == []
     # The next effect, even a read-only one, lets the held request arrive first.
     state = sim(Inspect(session_id=SESSION, owner_key=OWNER))
-    assert state == _sim_state("sbx-1", "ready")
+    assert state == _answer("sbx-1", "ready")
     assert sim.late_deliveries == [
         (
             Ensure(session_id=SESSION, owner_key=OWNER),
@@ -863,7 +853,9 @@ def test_c2_fault_sandbox_dies_and_stays_gone(when: When) -> None:
         )
         == gone
     )
-    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == _sim_state(box, "closed")
+    assert sim(Inspect(session_id=SESSION, owner_key=OWNER)) == inspect_answer(
+        Simulator, box, "closed", isolated=False
+    )
     assert sim.launches == ({TASK: 1} if when == "after" else {})
 
 

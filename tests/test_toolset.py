@@ -1012,7 +1012,9 @@ def test_c2_c8_an_identical_call_of_the_same_turn_is_its_own_call() -> None:
         )
 
 
-def _asked_then(tools: sandrail.Toolset, call_id: str, turn: str) -> sandrail.ToolResult:
+def _asked_then(
+    tools: sandrail.Toolset, call_id: str, turn: str, **extra: Any
+) -> sandrail.ToolResult:
     """``rm -rf /tmp/x`` as tool call ``call_id`` of model ``turn``, under
     the documented key of run ``run-1``, repeats reconciled."""
     return tools.call_sync(
@@ -1022,6 +1024,7 @@ def _asked_then(tools: sandrail.Toolset, call_id: str, turn: str) -> sandrail.To
         operation_key=f"run-1:{call_id}",
         reconcile_repeats=True,
         turn=turn,
+        **extra,
     )
 
 
@@ -1043,15 +1046,7 @@ def test_c8_a_call_rejected_with_nothing_run_is_settled_its_repeat_in_a_later_tu
     assert tools.asked(
         "run_command", {"command": "rm -rf /tmp/x"}, call_id="c2", operation_key="run-1:c2"
     )
-    ran = tools.call_sync(
-        "run_command",
-        {"command": "rm -rf /tmp/x"},
-        call_id="c2",
-        operation_key="run-1:c2",
-        reconcile_repeats=True,
-        turn="turn-2",
-        approved=True,
-    )
+    ran = _asked_then(tools, "c2", "turn-2", approved=True)
     assert (ran.status, ran.content["operation_key"]) == ("ok", "run-1:c2")
     assert launches(tools) == 1
 
@@ -1067,15 +1062,7 @@ def test_c2_a_rejection_after_an_approval_that_may_have_run_leaves_its_call_unse
     sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
     tools = toolset(sim, authorize=asks_for_rm)
     assert _asked_then(tools, "c1", "turn-1").needs_approval
-    first = tools.call_sync(
-        "run_command",
-        {"command": "rm -rf /tmp/x"},
-        call_id="c1",
-        operation_key="run-1:c1",
-        reconcile_repeats=True,
-        turn="turn-1",
-        approved=True,
-    )
+    first = _asked_then(tools, "c1", "turn-1", approved=True)
     assert first.status == "uncertain"
     late = tools.rejection(name="run_command", call_id="c1", operation_key="run-1:c1")
     assert late.status == "uncertain"
