@@ -22,7 +22,7 @@ keyed with a secret of its own, as the arguments may hold env values).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ._canonical import CanonicalJSONError, canonical_json
@@ -130,30 +130,38 @@ def repeat_scope(run_id: object, operation_key: object, call_id: object) -> str:
 def repeat_key(
     operation_key: str,
     turn: str | None,
-    earlier: tuple[str, str | None] | None,
+    earlier: Sequence[tuple[str, Collection[str]]],
     *,
     launched: bool,
-    rejected: bool,
+    rejected: Callable[[str], bool],
 ) -> str:
     """The key a call under ``operation_key``, made in model ``turn``
-    (``None``: not known), runs under, given the unsettled ``earlier`` call
-    it repeats exactly (its key and turn; ``None``: there is none): that
-    earlier call's key, so the sandbox's claim answers the repeat and
-    nothing launches twice (C2), except where the two are two calls and
-    the repeat keeps its own:
+    (``None``: not known), runs under, given the unsettled ``earlier`` calls
+    it repeats exactly (each its key and the turns it belongs to: the one
+    that made it and those whose repeats already run under it; oldest
+    first): the newest such call's key, so the sandbox's claim answers the
+    repeat and nothing launches twice (C2), except where the two are two
+    calls. The repeat keeps its own key when:
 
     - ``launched``: its own key may already have launched (it reconciles
-      there);
-    - the same ``turn``: the model made both at once, before it could read
-      either result;
-    - ``rejected``: a person rejected the earlier call first and nothing
-      ran under its key, so it is settled; a repeat in another turn is a
-      new call and a new question. (An earlier call whose rejection came
-      after an approval, and so may have run, is not ``rejected`` here.)
+      there), or it is one of ``earlier`` (a retry under its own key);
+    - no earlier call is left for it: one of the same ``turn`` (the model
+      made both at once, before it could read either result, or two repeats
+      of one message each take their own earlier call), or one ``rejected``
+      (a person rejected it first and nothing ran under its key, so it is
+      settled: a repeat in another turn is a new call and a new question;
+      one whose rejection came after an approval, and so may have run, is
+      not ``rejected``).
+
+    So two identical unsettled calls are reconciled by two repeats, one
+    each, whether the model repeats them in one message or in two turns.
     """
-    if earlier is None or launched or rejected:
+    if launched or any(key == operation_key for key, _ in earlier):
         return operation_key
-    key, made_in = earlier
-    if key == operation_key or (turn is not None and made_in == turn):
-        return operation_key
-    return key
+    for key, turns in reversed(earlier):
+        if turn is not None and turn in turns:
+            continue
+        if rejected(key):
+            continue
+        return key
+    return operation_key

@@ -65,7 +65,10 @@ unsettled. Which key a repeat runs under is the core's rule
 at once are two calls, and so are two identical calls of one model turn
 (``turn=``: the model made both at once, before it could read either
 result), whatever order they run in: each keeps its own key, so a person's
-approval of one and rejection of the other are two decisions. The record
+approval of one and rejection of the other are two decisions. Of several
+identical unsettled calls, a repeat takes the newest that no call of its
+own turn has taken yet: two uncertain calls repeated, in one message or
+two turns, are reconciled one each, never a third launch. The record
 lives in this object (the most recent 1024 unsettled calls): a new process
 starts empty.
 
@@ -104,6 +107,7 @@ from sandrail._repeats import of_its_task
 from sandrail._toolset_approvals import ToolsetApprovals
 from sandrail._toolset_backend import attachable_recorder, label_of, sandbox_description_of
 from sandrail._toolset_requests import (
+    _UNSETTLED_OF_A_CALL,
     MAX_CALL_TIMEOUT_SECONDS,
     IdentitySource,
     _Prepared,
@@ -275,7 +279,7 @@ class Toolset(ToolsetApprovals):
                 self._ports[definition.name] = port
         self._session_id = given["session_id"]
         self._asynchronous = is_asynchronous(given["backend"])
-        self._unsettled: OrderedDict[_Repeat, _Unsettled] = OrderedDict()
+        self._unsettled: OrderedDict[_Repeat, list[_Unsettled]] = OrderedDict()
         self._lock = threading.Lock()
         needed, tool = self._needed()
         if max_output_bytes < needed:
@@ -614,12 +618,22 @@ class Toolset(ToolsetApprovals):
             return
         key = request.operation_key
         with self._lock:
+            held = self._unsettled.get(repeat, [])
+            mine = [call for call in held if call.key == key]
             if returned and result.status in _SETTLED:
-                earlier = self._unsettled.get(repeat)
-                if earlier is not None and earlier[0] == key and of_its_task(result):
-                    del self._unsettled[repeat]
+                if mine and of_its_task(result):
+                    held.remove(mine[0])
+                    if not held:
+                        del self._unsettled[repeat]
                 return
-            self._unsettled[repeat] = (key, request.call.arguments, turn)
+            if mine:
+                mine[0].turns.update(() if turn is None else (turn,))
+            else:
+                held.append(
+                    _Unsettled(key, request.call.arguments, set() if turn is None else {turn})
+                )
+                del held[:-_UNSETTLED_OF_A_CALL]
+            self._unsettled[repeat] = held
             self._unsettled.move_to_end(repeat)
             while len(self._unsettled) > _UNSETTLED_KEPT:
                 self._unsettled.popitem(last=False)

@@ -54,9 +54,21 @@ __all__ = ["MAX_CALL_TIMEOUT_SECONDS", "IdentitySource", "ToolsetRequests", "che
 
 IdentitySource = OwnerIdentity | Callable[[], OwnerIdentity]
 _Repeat = tuple[str, str]  # (the scope, the digest of the same call): what repeats match on
-_Unsettled = tuple[str, Mapping[str, Any], str | None]
-"""An unsettled call, as a repeat finds it: its key, its arguments in the
-port's form and the model turn that made it (``None``: not known)."""
+
+
+class _Unsettled(NamedTuple):
+    """An unsettled call, as a repeat finds it."""
+
+    key: str
+    arguments: Mapping[str, Any]
+    """In the port's form."""
+    turns: set[str]
+    """The model turn that made it and those of the repeats that run under
+    its key (empty: not known)."""
+
+
+_UNSETTLED_OF_A_CALL: Final = 64
+"""The most unsettled identical calls kept in one scope (the oldest go)."""
 
 MAX_CALL_TIMEOUT_SECONDS: Final = 86_400 * 366
 """The longest ``timeout_seconds`` a call takes (a year): longer ones are a
@@ -76,7 +88,7 @@ class ToolsetRequests:
     _resolve: ResolveOwnedCallback
     _lock: threading.Lock
     _decisions: Decisions
-    _unsettled: OrderedDict[_Repeat, _Unsettled]
+    _unsettled: OrderedDict[_Repeat, list[_Unsettled]]
 
     def _prepare(
         self,
@@ -134,19 +146,25 @@ class ToolsetRequests:
             )
         if repeat is not None:
             with self._lock:
-                earlier = self._unsettled.get(repeat)
-            if earlier is not None and earlier[0] != operation_key:
+                earlier = list(self._unsettled.get(repeat, ()))
+            if earlier:
                 key = repeat_key(
                     operation_key,
                     turn,
-                    (earlier[0], earlier[2]),
+                    [(held.key, held.turns) for held in earlier],
                     launched=self.launched(name, operation_key) is not None,
-                    rejected=self._rejected_unrun(definition, earlier[0]),
+                    rejected=lambda key: self._rejected_unrun(definition, key),
                 )
                 if key != operation_key:
                     # The earlier call's key and arguments: the same launch
                     # to the port, however this repeat spelled its defaults.
-                    operation_key, converted = key, earlier[1]
+                    # Its turn now has this call: another repeat of the same
+                    # message takes another earlier call.
+                    held = next(held for held in earlier if held.key == key)
+                    if turn is not None:
+                        with self._lock:
+                            held.turns.add(turn)
+                    operation_key, converted = key, held.arguments
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),
             operation_key=operation_key,

@@ -226,22 +226,30 @@ def test_c3_settled_arguments_never_leave_out_an_argument_the_tool_does_not_take
 @pytest.mark.parametrize(
     ("earlier", "turn", "launched", "rejected", "runs_under"),
     [
-        (None, "t2", False, False, "k2"),  # nothing to repeat
-        (("k1", "t1"), "t2", False, False, "k1"),  # a repeat of another turn
-        (("k1", None), None, False, False, "k1"),  # turns not known: a repeat
-        (("k2", "t1"), "t2", False, False, "k2"),  # its own key
-        (("k1", "t2"), "t2", False, False, "k2"),  # the same turn: two calls
-        (("k1", "t1"), "t2", True, False, "k2"),  # its own key launched: it reconciles there
-        (("k1", "t1"), "t2", False, True, "k2"),  # rejected, nothing ran: settled
+        ([], "t2", False, (), "k2"),  # nothing to repeat
+        ([("k1", {"t1"})], "t2", False, (), "k1"),  # a repeat of another turn
+        ([("k1", set())], None, False, (), "k1"),  # turns not known: a repeat
+        ([("k2", {"t1"})], "t2", False, (), "k2"),  # its own key
+        ([("k1", {"t2"})], "t2", False, (), "k2"),  # the same turn: two calls
+        ([("k1", {"t1"})], "t2", True, (), "k2"),  # its own key launched: it reconciles there
+        ([("k1", {"t1"})], "t2", False, ("k1",), "k2"),  # rejected, nothing ran: settled
+        ([("ka", {"t1"}), ("kb", {"t1"})], "t2", False, (), "kb"),  # the newest first
+        ([("ka", {"t1"}), ("kb", {"t1", "t2"})], "t2", False, (), "ka"),  # kb taken by t2
+        ([("ka", {"t1"}), ("kb", {"t1"})], "t2", False, ("kb",), "ka"),  # kb rejected
+        ([("ka", {"t1", "t2"}), ("kb", {"t1", "t2"})], "t2", False, (), "k2"),  # none left
     ],
 )
-def test_c2_c8_repeat_key_is_the_earlier_calls_unless_the_two_are_two_calls(
-    earlier: tuple[str, str | None] | None,
+def test_c2_c8_repeat_key_is_an_earlier_calls_unless_the_two_are_two_calls(
+    earlier: list[tuple[str, set[str]]],
     turn: str | None,
     launched: bool,
-    rejected: bool,
+    rejected: tuple[str, ...],
     runs_under: str,
 ) -> None:
-    """The one rule for which key a repeat runs under (``k2`` its own,
-    ``k1`` the unsettled earlier call's)."""
-    assert repeat_key("k2", turn, earlier, launched=launched, rejected=rejected) == runs_under
+    """The one rule for which key a repeat runs under (``k2`` its own, an
+    unsettled earlier call's otherwise): of two identical unsettled calls,
+    each repeat takes one its turn has not taken yet."""
+    assert (
+        repeat_key("k2", turn, earlier, launched=launched, rejected=rejected.__contains__)
+        == runs_under
+    )

@@ -1069,3 +1069,34 @@ def test_c2_a_rejection_after_an_approval_that_may_have_run_leaves_its_call_unse
     again = _asked_then(tools, "c2", "turn-2")
     assert again.content["operation_key"] == "run-1:c1", again.content
     assert sum(sim.launches.values()) == 1
+
+
+def _twice_uncertain() -> tuple[sandrail.Toolset, Simulator]:
+    """Two identical calls ``ca`` and ``cb`` of model turn ``turn-1``, both
+    launched and both answered ``uncertain`` (each start's answer lost)."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
+
+    lost = tuple(Fault(effect="Start", kind=FaultKind.RESPONSE_LOST, occurrence=n) for n in (0, 1))
+    sim = Simulator(plan=FaultPlan(lost))
+    tools = toolset(sim)
+    for call_id in ("ca", "cb"):
+        assert _asked_then(tools, call_id, "turn-1").status == "uncertain"
+    assert sum(sim.launches.values()) == 2
+    return tools, sim
+
+
+@pytest.mark.parametrize("one_message", [False, True], ids=["two_turns", "one_message"])
+def test_c2_two_identical_uncertain_calls_are_reconciled_by_two_repeats(one_message: bool) -> None:
+    """The model repeats each of two identical ``uncertain`` calls, as told,
+    in one later message or in two turns: each repeat reconciles one of
+    them, and nothing launches a third time. Only a repeat after both were
+    answered is a new call."""
+    tools, sim = _twice_uncertain()
+    turns = ("turn-2", "turn-2") if one_message else ("turn-2", "turn-3")
+    repeats = [_asked_then(tools, c, t) for c, t in zip(("c2", "c3"), turns, strict=True)]
+    keys = {result.content["operation_key"] for result in repeats}
+    assert keys == {"run-1:ca", "run-1:cb"}
+    assert sum(sim.launches.values()) == 2
+    anew = _asked_then(tools, "c4", "turn-4")
+    assert (anew.content["operation_key"], anew.content["deduplicated"]) == ("run-1:c4", False)
+    assert sum(sim.launches.values()) == 3
