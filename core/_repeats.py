@@ -22,7 +22,7 @@ keyed with a secret of its own, as the arguments may hold env values).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._canonical import CanonicalJSONError, canonical_json
@@ -130,36 +130,41 @@ def repeat_scope(run_id: object, operation_key: object, call_id: object) -> str:
 def repeat_key(
     operation_key: str,
     turn: str | None,
-    earlier: Sequence[tuple[str, Collection[str]]],
+    earlier: Sequence[tuple[str, str | None, Mapping[str, str | None]]],
     *,
     launched: bool,
     rejected: Callable[[str], bool],
 ) -> str:
     """The key a call under ``operation_key``, made in model ``turn``
     (``None``: not known), runs under, given the unsettled ``earlier`` calls
-    it repeats exactly (each its key and the turns it belongs to: the one
-    that made it and those whose repeats already run under it; oldest
-    first): the newest such call's key, so the sandbox's claim answers the
-    repeat and nothing launches twice (C2), except where the two are two
-    calls. The repeat keeps its own key when:
+    it repeats exactly, oldest first: each its key, the turn that made it,
+    and the repeats that already took it (each repeat's own key and turn).
+    That is the newest earlier call left for it, so the sandbox's claim
+    answers the repeat and nothing launches twice (C2); the one it took
+    before, when it is asked about or run again. It keeps its own key when:
 
     - ``launched``: its own key may already have launched (it reconciles
       there), or it is one of ``earlier`` (a retry under its own key);
-    - no earlier call is left for it: one of the same ``turn`` (the model
-      made both at once, before it could read either result, or two repeats
-      of one message each take their own earlier call), or one ``rejected``
-      (a person rejected it first and nothing ran under its key, so it is
-      settled: a repeat in another turn is a new call and a new question;
-      one whose rejection came after an approval, and so may have run, is
-      not ``rejected``).
+    - no earlier call is left for it: one made in the same ``turn`` (the
+      model made both at once, before it could read either result) or taken
+      by another repeat of that turn (two repeats of one message take one
+      earlier call each) is not, nor is one ``rejected`` (a person rejected
+      it first and nothing ran under its key, so it is settled: a repeat in
+      another turn is a new call and a new question; one whose rejection
+      came after an approval, and so may have run, is not ``rejected``).
 
     So two identical unsettled calls are reconciled by two repeats, one
     each, whether the model repeats them in one message or in two turns.
     """
-    if launched or any(key == operation_key for key, _ in earlier):
+    if launched or any(key == operation_key for key, _, _ in earlier):
         return operation_key
-    for key, turns in reversed(earlier):
-        if turn is not None and turn in turns:
+    for key, _, taken in earlier:
+        if operation_key in taken:
+            return operation_key if rejected(key) else key
+    for key, made_in, taken in reversed(earlier):
+        if turn is not None and (
+            made_in == turn or any(t == turn for k, t in taken.items() if k != operation_key)
+        ):
             continue
         if rejected(key):
             continue

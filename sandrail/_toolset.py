@@ -626,12 +626,8 @@ class Toolset(ToolsetApprovals):
                     if not held:
                         del self._unsettled[repeat]
                 return
-            if mine:
-                mine[0].turns.update(() if turn is None else (turn,))
-            else:
-                held.append(
-                    _Unsettled(key, request.call.arguments, set() if turn is None else {turn})
-                )
+            if not mine:
+                held.append(_Unsettled(key, request.call.arguments, turn, {}))
                 del held[:-_UNSETTLED_OF_A_CALL]
             self._unsettled[repeat] = held
             self._unsettled.move_to_end(repeat)

@@ -62,9 +62,10 @@ class _Unsettled(NamedTuple):
     key: str
     arguments: Mapping[str, Any]
     """In the port's form."""
-    turns: set[str]
-    """The model turn that made it and those of the repeats that run under
-    its key (empty: not known)."""
+    turn: str | None
+    """The model turn that made it (``None``: not known)."""
+    taken: dict[str, str | None]
+    """The repeats that run under its key: each one's own key and turn."""
 
 
 _UNSETTLED_OF_A_CALL: Final = 64
@@ -151,19 +152,18 @@ class ToolsetRequests:
                 key = repeat_key(
                     operation_key,
                     turn,
-                    [(held.key, held.turns) for held in earlier],
+                    [(held.key, held.turn, dict(held.taken)) for held in earlier],
                     launched=self.launched(name, operation_key) is not None,
                     rejected=lambda key: self._rejected_unrun(definition, key),
                 )
                 if key != operation_key:
                     # The earlier call's key and arguments: the same launch
                     # to the port, however this repeat spelled its defaults.
-                    # Its turn now has this call: another repeat of the same
-                    # message takes another earlier call.
+                    # Taken by this call: another repeat of the same message
+                    # takes another earlier call.
                     held = next(held for held in earlier if held.key == key)
-                    if turn is not None:
-                        with self._lock:
-                            held.turns.add(turn)
+                    with self._lock:
+                        held.taken[operation_key] = turn
                     operation_key, converted = key, held.arguments
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),

@@ -223,24 +223,30 @@ def test_c3_settled_arguments_never_leave_out_an_argument_the_tool_does_not_take
     assert settled_arguments("run_code", arguments, SETTINGS) is arguments
 
 
+_NONE: dict[str, str | None] = {}
+
+
 @pytest.mark.parametrize(
     ("earlier", "turn", "launched", "rejected", "runs_under"),
     [
         ([], "t2", False, (), "k2"),  # nothing to repeat
-        ([("k1", {"t1"})], "t2", False, (), "k1"),  # a repeat of another turn
-        ([("k1", set())], None, False, (), "k1"),  # turns not known: a repeat
-        ([("k2", {"t1"})], "t2", False, (), "k2"),  # its own key
-        ([("k1", {"t2"})], "t2", False, (), "k2"),  # the same turn: two calls
-        ([("k1", {"t1"})], "t2", True, (), "k2"),  # its own key launched: it reconciles there
-        ([("k1", {"t1"})], "t2", False, ("k1",), "k2"),  # rejected, nothing ran: settled
-        ([("ka", {"t1"}), ("kb", {"t1"})], "t2", False, (), "kb"),  # the newest first
-        ([("ka", {"t1"}), ("kb", {"t1", "t2"})], "t2", False, (), "ka"),  # kb taken by t2
-        ([("ka", {"t1"}), ("kb", {"t1"})], "t2", False, ("kb",), "ka"),  # kb rejected
-        ([("ka", {"t1", "t2"}), ("kb", {"t1", "t2"})], "t2", False, (), "k2"),  # none left
+        ([("k1", "t1", _NONE)], "t2", False, (), "k1"),  # a repeat of another turn
+        ([("k1", None, _NONE)], None, False, (), "k1"),  # turns not known: a repeat
+        ([("k2", "t1", _NONE)], "t2", False, (), "k2"),  # its own key
+        ([("k1", "t2", _NONE)], "t2", False, (), "k2"),  # the same turn: two calls
+        ([("k1", "t1", _NONE)], "t2", True, (), "k2"),  # its own key launched: it reconciles there
+        ([("k1", "t1", _NONE)], "t2", False, ("k1",), "k2"),  # rejected, nothing ran: settled
+        ([("ka", "t1", _NONE), ("kb", "t1", _NONE)], "t2", False, (), "kb"),  # the newest first
+        ([("ka", "t1", _NONE), ("kb", "t1", {"k3": "t2"})], "t2", False, (), "ka"),  # kb taken
+        ([("ka", "t1", _NONE), ("kb", "t1", {"k3": "t3"})], "t2", False, (), "kb"),  # by another
+        ([("ka", "t1", {"k2": "t2"}), ("kb", "t1", _NONE)], "t2", False, (), "ka"),  # its own
+        ([("ka", "t1", {"k2": "t2"})], "t2", False, ("ka",), "k2"),  # its own, since rejected
+        ([("ka", "t1", _NONE), ("kb", "t1", _NONE)], "t2", False, ("kb",), "ka"),  # kb rejected
+        ([("ka", "t1", {"k3": "t2"}), ("kb", "t2", _NONE)], "t2", False, (), "k2"),  # none left
     ],
 )
 def test_c2_c8_repeat_key_is_an_earlier_calls_unless_the_two_are_two_calls(
-    earlier: list[tuple[str, set[str]]],
+    earlier: list[tuple[str, str | None, dict[str, str | None]]],
     turn: str | None,
     launched: bool,
     rejected: tuple[str, ...],
@@ -248,7 +254,8 @@ def test_c2_c8_repeat_key_is_an_earlier_calls_unless_the_two_are_two_calls(
 ) -> None:
     """The one rule for which key a repeat runs under (``k2`` its own, an
     unsettled earlier call's otherwise): of two identical unsettled calls,
-    each repeat takes one its turn has not taken yet."""
+    each repeat of one message takes its own, and keeps it when asked about
+    or run again."""
     assert (
         repeat_key("k2", turn, earlier, launched=launched, rejected=rejected.__contains__)
         == runs_under
