@@ -4,7 +4,9 @@ examples, run as a harness or backend author would run them."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 
 import sandrail
 from sandrail.core import Delivery, EffectFailure, Ensure, ErrorCode, Start
+from sandrail.interpreters.launcher import launcher_missing, launcher_refused
 from sandrail.testing import (
     SCRIPTS,
     ContractViolationError,
@@ -29,6 +32,7 @@ from sandrail.testing import (
     Target,
     World,
     check_backend,
+    failure_table_problems,
     simulator_target,
 )
 from sandrail.testing.strategies import schedules, tool_arguments, tool_requests
@@ -570,3 +574,85 @@ def test_c6_c9_authority_lost_before_the_retry_of_an_uncertain_start_may_answer_
         assert last.result.status == "uncertain"
         assert world.violations() == []
         assert world.truth.launches == {}
+
+
+class _ShellExit(Exception):
+    def __init__(self, status: int, stdout: str) -> None:
+        super().__init__(f"exit status {status}")
+        self.status, self.stdout = status, stdout
+
+
+class _HostShell:
+    """A launcher transport onto this machine's own ``bash``, enough for the
+    failure-table check: ``timeouts`` is what its ``classify`` says for a
+    timeout; with ``late_below``, a line given a shorter timeout times out
+    before it is even sent (so ``not_sent`` is then the truth)."""
+
+    def __init__(self, *, timeouts: Delivery, late_below: float = 0.0) -> None:
+        self.timeouts, self.late_below = timeouts, late_below
+
+    async def run(self, sandbox: Any, line: str, *, timeout: float, request_timeout: float) -> str:
+        if timeout < self.late_below:
+            raise TimeoutError("not sent in time")
+        process = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            line,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            out, _ = await asyncio.wait_for(process.communicate(), timeout)
+        except TimeoutError:
+            os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            raise
+        if process.returncode:
+            raise _ShellExit(process.returncode, out.decode())
+        return out.decode()
+
+    async def write_files(
+        self, sandbox: Any, files: list[tuple[str, bytes]], *, request_timeout: float
+    ) -> None:
+        raise NotImplementedError
+
+    def exit_status(self, exc: BaseException) -> tuple[int, str] | None:
+        return (exc.status, exc.stdout) if isinstance(exc, _ShellExit) else None
+
+    def classify(self, exc: BaseException, what: str) -> EffectFailure:
+        status = self.exit_status(exc)
+        if launcher_refused(status) or launcher_missing(status):
+            return EffectFailure(Delivery.NOT_SENT, f"{what}: not sent")
+        if isinstance(exc, TimeoutError):
+            return EffectFailure(self.timeouts, f"{what}: timed out")
+        return EffectFailure(Delivery.MAYBE_SENT, f"{what}: maybe sent")
+
+
+def _table_problems(transport: _HostShell) -> list[str]:
+    return asyncio.run(failure_table_problems(transport, None, hang_seconds=0.2))
+
+
+def test_c5_the_failure_table_check_passes_a_started_timeout_called_maybe_sent() -> None:
+    assert _table_problems(_HostShell(timeouts=Delivery.MAYBE_SENT)) == []
+
+
+def test_c5_the_failure_table_check_fails_a_started_timeout_called_not_sent() -> None:
+    problems = _table_problems(_HostShell(timeouts=Delivery.NOT_SENT))
+    assert len(problems) == 1
+    assert "timed out after the line had started" in problems[0]
+
+
+def test_the_failure_table_check_fails_when_no_timeout_was_seen_after_its_line_started() -> None:
+    """A transport whose short timeouts all expire before the line leaves
+    gives no proof of what it says for one that expired after: the check
+    says it could not check, instead of passing."""
+    late = _table_problems(_HostShell(timeouts=Delivery.NOT_SENT, late_below=1.0))
+    assert len(late) == 1
+    assert "unchecked" in late[0]
+    # Longer timeouts, tried next, reach one that started: checked, not late.
+    assert _table_problems(_HostShell(timeouts=Delivery.MAYBE_SENT, late_below=0.3)) == []
+    assert (
+        "had started" in _table_problems(_HostShell(timeouts=Delivery.NOT_SENT, late_below=0.3))[0]
+    )

@@ -22,6 +22,7 @@ from sandrail.core import (
     TOOLS,
     AgentOwner,
     PortSettings,
+    Start,
     ToolKind,
     ToolRecord,
     ToolSet,
@@ -321,3 +322,87 @@ def test_launch_timeout_is_the_records_deadline_and_only_a_launch_has_one() -> N
     assert launch_timeout("run_code", {"code": "1", "timeout": 900}, settings) == ("timeout", 300)
     with pytest.raises(ValueError, match="read_command_output launches nothing"):
         launch_timeout("read_command_output", {"task_id": "a" * 64}, settings)
+
+
+_SHELL_MARK = "$(touch /tmp/sandrail-injected);`id`|x&y>z -rf"
+"""Text a shell would read as more than one plain word, if it entered one."""
+
+
+class _StartsSeen(Simulator):
+    """The simulator, keeping the command of every ``Start`` it answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[str] = []
+
+    def __call__(self, effect: Any) -> Any:
+        if isinstance(effect, Start):
+            self.commands.append(effect.command)
+        return super().__call__(effect)
+
+
+def _types(spec: dict[str, Any]) -> list[Any]:
+    kind = spec.get("type")
+    return kind if isinstance(kind, list) else [kind]
+
+
+def _free_strings(schema: dict[str, Any]) -> list[str]:
+    """The string arguments of ``schema`` that take any text (no pattern,
+    no enum): the model's free text."""
+    return [
+        name
+        for name, spec in schema["properties"].items()
+        if "string" in _types(spec)
+        and "pattern" not in spec
+        and "enum" not in spec
+        and "const" not in spec
+    ]
+
+
+def test_c16_a_launchs_free_text_never_enters_its_shell_text_but_as_the_command_itself() -> None:
+    """Each launching tool, called with shell syntax in every argument that
+    takes free text, starts a command that holds none of it, unless that
+    argument is the command itself (a shell-command tool): the model's
+    free text travels as a staged file, and a value that enters shell text
+    is one its schema pinned (``docs/development.md``, "Grow it")."""
+    seen: set[str] = set()
+    scope = {"tenant": "t1"}
+    native = sandrail.NativeIdentity(
+        scope=scope,
+        run_id="r",
+        turn_id="t",
+        build_id="b",
+        task_chain_id="c",
+        parent_run_id=None,
+        execution_fence=1,
+    )
+    owners: tuple[tuple[Any, dict[str, Any]], ...] = (
+        (OWNER, {}),
+        (sandrail.NativeOwner(scope=scope), {"identity": native}),
+    )
+    for owner, identity in owners:
+        sim = _StartsSeen()
+        toolset = sandrail.Toolset(
+            backend=sim,
+            session_id="s",
+            owner=owner,
+            authorize=lambda request: sandrail.ALLOW,
+            assert_authority=lambda request: True,
+            **identity,
+        )
+        for name in sorted(set(LAUNCH_TOOLS) & set(toolset.names)):
+            record = TOOLS[name]
+            definition = record.define(300)
+            arguments = dict(record.example_arguments)
+            for argument in _free_strings(definition.parameters):
+                arguments[argument] = f"{argument}:{_SHELL_MARK}"
+            assert check_arguments(definition, arguments) == (), name
+            del sim.commands[:]
+            toolset.call_sync(name, arguments, call_id=f"c-{name}", operation_key=f"k-{name}")
+            assert sim.commands, f"{name} started nothing"
+            for command in sim.commands:
+                if command in arguments.values():
+                    continue  # the argument is the command: running it is the tool
+                assert _SHELL_MARK not in command, f"{name}'s free text entered: {command}"
+            seen.add(name)
+    assert seen == set(LAUNCH_TOOLS)

@@ -16,7 +16,9 @@ transport's exceptions, and asks its ``exit_status`` and ``classify``:
   missing launcher (exit 127) are ``not_sent``, with that exit status;
 - a line that ran and exited non-zero is ``maybe_sent``, with its status;
 - a line still running past its ``timeout`` (it left a mark first, so the
-  request surely left) is ``maybe_sent``, and is no refusal.
+  request surely left) is ``maybe_sent``, and is no refusal. When no mark
+  proves such a line started (tried with longer and longer timeouts), that
+  is a problem too: the one check that matters most did not run.
 
 What it cannot make happen portably stays the author's to test: a failure
 before the request left (a refused connection, a bad credential) is the only
@@ -32,7 +34,7 @@ transport.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sandrail.core import Delivery, EffectFailure
@@ -47,6 +49,8 @@ from ._world import World
 __all__ = ["ProbedTransport", "check_transport", "failure_table_problems"]
 
 _PROBED_EFFECTS = ("Publish", "Start")
+_HANG_ATTEMPTS = 3
+"""Tries at a line that times out after it started, each timeout twice the last."""
 _WHAT = "Probe"
 
 
@@ -106,25 +110,53 @@ async def failure_table_problems(
         if exc is not None:
             exit_of(exc, line, status)
             judged(exc, line, wanted, why)
-    mark = f"/tmp/sandrail-probe-{secrets.token_hex(8)}"
-    hang = f"echo ran > {mark}; sleep {int(step * 3)}"
-    exc = await failed(hang, hang_seconds)
-    if exc is not None:
-        found_exit = transport.exit_status(exc)
-        if launcher_refused(found_exit) or launcher_missing(found_exit):
-            problems.append(
-                f"exit_status said {found_exit!r} for a line past its timeout: "
-                "the launcher would take it for its refusal or a missing launcher"
-            )
-        try:
-            left = await transport.run(
-                sandbox, f"cat {mark}; rm -f {mark}", timeout=step, request_timeout=step
-            )
-        except Exception:  # no proof the request left: not judged
-            left = ""
-        if left.strip() == "ran":
-            judged(exc, hang, Delivery.MAYBE_SENT, "it timed out after the line had started")
+    for attempt in range(_HANG_ATTEMPTS):
+        if await _timed_out_after_start(
+            transport, sandbox, hang_seconds * 2**attempt, step, failed, judged, problems
+        ):
+            return problems
+    problems.append(
+        f"no line was seen to start and then time out ({_HANG_ATTEMPTS} tries, the last "
+        f"with a {hang_seconds * 2 ** (_HANG_ATTEMPTS - 1):g} s timeout), so what classify "
+        "says for a timeout after the request left is unchecked: give a larger hang_seconds"
+    )
     return problems
+
+
+async def _timed_out_after_start(
+    transport: Transport,
+    sandbox: Any,
+    hang_seconds: float,
+    step: float,
+    failed: Callable[[str, float], Awaitable[BaseException | None]],
+    judged: Callable[[BaseException, str, Delivery, str], None],
+    problems: list[str],
+) -> bool:
+    """Run a line that leaves a mark, then hangs past ``hang_seconds``; judge
+    the timeout's failure when the mark proves the line started. False
+    when nothing proves it did (not judged: a timeout before the request
+    left may rightly be ``not_sent``)."""
+    mark = f"/tmp/sandrail-probe-{secrets.token_hex(8)}"
+    hang = f"echo ran > {mark}; sleep {int(max(step, hang_seconds) * 3)}"
+    exc = await failed(hang, hang_seconds)
+    if exc is None:
+        return True  # already a problem: the line raised nothing
+    found_exit = transport.exit_status(exc)
+    if launcher_refused(found_exit) or launcher_missing(found_exit):
+        problems.append(
+            f"exit_status said {found_exit!r} for a line past its timeout: "
+            "the launcher would take it for its refusal or a missing launcher"
+        )
+    try:
+        left = await transport.run(
+            sandbox, f"cat {mark}; rm -f {mark}", timeout=step, request_timeout=step
+        )
+    except Exception:  # no proof the request left
+        return False
+    if left.strip() != "ran":
+        return False
+    judged(exc, hang, Delivery.MAYBE_SENT, "it timed out after the line had started")
+    return True
 
 
 class ProbedTransport:
