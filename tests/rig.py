@@ -134,12 +134,9 @@ def inspect_answer(
     """What ``backend`` (a backend class stating its label and boundary)
     answers an ``Inspect`` with: the sandbox, its phase, and the backend's
     own words."""
+    label, words = backend.backend_label, backend.boundary
     return SandboxState(
-        sandbox_id=sandbox_id,
-        phase=phase,
-        backend=backend.backend_label,
-        isolated=isolated,
-        boundary=backend.boundary,
+        sandbox_id=sandbox_id, phase=phase, backend=label, isolated=isolated, boundary=words
     )
 
 
