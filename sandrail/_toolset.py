@@ -68,7 +68,9 @@ result), whatever order they run in: each keeps its own key, so a person's
 approval of one and rejection of the other are two decisions. Of several
 identical unsettled calls, a repeat takes the newest that no call of its
 own turn has taken yet: two uncertain calls repeated, in one message or
-two turns, are reconciled one each, never a third launch. The record
+two turns, are reconciled one each, never a third launch. A repeat asked
+about or run again (a framework re-running its tool call) runs under the
+key it ran under before, even once that earlier call was settled. The record
 lives in this object (the most recent 1024 unsettled calls): a new process
 starts empty.
 
@@ -280,6 +282,7 @@ class Toolset(ToolsetApprovals):
         self._session_id = given["session_id"]
         self._asynchronous = is_asynchronous(given["backend"])
         self._unsettled: OrderedDict[_Repeat, list[_Unsettled]] = OrderedDict()
+        self._ran_as: OrderedDict[tuple[_Repeat, str], _Unsettled] = OrderedDict()
         self._lock = threading.Lock()
         needed, tool = self._needed()
         if max_output_bytes < needed:

@@ -68,6 +68,9 @@ class _Unsettled(NamedTuple):
     """The repeats that run under its key: each one's own key and turn."""
 
 
+_RAN_AS_KEPT: Final = 4096
+"""The most repeats whose earlier call is remembered (the oldest go)."""
+
 _UNSETTLED_OF_A_CALL: Final = 64
 """The most unsettled identical calls kept in one scope (the oldest go)."""
 
@@ -90,6 +93,8 @@ class ToolsetRequests:
     _lock: threading.Lock
     _decisions: Decisions
     _unsettled: OrderedDict[_Repeat, list[_Unsettled]]
+    _ran_as: OrderedDict[tuple[_Repeat, str], _Unsettled]
+    """The earlier call each repeat ran under, by the repeat's own key."""
 
     def _prepare(
         self,
@@ -148,7 +153,17 @@ class ToolsetRequests:
         if repeat is not None:
             with self._lock:
                 earlier = list(self._unsettled.get(repeat, ()))
-            if earlier:
+                ran_as = self._ran_as.get((repeat, operation_key))
+            if (
+                ran_as is not None
+                and self.launched(name, operation_key) is None
+                and not self._rejected_unrun(definition, ran_as.key)
+            ):
+                # This very call ran under an earlier call's key before (it is
+                # asked about or run again after that call was settled): it
+                # stays there and reconciles, never a launch of its own.
+                operation_key, converted = ran_as.key, ran_as.arguments
+            elif earlier:
                 key = repeat_key(
                     operation_key,
                     turn,
@@ -164,6 +179,10 @@ class ToolsetRequests:
                     held = next(held for held in earlier if held.key == key)
                     with self._lock:
                         held.taken[operation_key] = turn
+                        self._ran_as[(repeat, operation_key)] = held
+                        self._ran_as.move_to_end((repeat, operation_key))
+                        while len(self._ran_as) > _RAN_AS_KEPT:
+                            self._ran_as.popitem(last=False)
                     operation_key, converted = key, held.arguments
         request = ToolRequest(
             call=ToolCall(name=name, call_id=call_id, arguments=converted),

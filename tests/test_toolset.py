@@ -1100,3 +1100,19 @@ def test_c2_two_identical_uncertain_calls_are_reconciled_by_two_repeats(one_mess
     anew = _asked_then(tools, "c4", "turn-4")
     assert (anew.content["operation_key"], anew.content["deduplicated"]) == ("run-1:c4", False)
     assert sum(sim.launches.values()) == 3
+
+
+def test_c2_a_repeat_run_again_stays_under_the_key_it_ran_under() -> None:
+    """``c2`` repeated the uncertain ``c1`` and ran under its key, which
+    settled it; a framework that runs tool call ``c2`` again (a re-run, a
+    second answer) gets that same launch back, never a launch of its own."""
+    from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
+
+    sim = Simulator(plan=FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),)))
+    tools = toolset(sim)
+    assert _asked_then(tools, "c1", "turn-1").status == "uncertain"
+    first = _asked_then(tools, "c2", "turn-2")
+    assert (first.status, first.content["operation_key"]) == ("ok", "run-1:c1")
+    again = _asked_then(tools, "c2", "turn-2")
+    assert (again.content["operation_key"], again.content["deduplicated"]) == ("run-1:c1", True)
+    assert sum(sim.launches.values()) == 1
