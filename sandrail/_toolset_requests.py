@@ -153,6 +153,7 @@ class ToolsetRequests:
         if repeat is not None:
             with self._lock:
                 earlier = list(self._unsettled.get(repeat, ()))
+                seen = [(held.key, held.turn, dict(held.taken)) for held in earlier]
                 ran_as = self._ran_as.get((repeat, operation_key))
             if (
                 ran_as is not None
@@ -167,7 +168,7 @@ class ToolsetRequests:
                 key = repeat_key(
                     operation_key,
                     turn,
-                    [(held.key, held.turn, dict(held.taken)) for held in earlier],
+                    seen,
                     launched=self.launched(name, operation_key) is not None,
                     rejected=lambda key: self._rejected_unrun(definition, key),
                 )
