@@ -47,8 +47,9 @@ from sandrail.core._definitions import run_command_definition
 from sandrail.core._snapshot import _Snapshot
 from sandrail.interpreters._drivers import drive
 from sandrail.interpreters.simulator import Simulator
-from sandrail.testing import World
+from sandrail.testing import World, native_identity
 from sandrail.testing._calls import tool_kind
+from tests.embed_rig import toolset as a_toolset
 
 OWNER = AgentOwner(agent_id="agent-1")
 
@@ -367,29 +368,14 @@ def test_c16_a_launchs_free_text_never_enters_its_shell_text_but_as_the_command_
     is one its schema pinned (``docs/development.md``, "Grow it")."""
     seen: set[str] = set()
     scope = {"tenant": "t1"}
-    native = sandrail.NativeIdentity(
-        scope=scope,
-        run_id="r",
-        turn_id="t",
-        build_id="b",
-        task_chain_id="c",
-        parent_run_id=None,
-        execution_fence=1,
-    )
+    native = native_identity(scope=scope)
     owners: tuple[tuple[Any, dict[str, Any]], ...] = (
         (OWNER, {}),
         (sandrail.NativeOwner(scope=scope), {"identity": native}),
     )
     for owner, identity in owners:
         sim = _StartsSeen()
-        toolset = sandrail.Toolset(
-            backend=sim,
-            session_id="s",
-            owner=owner,
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-            **identity,
-        )
+        toolset = a_toolset(sim, owner=owner, **identity)
         for name in sorted(set(LAUNCH_TOOLS) & set(toolset.names)):
             record = TOOLS[name]
             definition = record.define(300)
