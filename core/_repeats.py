@@ -134,6 +134,7 @@ def repeat_key(
     *,
     launched: bool,
     rejected: Callable[[str], bool],
+    ran_before: str | None = None,
 ) -> str:
     """The key a call under ``operation_key``, made in model ``turn``
     (``None``: not known), runs under, given the unsettled ``earlier`` calls
@@ -141,7 +142,9 @@ def repeat_key(
     and the repeats that already took it (each repeat's own key and turn).
     That is the newest earlier call left for it, so the sandbox's claim
     answers the repeat and nothing launches twice (C2); the one it took
-    before, when it is asked about or run again. It keeps its own key when:
+    before (``ran_before``, or the one among ``earlier`` it took), when it
+    is asked about or run again, even once that call was settled. It keeps
+    its own key when:
 
     - ``launched``: its own key may already have launched (it reconciles
       there), or it is one of ``earlier`` (a retry under its own key);
@@ -158,9 +161,11 @@ def repeat_key(
     """
     if launched or any(key == operation_key for key, _, _ in earlier):
         return operation_key
-    for key, _, taken in earlier:
-        if operation_key in taken:
-            return operation_key if rejected(key) else key
+    before = ran_before
+    if before is None:
+        before = next((key for key, _, taken in earlier if operation_key in taken), None)
+    if before is not None:
+        return operation_key if rejected(before) else before
     for key, made_in, taken in reversed(earlier):
         if turn is not None and (
             made_in == turn or any(t == turn for k, t in taken.items() if k != operation_key)

@@ -155,29 +155,23 @@ class ToolsetRequests:
                 earlier = list(self._unsettled.get(repeat, ()))
                 seen = [(held.key, held.turn, dict(held.taken)) for held in earlier]
                 ran_as = self._ran_as.get((repeat, operation_key))
-            if (
-                ran_as is not None
-                and self.launched(name, operation_key) is None
-                and not self._rejected_unrun(definition, ran_as.key)
-            ):
-                # This very call ran under an earlier call's key before (it is
-                # asked about or run again after that call was settled): it
-                # stays there and reconciles, never a launch of its own.
-                operation_key, converted = ran_as.key, ran_as.arguments
-            elif earlier:
+            if earlier or ran_as is not None:
                 key = repeat_key(
                     operation_key,
                     turn,
                     seen,
                     launched=self.launched(name, operation_key) is not None,
                     rejected=lambda key: self._rejected_unrun(definition, key),
+                    ran_before=None if ran_as is None else ran_as.key,
                 )
                 if key != operation_key:
                     # The earlier call's key and arguments: the same launch
                     # to the port, however this repeat spelled its defaults.
                     # Taken by this call: another repeat of the same message
-                    # takes another earlier call.
-                    held = next(held for held in earlier if held.key == key)
+                    # takes another earlier call, and this one keeps it when
+                    # run again, even once it was settled.
+                    held = next((held for held in earlier if held.key == key), ran_as)
+                    assert held is not None  # the key came from earlier or ran_as
                     with self._lock:
                         held.taken[operation_key] = turn
                         self._ran_as[(repeat, operation_key)] = held

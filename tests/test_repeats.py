@@ -260,3 +260,22 @@ def test_c2_c8_repeat_key_is_an_earlier_calls_unless_the_two_are_two_calls(
         repeat_key("k2", turn, earlier, launched=launched, rejected=rejected.__contains__)
         == runs_under
     )
+
+
+def test_c2_repeat_key_keeps_the_earlier_call_a_repeat_ran_under_once_it_was_settled() -> None:
+    """A repeat run again after the earlier call it ran under was settled
+    (no longer among the unsettled) stays under that call's key, unless a
+    person rejected it with nothing run, or its own key launched."""
+    never: tuple[str, ...] = ()
+    assert (
+        repeat_key("k2", "t2", [], launched=False, rejected=never.__contains__, ran_before="k1")
+        == "k1"
+    )
+    assert (
+        repeat_key("k2", "t2", [], launched=False, rejected=("k1",).__contains__, ran_before="k1")
+        == "k2"
+    )
+    assert (
+        repeat_key("k2", "t2", [], launched=True, rejected=never.__contains__, ran_before="k1")
+        == "k2"
+    )
