@@ -4,6 +4,7 @@ the simulator (docs/howto/google-adk.md)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -341,8 +342,9 @@ def _answers(*pairs: tuple[Any, bool]) -> Any:
     )
 
 
-def _events_results(events: list[Any]) -> dict[str, dict[str, Any]]:
-    """The ``run_command`` responses among ``events``, by function call id."""
+def _events_results(events: Iterable[Any]) -> dict[str, dict[str, Any]]:
+    """The ``run_command`` responses among ``events``, by function call id
+    (the last one of an id)."""
     return {
         response.id: dict(response.response or {})
         for event in events
@@ -425,4 +427,37 @@ def test_c8_a_rejected_call_made_again_in_a_later_turn_is_asked_about_again() ->
     assert launches(tools) == 0
     told = _events_results(run.send(answer(second, True)))
     assert (told["c2"]["status"], told["c2"]["operation_key"].endswith(":c2")) == ("ok", True)
+    assert launches(tools) == 1
+
+
+@pytest.mark.parametrize("first", ["earlier", "repeat"])
+def test_c2_c8_a_repeat_of_a_call_awaiting_confirmation_is_that_call_whichever_is_confirmed_first(
+    first: str,
+) -> None:
+    """``c1`` waits for its confirmation; the user writes again instead, and
+    in a later model turn the model makes the same call as ``c2``, which is
+    asked about too. A repeat of the unanswered ``c1`` is ``c1``: whichever
+    question the person confirms first runs the command once, and the other
+    confirmation reads that run (``deduplicated``), never a refusal of an
+    approval the person gave to exactly what they were shown. After the
+    first run the scripted model makes ``c2`` again, reusing the id in a
+    new turn: that is a new call and a new question, and the confirmation
+    of the earlier ``c2`` still goes to the call it asked about."""
+    tools = toolset(authorize=asks_for_rm)
+    rm = "rm -rf /tmp/x"
+    turns = [[run_command(rm, "c1")], [run_command(rm, "c2")], [run_command(rm, "c2")], "ok", "ok"]
+    run = _Run(tools, turns)
+    (q1,) = confirmation_calls(run.send(text("go")))
+    (q2,) = confirmation_calls(run.send(text("do it anyway")))
+    assert q2.args["originalFunctionCall"]["id"] == "c2"
+    told = []
+    for question in [q1, q2] if first == "earlier" else [q2, q1]:
+        # The answered call's response comes first; the model's new c2 follows.
+        told.append(_events_results(reversed(run.send(answer(question, True)))))
+    confirmed = ["c1", "c2"] if first == "earlier" else ["c2", "c1"]
+    ran, read = told[0][confirmed[0]], told[1][confirmed[1]]
+    assert (ran["status"], ran["deduplicated"]) == ("ok", False)
+    assert (read["status"], read["deduplicated"]) == ("ok", True)
+    assert ran["operation_key"] == read["operation_key"]
+    assert ran["operation_key"].endswith(":c1")
     assert launches(tools) == 1

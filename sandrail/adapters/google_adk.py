@@ -12,7 +12,9 @@ exactly ``result.to_json()``, within the budget (C12).
 
 Operation keys: ``f"adk:{session_id}:{invocation_id}:{event_id}:{function_call_id}"``,
 where the invocation and the event are those of the model event that made
-the function call (the session's latest event holding a call with that id),
+the function call (the session's latest event holding a call with that id;
+for a call run on a confirmation, the latest before the request that was
+answered, so a later turn that reuses the id does not take the answer),
 so a call ADK runs again in a later invocation (after a confirmation, the
 answer arrives as a new message) keeps its key, and a new model turn is a
 new call even when a scripted model reuses call ids, within one invocation
@@ -74,17 +76,43 @@ def tools(
 
 def _origin(tool_context: Any, call_id: str) -> tuple[object, ...]:
     """The identity parts of the model turn that made the function call
-    ``call_id``: the invocation id and the event id of the session's latest
-    event holding it; else the running invocation's id alone."""
-    session = getattr(tool_context, "session", None)
-    for event in reversed(getattr(session, "events", None) or ()):
-        calls = event.get_function_calls() if hasattr(event, "get_function_calls") else ()
-        if any(getattr(call, "id", None) == call_id for call in calls):
-            origin = getattr(event, "invocation_id", None)
-            made = getattr(event, "id", None)
-            if _named(origin) and _named(made):
-                return origin, made
+    ``call_id``: the invocation id and the event id of its event
+    (:func:`_made_in`); else the running invocation's id alone."""
+    event = _made_in(_events(tool_context), call_id, confirmed=_confirmed(tool_context))
+    if event is not None:
+        origin = getattr(event, "invocation_id", None)
+        made = getattr(event, "id", None)
+        if _named(origin) and _named(made):
+            return origin, made
     return (getattr(tool_context, "invocation_id", None),)
+
+
+def _made_in(events: list[Any], call_id: object, *, confirmed: bool) -> Any:
+    """The model event that made the function call ``call_id``: the
+    session's latest event holding a call with that id. A call run on a
+    confirmation is the one that confirmation asked about: the latest such
+    event before the request the client answered, so a later model turn that
+    reuses the id (a scripted model does) does not take its answer."""
+    if confirmed:
+        asked = _answered_request(events, call_id)
+        if asked is not None:
+            events = events[: asked[0]]
+    for event in reversed(events):
+        if any(getattr(call, "id", None) == call_id for call in _calls(event)):
+            return event
+    return None
+
+
+def _events(tool_context: Any) -> list[Any]:
+    return list(getattr(getattr(tool_context, "session", None), "events", None) or ())
+
+
+def _confirmed(tool_context: Any) -> bool:
+    return getattr(tool_context, "tool_confirmation", None) is not None
+
+
+def _calls(event: Any) -> list[Any]:
+    return list(event.get_function_calls()) if hasattr(event, "get_function_calls") else []
 
 
 _CONFIRMATION: Final = "adk_request_confirmation"
@@ -98,46 +126,47 @@ def _in_place(tool_context: Any, call: ModelCall) -> bool:
     model's calls. An edit of the stored session that moved the question or
     the call of a request (two requests' calls swapped) hands the answer to
     another call: not in place."""
-    session = getattr(tool_context, "session", None)
-    events = list(getattr(session, "events", None) or ())
+    events = _events(tool_context)
+    asked = _answered_request(events, call.call_id)
+    if asked is None:
+        return False
+    place, request, requests = asked
+    question = _field(_field(request.args, "toolConfirmation"), "payload")
+    return (
+        _field(question, "operation_key") == call.operation_key
+        and _field(question, "tool_call_id") == call.call_id
+        and _in_model_order(events[:place], [_original_id(r) for r in requests], call)
+    )
+
+
+def _answered_request(events: list[Any], call_id: object) -> tuple[int, Any, list[Any]] | None:
+    """The confirmation request the client's latest confirmation answered
+    for the call ``call_id``: the index of its event, the request, and the
+    requests asked with it; ``None`` when there is none."""
     answered: set[object] = set()
     for event in reversed(events):
         answers = event.get_function_responses() if hasattr(event, "get_function_responses") else ()
         answered = {a.id for a in answers if getattr(a, "name", None) == _CONFIRMATION}
         if answered:
             break
-    for event in reversed(events):
-        requests = [
-            request
-            for request in (
-                event.get_function_calls() if hasattr(event, "get_function_calls") else ()
-            )
-            if getattr(request, "name", None) == _CONFIRMATION
-        ]
+    for place in range(len(events) - 1, -1, -1):
+        requests = [r for r in _calls(events[place]) if getattr(r, "name", None) == _CONFIRMATION]
         for request in requests:
-            if request.id in answered and _original_id(request) == call.call_id:
-                question = _field(_field(request.args, "toolConfirmation"), "payload")
-                return (
-                    _field(question, "operation_key") == call.operation_key
-                    and _field(question, "tool_call_id") == call.call_id
-                    and _in_model_order(events, [_original_id(r) for r in requests], call)
-                )
-    return False
+            if request.id in answered and _original_id(request) == call_id:
+                return place, request, requests
+    return None
 
 
 def _in_model_order(events: list[Any], asked: list[object], call: ModelCall) -> bool:
     """Whether the calls ``asked`` about in one confirmation event stand in
-    the order the model made them (the event that made ``call``)."""
-    for event in reversed(events):
-        made = (
-            [c.id for c in event.get_function_calls()]
-            if hasattr(event, "get_function_calls")
-            else []
-        )
-        if call.call_id in made:
-            places = [made.index(one) for one in asked if one in made]
-            return places == sorted(places)
-    return False
+    the order the model made them (the event that made ``call``, among
+    ``events``: those before that confirmation event)."""
+    event = _made_in(events, call.call_id, confirmed=False)
+    if event is None:
+        return False
+    made = [c.id for c in _calls(event)]
+    places = [made.index(one) for one in asked if one in made]
+    return places == sorted(places)
 
 
 def _original_id(request: Any) -> object:
