@@ -51,7 +51,6 @@ from ._definitions import (
     resolve_language,
 )
 from ._effects import (
-    BACKEND_LABELS,
     HARNESS_EFFECTS,
     LAUNCH_STEPS,
     MAX_BACKEND_LABEL_CHARS,
@@ -205,7 +204,6 @@ from ._validation import check_arguments
 __all__ = [
     "ALL_WELL",
     "APPROVAL_REJECTED_INSTRUCTION",
-    "BACKEND_LABELS",
     "CODE_TOOL_NAMES",
     "COMMAND_TOOL_NAMES",
     "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",

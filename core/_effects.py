@@ -40,7 +40,6 @@ import attrs
 from ._results import ArtifactRef
 
 __all__ = [
-    "BACKEND_LABELS",
     "HARNESS_EFFECTS",
     "LAUNCH_STEPS",
     "MAX_BACKEND_LABEL_CHARS",
@@ -103,14 +102,12 @@ CommandStatus = Literal["running", "exited", "timed_out", "canceled", "unknown"]
 BackendLabel = str
 """What a backend says it is, in every result that names the backend: 1 to
 :data:`MAX_BACKEND_LABEL_CHARS` of ``a-z``, ``0-9`` and ``-``, beginning
-with a letter. The built-in ones are :data:`BACKEND_LABELS`; any backend
-may state its own (with its boundary: :class:`SandboxState`)."""
-BACKEND_LABELS: tuple[BackendLabel, ...] = ("e2b", "simulator")
-"""The built-in labels: ``e2b`` (the reference port's default) and
-``simulator`` (sandrail's in-memory simulator: nothing really runs)."""
-MAX_BACKEND_LABEL_CHARS: Final = max(len(label) for label in BACKEND_LABELS)
-"""The longest label a backend may state: no longer than the built-in ones,
-so the worst case admission measures holds for every backend."""
+with a letter. Each backend states its own, with its boundary (see
+:class:`SandboxState`); the core knows no backend by name."""
+MAX_BACKEND_LABEL_CHARS: Final = 9
+"""The longest label a backend may state (``simulator`` is this long);
+admission's worst case measures a label this long, so it holds for every
+backend."""
 MAX_BOUNDARY_CHARS: Final = 244
 """The longest boundary text a backend may state (as long as the
 simulator's, the longest built-in one); admission's worst case measures a
