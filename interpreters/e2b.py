@@ -123,7 +123,7 @@ import os
 import re
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from sandrail.core import (
@@ -154,7 +154,7 @@ from ._e2b_failures import (
     sdk_types,
 )
 from ._e2b_loop import LoopClosedError, LoopThread
-from .launcher import Box, Launcher, Malformed
+from .launcher import Box, Launcher, Malformed, Transport
 
 __all__ = ["FAILURE_TABLE", "E2BBackend", "FailureRule", "classify_failure"]
 
@@ -198,6 +198,11 @@ class E2BBackend:
       unobserved.
     - ``request_timeout_seconds``: the explicit timeout of every SDK call
       (waits add their own duration).
+    - ``wrap_transport``: for testing, a function given the E2B transport
+      the launcher calls (:class:`E2BTransport`) that returns the one it is
+      to call instead: the testing kit's ``strike``, so that its faults
+      strike the launcher's calls through the SDK (see
+      ``docs/howto/test-your-harness.md``). Default: the transport itself.
 
     Bad settings raise ``TypeError``/``ValueError`` at once.
     """
@@ -225,7 +230,10 @@ class E2BBackend:
         api_url: str | None = None,
         sandbox_url: str | None = None,
         ledger_key: str | bytes | None = None,
+        wrap_transport: Callable[[Transport], Transport] | None = None,
     ) -> None:
+        if wrap_transport is not None and not callable(wrap_transport):
+            raise TypeError("wrap_transport must be a function from a Transport to a Transport")
         if isinstance(sandbox_timeout_seconds, bool) or not isinstance(
             sandbox_timeout_seconds, int
         ):
@@ -282,8 +290,9 @@ class E2BBackend:
         self._adopted: dict[tuple[str, str], str] = {}
         self._dead: set[str] = set()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        transport: Transport = E2BTransport()
         self._launcher = Launcher(
-            E2BTransport(),
+            transport if wrap_transport is None else wrap_transport(transport),
             request_timeout=self._request_timeout,
             box=self._box,
             ledger_key=self._ledger_key,

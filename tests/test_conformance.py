@@ -29,8 +29,9 @@ from typing import Any, ClassVar
 import pytest
 
 import sandrail
+from sandrail.interpreters.e2b import E2BTransport
 from sandrail.local_e2b import LocalE2B, e2b_target
-from sandrail.testing import BackendConformance, Target, World, simulator_target
+from sandrail.testing import BackendConformance, Strike, Target, World, simulator_target
 from sandrail.testing._calls import Mode
 from sandrail.testing._scenarios import Scenario
 from sandrail.testing.conformance import run_scenario
@@ -87,6 +88,35 @@ class TestE2BConformance(BackendConformance):
     def check_scenario(self, scenario: Scenario, owner: Mode, world: World) -> None:
         reference = run_scenario(simulator_target, scenario, owner=owner)
         assert views(world) == views(reference), f"local-e2b differs from the simulator ({owner})"
+
+
+@needs_root
+class TestE2BTransportUnderFaults(BackendConformance):
+    """The scenarios and a campaign with the kit's faults struck on the E2B
+    transport itself (``wrap_transport``: the launcher's calls through the
+    SDK), so E2B's own failure handling meets every kind of fault, and the
+    transport's failure table answers failures made for real in a local-e2b
+    sandbox."""
+
+    campaign_plans: ClassVar[int | None] = 16
+    server: LocalE2B
+
+    @pytest.fixture(autouse=True)
+    def _on(self, server: LocalE2B) -> None:
+        self.server = server
+
+    def make_target(self, strike: Strike) -> Target:
+        return e2b_target(self.server, strike, request_timeout_seconds=5)
+
+    def test_the_faults_strike_the_e2b_transport_itself(self) -> None:
+        struck: list[object] = []
+
+        def strike(upstream: Any) -> Any:
+            struck.append(upstream)
+            return upstream
+
+        e2b_target(self.server, strike).close()
+        assert [type(upstream) for upstream in struck] == [E2BTransport]
 
 
 _MARKER = re.compile(r"\n\[\.\.\. ([0-9]+) bytes omitted \.\.\.\]\n")

@@ -39,9 +39,8 @@ from sandrail.core._effects import (
     StartRefused,
 )
 from sandrail.interpreters._launcher_answers import NOT_STARTED_REFUSAL
-from sandrail.interpreters.e2b import E2BBackend, E2BTransport
+from sandrail.interpreters.e2b import E2BBackend
 from sandrail.local_e2b import LocalE2B, Route
-from sandrail.testing import failure_table_problems
 from tests.e2b_world import (
     LEDGER,
     OTHER,
@@ -1103,21 +1102,3 @@ def test_c5_a_rejected_api_key_is_a_refusal_no_retry_gets_past(server: LocalE2B)
             assert answer.content["error_type"] == "e2b_backend_refused", answer.content
             assert answer.content["executed"] is False
     assert len(server.truth().sandboxes) == made  # none was made
-
-
-def test_c5_the_e2b_transports_failure_table_answers_real_failures_rightly(
-    server: LocalE2B, backend: E2BBackend
-) -> None:
-    """The E2B transport's ``classify`` and ``exit_status``, asked about
-    failures made for real in a local-e2b sandbox through the unmodified SDK
-    (a launcher refusal, a missing launcher, a line that ran and failed, a
-    line past its timeout): each answered as the launcher needs (the
-    conformance kit strikes its faults above the transport, so this is where
-    E2B's own table is checked)."""
-    sandbox_id = ensure(backend, new_session())
-
-    async def probe() -> list[str]:
-        box = await backend._box(sandbox_id)
-        return await failure_table_problems(E2BTransport(), box.sandbox, hang_seconds=1.0)
-
-    assert backend._loop.call(probe, timeout=60) == []

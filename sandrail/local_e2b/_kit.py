@@ -33,7 +33,7 @@ from typing import Any
 
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.interpreters.launcher import LAUNCHER_NAME, LEDGER
-from sandrail.testing import MarkedLaunches, Target
+from sandrail.testing import MarkedLaunches, Strike, Target
 
 from ._serve import LocalE2B
 from ._truth import GroundTruth
@@ -129,6 +129,7 @@ def _as_root(server: LocalE2B, sandbox_id: str, command: str) -> str:
 
 def e2b_target(
     server: LocalE2B,
+    strike: Strike | None = None,
     *,
     request_timeout_seconds: float = 10,
     **backend_options: Any,
@@ -138,7 +139,13 @@ def e2b_target(
     (:class:`LaunchTruth`), and the world controls ``kill_sandbox`` (the
     control plane kills it) and ``wipe_ledger`` (a root command deletes the
     claims and their log). Closing the target closes the backend and kills
-    every sandbox its world used. ``real_processes`` is true."""
+    every sandbox its world used. ``real_processes`` is true. With
+    ``strike`` (what a :class:`~sandrail.testing.conformance.BackendConformance`
+    ``make_target(self, strike)`` is given), the kit's faults strike the
+    launcher's calls on the E2B transport (``wrap_transport``), so the
+    backend's own failure handling and its failure table meet them."""
+    if strike is not None:
+        backend_options["wrap_transport"] = strike
     backend = E2BBackend(
         **_options(server), request_timeout_seconds=request_timeout_seconds, **backend_options
     )
