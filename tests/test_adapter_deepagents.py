@@ -15,7 +15,7 @@ from langgraph.types import Command
 from typing_extensions import TypedDict
 
 import sandrail
-from sandrail.adapters.deepagents import SandrailSandbox
+from sandrail.adapters.deepagents import RAN_BEFORE, SandrailSandbox
 from sandrail.core import ErrorCode
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Simulator
 from tests.embed_rig import launches, toolset
@@ -113,8 +113,12 @@ def test_c2_interrupt_on_resumed_twice_launches_once() -> None:
     decisions = {"decisions": [{"type": "approve"}]}
     first = agent.invoke(Command(resume=decisions), _thread("g"))
     second = agent.invoke(Command(resume=decisions), asked_at)
-    assert tool_messages(first["messages"])[-1].content.startswith("gated\n")
-    assert tool_messages(second["messages"])[-1].content.startswith("gated\n")
+    ran = tool_messages(first["messages"])[-1].content
+    again = tool_messages(second["messages"])[-1].content
+    assert ran.startswith("gated\n")
+    assert RAN_BEFORE not in ran
+    # The model is told the second one ran nothing anew.
+    assert again.startswith("gated\n" + RAN_BEFORE)
     assert launches(tools) == 1
     rejected = create_deep_agent(
         model=scripted([_execute("echo never", "e9")]),
@@ -618,7 +622,7 @@ def test_c2_a_forked_turn_reusing_a_tool_call_id_reconciles_with_its_launch() ->
     forked = agent.invoke({"messages": [{"role": "user", "content": "deploy"}]}, end_of_turn_1)
     assert "__interrupt__" in forked
     out = agent.invoke(approve, config)
-    assert tool_messages(out["messages"])[-1].content.startswith("deploy\n")
+    assert tool_messages(out["messages"])[-1].content.startswith("deploy\n" + RAN_BEFORE)
     assert launches(tools) == 1
 
 

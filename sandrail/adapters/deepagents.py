@@ -23,6 +23,10 @@ sandrail's ``run_command``:
   the output says why (``e2b_command_operation_key_required``).
   A model that reuses a tool call id within one thread makes the later call
   a repeat of the earlier one: it is reconciled with it, never run twice.
+- A call that reconciled with an earlier launch (``deduplicated``) says so:
+  its output, that launch's, ends with :data:`RAN_BEFORE`, since Deep
+  Agents' ``ExecuteResponse`` has no field for it and the output alone would
+  read like a fresh run.
 - ``truncated`` is honest: ``True`` exactly when sandrail cut the output to
   fit the budget (the output then keeps its head and tail around a marker
   saying how much was left out, and the whole output is in the artifact
@@ -74,7 +78,7 @@ from sandrail.adapters._langgraph import decision_schema, place_of, read_decisio
 from sandrail.adapters.kit import Adapter, ModelCall, require, run_id_of
 from sandrail.core import READ_MAX_BYTES
 
-__all__ = ["FILE_OUTPUT_MAX_BYTES", "SandrailSandbox", "human_in_the_loop"]
+__all__ = ["FILE_OUTPUT_MAX_BYTES", "RAN_BEFORE", "SandrailSandbox", "human_in_the_loop"]
 
 FILE_OUTPUT_MAX_BYTES: Final = 8 * 2**20
 """Most output (both streams) a file tool's command may print: read back
@@ -661,10 +665,21 @@ def _downloaded(protocol: Any, path: str, whole: Any) -> Any:
     return protocol.FileDownloadResponse(path=path, content=None, error=error)
 
 
+RAN_BEFORE: Final = (
+    "\n[sandrail: this tool call had run already; this is that run's output again, "
+    "and nothing ran anew]"
+)
+"""The line an ``execute`` output ends with when its call reconciled with an
+earlier launch (``deduplicated``): Deep Agents' ``ExecuteResponse`` has no
+field to say so, and the output alone reads like a fresh run."""
+
+
 def _response(protocol: Any, result: ToolResult) -> Any:
     """Deep Agents' ``ExecuteResponse`` for ``result`` (see the module doc)."""
     if result.status == "ok" and result.exit_code is not None:
         output = (result.stdout or "") + (result.stderr or "")
+        if result.deduplicated:
+            output += RAN_BEFORE
         return protocol.ExecuteResponse(
             output=output, exit_code=result.exit_code, truncated=result.truncated
         )
