@@ -461,3 +461,22 @@ def test_c2_c8_a_repeat_of_a_call_awaiting_confirmation_is_that_call_whichever_i
     assert ran["operation_key"] == read["operation_key"]
     assert ran["operation_key"].endswith(":c1")
     assert launches(tools) == 1
+
+
+def test_c2_c8_a_reused_id_with_other_arguments_runs_only_on_its_own_answer() -> None:
+    """``c1`` (``rm -f /tmp/first``) waits for its confirmation; a later
+    turn reuses ``c1`` for another command, which is asked about too. ADK
+    checks an answer against the latest call of its id, so it refuses the
+    earlier question's answer itself (``ValueError``): nothing runs. The
+    later call's own confirmation runs it once (the how-to says both)."""
+    tools = toolset(authorize=asks_for_rm)
+    turns = [[run_command("rm -f /tmp/first", "c1")], [run_command("rm -f /tmp/second", "c1")]]
+    run = _Run(tools, [*turns, "ok"])
+    (q1,) = confirmation_calls(run.send(text("go")))
+    (q2,) = confirmation_calls(run.send(text("again")))
+    with pytest.raises(ValueError, match="mismatch"):
+        run.send(answer(q1, True))
+    assert launches(tools) == 0
+    told = _events_results(run.send(answer(q2, True)))
+    assert (told["c1"]["status"], told["c1"]["deduplicated"]) == ("ok", False)
+    assert launches(tools) == 1
