@@ -586,16 +586,18 @@ def unchanged(request: ToolRequest, snap: _Snapshot) -> bool | None:
             return same_scope
     live = objects[_ARGUMENTS]
     keys = seen.flat_keys
-    if (
-        keys is not None
-        and type(live) is dict
-        and live == seen.plain_arguments
-        and tuple(map(type, map(live.__getitem__, keys))) == seen.flat_types
-    ):
-        return True  # equal keys and values, each of the very same JSON type
     try:
+        if (
+            keys is not None
+            and type(live) is dict
+            and live == seen.plain_arguments
+            and tuple(map(type, map(live.__getitem__, keys))) == seen.flat_types
+        ):
+            return True  # equal keys and values, each of the very same JSON type
         return _same_json(live, seen.plain_arguments)
-    except RecursionError:
+    except Exception:
+        # A value put in whose comparison raises (or nested too deep to
+        # walk): only the digest can judge it.
         return None
 
 

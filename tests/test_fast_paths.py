@@ -112,6 +112,27 @@ def test_c9_structural_drift_check_agrees_with_the_digest(
     assert verdict is None or verdict == same
 
 
+@pytest.mark.parametrize("mode", ["agent", "native"])
+def test_c9_a_value_whose_comparison_raises_is_left_to_the_digest(mode: str) -> None:
+    """A harness that puts in its arguments a value whose ``==`` raises: the
+    structural check cannot tell, so it says so (``None``) instead of
+    raising (the digest, which cannot encode it either, then reads drift)."""
+
+    class Hostile:
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("eq")
+
+        __hash__ = object.__hash__
+
+    arguments: dict[str, Any] = {"command": "echo hi"}
+    request = _request(mode, arguments, {})
+    snap = snapshot_request(request, attrs_settings(_PORTS[mode], {} if mode == "native" else None))
+    assert snap is not None
+    assert unchanged(request, snap) is True
+    arguments["command"] = Hostile()
+    assert unchanged(request, snap) is None
+
+
 def attrs_settings(port: sandrail.ToolPort, scope: dict[str, Any] | None) -> Any:
     import attrs
 
