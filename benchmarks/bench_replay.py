@@ -88,7 +88,7 @@ class _Answers:
     def __call__(self, effect: Any) -> Any:
         raise TypeError("answers through open_call")
 
-    def open_call(self, request: Any, answer: Any, mask_reads: Any) -> Callable[[Any], Any]:
+    def open_call(self, request: Any, answer: Any) -> Callable[[Any], Any]:
         steps = iter(next(self._calls).steps)
         return lambda effect: next(steps).answer()
 

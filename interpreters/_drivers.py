@@ -1,5 +1,6 @@
-"""The two drivers, the only code that resumes a tool program, and the one
-rule that picks between them.
+"""The two drivers, the only code that awaits a tool program's answers, the
+one rule that picks between them, and :func:`layered`, how a program is
+wrapped in another (program middleware).
 
 Strategy: a program yields an effect; the driver hands it to an interpreter
 and resumes the program with the outcome, or throws the interpreter's
@@ -9,6 +10,13 @@ generator is closed in ``finally`` whatever happens. The two drivers are
 one loop written twice, as psycopg 3 writes its ``wait``/``wait_async``:
 they differ only in that :func:`drive_async` awaits an outcome that is
 awaitable, and everything else about a call lives in the program they drive.
+
+A concern that sits between a program and its interpreter (masking reads,
+recording a call) is a *layer*: a function from a program to a program,
+written with :func:`layered`. It sees each effect the program yields and
+each answer or failure sent back, may yield other effects in its place, and
+never awaits: whichever driver runs the outermost program awaits for every
+layer, so a layer is written once for sync and async calls alike.
 
 Which driver runs a call is decided by :func:`is_asynchronous` alone: every
 entry point (the port's ``execute_sync``, the toolset's ``call_sync``, a
@@ -22,22 +30,32 @@ import functools
 import inspect
 import types
 import typing
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, Final, TypeVar
 
 from sandrail.core import Delivery, Effect, EffectFailure, OutcomeValue, Program, ToolResult
 
 __all__ = [
     "AsyncInterpreter",
+    "Layer",
     "SyncInterpreter",
     "answered_now",
     "drive",
     "drive_async",
     "is_asynchronous",
+    "layered",
 ]
 
 SyncInterpreter = Callable[[Effect], Any]
 AsyncInterpreter = Callable[[Effect], Awaitable[Any] | Any]
+Layer = Callable[[Program], Program]
+"""A program wrapped in another: see :func:`layered`."""
+_Result = TypeVar("_Result")
+Step = Generator[Effect, Any, Any]
+"""How a layer answers one effect: it yields the effects it needs answered
+(the effect itself, or others in its place) and returns the answer the
+wrapped program is sent; an :class:`EffectFailure` it lets through (or
+raises) is thrown into the wrapped program instead."""
 
 
 def is_asynchronous(backend: object) -> bool:
@@ -143,6 +161,31 @@ async def drive_async(program: Program, interpret: AsyncInterpreter) -> ToolResu
                 effect = program.send(outcome)
     except StopIteration as stop:
         result: ToolResult = stop.value
+        return result
+    finally:
+        program.close()
+
+
+def layered(
+    program: Generator[Effect, Any, _Result], step: Callable[[Effect], Step | None]
+) -> Generator[Effect, Any, _Result]:
+    """``program`` with each effect it yields handled by ``step(effect)``:
+    ``None`` passes the effect on as it is (its answer, or failure, goes
+    back unchanged); a :data:`Step` answers it. Anything but an
+    :class:`EffectFailure` that reaches the layer goes on out of it, as it
+    would out of the program; ``program`` is closed when the layer is."""
+    try:
+        effect = next(program)
+        while True:
+            handle = step(effect)
+            try:
+                answer = (yield effect) if handle is None else (yield from handle)
+            except EffectFailure as failure:
+                effect = program.throw(failure)
+            else:
+                effect = program.send(answer)
+    except StopIteration as stop:
+        result: _Result = stop.value
         return result
     finally:
         program.close()

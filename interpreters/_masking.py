@@ -1,37 +1,38 @@
-"""Masked reads: a wrapper that answers ``Read`` effects with secrets masked
-across page boundaries (C17; the rules are in :mod:`sandrail.core._masking`).
+"""Masked reads: a layer that answers the ``Read`` effects of a program
+with secrets masked across page boundaries (C17; the rules are in
+:mod:`sandrail.core._masking`).
 
-The port wraps its backend in one of these for every call, below any
-recorder, so that neither the core nor a cassette ever holds a secret or a
-piece of one. Every other effect passes through untouched. Works with
-synchronous and asynchronous backends alike: the wrapper answers in kind.
+The port wraps every call's program in :func:`masked_reads`, below any
+recorder's layer, so that neither the core nor a cassette ever holds a
+secret or a piece of one. Every other effect passes through untouched. A
+layer (:func:`~sandrail.interpreters._drivers.layered`) never awaits, so
+this one serves synchronous and asynchronous calls alike.
 
 Strategy: one generator, :func:`_masked_read`, decides which reads to make
-and what the page is; :meth:`MaskedReads.__call__` and
-:meth:`MaskedReads._finish_async` are its two drivers, alike but for
-awaiting the backend's answer (the pattern of the tool programs' drivers).
+and what the page is; the driver of the call answers them.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Callable, Generator
 from typing import Any, Final
 
 from sandrail.core import (
     Delivery,
-    Effect,
     EffectFailure,
     MaskingError,
     NeedMoreOutput,
     OutputChunk,
+    Program,
     Read,
     Redactions,
     mask_chunk,
+    unexpected_failure,
     widen,
 )
+from sandrail.interpreters._drivers import layered
 
-__all__ = ["MaskedReads"]
+__all__ = ["masked_reads"]
 
 _MAX_ROUNDS: Final = 8
 """Widenings of one read before giving up on placing the page (only a chain
@@ -69,63 +70,36 @@ def _masked_read(read: Read, redactions: Redactions) -> _Steps:
     )
 
 
-def _sanitized(read: Read, outcome: Any, redactions: Redactions) -> Any:
-    """A page read without secrets: its text sanitized (the core judges an
-    answer of the wrong type)."""
+def _sanitized_read(read: Read, redactions: Redactions) -> _Steps:
+    """The read that answers ``read`` when there is no secret yet: the page
+    is the answer, only sanitized (the core judges an answer of the wrong
+    type). Text that does not match its cursors fails the read as any
+    unexpected error of its interpreter would."""
+    outcome = yield read
     if not isinstance(outcome, OutputChunk):
         return outcome
-    answer = mask_chunk(read, read, outcome, redactions)
+    try:
+        answer = mask_chunk(read, read, outcome, redactions)
+    except MaskingError as exc:
+        raise unexpected_failure(read, exc) from exc
     assert isinstance(answer, OutputChunk)  # without secrets, never NeedMoreOutput
     return answer
 
 
-async def _sanitize_async(read: Read, outcome: Awaitable[Any], redactions: Redactions) -> Any:
-    return _sanitized(read, await outcome, redactions)
-
-
-class MaskedReads:
-    """``inner`` with every ``Read`` answered through :func:`mask_chunk`.
+def masked_reads(program: Program, redactions: Callable[[], Redactions]) -> Program:
+    """``program`` with every ``Read`` answered through :func:`mask_chunk`.
 
     ``redactions`` is asked for the current secrets at each read (a port's
     set grows as calls pass env values). Without secrets a read still passes
     through :func:`mask_chunk`, which turns undecodable bytes into U+FFFD.
     """
 
-    def __init__(
-        self, inner: Callable[[Effect], Any], redactions: Callable[[], Redactions]
-    ) -> None:
-        self._inner = inner
-        self._redactions = redactions
-
-    def __call__(self, effect: Effect) -> Any:
+    def step(effect: object) -> _Steps | None:
         if type(effect) is not Read and not isinstance(effect, Read):
-            return self._inner(effect)
-        redactions = self._redactions()
-        if not redactions:
-            # No secret yet: the page is the answer, only sanitized.
-            outcome = self._inner(effect)
-            if inspect.isawaitable(outcome):
-                return _sanitize_async(effect, outcome, redactions)
-            return _sanitized(effect, outcome, redactions)
-        steps = _masked_read(effect, redactions)
-        widened = next(steps)
-        outcome = self._inner(widened)
-        if inspect.isawaitable(outcome):
-            return self._finish_async(steps, outcome)
-        while True:
-            try:
-                widened = steps.send(outcome)
-            except StopIteration as done:
-                return done.value
-            outcome = self._inner(widened)
+            return None
+        current = redactions()
+        if not current:
+            return _sanitized_read(effect, current)
+        return _masked_read(effect, current)
 
-    async def _finish_async(self, steps: _Steps, first: Awaitable[Any]) -> Any:
-        outcome = await first
-        while True:
-            try:
-                widened = steps.send(outcome)
-            except StopIteration as done:
-                return done.value
-            outcome = self._inner(widened)
-            if inspect.isawaitable(outcome):
-                outcome = await outcome
+    return layered(program, step)

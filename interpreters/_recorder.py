@@ -4,32 +4,27 @@ the call's result to the cassette (redacted, C17)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import inspect
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import IO, Any, Protocol, TypeVar
 
 from sandrail._version import __version__
 from sandrail.core import (
-    HARNESS_EFFECTS,
     MIN_REDACTED_LENGTH,
-    Delivery,
     Effect,
     EffectFailure,
     FatalInterpreterError,
     Outcome,
     PortSettings,
+    Program,
     Start,
     ToolRequest,
     ToolResult,
     redaction_secrets,
-    unexpected_failure,
 )
-from sandrail.interpreters._drivers import is_asynchronous
+from sandrail.interpreters._drivers import Step, is_asynchronous, layered
 
 from ._cassette import (
     CallRedaction,
@@ -55,9 +50,6 @@ class _Port(Protocol):
 
 _P = TypeVar("_P", bound=_Port)
 
-_ABANDONED = EffectFailure(Delivery.MAYBE_SENT, "aborted by the harness", aborted=True)
-"""What the port raises when it abandons an async sandbox effect on abort (C11)."""
-
 
 class RecorderNotAttachedError(FatalInterpreterError, RuntimeError):
     """A recorder was used before :meth:`Recorder.attach`: a setup mistake the
@@ -80,10 +72,13 @@ def _named_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
 
 
 class Recorder:
-    """An interpreter that passes every effect through and writes it down.
+    """A backend that passes every effect through and writes it down.
 
     ``inner`` answers sandbox effects (sync or async, e.g. ``Simulator()``);
-    harness effects are answered by the port. ``sink`` is a path (the file is
+    harness effects are answered by the port. The port wraps each call's
+    program in this recorder's layer (:meth:`open_layer`), which writes down
+    every effect and what answered it as the program sees it: above the
+    port's masking, so output is recorded masked (C17). ``sink`` is a path (the file is
     created or replaced) or an open text stream. ``secrets`` are extra strings
     that must never reach the cassette (C17); environment values never do.
     Each is masked in output as env values are, so each must be a string of
@@ -123,6 +118,9 @@ class Recorder:
         self._lock = threading.Lock()
         self._calls = 0
         self._steps = 0
+        self._open = 0
+        """Layers opened and not yet finished: the calls that may pass sandbox
+        effects through (:meth:`__call__`)."""
 
     @property
     def asynchronous(self) -> bool:
@@ -166,21 +164,23 @@ class Recorder:
         return port
 
     def __call__(self, effect: Effect) -> Any:
-        raise TypeError("a Recorder answers through open_call: use it as a port's backend")
+        """Answer a sandbox effect of a call being recorded with ``inner``
+        (the port calls this, for a call whose :meth:`open_layer` it
+        opened). Used as anything but a port's backend (wrapped in another
+        backend, say), it would record nothing, so that is refused."""
+        if not self._open:
+            raise TypeError(
+                "a Recorder records through the port's layer: use it as a port's backend, "
+                "not inside another backend"
+            )
+        return self.inner(effect)
 
-    def open_call(
-        self,
-        request: ToolRequest,
-        answer_harness: Callable[[Effect], Any],
-        mask_reads: Callable[..., Callable[[Effect], Any]] | None = None,
-    ) -> _RecordingCall:
+    def open_layer(self, request: ToolRequest) -> _RecordingLayer:
         """Start recording one call (the port calls this; see
-        :class:`sandrail._port_call.PortCall`).
-
-        Sandbox effects go to ``inner`` through ``mask_reads``: output is
-        masked (env values, and this recorder's named ``secrets``) before it
-        is recorded, across page boundaries, so no cassette holds a secret
-        even in pieces (C17)."""
+        :class:`sandrail._port_call.PortCall`): the layer the call's program
+        is wrapped in. The port masks output below it (env values, and this
+        recorder's named ``secrets``, :attr:`_RecordingLayer.named`) across
+        page boundaries, so no cassette holds a secret even in pieces (C17)."""
         with self._lock:
             # Env values earlier calls passed are secrets for this call too:
             # a later read may print them (C17).
@@ -192,13 +192,13 @@ class Recorder:
                     "attach the recorder to its port first: port = recorder.attach(port)"
                 )
             self._calls += 1
+            self._open += 1
             number = self._calls
             data = redaction.scrub(
                 encode_request(redaction.request, self._settings), env_slot=False
             )
             self._write({"kind": "call", "call": number, "request": data})
-        sandbox = self.inner if mask_reads is None else mask_reads(self.inner, self._secrets)
-        return _RecordingCall(self, number, redaction, answer_harness, sandbox)
+        return _RecordingLayer(self, number, redaction)
 
     def close(self) -> None:
         """Write the end line (it counts the calls, so a replay can tell a
@@ -255,85 +255,48 @@ class Recorder:
             self._write({"kind": "result", "call": call, "result": data})
 
 
-class _RecordingCall:
-    """The recorder's interpreter for one call."""
+class _RecordingLayer:
+    """The recorder's layer for one call: each effect and its answer (or
+    failure), as the call's program sees them, then the call's result."""
 
-    def __init__(
-        self,
-        recorder: Recorder,
-        number: int,
-        redaction: CallRedaction,
-        answer_harness: Callable[[Effect], Any],
-        sandbox: Callable[[Effect], Any],
-    ) -> None:
+    def __init__(self, recorder: Recorder, number: int, redaction: CallRedaction) -> None:
         self._recorder = recorder
         self._number = number
         self._redaction = redaction
-        self._answer_harness = answer_harness
-        self._sandbox = sandbox
-        self._pending: Effect | None = None
+        self.named = frozenset(recorder._secrets)
+        """The recorder's named secrets: the port masks them too."""
+        self._finished = False
 
-    def __call__(self, effect: Effect) -> Any:
-        self._settle_abandoned()
+    def wrap(self, program: Program) -> Program:
+        """``program``, recorded."""
+        return layered(program, self._step)
+
+    def _step(self, effect: Effect) -> Step:
         if isinstance(effect, Start) and effect.env:
             with self._recorder._lock:
                 self._recorder._seen_env.update(redaction_secrets(effect.env))
-        answer = self._answer_harness if isinstance(effect, HARNESS_EFFECTS) else self._sandbox
-        with _failures_recorded(effect, self._record):
-            outcome = answer(effect)
-        if inspect.isawaitable(outcome):
-            self._pending = effect
-            return self._settle(effect, outcome)
-        self._record(effect, outcome)
-        return outcome
+        return self._recorded(effect)
 
-    async def _settle(self, effect: Effect, awaitable: Awaitable[Any]) -> Any:
+    def _recorded(self, effect: Effect) -> Step:
         try:
-            with _failures_recorded(effect, self._record_pending):
-                outcome = await awaitable
-        except asyncio.CancelledError:
-            self._settle_abandoned()
+            answer = yield effect
+        except EffectFailure as failure:
+            self._record(effect, failure)
             raise
-        self._record_pending(effect, outcome)
-        return outcome
-
-    def _record_pending(self, effect: Effect, answer: Outcome | EffectFailure) -> None:
-        if self._pending is effect:
-            self._pending = None
-            self._record(effect, answer)
-
-    def _settle_abandoned(self) -> None:
-        # The program only moves on once an effect is answered: an effect still
-        # pending now was abandoned by the port because the harness aborted.
-        if self._pending is not None:
-            effect, self._pending = self._pending, None
-            self._record(effect, _ABANDONED)
+        self._record(effect, answer)
+        return answer
 
     def _record(self, effect: Effect, answer: Outcome | EffectFailure) -> None:
         self._recorder._write_step(self._number, self._redaction, effect, answer)
 
     def finish(self, result: ToolResult) -> None:
-        self._settle_abandoned()
+        """Write the call's result (the port calls this when the call ends)."""
+        self.close()
         self._recorder._write_result(self._number, self._redaction, result)
 
-
-@contextlib.contextmanager
-def _failures_recorded(
-    effect: Effect, record: Callable[[Effect, EffectFailure], None]
-) -> Iterator[None]:
-    """Let through whatever the block raises answering ``effect``, after
-    ``record``-ing the failure the port will make of it: an
-    :class:`EffectFailure` as it is, another ``Exception`` converted as the
-    port converts it (so the replay raises the very same failure). A fatal
-    error, or a ``BaseException`` such as cancellation, is not recorded."""
-    try:
-        yield
-    except EffectFailure as failure:
-        record(effect, failure)
-        raise
-    except FatalInterpreterError:
-        raise
-    except Exception as exc:
-        converted = unexpected_failure(effect, exc)
-        record(effect, converted)
-        raise converted from exc
+    def close(self) -> None:
+        """The call passes no more effects through (said once)."""
+        if not self._finished:
+            self._finished = True
+            with self._recorder._lock:
+                self._recorder._open -= 1

@@ -97,15 +97,11 @@ class Replayer:
         )
 
     def open_call(
-        self,
-        request: ToolRequest,
-        answer_harness: Callable[[Effect], Any],
-        mask_reads: Callable[..., Callable[[Effect], Any]] | None = None,
+        self, request: ToolRequest, answer_harness: Callable[[Effect], Any]
     ) -> _ReplayCall:
-        """Match ``request`` with the next recorded call (the port calls this).
-
-        ``mask_reads`` is not used: recorded outputs were masked when they
-        were recorded."""
+        """Match ``request`` with the next recorded call (the port calls
+        this). Recorded outputs were masked when they were recorded; the port
+        does not mask them again."""
         redaction = CallRedaction.of(request, self._secrets)
         live = redaction.scrub(encode_request(redaction.request, self._settings), env_slot=False)
         with self._lock:

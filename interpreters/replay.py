@@ -19,12 +19,12 @@ A :class:`Replayer` also works as the backend of a port a test builds itself.
 
 The line format is described in :mod:`sandrail.interpreters._cassette`.
 
-Strategy: the port hands a backend that has ``open_call`` every effect of a
-call, harness effects included. The recorder answers harness effects through
-the port (``answer_harness``) and sandbox effects through the interpreter it
-wraps, and writes each answer before passing it on; the replayer answers
-everything from the recording, so a replay needs no harness, no sandbox and
-no clock.
+Strategy: the recorder is a layer of each call's program (``open_layer``):
+it sees every effect the program yields, harness effects included, and each
+answer as the program gets it (reads already masked by the port's own
+layer below it), and writes each down before passing it on. The replayer is
+handed every effect of a call (``open_call``) and answers everything from
+the recording, so a replay needs no harness, no sandbox and no clock.
 
 The parts live in private modules, one concern each: the cassette's line
 format in ``_cassette`` (its JSON forms in ``_cassette_codec``, its redaction

@@ -36,7 +36,7 @@ import json
 import logging
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
@@ -77,7 +77,6 @@ from sandrail.core import (
     PolicyDecision,
     PortSettings,
     Program,
-    Read,
     Redactions,
     RememberOwned,
     ResolveOwned,
@@ -100,7 +99,7 @@ from sandrail.core import (
     with_arguments,
 )
 from sandrail.interpreters._drivers import answered_now
-from sandrail.interpreters._masking import MaskedReads
+from sandrail.interpreters._masking import masked_reads
 
 logger = logging.getLogger("sandrail")
 
@@ -111,8 +110,6 @@ _SIDE_EFFECT_TYPES: Final = frozenset(SIDE_EFFECTS)
 _DECISIONS: Final = frozenset((Allow, ApprovalRequired, Deny))
 _NOTED: Final = frozenset((*SANDBOX_EFFECTS, RememberOwned))
 """Effects whose sending :meth:`PortCall.note` records (what a crash report needs)."""
-_PLAIN_SANDBOX: Final = _SANDBOX_TYPES - {Read}
-"""Sandbox effects the backend answers as they are (only reads are masked)."""
 _DIRECT: Final = frozenset((*HARNESS_EFFECTS, *SANDBOX_EFFECTS))
 """The effect types :meth:`PortCall.interpret` routes without :meth:`PortCall.route`."""
 _SCALARS: Final = frozenset((str, int, float, bool, type(None)))
@@ -178,10 +175,6 @@ class Binding:
     (:meth:`PortCall.adopt_session`)."""
     sync_backend: Callable[[Effect], Any] = attrs.field(init=False)
     """The backend as a synchronous call uses it (:func:`answered_now`), made once."""
-    masked_sync: Callable[[Effect], Any] = attrs.field(init=False)
-    """:attr:`sync_backend` with its reads masked (C17), made once."""
-    masked_async: Callable[[Effect], Any] = attrs.field(init=False)
-    """The backend with its reads masked, for an asynchronous call."""
 
     @tool_names.default
     def _names(self) -> frozenset[str]:
@@ -190,14 +183,6 @@ class Binding:
     @sync_backend.default
     def _sync_backend(self) -> Callable[[Effect], Any]:
         return answered_now(self.backend)
-
-    @masked_sync.default
-    def _masked_sync(self) -> Callable[[Effect], Any]:
-        return MaskedReads(self.sync_backend, self.port_redactions)
-
-    @masked_async.default
-    def _masked_async(self) -> Callable[[Effect], Any]:
-        return MaskedReads(self.backend, self.port_redactions)
 
     def port_redactions(self) -> Redactions:
         """What every call of this port masks now (the set grows as calls
@@ -208,15 +193,22 @@ class Binding:
 class PortCall:
     """The port's side of one call (see the module doc).
 
-    A backend that defines ``open_call(request, answer_harness, mask_reads)``
-    (a recorder or a replayer) sees every effect of a well-formed call,
-    harness effects included: it gets an interpreter for this call back from
+    Every call's program is wrapped in layers
+    (:func:`~sandrail.interpreters._drivers.layered`) before a driver runs
+    it: :func:`~sandrail.interpreters._masking.masked_reads` outermost, so
+    reads are masked below everything else (C17), and, for a backend that
+    defines ``open_layer(request)`` (a recorder), the layer it returns for
+    this call inside it (its ``wrap(program)``; its ``named`` values are
+    masked too, and its ``finish(result)`` is called with the result).
+
+    A backend that defines ``open_call(request, answer_harness)`` (a
+    replayer) answers every effect of a well-formed call itself, harness
+    effects included: it gets an interpreter for this call back from
     ``open_call`` and answers harness effects by calling ``answer_harness``
-    (or from a recording). A backend that passes sandbox effects on to an
-    interpreter of its own must pass them through ``mask_reads(inner)``, so
-    what it sees of output is already masked (C17). If that interpreter has
-    ``finish(result)``, it is called with the result. A malformed request is
-    refused by the core without any effect, so it never reaches such a backend.
+    (or from a recording); its reads are not masked again (a recording
+    holds them masked). If that interpreter has ``finish(result)``, it is
+    called with the result. A malformed request is refused by the core
+    without any effect, so it never reaches such a backend.
     """
 
     def __init__(self, binding: Binding, request: ToolRequest, *, asynchronous: bool) -> None:
@@ -227,10 +219,10 @@ class PortCall:
         self.sandbox_id: str | None = None
         self.task_id: str | None = None
         self.layered: Callable[[Effect], Any] | None = None
+        self.finishing: Any = None
+        """What is told the call's result: a layered backend's interpreter,
+        or a recording layer."""
         self.backend = binding.backend if asynchronous else binding.sync_backend
-        # Reads are masked below any recorder, so neither the core nor a
-        # cassette ever holds a secret or a piece of one (C17).
-        self.sandbox = binding.masked_async if asynchronous else binding.masked_sync
         # Taken before anything runs, so that even a crash can report the
         # locator the request had when it arrived (C6).
         self.snapshot = snapshot_request(request, binding.settings)
@@ -260,13 +252,27 @@ class PortCall:
             self._artifacts.abort_all()
 
     def program(self) -> Program:
-        """Open the call to a layered backend, then the tool program to drive."""
-        open_call = getattr(self.binding.backend, "open_call", None)
-        if callable(open_call) and self.snapshot is not None:
-            answer = self.answer_harness_async if self.asynchronous else self.answer_harness
-            self.layered = open_call(self.request, answer, self.mask_reads)
+        """The tool program to drive, in its layers (see the class doc)."""
         settings, secrets = self.binding.settings, self.binding.masks.secrets
-        return tool_program(self.request, settings, self.snapshot, secrets, self.shown_identities())
+        program = tool_program(
+            self.request, settings, self.snapshot, secrets, self.shown_identities()
+        )
+        backend = self.binding.backend
+        if self.snapshot is None:
+            return program  # refused by the core before any effect
+        open_call = getattr(backend, "open_call", None)
+        if callable(open_call):
+            answer = self.answer_harness_async if self.asynchronous else self.answer_harness
+            self.layered = self.finishing = open_call(self.request, answer)
+            return program
+        open_layer = getattr(backend, "open_layer", None)
+        if callable(open_layer):
+            layer = self.finishing = open_layer(self.request)
+            self.named |= layer.named  # an artifact reference must not show them either
+            program = layer.wrap(program)
+        # Reads are masked below any recorder, so neither the core nor a
+        # cassette ever holds a secret or a piece of one (C17).
+        return masked_reads(program, self.redactions)
 
     def shown_identities(self) -> ShownIdentities:
         """What the session's results showed, for a call with env values to
@@ -314,7 +320,7 @@ class PortCall:
         # Later calls' env values are checked against these (C17).
         self.binding.masks.saw(shown_by(result.content))
         try:
-            finish = getattr(self.layered, "finish", None)
+            finish = getattr(self.finishing, "finish", None)
             if callable(finish):
                 finish(result)
         except FatalInterpreterError:
@@ -329,20 +335,6 @@ class PortCall:
         return result
 
     # -- masking ------------------------------------------------------------------
-
-    def mask_reads(
-        self, inner: Callable[[Effect], Any], named: Iterable[str] = ()
-    ) -> Callable[[Effect], Any]:
-        """``inner`` with its reads masked: what a layered backend (a
-        recorder) must call sandbox effects through. ``named`` are more
-        values to mask (a recorder's named secrets)."""
-        inner = inner if self.asynchronous else answered_now(inner)
-        extra = frozenset(named)
-        if not extra:
-            return MaskedReads(inner, self.binding.port_redactions)
-        self.named |= extra  # an artifact reference must not show them either
-        masks = self.binding.masks
-        return MaskedReads(inner, lambda: Redactions(masks.redactions.values | extra))
 
     def redactions(self) -> Redactions:
         """Every value this call masks: the port's, and a recorder's named ones."""
@@ -373,11 +365,8 @@ class PortCall:
         harness. Asynchronous answers come back as awaitables."""
         if self.layered is not None:
             return self.layered(effect)
-        kind = type(effect)
-        if kind in _SANDBOX_TYPES and kind is not Read:
-            return self.backend(effect)  # only reads need masking
         if isinstance(effect, SANDBOX_EFFECTS):
-            return self.sandbox(effect)
+            return self.backend(effect)
         if self.asynchronous:
             return self.answer_harness_async(effect)
         return self.answer_harness(effect)
@@ -395,14 +384,12 @@ class PortCall:
                     # The guard, several times a call. (Compared by type,
                     # which mypy does not narrow by.)
                     return self.check(effect)  # type: ignore[arg-type]
-                if kind in _PLAIN_SANDBOX:
+                if kind in _SANDBOX_TYPES:
                     if (kind is Ensure or kind is Inspect) and (
                         effect.session_id not in self.binding.adopted  # type: ignore[union-attr]
                     ):
                         self.adopt_session(effect)  # type: ignore[arg-type]
-                    return self.backend(effect)  # only reads need masking
-                if kind is Read:
-                    return self.sandbox(effect)
+                    return self.backend(effect)
                 return self.answer_harness(effect)
             except (EffectFailure, FatalInterpreterError):
                 raise

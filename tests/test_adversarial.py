@@ -325,8 +325,8 @@ def test_a_layered_backend_whose_finish_raises_keeps_the_result() -> None:
     sim = Simulator()
 
     class Layered:
-        def open_call(self, request: Any, answer: Any, mask_reads: Any) -> Any:
-            inner = mask_reads(sim)
+        def open_call(self, request: Any, answer: Any) -> Any:
+            inner = sim
 
             class Call:
                 def __call__(self, effect: Any) -> Any:

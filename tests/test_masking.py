@@ -1,7 +1,7 @@
 """Masking secrets across page boundaries (C17).
 
-The unit under test is :mod:`sandrail.core._masking` driven by
-:class:`sandrail.interpreters._masking.MaskedReads` over a small exact
+The unit under test is :mod:`sandrail.core._masking` driven by the port's
+layer :func:`sandrail.interpreters._masking.masked_reads` over a small exact
 interpreter of one growing stream pair (bytes, some of them not UTF-8).
 """
 
@@ -28,7 +28,8 @@ from sandrail.core import (
     widen,
 )
 from sandrail.core._budget import parse_omissions
-from sandrail.interpreters._masking import MaskedReads
+from sandrail.interpreters._drivers import drive, drive_async
+from sandrail.interpreters._masking import masked_reads
 
 TASK = "a" * 64
 
@@ -84,17 +85,21 @@ class Stream:
         )
 
 
+def reading(asked: Read, secrets: Redactions) -> Any:
+    """A program that reads ``asked`` once and returns the page it got, in
+    the masking layer."""
+
+    def program() -> Any:
+        return (yield asked)
+
+    return masked_reads(program(), lambda: secrets)
+
+
 def read(stream: Stream, secrets: Redactions, cursor: int, max_bytes: int) -> OutputChunk:
-    masked = MaskedReads(stream, lambda: secrets)
-    chunk = masked(
-        Read(
-            sandbox_id="sbx-1",
-            task_id=TASK,
-            stdout_cursor=cursor,
-            stderr_cursor=0,
-            max_bytes=max_bytes,
-        )
+    asked = Read(
+        sandbox_id="sbx-1", task_id=TASK, stdout_cursor=cursor, stderr_cursor=0, max_bytes=max_bytes
     )
+    chunk = drive(reading(asked, secrets), stream)
     assert isinstance(chunk, OutputChunk)
     return chunk
 
@@ -284,7 +289,7 @@ def test_an_inexact_answer_is_refused_not_guessed() -> None:
         return lying
 
     with pytest.raises(EffectFailure):
-        MaskedReads(backend, lambda: redactions)(asked)
+        drive(reading(asked, redactions), backend)
 
 
 def test_a_page_that_needs_more_bytes_asks_for_them() -> None:
@@ -317,7 +322,7 @@ def test_redactions_ignore_short_and_unencodable_values() -> None:
     assert not Redactions(["short"])
 
 
-def test_async_backends_are_answered_in_kind() -> None:
+def test_one_layer_masks_for_async_backends_too() -> None:
     import asyncio
 
     stream = Stream()
@@ -327,9 +332,8 @@ def test_async_backends_are_answered_in_kind() -> None:
     async def backend(effect: Any) -> OutputChunk:
         return stream(effect)
 
-    masked = MaskedReads(backend, lambda: Redactions(["tok-12345678"]))
     asked = Read(sandbox_id="s", task_id=TASK, stdout_cursor=0, stderr_cursor=0, max_bytes=64)
-    chunk = asyncio.run(masked(asked))
+    chunk = asyncio.run(drive_async(reading(asked, Redactions(["tok-12345678"])), backend))
     assert chunk.stdout == f"x {REDACTED} y"
 
 

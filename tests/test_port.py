@@ -879,7 +879,7 @@ def test_a_guard_report_the_core_does_not_recognise_fails_closed() -> None:
     sim = Simulator()
 
     class Lying:
-        def open_call(self, request: Any, answer: Any, mask_reads: Any) -> Any:
+        def open_call(self, request: Any, answer: Any) -> Any:
             def interpret(effect: Effect) -> Any:
                 if isinstance(effect, CheckAuthority):
                     return "yes, all fine"

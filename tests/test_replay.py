@@ -581,6 +581,15 @@ def test_a_recorder_needs_its_port_attached_first() -> None:
         recorder.attach(port)
 
 
+def test_a_recorder_outside_a_port_answers_nothing() -> None:
+    """A recorder records through the layer the port opens for each call; a
+    sandbox effect handed to it any other way (the recorder wrapped inside
+    another backend) would go unrecorded, so it is refused."""
+    recorder = Recorder(Simulator(), io.StringIO())
+    with pytest.raises(TypeError, match="port's backend"):
+        recorder(Ensure(session_id="s", owner_key="o"))
+
+
 # ---------------------------------------------------------------------------
 # What the recorder writes when its interpreter raises
 

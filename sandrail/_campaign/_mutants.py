@@ -51,6 +51,7 @@ from sandrail.core._identity import task_id as derive_task_id
 from sandrail.core._masking import mask_text
 from sandrail.core._plan import SessionPlan
 from sandrail.interpreters import _masking as masking
+from sandrail.interpreters._drivers import Step, layered
 
 __all__ = ["MUTANTS", "Mutant"]
 
@@ -73,28 +74,30 @@ def _proxy(
     answer: Callable[[Effect], tuple[bool, Any]],
     after_failure: Callable[[Effect], Iterator[Effect]],
 ) -> _Program:
-    """Drive ``inner`` as a driver would, except that ``answer`` may answer an
-    effect itself (``(True, outcome)``) and ``after_failure`` may yield more
-    effects before a failure is thrown back in."""
-    try:
-        effect = next(inner)
-        while True:
-            handled, outcome = answer(effect)
-            if not handled:
-                try:
-                    outcome = yield effect
-                except EffectFailure as failure:
-                    for extra in after_failure(effect):
-                        with contextlib.suppress(EffectFailure):
-                            yield extra
-                    effect = inner.throw(failure)
-                    continue
-            effect = inner.send(outcome)
-    except StopIteration as stop:
-        result: ToolResult = stop.value
-        return result
-    finally:
-        inner.close()
+    """``inner`` in a layer (as the port's own are) in which ``answer`` may
+    answer an effect itself (``(True, outcome)``) and ``after_failure`` may
+    yield more effects before a failure is thrown back in."""
+
+    def step(effect: Effect) -> Step:
+        handled, outcome = answer(effect)
+        return _answered(outcome) if handled else _passed_on(effect)
+
+    def _passed_on(effect: Effect) -> Step:
+        try:
+            return (yield effect)
+        except EffectFailure:
+            for extra in after_failure(effect):
+                with contextlib.suppress(EffectFailure):
+                    yield extra
+            raise
+
+    return layered(inner, step)
+
+
+def _answered(outcome: Any) -> Step:
+    """A step that answers at once, yielding nothing."""
+    yield from ()
+    return outcome
 
 
 def _programs_wrapped(
