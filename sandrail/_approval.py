@@ -9,9 +9,10 @@ again with ``approved=True``. This module is what makes that safe:
   the port reads them) and the same operation key, which the toolset checks
   against the question it asked before it lets the call run as approved
   (:mod:`sandrail._decisions`: a changed call, or one rejected first, runs
-  nothing). The toolset wraps the
-  harness's policy; while an approved call runs, an ``ApprovalRequired``
-  answer for a request matching it is taken as ``ALLOW``. Nothing else
+  nothing). Each call of the toolset runs in its layer
+  (:meth:`Approvals.layer`): while an approved call runs, an
+  ``ApprovalRequired`` answer of the harness's policy for a request matching
+  it reaches the call's program as ``ALLOW``. Nothing else
   changes: ``ALLOW`` stays ``ALLOW`` and ``Deny`` stays final (a person
   cannot approve what the policy refuses), and a request with other
   arguments or another key is asked about as before.
@@ -39,7 +40,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -48,8 +49,10 @@ from sandrail.core import (
     APPROVAL_REJECTED_INSTRUCTION,
     Allow,
     ApprovalRequired,
+    Authorize,
     CanonicalJSONError,
     Deny,
+    Effect,
     ErrorCode,
     PolicyDecision,
     Redactions,
@@ -60,6 +63,7 @@ from sandrail.core import (
     launch_digest,
     mask_text,
 )
+from sandrail.interpreters._drivers import Layer, Step, layered
 
 __all__ = ["Approvals", "asks_a_person", "rejection"]
 
@@ -111,7 +115,7 @@ def rejection(
 
 class Approvals:
     """The approved calls of one toolset that are running now, and the
-    policy wrapper that honours them (see the module doc)."""
+    layer that honours them (see the module doc)."""
 
     def __init__(
         self,
@@ -154,18 +158,24 @@ class Approvals:
                 if self._running[entry] <= 0:
                     del self._running[entry]
 
-    def authorize(self, request: ToolRequest) -> Any:
-        """The policy the toolset's ports ask: the harness's, with a person's
-        approval of a running approved call turning ``ApprovalRequired`` into
-        ``ALLOW`` for that call only. Whatever the harness's policy raises
+    def layer(self, judged: Callable[[], ToolRequest]) -> Layer:
+        """The layer a call of the toolset runs in: the policy's answer to its
+        ``Authorize`` reaches the program as ``ALLOW`` when it asks a person
+        about an approved call that is running (or one its key already
+        launched), and as it is otherwise. ``judged``: the request the
+        policy was shown (the port's copy of it). A failure of the policy
         passes through (the port reports it, C8)."""
-        decision = self._policy(request)
-        if inspect.isawaitable(decision):
-            return self._settled(decision, request)
-        return self._honoured(decision, request)
 
-    async def _settled(self, decision: Awaitable[Any], request: ToolRequest) -> Any:
-        return self._honoured(await decision, request)
+        def step(effect: Effect) -> Step | None:
+            if type(effect) is not Authorize:
+                return None
+            return self._honouring(effect, judged)
+
+        return lambda program: layered(program, step)
+
+    def _honouring(self, effect: Authorize, judged: Callable[[], ToolRequest]) -> Step:
+        decision = yield effect
+        return self._honoured(decision, judged())
 
     def _honoured(self, decision: Any, request: ToolRequest) -> Any:
         if not asks_a_person(decision):

@@ -98,12 +98,17 @@ from sandrail.core import (
     unexpected_failure,
     with_arguments,
 )
-from sandrail.interpreters._drivers import answered_now
+from sandrail.interpreters._drivers import Layer, answered_now
 from sandrail.interpreters._masking import masked_reads
 
 logger = logging.getLogger("sandrail")
 
-__all__ = ["Binding", "Ledger", "PortCall"]
+__all__ = ["Binding", "CallLayer", "Ledger", "PortCall"]
+
+CallLayer = Callable[[Callable[[], ToolRequest]], Layer]
+"""A layer every call of a port runs in (a toolset's approvals), made for
+each call from the request its policy was shown (given as a function: the
+port makes that copy when it asks the policy)."""
 
 _SANDBOX_TYPES: Final = frozenset(SANDBOX_EFFECTS)
 _SIDE_EFFECT_TYPES: Final = frozenset(SIDE_EFFECTS)
@@ -169,6 +174,9 @@ class Binding:
     answers: OwnershipRecord | None
     """Where each task's last answer is noted for operators (``record=``)."""
     telemetry: Telemetry
+    layer: CallLayer | None = None
+    """The layer every call runs in, inside the masking and outside any
+    recorder's (a recording holds the answers as the program saw them)."""
     tool_names: frozenset[str] = attrs.field(init=False)
     adopted: set[str] = attrs.field(factory=set, eq=False)
     """The sessions whose sandbox the durable record was asked for already
@@ -199,7 +207,9 @@ class PortCall:
     reads are masked below everything else (C17), and, for a backend that
     defines ``open_layer(request)`` (a recorder), the layer it returns for
     this call inside it (its ``wrap(program)``; its ``named`` values are
-    masked too, and its ``finish(result)`` is called with the result).
+    masked too, and its ``finish(result)`` is called with the result); the
+    port's own layer (:attr:`Binding.layer`, a toolset's approvals) stands
+    between the two, so a recording holds the answers the program got.
 
     A backend that defines ``open_call(request, answer_harness)`` (a
     replayer) answers every effect of a well-formed call itself, harness
@@ -267,12 +277,18 @@ class PortCall:
             return program
         open_layer = getattr(backend, "open_layer", None)
         if callable(open_layer):
-            layer = self.finishing = open_layer(self.request)
-            self.named |= layer.named  # an artifact reference must not show them either
-            program = layer.wrap(program)
+            recording = self.finishing = open_layer(self.request)
+            self.named |= recording.named  # an artifact reference must not show them either
+            program = recording.wrap(program)
+        if self.binding.layer is not None:
+            program = self.binding.layer(self.judged)(program)
         # Reads are masked below any recorder, so neither the core nor a
         # cassette ever holds a secret or a piece of one (C17).
         return masked_reads(program, self.redactions)
+
+    def judged(self) -> ToolRequest:
+        """The request the policy was last shown (:meth:`policy_request`)."""
+        return self.shown
 
     def shown_identities(self) -> ShownIdentities:
         """What the session's results showed, for a call with env values to

@@ -260,7 +260,7 @@ class Toolset(ToolsetApprovals):
         redact = given["redact"]
         shared: PortOptions = {
             **given,
-            "authorize": self._approvals.authorize,
+            "authorize": given["authorize"],
             "record": None,
             "resolve_owned_command": resolve,
             "remember_owned_command": remember,
@@ -276,6 +276,7 @@ class Toolset(ToolsetApprovals):
                 masks=self._masks,
                 answers=given["record"],
                 port_type=self._port_type,
+                layer=self._approvals.layer,
             )
             for definition in port.definitions:
                 self._ports[definition.name] = port

@@ -1116,3 +1116,40 @@ def test_c2_a_repeat_run_again_stays_under_the_key_it_ran_under() -> None:
     again = _asked_then(tools, "c2", "turn-2")
     assert (again.content["operation_key"], again.content["deduplicated"]) == ("run-1:c1", True)
     assert sum(sim.launches.values()) == 1
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync-policy", "async-policy"])
+def test_c8_an_approved_call_runs_once_under_a_policy_that_asks_sync_or_async(
+    asynchronous: bool,
+) -> None:
+    """The toolset honours a person's approval in the layer each call runs
+    in, after the port has the policy's answer (awaited, for an
+    asynchronous policy): the approved call runs once, its repeat reads that
+    run, and a call nobody approved still waits for a person."""
+    question = sandrail.ApprovalRequired(interaction_id="q-1")
+
+    def sync_policy(request: object) -> Any:
+        return question
+
+    async def async_policy(request: object) -> Any:
+        await asyncio.sleep(0)
+        return question
+
+    tools = toolset(authorize=async_policy if asynchronous else sync_policy)
+
+    async def main() -> list[sandrail.ToolResult]:
+        call = {"call_id": "c1", "operation_key": "k1"}
+        asked = await tools.call("run_command", {"command": "echo x"}, **call)
+        ran = await tools.call("run_command", {"command": "echo x"}, approved=True, **call)
+        again = await tools.call("run_command", {"command": "echo x"}, approved=True, **call)
+        other = await tools.call(
+            "run_command", {"command": "echo y"}, call_id="c2", operation_key="k2"
+        )
+        return [asked, ran, again, other]
+
+    asked, ran, again, other = asyncio.run(main())
+    assert asked.needs_approval
+    assert (ran.status, ran.content["deduplicated"]) == ("ok", False)
+    assert (again.status, again.content["deduplicated"]) == ("ok", True)
+    assert other.needs_approval
+    assert launches(tools) == 1
