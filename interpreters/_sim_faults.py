@@ -25,7 +25,14 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from sandrail.core import SANDBOX_EFFECTS, Delivery, EffectFailure, Outcome, SandboxEffect
+from sandrail.core import (
+    SANDBOX_EFFECTS,
+    Delivery,
+    EffectFailure,
+    Outcome,
+    SandboxEffect,
+    unexpected_failure,
+)
 
 __all__ = [
     "FAULT_TABLE",
@@ -432,7 +439,10 @@ def deliver_held(
 ) -> list[Outcome | EffectFailure]:
     """Apply every ``held`` request now, in order (emptying ``held``), noting
     each in ``delivered`` with what it gave; return what each gave. The
-    simulator and the testing kit's faulty backend hold requests alike."""
+    simulator and the testing kit's faulty backend hold requests alike. A
+    request whose late delivery raises gave the failure the port would make
+    of it (:func:`~sandrail.core.unexpected_failure`): nobody waits for its
+    answer, so the judge is told, not the caller."""
     results: list[Outcome | EffectFailure] = []
     while held:
         effect = held.pop(0)
@@ -441,6 +451,8 @@ def deliver_held(
             result = apply(effect)
         except EffectFailure as failure:
             result = failure
+        except Exception as exc:
+            result = unexpected_failure(effect, exc)
         delivered.append((effect, result))
         results.append(result)
     return results
@@ -460,6 +472,8 @@ async def deliver_held_async(
             result = await apply(effect)
         except EffectFailure as failure:
             result = failure
+        except Exception as exc:
+            result = unexpected_failure(effect, exc)
         delivered.append((effect, result))
         results.append(result)
     return results

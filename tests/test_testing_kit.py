@@ -161,6 +161,40 @@ def test_a_contract_violation_names_the_line_and_the_call() -> None:
     assert {v.line for v in caught.value.violations} == {"C2", "C7"}
 
 
+def test_c11_an_effect_the_port_abandons_on_abort_counts_as_sent() -> None:
+    """A ``Cancel`` the sandbox took, after which the harness aborts while
+    the answer is still on its way: the port wakes at once and answers
+    ``uncertain`` (C11), since the request left. The world records that
+    Cancel too (as the port failed it, ``maybe_sent``), so the judge reads
+    the call as dispatched and finds nothing wrong (it read "abort before
+    dispatch" when the abandoned effect went unrecorded)."""
+    world_of: list[World] = []
+
+    class SlowCancel:
+        asynchronous = True
+
+        def __init__(self) -> None:
+            self.sim = Simulator(scripts=SCRIPTS)
+
+        async def __call__(self, effect: Any) -> Any:
+            answer = self.sim(effect)
+            if type(effect).__name__ == "Cancel":
+                world_of[0].harness.cancel_token.cancel()
+                await asyncio.sleep(30)  # the port abandons it long before
+            return answer
+
+    backend = SlowCancel()
+    with World.on(Target(backend=backend, truth=backend.sim)) as world:
+        world_of.append(world)
+        port = world.command_tools()
+        started = world.call(
+            port, "run_command", {"command": "sleep 100", "background": True}, key="k1"
+        )
+        stop = world.call(port, "stop_command", {"task_id": started.content["task_id"]}, key="k2")
+        assert (stop.status, stop.content["error_type"]) == ("uncertain", "e2b_command_aborted")
+        world.assert_contract()
+
+
 def test_concurrent_duplicates_interleave_and_launch_once() -> None:
     with World.simulated(scripts=SCRIPTS) as world:
         port = world.command_tools(interleave=True)
@@ -656,3 +690,45 @@ def test_the_failure_table_check_fails_when_no_timeout_was_seen_after_its_line_s
     assert (
         "had started" in _table_problems(_HostShell(timeouts=Delivery.NOT_SENT, late_below=0.3))[0]
     )
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_held_request_whose_late_delivery_raises_is_judged_not_raised(
+    asynchronous: bool,
+) -> None:
+    """A backend whose late delivery of a held ``Start`` raises something of
+    its own (a broken transport's raw exception): nobody waits for that
+    answer, so the kit notes the failure the port would have made of it,
+    and judging the world goes on instead of raising out of the kit."""
+
+    class BreaksWhenLate:
+        def __init__(self) -> None:
+            self.sim = Simulator(scripts=SCRIPTS)
+            self.asynchronous = asynchronous
+            self.late = False
+
+        def __call__(self, effect: Any) -> Any:
+            if self.late and isinstance(effect, Start):
+                raise RuntimeError("the transport broke")
+            answer = self.sim(effect)
+            if not asynchronous:
+                return answer
+
+            async def later() -> Any:
+                return answer
+
+            return later()
+
+    backend = BreaksWhenLate()
+    plan = FaultPlan((Fault(effect="Start", occurrence=0, kind=FaultKind.DELIVERED_LATE),))
+    with World.on(Target(backend=backend, truth=backend.sim), plan) as world:
+        port = world.command_tools()
+        held = world.call(port, "run_command", {"command": "echo hi"}, key="k1")
+        assert held.status == "uncertain"
+        backend.late = True
+        world.deliver_held()
+        ((effect, delivered),) = world.faults.late_deliveries
+        assert isinstance(effect, Start)
+        assert isinstance(delivered, EffectFailure)
+        assert delivered.delivery is Delivery.MAYBE_SENT
+        world.assert_contract()

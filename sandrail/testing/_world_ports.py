@@ -13,6 +13,7 @@ so every call it makes opens a record exactly as a port's call does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 from collections.abc import Iterable
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import sandrail
 from sandrail import ToolRequest
-from sandrail.core import Effect, EffectFailure
+from sandrail.core import Delivery, Effect, EffectFailure
 from sandrail.interpreters.replay import Recorder
 
 from ._calls import AGENT, SCOPE, Mode, WatchedPort, native_identity
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
     from ._world import World
 
 __all__ = ["AsyncTap", "WatchedToolset", "checked_groups", "toolset_identity", "world_options"]
+
+_ABANDONED = EffectFailure(Delivery.MAYBE_SENT, "aborted by the harness", aborted=True)
+"""What the port makes of a sandbox effect it abandons on abort (C11)."""
 
 
 class WatchedToolset(sandrail.Toolset):
@@ -149,4 +153,10 @@ class AsyncTap:
                 answer = await answer
         except EffectFailure as failure:
             answer = failure
+        except asyncio.CancelledError:
+            # The port abandoned the effect (an abort woke the call, C11): its
+            # request may have left, as the failure the port made of it says.
+            with contextlib.suppress(EffectFailure):
+                world._settle(effect, _ABANDONED, mark)
+            raise
         return world._settle(effect, answer, mark)
