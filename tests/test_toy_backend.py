@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import e2b
 import httpx
 import pytest
 
@@ -67,6 +68,41 @@ def test_a_backend_states_its_own_label_and_boundary(server: LocalE2B) -> None:
             "run_command", {"command": "echo hi"}, call_id="c3", operation_key="k1"
         )
         assert again.content["deduplicated"] is True  # C2: the launcher's claim, not a relaunch
+    finally:
+        backend.close()
+
+
+@needs_root
+def test_c2_after_its_sandbox_died_a_session_gets_no_second_sandbox(server: LocalE2B) -> None:
+    """The rule the development page gives a backend: ``Ensure`` for a
+    session whose sandbox is gone fails ``not_sent`` and keeps the session
+    bound to it, so no task of the session can launch again in a fresh one."""
+    backend = ToyShellBackend(server)
+    try:
+        toolset = sandrail.Toolset(
+            backend=backend,
+            session_id="toy-dies",
+            owner=sandrail.AgentOwner(agent_id="agent-1"),
+            authorize=lambda request: sandrail.ALLOW,
+            assert_authority=lambda request: True,
+        )
+        ran = toolset.call_sync(
+            "run_command", {"command": "true"}, call_id="c1", operation_key="k1"
+        )
+        assert ran.status == "ok", ran.content
+        made = len(server.truth().sandboxes)
+        e2b.Sandbox.kill(ran.content["sandbox_id"], **server.sdk_options)
+        repeat = toolset.call_sync(
+            "run_command", {"command": "true"}, call_id="c-k1", operation_key="k1"
+        )
+        assert repeat.status == "uncertain", repeat.content  # it ran there once: unknowable
+        new = toolset.call_sync(
+            "run_command", {"command": "true"}, call_id="c2", operation_key="k2"
+        )
+        # Refused at Ensure, before any side effect: nothing ran, and it says so.
+        assert (new.status, new.error_type) == ("error", "e2b_sandbox_unavailable"), new.content
+        assert new.content["executed"] is False
+        assert len(server.truth().sandboxes) == made
     finally:
         backend.close()
 

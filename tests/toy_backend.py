@@ -224,6 +224,13 @@ class ToyShellBackend:
     async def _ensure(self, effect: Ensure) -> SandboxReady:
         key = (effect.session_id, effect.owner_key)
         box = self._sessions.get(key)
+        if box is not None and await asyncio.to_thread(self._gone, box.sandbox_id):
+            # The session stays bound to its sandbox: a fresh one would hold
+            # no claims, and the session's tasks could launch again there.
+            self._dead.add(box.sandbox_id)
+            raise EffectFailure(
+                Delivery.NOT_SENT, f"Ensure: the session's sandbox {box.sandbox_id} is gone"
+            )
         if box is None:
             try:
                 made = await asyncio.to_thread(self._create)
@@ -237,6 +244,21 @@ class ToyShellBackend:
             except Exception as exc:
                 raise EffectFailure(Delivery.NOT_SENT, "Ensure: no launcher") from exc
         return SandboxReady(sandbox_id=box.sandbox_id, ledger_epoch=box.epoch, backend=LABEL)
+
+    def _gone(self, sandbox_id: str) -> bool:
+        """Whether the control plane says ``sandbox_id`` no longer exists (a
+        failure to ask is no proof: the sandbox is taken as alive)."""
+        if sandbox_id in self._dead:
+            return True
+        try:
+            response = self._client.get(
+                f"{self._api}/sandboxes/{sandbox_id}",
+                headers={"X-API-Key": self._key},
+                timeout=self._request_timeout,
+            )
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 404
 
     def _create(self) -> tuple[str, str | None]:
         response = self._client.post(
