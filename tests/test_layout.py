@@ -182,3 +182,25 @@ def test_without_links_the_editable_wheel_is_setuptools_own(
         assert source.namelist() == ["x-1.0.dist-info/RECORD"]
     assert not (project / "build" / "editable").exists()
     assert "type checkers will not see this editable install" in capsys.readouterr().err
+
+
+def test_every_adapter_module_but_the_kit_is_held_to_public_helpers() -> None:
+    """The import-linter contract "Adapters are glue on public helpers" lists
+    its modules by name; a new adapter module must be among them, or nothing
+    would check that it stands on public helpers only."""
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = [
+        c
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c["name"].startswith("Adapters are glue on public helpers")
+    ]
+    folder = ROOT / "sandrail" / "adapters"
+    modules = {
+        "sandrail.adapters" if path.stem == "__init__" else f"sandrail.adapters.{path.stem}"
+        for path in folder.glob("*.py")
+        if path.stem != "kit"
+    }
+    assert set(contract["source_modules"]) == modules
+    assert contract["as_packages"] is False

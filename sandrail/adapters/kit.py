@@ -90,6 +90,7 @@ from sandrail.core import (
 __all__ = [
     "Adapter",
     "ModelCall",
+    "Profile",
     "check_run_id",
     "check_timeout",
     "parsed_arguments",
