@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from sandrail.core import (
     WriteArtifact,
     canonical_json,
 )
+from sandrail.core._budget import parse_omissions
 from sandrail.core._streamed import retained
 from sandrail.interpreters.replay import Recorder
 from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan, Script, Simulator
@@ -267,20 +267,17 @@ def test_c15_c17_a_streamed_artifact_is_byte_for_byte_the_whole_write(
     full = json.loads(paged_text)
     for key in ("stdout", "stderr"):
         shown = paged.content[key]
-        markers = list(_MARKER.finditer(shown))  # the alphabet has no "[": only ours
+        markers = parse_omissions(shown)  # the alphabet has no "[": only ours
         if not markers:
             assert shown == full[key]
             continue
         (marker,) = markers
-        head, tail = shown[: marker.start() - 1], shown[marker.end() + 1 :]
+        head, tail = shown[: marker.start], shown[marker.end :]
         assert full[key].startswith(head)
         assert full[key].endswith(tail)
         if not secret:
-            omitted = int(marker.group(1))
+            omitted = marker.omitted_bytes
             assert omitted == len(full[key].encode()) - len(head.encode()) - len(tail.encode())
-
-
-_MARKER = re.compile(r"\[\.\.\. (\d+) bytes omitted \.\.\.\]")
 
 
 # ---------------------------------------------------------------------------
