@@ -32,8 +32,8 @@ from tests.e2b_world import (
     server_fixture,
 )
 
-pytestmark = needs_root
 server = server_fixture()
+pytestmark = needs_root
 
 _REQUEST_TIMEOUT = 2.0
 

@@ -40,19 +40,23 @@ class TestToyBackendConformance(BackendConformance):
         return toy_target(self.server)
 
 
+def _toolset(backend: ToyShellBackend, session_id: str) -> sandrail.Toolset:
+    return sandrail.Toolset(
+        backend=backend,
+        session_id=session_id,
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+
+
 @needs_root
 def test_a_backend_states_its_own_label_and_boundary(server: LocalE2B) -> None:
     """The core names no vendor for it: ``sandbox_status`` and every launch
     say what the backend says it is, and the boundary it states."""
     backend = ToyShellBackend(server)
     try:
-        toolset = sandrail.Toolset(
-            backend=backend,
-            session_id="toy-session",
-            owner=sandrail.AgentOwner(agent_id="agent-1"),
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-        )
+        toolset = _toolset(backend, "toy-session")
         ran = toolset.call_sync(
             "run_command", {"command": "echo hi"}, call_id="c1", operation_key="k1"
         )
@@ -79,13 +83,7 @@ def test_c2_after_its_sandbox_died_a_session_gets_no_second_sandbox(server: Loca
     bound to it, so no task of the session can launch again in a fresh one."""
     backend = ToyShellBackend(server)
     try:
-        toolset = sandrail.Toolset(
-            backend=backend,
-            session_id="toy-dies",
-            owner=sandrail.AgentOwner(agent_id="agent-1"),
-            authorize=lambda request: sandrail.ALLOW,
-            assert_authority=lambda request: True,
-        )
+        toolset = _toolset(backend, "toy-dies")
         ran = toolset.call_sync(
             "run_command", {"command": "true"}, call_id="c1", operation_key="k1"
         )
