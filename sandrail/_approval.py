@@ -9,10 +9,10 @@ again with ``approved=True``. This module is what makes that safe:
   the port reads them) and the same operation key, which the toolset checks
   against the question it asked before it lets the call run as approved
   (:mod:`sandrail._decisions`: a changed call, or one rejected first, runs
-  nothing). Each call of the toolset runs in its layer
-  (:meth:`Approvals.layer`): while an approved call runs, an
-  ``ApprovalRequired`` answer of the harness's policy for a request matching
-  it reaches the call's program as ``ALLOW``. Nothing else
+  nothing). The toolset's ports pass each answer of the harness's policy
+  through :meth:`Approvals.honoured`: while an approved call runs, an
+  ``ApprovalRequired`` answer for a request matching it reaches the call's
+  program as ``ALLOW``. Nothing else
   changes: ``ALLOW`` stays ``ALLOW`` and ``Deny`` stays final (a person
   cannot approve what the policy refuses), and a request with other
   arguments or another key is asked about as before.
@@ -49,10 +49,8 @@ from sandrail.core import (
     APPROVAL_REJECTED_INSTRUCTION,
     Allow,
     ApprovalRequired,
-    Authorize,
     CanonicalJSONError,
     Deny,
-    Effect,
     ErrorCode,
     PolicyDecision,
     Redactions,
@@ -63,7 +61,6 @@ from sandrail.core import (
     launch_digest,
     mask_text,
 )
-from sandrail.interpreters._drivers import Layer, Step, layered
 
 __all__ = ["Approvals", "asks_a_person", "rejection"]
 
@@ -114,8 +111,8 @@ def rejection(
 
 
 class Approvals:
-    """The approved calls of one toolset that are running now, and the
-    layer that honours them (see the module doc)."""
+    """The approved calls of one toolset that are running now, and what
+    honours them (see the module doc)."""
 
     def __init__(
         self,
@@ -158,26 +155,13 @@ class Approvals:
                 if self._running[entry] <= 0:
                     del self._running[entry]
 
-    def layer(self, judged: Callable[[], ToolRequest]) -> Layer:
-        """The layer a call of the toolset runs in: the policy's answer to its
-        ``Authorize`` reaches the program as ``ALLOW`` when it asks a person
-        about an approved call that is running (or one its key already
-        launched), and as it is otherwise. ``judged``: the request the
-        policy was shown (the port's copy of it). A failure of the policy
-        passes through (the port reports it, C8)."""
-
-        def step(effect: Effect) -> Step | None:
-            if type(effect) is not Authorize:
-                return None
-            return self._honouring(effect, judged)
-
-        return lambda program: layered(program, step)
-
-    def _honouring(self, effect: Authorize, judged: Callable[[], ToolRequest]) -> Step:
-        decision = yield effect
-        return self._honoured(decision, judged())
-
-    def _honoured(self, decision: Any, request: ToolRequest) -> Any:
+    def honoured(self, decision: PolicyDecision, request: ToolRequest) -> PolicyDecision:
+        """The policy's answer ``decision`` about ``request`` (the copy the
+        port showed it) as the call's program reads it: ``ALLOW`` when it
+        asks a person about an approved call that is running (or one its key
+        already launched), ``decision`` otherwise. The port calls this with
+        the answer itself, awaited already where the policy is asynchronous;
+        a failure of the policy never gets here (the port reports it, C8)."""
         if not asks_a_person(decision):
             return decision
         entry = _entry(request)

@@ -44,7 +44,7 @@ from sandrail._options import (
     port_settings,
 )
 from sandrail._ownership import OwnershipRecord
-from sandrail._port_call import Binding, CallLayer, Ledger, PortCall
+from sandrail._port_call import Binding, Honour, Ledger, PortCall
 from sandrail._telemetry import Telemetry
 from sandrail.core import (
     AgentOwner,
@@ -108,7 +108,7 @@ class ToolPort:
         masks: Masks | None = None,
         answers: OwnershipRecord | None = None,
         telemetry: Telemetry | None = None,
-        layer: CallLayer | None = None,
+        honour: Honour | None = None,
     ) -> None:
         if masks is None:
             masks = masks_for(backend, settings.session_id)
@@ -126,7 +126,7 @@ class ToolPort:
             masks=masks,
             answers=answers,
             telemetry=telemetry if telemetry is not None else Telemetry(),
-            layer=layer,
+            honour=honour,
         )
 
     @property
@@ -285,14 +285,14 @@ def build_port(
     masks: Masks | None = None,
     answers: OwnershipRecord | None = None,
     port_type: Callable[..., ToolPort] = ToolPort,
-    layer: CallLayer | None = None,
+    honour: Honour | None = None,
 ) -> ToolPort:
     """A port of tool ``group`` with ``options`` (defaults filled in, see
     :func:`~sandrail._options.given_options`), checked as
     :func:`command_tools` says. For the package's own builders: a toolset
     passes the ``masks`` its ports share and the record its ports note
     answers in (``answers``: it turned ``record=`` into the callbacks it
-    shares) and the ``layer`` each call runs in, the testing kit its own
+    shares) and what ``honour``-s a person's approval, the testing kit its own
     ``port_type`` (called with :class:`ToolPort`'s keywords)."""
     if group == "command":
         settings, secrets = port_settings(
@@ -319,7 +319,7 @@ def build_port(
         masks=masks,
         answers=record if record is not None else answers,
         telemetry=Telemetry(options["tracer_provider"], options["meter_provider"]),
-        layer=layer,
+        honour=honour,
     )
 
 

@@ -98,17 +98,18 @@ from sandrail.core import (
     unexpected_failure,
     with_arguments,
 )
-from sandrail.interpreters._drivers import Layer, answered_now
+from sandrail.interpreters._drivers import answered_now
 from sandrail.interpreters._masking import masked_reads
 
 logger = logging.getLogger("sandrail")
 
-__all__ = ["Binding", "CallLayer", "Ledger", "PortCall"]
+__all__ = ["Binding", "Honour", "Ledger", "PortCall"]
 
-CallLayer = Callable[[Callable[[], ToolRequest]], Layer]
-"""A layer every call of a port runs in (a toolset's approvals), made for
-each call from the request its policy was shown (given as a function: the
-port makes that copy when it asks the policy)."""
+Honour = Callable[[PolicyDecision, ToolRequest], PolicyDecision]
+"""What a port's policy answer becomes before the program reads it, given
+the request the policy was shown (a toolset's approvals: a person's
+approval turns ``ApprovalRequired`` into ``ALLOW`` for that call). Called
+with the answer itself, awaited already where it was awaitable."""
 
 _SANDBOX_TYPES: Final = frozenset(SANDBOX_EFFECTS)
 _SIDE_EFFECT_TYPES: Final = frozenset(SIDE_EFFECTS)
@@ -174,9 +175,9 @@ class Binding:
     answers: OwnershipRecord | None
     """Where each task's last answer is noted for operators (``record=``)."""
     telemetry: Telemetry
-    layer: CallLayer | None = None
-    """The layer every call runs in, inside the masking and outside any
-    recorder's (a recording holds the answers as the program saw them)."""
+    honour: Honour | None = None
+    """What every policy answer passes through (:data:`Honour`), before any
+    recorder's layer sees it (a recording holds the answers the program got)."""
     tool_names: frozenset[str] = attrs.field(init=False)
     adopted: set[str] = attrs.field(factory=set, eq=False)
     """The sessions whose sandbox the durable record was asked for already
@@ -207,9 +208,7 @@ class PortCall:
     reads are masked below everything else (C17), and, for a backend that
     defines ``open_layer(request)`` (a recorder), the layer it returns for
     this call inside it (its ``wrap(program)``; its ``named`` values are
-    masked too, and its ``finish(result)`` is called with the result); the
-    port's own layer (:attr:`Binding.layer`, a toolset's approvals) stands
-    between the two, so a recording holds the answers the program got.
+    masked too, and its ``finish(result)`` is called with the result).
 
     A backend that defines ``open_call(request, answer_harness)`` (a
     replayer) answers every effect of a well-formed call itself, harness
@@ -280,15 +279,9 @@ class PortCall:
             recording = self.finishing = open_layer(self.request)
             self.named |= recording.named  # an artifact reference must not show them either
             program = recording.wrap(program)
-        if self.binding.layer is not None:
-            program = self.binding.layer(self.judged)(program)
         # Reads are masked below any recorder, so neither the core nor a
         # cassette ever holds a secret or a piece of one (C17).
         return masked_reads(program, self.redactions)
-
-    def judged(self) -> ToolRequest:
-        """The request the policy was last shown (:meth:`policy_request`)."""
-        return self.shown
 
     def shown_identities(self) -> ShownIdentities:
         """What the session's results showed, for a call with env values to
@@ -521,13 +514,11 @@ class PortCall:
         try:
             if isinstance(effect, Authorize):
                 decision = self.ask_policy()
-                if type(decision) in _DECISIONS:
-                    return decision
-                if inspect.isawaitable(decision):
+                if type(decision) not in _DECISIONS and inspect.isawaitable(decision):
                     _discard(decision)
                     logger.warning("%s", _ASYNC_POLICY)
                     raise EffectFailure(Delivery.NOT_SENT, _ASYNC_POLICY)
-                return _policy(decision)
+                return self.honoured(decision)
             return self._harness(effect)
         except EffectFailure:
             raise
@@ -551,12 +542,19 @@ class PortCall:
             if inspect.isawaitable(decision):
                 decision = await self._abortable(lambda _: decision, effect)
                 self.ask_policy_settled()
-            return _policy(decision)
+            return self.honoured(decision)
         except EffectFailure:
             raise
         except Exception as exc:
             _say_policy_raised(effect, exc)
             raise unexpected_failure(effect, exc) from exc
+
+    def honoured(self, decision: object) -> PolicyDecision:
+        """The policy's answer ``decision`` as the program reads it: checked
+        (:func:`_policy`), then through the port's :attr:`Binding.honour`."""
+        checked = _policy(decision)
+        honour = self.binding.honour
+        return checked if honour is None else honour(checked, self.shown)
 
     def policy_request(self) -> ToolRequest:
         """The request as the policy must judge it: with the arguments the

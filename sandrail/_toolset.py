@@ -276,7 +276,7 @@ class Toolset(ToolsetApprovals):
                 masks=self._masks,
                 answers=given["record"],
                 port_type=self._port_type,
-                layer=self._approvals.layer,
+                honour=self._approvals.honoured,
             )
             for definition in port.definitions:
                 self._ports[definition.name] = port
