@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -180,6 +181,45 @@ def test_c2_one_confirmation_answered_from_two_runners_launches_once() -> None:
     run.send(answer(asked, True))
     other.send(answer(asked, True))
     assert sum(sim.launches.values()) == 1
+
+
+@pytest.mark.parametrize("second", [True, False], ids=["confirm-confirm", "confirm-reject"])
+def test_c2_one_confirmation_answered_from_two_runners_at_once_launches_at_most_once(
+    second: bool, tmp_path: Path
+) -> None:
+    """The same question answered by two harnesses at the same time (two
+    toolsets sharing a durable record, two runners on one session store,
+    their invocations interleaved on one loop): the command runs once at
+    most, whichever answer lands first."""
+    from sandrail.interpreters.simulator import Simulator
+    from sandrail.records import SQLiteRecord
+
+    sim = Simulator()
+    path = tmp_path / "record.sqlite"
+    run = _Run(
+        toolset(sim, authorize=asks_for_rm, record=SQLiteRecord(path)),
+        [[run_command("rm -rf /tmp/x", "c1")], "ok"],
+    )
+    (asked,) = confirmation_calls(run.send(text("go")))
+    other = _Run(toolset(sim, authorize=asks_for_rm, record=SQLiteRecord(path)), ["ok"])
+    other.runner.session_service = run.runner.session_service
+    other.session = run.session
+
+    async def answering(each: _Run, confirmed: bool) -> list[Any]:
+        return [
+            event
+            async for event in each.runner.run_async(
+                user_id="u", session_id=each.session.id, new_message=answer(asked, confirmed)
+            )
+        ]
+
+    async def both() -> list[Any]:
+        return await asyncio.gather(answering(run, True), answering(other, second))
+
+    asyncio.run(both())
+    assert sum(sim.launches.values()) <= 1
+    if second:
+        assert sum(sim.launches.values()) == 1
 
 
 def test_c8_deny_asks_nobody() -> None:
