@@ -44,8 +44,8 @@ from sandrail.core import (
 )
 from sandrail.interpreters.launcher import Box, Launcher, Malformed, Transport, launcher_missing
 from sandrail.interpreters.launcher import launcher_refused as refused
-from sandrail.local_e2b import LocalE2B
-from sandrail.local_e2b._kit import LaunchTruth, _as_root, _kill_all
+from sandrail.local_e2b import LaunchTruth, LocalE2B
+from sandrail.local_e2b._kit import _as_root, _kill_all
 from sandrail.testing import Strike, Target
 
 LABEL: Final = "toy-shell"

@@ -17,10 +17,12 @@ machine (``docs/howto/local-e2b.md``). A development and test tool, not a securi
 
 ``e2b_target(server)`` is the E2B interpreter on the server as a
 ``sandrail.testing`` target (its ground truth counts real launches per task
-id): ``check_backend(lambda: e2b_target(server))``.
+id): ``check_backend(lambda: e2b_target(server))``. ``LaunchTruth`` is that
+ground truth, for a backend of your own on the server: the marks its
+commands send, counted per task id.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._admin import AdminError
 from ._faults import Route, WireFault, WireFaultKind
@@ -35,10 +37,14 @@ from ._truth import (
     SignalRecord,
 )
 
+if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
+    from ._kit import LaunchTruth, e2b_target
+
 __all__ = [
     "AdminError",
     "GroundTruth",
     "IsolationError",
+    "LaunchTruth",
     "LocalE2B",
     "MarkRecord",
     "ProcessRecord",
