@@ -83,8 +83,11 @@ def test_clean_core_passes_with_decisive_retries() -> None:
     good, total = report.decisive()
     assert total > 500
     assert good == total, report.retry_reasons
+    # Every transient kind leaves some call to reconcile (its retry then
+    # decides it); a kind that never does is not exercised by a retry at all.
     for kind in TRANSIENT_KINDS:
-        assert sum(report.reconciled[kind.value].values()) > 0, kind
+        reconciled = report.reconciled.get(kind.value, {})
+        assert sum(reconciled.values()) > 0, f"{kind}: no call it struck was reconciled"
     # Only the faults that destroy the evidence leave retries uncertain: a
     # wiped ledger, and a dead sandbox (whose launched tasks are uncertain,
     # never "nothing ran").
