@@ -29,8 +29,10 @@ import attrs
 
 from sandrail.core import (
     CanonicalJSONError,
+    Redactions,
     ToolRequest,
     launch_digest,
+    mask_text,
     recorded_digest,
     request_digest,
 )
@@ -52,6 +54,15 @@ class CallRedaction:
     """The request with its secrets redacted: what a replay runs."""
     names: Mapping[str, str] = attrs.field(factory=dict)
     """Env names that hold a secret, mapped to the names written instead."""
+    _masks: Redactions = attrs.field(init=False, eq=False, repr=False)
+    """:attr:`secrets`, and their forms escaped in JSON text, as the core
+    masks them: one marker for every run of text that overlapping or
+    touching secrets cover, so no piece of one survives another's cut."""
+
+    @_masks.default
+    def _both_forms(self) -> Redactions:
+        escaped = (json.dumps(secret, ensure_ascii=False)[1:-1] for secret in self.secrets)
+        return Redactions((*self.secrets, *escaped))
 
     @classmethod
     def of(
@@ -111,13 +122,9 @@ class CallRedaction:
     def _scrub(self, data: Any) -> Any:
         if isinstance(data, str):
             data = self.digests.get(data, data)
-            for secret in self.secrets:
-                data = data.replace(secret, MARKER)
-                # Inside JSON text (an artifact's content) the secret is escaped.
-                escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
-                if escaped != secret:
-                    data = data.replace(escaped, MARKER)
-            return data
+            # Inside JSON text (an artifact's content) a secret is escaped:
+            # both forms are cut, and secrets that overlap are cut as one.
+            return mask_text(data, self._masks)
         if isinstance(data, dict):
             return {self._scrub(key): self._scrub(value) for key, value in data.items()}
         if isinstance(data, list | tuple):

@@ -1,0 +1,93 @@
+"""C17 in a cassette: what a Recorder writes when secrets overlap, and where a
+named secret may not stand (the port's settings, a call's identity), each as
+an outside attack found it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sandrail
+from sandrail import replay_file
+from sandrail.interpreters.replay import Recorder
+from sandrail.interpreters.simulator import Simulator
+
+
+def _recorded(path: Path, *, secrets: tuple[str, ...] = (), session_id: str = "s-1") -> Any:
+    recorder = Recorder(Simulator(), path, secrets=secrets)
+    toolset = sandrail.Toolset(
+        backend=recorder,
+        tools=("command",),
+        session_id=session_id,
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    return recorder, toolset
+
+
+X = "QzXkWmJvRtPyLnHg"
+Y = "PyLnHgBbCcDdEeFf"  # begins with X's last six characters
+LONG = "SuperSecretDeployKey_9Zq"
+TAIL = "qWwWwWwWw"  # shares LONG's last character
+
+
+@pytest.mark.parametrize(
+    ("env", "named", "command", "pieces"),
+    [
+        ({"X": X, "Y": Y}, (), f"echo {X}{Y[6:]}", (X[:10], Y[-10:])),
+        ({"X": LONG, "Y": TAIL}, (), f"echo {LONG}{TAIL[1:]}", (LONG[:-1], TAIL[1:])),
+        ({"X": LONG}, (TAIL,), f"echo {LONG}{TAIL[1:]}", (LONG[:-1], TAIL[1:])),
+    ],
+    ids=["two-env-values", "one-character-overlap", "env-value-and-named-secret"],
+)
+def test_c17_overlapping_secrets_leave_no_piece_in_the_cassette_and_it_replays(
+    tmp_path: Path, env: dict[str, str], named: tuple[str, ...], command: str, pieces: Any
+) -> None:
+    """Two secrets that overlap in a command's text are cut as one run, as
+    results mask them: cutting one first left most of the other in the
+    request line and the ``Start`` step, and the replay then diverged."""
+    path = tmp_path / "overlap.jsonl"
+    recorder, toolset = _recorded(path, secrets=named)
+    result = toolset.call_sync(
+        "run_command", {"command": command, "env": env}, call_id="c1", operation_key="k1"
+    )
+    recorder.close()
+    assert result.status == "ok", result.content
+    assert result.content["command"] == "echo <redacted>"
+    written = path.read_text(encoding="utf-8")
+    for piece in pieces:
+        assert piece not in written
+        assert piece not in result.to_json()
+    assert replay_file(path).calls == 1
+
+
+def test_c17_a_named_secret_in_the_ports_settings_is_refused_before_the_header(
+    tmp_path: Path,
+) -> None:
+    """The header holds the port's settings whole (a replay rebuilds the port
+    from them): a Recorder secret among them is refused, with nothing written."""
+    path = tmp_path / "header.jsonl"
+    with pytest.raises(ValueError, match="secrets stands in the port's settings"):
+        _recorded(path, secrets=("NmSeCrEtWoRdQq",), session_id="s-NmSeCrEtWoRdQq")
+    assert "NmSeCrEtWoRdQq" not in path.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("where", ["operation_key", "call_id"])
+def test_c17_a_named_secret_in_a_calls_identity_is_refused_before_anything_runs(
+    tmp_path: Path, where: str
+) -> None:
+    """Every result shows a call's identity whole (C13), so a Recorder secret
+    in it is refused before anything runs, as an env value there is."""
+    path = tmp_path / "identity.jsonl"
+    recorder, toolset = _recorded(path, secrets=("NmSeCrEtWoRdQq",))
+    keys = {"call_id": "c1", "operation_key": "k1"}
+    keys[where] = f"x-NmSeCrEtWoRdQq-{where}"
+    result = toolset.call_sync("run_command", {"command": "echo hi"}, **keys)
+    recorder.close()
+    assert (result.status, result.content["executed"]) == ("error", False), result.content
+    assert "NmSeCrEtWoRdQq" not in result.to_json()
+    assert "NmSeCrEtWoRdQq" not in path.read_text(encoding="utf-8")
