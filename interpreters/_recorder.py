@@ -4,6 +4,7 @@ the call's result to the cassette (redacted, C17)."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -150,7 +151,20 @@ class Recorder:
 
     def attach(self, port: _P) -> _P:
         """Bind to ``port`` (built with this recorder as its backend), write
-        the header, and return ``port``. ``RuntimeError`` if already attached."""
+        the header, and return ``port``. ``RuntimeError`` if already attached;
+        ``ValueError``, with nothing written, when one of the recorder's
+        ``secrets`` stands in the port's settings (its session id, its
+        owner, the sandbox's description), which the header holds whole: a
+        replay rebuilds the port from them, so they cannot be cut (C17)."""
+        header = header_line(port.settings, __version__)
+        text = dump_line(header)
+        forms = (form for secret in self._secrets for form in (secret, json.dumps(secret)[1:-1]))
+        if any(form in text for form in forms):
+            raise ValueError(
+                "one of this Recorder's secrets stands in the port's settings (its session id, "
+                "owner or sandbox description), which the cassette's header holds whole: give "
+                "the port settings without it; nothing was recorded"
+            )
         with self._lock:
             if self._settings is not None:
                 raise RuntimeError("this recorder already records a port")
@@ -160,7 +174,7 @@ class Recorder:
                 # The values the port's session masks (redact=, env values
                 # of earlier calls): they never reach the cassette either.
                 self._port_masks = lambda: getattr(port, "masked_values", frozenset())
-            self._write(header_line(port.settings, __version__))
+            self._write(header)
         return port
 
     def __call__(self, effect: Effect) -> Any:
@@ -185,7 +199,9 @@ class Recorder:
             # Env values earlier calls passed are secrets for this call too:
             # a later read may print them (C17).
             named = (*self._secrets, *sorted(self._seen_env))
-        redaction = CallRedaction.of(request, named, self._port_masks())
+        # The port masks the named secrets as it masks env values, so the
+        # core's digests of what it records are computed without them too.
+        redaction = CallRedaction.of(request, named, self._port_masks() | frozenset(self._secrets))
         with self._lock:
             if self._settings is None:
                 raise RecorderNotAttachedError(

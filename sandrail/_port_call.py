@@ -263,21 +263,30 @@ class PortCall:
     def program(self) -> Program:
         """The tool program to drive, in its layers (see the class doc)."""
         settings, secrets = self.binding.settings, self.binding.masks.secrets
-        program = tool_program(
-            self.request, settings, self.snapshot, secrets, self.shown_identities()
-        )
         backend = self.binding.backend
         if self.snapshot is None:
-            return program  # refused by the core before any effect
+            # Refused by the core before any effect.
+            return tool_program(self.request, settings, None, secrets, self.shown_identities())
         open_call = getattr(backend, "open_call", None)
         if callable(open_call):
             answer = self.answer_harness_async if self.asynchronous else self.answer_harness
             self.layered = self.finishing = open_call(self.request, answer)
-            return program
+            return tool_program(
+                self.request, settings, self.snapshot, secrets, self.shown_identities()
+            )
         open_layer = getattr(backend, "open_layer", None)
+        recording = None
         if callable(open_layer):
             recording = self.finishing = open_layer(self.request)
-            self.named |= recording.named  # an artifact reference must not show them either
+            # A recorder's named secrets are this call's too: masked wherever
+            # env values are (its result, its artifacts), and refused in its
+            # identity, so the cassette holds no piece of one (C17).
+            self.named |= recording.named
+            secrets = secrets | recording.named
+        program = tool_program(
+            self.request, settings, self.snapshot, secrets, self.shown_identities()
+        )
+        if recording is not None:
             program = recording.wrap(program)
         # Reads are masked below any recorder, so neither the core nor a
         # cassette ever holds a secret or a piece of one (C17).
