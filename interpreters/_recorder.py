@@ -39,7 +39,7 @@ from ._cassette import (
     result_data,
 )
 
-__all__ = ["Recorder", "RecorderNotAttachedError"]
+__all__ = ["Recorder", "RecorderMisplacedError", "RecorderNotAttachedError"]
 
 
 class _Port(Protocol):
@@ -55,6 +55,13 @@ _P = TypeVar("_P", bound=_Port)
 class RecorderNotAttachedError(FatalInterpreterError, RuntimeError):
     """A recorder was used before :meth:`Recorder.attach`: a setup mistake the
     port lets through rather than report as a tool outcome."""
+
+
+class RecorderMisplacedError(FatalInterpreterError, TypeError):
+    """A recorder was handed a sandbox effect outside a call it records (it
+    was wrapped inside another backend): it would record nothing, so it
+    answers nothing, and the port lets this setup mistake through to the
+    caller rather than tell the model a call may have run."""
 
 
 def _named_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
@@ -183,7 +190,7 @@ class Recorder:
         opened). Used as anything but a port's backend (wrapped in another
         backend, say), it would record nothing, so that is refused."""
         if not self._open:
-            raise TypeError(
+            raise RecorderMisplacedError(
                 "a Recorder records through the port's layer: use it as a port's backend, "
                 "not inside another backend"
             )

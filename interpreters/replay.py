@@ -57,7 +57,7 @@ from ._cassette import (
     parse_cassette,
 )
 from ._divergence import DivergenceError, render
-from ._recorder import Recorder, RecorderNotAttachedError
+from ._recorder import Recorder, RecorderMisplacedError, RecorderNotAttachedError
 from ._replayer import Replayer
 from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
@@ -71,6 +71,7 @@ __all__ = [
     "DivergenceError",
     "Entry",
     "Recorder",
+    "RecorderMisplacedError",
     "RecorderNotAttachedError",
     "ReplayReport",
     "Replayer",

@@ -62,6 +62,7 @@ from sandrail.interpreters.replay import (
     CassetteError,
     DivergenceError,
     Recorder,
+    RecorderMisplacedError,
     Replayer,
     decode_effect,
     decode_failure,
@@ -588,6 +589,35 @@ def test_a_recorder_outside_a_port_answers_nothing() -> None:
     recorder = Recorder(Simulator(), io.StringIO())
     with pytest.raises(TypeError, match="port's backend"):
         recorder(Ensure(session_id="s", owner_key="o"))
+
+
+def test_c5_a_recorder_wrapped_in_another_backend_stops_the_call_for_its_developer() -> None:
+    """Wrapped inside another backend, a recorder answers nothing, so nothing
+    runs: the setup mistake reaches the caller as an exception (a result
+    would tell the model the call may have run)."""
+    recorder = Recorder(Simulator(), io.StringIO())
+
+    class Proxy:
+        def __call__(self, effect: Any) -> Any:
+            return recorder(effect)
+
+    port = sandrail.command_tools(
+        backend=Proxy(),
+        session_id="s",
+        owner=sandrail.AgentOwner(agent_id="a"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    request = ToolRequest(
+        call=sandrail.ToolCall(name="run_command", call_id="c", arguments={"command": "echo"}),
+        operation_key="k",
+        session_id="s",
+        definition=port.definition("run_command"),
+        identity=sandrail.AgentIdentity(agent_id="a"),
+    )
+    with pytest.raises(RecorderMisplacedError, match="not inside another backend"):
+        port.execute_sync(request)
+    assert recorder.inner.launches == {}  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------
