@@ -559,10 +559,10 @@ def test_an_async_effect_abandoned_on_abort_is_recorded_as_the_port_failed_it(
     assert replay_file(path).calls == 1
 
 
-def test_a_recorder_needs_its_port_attached_first() -> None:
-    recorder = Recorder(Simulator(), io.StringIO())
+def _echo_port(backend: Any) -> tuple[sandrail.ToolPort, ToolRequest]:
+    """A port on ``backend`` that allows everything, and one ``echo`` for it."""
     port = sandrail.command_tools(
-        backend=recorder,
+        backend=backend,
         session_id="s",
         owner=sandrail.AgentOwner(agent_id="a"),
         authorize=lambda request: sandrail.ALLOW,
@@ -575,6 +575,12 @@ def test_a_recorder_needs_its_port_attached_first() -> None:
         definition=port.definition("run_command"),
         identity=sandrail.AgentIdentity(agent_id="a"),
     )
+    return port, request
+
+
+def test_a_recorder_needs_its_port_attached_first() -> None:
+    recorder = Recorder(Simulator(), io.StringIO())
+    port, request = _echo_port(recorder)
     with pytest.raises(RuntimeError, match=r"recorder.attach\(port\)"):
         port.execute_sync(request)
     recorder.attach(port)
@@ -601,20 +607,7 @@ def test_c5_a_recorder_wrapped_in_another_backend_stops_the_call_for_its_develop
         def __call__(self, effect: Any) -> Any:
             return recorder(effect)
 
-    port = sandrail.command_tools(
-        backend=Proxy(),
-        session_id="s",
-        owner=sandrail.AgentOwner(agent_id="a"),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-    )
-    request = ToolRequest(
-        call=sandrail.ToolCall(name="run_command", call_id="c", arguments={"command": "echo"}),
-        operation_key="k",
-        session_id="s",
-        definition=port.definition("run_command"),
-        identity=sandrail.AgentIdentity(agent_id="a"),
-    )
+    port, request = _echo_port(Proxy())
     with pytest.raises(RecorderMisplacedError, match="not inside another backend"):
         port.execute_sync(request)
     assert recorder.inner.launches == {}  # type: ignore[attr-defined]
