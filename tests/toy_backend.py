@@ -180,6 +180,8 @@ class ToyShellBackend:
         self._sessions: dict[tuple[str, str], Box] = {}
         self._boxes: dict[str, Box] = {}
         self._dead: set[str] = set()
+        self._failed: set[str] = set()
+        """Sandboxes a launcher call failed on: the next Ensure asks whether they are gone."""
         self._lock = threading.Lock()
         self._launcher = Launcher(
             transport(ToyTransport(self._client, server.sandbox_url)),
@@ -187,7 +189,7 @@ class ToyShellBackend:
             box=self._box,
             ledger_key=lambda: b"toy-backend ledger key, 32 bytes",
             max_command_seconds=lambda: 3000,
-            note_gone=lambda sandbox_id, exc: None,
+            note_gone=lambda sandbox_id, exc: self._failed.add(sandbox_id),
             is_dead=self._dead.__contains__,
         )
 
@@ -224,7 +226,11 @@ class ToyShellBackend:
     async def _ensure(self, effect: Ensure) -> SandboxReady:
         key = (effect.session_id, effect.owner_key)
         box = self._sessions.get(key)
-        if box is not None and await asyncio.to_thread(self._gone, box.sandbox_id):
+        if (
+            box is not None
+            and (box.sandbox_id in self._dead or box.sandbox_id in self._failed)
+            and await asyncio.to_thread(self._gone, box.sandbox_id)
+        ):
             # The session stays bound to its sandbox: a fresh one would hold
             # no claims, and the session's tasks could launch again there.
             self._dead.add(box.sandbox_id)
@@ -247,9 +253,11 @@ class ToyShellBackend:
 
     def _gone(self, sandbox_id: str) -> bool:
         """Whether the control plane says ``sandbox_id`` no longer exists (a
-        failure to ask is no proof: the sandbox is taken as alive)."""
+        failure to ask is no proof: the sandbox is taken as alive). Asked
+        only after a launcher call failed there, not on every Ensure."""
         if sandbox_id in self._dead:
             return True
+        self._failed.discard(sandbox_id)
         try:
             response = self._client.get(
                 f"{self._api}/sandboxes/{sandbox_id}",
