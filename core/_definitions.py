@@ -30,6 +30,7 @@ from ._env import (
 )
 
 __all__ = [
+    "CALL_SLACK_MS",
     "COMMAND_PATTERN",
     "DEFAULT_BACKGROUND_TIMEOUT_SECONDS",
     "DEFAULT_FOREGROUND_TIMEOUT_SECONDS",
@@ -57,16 +58,22 @@ __all__ = [
     "SANDBOX_ID_PATTERN",
     "SHELL_WHITESPACE",
     "TASK_ID_PATTERN",
+    "UNICODE_RULE",
     "ToolDefinition",
     "check_foreground",
     "check_sandbox_description",
     "definitions_equal",
+    "mutating_definition",
+    "object_schema",
     "read_command_output_definition",
+    "read_only_definition",
     "resolve_language",
     "run_code_definition",
     "run_command_definition",
     "sandbox_status_definition",
+    "seconds_schema",
     "stop_command_definition",
+    "where_it_runs",
 ]
 
 # Limits (the reference port's values).
@@ -152,7 +159,9 @@ LANGUAGE_ALIASES: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 # Deadline slack the harness gives a call beyond the command's own timeout.
-_CALL_SLACK_MS: Final = 20_000
+CALL_SLACK_MS: Final = 20_000
+"""What a launch's call may take beyond its in-sandbox deadline (the
+definition's ``timeout_ms`` is the deadline plus this)."""
 _STATUS_TIMEOUT_MS: Final = 10_000
 _STOP_TIMEOUT_MS: Final = 10_000
 _READ_TIMEOUT_MS: Final = (MAX_WAIT_SECONDS + 10) * 1000
@@ -332,7 +341,9 @@ def _nullable(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}], "description": description}
 
 
-def _seconds(description: str) -> dict[str, Any]:
+def seconds_schema(description: str) -> dict[str, Any]:
+    """A nullable timeout in whole seconds, 1 to :data:`MAX_TIMEOUT_SECONDS`
+    (every launch has one: its deadline argument)."""
     return _nullable({"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_SECONDS}, description)
 
 
@@ -352,7 +363,7 @@ def _env(description: str) -> dict[str, Any]:
     )
 
 
-_UNICODE: Final = "no lone surrogates such as \\ud800"
+UNICODE_RULE: Final = "no lone surrogates such as \\ud800"
 """What "valid Unicode text" rules out: JSON text can spell a lone surrogate,
 which no UTF-8 command line, path or file can hold, so the port refuses it."""
 
@@ -371,7 +382,7 @@ _ENV_RULES: Final = (
     + ", ".join(sorted(RESERVED_ENV_NAMES))
     + "), nor one bash sets itself, so the command would never see it ("
     + ", ".join(sorted(SHELL_OWNED_ENV_NAMES))
-    + f"); values are valid Unicode text ({_UNICODE}) of at most {MAX_ENV_VALUE_LENGTH} "
+    + f"); values are valid Unicode text ({UNICODE_RULE}) of at most {MAX_ENV_VALUE_LENGTH} "
     f"characters and no NUL; at most {MAX_ENV_ENTRIES} variables. {_ECMA}"
 )
 
@@ -400,7 +411,9 @@ def _cursor(stream: str) -> dict[str, Any]:
     }
 
 
-def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def object_schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A tool's parameters: an object of ``properties``, ``required`` ones
+    named, no others allowed."""
     return {
         "type": "object",
         "properties": properties,
@@ -409,9 +422,11 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     }
 
 
-def _read_only(
+def read_only_definition(
     name: str, description: str, parameters: dict[str, Any], timeout_ms: int
 ) -> ToolDefinition:
+    """The definition of a tool that changes nothing (concurrent-safe, no
+    permission asked)."""
     return ToolDefinition(
         name=name,
         description=description,
@@ -424,7 +439,7 @@ def _read_only(
     )
 
 
-def _mutating(
+def mutating_definition(
     name: str,
     description: str,
     parameters: dict[str, Any],
@@ -433,6 +448,8 @@ def _mutating(
     permission: str,
     background_command_policy: str | None = None,
 ) -> ToolDefinition:
+    """The definition of a tool that acts on the sandbox, whose calls carry
+    ``permission`` to the harness's ``authorize``."""
     return ToolDefinition(
         name=name,
         description=description,
@@ -480,7 +497,9 @@ def check_sandbox_description(description: object) -> str:
     return text
 
 
-def _where(sandbox: str) -> str:
+def where_it_runs(sandbox: str) -> str:
+    """The sentence every tool description ends with: where the session's
+    commands run, in the backend's words."""
     return f" This session's sandbox: {check_sandbox_description(sandbox)}."
 
 
@@ -510,11 +529,11 @@ def sandbox_status_definition(
     """``sandbox_status`` (its definition does not depend on ``limit``);
     ``sandbox`` says where the session's commands run (see
     :func:`check_sandbox_description`)."""
-    return _read_only(
+    return read_only_definition(
         "sandbox_status",
         "Show which sandbox this session's commands run in and what that boundary "
-        "means. Looks only; never creates a sandbox." + _where(sandbox),
-        _object({}, []),
+        "means. Looks only; never creates a sandbox." + where_it_runs(sandbox),
+        object_schema({}, []),
         _STATUS_TIMEOUT_MS,
     )
 
@@ -524,30 +543,30 @@ def run_command_definition(
 ) -> ToolDefinition:
     """``run_command``, whose foreground timeout is at most ``limit`` seconds,
     in the ``sandbox`` the backend describes."""
-    return _mutating(
+    return mutating_definition(
         "run_command",
         "Run one shell command in this session's sandbox, never on the host machine. "
         "By default it waits for the command and returns its output. "
         "With background=true it returns a task_id at once: follow the output with "
         "read_command_output and end the command with stop_command. If the outcome "
         "is reported as uncertain, the command is never started a second time; "
-        "check it with read_command_output on the returned task_id." + _where(sandbox),
-        _object(
+        "check it with read_command_output on the returned task_id." + where_it_runs(sandbox),
+        object_schema(
             {
                 "command": {
                     "type": "string",
                     "minLength": 1,
                     "pattern": COMMAND_PATTERN,
                     "description": "The shell command line to run (bash syntax): valid "
-                    f"Unicode text ({_UNICODE}), not blank, and without NUL characters.",
+                    f"Unicode text ({UNICODE_RULE}), not blank, and without NUL characters.",
                 },
                 "cwd": _nullable(
                     {"type": "string", "pattern": NO_NUL_PATTERN},
                     "Working directory inside the sandbox (a remote path, not one on "
-                    f"the host), valid Unicode text ({_UNICODE}) without NUL characters; "
+                    f"the host), valid Unicode text ({UNICODE_RULE}) without NUL characters; "
                     "null means the sandbox's default directory.",
                 ),
-                "timeout": _seconds(
+                "timeout": seconds_schema(
                     "Seconds a foreground command may run before it is stopped; null "
                     f"means {limit}, and longer values are lowered to {limit}. Only "
                     "without background=true (a background command takes "
@@ -563,7 +582,7 @@ def run_command_definition(
                     "description": "Start the command and return its task_id without "
                     "waiting for it to finish.",
                 },
-                "background_timeout": _seconds(
+                "background_timeout": seconds_schema(
                     "Seconds a background command may run before it is stopped; only "
                     "allowed with background=true; null means the port's default."
                 ),
@@ -578,7 +597,7 @@ def run_command_definition(
             "then": {"properties": {"timeout": {"type": "null"}}},
             "else": {"properties": {"background_timeout": {"type": "null"}}},
         },
-        limit * 1000 + _CALL_SLACK_MS,
+        limit * 1000 + CALL_SLACK_MS,
         permission=PERMISSION_EXECUTE,
         background_command_policy=OWNED_COMMAND_LAUNCH,
     )
@@ -589,13 +608,13 @@ def read_command_output_definition(
 ) -> ToolDefinition:
     """``read_command_output`` (its definition does not depend on ``limit``),
     in the ``sandbox`` the backend describes."""
-    return _read_only(
+    return read_only_definition(
         "read_command_output",
         "Read the status and new output of a command this session started, from "
         "byte cursors into its stdout and stderr. Reading changes nothing and can be "
         "repeated with the same cursors. Waiting does not extend the command's "
-        "deadline, and this tool never starts a sandbox or a command." + _where(sandbox),
-        _object(
+        "deadline, and this tool never starts a sandbox or a command." + where_it_runs(sandbox),
+        object_schema(
             {
                 "task_id": _task_id("The task_id run_command returned."),
                 "stdout_cursor": _cursor("stdout"),
@@ -627,12 +646,12 @@ def stop_command_definition(
 ) -> ToolDefinition:
     """``stop_command`` (its definition does not depend on ``limit``), in
     the ``sandbox`` the backend describes."""
-    return _mutating(
+    return mutating_definition(
         "stop_command",
         "Ask a command this session started to stop, with all the processes it "
         "spawned. A stop request is not proof that it ended: confirm the final status "
-        "with read_command_output." + _where(sandbox),
-        _object({"task_id": _task_id("The task_id run_command returned.")}, ["task_id"]),
+        "with read_command_output." + where_it_runs(sandbox),
+        object_schema({"task_id": _task_id("The task_id run_command returned.")}, ["task_id"]),
         _STOP_TIMEOUT_MS,
         permission=PERMISSION_CANCEL,
     )
@@ -645,20 +664,20 @@ def run_code_definition(
     ``sandbox_run_code`` for an agent owner), whose timeout is at most
     ``limit`` seconds, in the ``sandbox`` the backend describes."""
     aliases = ", ".join(f"{alias} ({canonical})" for alias, canonical in LANGUAGE_ALIASES.items())
-    return _mutating(
+    return mutating_definition(
         name,
         "Run a Python, JavaScript or Bash snippet in this session's sandbox, never on "
         "the host machine, and return its output. The snippet is saved to a "
         "private file in the sandbox and run from there. If the outcome is reported as "
         "uncertain, the snippet is never run a second time; reconcile the original "
-        "task first." + _where(sandbox),
-        _object(
+        "task first." + where_it_runs(sandbox),
+        object_schema(
             {
                 "code": {
                     "type": "string",
                     "minLength": 1,
                     "description": "The source code of the snippet: valid Unicode text "
-                    f"({_UNICODE}).",
+                    f"({UNICODE_RULE}).",
                 },
                 "language": {
                     "type": "string",
@@ -666,7 +685,7 @@ def run_code_definition(
                     "default": DEFAULT_LANGUAGE,
                     "description": f"One of {', '.join(LANGUAGES)}; also accepted: {aliases}.",
                 },
-                "timeout": _seconds(
+                "timeout": seconds_schema(
                     f"Seconds the snippet may run before it is stopped; null means "
                     f"{limit}, and longer values are lowered to {limit}."
                 ),
@@ -677,6 +696,6 @@ def run_code_definition(
             },
             ["code"],
         ),
-        limit * 1000 + _CALL_SLACK_MS,
+        limit * 1000 + CALL_SLACK_MS,
         permission=PERMISSION_EXECUTE,
     )

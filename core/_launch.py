@@ -48,6 +48,8 @@ from ._snapshot import _refuse, _Snapshot
 
 __all__ = [
     "WAIT_GRACE_SECONDS",
+    "Launch",
+    "LaunchPlan",
     "launch_program",
     "record_unavailable",
     "run_code_program",
@@ -59,9 +61,12 @@ WAIT_GRACE_SECONDS: Final = 15
 sandbox's own timeout verdict (with its exit code) is normally observed."""
 
 
-class _Launch(NamedTuple):
-    """What a launch runs: its task id, its command (for a snippet, the
-    file it is published to and its source), its deadline."""
+class Launch(NamedTuple):
+    """What a launch runs, as a tool's plan makes it: its task id (the one
+    the plan was given), its shell command, whether it runs in the
+    background, its deadline, and for a launch that stages a file first, the
+    file's ``path`` (its task's staging path) and ``source`` (published before
+    the claim). ``language`` names a snippet's language in its result."""
 
     task_id: str
     command: str
@@ -72,10 +77,10 @@ class _Launch(NamedTuple):
     source: str | None = None
 
 
-def _command(call: CallState, wanted: str, timeout_seconds: int) -> _Launch:
+def _command(call: CallState, wanted: str, timeout_seconds: int) -> Launch:
     """A shell command: run as given, in the foreground or the background."""
     args = call.snap.arguments
-    return _Launch(
+    return Launch(
         task_id=wanted,
         command=args["command"],
         background=bool(args.get("background")),
@@ -83,7 +88,7 @@ def _command(call: CallState, wanted: str, timeout_seconds: int) -> _Launch:
     )
 
 
-def _snippet(call: CallState, wanted: str, timeout_seconds: int) -> _Launch:
+def _snippet(call: CallState, wanted: str, timeout_seconds: int) -> Launch:
     """A snippet: published to a file of its own, then run by its language's
     runner in the foreground."""
     args = call.snap.arguments
@@ -92,7 +97,7 @@ def _snippet(call: CallState, wanted: str, timeout_seconds: int) -> _Launch:
     suffix, runner = LANGUAGES[language]
     # The only variable in this shell text is the validated task id (C16).
     path = f"{STAGING_DIRECTORY}{wanted}{suffix}"
-    return _Launch(
+    return Launch(
         task_id=wanted,
         command=f"{runner} {path}",
         background=False,
@@ -113,9 +118,12 @@ def run_code_program(call: CallState) -> Generator[Effect, Any, ToolResult]:
     return launch_program(call, _snippet)
 
 
-def launch_program(
-    call: CallState, plan: Callable[[CallState, str, int], _Launch]
-) -> Generator[Effect, Any, ToolResult]:
+LaunchPlan = Callable[[CallState, str, int], Launch]
+"""What a launching tool adds to the spine: given the call, its task id and
+its in-sandbox deadline in seconds, what to launch."""
+
+
+def launch_program(call: CallState, plan: LaunchPlan) -> Generator[Effect, Any, ToolResult]:
     """A launch, of what ``plan`` makes of the call (given its task id and
     in-sandbox deadline).
 
@@ -139,7 +147,7 @@ def launch_program(
     return (yield from call.finish(ToolResult(status="ok", content=content)))
 
 
-def _ensure(call: CallState, launch: _Launch) -> Generator[Effect, Any, SandboxReady]:
+def _ensure(call: CallState, launch: Launch) -> Generator[Effect, Any, SandboxReady]:
     """Find or create the session's sandbox, a side effect (C5). The task id
     is known before anything is sent: an uncertain Ensure already names it.
     (The guard after Authorize also stands before Ensure: nothing external
@@ -170,7 +178,7 @@ def _ensure(call: CallState, launch: _Launch) -> Generator[Effect, Any, SandboxR
     return ready
 
 
-def _publish(call: CallState, ready: SandboxReady, launch: _Launch) -> Generator[Effect, Any, None]:
+def _publish(call: CallState, ready: SandboxReady, launch: Launch) -> Generator[Effect, Any, None]:
     """Write the snippet to its file (C16), a side effect."""
     assert launch.source is not None
     publish = Publish(
@@ -181,7 +189,7 @@ def _publish(call: CallState, ready: SandboxReady, launch: _Launch) -> Generator
 
 
 def _claim(
-    call: CallState, ready: SandboxReady, launch: _Launch
+    call: CallState, ready: SandboxReady, launch: Launch
 ) -> Generator[Effect, Any, tuple[LaunchClaim, str]]:
     """The at-most-once claim this start makes (C2, C3; the rule is
     :func:`~sandrail.core._claim.launch_claim`), recorded before the start
@@ -251,7 +259,7 @@ def _claim(
 
 
 def _start(
-    call: CallState, ready: SandboxReady, launch: _Launch, claimed: tuple[LaunchClaim, str]
+    call: CallState, ready: SandboxReady, launch: Launch, claimed: tuple[LaunchClaim, str]
 ) -> Generator[Effect, Any, Started]:
     """Start the command, at most once ever (C2), a side effect."""
     claim, digest = claimed
@@ -299,7 +307,7 @@ def _request_launch(
 
 
 def _background_result(
-    call: CallState, ready: SandboxReady, launch: _Launch, started: Started
+    call: CallState, ready: SandboxReady, launch: Launch, started: Started
 ) -> ToolResult:
     call.observed = started.state.status
     content = _launch_content(
@@ -320,7 +328,7 @@ def _background_result(
 
 
 def _wait(
-    call: CallState, ready: SandboxReady, launch: _Launch
+    call: CallState, ready: SandboxReady, launch: Launch
 ) -> Generator[Effect, Any, CommandState]:
     """Wait for the command to end: it outlasts the in-sandbox deadline by
     :data:`WAIT_GRACE_SECONDS`, so the sandbox's own verdict is seen."""
@@ -344,7 +352,7 @@ def _wait(
 
 
 def _collect(
-    call: CallState, ready: SandboxReady, launch: _Launch, started: Started, ended: CommandState
+    call: CallState, ready: SandboxReady, launch: Launch, started: Started, ended: CommandState
 ) -> Generator[Effect, Any, dict[str, Any]]:
     """The ended command's result content with its output (C12, C15)."""
     content = _launch_content(

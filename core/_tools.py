@@ -9,9 +9,11 @@ The names, the tool sets and the families below are derived from the
 records, never listed beside them; a name without a record raises
 :class:`UnknownToolError` wherever it is asked about.
 
-Adding a tool is adding its record here, with its definition
-(:mod:`._definitions`), its program and, if it needs one, its effect
-(:mod:`._effects`, answered by every backend).
+Adding a tool is a module of its own holding its definition (built with
+:mod:`._definitions`' building blocks), its program (for a launch, a plan on
+:func:`~sandrail.core._launch.launch_program`) and its record, and that
+record's row here; and, if it needs one, its effect (:mod:`._effects`,
+answered by every backend). The development page says it whole.
 """
 
 from __future__ import annotations

@@ -42,8 +42,9 @@ from sandrail.testing import CONTRACT_LINES, TRANSIENT_KINDS
 
 def test_the_campaign_calls_every_tool_the_records_define() -> None:
     """A tool added to the table is not left out of the fault campaign: some
-    workload of an owner mode calls it (the campaign's workloads are written
-    by hand, so this is where a new tool's calls are asked for)."""
+    workload of an owner mode calls it (a launching tool no written workload
+    calls gets one from its record; any other tool's calls are asked for
+    here)."""
     called = {
         step.tool
         for mode in ("agent", "native")

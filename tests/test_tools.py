@@ -366,6 +366,7 @@ def test_c16_a_launchs_free_text_never_enters_its_shell_text_but_as_the_command_
     argument is the command itself (a shell-command tool): the model's
     free text travels as a staged file, and a value that enters shell text
     is one its schema pinned (``docs/development.md``, "Grow it")."""
+    launching = {name for name, record in TOOLS.items() if record.kind is ToolKind.LAUNCHES}
     seen: set[str] = set()
     scope = {"tenant": "t1"}
     native = native_identity(scope=scope)
@@ -376,7 +377,7 @@ def test_c16_a_launchs_free_text_never_enters_its_shell_text_but_as_the_command_
     for owner, identity in owners:
         sim = _StartsSeen()
         toolset = a_toolset(sim, owner=owner, **identity)
-        for name in sorted(set(LAUNCH_TOOLS) & set(toolset.names)):
+        for name in sorted(launching & set(toolset.names)):
             record = TOOLS[name]
             definition = record.define(300)
             arguments = dict(record.example_arguments)
@@ -391,4 +392,4 @@ def test_c16_a_launchs_free_text_never_enters_its_shell_text_but_as_the_command_
                     continue  # the argument is the command: running it is the tool
                 assert _SHELL_MARK not in command, f"{name}'s free text entered: {command}"
             seen.add(name)
-    assert seen == set(LAUNCH_TOOLS)
+    assert seen == launching

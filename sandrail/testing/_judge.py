@@ -19,18 +19,18 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from sandrail.core import (
-    LAUNCH_TOOLS,
     SIDE_EFFECTS,
     TERMINAL_STATUSES,
     Delivery,
     EffectFailure,
     ErrorCode,
     StartRefused,
+    ToolKind,
     canonical_json,
     launch_digest,
 )
 
-from ._calls import CallRecord
+from ._calls import CallRecord, tool_kind
 from ._record_faults import check_record_faults
 from ._violation import Violation
 
@@ -605,7 +605,7 @@ def check_harness_retries(world: World) -> Iterable[Violation]:
 def _launch_of(record: CallRecord) -> str | None:
     """The launch digest of a launch tool's call, None for any other call
     (or arguments with no digest)."""
-    if record.tool not in LAUNCH_TOOLS:
+    if tool_kind(record.tool) is not ToolKind.LAUNCHES:
         return None
     if record.one_call is not None:
         return record.one_call  # as the port reads it: a spelled-out default is the same call

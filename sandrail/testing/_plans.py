@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import attrs
 
+from sandrail.core import TOOLS, ToolKind, ToolRecord, ToolSet
 from sandrail.interpreters.simulator import FAULT_TABLE, Fault, FaultKind, FaultPlan
 
 from ._calls import Mode, code_tool
@@ -23,6 +24,7 @@ __all__ = [
     "Schedule",
     "Step",
     "Workload",
+    "launch_workload",
     "random_schedule",
     "schedule_from",
     "single_fault_plans",
@@ -91,7 +93,54 @@ def _run(tool: str, arguments: Mapping[str, Any], key: str, label: str, **kw: An
 def workloads(mode: Mode) -> tuple[Workload, ...]:
     """The workloads of one owner mode: each makes a call, retries it with
     the same key (reconciliation), lets held requests arrive, then probes the
-    contract lines that need a second call."""
+    contract lines that need a second call. The tools have workloads written
+    for them; a launching tool that has none gets :func:`launch_workload`."""
+    found = _written_workloads(mode)
+    called = {step.tool for workload in found for step in workload.steps}
+    found.extend(
+        launch_workload(record, mode)
+        for record in TOOLS.values()
+        if record.kind is ToolKind.LAUNCHES
+        and record.name not in called
+        and _offered(record, mode) is not None
+    )
+    return tuple(found)
+
+
+def _offered(record: ToolRecord, mode: Mode) -> PortName | None:
+    """The campaign port that offers ``record``'s tool to an owner of
+    ``mode``, or ``None`` when no port of that mode does."""
+    if record.tool_set is ToolSet.COMMAND:
+        return "command"
+    wanted = ToolSet.AGENT_CODE if mode == "agent" else ToolSet.NATIVE_CODE
+    return "code" if record.tool_set is wanted else None
+
+
+def launch_workload(record: ToolRecord, mode: Mode) -> Workload:
+    """The workload of a launching tool no written workload calls: its
+    record's ``example_arguments`` launched, retried under the same key,
+    held requests delivered, then the same key with another deadline (a
+    conflict, C3: every launch has a deadline argument, ``null`` in its
+    digest, so 1 second is another call)."""
+    port = _offered(record, mode)
+    if record.kind is not ToolKind.LAUNCHES or port is None:
+        raise ValueError(f"{record.name} launches nothing an owner of {mode!r} is offered")
+    example = dict(record.example_arguments)
+    other = {**example, min(record.deadline_arguments): 1}
+    key = f"op-{record.name}"
+    return Workload(
+        name=record.name,
+        mode=mode,
+        steps=(
+            _run(record.name, example, key, "launch", port=port),
+            _run(record.name, example, key, "retry", port=port),
+            Step(action="deliver", label="held requests arrive"),
+            _run(record.name, other, key, "conflict", port=port),
+        ),
+    )
+
+
+def _written_workloads(mode: Mode) -> list[Workload]:
     snippet_tool = code_tool(mode)
     foreground = {"command": BUILD_TOKEN, "timeout": 30, "env": {"API_TOKEN": SECRET}}
     background = {
@@ -207,7 +256,7 @@ def workloads(mode: Mode) -> tuple[Workload, ...]:
                 ),
             )
         )
-    return tuple(found)
+    return found
 
 
 def single_fault_plans(slots: Mapping[str, int]) -> Iterator[FaultPlan]:
