@@ -56,9 +56,11 @@ Semantics
   ``scripts`` entry for the source of a file published in that sandbox whose
   path appears in the command (a snippet run); failing that, ``default``
   (a :class:`Script`, or a function of the command; by default
-  :func:`emulate`, see there for the few commands it knows). A command it
-  does not know exits 127 and prints :data:`NOT_EMULATED` on stderr, so an
-  offline test cannot pass by accident on a command that never ran.
+  :func:`emulate`, see there for the few commands it knows, and ``cp`` and
+  ``cat`` over the sandbox's files: a copy is made when it launches). A
+  command it does not know exits 127 and prints :data:`NOT_EMULATED` on
+  stderr, so an offline test cannot pass by accident on a command that
+  never ran.
 - **Ends.** Past ``timeout_seconds`` a command's group is killed: status
   ``timed_out``, exit code 124. ``Cancel`` kills the group of a running
   command (``canceled``, 143) and answers ``CancelRequested`` with the state
@@ -113,6 +115,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import shlex
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -190,6 +193,7 @@ __all__ = [
 ]
 
 _SNIPPET_MODE = 0o600
+_COPY_MODE = 0o644
 _emulated = functools.lru_cache(maxsize=512)(emulate)
 """:func:`emulate`, remembered: a script is a plain value of its command."""
 _MIN_READ_BYTES = 4  # one UTF-8 character always fits
@@ -525,7 +529,8 @@ class Simulator:
         if isinstance(self.default, Script):
             return self.default
         if self.default is emulate:
-            return _emulated(command)
+            on_files = _file_command(box, command)
+            return _emulated(command) if on_files is None else on_files
         return self.default(command)
 
     def _task(self, sandbox_id: str, task_id: str) -> SimTask | None:
@@ -597,3 +602,35 @@ added here: the simulator refuses what it cannot apply)."""
 
 def _aborted() -> EffectFailure:
     return EffectFailure(Delivery.MAYBE_SENT, "aborted", aborted=True)
+
+
+def _file_command(box: SimSandbox, command: str) -> Script | None:
+    """The two commands :func:`emulate` leaves to the sandbox, because they
+    act on its files (what a tool that stages a file runs): ``cp [--] SRC
+    DST`` copies a file of the sandbox to ``DST`` (mode 0644) when it
+    launches, and ``cat [--] FILE...`` prints files; a file the sandbox lacks
+    exits 1 with one line on stderr. ``None`` for any other command (and
+    for text ``shlex`` cannot split), which :func:`emulate` then answers."""
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    if not argv or argv[0] not in ("cp", "cat"):
+        return None
+    name, operands = argv[0], argv[1:]
+    if operands[:1] == ["--"]:
+        operands = operands[1:]
+    if any(operand.startswith("-") for operand in operands):
+        return None  # options are not emulated
+    if len(operands) != 2 if name == "cp" else not operands:
+        return None  # nor cp's other forms, nor cat of its standard input
+    missing = [path for path in operands[: 1 if name == "cp" else None] if path not in box.files]
+    if missing:
+        return Script.prints(
+            stderr=f"{name}: {missing[0]}: No such file or directory\n", exit_code=1
+        )
+    if name == "cat":
+        return Script.prints("".join(box.files[path].source for path in operands))
+    source, target = operands
+    box.files[target] = SandboxFile(source=box.files[source].source, mode=_COPY_MODE)
+    return Script()

@@ -659,6 +659,40 @@ def test_emulate_knows_a_few_commands(
     assert (script.exit_code, script.duration) == (exit_code, duration)
 
 
+def _ran(sim: Simulator, box: str, command: str, task: str) -> dict[str, Any]:
+    started(sim, start_effect(box, task, command=command, digest=f"d-{task}"))
+    state = wait(sim, box, task=task)
+    chunk = sim(
+        Read(sandbox_id=box, task_id=task, stdout_cursor=0, stderr_cursor=0, max_bytes=65536)
+    )
+    assert isinstance(chunk, OutputChunk)
+    return {"stdout": chunk.stdout, "stderr": chunk.stderr, "exit_code": state.exit_code}
+
+
+def test_the_simulator_copies_and_prints_its_own_files() -> None:
+    """``cp`` and ``cat`` act on the sandbox's files (what a tool that stages
+    a file runs): a copy is made when it launches, a file the sandbox lacks
+    exits 1, and their other forms are not emulated."""
+    sim = Simulator()
+    box = ensure(sim)
+    staged = f"/tmp/sandrail/code/{TASK}.txt"
+    assert sim(Publish(sandbox_id=box, task_id=TASK, path=staged, source="one\n")) == Published(
+        path=staged
+    )
+    tasks = iter(f"{n:064x}" for n in range(1, 20))
+    copied = _ran(sim, box, f"cp -- {staged} /home/user/out.txt", next(tasks))
+    assert copied == {"stdout": "", "stderr": "", "exit_code": 0}
+    assert sim.files(box)["/home/user/out.txt"] == SandboxFile(source="one\n", mode=0o644)
+    shown = _ran(sim, box, f"cat /home/user/out.txt {staged}", next(tasks))
+    assert shown == {"stdout": "one\none\n", "stderr": "", "exit_code": 0}
+    lost = _ran(sim, box, "cp /nowhere /home/user/x", next(tasks))
+    assert lost["exit_code"] == 1 and "/nowhere: No such file" in lost["stderr"]
+    assert "/home/user/x" not in sim.files(box)
+    assert _ran(sim, box, "cat -- /nowhere", next(tasks))["exit_code"] == 1
+    for other in ("cp -r /a /b", f"cp {staged}", "cat", "cat -n /home/user/out.txt"):
+        assert _ran(sim, box, other, next(tasks))["stderr"] == NOT_EMULATED, other
+
+
 def test_emulate_sleep_infinity_hangs() -> None:
     assert emulate("sleep infinity").exit_code is None
 

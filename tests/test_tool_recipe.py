@@ -149,7 +149,12 @@ def test_c2_a_tool_written_in_one_module_launches_once_per_operation_key() -> No
     sandbox_id = first.content["sandbox_id"]
     staged = f"{STAGING_DIRECTORY}{task_id}.txt"
     assert sim.files(sandbox_id)[staged].source == "hello; rm -rf /"
-    assert sim.task_state(sandbox_id, task_id) is not None
+    assert sim.files(sandbox_id)["/tmp/out.txt"].source == "hello; rm -rf /"
+    assert first.content["exit_code"] == 0
+    shown = tools.call_sync(
+        "run_command", {"command": "cat /tmp/out.txt"}, call_id="c4", operation_key="op-2"
+    )
+    assert shown.content["stdout"] == "hello; rm -rf /"
 
 
 def test_c2_c3_the_campaign_derives_a_workload_for_it_and_finds_nothing_wrong() -> None:
