@@ -686,7 +686,8 @@ def test_the_simulator_copies_and_prints_its_own_files() -> None:
     shown = _ran(sim, box, f"cat /home/user/out.txt {staged}", next(tasks))
     assert shown == {"stdout": "one\none\n", "stderr": "", "exit_code": 0}
     lost = _ran(sim, box, "cp /nowhere /home/user/x", next(tasks))
-    assert lost["exit_code"] == 1 and "/nowhere: No such file" in lost["stderr"]
+    assert lost["exit_code"] == 1
+    assert "/nowhere: No such file" in lost["stderr"]
     assert "/home/user/x" not in sim.files(box)
     assert _ran(sim, box, "cat -- /nowhere", next(tasks))["exit_code"] == 1
     for other in ("cp -r /a /b", f"cp {staged}", "cat", "cat -n /home/user/out.txt"):

@@ -21,8 +21,8 @@ from unittest import mock
 import pytest
 
 from sandrail._campaign import run_workload, workloads
-from sandrail._port import _command_definitions
 from sandrail._campaign._runner import slots_of
+from sandrail._port import _command_definitions
 from sandrail.core import (
     STAGING_DIRECTORY,
     ToolKind,
