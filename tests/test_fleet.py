@@ -5,8 +5,9 @@ and restarted at random moments (and, with PostgreSQL, the database is
 restarted under them). Launches are counted from inside the sandbox (each
 command sends a mark to the server's ground truth): exactly one per key, no
 key lost, and the calls a restarted worker makes are decisive (>= 99%
-``ok``/``error``). A worker whose execution fence a newer one superseded is
-refused inside the sandbox (C10).
+``ok``/``error``, less the answers the database's own restart left
+``uncertain``: the record could not be read). A worker whose execution
+fence a newer one superseded is refused inside the sandbox (C10).
 
 The CI profile keeps each fleet to about twenty seconds; ``HYPOTHESIS_PROFILE=
 campaign`` runs a bigger one. The figures are printed (``pytest -s``).
@@ -69,10 +70,35 @@ class Figures:
     after_restart: int
     decisive_after_restart: int
     statuses: dict[str, int]
+    database_restarted: tuple[float, float] | None = None
+    """When the database's restart began and ended, in seconds from the
+    fleet's start."""
+    uncertain_after_restart: tuple[tuple[str | None, float], ...] = ()
+    """Each undecided answer a restarted worker got: its error type and
+    when, in seconds from the fleet's start."""
 
     @property
     def decisive_share(self) -> float:
-        return self.decisive_after_restart / self.after_restart if self.after_restart else 1.0
+        """The share of a restarted worker's answers that are decisive, less
+        those the database's own restart made undecided (the record could
+        not be read, so ``uncertain`` is the answer: C6)."""
+        counted = self.after_restart - len(self.record_down_answers)
+        return self.decisive_after_restart / counted if counted else 1.0
+
+    @property
+    def record_down_answers(self) -> tuple[tuple[str | None, float], ...]:
+        """The undecided answers a restarted worker got for an unreadable
+        record while the database restarted (or within ten seconds after,
+        while its connections came back)."""
+        window = self.database_restarted
+        if window is None:
+            return ()
+        return tuple(
+            (error, at)
+            for error, at in self.uncertain_after_restart
+            if error == ErrorCode.OWNERSHIP_RECORD_UNAVAILABLE.value
+            and window[0] <= at <= window[1] + 10.0
+        )
 
     def summary(self) -> str:
         launched = Counter(self.launches.values())
@@ -80,7 +106,10 @@ class Figures:
             f"workers={self.workers} kills={self.kills} db_restarts={self.database_restarts} "
             f"keys={self.keys} launches_per_key={dict(launched)} calls={self.calls} "
             f"statuses={self.statuses} after_restart={self.after_restart} "
-            f"decisive_share={self.decisive_share:.4f}"
+            f"decisive_share={self.decisive_share:.4f} "
+            f"record_down={len(self.record_down_answers)} "
+            f"database_restarted={self.database_restarted} "
+            f"uncertain_after_restart={self.uncertain_after_restart}"
         )
 
 
@@ -100,6 +129,7 @@ def run_fleet(
 ) -> Figures:
     """Run the fleet (see the module doc) and gather its figures."""
     rng = random.Random(seed)
+    began = time.time()
     session = f"fleet-{uuid.uuid4().hex[:10]}"
     prefix = session
     keys = [f"k{n:03d}" for n in range(SIZE.keys)]
@@ -132,6 +162,7 @@ def run_fleet(
         return log is not None and log.exists() and log.stat().st_size > 0
 
     kills = database_restarts = 0
+    database_restarted: tuple[float, float] | None = None
     deadline = time.monotonic() + SIZE.seconds
     database_at = time.monotonic() + SIZE.seconds / 2
     # Past the deadline only while no kill has landed yet (a slow machine
@@ -143,7 +174,9 @@ def run_fleet(
             and not database_restarts
             and time.monotonic() > database_at
         ):
+            down = time.time() - began
             restart_database.restart()  # immediate: as a crash would
+            database_restarted = (round(down, 1), round(time.time() - began, 1))
             database_restarts += 1
             continue
         # A worker at work (it has answered a call, so it is past its start-up).
@@ -182,6 +215,12 @@ def run_fleet(
         after_restart=len(after),
         decisive_after_restart=sum(line["status"] in ("ok", "error") for line in after),
         statuses=dict(Counter(line["status"] for _, line in lines)),
+        database_restarted=database_restarted,
+        uncertain_after_restart=tuple(
+            (line["error_type"], round(line["time"] - began, 1))
+            for line in after
+            if line["status"] not in ("ok", "error")
+        ),
     )
 
 
