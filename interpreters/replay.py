@@ -57,7 +57,13 @@ from ._cassette import (
     parse_cassette,
 )
 from ._divergence import DivergenceError, render
-from ._recorder import Recorder, RecorderMisplacedError, RecorderNotAttachedError
+from ._recorder import (
+    Recorder,
+    RecorderBusyError,
+    RecorderClosedError,
+    RecorderMisplacedError,
+    RecorderNotAttachedError,
+)
 from ._replayer import Replayer
 from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
@@ -71,6 +77,8 @@ __all__ = [
     "DivergenceError",
     "Entry",
     "Recorder",
+    "RecorderBusyError",
+    "RecorderClosedError",
     "RecorderMisplacedError",
     "RecorderNotAttachedError",
     "ReplayReport",

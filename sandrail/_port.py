@@ -178,6 +178,7 @@ class ToolPort:
             return call.finish()
         finally:
             call.abort_artifacts()
+            call.release_layer()
             call.trace.abandon("no_result")  # nothing when the call ended with one
 
     async def execute(self, request: ToolRequest) -> ToolResult:
@@ -192,6 +193,7 @@ class ToolPort:
             return await call.finish_async()
         finally:
             call.abort_artifacts()
+            call.release_layer()
             call.trace.abandon("no_result")  # nothing when the call ended with one
 
     def _execute_on_own_loop(self, request: ToolRequest) -> ToolResult:

@@ -260,6 +260,14 @@ class PortCall:
         if self._artifacts is not None:
             self._artifacts.abort_all()
 
+    def release_layer(self) -> None:
+        """Tell a recording layer the call is over even when it ended without
+        a result (a fatal error, an interrupt): a recorder counts it as
+        running until then, and refuses to close under it."""
+        close = getattr(self.finishing, "close", None)
+        if callable(close):
+            close()
+
     def program(self) -> Program:
         """The tool program to drive, in its layers (see the class doc)."""
         settings, secrets = self.binding.settings, self.binding.masks.secrets
