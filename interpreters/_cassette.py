@@ -6,7 +6,9 @@ Four kinds of line, each an object with a ``kind``:
 - ``header`` (the first line, exactly once): format name and ``version``,
   the sandrail version, the tool set, the owner, the session and the port
   settings that change decisions;
-- ``call``: a request the port received, numbered from 1;
+- ``call``: a request the port received, numbered from 1, with
+  ``identity_redacted: true`` when a secret was cut out of its identity
+  (the core refused it for that, and a replay refuses it again);
 - ``step``: one effect of a call and what answered it, either ``outcome``
   (a value, ``null`` included) or ``failure`` (a typed
   :class:`~sandrail.core.EffectFailure`); ``step`` numbers run over the whole
@@ -140,6 +142,10 @@ class RecordedCall:
     text has matched it, without comparing field by field)."""
     result_text: str = attrs.field(default="", eq=False, repr=False)
     """The result's line as written."""
+    identity_redacted: bool = False
+    """A secret was cut out of the call's identity (its operation key or
+    call id): the recorded core refused the call for it, so a replay
+    treats the marker standing there as the secret it stands for."""
 
     def describe(self) -> str:
         call = self.request.get("call", {})
@@ -301,8 +307,15 @@ def _calls(
                 if call_number != len(calls) + 1:
                     raise ValueError(f"expected call {len(calls) + 1}, found call {call_number}")
                 _check_request(record["request"])
+                redacted = record.get("identity_redacted", False)
+                if redacted is not True and redacted is not False:
+                    raise ValueError(f"identity_redacted must be true or false, got {redacted!r}")
                 calls[call_number] = RecordedCall(
-                    number=call_number, line=number, request=record["request"], request_text=text
+                    number=call_number,
+                    line=number,
+                    request=record["request"],
+                    request_text=text,
+                    identity_redacted=redacted,
                 )
                 continue
             call = calls.get(call_number) if isinstance(call_number, int) else None

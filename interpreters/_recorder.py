@@ -84,6 +84,16 @@ class RecorderClosedError(FatalInterpreterError, RuntimeError):
     caller rather than report it as a tool outcome."""
 
 
+def _identity_redacted(request: ToolRequest, data: Mapping[str, Any]) -> bool:
+    """Whether a secret was cut out of the call's identity (its operation
+    key, its call id) as ``data``, the request written, holds it."""
+    call = data.get("call")
+    written_id = call.get("call_id") if isinstance(call, Mapping) else None
+    return data.get("operation_key") != request.operation_key or written_id != getattr(
+        request.call, "call_id", written_id
+    )
+
+
 def _named_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
     """``secrets`` checked: strings of at least ``MIN_REDACTED_LENGTH`` characters."""
     named = (secrets,) if isinstance(secrets, str) else tuple(secrets)
@@ -245,7 +255,12 @@ class Recorder:
             data = redaction.scrub(
                 encode_request(redaction.request, self._settings), env_slot=False
             )
-            self._write({"kind": "call", "call": number, "request": data})
+            record: dict[str, Any] = {"kind": "call", "call": number, "request": data}
+            if _identity_redacted(request, data):
+                # The core refuses a call whose identity holds a secret; a
+                # replay, given the marker instead, must refuse it too.
+                record["identity_redacted"] = True
+            self._write(record)
         return _RecordingLayer(self, number, redaction)
 
     def close(self) -> None:

@@ -199,6 +199,18 @@ class Binding:
         return self.masks.redactions
 
 
+def _named_of(interpreter: object) -> frozenset[str]:
+    """A layered backend's ``named`` values for a call (none when it has no
+    set of strings there, or asking for it raises)."""
+    try:
+        named = getattr(interpreter, "named", None)
+    except Exception:
+        return frozenset()
+    if isinstance(named, frozenset) and all(isinstance(value, str) for value in named):
+        return named
+    return frozenset()
+
+
 class PortCall:
     """The port's side of one call (see the module doc).
 
@@ -215,9 +227,11 @@ class PortCall:
     effects included: it gets an interpreter for this call back from
     ``open_call`` and answers harness effects by calling ``answer_harness``
     (or from a recording); its reads are not masked again (a recording
-    holds them masked). If that interpreter has ``finish(result)``, it is
-    called with the result. A malformed request is refused by the core
-    without any effect, so it never reaches such a backend.
+    holds them masked). The values in that interpreter's ``named``, if it
+    has one, are refused in the call's identity as masked values are. If
+    that interpreter has ``finish(result)``, it is called with the result.
+    A malformed request is refused by the core without any effect, so it
+    never reaches such a backend.
     """
 
     def __init__(self, binding: Binding, request: ToolRequest, *, asynchronous: bool) -> None:
@@ -264,9 +278,14 @@ class PortCall:
         """Tell a recording layer the call is over even when it ended without
         a result (a fatal error, an interrupt): a recorder counts it as
         running until then, and refuses to close under it."""
-        close = getattr(self.finishing, "close", None)
-        if callable(close):
-            close()
+        try:
+            close = getattr(self.finishing, "close", None)
+            if callable(close):
+                close()
+        except FatalInterpreterError:
+            raise
+        except Exception:
+            pass  # the call is over whatever the layer makes of it
 
     def program(self) -> Program:
         """The tool program to drive, in its layers (see the class doc)."""
@@ -279,8 +298,11 @@ class PortCall:
         if callable(open_call):
             answer = self.answer_harness_async if self.asynchronous else self.answer_harness
             self.layered = self.finishing = open_call(self.request, answer)
+            # A replayed call the recorded core refused for a secret in its
+            # identity: the recording holds the marker there, refused alike.
+            refused = _named_of(self.layered)
             return tool_program(
-                self.request, settings, self.snapshot, secrets, self.shown_identities()
+                self.request, settings, self.snapshot, secrets | refused, self.shown_identities()
             )
         open_layer = getattr(backend, "open_layer", None)
         recording = None
