@@ -31,6 +31,7 @@ returns one without saying so (:func:`~sandrail.interpreters._drivers.answered_n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -200,14 +201,12 @@ class Binding:
 
 
 def _named_of(interpreter: object) -> frozenset[str]:
-    """A layered backend's ``named`` values for a call (none when it has no
-    set of strings there, or asking for it raises)."""
-    try:
+    """A layered backend's ``named`` values for a call (none unless it has
+    a set of strings there, and asking for it does not raise)."""
+    with contextlib.suppress(Exception):
         named = getattr(interpreter, "named", None)
-    except Exception:
-        return frozenset()
-    if isinstance(named, frozenset) and all(isinstance(value, str) for value in named):
-        return named
+        if isinstance(named, frozenset) and all(isinstance(value, str) for value in named):
+            return named
     return frozenset()
 
 
@@ -274,19 +273,6 @@ class PortCall:
         if self._artifacts is not None:
             self._artifacts.abort_all()
 
-    def release_layer(self) -> None:
-        """Tell a recording layer the call is over even when it ended without
-        a result (a fatal error, an interrupt): a recorder counts it as
-        running until then, and refuses to close under it."""
-        try:
-            close = getattr(self.finishing, "close", None)
-            if callable(close):
-                close()
-        except FatalInterpreterError:
-            raise
-        except Exception:
-            pass  # the call is over whatever the layer makes of it
-
     def program(self) -> Program:
         """The tool program to drive, in its layers (see the class doc)."""
         settings, secrets = self.binding.settings, self.binding.masks.secrets
@@ -298,8 +284,7 @@ class PortCall:
         if callable(open_call):
             answer = self.answer_harness_async if self.asynchronous else self.answer_harness
             self.layered = self.finishing = open_call(self.request, answer)
-            # A replayed call the recorded core refused for a secret in its
-            # identity: the recording holds the marker there, refused alike.
+            # Refused in its identity as the recorded call's secret was (C17).
             refused = _named_of(self.layered)
             return tool_program(
                 self.request, settings, self.snapshot, secrets | refused, self.shown_identities()
