@@ -43,6 +43,7 @@ from sandrail.core import (
 
 from ._cassette_codec import (
     _CONTRACT_TOOLS,
+    FIRST_RESULT_FORMAT,
     FORMAT,
     MARKER,
     MIN_SCRUBBED_LENGTH,
@@ -60,6 +61,7 @@ from ._cassette_codec import (
     encode_request,
     header_line,
     normalize,
+    result_format,
 )
 from ._cassette_limits import MAX_CASSETTE_BYTES, LimitError, outcome_problem, read_bounded
 from ._cassette_redaction import CallRedaction
@@ -75,6 +77,7 @@ __all__ = [
     "CassetteError",
     "RecordedCall",
     "RecordedStep",
+    "check_replayable",
     "decode_effect",
     "decode_failure",
     "decode_outcome",
@@ -188,6 +191,14 @@ class Cassette:
         words of a backend that states none)."""
         return self.header.get(  # type: ignore[no-any-return]
             "sandbox_description", DEFAULT_SANDBOX_DESCRIPTION
+        )
+
+    @property
+    def result_format(self) -> Mapping[str, str]:
+        """What the recorded sandrail's results looked like where a replay
+        depends on it (:func:`~._cassette_codec.result_format`)."""
+        return self.header.get(  # type: ignore[no-any-return]
+            "result_format", FIRST_RESULT_FORMAT
         )
 
     @property
@@ -383,6 +394,11 @@ def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:
             check_sandbox_description(record["sandbox_description"])
         except (TypeError, ValueError) as exc:
             raise fail(f"bad sandbox_description: {exc}") from None
+    shape = record.get("result_format", FIRST_RESULT_FORMAT)
+    if not isinstance(shape, dict) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in shape.items()
+    ):
+        raise fail("result_format must be an object of strings")
     settings = record.get("settings")
     if not isinstance(settings, dict) or set(settings) != set(_SETTINGS_KEYS):
         raise fail(f"settings must hold exactly: {', '.join(sorted(_SETTINGS_KEYS))}")
@@ -391,6 +407,27 @@ def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise fail(f"setting {key} must be {kind.__name__}, got {value!r}")
     return record
+
+
+def check_replayable(cassette: Cassette) -> None:
+    """``CassetteError`` unless this sandrail's results look like the
+    recorded ones (:func:`~._cassette_codec.result_format`): each recorded
+    result is compared whole, so a recording made with another omission
+    marker would diverge at its first cut result, where the two look alike
+    in the message. The rule: a cassette replays only under the result
+    format it was recorded with; record it again under a new one."""
+    recorded, current = cassette.result_format, result_format()
+    if recorded == current:
+        return
+    part = next(
+        key for key in sorted({*recorded, *current}) if recorded.get(key) != current.get(key)
+    )
+    raise CassetteError(
+        f"{cassette.source}:1: recorded by sandrail "
+        f"{cassette.header.get('sandrail_version')!s} with another result format (its "
+        f"{part.replace('_', ' ')} is {recorded.get(part)!r}, this sandrail's is "
+        f"{current.get(part)!r}): its results cannot replay here; record it again"
+    )
 
 
 def _check_request(request: Any) -> None:

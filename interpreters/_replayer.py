@@ -34,6 +34,7 @@ from ._cassette import (
     CassetteError,
     RecordedCall,
     RecordedStep,
+    check_replayable,
     dump_line,
     effect_fields,
     encode_effect,
@@ -55,7 +56,9 @@ the recorded port masked the secret."""
 class Replayer:
     """An interpreter that answers every effect from a recording.
 
-    ``source`` is a cassette path or a :class:`Cassette`. Calls are matched
+    ``source`` is a cassette path or a :class:`Cassette`
+    (:class:`CassetteError` when it was recorded with another result
+    format, :func:`~._cassette.check_replayable`). Calls are matched
     in recorded order; in each call, effects in order, by value, after the
     same redaction the recorder applied (name the same ``secrets`` when the
     live requests carry them). Any difference raises
@@ -66,6 +69,7 @@ class Replayer:
         self, source: str | os.PathLike[str] | Cassette, *, secrets: Iterable[str] = ()
     ) -> None:
         self.cassette = source if isinstance(source, Cassette) else load_cassette(source)
+        check_replayable(self.cassette)
         self._secrets = tuple(secrets)
         self._settings = _settings_of(self.cassette)
         self._lock = threading.Lock()
