@@ -77,8 +77,9 @@ def test_c12_a_cassette_states_its_result_format_and_an_older_one_has_the_first(
     """A header says which omission marker its results hold; a header that
     does not (written before headers said it) holds the first marker, and
     a header that states another one is refused."""
-    assert "result_format" not in _header(BIG_OUTPUT)
-    assert replay_file(BIG_OUTPUT).calls == 1
+    older = _with_header(BIG_OUTPUT, tmp_path / "older.jsonl", result_format=None)
+    assert "result_format" not in _header(older)
+    assert replay_file(older).calls == 1
     stated = _with_header(
         BIG_OUTPUT,
         tmp_path / "stated.jsonl",

@@ -12,7 +12,7 @@ import pytest
 
 import sandrail
 from sandrail import replay_file
-from sandrail.interpreters.replay import Recorder, ResultEntry
+from sandrail.interpreters.replay import Recorder, Replayer, ResultEntry
 from sandrail.interpreters.simulator import Simulator
 
 
@@ -145,3 +145,32 @@ def test_c17_a_call_refused_for_an_earlier_env_value_in_its_identity_replays_to_
     assert [result.status for result in results] == ["ok", "error", "ok"]
     assert value not in path.read_text(encoding="utf-8")
     assert _replayed_results(path) == [result.to_dict() for result in results]
+
+
+def test_c17_a_replayer_named_the_secret_replays_a_live_call_refused_for_it(
+    tmp_path: Path,
+) -> None:
+    """A live request replayed through a port on a Replayer carries the secret
+    itself: named to the replayer, it is refused there as it was recorded."""
+    path = tmp_path / "live.jsonl"
+    secret = "NmSeCrEtWoRdQq"
+    recorder, toolset = _recorded(path, secrets=(secret,))
+    recorded = toolset.call_sync(
+        "run_command", {"command": "echo hi"}, call_id="c1", operation_key=f"x-{secret}"
+    )
+    recorder.close()
+    replayer = Replayer(path, secrets=(secret,))
+    replaying = sandrail.Toolset(
+        backend=replayer,
+        tools=("command",),
+        session_id="s-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    replayed = replaying.call_sync(
+        "run_command", {"command": "echo hi"}, call_id="c1", operation_key=f"x-{secret}"
+    )
+    replayer.assert_consumed()
+    assert replayed.to_dict() == recorded.to_dict()
+    assert recorded.content["executed"] is False
