@@ -6,7 +6,9 @@ Four kinds of line, each an object with a ``kind``:
 - ``header`` (the first line, exactly once): format name and ``version``,
   the sandrail version, the tool set, the owner, the session and the port
   settings that change decisions;
-- ``call``: a request the port received, numbered from 1;
+- ``call``: a request the port received, numbered from 1, with
+  ``identity_redacted: true`` when a secret was cut out of its identity
+  (the core refused it for that, and a replay refuses it again);
 - ``step``: one effect of a call and what answered it, either ``outcome``
   (a value, ``null`` included) or ``failure`` (a typed
   :class:`~sandrail.core.EffectFailure`); ``step`` numbers run over the whole
@@ -41,6 +43,7 @@ from sandrail.core import (
 
 from ._cassette_codec import (
     _CONTRACT_TOOLS,
+    FIRST_RESULT_FORMAT,
     FORMAT,
     MARKER,
     MIN_SCRUBBED_LENGTH,
@@ -58,6 +61,7 @@ from ._cassette_codec import (
     encode_request,
     header_line,
     normalize,
+    result_format,
 )
 from ._cassette_limits import MAX_CASSETTE_BYTES, LimitError, outcome_problem, read_bounded
 from ._cassette_redaction import CallRedaction
@@ -73,6 +77,7 @@ __all__ = [
     "CassetteError",
     "RecordedCall",
     "RecordedStep",
+    "check_replayable",
     "decode_effect",
     "decode_failure",
     "decode_outcome",
@@ -140,6 +145,10 @@ class RecordedCall:
     text has matched it, without comparing field by field)."""
     result_text: str = attrs.field(default="", eq=False, repr=False)
     """The result's line as written."""
+    identity_redacted: bool = False
+    """A secret was cut out of the call's identity (its operation key or
+    call id): the recorded core refused the call for it, so a replay
+    treats the marker standing there as the secret it stands for."""
 
     def describe(self) -> str:
         call = self.request.get("call", {})
@@ -182,6 +191,14 @@ class Cassette:
         words of a backend that states none)."""
         return self.header.get(  # type: ignore[no-any-return]
             "sandbox_description", DEFAULT_SANDBOX_DESCRIPTION
+        )
+
+    @property
+    def result_format(self) -> Mapping[str, str]:
+        """What the recorded sandrail's results looked like where a replay
+        depends on it (:func:`~._cassette_codec.result_format`)."""
+        return self.header.get(  # type: ignore[no-any-return]
+            "result_format", FIRST_RESULT_FORMAT
         )
 
     @property
@@ -301,8 +318,15 @@ def _calls(
                 if call_number != len(calls) + 1:
                     raise ValueError(f"expected call {len(calls) + 1}, found call {call_number}")
                 _check_request(record["request"])
+                redacted = record.get("identity_redacted", False)
+                if redacted is not True and redacted is not False:
+                    raise ValueError(f"identity_redacted must be true or false, got {redacted!r}")
                 calls[call_number] = RecordedCall(
-                    number=call_number, line=number, request=record["request"], request_text=text
+                    number=call_number,
+                    line=number,
+                    request=record["request"],
+                    request_text=text,
+                    identity_redacted=redacted,
                 )
                 continue
             call = calls.get(call_number) if isinstance(call_number, int) else None
@@ -370,6 +394,11 @@ def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:
             check_sandbox_description(record["sandbox_description"])
         except (TypeError, ValueError) as exc:
             raise fail(f"bad sandbox_description: {exc}") from None
+    shape = record.get("result_format", FIRST_RESULT_FORMAT)
+    if not isinstance(shape, dict) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in shape.items()
+    ):
+        raise fail("result_format must be an object of strings")
     settings = record.get("settings")
     if not isinstance(settings, dict) or set(settings) != set(_SETTINGS_KEYS):
         raise fail(f"settings must hold exactly: {', '.join(sorted(_SETTINGS_KEYS))}")
@@ -378,6 +407,27 @@ def _check_header(record: dict[str, Any], fail: Any) -> dict[str, Any]:
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise fail(f"setting {key} must be {kind.__name__}, got {value!r}")
     return record
+
+
+def check_replayable(cassette: Cassette) -> None:
+    """``CassetteError`` unless this sandrail's results look like the
+    recorded ones (:func:`~._cassette_codec.result_format`): each recorded
+    result is compared whole, so a recording made with another omission
+    marker would diverge at its first cut result, where the two look alike
+    in the message. The rule: a cassette replays only under the result
+    format it was recorded with; record it again under a new one."""
+    recorded, current = cassette.result_format, result_format()
+    if recorded == current:
+        return
+    part = next(
+        key for key in sorted({*recorded, *current}) if recorded.get(key) != current.get(key)
+    )
+    raise CassetteError(
+        f"{cassette.source}:1: recorded by sandrail "
+        f"{cassette.header.get('sandrail_version')!s} with another result format (its "
+        f"{part.replace('_', ' ')} is {recorded.get(part)!r}, this sandrail's is "
+        f"{current.get(part)!r}): its results cannot replay here; record it again"
+    )
 
 
 def _check_request(request: Any) -> None:

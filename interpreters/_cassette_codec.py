@@ -36,12 +36,14 @@ from sandrail.core import (
     ToolDefinition,
     ToolRequest,
     definitions_equal,
+    omission_marker,
     request_parts,
 )
 
 from ._fast_decode import FastDecoder
 
 __all__ = [
+    "FIRST_RESULT_FORMAT",
     "FORMAT",
     "MARKER",
     "MIN_SCRUBBED_LENGTH",
@@ -59,6 +61,7 @@ __all__ = [
     "encode_request",
     "header_line",
     "normalize",
+    "result_format",
 ]
 
 FORMAT = "sandrail-cassette"
@@ -68,6 +71,25 @@ MIN_SCRUBBED_LENGTH = MIN_REDACTED_LENGTH
 """Env values this long or longer are also cut out of every other string;
 shorter ones (``1``, ``true``) would match text by chance. Named secrets are
 cut out whatever their length."""
+
+_SAMPLE_OMITTED: Final = 12345
+"""The byte count the header's sample of the omission marker counts."""
+
+FIRST_RESULT_FORMAT: Final[Mapping[str, str]] = {
+    "omission_marker": f"\n[... {_SAMPLE_OMITTED} bytes omitted ...]\n"
+}
+"""The result format of a cassette whose header does not say it: the one
+sandrail wrote before headers said it."""
+
+
+def result_format() -> dict[str, str]:
+    """What this sandrail's results look like where a recorded result
+    depends on more than the effects' answers: the marker standing for text
+    left out of a cut field (a sample of it). A replay compares each
+    recorded result whole, so a cassette recorded with another format
+    cannot replay here (:func:`~sandrail.interpreters._cassette.check_replayable`)."""
+    return {"omission_marker": omission_marker(_SAMPLE_OMITTED)}
+
 
 ToolSet = Literal["command", "code"]
 _CONTRACT_TOOLS: Mapping[str, ToolSet] = {
@@ -295,6 +317,7 @@ def header_line(settings: PortSettings, sandrail_version: str) -> dict[str, Any]
         },
         "sandbox_description": settings.sandbox_description,
         "redaction": MARKER,
+        "result_format": result_format(),
     }
 
 

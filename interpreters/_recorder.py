@@ -39,7 +39,13 @@ from ._cassette import (
     result_data,
 )
 
-__all__ = ["Recorder", "RecorderMisplacedError", "RecorderNotAttachedError"]
+__all__ = [
+    "Recorder",
+    "RecorderBusyError",
+    "RecorderClosedError",
+    "RecorderMisplacedError",
+    "RecorderNotAttachedError",
+]
 
 
 class _Port(Protocol):
@@ -62,6 +68,30 @@ class RecorderMisplacedError(FatalInterpreterError, TypeError):
     was wrapped inside another backend): it would record nothing, so it
     answers nothing, and the port lets this setup mistake through to the
     caller rather than tell the model a call may have run."""
+
+
+class RecorderBusyError(RuntimeError):
+    """:meth:`Recorder.close` was called while calls it records are still
+    running (from another thread, or another task while an async call
+    awaits): closing then would cut their records short, or make their
+    last writes fail, so the recorder stays open and nothing is lost.
+    Close it again once they have ended."""
+
+
+class RecorderClosedError(FatalInterpreterError, RuntimeError):
+    """A call began on a recorder already closed: it could not be recorded,
+    so nothing ran, and the port lets this setup mistake through to the
+    caller rather than report it as a tool outcome."""
+
+
+def _identity_redacted(request: ToolRequest, data: Mapping[str, Any]) -> bool:
+    """Whether a secret was cut out of the call's identity (its operation
+    key, its call id) as ``data``, the request written, holds it."""
+    call = data.get("call")
+    written_id = call.get("call_id") if isinstance(call, Mapping) else None
+    return data.get("operation_key") != request.operation_key or written_id != getattr(
+        request.call, "call_id", written_id
+    )
 
 
 def _named_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
@@ -214,22 +244,45 @@ class Recorder:
                 raise RecorderNotAttachedError(
                     "attach the recorder to its port first: port = recorder.attach(port)"
                 )
+            if self._closed:
+                raise RecorderClosedError(
+                    "this Recorder is closed: a call on its port cannot be recorded, so it "
+                    "was not run; record with a new Recorder"
+                )
             self._calls += 1
             self._open += 1
             number = self._calls
             data = redaction.scrub(
                 encode_request(redaction.request, self._settings), env_slot=False
             )
-            self._write({"kind": "call", "call": number, "request": data})
+            record: dict[str, Any] = {"kind": "call", "call": number, "request": data}
+            if _identity_redacted(request, data):
+                # The core refuses a call whose identity holds a secret; a
+                # replay, given the marker instead, must refuse it too.
+                record["identity_redacted"] = True
+            self._write(record)
         return _RecordingLayer(self, number, redaction)
 
     def close(self) -> None:
         """Write the end line (it counts the calls, so a replay can tell a
         complete recording from one cut short), flush, and close the file if
-        the recorder opened it. Closing twice does nothing more."""
+        the recorder opened it. Closing twice does nothing more.
+
+        :class:`RecorderBusyError`, with nothing written or closed, while a
+        call it records is still running (close from another thread, or
+        from another task while an async call awaits): closing under it
+        would lose that call's record, and the port would have to report
+        the recorder's failure as the call's. A call begun after close is
+        refused before it runs (:class:`RecorderClosedError`)."""
         with self._lock:
             if self._closed:
                 return
+            if self._open:
+                running = "1 call is" if self._open == 1 else f"{self._open} calls are"
+                raise RecorderBusyError(
+                    f"{running} still being recorded: close the Recorder after they end "
+                    "(closing now would cut their records short); it is still open"
+                )
             self._closed = True
             if self._settings is not None:
                 self._write({"kind": "end", "calls": self._calls})
@@ -277,6 +330,11 @@ class Recorder:
         with self._lock:
             self._write({"kind": "result", "call": call, "result": data})
 
+    def _ended(self) -> None:
+        """A call's layer is done (its result written, or the call abandoned)."""
+        with self._lock:
+            self._open -= 1
+
 
 class _RecordingLayer:
     """The recorder's layer for one call: each effect and its answer (or
@@ -313,13 +371,19 @@ class _RecordingLayer:
         self._recorder._write_step(self._number, self._redaction, effect, answer)
 
     def finish(self, result: ToolResult) -> None:
-        """Write the call's result (the port calls this when the call ends)."""
-        self.close()
-        self._recorder._write_result(self._number, self._redaction, result)
+        """Write the call's result (the port calls this when the call ends).
+        The call counts as running until it is written, so
+        :meth:`Recorder.close` cannot end the file before it."""
+        if self._finished:
+            return
+        try:
+            self._recorder._write_result(self._number, self._redaction, result)
+        finally:
+            self.close()
 
     def close(self) -> None:
-        """The call passes no more effects through (said once)."""
+        """The call passes no more effects through (said once; the port
+        says it too of a call abandoned without a result)."""
         if not self._finished:
             self._finished = True
-            with self._recorder._lock:
-                self._recorder._open -= 1
+            self._recorder._ended()

@@ -10,7 +10,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -28,11 +28,13 @@ from sandrail.core import (
 )
 
 from ._cassette import (
+    MARKER,
     CallRedaction,
     Cassette,
     CassetteError,
     RecordedCall,
     RecordedStep,
+    check_replayable,
     dump_line,
     effect_fields,
     encode_effect,
@@ -43,13 +45,20 @@ from ._cassette import (
 from ._divergence import DivergenceError, describe_request, difference, differs, render
 from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
-__all__ = ["Replayer"]
+__all__ = ["STAND_IN", "Replayer", "stand_in_identity"]
+
+STAND_IN: Final = "SandrailReplayStandsInForASecret"
+"""What a replay puts in a call's identity where the recorder cut a secret
+out of it (:func:`stand_in_identity`): a value the replayed port masks, as
+the recorded port masked the secret."""
 
 
 class Replayer:
     """An interpreter that answers every effect from a recording.
 
-    ``source`` is a cassette path or a :class:`Cassette`. Calls are matched
+    ``source`` is a cassette path or a :class:`Cassette`
+    (:class:`CassetteError` when it was recorded with another result
+    format, :func:`~._cassette.check_replayable`). Calls are matched
     in recorded order; in each call, effects in order, by value, after the
     same redaction the recorder applied (name the same ``secrets`` when the
     live requests carry them). Any difference raises
@@ -60,6 +69,7 @@ class Replayer:
         self, source: str | os.PathLike[str] | Cassette, *, secrets: Iterable[str] = ()
     ) -> None:
         self.cassette = source if isinstance(source, Cassette) else load_cassette(source)
+        check_replayable(self.cassette)
         self._secrets = tuple(secrets)
         self._settings = _settings_of(self.cassette)
         self._lock = threading.Lock()
@@ -102,20 +112,27 @@ class Replayer:
         """Match ``request`` with the next recorded call (the port calls
         this). Recorded outputs were masked when they were recorded; the port
         does not mask them again."""
-        redaction = CallRedaction.of(request, self._secrets)
-        live = redaction.scrub(encode_request(redaction.request, self._settings), env_slot=False)
         with self._lock:
             calls = self.cassette.calls
-            if self._opened >= len(calls):
-                raise DivergenceError(
-                    f"replay diverged: the recording holds {len(calls)} calls, and a call "
-                    f"{len(calls) + 1} came ({describe_request(live)})",
-                    call=len(calls) + 1,
-                    got=live,
-                )
-            recorded = calls[self._opened]
-            self._opened += 1
-        same_line = dump_line({"kind": "call", "call": recorded.number, "request": live})
+            recorded = calls[self._opened] if self._opened < len(calls) else None
+            self._opened += recorded is not None
+        secrets = self._secrets
+        if recorded is not None and recorded.identity_redacted:
+            # A replay puts STAND_IN where the secret stood (stand_in_identity).
+            secrets = (*secrets, STAND_IN)
+        redaction = CallRedaction.of(request, secrets)
+        live = redaction.scrub(encode_request(redaction.request, self._settings), env_slot=False)
+        if recorded is None:
+            raise DivergenceError(
+                f"replay diverged: the recording holds {len(calls)} calls, and a call "
+                f"{len(calls) + 1} came ({describe_request(live)})",
+                call=len(calls) + 1,
+                got=live,
+            )
+        line: dict[str, Any] = {"kind": "call", "call": recorded.number, "request": live}
+        if recorded.identity_redacted:
+            line["identity_redacted"] = True
+        same_line = dump_line(line)
         found = None if same_line == recorded.request_text else difference(recorded.request, live)
         if found is not None:
             raise _diverged_at("request", recorded, found, live)
@@ -146,6 +163,20 @@ class Replayer:
                 self._finished += 1
 
 
+def stand_in_identity(call: RecordedCall, request: ToolRequest) -> ToolRequest:
+    """``request``, rebuilt from ``call``, as a replay runs it: when a secret
+    was cut out of the call's identity, :data:`STAND_IN` stands where the
+    marker does, so the core refuses the call as the recorded core did (a
+    marker is text no session masks) and the replayer, which cuts it out
+    again, matches the recorded request."""
+    if not call.identity_redacted:
+        return request
+    calls = attrs.evolve(request.call, call_id=request.call.call_id.replace(MARKER, STAND_IN))
+    return attrs.evolve(
+        request, call=calls, operation_key=request.operation_key.replace(MARKER, STAND_IN)
+    )
+
+
 class _ReplayCall:
     """The replayer's interpreter for one call."""
 
@@ -158,6 +189,12 @@ class _ReplayCall:
         # the redacted ones; the live core (with the secrets) must get its own
         # back where an outcome carries one.
         self._live_digests = {swapped: live for live, swapped in redaction.digests.items()}
+        self.named: frozenset[str] = (
+            frozenset((STAND_IN, *replayer._secrets)) if recorded.identity_redacted else frozenset()
+        )
+        """Values the port refuses in this call's identity, as the recorded
+        port refused the secret cut out of it (a live request carries
+        :data:`STAND_IN` there, or the secret itself, named to the replayer)."""
 
     def _answer(self, step: RecordedStep) -> Outcome:
         answer = step.answer()

@@ -57,8 +57,14 @@ from ._cassette import (
     parse_cassette,
 )
 from ._divergence import DivergenceError, render
-from ._recorder import Recorder, RecorderMisplacedError, RecorderNotAttachedError
-from ._replayer import Replayer
+from ._recorder import (
+    Recorder,
+    RecorderBusyError,
+    RecorderClosedError,
+    RecorderMisplacedError,
+    RecorderNotAttachedError,
+)
+from ._replayer import Replayer, stand_in_identity
 from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
 __all__ = [
@@ -71,6 +77,8 @@ __all__ = [
     "DivergenceError",
     "Entry",
     "Recorder",
+    "RecorderBusyError",
+    "RecorderClosedError",
     "RecorderMisplacedError",
     "RecorderNotAttachedError",
     "ReplayReport",
@@ -87,6 +95,7 @@ __all__ = [
     "load_cassette",
     "parse_cassette",
     "render",
+    "stand_in_identity",
 ]
 
 

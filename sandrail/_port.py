@@ -50,6 +50,7 @@ from sandrail.core import (
     AgentOwner,
     Allow,
     ErrorCode,
+    FatalInterpreterError,
     OwnedCommand,
     PortSettings,
     ToolDefinition,
@@ -178,6 +179,7 @@ class ToolPort:
             return call.finish()
         finally:
             call.abort_artifacts()
+            _release_layer(call.finishing)
             call.trace.abandon("no_result")  # nothing when the call ended with one
 
     async def execute(self, request: ToolRequest) -> ToolResult:
@@ -192,6 +194,7 @@ class ToolPort:
             return await call.finish_async()
         finally:
             call.abort_artifacts()
+            _release_layer(call.finishing)
             call.trace.abandon("no_result")  # nothing when the call ended with one
 
     def _execute_on_own_loop(self, request: ToolRequest) -> ToolResult:
@@ -342,3 +345,17 @@ def _code_definitions(
     return code_tool_definitions(
         foreground_timeout_seconds, agent_owner=agent_owner, sandbox=sandbox
     )
+
+
+def _release_layer(layer: object) -> None:
+    """Tell a recording layer its call is over even when it ended without a
+    result (a fatal error, an interrupt): a recorder counts the call as
+    running until then, and refuses to close under it."""
+    try:
+        close = getattr(layer, "close", None)
+        if callable(close):
+            close()
+    except FatalInterpreterError:
+        raise
+    except Exception:
+        pass  # the call is over whatever the layer makes of it

@@ -31,6 +31,7 @@ returns one without saying so (:func:`~sandrail.interpreters._drivers.answered_n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -199,6 +200,16 @@ class Binding:
         return self.masks.redactions
 
 
+def _named_of(interpreter: object) -> frozenset[str]:
+    """A layered backend's ``named`` values for a call (none unless it has
+    a set of strings there, and asking for it does not raise)."""
+    with contextlib.suppress(Exception):
+        named = getattr(interpreter, "named", None)
+        if isinstance(named, frozenset) and all(isinstance(value, str) for value in named):
+            return named
+    return frozenset()
+
+
 class PortCall:
     """The port's side of one call (see the module doc).
 
@@ -215,9 +226,11 @@ class PortCall:
     effects included: it gets an interpreter for this call back from
     ``open_call`` and answers harness effects by calling ``answer_harness``
     (or from a recording); its reads are not masked again (a recording
-    holds them masked). If that interpreter has ``finish(result)``, it is
-    called with the result. A malformed request is refused by the core
-    without any effect, so it never reaches such a backend.
+    holds them masked). The values in that interpreter's ``named``, if it
+    has one, are refused in the call's identity as masked values are. If
+    that interpreter has ``finish(result)``, it is called with the result.
+    A malformed request is refused by the core without any effect, so it
+    never reaches such a backend.
     """
 
     def __init__(self, binding: Binding, request: ToolRequest, *, asynchronous: bool) -> None:
@@ -271,8 +284,10 @@ class PortCall:
         if callable(open_call):
             answer = self.answer_harness_async if self.asynchronous else self.answer_harness
             self.layered = self.finishing = open_call(self.request, answer)
+            # Refused in its identity as the recorded call's secret was (C17).
+            refused = _named_of(self.layered)
             return tool_program(
-                self.request, settings, self.snapshot, secrets, self.shown_identities()
+                self.request, settings, self.snapshot, secrets | refused, self.shown_identities()
             )
         open_layer = getattr(backend, "open_layer", None)
         recording = None

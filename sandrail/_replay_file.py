@@ -20,6 +20,7 @@ from sandrail.interpreters.replay import (
     ReplayReport,
     decode_request,
     load_cassette,
+    stand_in_identity,
 )
 
 __all__ = ["replay_file", "replay_port"]
@@ -76,7 +77,7 @@ def replay_file(source: str | os.PathLike[str] | Cassette) -> ReplayReport:
                 raise CassetteError(
                     f"{cassette.source}:{call.line}: cannot rebuild the request: {exc}"
                 ) from None
-            port.execute_sync(request)
+            port.execute_sync(stand_in_identity(call, request))
         replayer.assert_consumed()
     except DivergenceError as error:
         error.report = replayer.report()

@@ -12,7 +12,7 @@ import pytest
 
 import sandrail
 from sandrail import replay_file
-from sandrail.interpreters.replay import Recorder
+from sandrail.interpreters.replay import Recorder, Replayer, ResultEntry
 from sandrail.interpreters.simulator import Simulator
 
 
@@ -91,3 +91,86 @@ def test_c17_a_named_secret_in_a_calls_identity_is_refused_before_anything_runs(
     assert (result.status, result.content["executed"]) == ("error", False), result.content
     assert "NmSeCrEtWoRdQq" not in result.to_json()
     assert "NmSeCrEtWoRdQq" not in path.read_text(encoding="utf-8")
+
+
+def _replayed_results(path: Path) -> list[Any]:
+    report = replay_file(path)
+    assert report.complete
+    return [entry.result for entry in report.transcript if isinstance(entry, ResultEntry)]
+
+
+@pytest.mark.parametrize("where", ["operation_key", "call_id"])
+def test_c17_a_call_refused_for_a_named_secret_in_its_identity_replays_to_its_refusal(
+    tmp_path: Path, where: str
+) -> None:
+    """The cassette holds the marker where the secret stood, which no port
+    masks: the replayed core ran the call the recorded core refused, and the
+    replay diverged. The call line says its identity was cut, and the
+    replay puts a value its port masks there, so the core refuses it again."""
+    path = tmp_path / "refused.jsonl"
+    recorder, toolset = _recorded(path, secrets=("NmSeCrEtWoRdQq",))
+    keys = {"call_id": "c1", "operation_key": "k1"}
+    keys[where] = f"x-NmSeCrEtWoRdQq-{where}"
+    refused = toolset.call_sync("run_command", {"command": "echo hi"}, **keys)
+    ran = toolset.call_sync("run_command", {"command": "echo hi"}, call_id="c2", operation_key="k2")
+    recorder.close()
+    assert refused.content["executed"] is False
+    assert _replayed_results(path) == [refused.to_dict(), ran.to_dict()]
+
+
+def test_c17_a_call_refused_for_an_earlier_env_value_in_its_identity_replays_to_its_refusal(
+    tmp_path: Path,
+) -> None:
+    """The same for an env value an earlier call passed, which the session
+    masks from then on; an identity that holds the marker itself is no
+    secret and runs, recorded and replayed alike."""
+    path = tmp_path / "env-refused.jsonl"
+    recorder, toolset = _recorded(path)
+    value = "EnVsEcReTvAlUe1"
+    results = [
+        toolset.call_sync(
+            "run_command",
+            {"command": "echo hi", "env": {"TOKEN": value}},
+            call_id="c1",
+            operation_key="k1",
+        ),
+        toolset.call_sync(
+            "run_command", {"command": "echo hi"}, call_id="c2", operation_key=f"x-{value}"
+        ),
+        toolset.call_sync(
+            "run_command", {"command": "echo hi"}, call_id="c3", operation_key="x-<redacted>"
+        ),
+    ]
+    recorder.close()
+    assert [result.status for result in results] == ["ok", "error", "ok"]
+    assert value not in path.read_text(encoding="utf-8")
+    assert _replayed_results(path) == [result.to_dict() for result in results]
+
+
+def test_c17_a_replayer_named_the_secret_replays_a_live_call_refused_for_it(
+    tmp_path: Path,
+) -> None:
+    """A live request replayed through a port on a Replayer carries the secret
+    itself: named to the replayer, it is refused there as it was recorded."""
+    path = tmp_path / "live.jsonl"
+    secret = "NmSeCrEtWoRdQq"
+    recorder, toolset = _recorded(path, secrets=(secret,))
+    recorded = toolset.call_sync(
+        "run_command", {"command": "echo hi"}, call_id="c1", operation_key=f"x-{secret}"
+    )
+    recorder.close()
+    replayer = Replayer(path, secrets=(secret,))
+    replaying = sandrail.Toolset(
+        backend=replayer,
+        tools=("command",),
+        session_id="s-1",
+        owner=sandrail.AgentOwner(agent_id="agent-1"),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+    )
+    replayed = replaying.call_sync(
+        "run_command", {"command": "echo hi"}, call_id="c1", operation_key=f"x-{secret}"
+    )
+    replayer.assert_consumed()
+    assert replayed.to_dict() == recorded.to_dict()
+    assert recorded.content["executed"] is False
