@@ -171,10 +171,10 @@ def c2_no_fresh_sandbox_after_the_old_one_died(world: World) -> None:
     # A fresh sandbox holds none of the session's claims: the repeat would
     # launch again there. It ran once in the dead one: nobody can say more.
     repeat = world.call(port, "run_command", {"command": "echo once"}, key="k1")
+    assert world.launches_of(port, "k1") == 1, "the repeat launched again after the sandbox died"
     assert repeat.status == "uncertain", (
         f"a repeat after the sandbox died gave {repeat.status}: {dict(repeat.content)}"
     )
-    assert world.launches_of(port, "k1") == 1, "the repeat launched again after the sandbox died"
     later = world.call(port, "run_command", {"command": "echo later"}, key="k2")
     _refused(later, "e2b_sandbox_unavailable")
     assert world.launches_of(port, "k2") == 0, "a launch after the sandbox died ran somewhere"
