@@ -261,11 +261,14 @@ def test_c13_marker_digit_change_is_accounted_exactly() -> None:
 
 
 def test_c13_field_cut_just_beyond_its_allowance_is_kept_whole_from_leftovers() -> None:
-    # Water-filling gives each field 96 of the 192 bytes, so stdout (100 bytes)
-    # is cut. stderr's 6-byte escapes leave bytes over, and the final pass
-    # finds them enough to keep stdout whole after all.
-    content = {"stdout": "a" * 100, "stderr": "\x01" * 10_000}
-    fitted = _Fitted(content, fixed_size(content) + 192)
+    # Water-filling gives each field half the room, so stdout (4 bytes more
+    # than half) is cut. stderr's half holds its marker (4 digits: about
+    # 9,990 bytes omitted), ten 6-byte escapes and 5 bytes no escape fits in;
+    # the final pass finds them enough to keep stdout whole after all. The
+    # half is counted from the marker's size, so any marker text keeps it so.
+    half = escaped_size(omission_marker(9_990)) + 10 * 6 + 5
+    content = {"stdout": "a" * (half + 4), "stderr": "\x01" * 10_000}
+    fitted = _Fitted(content, fixed_size(content) + 2 * half)
     assert fitted.kept == {"stdout"}
     assert set(fitted.cuts) == {"stderr"}
 

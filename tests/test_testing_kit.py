@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import sandrail
 from sandrail.core import Delivery, EffectFailure, Ensure, ErrorCode, Start
+from sandrail.interpreters._sim_world import SimSandbox
 from sandrail.interpreters.launcher import launcher_missing, launcher_refused
 from sandrail.testing import (
     SCRIPTS,
@@ -35,6 +36,8 @@ from sandrail.testing import (
     failure_table_problems,
     simulator_target,
 )
+from sandrail.testing._calls import Mode
+from sandrail.testing.conformance import _BY_NAME, BackendConformance, run_scenario
 from sandrail.testing.strategies import schedules, tool_arguments, tool_requests
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -380,6 +383,79 @@ def test_a_backend_without_world_controls_says_what_it_skipped() -> None:
     assert report.passed, report.summary()
     assert set(report.skipped_kinds) == {FaultKind.SANDBOX_DIES, FaultKind.LEDGER_WIPED}
     assert "not struck" in report.summary()
+
+
+class _FreshAfterDeath:
+    """A mutant: ``Ensure`` for a session whose sandbox died quietly gives it
+    another (``in_place``: a new sandbox under the dead one's id and ledger
+    epoch, as a backend that recreates by name might; else a new id)."""
+
+    def __init__(self, sim: Simulator, *, in_place: bool) -> None:
+        self.sim, self.in_place = sim, in_place
+
+    def __call__(self, effect: Any) -> Any:
+        if isinstance(effect, Ensure):
+            key = (effect.session_id, effect.owner_key)
+            sandbox_id = self.sim._sessions.get(key)
+            if sandbox_id is not None and self.sim._sandboxes[sandbox_id].dead:
+                if self.in_place:
+                    self.sim._sandboxes[sandbox_id] = SimSandbox(sandbox_id=sandbox_id)
+                else:
+                    del self.sim._sessions[key]
+        return self.sim(effect)
+
+
+def _fresh_after_death(*, in_place: bool) -> Callable[[], Target]:
+    def target() -> Target:
+        sim = Simulator(scripts=SCRIPTS)
+        backend = _FreshAfterDeath(sim, in_place=in_place)
+        return Target(backend=backend, truth=sim, kill_sandbox=sim.kill_sandbox)
+
+    return target
+
+
+_AFTER_DEATH = _BY_NAME["c2_no_fresh_sandbox_after_the_old_one_died"]
+
+
+@pytest.mark.parametrize("mode", ["agent", "native"])
+def test_c2_the_kit_catches_a_backend_that_makes_a_fresh_sandbox_after_a_death(
+    mode: Mode,
+) -> None:
+    """A new sandbox under a new id: the repeat finds no claim (the epoch
+    proof keeps it from launching), but a new key runs in it as if the
+    session's sandbox were alive."""
+    with pytest.raises(AssertionError, match="expected error e2b_sandbox_unavailable"):
+        run_scenario(_fresh_after_death(in_place=False), _AFTER_DEATH, owner=mode)
+
+
+@pytest.mark.parametrize("mode", ["agent", "native"])
+def test_c2_the_kit_catches_a_backend_that_recreates_a_dead_sandbox_in_place(mode: Mode) -> None:
+    """The same id and ledger epoch, the claims gone: the repeat of a launched
+    key launches again."""
+    with pytest.raises(AssertionError, match="the repeat launched again"):
+        run_scenario(_fresh_after_death(in_place=True), _AFTER_DEATH, owner=mode)
+
+
+def test_c2_the_death_scenario_does_not_apply_to_a_target_that_cannot_kill() -> None:
+    """Without ``kill_sandbox`` the scenario is reported as not applying, in
+    the report and as a pytest skip, never as passed."""
+
+    def bare() -> Target:
+        sim = Simulator(scripts=SCRIPTS)
+        return Target(backend=sim, truth=sim)
+
+    report = check_backend(bare, campaign=False)
+    names = {_AFTER_DEATH.name, f"{_AFTER_DEATH.name}[native]"}
+    assert set(report.not_applicable) == names
+    assert not names & set(report.scenarios)
+    assert "does not apply: the target has no kill_sandbox control" in report.summary()
+
+    class Bare(BackendConformance):
+        def make_target(self) -> Target:
+            return bare()
+
+    with pytest.raises(pytest.skip.Exception, match="no kill_sandbox control"):
+        Bare().test_c2_no_fresh_sandbox_after_the_old_one_died()
 
 
 def test_the_kit_catches_a_backend_that_calls_every_failure_not_sent() -> None:

@@ -13,11 +13,11 @@ import httpx
 import pytest
 
 import sandrail
-from sandrail.core import Delivery, EffectFailure
+from sandrail.core import Delivery, EffectFailure, Ensure, SandboxReady
 from sandrail.interpreters.launcher import Transport
 from sandrail.local_e2b import LocalE2B
 from sandrail.testing import Strike, Target, check_transport
-from sandrail.testing.conformance import BackendConformance
+from sandrail.testing.conformance import _BY_NAME, BackendConformance, run_scenario
 from tests.e2b_world import needs_root, server_fixture
 from tests.toy_backend import BOUNDARY, LABEL, ToyShellBackend, toy_target
 
@@ -103,6 +103,29 @@ def test_c2_after_its_sandbox_died_a_session_gets_no_second_sandbox(server: Loca
         assert len(server.truth().sandboxes) == made
     finally:
         backend.close()
+
+
+class _FreshWhenGone(ToyShellBackend):
+    """A mutant: once the session's sandbox is gone, ``Ensure`` quietly
+    makes it a new one (the rule of the development page, broken)."""
+
+    async def _ensure(self, effect: Ensure) -> SandboxReady:
+        try:
+            return await super()._ensure(effect)
+        except EffectFailure:
+            self._sessions.pop((effect.session_id, effect.owner_key), None)
+            return await super()._ensure(effect)
+
+
+@needs_root
+def test_c2_the_kit_catches_a_toy_that_makes_a_fresh_sandbox_after_a_death(
+    server: LocalE2B,
+) -> None:
+    """The kit's death scenario on a real backend broken that way: the new key
+    runs in the fresh sandbox instead of being refused."""
+    scenario = _BY_NAME["c2_no_fresh_sandbox_after_the_old_one_died"]
+    with pytest.raises(AssertionError, match="expected error e2b_sandbox_unavailable"):
+        run_scenario(lambda: toy_target(server, backend_type=_FreshWhenGone), scenario)
 
 
 @needs_root

@@ -554,13 +554,18 @@ def test_c13_cuts_keep_the_marker_or_give_up() -> None:
     assert escaped_size(least) <= limit
     _assert_cut_from(least, text)
     assert cut_text(text, limit - 1) is None
-    cut = cut_text("é" * 50, 40)
+    # Room for the marker (2 digits: under 100 bytes omitted) and five "é".
+    room = escaped_size(omission_marker(99)) + 10
+    cut = cut_text("é" * 50, room)
     assert cut is not None
-    assert escaped_size(cut) <= 40
+    assert escaped_size(cut) <= room
     _assert_cut_from(cut, "é" * 50)
+    # Cutting a million bytes omits at least 100,000: a marker of 6 digits or more.
+    marker = escaped_size(omission_marker(10**5))
     # A short field leaves too little room for the reason's marker: give up.
-    assert _cut_first(("ab", "r" * 10**6), 12) is None
-    assert _cut_first(("f" * 10**6, "r" * 10**6), 10) is None
+    assert _cut_first(("ab", "r" * 10**6), escaped_size("ab") + marker - 1) is None
+    # Half the room is too little for the field's marker: give up.
+    assert _cut_first(("f" * 10**6, "r" * 10**6), 2 * (marker - 1)) is None
 
 
 def test_rejection_with_no_problems_is_still_well_formed() -> None:

@@ -280,16 +280,19 @@ class ToyShellBackend:
         return body["sandboxID"], body.get("envdAccessToken")
 
 
-def toy_target(server: LocalE2B, strike: Strike | None = None) -> Target:
+def toy_target(
+    server: LocalE2B,
+    strike: Strike | None = None,
+    *,
+    backend_type: type[ToyShellBackend] = ToyShellBackend,
+) -> Target:
     """A :class:`sandrail.testing.Target` of a fresh :class:`ToyShellBackend`
     on ``server``: launches counted by the marks its commands send (the
     server's ground truth, as for the E2B interpreter), the kill and wipe
     controls done on the server. With ``strike``, the kit's faults strike
-    its transport (the launcher's decisive calls), else in front of it."""
-    if strike is None:
-        backend = ToyShellBackend(server)
-    else:
-        backend = ToyShellBackend(server, transport=strike)
+    its transport (the launcher's decisive calls), else in front of it.
+    ``backend_type``: a subclass to test instead (a mutant the kit must catch)."""
+    backend = backend_type(server) if strike is None else backend_type(server, transport=strike)
     # A fresh mark prefix per world: task ids repeat across worlds.
     truth = LaunchTruth(server, f"toy-{secrets.token_hex(6)}")
     marked = truth.backend(backend, settle=truth.settle)

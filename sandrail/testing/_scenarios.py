@@ -22,7 +22,13 @@ from sandrail.interpreters.simulator import Fault, FaultKind, FaultPlan
 from ._commands import GROUP, LATER, PRINT_ENV, SECRET, SNIPPET
 from ._world import World
 
-__all__ = ["SCENARIOS", "Scenario"]
+__all__ = ["SCENARIOS", "DoesNotApply", "Scenario"]
+
+
+class DoesNotApply(Exception):
+    """A scenario that cannot run on this target (it lacks a world control
+    the scenario needs), and why. Not an ``AssertionError``: the kit reports
+    it as not applying (pytest: skipped), never as passed."""
 
 
 @attrs.frozen
@@ -154,6 +160,29 @@ def c17_env_values_never_shown(world: World) -> None:
     _ok(result, command_status="exited", stdout="token=<redacted>\n")
 
 
+def c2_no_fresh_sandbox_after_the_old_one_died(world: World) -> None:
+    if not world.can_kill_sandbox:
+        raise DoesNotApply("the target has no kill_sandbox control")
+    port = world.command_tools()
+    _ok(world.call(port, "run_command", {"command": "echo once"}, key="k1"), stdout="once\n")
+    session = port.settings.session_id
+    sandbox = world.sandbox_of(session)
+    world.kill_sandbox(session)
+    # A fresh sandbox holds none of the session's claims: the repeat would
+    # launch again there. It ran once in the dead one: nobody can say more.
+    repeat = world.call(port, "run_command", {"command": "echo once"}, key="k1")
+    assert world.launches_of(port, "k1") == 1, "the repeat launched again after the sandbox died"
+    assert repeat.status == "uncertain", (
+        f"a repeat after the sandbox died gave {repeat.status}: {dict(repeat.content)}"
+    )
+    later = world.call(port, "run_command", {"command": "echo later"}, key="k2")
+    _refused(later, "e2b_sandbox_unavailable")
+    assert world.launches_of(port, "k2") == 0, "a launch after the sandbox died ran somewhere"
+    assert world.sandbox_of(session) == sandbox, (
+        f"the session was moved from its dead sandbox {sandbox} to {world.sandbox_of(session)}"
+    )
+
+
 _LOST_START = FaultPlan((Fault(effect="Start", kind=FaultKind.RESPONSE_LOST),))
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -165,6 +194,9 @@ SCENARIOS: tuple[Scenario, ...] = (
         "c2_lost_start_answer_then_retry_launches_once",
         c2_lost_start_answer_then_retry_launches_once,
         _LOST_START,
+    ),
+    Scenario(
+        "c2_no_fresh_sandbox_after_the_old_one_died", c2_no_fresh_sandbox_after_the_old_one_died
     ),
     Scenario("c3_same_key_other_arguments_conflicts", c3_same_key_other_arguments_conflicts),
     Scenario("c4_read_of_a_task_not_owned_is_refused", c4_read_of_a_task_not_owned_is_refused),

@@ -532,6 +532,29 @@ class World(Attribution):
         elif self.target is not None and self.target.wipe_ledger is not None:
             self.target.wipe_ledger(sandbox_id)
 
+    @property
+    def can_kill_sandbox(self) -> bool:
+        """Whether this world can kill a sandbox as its provider would (the
+        simulator can; a target only with its ``kill_sandbox`` control)."""
+        return self.sim is not None or (
+            self.target is not None and self.target.kill_sandbox is not None
+        )
+
+    def kill_sandbox(self, session_id: str = SESSION) -> None:
+        """The provider kills ``session_id``'s sandbox. ``ValueError`` when
+        the session has no sandbox yet or the world cannot kill one (see
+        :attr:`can_kill_sandbox`): a kill that did nothing would let a
+        check of what follows a death pass vacuously."""
+        sandbox_id = self.sandbox_of(session_id)
+        if sandbox_id is None:
+            raise ValueError(f"session {session_id} has no sandbox to kill")
+        if self.sim is not None:
+            self.sim.kill_sandbox(sandbox_id)
+        elif self.target is not None and self.target.kill_sandbox is not None:
+            self.target.kill_sandbox(sandbox_id)
+        else:
+            raise ValueError("this world has no kill_sandbox control")
+
     def close(self) -> None:
         """Close the cassettes being written and release the target."""
         for recorder in self._recorders:
