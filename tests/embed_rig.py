@@ -82,6 +82,23 @@ def toolset(
     )
 
 
+def command_toolset(
+    backend: Any, *, session_id: str = "s-1", agent_id: str = "agent-1", **kwargs: Any
+) -> sandrail.Toolset:
+    """A toolset of the command tools alone for ``session_id`` of agent
+    ``agent_id``, allowing everything: what a recording and its replay both
+    need to be made with (the cassette holds the session and the owner)."""
+    return sandrail.Toolset(
+        backend=backend,
+        tools=("command",),
+        session_id=session_id,
+        owner=sandrail.AgentOwner(agent_id=agent_id),
+        authorize=lambda request: sandrail.ALLOW,
+        assert_authority=lambda request: True,
+        **kwargs,
+    )
+
+
 def simulator(toolset_or_backend: Any) -> Simulator:
     backend = toolset_or_backend
     if isinstance(backend, sandrail.Toolset):

@@ -17,6 +17,7 @@ from sandrail import replay_file
 from sandrail.core import FatalInterpreterError, Start
 from sandrail.interpreters.replay import Recorder, RecorderBusyError, RecorderClosedError
 from sandrail.interpreters.simulator import Simulator
+from tests.embed_rig import command_toolset
 
 
 class _HeldAtStart:
@@ -50,14 +51,7 @@ class _AsyncHeldAtStart:
 
 
 def _toolset(recorder: Recorder) -> sandrail.Toolset:
-    return sandrail.Toolset(
-        backend=recorder,
-        tools=("command",),
-        session_id="s-1",
-        owner=sandrail.AgentOwner(agent_id="agent-1"),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-    )
+    return command_toolset(recorder)
 
 
 def _unrecorded_result() -> dict[str, Any]:

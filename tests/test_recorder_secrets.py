@@ -10,23 +10,15 @@ from typing import Any
 
 import pytest
 
-import sandrail
 from sandrail import replay_file
 from sandrail.interpreters.replay import Recorder, Replayer, ResultEntry
 from sandrail.interpreters.simulator import Simulator
+from tests.embed_rig import command_toolset
 
 
 def _recorded(path: Path, *, secrets: tuple[str, ...] = (), session_id: str = "s-1") -> Any:
     recorder = Recorder(Simulator(), path, secrets=secrets)
-    toolset = sandrail.Toolset(
-        backend=recorder,
-        tools=("command",),
-        session_id=session_id,
-        owner=sandrail.AgentOwner(agent_id="agent-1"),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-    )
-    return recorder, toolset
+    return recorder, command_toolset(recorder, session_id=session_id)
 
 
 X = "QzXkWmJvRtPyLnHg"
@@ -160,14 +152,7 @@ def test_c17_a_replayer_named_the_secret_replays_a_live_call_refused_for_it(
     )
     recorder.close()
     replayer = Replayer(path, secrets=(secret,))
-    replaying = sandrail.Toolset(
-        backend=replayer,
-        tools=("command",),
-        session_id="s-1",
-        owner=sandrail.AgentOwner(agent_id="agent-1"),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-    )
+    replaying = command_toolset(replayer)
     replayed = replaying.call_sync(
         "run_command", {"command": "echo hi"}, call_id="c1", operation_key=f"x-{secret}"
     )

@@ -74,6 +74,7 @@ from sandrail.interpreters.replay import (
     parse_cassette,
 )
 from sandrail.interpreters.simulator import Simulator
+from tests.embed_rig import command_toolset
 from tests.golden import record as golden
 
 GOLDEN = Path(golden.__file__).parent
@@ -814,15 +815,7 @@ def _recorded_with_env_name(path: Path, secret: str) -> str:
     from sandrail.interpreters.replay import Recorder
 
     recorder = Recorder(Simulator(), path, secrets=[secret])
-    toolset = sandrail.Toolset(
-        backend=recorder,
-        tools=("command",),
-        session_id="s1",
-        owner=sandrail.AgentOwner(agent_id="a1"),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-        redact=[secret],
-    )
+    toolset = command_toolset(recorder, session_id="s1", agent_id="a1", redact=[secret])
     env = {"PLAIN": "x", secret: "1", "REDACTED_NAME_1": "y"}
     result = toolset.call_sync(
         "run_command", {"command": "true", "env": env}, call_id="c1", operation_key="k1"
