@@ -17,7 +17,9 @@ reads too, its commands on a local-e2b server (named by the E2B_* variables).
   sandrail's ``human_in_the_loop`` middleware instead of the policy (which
   then allows everything), answered with its ``{"decisions": [...]}``.
 
-OUT receives one JSON object: the interrupts, or the tool results.
+OUT receives one JSON object: the interrupts, or the tool results (each
+with the id of its tool message, so two processes that read one message
+from the thread can tell it from two runs of the tool).
 """
 
 from __future__ import annotations
@@ -124,7 +126,9 @@ def main(argv: list[str]) -> int:
     answer = {
         "interrupts": [i.value for i in state.get("__interrupt__", ())],
         "results": [
-            {"text": m.content, "artifact": m.artifact} if deep else _read(m.content)
+            {"text": m.content, "artifact": m.artifact, "message_id": m.id}
+            if deep
+            else {**_read(m.content), "message_id": m.id}
             for m in state["messages"]
             if isinstance(m, ToolMessage)
         ],

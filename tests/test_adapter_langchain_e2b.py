@@ -108,7 +108,11 @@ def test_c2_one_question_resumed_from_two_processes_at_once_launches_once(
     results = [answer["results"][-1] for answer in answers]
     assert server.truth().marked(mark) == 1
     assert {result["status"] for result in results} == {"ok"}
-    assert sorted(result["deduplicated"] for result in results) == [False, True]
+    # Two runs of the tool: the one that launched, and the one that found it
+    # launched. A process that resumed after the other had answered the
+    # thread reads that one answer, the same tool message, from the thread.
+    runs = {result["message_id"]: result for result in results}
+    assert sorted(result["deduplicated"] for result in runs.values()) in ([False], [False, True])
     assert {result["operation_key"] for result in results} == {question["operation_key"]}
 
 
