@@ -5,10 +5,11 @@ JSON values of effects, outcomes and results rendered as one line
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from sandrail.core import FatalInterpreterError
+from sandrail.core import REDACTED, FatalInterpreterError
 
 from ._transcript import ReplayReport
 
@@ -17,6 +18,7 @@ __all__ = [
     "describe_request",
     "difference",
     "differs",
+    "hidden_values",
     "render",
     "render_value",
 ]
@@ -115,9 +117,31 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def hidden_values(expected: Any, got: Any) -> tuple[str, ...]:
+    """What the live text ``got`` holds where the recorded text ``expected``
+    shows the redaction marker, when the two are otherwise the same: values
+    the recording cut (a secret) that the replay was not told to cut. None
+    for values of any other shape."""
+    if not (isinstance(expected, str) and isinstance(got, str)) or REDACTED not in expected:
+        return ()
+    # Touching markers are one run of cut text: one value.
+    pieces = re.sub(f"(?:{re.escape(REDACTED)})+", REDACTED, expected).split(REDACTED)
+    pattern = "(.+?)".join(re.escape(piece) for piece in pieces)
+    found = re.fullmatch(pattern, got, flags=re.DOTALL)
+    return tuple(value for value in found.groups() if value) if found else ()
+
+
 def differs(field: str, expected: Any, got: Any) -> str:
     """The line of a divergence message that names the first field that
-    differs, and its recorded and live values."""
+    differs, and its recorded and live values. A live value that differs
+    only where the recording cut a secret is not shown: it is most likely
+    that secret, which the replay was not named."""
+    if hidden_values(expected, got):
+        return (
+            f"  differs:  {field}: recorded {render_value(expected)}, live the same but for "
+            "what stands where the recording cut a secret (not shown: name that secret to "
+            "the Replayer, Replayer(path, secrets=[...]))"
+        )
     return f"  differs:  {field}: recorded {render_value(expected)}, live {render_value(got)}"
 
 

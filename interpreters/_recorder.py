@@ -193,6 +193,10 @@ class Recorder:
         ``secrets`` stands in the port's settings (its session id, its
         owner, the sandbox's description), which the header holds whole: a
         replay rebuilds the port from them, so they cannot be cut (C17)."""
+        if self._closed:
+            raise RecorderClosedError(
+                "this Recorder is closed: it can record no port now; record with a new Recorder"
+            )
         header = header_line(port.settings, __version__)
         text = dump_line(header)
         forms = (form for secret in self._secrets for form in (secret, json.dumps(secret)[1:-1]))
@@ -249,9 +253,7 @@ class Recorder:
                     "this Recorder is closed: a call on its port cannot be recorded, so it "
                     "was not run; record with a new Recorder"
                 )
-            self._calls += 1
-            self._open += 1
-            number = self._calls
+            number = self._calls + 1
             data = redaction.scrub(
                 encode_request(redaction.request, self._settings), env_slot=False
             )
@@ -260,7 +262,11 @@ class Recorder:
                 # The core refuses a call whose identity holds a secret; a
                 # replay, given the marker instead, must refuse it too.
                 record["identity_redacted"] = True
+            # Counted once its line is written: a call whose line could not
+            # be written is no call of the cassette, and keeps no close waiting.
             self._write(record)
+            self._calls = number
+            self._open += 1
         return _RecordingLayer(self, number, redaction)
 
     def close(self) -> None:
@@ -299,7 +305,13 @@ class Recorder:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.close()
+        try:
+            self.close()
+        except RecorderBusyError:
+            if exc is None:
+                raise
+            # The block's own exception says more than "calls still run";
+            # the recorder stays open for them.
 
     def _write(self, record: Mapping[str, Any]) -> None:
         self._stream.write(dump_line(record) + "\n")

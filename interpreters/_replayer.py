@@ -10,7 +10,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import attrs
 
@@ -25,10 +25,10 @@ from sandrail.core import (
     ToolResult,
     code_tool_definitions,
     command_tool_definitions,
+    redaction_secrets,
 )
 
 from ._cassette import (
-    MARKER,
     CallRedaction,
     Cassette,
     CassetteError,
@@ -42,15 +42,17 @@ from ._cassette import (
     load_cassette,
     result_data,
 )
-from ._divergence import DivergenceError, describe_request, difference, differs, render
+from ._divergence import (
+    DivergenceError,
+    describe_request,
+    difference,
+    differs,
+    hidden_values,
+    render,
+)
 from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
-__all__ = ["STAND_IN", "Replayer", "stand_in_identity"]
-
-STAND_IN: Final = "SandrailReplayStandsInForASecret"
-"""What a replay puts in a call's identity where the recorder cut a secret
-out of it (:func:`stand_in_identity`): a value the replayed port masks, as
-the recorded port masked the secret."""
+__all__ = ["Replayer"]
 
 
 class Replayer:
@@ -71,6 +73,9 @@ class Replayer:
         self.cassette = source if isinstance(source, Cassette) else load_cassette(source)
         check_replayable(self.cassette)
         self._secrets = tuple(secrets)
+        self._seen_env: set[str] = set()
+        """Env values the replayed calls' starts passed (as the recorder
+        keeps them: cut out of every later call)."""
         self._settings = _settings_of(self.cassette)
         self._lock = threading.Lock()
         self._opened = 0
@@ -116,11 +121,13 @@ class Replayer:
             calls = self.cassette.calls
             recorded = calls[self._opened] if self._opened < len(calls) else None
             self._opened += recorded is not None
-        secrets = self._secrets
-        if recorded is not None and recorded.identity_redacted:
-            # A replay puts STAND_IN where the secret stood (stand_in_identity).
-            secrets = (*secrets, STAND_IN)
-        redaction = CallRedaction.of(request, secrets)
+        with self._lock:
+            # As the recorder cut them: env values earlier calls passed are
+            # secrets of this call too.
+            secrets = (*self._secrets, *sorted(self._seen_env))
+        # The live port masks both (its own and the named ones, which join
+        # its calls' secrets): its core's digests are computed without them.
+        redaction = CallRedaction.of(request, secrets, frozenset(secrets))
         live = redaction.scrub(encode_request(redaction.request, self._settings), env_slot=False)
         if recorded is None:
             raise DivergenceError(
@@ -138,6 +145,23 @@ class Replayer:
             raise _diverged_at("request", recorded, found, live)
         self._log(recorded)
         return _ReplayCall(self, recorded, redaction)
+
+    def take_refused(self, call: RecordedCall) -> None:
+        """Take the next recorded call, ``call``, as it was answered, without
+        running it: a call the recorded core refused before anything ran for
+        a secret in its identity, which the cassette cut out (so no core can
+        decide it again from the cassette). :class:`DivergenceError` for a
+        call that ran (its launch was keyed by what the cassette lacks) or
+        that is not next."""
+        if call.steps or not call.identity_redacted:
+            raise _unreplayable(call)
+        with self._lock:
+            calls = self.cassette.calls
+            if self._opened >= len(calls) or calls[self._opened] is not call:
+                raise _unreplayable(call)
+            self._opened += 1
+        self._log(call)
+        self._log(_Finished(call))
 
     def assert_consumed(self) -> None:
         """Raise :class:`DivergenceError` unless every recorded call ran to its result."""
@@ -163,17 +187,15 @@ class Replayer:
                 self._finished += 1
 
 
-def stand_in_identity(call: RecordedCall, request: ToolRequest) -> ToolRequest:
-    """``request``, rebuilt from ``call``, as a replay runs it: when a secret
-    was cut out of the call's identity, :data:`STAND_IN` stands where the
-    marker does, so the core refuses the call as the recorded core did (a
-    marker is text no session masks) and the replayer, which cuts it out
-    again, matches the recorded request."""
-    if not call.identity_redacted:
-        return request
-    calls = attrs.evolve(request.call, call_id=request.call.call_id.replace(MARKER, STAND_IN))
-    return attrs.evolve(
-        request, call=calls, operation_key=request.operation_key.replace(MARKER, STAND_IN)
+def _unreplayable(call: RecordedCall) -> DivergenceError:
+    return DivergenceError(
+        f"replay diverged: {call.describe()} (recording line {call.line}) ran with a "
+        "secret's text in its identity (its operation key or call id), which the cassette "
+        "cut out: its launch was keyed by what the cassette does not hold, so it cannot "
+        "replay; record it again with no secret in the identity",
+        call=call.number,
+        line=call.line,
+        expected=call.request,
     )
 
 
@@ -189,12 +211,11 @@ class _ReplayCall:
         # the redacted ones; the live core (with the secrets) must get its own
         # back where an outcome carries one.
         self._live_digests = {swapped: live for live, swapped in redaction.digests.items()}
-        self.named: frozenset[str] = (
-            frozenset((STAND_IN, *replayer._secrets)) if recorded.identity_redacted else frozenset()
-        )
-        """Values the port refuses in this call's identity, as the recorded
-        port refused the secret cut out of it (a live request carries
-        :data:`STAND_IN` there, or the secret itself, named to the replayer)."""
+        self.named: frozenset[str] = frozenset(replayer._secrets)
+        """The replayer's named secrets: the port masks them in this call's
+        result and refuses them in its identity, as the recording port did
+        a recorder's, so a live request that carries them gets back what was
+        recorded (and never shows them)."""
 
     def _answer(self, step: RecordedStep) -> Outcome:
         answer = step.answer()
@@ -203,6 +224,9 @@ class _ReplayCall:
         return answer
 
     def __call__(self, effect: Effect) -> Outcome:
+        if isinstance(effect, Start) and effect.env:
+            with self._replayer._lock:
+                self._replayer._seen_env.update(redaction_secrets(effect.env))
         steps = self._recorded.steps
         if self._position < len(steps):
             step = steps[self._position]
@@ -221,9 +245,12 @@ class _ReplayCall:
         found = difference(step.effect, live)
         if found is not None:
             field, expected, got = found
+            shown = render(live)
+            for value in hidden_values(expected, got):
+                shown = shown.replace(value, "<not shown>")
             raise self._diverged(
                 f"  expected: {render(step.effect)}\n"
-                f"  got:      {render(live)}\n"
+                f"  got:      {shown}\n"
                 f"{differs(field, expected, got)}",
                 step=step,
                 got=live,

@@ -64,7 +64,7 @@ from ._recorder import (
     RecorderMisplacedError,
     RecorderNotAttachedError,
 )
-from ._replayer import Replayer, stand_in_identity
+from ._replayer import Replayer
 from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
 
 __all__ = [
@@ -95,7 +95,6 @@ __all__ = [
     "load_cassette",
     "parse_cassette",
     "render",
-    "stand_in_identity",
 ]
 
 

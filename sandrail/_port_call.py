@@ -284,10 +284,11 @@ class PortCall:
         if callable(open_call):
             answer = self.answer_harness_async if self.asynchronous else self.answer_harness
             self.layered = self.finishing = open_call(self.request, answer)
-            # Refused in its identity as the recorded call's secret was (C17).
-            refused = _named_of(self.layered)
+            # A replayer's named secrets are this call's, as a recorder's
+            # were: masked in its result, refused in its identity (C17).
+            self.named |= _named_of(self.layered)
             return tool_program(
-                self.request, settings, self.snapshot, secrets | refused, self.shown_identities()
+                self.request, settings, self.snapshot, secrets | self.named, self.shown_identities()
             )
         open_layer = getattr(backend, "open_layer", None)
         recording = None
