@@ -243,10 +243,15 @@ def parse_cassette(data: bytes, *, source: str = "<cassette>") -> Cassette:
     calls, complete = _calls(records[1:], fail)
     for call in calls.values():
         if call.result is None:
+            why = (
+                "it ended without one (interrupted, or its result could not be written)"
+                if complete
+                else "the file is truncated"
+            )
             raise fail(
                 records[-1][0],
                 f"the recording ends before the result of {call.describe()}, whose request is "
-                f"on line {call.line}: the file is truncated",
+                f"on line {call.line}: {why}",
             )
     return Cassette(source=source, header=header, calls=tuple(calls.values()), complete=complete)
 
@@ -261,7 +266,9 @@ def _records(data: bytes, source: str, fail: Callable[[int, str], CassetteError]
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
-    elif lines and lines[-1] != b"":
+    elif lines and lines[-1] != b"" and data.startswith(b"{"):
+        # (A file that does not begin as a cassette does is named by its
+        # first line below, not called truncated.)
         raise CassetteError(
             f"{source}:{len(lines)}: the last line has no newline: the file is truncated"
         )

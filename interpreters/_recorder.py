@@ -28,6 +28,7 @@ from sandrail.core import (
 from sandrail.interpreters._drivers import Step, is_asynchronous, layered
 
 from ._cassette import (
+    MARKER,
     CallRedaction,
     dump_line,
     encode_effect,
@@ -45,6 +46,7 @@ __all__ = [
     "RecorderClosedError",
     "RecorderMisplacedError",
     "RecorderNotAttachedError",
+    "RecorderWriteError",
 ]
 
 
@@ -78,6 +80,15 @@ class RecorderBusyError(RuntimeError):
     Close it again once they have ended."""
 
 
+class RecorderWriteError(OSError):
+    """:meth:`Recorder.close` found that the file refused lines of the
+    cassette (a full disk, say): the cassette is incomplete and cannot
+    replay whole. The calls were answered as without a recorder, but for
+    a call whose line was refused before its result: that call failed,
+    as it would have on any failing backend. Raised once, after the
+    recorder is closed."""
+
+
 class RecorderClosedError(FatalInterpreterError, RuntimeError):
     """A call began on a recorder already closed: it could not be recorded,
     so nothing ran, and the port lets this setup mistake through to the
@@ -105,6 +116,11 @@ def _named_secrets(secrets: Iterable[str]) -> tuple[str, ...]:
                 f"Recorder secrets must have at least {MIN_REDACTED_LENGTH} characters, got one "
                 f"of {len(secret)}: a shorter one cannot be masked in output without masking "
                 "ordinary text"
+            )
+        if MARKER in secret:
+            raise ValueError(
+                f"a Recorder secret cannot hold the redaction marker {MARKER!r}: the cassette "
+                "writes that marker wherever it cuts a secret"
             )
     return named
 
@@ -151,6 +167,8 @@ class Recorder:
         self._secrets = named
         self._seen_env: set[str] = set()
         self._closed = False
+        self._lost: list[str] = []
+        """Lines the file refused (see :meth:`close`)."""
         self._settings: PortSettings | None = None
         self._port_masks: Callable[[], frozenset[str]] = frozenset
         self._lock = threading.Lock()
@@ -209,13 +227,13 @@ class Recorder:
         with self._lock:
             if self._settings is not None:
                 raise RuntimeError("this recorder already records a port")
-            self._settings = port.settings
             masked = getattr(port, "masked_values", None)
             if isinstance(masked, frozenset):
                 # The values the port's session masks (redact=, env values
                 # of earlier calls): they never reach the cassette either.
                 self._port_masks = lambda: getattr(port, "masked_values", frozenset())
-            self._write(header)
+            self._write(header)  # attached once the header is written, not before
+            self._settings = port.settings
         return port
 
     def __call__(self, effect: Effect) -> Any:
@@ -290,11 +308,20 @@ class Recorder:
                     "(closing now would cut their records short); it is still open"
                 )
             self._closed = True
-            if self._settings is not None:
-                self._write({"kind": "end", "calls": self._calls})
-        self._stream.flush()
-        if self._owns_stream:
-            self._stream.close()
+            try:
+                if self._settings is not None:
+                    self._write({"kind": "end", "calls": self._calls})
+                self._stream.flush()
+            finally:
+                if self._owns_stream:
+                    self._stream.close()
+        if self._lost:
+            first = self._lost[0]
+            more = f" and {len(self._lost) - 1} more" if len(self._lost) > 1 else ""
+            raise RecorderWriteError(
+                f"the cassette is incomplete: the file refused {first}{more}; it cannot "
+                "replay whole (the calls' own results were not changed)"
+            )
 
     def __enter__(self) -> Recorder:
         return self
@@ -314,8 +341,17 @@ class Recorder:
             # the recorder stays open for them.
 
     def _write(self, record: Mapping[str, Any]) -> None:
-        self._stream.write(dump_line(record) + "\n")
-        self._stream.flush()
+        try:
+            self._stream.write(dump_line(record) + "\n")
+            self._stream.flush()
+        except Exception as exc:
+            # The call this line belongs to fails with it, or, for a result,
+            # keeps its result (a recorder never changes a true one): either
+            # way the cassette lacks the line, and close says so.
+            call = record.get("call")
+            of = "" if call is None else f" of call {call}"
+            self._lost.append(f"the {record.get('kind')} line{of} ({exc})")
+            raise
 
     def _write_step(
         self,

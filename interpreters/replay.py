@@ -63,6 +63,7 @@ from ._recorder import (
     RecorderClosedError,
     RecorderMisplacedError,
     RecorderNotAttachedError,
+    RecorderWriteError,
 )
 from ._replayer import Replayer
 from ._transcript import CallEntry, Entry, ReplayReport, ResultEntry, StepEntry
@@ -81,6 +82,7 @@ __all__ = [
     "RecorderClosedError",
     "RecorderMisplacedError",
     "RecorderNotAttachedError",
+    "RecorderWriteError",
     "ReplayReport",
     "Replayer",
     "ResultEntry",

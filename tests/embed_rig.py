@@ -88,14 +88,17 @@ def command_toolset(
     """A toolset of the command tools alone for ``session_id`` of agent
     ``agent_id``, allowing everything: what a recording and its replay both
     need to be made with (the cassette holds the session and the owner)."""
+    settings: dict[str, Any] = {
+        "tools": ("command",),
+        "authorize": lambda request: sandrail.ALLOW,
+        "assert_authority": lambda request: True,
+        **kwargs,
+    }
     return sandrail.Toolset(
         backend=backend,
-        tools=("command",),
         session_id=session_id,
         owner=sandrail.AgentOwner(agent_id=agent_id),
-        authorize=lambda request: sandrail.ALLOW,
-        assert_authority=lambda request: True,
-        **kwargs,
+        **settings,
     )
 
 

@@ -22,12 +22,15 @@ import pytest
 
 import sandrail
 from sandrail.interpreters.replay import (
+    CassetteError,
     DivergenceError,
     Recorder,
     RecorderBusyError,
     RecorderClosedError,
+    RecorderWriteError,
     Replayer,
     ResultEntry,
+    load_cassette,
 )
 from sandrail.interpreters.simulator import Simulator
 from tests.embed_rig import command_toolset
@@ -189,7 +192,8 @@ def test_c5_a_call_whose_line_could_not_be_written_keeps_no_close_waiting() -> N
     recorder = Recorder(Simulator(), sink)
     (result,) = _run(command_toolset(recorder), [({"command": "echo one"}, "c1", "k:1")])
     assert (result.status, result.content["executed"]) == ("error", False)
-    recorder.close()
+    with pytest.raises(RecorderWriteError, match="the call line of call 1"):
+        recorder.close()
     lines = [json.loads(line) for line in sink.getvalue().splitlines()]
     assert [line["kind"] for line in lines] == ["header", "end"]
     assert lines[-1]["calls"] == 0
@@ -248,3 +252,56 @@ def test_c17_a_divergence_for_a_secret_the_replayer_was_not_named_does_not_show_
     assert "name that secret to the Replayer" in str(caught.value)
     assert SECRET not in str(caught.value)
     assert SECRET[:6] not in str(caught.value)
+
+
+def test_c5_a_result_line_the_file_refused_is_reported_when_the_recorder_closes() -> None:
+    """The call keeps its true result (a recorder never changes one), and
+    ``close`` says the cassette is incomplete, once, after closing."""
+    call: list[Call] = [({"command": "echo one"}, "c1", "k:1")]
+    counted = _FailingSink(fail_at=0)
+    _run(command_toolset(Recorder(Simulator(), counted)), call)
+    sink = _FailingSink(fail_at=counted.writes)  # the last: the call's result
+    recorder = Recorder(Simulator(), sink)
+    (result,) = _run(command_toolset(recorder), call)
+    assert result.status == "ok"
+    with pytest.raises(RecorderWriteError, match="the result line of call 1"):
+        recorder.close()
+    recorder.close()  # closed: nothing more to say
+
+
+def test_a_recorder_whose_header_the_file_refused_is_not_attached() -> None:
+    recorder = Recorder(Simulator(), _FailingSink(fail_at=1))
+    with pytest.raises(OSError, match="No space"):
+        command_toolset(recorder)
+    assert not recorder.attached
+
+
+def test_a_secret_holding_the_redaction_marker_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="redaction marker"):
+        Recorder(Simulator(), io.StringIO(), secrets=["my-<redacted>-token"])
+
+
+def test_a_file_that_is_no_cassette_is_not_called_truncated(tmp_path: Path) -> None:
+    """A program's binary (no newline at its end) is named by its first
+    line, not taken for a cassette cut short."""
+    path = tmp_path / "binary.jsonl"
+    path.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe\nmore")
+    with pytest.raises(CassetteError, match=":1: not UTF-8"):
+        load_cassette(path)
+
+
+def test_a_call_interrupted_before_its_result_is_named_in_a_complete_file(tmp_path: Path) -> None:
+    """The end line was written, one call has no result: the error says the
+    call ended without one, not that the file is truncated."""
+
+    def interrupting(request: sandrail.ToolRequest) -> sandrail.PolicyDecision:
+        raise KeyboardInterrupt
+
+    path = tmp_path / "interrupted.jsonl"
+    recorder = Recorder(Simulator(), path)
+    toolset = command_toolset(recorder, authorize=interrupting)
+    with pytest.raises(KeyboardInterrupt):
+        _run(toolset, [({"command": "echo one"}, "c1", "k:1")])
+    recorder.close()
+    with pytest.raises(CassetteError, match="ended without one"):
+        load_cassette(path)
