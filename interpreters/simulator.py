@@ -26,7 +26,8 @@ Semantics
   Both answer ``backend="simulator"``, so every result says
   ``"backend": "simulator"`` and ``sandbox_status`` says ``"isolated": false``:
   nothing it reports ran anywhere.
-- **Publish** writes the source with mode 0600; the same source again is
+- **Publish** writes the source with mode 0440, as the launcher does (root's,
+  read through the user's group: no command can change it); the same source again is
   ``Published`` again, other source is ``StartRefused("publish_conflict")``;
   once the task is claimed, ``Published`` (its start answers from the claim).
   A path other than the task's own staging path
@@ -192,8 +193,9 @@ __all__ = [
     "emulate",
 ]
 
-_SNIPPET_MODE = 0o600
-_COPY_MODE = 0o644
+_SNIPPET_MODE = 0o440
+_COMMAND_UMASK = 0o077
+"""The file mode creation mask a command runs under: the launcher's."""
 _emulated = functools.lru_cache(maxsize=512)(emulate)
 """:func:`emulate`, remembered: a script is a plain value of its command."""
 _MIN_READ_BYTES = 4  # one UTF-8 character always fits
@@ -606,11 +608,15 @@ def _aborted() -> EffectFailure:
 
 def _file_command(box: SimSandbox, command: str) -> Script | None:
     """The two commands :func:`emulate` leaves to the sandbox, because they
-    act on its files (what a tool that stages a file runs): ``cp [--] SRC
-    DST`` copies a file of the sandbox to ``DST`` (mode 0644) when it
-    launches, and ``cat [--] FILE...`` prints files; a file the sandbox lacks
-    exits 1 with one line on stderr. ``None`` for any other command (and
-    for text ``shlex`` cannot split), which :func:`emulate` then answers."""
+    act on its files (what a tool that stages a file runs), as GNU coreutils
+    do them under the launcher's umask (077). ``cat [--] FILE...`` prints
+    files. ``cp [--no-preserve=mode] [--] SRC DST`` copies a file when it
+    launches: a new ``DST`` takes ``SRC``'s mode (or 0666 with
+    ``--no-preserve=mode``) less the umask, an existing one keeps its mode,
+    and one the user may not write (no owner write bit: a staged file, or
+    a copy of one) is refused. A file the sandbox lacks exits 1 with one line
+    on stderr. ``None`` for any other command, option or form (and for text
+    ``shlex`` cannot split), which :func:`emulate` then answers."""
     try:
         argv = shlex.split(command)
     except ValueError:
@@ -618,10 +624,13 @@ def _file_command(box: SimSandbox, command: str) -> Script | None:
     if not argv or argv[0] not in ("cp", "cat"):
         return None
     name, operands = argv[0], argv[1:]
+    fresh_mode = name == "cp" and operands[:1] == ["--no-preserve=mode"]
+    if fresh_mode:
+        operands = operands[1:]
     if operands[:1] == ["--"]:
         operands = operands[1:]
     if any(operand.startswith("-") for operand in operands):
-        return None  # options are not emulated
+        return None  # other options are not emulated
     if len(operands) != 2 if name == "cp" else not operands:
         return None  # nor cp's other forms, nor cat of its standard input
     missing = [path for path in operands[: 1 if name == "cp" else None] if path not in box.files]
@@ -631,6 +640,16 @@ def _file_command(box: SimSandbox, command: str) -> Script | None:
         )
     if name == "cat":
         return Script.prints("".join(box.files[path].source for path in operands))
-    source, target = operands
-    box.files[target] = SandboxFile(source=box.files[source].source, mode=_COPY_MODE)
+    source, target = box.files[operands[0]], operands[1]
+    existing = box.files.get(target)
+    if existing is not None:
+        if not existing.mode & 0o200:
+            return Script.prints(
+                stderr=f"cp: cannot create regular file '{target}': Permission denied\n",
+                exit_code=1,
+            )
+        box.files[target] = SandboxFile(source=source.source, mode=existing.mode)
+        return Script()
+    mode = (0o666 if fresh_mode else source.mode) & ~_COMMAND_UMASK
+    box.files[target] = SandboxFile(source=source.source, mode=mode)
     return Script()

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from sandrail.core import TOOLS
 from sandrail.core._compiled_schema import (
     COMPILED_KEYWORDS,
     PLAIN_DEPTH,
@@ -150,7 +151,7 @@ def test_compiled_tool_schemas_agree_with_jsonschema_on_every_edge_of_every_fiel
     schema = _SCHEMAS[name]
     accepts = compile_schema(schema)
     assert accepts is not None
-    base = {field: _MINIMAL[field] for field in schema.get("required", ())}
+    base = _minimal(name, schema)
     for field in [*schema["properties"], "unknown"]:
         for edge in _EDGES:
             value = {**base, field: edge}
@@ -161,22 +162,14 @@ def test_compiled_tool_schemas_agree_with_jsonschema_on_every_edge_of_every_fiel
             assert accepts(value) is _jsonschema_accepts(schema, value) is False
 
 
-_MINIMAL: dict[str, Any] = {
-    "command": "true",
-    "code": "1",
-    "task_id": "a" * 64,
-    "cwd": None,
-    "timeout": None,
-    "env": None,
-    "background": False,
-    "background_timeout": None,
-    "language": "python",
-    "stdout_cursor": 0,
-    "stderr_cursor": 0,
-    "max_bytes": 4,
-    "wait_seconds": 0,
-}
-"""A valid value of each field any tool has (in every profile)."""
+def _minimal(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """A minimal valid value of the tool ``name`` (``profile/tool``) in its
+    profile: its record's example call, and ``null`` for each other field
+    the profile requires (a strict profile's "not given")."""
+    example = TOOLS[name.split("/", 1)[1]].example_arguments
+    base = {field: example.get(field) for field in schema.get("required", ())}
+    assert _jsonschema_accepts(schema, base), (name, base)
+    return base
 
 
 @pytest.mark.untraced

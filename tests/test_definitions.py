@@ -90,6 +90,12 @@ def test_tool_sets_have_the_reference_names_per_owner_mode() -> None:
 @pytest.mark.untraced
 @given(tool_definitions())
 def test_every_schema_is_a_closed_draft_2020_12_object_schema(definition: ToolDefinition) -> None:
+    check_schema(definition)
+
+
+def check_schema(definition: ToolDefinition) -> None:
+    """What every tool's schema is, in every profile: a closed Draft
+    2020-12 object schema, each property described, each default valid."""
     schema = definition.to_dict()["parameters"]
     Draft202012Validator.check_schema(schema)
     assert schema["type"] == "object"

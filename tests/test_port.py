@@ -166,7 +166,7 @@ def test_sandbox_status_reports_the_bound_sandbox(mode: Mode) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_c16_run_code_publishes_a_0600_file_named_from_the_task_id(mode: Mode) -> None:
+def test_c16_run_code_publishes_a_0440_file_named_from_the_task_id(mode: Mode) -> None:
     source = "print('hi')\nimport os; os.system('rm -rf / $(whoami) `id`')\n" * 3
     rig = Rig(mode=mode, tools="code", scripts={source: Script.prints("hi\n")})
     result = rig.run(rig.code_tool, {"code": source, "language": "py3" if False else "python3"})
@@ -177,7 +177,7 @@ def test_c16_run_code_publishes_a_0600_file_named_from_the_task_id(mode: Mode) -
     assert task in path
     assert path.endswith(".py")
     assert files[path].source == source
-    assert files[path].mode == 0o600
+    assert files[path].mode == 0o440
     (start,) = [e for e in rig.sim.applied if isinstance(e, Start)]
     assert source not in start.command
     assert start.command == f"python {path}"

@@ -219,14 +219,14 @@ def test_unknown_task_reads_as_unknown() -> None:
 # Publish (C16)
 
 
-def test_c16_publish_writes_0600_and_is_idempotent() -> None:
+def test_c16_publish_writes_0440_as_the_launcher_does_and_is_idempotent() -> None:
     sim = Simulator()
     box = ensure(sim)
     path = f"/tmp/sandrail/code/{TASK}.py"
     publish = Publish(sandbox_id=box, task_id=TASK, path=path, source="print(1)")
     assert sim(publish) == Published(path=path)
     assert sim(publish) == Published(path=path)
-    assert sim.files(box) == {path: SandboxFile(source="print(1)", mode=0o600)}
+    assert sim.files(box) == {path: SandboxFile(source="print(1)", mode=0o440)}
     other = Publish(sandbox_id=box, task_id=TASK, path=path, source="print(2)")
     assert sim(other) == StartRefused(reason="publish_conflict")
     assert sim.files(box)[path].source == "print(1)"
@@ -671,18 +671,31 @@ def _ran(sim: Simulator, box: str, command: str, task: str) -> dict[str, Any]:
 
 def test_the_simulator_copies_and_prints_its_own_files() -> None:
     """``cp`` and ``cat`` act on the sandbox's files (what a tool that stages
-    a file runs): a copy is made when it launches, a file the sandbox lacks
-    exits 1, and their other forms are not emulated."""
+    a file runs), as GNU coreutils do under the launcher's umask (077): a
+    copy of a staged file (0440) is 0400 and cannot be written again, one
+    made with ``--no-preserve=mode`` is 0600 and can; a file the sandbox
+    lacks exits 1, and their other forms are not emulated."""
     sim = Simulator()
     box = ensure(sim)
     staged = f"/tmp/sandrail/code/{TASK}.txt"
     assert sim(Publish(sandbox_id=box, task_id=TASK, path=staged, source="one\n")) == Published(
         path=staged
     )
+    other_task = f"{99:064x}"
+    again = f"/tmp/sandrail/code/{other_task}.txt"
+    sim(Publish(sandbox_id=box, task_id=other_task, path=again, source="two\n"))
     tasks = iter(f"{n:064x}" for n in range(1, 20))
     copied = _ran(sim, box, f"cp -- {staged} /home/user/out.txt", next(tasks))
     assert copied == {"stdout": "", "stderr": "", "exit_code": 0}
-    assert sim.files(box)["/home/user/out.txt"] == SandboxFile(source="one\n", mode=0o644)
+    assert sim.files(box)["/home/user/out.txt"] == SandboxFile(source="one\n", mode=0o400)
+    refused = _ran(sim, box, f"cp -- {again} /home/user/out.txt", next(tasks))
+    assert refused["exit_code"] == 1
+    assert "Permission denied" in refused["stderr"]
+    assert sim.files(box)["/home/user/out.txt"].source == "one\n"
+    for source, text in ((staged, "one\n"), (again, "two\n")):
+        fresh = _ran(sim, box, f"cp --no-preserve=mode -- {source} /home/user/w.txt", next(tasks))
+        assert fresh["exit_code"] == 0
+        assert sim.files(box)["/home/user/w.txt"] == SandboxFile(source=text, mode=0o600)
     shown = _ran(sim, box, f"cat /home/user/out.txt {staged}", next(tasks))
     assert shown == {"stdout": "one\none\n", "stderr": "", "exit_code": 0}
     lost = _ran(sim, box, "cp /nowhere /home/user/x", next(tasks))

@@ -13,11 +13,13 @@ wrong under each single fault.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Generator, Iterator
 from types import MappingProxyType
 from typing import Any
 from unittest import mock
 
+import attrs
 import pytest
 
 from sandrail._campaign import run_workload, workloads
@@ -49,10 +51,15 @@ from sandrail.core._launch import Launch, launch_program
 from sandrail.core._results import ToolResult
 from sandrail.core._rules import snippet_deadline
 from sandrail.core._tools import _RECORDS
+from sandrail.interpreters.e2b import E2BBackend
 from sandrail.interpreters.simulator import FaultPlan, Simulator
+from sandrail.local_e2b import LocalE2B
 from sandrail.testing._plans import single_fault_plans
-from tests import test_tools
+from tests import test_definitions, test_tools
+from tests.e2b_world import needs_root, server_fixture
 from tests.embed_rig import toolset
+
+server = server_fixture()
 
 # --- the tool's module -----------------------------------------------------
 
@@ -71,7 +78,12 @@ def write_file_definition(
         "operation key to reconcile." + where_it_runs(sandbox),
         object_schema(
             {
-                "path": {"type": "string", "pattern": PATH_PATTERN, "maxLength": 1024},
+                "path": {
+                    "type": "string",
+                    "pattern": PATH_PATTERN,
+                    "maxLength": 1024,
+                    "description": "The file's absolute path: letters, digits and ._/- only.",
+                },
                 "content": {"type": "string", "description": f"The text ({UNICODE_RULE})."},
                 "timeout": seconds_schema(f"Seconds the write may take; null means {limit}."),
             },
@@ -86,7 +98,9 @@ def _write(call: CallState, task_id: str, timeout_seconds: int) -> Launch:
     staged = f"{STAGING_DIRECTORY}{task_id}.txt"
     return Launch(
         task_id=task_id,
-        command=f"cp -- {staged} {call.snap.arguments['path']}",
+        # A fresh mode: the staged file is the launcher's, read-only, and a
+        # copy that kept its mode could never be written again.
+        command=f"cp --no-preserve=mode -- {staged} {call.snap.arguments['path']}",
         background=False,
         timeout_seconds=timeout_seconds,
         path=staged,
@@ -184,3 +198,75 @@ def test_c16_its_free_text_never_enters_its_shell_text() -> None:
     one in it: ``content`` travels as the staged file, and the path, the one
     value in the command, is pinned by the schema."""
     test_tools.test_c16_a_launchs_free_text_never_enters_its_shell_text_but_as_the_command_itself()
+
+
+def test_its_schema_is_held_to_every_tools_rules() -> None:
+    test_definitions.check_schema(write_file_definition(300))
+
+
+def test_c3_a_second_write_to_the_same_path_under_another_key_replaces_the_file() -> None:
+    """The copy takes a fresh mode, so the file it made can be written
+    again (a copy that kept the staged file's read-only mode could not)."""
+    sim = Simulator()
+    tools = toolset(sim)
+    results = [
+        tools.call_sync(
+            "write_file", {"path": "/tmp/out.txt", "content": text}, call_id=key, operation_key=key
+        )
+        for key, text in (("op-1", "one"), ("op-2", "two"))
+    ]
+    assert [result.content["exit_code"] for result in results] == [0, 0]
+    sandbox_id = results[0].content["sandbox_id"]
+    assert sim.files(sandbox_id)["/tmp/out.txt"].source == "two"
+
+
+def _keeping_mode(call: CallState, task_id: str, timeout_seconds: int) -> Launch:
+    """The plan with a plain ``cp``, which keeps the staged file's mode."""
+    launch = _write(call, task_id, timeout_seconds)
+    return launch._replace(command=launch.command.replace("cp --no-preserve=mode --", "cp --"))
+
+
+def _writes_twice(backend: Any, record: ToolRecord) -> tuple[list[int], str]:
+    """Two writes of one new path under two keys, through ``record``: their
+    exit codes, and what the file holds then."""
+    path = f"/tmp/twice-{uuid.uuid4().hex[:8]}.txt"
+    with mock.patch.dict(_RECORDS, {record.name: record}):
+        _command_definitions.cache_clear()
+        tools = toolset(backend)
+        codes = [
+            tools.call_sync(
+                "write_file",
+                {"path": path, "content": text},
+                call_id=f"c-{path}-{text}",
+                operation_key=f"op-{path}-{text}",
+            ).content["exit_code"]
+            for text in ("one", "two")
+        ]
+        shown = tools.call_sync(
+            "run_command",
+            {"command": f"cat {path}"},
+            call_id=f"c-{path}",
+            operation_key=f"op-{path}",
+        ).content["stdout"]
+    return codes, shown
+
+
+_KEEPING_MODE = attrs.evolve(WRITE_FILE, program=lambda call: launch_program(call, _keeping_mode))
+
+
+@needs_root
+@pytest.mark.parametrize(
+    ("record", "codes", "holds"),
+    [(WRITE_FILE, [0, 0], "two"), (_KEEPING_MODE, [0, 1], "one")],
+    ids=["fresh mode", "kept mode"],
+)
+def test_the_simulators_copy_is_a_real_shells(
+    server: LocalE2B, record: ToolRecord, codes: list[int], holds: str
+) -> None:
+    """Both writes on the simulator and on local-e2b's real shell, under
+    the launcher: the same exit codes and the same file (a plain ``cp`` of
+    the read-only staged file leaves a copy no later write can replace)."""
+    simulated = _writes_twice(Simulator(), record)
+    with E2BBackend(**server.sdk_options) as backend:
+        real = _writes_twice(backend, record)
+    assert simulated == real == (codes, holds)

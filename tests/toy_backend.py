@@ -44,8 +44,7 @@ from sandrail.core import (
 )
 from sandrail.interpreters.launcher import Box, Launcher, Malformed, Transport, launcher_missing
 from sandrail.interpreters.launcher import launcher_refused as refused
-from sandrail.local_e2b import LaunchTruth, LocalE2B
-from sandrail.local_e2b._kit import _as_root, _kill_all
+from sandrail.local_e2b import LaunchTruth, LocalE2B, kill_sandboxes, run_as_root
 from sandrail.testing import Strike, Target
 
 LABEL: Final = "toy-shell"
@@ -303,11 +302,11 @@ def toy_target(
         )
 
     def wipe_ledger(sandbox_id: str) -> None:
-        _as_root(server, sandbox_id, _WIPE)
+        run_as_root(server, sandbox_id, _WIPE)
 
     def close() -> None:
         backend.close()
-        done = threading.Thread(target=_kill_all, args=(server, set(marked.sandboxes)))
+        done = threading.Thread(target=kill_sandboxes, args=(server, set(marked.sandboxes)))
         done.start()
         done.join(60)
 

@@ -38,7 +38,7 @@ from ._truth import (
 )
 
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
-    from ._kit import LaunchTruth, e2b_target
+    from ._kit import LaunchTruth, e2b_target, kill_sandboxes, run_as_root
 
 __all__ = [
     "AdminError",
@@ -55,6 +55,8 @@ __all__ = [
     "WireFault",
     "WireFaultKind",
     "e2b_target",
+    "kill_sandboxes",
+    "run_as_root",
     "serve",
 ]
 
@@ -62,7 +64,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """The testing kit's target, imported on first use (the server itself
     never needs the kit)."""
-    if name in ("e2b_target", "LaunchTruth"):
+    if name in ("e2b_target", "LaunchTruth", "kill_sandboxes", "run_as_root"):
         from . import _kit
 
         return getattr(_kit, name)

@@ -38,7 +38,7 @@ from sandrail.testing import MarkedLaunches, Strike, Target
 from ._serve import LocalE2B
 from ._truth import GroundTruth
 
-__all__ = ["LaunchTruth", "e2b_target"]
+__all__ = ["LaunchTruth", "e2b_target", "kill_sandboxes", "run_as_root"]
 
 _SETTLE_SECONDS = 20.0
 """The most a Start waits for its launches to show in the ground truth."""
@@ -67,7 +67,7 @@ class LaunchTruth(MarkedLaunches):
         if sandbox_id is None or not self.server.alive:
             return 0
         session = f"{LEDGER}/tasks/{task_id}/pgid"
-        answer = _as_root(
+        answer = run_as_root(
             self.server,
             sandbox_id,
             f'sid=$(cat {session} 2>/dev/null); [ -n "$sid" ] && pgrep -s "$sid" | wc -l || echo 0',
@@ -114,7 +114,11 @@ def _launcher_starts(truth: GroundTruth, task_id: str) -> list[Any]:
     return [record for record in truth.processes if needle in record.command]
 
 
-def _as_root(server: LocalE2B, sandbox_id: str, command: str) -> str:
+def run_as_root(server: LocalE2B, sandbox_id: str, command: str) -> str:
+    """Run ``command`` as root in ``sandbox_id`` of ``server`` (through the
+    SDK) and return its stdout, or ``""`` when the sandbox or the server is
+    gone: a world control of a test (wipe the ledger, look at processes),
+    never a call a harness makes."""
     import e2b
 
     try:
@@ -159,12 +163,12 @@ def e2b_target(
             e2b.Sandbox.kill(sandbox_id, **_options(server))
 
     def wipe_ledger(sandbox_id: str) -> None:
-        _as_root(server, sandbox_id, _WIPE)
+        run_as_root(server, sandbox_id, _WIPE)
 
     def close() -> None:
         backend.close()
         # Off the caller's event loop, if it has one: the sync SDK blocks.
-        done = threading.Thread(target=_kill_all, args=(server, set(marked.sandboxes)))
+        done = threading.Thread(target=kill_sandboxes, args=(server, set(marked.sandboxes)))
         done.start()
         done.join(60)
 
@@ -178,7 +182,10 @@ def e2b_target(
     )
 
 
-def _kill_all(server: LocalE2B, sandboxes: set[str]) -> None:
+def kill_sandboxes(server: LocalE2B, sandboxes: set[str]) -> None:
+    """Kill each of ``sandboxes`` on ``server`` (one already gone, or a
+    server no longer alive, is skipped): what a test's world does when it
+    closes, so the next world's sessions get fresh sandboxes."""
     import e2b
 
     if not server.alive:
