@@ -284,8 +284,7 @@ class PortCall:
         if callable(open_call):
             answer = self.answer_harness_async if self.asynchronous else self.answer_harness
             self.layered = self.finishing = open_call(self.request, answer)
-            # A replayer's named secrets are this call's, as a recorder's
-            # were: masked in its result, refused in its identity (C17).
+            # A replayer's named secrets are this call's, as a recorder's are (C17).
             self.named |= _named_of(self.layered)
             return tool_program(
                 self.request, settings, self.snapshot, secrets | self.named, self.shown_identities()

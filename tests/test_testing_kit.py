@@ -808,3 +808,27 @@ def test_a_held_request_whose_late_delivery_raises_is_judged_not_raised(
         assert isinstance(delivered, EffectFailure)
         assert delivered.delivery is Delivery.MAYBE_SENT
         world.assert_contract()
+
+
+def test_c7_the_kit_catches_a_backend_that_says_a_repeat_launched() -> None:
+    """A backend that answers a start of a task already claimed as its first
+    launch: the repeat's result reads ``deduplicated: false`` while nothing
+    launched in it, and the judge names that."""
+
+    class FirstEveryTime:
+        def __init__(self, sim: Simulator) -> None:
+            self.sim = sim
+
+        def __call__(self, effect: Any) -> Any:
+            outcome = self.sim(effect)
+            if isinstance(effect, Start) and getattr(outcome, "first_launch", True) is False:
+                return attrs.evolve(outcome, first_launch=True)
+            return outcome
+
+    def target() -> Target:
+        sim = Simulator(scripts=SCRIPTS)
+        return Target(backend=FirstEveryTime(sim), truth=sim)
+
+    report = check_backend(target, scenarios=False, plans=4)
+    assert not report.passed
+    assert "deduplicated: false, but the task did not launch during this call" in report.summary()

@@ -300,13 +300,28 @@ def check_c6_unknown_side_effect_is_uncertain(
 
 
 def check_c7_ok_launch(world: World, record: CallRecord) -> Iterable[Violation]:
-    """C7: ok for a launch means exactly one launch happened."""
+    """C7: ok for a launch means exactly one launch happened; and an ok that
+    says ``deduplicated: false`` (this call's start launched the task) is
+    one whose call the task launched in (a result that reconciled with an
+    earlier launch must say so; the other way round it may err, when the
+    network delivered one start twice, see the ledger page)."""
     assert record.result is not None
     if record.result.status != "ok" or not record.launches or record.task is None:
         return
     count = world.truth.launches.get(record.task, 0)
     if count != 1:
         yield Violation("C7", record.number, f"ok, but the task launched {count} times")
+    if (
+        record.result.content.get("deduplicated") is False
+        and not record.concurrent
+        and record.launched[record.task] == 0
+    ):
+        yield Violation(
+            "C7",
+            record.number,
+            "ok and deduplicated: false, but the task did not launch during this call "
+            f"(it had launched {record.launched_before} time(s) before it)",
+        )
 
 
 def _answered_uncertain_before(world: World, record: CallRecord) -> bool:
