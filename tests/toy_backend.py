@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import secrets
 import struct
 import threading
 from collections.abc import Callable
@@ -44,14 +43,13 @@ from sandrail.core import (
 )
 from sandrail.interpreters.launcher import Box, Launcher, Malformed, Transport, launcher_missing
 from sandrail.interpreters.launcher import launcher_refused as refused
-from sandrail.local_e2b import LaunchTruth, LocalE2B, kill_sandboxes, run_as_root
+from sandrail.local_e2b import LocalE2B, server_target
 from sandrail.testing import Strike, Target
 
 LABEL: Final = "toy-shell"
 BOUNDARY: Final = (
     "A local-e2b sandbox reached over plain HTTP by the toy backend of sandrail's tests."
 )
-_WIPE: Final = "rm -rf /root/.sandrail/tasks /root/.sandrail/claims.*"
 
 
 class ShellExit(Exception):
@@ -292,29 +290,10 @@ def toy_target(
     its transport (the launcher's decisive calls), else in front of it.
     ``backend_type``: a subclass to test instead (a mutant the kit must catch)."""
     backend = backend_type(server) if strike is None else backend_type(server, transport=strike)
-    # A fresh mark prefix per world: task ids repeat across worlds.
-    truth = LaunchTruth(server, f"toy-{secrets.token_hex(6)}")
-    marked = truth.backend(backend, settle=truth.settle)
 
-    def kill_sandbox(sandbox_id: str) -> None:
+    def kill_sandbox(sandbox_id: str) -> None:  # as its provider would: through its API
         backend._client.delete(
             f"{backend._api}/sandboxes/{sandbox_id}", headers={"X-API-Key": backend._key}
         )
 
-    def wipe_ledger(sandbox_id: str) -> None:
-        run_as_root(server, sandbox_id, _WIPE)
-
-    def close() -> None:
-        backend.close()
-        done = threading.Thread(target=kill_sandboxes, args=(server, set(marked.sandboxes)))
-        done.start()
-        done.join(60)
-
-    return Target(
-        backend=marked,
-        truth=truth,
-        kill_sandbox=kill_sandbox,
-        wipe_ledger=wipe_ledger,
-        close=close,
-        real_processes=True,
-    )
+    return server_target(server, backend, kill_sandbox=kill_sandbox, prefix="toy")

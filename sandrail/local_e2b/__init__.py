@@ -38,7 +38,7 @@ from ._truth import (
 )
 
 if TYPE_CHECKING:  # imported on first use at run time (see __getattr__)
-    from ._kit import LaunchTruth, e2b_target, kill_sandboxes, run_as_root
+    from ._kit import LaunchTruth, e2b_target, kill_sandboxes, run_as_root, server_target
 
 __all__ = [
     "AdminError",
@@ -58,13 +58,14 @@ __all__ = [
     "kill_sandboxes",
     "run_as_root",
     "serve",
+    "server_target",
 ]
 
 
 def __getattr__(name: str) -> Any:
     """The testing kit's target, imported on first use (the server itself
     never needs the kit)."""
-    if name in ("e2b_target", "LaunchTruth", "kill_sandboxes", "run_as_root"):
+    if name in ("e2b_target", "LaunchTruth", "kill_sandboxes", "run_as_root", "server_target"):
         from . import _kit
 
         return getattr(_kit, name)

@@ -38,7 +38,7 @@ from sandrail.testing import MarkedLaunches, Strike, Target
 from ._serve import LocalE2B
 from ._truth import GroundTruth
 
-__all__ = ["LaunchTruth", "e2b_target", "kill_sandboxes", "run_as_root"]
+__all__ = ["LaunchTruth", "e2b_target", "kill_sandboxes", "run_as_root", "server_target"]
 
 _SETTLE_SECONDS = 20.0
 """The most a Start waits for its launches to show in the ground truth."""
@@ -153,10 +153,29 @@ def e2b_target(
     backend = E2BBackend(
         **_options(server), request_timeout_seconds=request_timeout_seconds, **backend_options
     )
-    truth = LaunchTruth(server, f"launch-{secrets.token_hex(6)}")
+    return server_target(server, backend)
+
+
+def server_target(
+    server: LocalE2B,
+    backend: Any,
+    *,
+    kill_sandbox: Callable[[str], None] | None = None,
+    prefix: str = "launch",
+) -> Target:
+    """A :class:`sandrail.testing.Target` of ``backend``, any backend whose
+    sandboxes live on ``server`` (the E2B interpreter, or one of your own
+    over the server's API): launches counted by marks (:class:`LaunchTruth`,
+    under a fresh ``prefix``), and the world controls ``kill_sandbox`` (by
+    default the control plane kills it through the SDK; give your own to
+    kill it as your backend's provider would) and ``wipe_ledger`` (a root
+    command deletes the claims and their log). Closing the target closes
+    the backend (its ``close``, if it has one) and kills every sandbox its
+    world used. ``real_processes`` is true."""
+    truth = LaunchTruth(server, f"{prefix}-{secrets.token_hex(6)}")
     marked = truth.backend(backend, settle=truth.settle)
 
-    def kill_sandbox(sandbox_id: str) -> None:
+    def killed_by_the_server(sandbox_id: str) -> None:
         import e2b
 
         if server.alive:
@@ -166,7 +185,9 @@ def e2b_target(
         run_as_root(server, sandbox_id, _WIPE)
 
     def close() -> None:
-        backend.close()
+        closing = getattr(backend, "close", None)
+        if callable(closing):
+            closing()
         # Off the caller's event loop, if it has one: the sync SDK blocks.
         done = threading.Thread(target=kill_sandboxes, args=(server, set(marked.sandboxes)))
         done.start()
@@ -175,7 +196,7 @@ def e2b_target(
     return Target(
         backend=marked,
         truth=truth,
-        kill_sandbox=kill_sandbox,
+        kill_sandbox=kill_sandbox or killed_by_the_server,
         wipe_ledger=wipe_ledger,
         close=close,
         real_processes=True,
