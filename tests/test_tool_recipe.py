@@ -54,7 +54,7 @@ from sandrail.core._tools import _RECORDS
 from sandrail.interpreters.e2b import E2BBackend
 from sandrail.interpreters.simulator import FaultPlan, Simulator
 from sandrail.local_e2b import LocalE2B
-from sandrail.testing._plans import single_fault_plans
+from sandrail.testing._plans import launch_workload, single_fault_plans
 from tests import test_definitions, test_tools
 from tests.e2b_world import needs_root, server_fixture
 from tests.embed_rig import toolset
@@ -270,3 +270,13 @@ def test_the_simulators_copy_is_a_real_shells(
     with E2BBackend(**server.sdk_options) as backend:
         real = _writes_twice(backend, record)
     assert simulated == real == (codes, holds)
+
+
+def test_a_derived_workload_is_made_only_for_a_launch_its_owner_is_offered() -> None:
+    with pytest.raises(ValueError, match="launches nothing"):
+        launch_workload(tool_record("sandbox_status"), "agent")
+    with pytest.raises(ValueError, match="launches nothing"):
+        launch_workload(tool_record("run_code"), "agent")  # a native owner's code tool
+    (launch, *_, conflict) = launch_workload(tool_record("run_code"), "native").steps
+    assert launch.port == conflict.port == "code"
+    assert conflict.arguments == {**launch.arguments, "timeout": 1}

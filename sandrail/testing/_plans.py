@@ -121,12 +121,16 @@ def launch_workload(record: ToolRecord, mode: Mode) -> Workload:
     record's ``example_arguments`` launched, retried under the same key,
     held requests delivered, then the same key with another deadline (a
     conflict, C3: every launch has a deadline argument, ``null`` in its
-    digest, so 1 second is another call)."""
+    digest, so a deadline of 1 second, or 2 where the example says 1, is
+    another call)."""
     port = _offered(record, mode)
     if record.kind is not ToolKind.LAUNCHES or port is None:
         raise ValueError(f"{record.name} launches nothing an owner of {mode!r} is offered")
     example = dict(record.example_arguments)
-    other = {**example, min(record.deadline_arguments): 1}
+    deadline = (
+        "timeout" if "timeout" in record.deadline_arguments else min(record.deadline_arguments)
+    )
+    other = {**example, deadline: 2 if example.get(deadline) == 1 else 1}
     key = f"op-{record.name}"
     return Workload(
         name=record.name,
