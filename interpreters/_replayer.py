@@ -121,7 +121,6 @@ class Replayer:
             calls = self.cassette.calls
             recorded = calls[self._opened] if self._opened < len(calls) else None
             self._opened += recorded is not None
-        with self._lock:
             # As the recorder cut them: env values earlier calls passed are
             # secrets of this call too.
             secrets = (*self._secrets, *sorted(self._seen_env))
