@@ -314,13 +314,18 @@ def test_c17_no_root_process_ever_holds_a_commands_env(
     never reach a root program."""
     sandbox_id = ensure(backend)
     secret = f"environ-{uuid.uuid4().hex}"
-    run(backend(Start(**start_fields(sandbox_id, "sleep 3", env={"TOKEN": secret}))))
-    holders = as_root(
-        server,
-        sandbox_id,
-        "for p in /proc/[0-9]*; do "
-        f'if grep -qa {secret} "$p/environ" 2>/dev/null; then stat -c %U "$p"; fi; done',
-    )
+    run(backend(Start(**start_fields(sandbox_id, "sleep 5", env={"TOKEN": secret}))))
+    holders = ""
+    for _ in range(20):  # until the command is running (a loaded machine is slow to exec)
+        holders = as_root(
+            server,
+            sandbox_id,
+            "for p in /proc/[0-9]*; do "
+            f'if grep -qa {secret} "$p/environ" 2>/dev/null; then stat -c %U "$p"; fi; done',
+        )
+        if holders.split():
+            break
+        time.sleep(0.2)
     assert holders.split() == ["user"], holders
 
 
