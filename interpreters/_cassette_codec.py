@@ -79,7 +79,8 @@ FIRST_RESULT_FORMAT: Final[Mapping[str, str]] = {
     "omission_marker": f"\n[... {_SAMPLE_OMITTED} bytes omitted ...]\n"
 }
 """The result format of a cassette whose header does not say it: the one
-sandrail wrote before headers said it."""
+sandrail wrote before headers said it. Never edit it, not even when the
+marker changes: it is what every such cassette already holds."""
 
 
 def result_format() -> dict[str, str]:

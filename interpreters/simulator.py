@@ -116,6 +116,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import re
 import shlex
 import threading
 from collections import Counter
@@ -196,6 +197,8 @@ __all__ = [
 _SNIPPET_MODE = 0o440
 _COMMAND_UMASK = 0o077
 """The file mode creation mask a command runs under: the launcher's."""
+_SHELL_SYNTAX = re.compile(r"[<>|;&$`*?\[\]{}()~\n]")
+"""What in a word of a file command the shell would act on."""
 _emulated = functools.lru_cache(maxsize=512)(emulate)
 """:func:`emulate`, remembered: a script is a plain value of its command."""
 _MIN_READ_BYTES = 4  # one UTF-8 character always fits
@@ -615,8 +618,12 @@ def _file_command(box: SimSandbox, command: str) -> Script | None:
     ``--no-preserve=mode``) less the umask, an existing one keeps its mode,
     and one the user may not write (no owner write bit: a staged file, or
     a copy of one) is refused. A file the sandbox lacks exits 1 with one line
-    on stderr. ``None`` for any other command, option or form (and for text
-    ``shlex`` cannot split), which :func:`emulate` then answers."""
+    on stderr. ``None`` for any other command, option or form, for shell
+    syntax around them (a redirection, a pipe, an expansion) and for text
+    ``shlex`` cannot split, which :func:`emulate` then answers (not
+    emulated). Its files have no directories and no owners: a path in a
+    missing directory, or one only root may write, is written all the same
+    (test those on a real shell)."""
     if not command.lstrip().startswith(("cp ", "cat ")):
         return None  # every other command, without splitting it (the hot path)
     try:
@@ -624,6 +631,11 @@ def _file_command(box: SimSandbox, command: str) -> Script | None:
     except ValueError:
         return None
     if not argv or argv[0] not in ("cp", "cat"):
+        return None
+    if any(_SHELL_SYNTAX.search(word) for word in argv):
+        # A redirection, a pipe, a list, an expansion: the shell would act on
+        # it, and the simulator cannot, so the command is not emulated (exit
+        # 127), never run with the syntax taken for file names.
         return None
     name, operands = argv[0], argv[1:]
     fresh_mode = name == "cp" and operands[:1] == ["--no-preserve=mode"]

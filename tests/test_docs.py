@@ -742,3 +742,17 @@ def test_the_tutorial_lists_the_tools_a_toolset_offers() -> None:
     assert sorted(listed) == sorted(toolset.names), (
         f"docs/tutorial.md lists {listed}; a Toolset offers {list(toolset.names)}"
     )
+
+
+def test_the_pages_that_list_the_fault_kinds_list_every_one() -> None:
+    """The how-to's list of kinds (by name) and the campaign page's (in
+    words) name every kind of the fault table, so a new kind cannot leave
+    them stale."""
+    from sandrail.interpreters.simulator import FaultKind
+
+    harness = (DOCS / "howto" / "test-your-harness.md").read_text(encoding="utf-8")
+    listed = harness[harness.index("Kinds: ") : harness.index("has the table of what each does")]
+    campaign = " ".join((DOCS / "howto" / "campaign-in-ci.md").read_text(encoding="utf-8").split())
+    for kind in FaultKind:
+        assert f"`{kind.name}`" in listed, kind
+        assert kind.value.replace("_", " ") in campaign, kind

@@ -703,7 +703,16 @@ def test_the_simulator_copies_and_prints_its_own_files() -> None:
     assert "/nowhere: No such file" in lost["stderr"]
     assert "/home/user/x" not in sim.files(box)
     assert _ran(sim, box, "cat -- /nowhere", next(tasks))["exit_code"] == 1
-    for other in ("cp -r /a /b", f"cp {staged}", "cat", "cat -n /home/user/out.txt"):
+    for other in (
+        "cp -r /a /b",
+        f"cp {staged}",
+        "cat",
+        "cat -n /home/user/out.txt",
+        f"cat -- {staged} >> /home/user/out.txt",
+        f"cat {staged} | tee /home/user/x",
+        f"cp {staged} /home/user/$HOME",
+        "cat /home/user/*.txt",
+    ):
         assert _ran(sim, box, other, next(tasks))["stderr"] == NOT_EMULATED, other
 
 
