@@ -320,7 +320,7 @@ class Recorder:
             more = f" and {len(self._lost) - 1} more" if len(self._lost) > 1 else ""
             raise RecorderWriteError(
                 f"the cassette is incomplete: the file refused {first}{more}; it cannot "
-                "replay whole (the calls' own results were not changed)"
+                "replay whole"
             )
 
     def __enter__(self) -> Recorder:
