@@ -8,7 +8,8 @@ Four kinds of line, each an object with a ``kind``:
   settings that change decisions;
 - ``call``: a request the port received, numbered from 1, with
   ``identity_redacted: true`` when a secret was cut out of its identity
-  (the core refused it for that, and a replay refuses it again);
+  (the core refused it for that; a replay of the file takes that refusal
+  as recorded, since the file lacks what it was refused for);
 - ``step``: one effect of a call and what answered it, either ``outcome``
   (a value, ``null`` included) or ``failure`` (a typed
   :class:`~sandrail.core.EffectFailure`); ``step`` numbers run over the whole
@@ -147,8 +148,9 @@ class RecordedCall:
     """The result's line as written."""
     identity_redacted: bool = False
     """A secret was cut out of the call's identity (its operation key or
-    call id): the recorded core refused the call for it, so a replay
-    treats the marker standing there as the secret it stands for."""
+    call id): the recorded core refused the call for it, and a replay of
+    the file takes that refusal as recorded
+    (:meth:`~sandrail.interpreters._replayer.Replayer.take_refused`)."""
 
     def describe(self) -> str:
         call = self.request.get("call", {})
