@@ -116,6 +116,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import posixpath
 import re
 import shlex
 import threading
@@ -197,8 +198,11 @@ __all__ = [
 _SNIPPET_MODE = 0o440
 _COMMAND_UMASK = 0o077
 """The file mode creation mask a command runs under: the launcher's."""
-_SHELL_SYNTAX = re.compile(r"[<>|;&$`*?\[\]{}()~\n]")
-"""What in a word of a file command the shell would act on."""
+_SHELL_SYNTAX = re.compile(r"[<>|;&$`*?\[\]{}()~#\n]")
+"""What in a word of a file command the shell would act on (``#`` starts a
+comment at a word's start; anywhere else it is refused too, to keep one rule)."""
+_KNOWN_DIRECTORIES: Final = frozenset({"/", "/tmp", "/home", "/home/user", "/root"})
+"""Directories every sandbox has, beside the parents of its files."""
 _emulated = functools.lru_cache(maxsize=512)(emulate)
 """:func:`emulate`, remembered: a script is a plain value of its command."""
 _MIN_READ_BYTES = 4  # one UTF-8 character always fits
@@ -609,6 +613,20 @@ def _aborted() -> EffectFailure:
     return EffectFailure(Delivery.MAYBE_SENT, "aborted", aborted=True)
 
 
+def _plain_path(path: str) -> bool:
+    """Whether ``path`` names one file by one spelling: absolute, with no
+    ``.`` or ``..`` step, no doubled or trailing ``/`` (so two operands are
+    the same file exactly when they are the same text)."""
+    return path.startswith("/") and not path.startswith("//") and posixpath.normpath(path) == path
+
+
+def _is_directory(box: SimSandbox, path: str) -> bool:
+    """Whether ``path`` is a directory the simulator knows of: one every
+    sandbox has, or a parent of one of its files."""
+    prefix = path + "/"
+    return path in _KNOWN_DIRECTORIES or any(name.startswith(prefix) for name in box.files)
+
+
 def _file_command(box: SimSandbox, command: str) -> Script | None:
     """The two commands :func:`emulate` leaves to the sandbox, because they
     act on its files (what a tool that stages a file runs), as GNU coreutils
@@ -617,13 +635,15 @@ def _file_command(box: SimSandbox, command: str) -> Script | None:
     launches: a new ``DST`` takes ``SRC``'s mode (or 0666 with
     ``--no-preserve=mode``) less the umask, an existing one keeps its mode,
     and one the user may not write (no owner write bit: a staged file, or
-    a copy of one) is refused. A file the sandbox lacks exits 1 with one line
-    on stderr. ``None`` for any other command, option or form, for shell
-    syntax around them (a redirection, a pipe, an expansion) and for text
-    ``shlex`` cannot split, which :func:`emulate` then answers (not
-    emulated). Its files have no directories and no owners: a path in a
-    missing directory, or one only root may write, is written all the same
-    (test those on a real shell)."""
+    a copy of one) is refused, as is a copy onto itself. A file the sandbox
+    lacks exits 1 with one line on stderr. ``None`` for any other command,
+    option or form, for shell syntax around them (a redirection, a pipe, an
+    expansion, a comment), for a path that is not one absolute spelling
+    (relative, a ``.`` or ``..`` step, a doubled or trailing ``/``) or that
+    names a directory it knows of, and for text ``shlex`` cannot split,
+    which :func:`emulate` then answers (not emulated). Its files have no
+    directories and no owners: a path in a missing directory, or one only
+    root may write, is written all the same (test those on a real shell)."""
     if not command.lstrip().startswith(("cp ", "cat ")):
         return None  # every other command, without splitting it (the hot path)
     try:
@@ -647,13 +667,26 @@ def _file_command(box: SimSandbox, command: str) -> Script | None:
         return None  # other options are not emulated
     if len(operands) != 2 if name == "cp" else not operands:
         return None  # nor cp's other forms, nor cat of its standard input
-    missing = [path for path in operands[: 1 if name == "cp" else None] if path not in box.files]
-    if missing:
-        return Script.prints(
-            stderr=f"{name}: {missing[0]}: No such file or directory\n", exit_code=1
-        )
+    if not all(_plain_path(operand) for operand in operands):
+        return None  # a relative path, a "." or ".." step, a trailing "/"
+    if any(_is_directory(box, operand) for operand in operands):
+        return None  # into a directory, or a directory printed
     if name == "cat":
-        return Script.prints("".join(box.files[path].source for path in operands))
+        # Each file in turn, and a line on stderr for each one it lacks.
+        missing = [path for path in operands if path not in box.files]
+        return Script.prints(
+            "".join(box.files[path].source for path in operands if path in box.files),
+            stderr="".join(f"cat: {path}: No such file or directory\n" for path in missing),
+            exit_code=1 if missing else 0,
+        )
+    if operands[0] not in box.files:
+        return Script.prints(
+            stderr=f"cp: cannot stat '{operands[0]}': No such file or directory\n", exit_code=1
+        )
+    if operands[0] == operands[1]:
+        return Script.prints(
+            stderr=f"cp: '{operands[0]}' and '{operands[1]}' are the same file\n", exit_code=1
+        )
     source, target = box.files[operands[0]], operands[1]
     existing = box.files.get(target)
     if existing is not None:

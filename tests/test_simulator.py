@@ -674,7 +674,8 @@ def test_the_simulator_copies_and_prints_its_own_files() -> None:
     a file runs), as GNU coreutils do under the launcher's umask (077): a
     copy of a staged file (0440) is 0400 and cannot be written again, one
     made with ``--no-preserve=mode`` is 0600 and can; a file the sandbox
-    lacks exits 1, and their other forms are not emulated."""
+    lacks exits 1, a copy onto itself too, and their other forms (a path
+    spelled another way, a directory, a comment) are not emulated."""
     sim = Simulator()
     box = ensure(sim)
     staged = f"/tmp/sandrail/code/{TASK}.txt"
@@ -684,7 +685,7 @@ def test_the_simulator_copies_and_prints_its_own_files() -> None:
     other_task = f"{99:064x}"
     again = f"/tmp/sandrail/code/{other_task}.txt"
     sim(Publish(sandbox_id=box, task_id=other_task, path=again, source="two\n"))
-    tasks = iter(f"{n:064x}" for n in range(1, 20))
+    tasks = iter(f"{n:064x}" for n in range(1, 40))
     copied = _ran(sim, box, f"cp -- {staged} /home/user/out.txt", next(tasks))
     assert copied == {"stdout": "", "stderr": "", "exit_code": 0}
     assert sim.files(box)["/home/user/out.txt"] == SandboxFile(source="one\n", mode=0o400)
@@ -700,9 +701,19 @@ def test_the_simulator_copies_and_prints_its_own_files() -> None:
     assert shown == {"stdout": "one\none\n", "stderr": "", "exit_code": 0}
     lost = _ran(sim, box, "cp /nowhere /home/user/x", next(tasks))
     assert lost["exit_code"] == 1
-    assert "/nowhere: No such file" in lost["stderr"]
+    assert lost["stderr"] == "cp: cannot stat '/nowhere': No such file or directory\n"
     assert "/home/user/x" not in sim.files(box)
     assert _ran(sim, box, "cat -- /nowhere", next(tasks))["exit_code"] == 1
+    partly = _ran(sim, box, f"cat {staged} /nowhere", next(tasks))
+    assert partly == {
+        "stdout": "one\n",
+        "stderr": "cat: /nowhere: No such file or directory\n",
+        "exit_code": 1,
+    }
+    onto_itself = _ran(sim, box, "cp /home/user/w.txt /home/user/w.txt", next(tasks))
+    assert onto_itself["exit_code"] == 1
+    assert "are the same file" in onto_itself["stderr"]
+    assert sim.files(box)["/home/user/w.txt"].source == "two\n"
     for other in (
         "cp -r /a /b",
         f"cp {staged}",
@@ -712,6 +723,14 @@ def test_the_simulator_copies_and_prints_its_own_files() -> None:
         f"cat {staged} | tee /home/user/x",
         f"cp {staged} /home/user/$HOME",
         "cat /home/user/*.txt",
+        "cat /home/user/out.txt #a comment",
+        "cat out.txt",
+        "cat /home/user/./out.txt",
+        "cat //home/user/out.txt",
+        "cat /home/user",
+        f"cp {staged} /tmp",
+        f"cp {staged} /tmp/sandrail/code",
+        f"cp {staged} /home/user/new/",
     ):
         assert _ran(sim, box, other, next(tasks))["stderr"] == NOT_EMULATED, other
 

@@ -52,7 +52,7 @@ from sandrail.core._results import ToolResult
 from sandrail.core._rules import snippet_deadline
 from sandrail.core._tools import _RECORDS
 from sandrail.interpreters.e2b import E2BBackend
-from sandrail.interpreters.simulator import FaultPlan, Simulator
+from sandrail.interpreters.simulator import NOT_EMULATED, FaultPlan, Simulator
 from sandrail.local_e2b import LocalE2B
 from sandrail.testing._plans import launch_workload, single_fault_plans
 from tests import test_definitions, test_tools
@@ -270,6 +270,69 @@ def test_the_simulators_copy_is_a_real_shells(
     with E2BBackend(**server.sdk_options) as backend:
         real = _writes_twice(backend, record)
     assert simulated == real == (codes, holds)
+
+
+_FILE_COMMANDS = [
+    # A copy onto itself: GNU cp refuses it, exit 1.
+    ["cp {path} {path}", "cat {path}"],
+    # A comment: the shell drops it, and cat prints the file.
+    ["cat {path} #a comment"],
+    # One file spelled another way (a "." step, a doubled "/", relative to
+    # the command's folder, /home/user).
+    ["cat /home/user/./{name}"],
+    ["cat //home/user/{name}"],
+    ["cat {name}"],
+    # Into a directory, or a directory named as a file.
+    ["cp {path} /tmp", "cat /tmp/{name}"],
+    ["cp {path} {path}.d/"],
+    ["cat /home/user"],
+    # The forms it emulates, for the same answers.
+    ["cp {path} {path}.copy", "cat {path}.copy {path}"],
+    ["cat -- {path} /nowhere"],
+]
+
+
+def _file_commands(backend: Any, commands: list[str]) -> list[tuple[int, str, bool]]:
+    """``commands`` run one by one after ``write_file`` made a fresh file in
+    /home/user: each one's exit code, stdout, and whether it said it was not
+    emulated."""
+    name = f"fid-{uuid.uuid4().hex[:8]}.txt"
+    path = f"/home/user/{name}"
+    tools = toolset(backend)
+    written = tools.call_sync(
+        "write_file", {"path": path, "content": "one\n"}, call_id=path, operation_key=path
+    )
+    assert written.content["exit_code"] == 0
+    answers = []
+    for n, command in enumerate(commands):
+        content = tools.call_sync(
+            "run_command",
+            {"command": command.format(path=path, name=name)},
+            call_id=f"{path}-{n}",
+            operation_key=f"{path}-{n}",
+        ).content
+        answers.append((content["exit_code"], content["stdout"], content["stderr"] == NOT_EMULATED))
+        if answers[-1][2]:
+            break  # the simulator's files no longer follow the real ones
+    return answers
+
+
+@needs_root
+@pytest.mark.parametrize("commands", _FILE_COMMANDS, ids=lambda commands: commands[0])
+def test_the_simulators_cp_and_cat_answer_as_a_real_shell_or_say_not_emulated(
+    server: LocalE2B, commands: list[str]
+) -> None:
+    """Each command on the simulator answers what local-e2b's real shell
+    answers (its exit code and output), or says it is not emulated: never a
+    wrong answer as ``ok``. The simulator's files follow the real ones only
+    up to a command it did not emulate, so the comparison ends there."""
+    simulated = _file_commands(Simulator(), commands)
+    with E2BBackend(**server.sdk_options) as backend:
+        real = _file_commands(backend, commands)
+    assert not any(not_emulated for *_, not_emulated in real)
+    *agreed, last = simulated
+    assert agreed == real[: len(agreed)]
+    assert last == real[len(agreed)] or last[2], (last, real[len(agreed)])
 
 
 def test_a_derived_workload_is_made_only_for_a_launch_its_owner_is_offered() -> None:
